@@ -1,0 +1,52 @@
+// Package ledger owns agentsaga's Postgres state: run records, the action
+// ledger with its idempotency keys, one row per leaf call, and (in later
+// work) the fleet's shared retry bucket and breaker rows. Every statement is
+// parameterized and every error says which operation failed.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned when a run or action does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store is the ledger, backed by a pgx connection pool. It is safe for
+// concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects to databaseURL and checks that Postgres answers. An
+// unreachable server gets an error that names its address.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	config, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: parse DATABASE_URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: connect to postgres at %s: %w", Address(config.ConnConfig.Host, config.ConnConfig.Port), err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ledger: postgres at %s (database %q) is unreachable: %w",
+			Address(config.ConnConfig.Host, config.ConnConfig.Port), config.ConnConfig.Database, err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Address formats a Postgres host and port for error messages.
+func Address(host string, port uint16) string {
+	return fmt.Sprintf("%s:%d", host, port)
+}
+
+// Close releases the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Pool exposes the underlying pool for tests and operator queries.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -1,0 +1,52 @@
+// Package migrations owns the ledger's schema: versioned SQL files embedded
+// in the binary and applied by pressly/goose. Applying them is idempotent,
+// and concurrent workers starting at once serialize on a Postgres advisory
+// lock, so every worker can migrate on start.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// Apply brings the database at databaseURL up to the newest schema and
+// returns the versions it applied (none when it was already current).
+func Apply(ctx context.Context, databaseURL string) ([]int64, error) {
+	config, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: parse DATABASE_URL: %w", err)
+	}
+	db := stdlib.OpenDB(*config)
+	defer db.Close()
+	return apply(ctx, db)
+}
+
+func apply(ctx context.Context, db *sql.DB) ([]int64, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("migrations: advisory lock: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: load: %w", err)
+	}
+	results, err := provider.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: apply: %w", err)
+	}
+	applied := make([]int64, 0, len(results))
+	for _, r := range results {
+		applied = append(applied, r.Source.Version)
+	}
+	return applied, nil
+}

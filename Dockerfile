@@ -1,0 +1,27 @@
+# syntax=docker/dockerfile:1
+
+# ---- build stage -----------------------------------------------------------
+FROM golang:1.26 AS build
+
+WORKDIR /src
+
+# Download modules first so this layer is cached until go.mod/go.sum change.
+COPY go.mod go.sum ./
+RUN go mod download
+
+COPY . .
+
+# Static binary: the runtime image has no libc.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/agentsaga ./cmd/agentsaga
+
+# ---- runtime stage ---------------------------------------------------------
+# distroless/static: CA certificates and tzdata, no shell, no package manager.
+# The :nonroot variant runs as uid/gid 65532.
+FROM gcr.io/distroless/static-debian12:nonroot
+
+COPY --from=build /out/agentsaga /agentsaga
+
+USER nonroot:nonroot
+
+ENTRYPOINT ["/agentsaga"]
+CMD ["worker"]

@@ -1,0 +1,262 @@
+// Package activities owns every call that leaves the process: model turns
+// (scripted, or any OpenAI-compatible server with SDK retries off) and tool
+// calls (Go functions, and HTTP tools that receive the Idempotency-Key). Each
+// tool call goes through the action ledger under its idempotency key, so a
+// key that completed once never executes again, and each attempt is recorded
+// as a leaf call.
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// Application error types the activities return, for the workflow and for
+// operators reading failures in the UI.
+const (
+	ErrTypeInvalidArguments = "InvalidArguments"
+	ErrTypeUnknownTool      = "UnknownTool"
+	ErrTypeConflict         = "IdempotencyConflict"
+	ErrTypeInFlight         = "InFlight"
+	ErrTypeRejected         = "Rejected"
+	ErrTypeHTTP             = "HTTPError"
+	ErrTypeTransient        = "Transient"
+	ErrTypeModelConfig      = "ModelConfig"
+)
+
+// Activities are the worker's activity implementations. Register a pointer
+// with the worker; the workflow refers to the methods through a nil pointer.
+type Activities struct {
+	Ledger  *ledger.Store
+	Toolbox *Toolbox
+	// HTTPClient carries HTTP tools and model providers; nil means
+	// http.DefaultClient. It must not retry on its own.
+	HTTPClient *http.Client
+	// Getenv reads API keys on the worker, so they never enter workflow
+	// history; nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// ModelCall is the input of CallModel.
+type ModelCall struct {
+	Model   ModelSpec    `json:"model"`
+	Request ModelRequest `json:"request"`
+}
+
+// ToolCallRequest is the input of CallTool.
+type ToolCallRequest struct {
+	Tool      ToolSpec `json:"tool"`
+	Arguments string   `json:"arguments"`
+}
+
+// ToolResult is what a tool call produced.
+type ToolResult struct {
+	Output string `json:"output"`
+	// Replayed is true when the ledger already held the result for this
+	// key and the tool was not called again.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// RunFinish is the input of RecordRunFinish.
+type RunFinish struct {
+	WorkflowID string            `json:"workflow_id"`
+	Outcome    ledger.RunOutcome `json:"outcome"`
+}
+
+// IdempotencyKey is the key of the running activity: workflow ID + "/" +
+// the activity ID the workflow set explicitly. It never involves the run ID
+// or the attempt, so every attempt and every retry of the run shares it.
+func IdempotencyKey(ctx context.Context) string {
+	info := activity.GetInfo(ctx)
+	return info.WorkflowExecution.ID + "/" + info.ActivityID
+}
+
+// CallModel makes one model call.
+func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, error) {
+	model, err := a.model(call.Model)
+	if err != nil {
+		return ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeModelConfig, nil)
+	}
+	var turn ModelTurn
+	err = a.leafCall(ctx, ledger.LeafModel, call.Model.Provider+":"+call.Model.Name, func() error {
+		turn, err = model.Turn(ctx, call.Request)
+		return err
+	})
+	if err != nil {
+		return ModelTurn{}, toActivityError(err)
+	}
+	return turn, nil
+}
+
+func (a *Activities) model(spec ModelSpec) (Model, error) {
+	switch spec.Provider {
+	case ProviderScripted:
+		return ScriptedModel{Turns: spec.Script}, nil
+	case ProviderOpenAI:
+		key := ""
+		if spec.APIKeyEnv != "" {
+			getenv := a.Getenv
+			if getenv == nil {
+				getenv = os.Getenv
+			}
+			if key = getenv(spec.APIKeyEnv); key == "" {
+				return nil, fmt.Errorf("model: environment variable %s (model.api_key_env) is not set on the worker", spec.APIKeyEnv)
+			}
+		}
+		return NewOpenAIModel(spec, key, a.HTTPClient)
+	}
+	return nil, fmt.Errorf("model.provider: unknown provider %q", spec.Provider)
+}
+
+// CallTool makes one attempt of a tool call through the action ledger. A key
+// that already completed returns its stored result without calling the tool;
+// a key another attempt holds fails retryably; arguments that are not valid
+// JSON or do not match the schema fail at once, before the ledger is touched.
+func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolResult, error) {
+	if err := req.Tool.CheckArguments(req.Arguments); err != nil {
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidArguments, nil)
+	}
+	run, err := a.toolRunner(req.Tool)
+	if err != nil {
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnknownTool, nil)
+	}
+
+	info := activity.GetInfo(ctx)
+	key := IdempotencyKey(ctx)
+	claim, err := a.Ledger.ClaimAction(ctx, ledger.ActionRequest{
+		Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+		Tool: req.Tool.Name, Arguments: req.Arguments,
+	}, leaseUntil(info.Deadline))
+	switch {
+	case errors.Is(err, ledger.ErrConflict):
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, nil)
+	case errors.Is(err, ledger.ErrInFlight):
+		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeInFlight)
+	case err != nil:
+		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeTransient)
+	}
+	if !claim.Execute {
+		return storedOutcome(claim.Action)
+	}
+
+	var output string
+	callErr := a.leafCall(ctx, ledger.LeafTool, req.Tool.Name, func() error {
+		var err error
+		output, err = run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline})
+		return err
+	})
+	if callErr != nil {
+		activityErr := toActivityError(callErr)
+		var appErr *temporal.ApplicationError
+		permanent := errors.As(activityErr, &appErr) && appErr.NonRetryable()
+		if _, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, callErr.Error(), permanent); err != nil {
+			activity.GetLogger(ctx).Error("ledger: could not record failed attempt", "key", key, "error", err)
+		}
+		return ToolResult{}, activityErr
+	}
+	stored, err := a.Ledger.CompleteAction(ctx, key, claim.Action.Attempts, output)
+	if err != nil {
+		// The tool ran but its result is not stored. The next attempt waits
+		// out this lease and runs the tool again under the same key, which an
+		// HTTP tool deduplicates by its Idempotency-Key header.
+		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeTransient)
+	}
+	return ToolResult{Output: stored.Result, Replayed: stored.Attempts != claim.Action.Attempts}, nil
+}
+
+func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvocation) (string, error), error) {
+	switch tool.Kind {
+	case ToolKindHTTP:
+		client := a.HTTPClient
+		if client == nil {
+			client = http.DefaultClient
+		}
+		return func(ctx context.Context, call ToolInvocation) (string, error) {
+			return callHTTPTool(ctx, client, tool, call)
+		}, nil
+	case ToolKindGo:
+		if a.Toolbox != nil {
+			if fn, ok := a.Toolbox.lookup(tool.Name); ok {
+				return fn, nil
+			}
+		}
+		return nil, fmt.Errorf("tool %s: no Go function of that name is registered on this worker", tool.Name)
+	}
+	return nil, fmt.Errorf("tool %s: unknown kind %q", tool.Name, tool.Kind)
+}
+
+// storedOutcome turns a settled ledger row into what the first attempt
+// returned: its result, or its definitive error.
+func storedOutcome(action ledger.Action) (ToolResult, error) {
+	if action.Status == ledger.ActionRejected {
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(action.Error, ErrTypeRejected, nil)
+	}
+	return ToolResult{Output: action.Result, Replayed: true}, nil
+}
+
+// leaseUntil holds a key until the attempt's own deadline plus a margin, so
+// a duplicate waits for a live attempt but takes over from a lost one.
+func leaseUntil(deadline time.Time) time.Duration {
+	if deadline.IsZero() {
+		return time.Minute
+	}
+	return time.Until(deadline) + 5*time.Second
+}
+
+// leafCall records one attempt that leaves the process around do.
+func (a *Activities) leafCall(ctx context.Context, kind, target string, do func() error) error {
+	info := activity.GetInfo(ctx)
+	id, err := a.Ledger.BeginLeafCall(ctx, ledger.LeafCall{
+		WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: IdempotencyKey(ctx),
+		Attempt: int(info.Attempt), Kind: kind, Target: target,
+	})
+	if err != nil {
+		return err
+	}
+	callErr := do()
+	if err := a.Ledger.EndLeafCall(context.WithoutCancel(ctx), id, callErr); err != nil {
+		activity.GetLogger(ctx).Error("ledger: could not record end of leaf call", "key", IdempotencyKey(ctx), "error", err)
+	}
+	return callErr
+}
+
+// toActivityError classifies err for Temporal's retry: the one retry loop.
+func toActivityError(err error) error {
+	var permanent *PermanentError
+	if errors.As(err, &permanent) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRejected, nil)
+	}
+	var httpErr *HTTPError
+	if errors.As(err, &httpErr) {
+		if budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry) != budget.Retryable {
+			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeHTTP, nil, httpErr.StatusCode)
+		}
+		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeHTTP, temporal.ApplicationErrorOptions{
+			NextRetryDelay: httpErr.RetryAfter, Details: []any{httpErr.StatusCode},
+		})
+	}
+	return temporal.NewApplicationError(err.Error(), ErrTypeTransient)
+}
+
+// RecordRunStart writes the run's row to the ledger.
+func (a *Activities) RecordRunStart(ctx context.Context, run ledger.Run) error {
+	info := activity.GetInfo(ctx)
+	run.WorkflowID, run.RunID = info.WorkflowExecution.ID, info.WorkflowExecution.RunID
+	return a.Ledger.StartRun(ctx, run)
+}
+
+// RecordRunFinish writes how the run ended.
+func (a *Activities) RecordRunFinish(ctx context.Context, finish RunFinish) error {
+	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
+}

@@ -1,0 +1,118 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Message is one entry of the conversation the model reads. It is the
+// provider-neutral form: each Model translates it to its own wire format.
+type Message struct {
+	// Role is one of "system", "user", "assistant" or "tool".
+	Role    string `json:"role"`
+	Content string `json:"content,omitempty"`
+	// ToolCalls are the calls an assistant message asked for.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID links a tool message to the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the tool's name on a tool message.
+	Name string `json:"name,omitempty"`
+}
+
+// ToolCall is one tool invocation a model asked for. Arguments is kept as
+// the raw text the model produced, because it may not be valid JSON and the
+// workflow must be able to say so rather than fail to decode it.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Usage is what one model call cost in tokens.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Total is input plus output tokens.
+func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+
+// ModelTurn is what a model answered in one call.
+type ModelTurn struct {
+	Content   string     `json:"content,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Refusal is set when the model declined to answer: a 200 whose meaning
+	// is "no". It is never retried.
+	Refusal string `json:"refusal,omitempty"`
+	Usage   Usage  `json:"usage"`
+	// Model is the model name the provider reports having used.
+	Model string `json:"model,omitempty"`
+}
+
+// ToolDef is how a tool is described to a model.
+type ToolDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// ModelRequest is one call to a model.
+type ModelRequest struct {
+	Messages []Message `json:"messages"`
+	Tools    []ToolDef `json:"tools,omitempty"`
+}
+
+// Model is a chat model that can ask for tool calls. Implementations make
+// exactly one attempt per call: Temporal's activity retry is the only retry
+// loop, so client-side retries stay off.
+type Model interface {
+	Turn(ctx context.Context, req ModelRequest) (ModelTurn, error)
+}
+
+// Providers a ModelSpec may name.
+const (
+	ProviderScripted = "scripted"
+	ProviderOpenAI   = "openai"
+)
+
+// ModelSpec says which model a run talks to. API keys are never part of it:
+// APIKeyEnv names the environment variable the worker reads the key from,
+// so the key stays out of workflow history and the ledger.
+type ModelSpec struct {
+	Provider  string         `json:"provider"`
+	Name      string         `json:"name,omitempty"`
+	BaseURL   string         `json:"base_url,omitempty"`
+	APIKeyEnv string         `json:"api_key_env,omitempty"`
+	MaxTokens int64          `json:"max_tokens,omitempty"`
+	Script    []ScriptedTurn `json:"script,omitempty"`
+}
+
+// Validate reports the first thing wrong with the spec, naming the field.
+func (m ModelSpec) Validate() error {
+	switch m.Provider {
+	case ProviderScripted:
+		if len(m.Script) == 0 {
+			return fmt.Errorf("model.script: a scripted model needs at least one turn")
+		}
+		for i, turn := range m.Script {
+			for j, call := range turn.ToolCalls {
+				if call.Name == "" {
+					return fmt.Errorf("model.script[%d].tool_calls[%d].name: empty", i, j)
+				}
+			}
+		}
+	case ProviderOpenAI:
+		if m.Name == "" {
+			return fmt.Errorf("model.name: the openai provider needs a model name (for example gpt-4o-mini or llama3.1)")
+		}
+	case "":
+		return fmt.Errorf("model.provider: missing (want %q or %q)", ProviderScripted, ProviderOpenAI)
+	default:
+		return fmt.Errorf("model.provider: unknown provider %q (want %q or %q)", m.Provider, ProviderScripted, ProviderOpenAI)
+	}
+	if m.MaxTokens < 0 {
+		return fmt.Errorf("model.max_tokens: %d is negative", m.MaxTokens)
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// opChatCompletions names the call in every error Turn returns.
+const opChatCompletions = "openai chat.completions"
+
+// defaultOpenAIBaseURL is used when the spec names no server. It is set
+// explicitly so that an OPENAI_BASE_URL in the worker's environment cannot
+// send a run somewhere its spec does not say.
+const defaultOpenAIBaseURL = "https://api.openai.com/v1"
+
+// OpenAIModel is a Model served by the OpenAI chat completions API or by any
+// server that speaks it (Ollama, vLLM, llama.cpp).
+type OpenAIModel struct {
+	client openai.Client
+	spec   ModelSpec
+	apiKey string // kept only to redact it from error bodies
+}
+
+var _ Model = (*OpenAIModel)(nil)
+
+// NewOpenAIModel builds a model for spec. apiKey may be empty for local
+// servers that need none; httpClient may be nil to use the SDK's default.
+// The SDK's own retries are off: Temporal's activity retry is the only retry
+// loop, and a second one would multiply attempts and hide failures.
+func NewOpenAIModel(spec ModelSpec, apiKey string, httpClient *http.Client) (*OpenAIModel, error) {
+	if spec.Provider != ProviderOpenAI {
+		return nil, fmt.Errorf("openai model: provider is %q, want %q", spec.Provider, ProviderOpenAI)
+	}
+	if spec.Name == "" {
+		return nil, fmt.Errorf("openai model: model name is empty")
+	}
+	baseURL := spec.BaseURL
+	if baseURL == "" {
+		baseURL = defaultOpenAIBaseURL
+	}
+	opts := []option.RequestOption{
+		option.WithMaxRetries(0),
+		option.WithBaseURL(baseURL),
+		// Always set, even when empty: otherwise the SDK falls back to
+		// OPENAI_API_KEY and could send that key to a local server. An empty
+		// key sends no Authorization header at all.
+		option.WithAPIKey(apiKey),
+	}
+	if httpClient != nil {
+		opts = append(opts, option.WithHTTPClient(httpClient))
+	}
+	return &OpenAIModel{client: openai.NewClient(opts...), spec: spec, apiKey: apiKey}, nil
+}
+
+// Turn makes exactly one chat.completions request and maps its first choice.
+// A non-2xx answer is returned as *HTTPError so the retry classifier can read
+// the status and retry hints; anything else is wrapped with the op.
+func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn, error) {
+	params, err := m.params(req)
+	if err != nil {
+		return ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
+	}
+	var raw *http.Response
+	resp, err := m.client.Chat.Completions.New(ctx, params, option.WithResponseInto(&raw))
+	if err != nil {
+		var apiErr *openai.Error
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Response != nil:
+			return ModelTurn{}, m.httpError(apiErr.Response)
+		case raw != nil && raw.StatusCode >= 400:
+			// The SDK fails to decode an error body like {"error":"not
+			// found"}, which some compatible servers send, and returns the
+			// decode error instead; the status must still decide retries.
+			return ModelTurn{}, m.httpError(raw)
+		default:
+			return ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
+		}
+	}
+	if len(resp.Choices) == 0 {
+		return ModelTurn{}, fmt.Errorf("%s: response has no choices", opChatCompletions)
+	}
+	msg := resp.Choices[0].Message
+	turn := ModelTurn{
+		Content: msg.Content,
+		Refusal: msg.Refusal,
+		Model:   resp.Model,
+		Usage: Usage{
+			InputTokens:  resp.Usage.PromptTokens,
+			OutputTokens: resp.Usage.CompletionTokens,
+		},
+	}
+	for _, call := range msg.ToolCalls {
+		tc := ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments}
+		// Type is checked loosely because some compatible servers omit it
+		// on function calls.
+		if call.Type == "custom" {
+			tc.Name, tc.Arguments = call.Custom.Name, call.Custom.Input
+		}
+		turn.ToolCalls = append(turn.ToolCalls, tc)
+	}
+	return turn, nil
+}
+
+// httpError reads the error body the SDK buffered and strips the API key
+// from it, in case a server or proxy echoes the request headers back.
+func (m *OpenAIModel) httpError(resp *http.Response) *HTTPError {
+	var body []byte
+	if resp.Body != nil {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	}
+	if m.apiKey != "" {
+		body = bytes.ReplaceAll(body, []byte(m.apiKey), []byte("[redacted]"))
+	}
+	return NewHTTPError(opChatCompletions, resp, body)
+}
+
+// params translates the provider-neutral request to the SDK's.
+func (m *OpenAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, error) {
+	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(m.spec.Name)}
+	if m.spec.MaxTokens > 0 {
+		p.MaxCompletionTokens = openai.Int(m.spec.MaxTokens)
+	}
+	for i, msg := range req.Messages {
+		mp, err := messageParam(msg)
+		if err != nil {
+			return p, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		p.Messages = append(p.Messages, mp)
+	}
+	for i, tool := range req.Tools {
+		tp, err := toolParam(tool)
+		if err != nil {
+			return p, fmt.Errorf("tools[%d] (%s): %w", i, tool.Name, err)
+		}
+		p.Tools = append(p.Tools, tp)
+	}
+	return p, nil
+}
+
+func messageParam(msg Message) (openai.ChatCompletionMessageParamUnion, error) {
+	switch msg.Role {
+	case "system":
+		return openai.SystemMessage(msg.Content), nil
+	case "user":
+		return openai.UserMessage(msg.Content), nil
+	case "tool":
+		return openai.ToolMessage(msg.Content, msg.ToolCallID), nil
+	case "assistant":
+		var a openai.ChatCompletionAssistantMessageParam
+		// Content may be left out only when the message carries tool calls.
+		if msg.Content != "" || len(msg.ToolCalls) == 0 {
+			a.Content.OfString = param.NewOpt(msg.Content)
+		}
+		for _, call := range msg.ToolCalls {
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID: call.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+						Name:      call.Name,
+						Arguments: call.Arguments,
+					},
+				},
+			})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}, nil
+	default:
+		return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", msg.Role)
+	}
+}
+
+func toolParam(tool ToolDef) (openai.ChatCompletionToolUnionParam, error) {
+	// OpenAI rejects a function tool without an object schema, and a tool
+	// that takes no arguments is still an object with no properties.
+	schema := shared.FunctionParameters{"type": "object"}
+	if len(bytes.TrimSpace(tool.Parameters)) > 0 {
+		// Not decoded with UseNumber: the SDK would send json.Number as a
+		// string ("maxLength":"100"), and float64 is exact for any number a
+		// schema plausibly holds.
+		schema = nil
+		if err := json.Unmarshal(tool.Parameters, &schema); err != nil {
+			return openai.ChatCompletionToolUnionParam{}, fmt.Errorf("parameters: not a JSON object: %w", err)
+		}
+		if schema == nil {
+			schema = shared.FunctionParameters{"type": "object"}
+		}
+	}
+	fn := shared.FunctionDefinitionParam{Name: tool.Name, Parameters: schema}
+	if tool.Description != "" {
+		fn.Description = openai.String(tool.Description)
+	}
+	return openai.ChatCompletionFunctionTool(fn), nil
+}

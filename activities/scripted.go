@@ -1,0 +1,62 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// ScriptedTurn is one answer of a scripted model.
+type ScriptedTurn struct {
+	Content   string         `json:"content,omitempty"`
+	ToolCalls []ScriptedCall `json:"tool_calls,omitempty"`
+	Refusal   string         `json:"refusal,omitempty"`
+}
+
+// ScriptedCall is a tool call in a script. Arguments is normally a JSON
+// object; a JSON string is sent verbatim instead, as a model's raw text, so
+// a script can reproduce a model that writes broken arguments.
+type ScriptedCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// ScriptedModel answers from a fixed list of turns: the Nth call made in a
+// conversation (counted by its assistant messages) gets turn N. It makes no
+// network call, so demos and tests are deterministic; it is one Model among
+// others, not a stand-in for them.
+type ScriptedModel struct {
+	Turns []ScriptedTurn
+}
+
+// Turn returns the script's answer for this point of the conversation.
+func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (ModelTurn, error) {
+	n := 0
+	for _, msg := range req.Messages {
+		if msg.Role == "assistant" {
+			n++
+		}
+	}
+	if n >= len(m.Turns) {
+		return ModelTurn{}, Permanent(fmt.Errorf("scripted model: the script has %d turns and this is turn %d", len(m.Turns), n+1))
+	}
+	turn := m.Turns[n]
+	out := ModelTurn{Content: turn.Content, Refusal: turn.Refusal, Model: ProviderScripted}
+	for i, call := range turn.ToolCalls {
+		args := string(call.Arguments)
+		var verbatim string
+		if json.Unmarshal(call.Arguments, &verbatim) == nil {
+			args = verbatim
+		}
+		if args == "" {
+			args = "{}"
+		}
+		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: fmt.Sprintf("call_%d_%d", n+1, i+1), Name: call.Name, Arguments: args})
+	}
+	// Rough token counts keep budgets meaningful without a tokenizer.
+	for _, msg := range req.Messages {
+		out.Usage.InputTokens += int64(len(msg.Content)/4 + 1)
+	}
+	out.Usage.OutputTokens = int64(len(turn.Content)/4 + 1)
+	return out, nil
+}

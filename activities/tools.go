@@ -1,0 +1,268 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Tool kinds a ToolSpec may declare.
+const (
+	ToolKindGo   = "go"
+	ToolKindHTTP = "http"
+)
+
+// MaxToolOutput is how much of a tool's answer is kept; the rest is cut and
+// marked, so one chatty tool cannot fill the ledger or the model's context.
+const MaxToolOutput = 64 << 10
+
+// ToolSpec declares a tool a run may call. A "go" tool names a function
+// registered in the worker's Toolbox; an "http" tool is a URL the worker
+// calls with the arguments as a JSON body and the idempotency key in the
+// Idempotency-Key header.
+type ToolSpec struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Kind        string `json:"kind"`
+	URL         string `json:"url,omitempty"`
+	Method      string `json:"method,omitempty"`
+	// Parameters is the JSON schema the arguments must match.
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+	// TimeoutSeconds bounds one attempt; the default is 30.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+}
+
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Validate reports the first thing wrong with the tool, naming the field.
+func (t ToolSpec) Validate() error {
+	if !toolName.MatchString(t.Name) {
+		return fmt.Errorf("tool %q: name must be 1-64 letters, digits, '_' or '-'", t.Name)
+	}
+	switch t.Kind {
+	case ToolKindGo:
+		if t.URL != "" {
+			return fmt.Errorf("tool %s: url is set but kind is %q (want kind %q)", t.Name, t.Kind, ToolKindHTTP)
+		}
+	case ToolKindHTTP:
+		if t.URL == "" {
+			return fmt.Errorf("tool %s: an http tool needs a url", t.Name)
+		}
+		u, err := url.Parse(t.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("tool %s: url %q is not an absolute http(s) URL", t.Name, t.URL)
+		}
+		switch t.Method {
+		case "", http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		default:
+			return fmt.Errorf("tool %s: method %q is not one of GET, POST, PUT, PATCH, DELETE", t.Name, t.Method)
+		}
+	case "":
+		return fmt.Errorf("tool %s: kind is missing (want %q or %q)", t.Name, ToolKindGo, ToolKindHTTP)
+	default:
+		return fmt.Errorf("tool %s: unknown kind %q (want %q or %q)", t.Name, t.Kind, ToolKindGo, ToolKindHTTP)
+	}
+	if t.TimeoutSeconds < 0 {
+		return fmt.Errorf("tool %s: timeout_seconds %v is negative", t.Name, t.TimeoutSeconds)
+	}
+	if _, err := t.schema(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Def is how the tool is described to a model.
+func (t ToolSpec) Def() ToolDef {
+	return ToolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+}
+
+// Timeout is the longest one attempt may take.
+func (t ToolSpec) Timeout() time.Duration {
+	if t.TimeoutSeconds > 0 {
+		return time.Duration(t.TimeoutSeconds * float64(time.Second))
+	}
+	return 30 * time.Second
+}
+
+var schemaCache sync.Map // string(schema) -> *jsonschema.Schema
+
+func (t ToolSpec) schema() (*jsonschema.Schema, error) {
+	if len(t.Parameters) == 0 {
+		return nil, nil
+	}
+	if cached, ok := schemaCache.Load(string(t.Parameters)); ok {
+		return cached.(*jsonschema.Schema), nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Parameters))
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: parameters is not JSON: %w", t.Name, err)
+	}
+	compiler := jsonschema.NewCompiler()
+	if err := compiler.AddResource("tool.json", doc); err != nil {
+		return nil, fmt.Errorf("tool %s: parameters: %w", t.Name, err)
+	}
+	compiled, err := compiler.Compile("tool.json")
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: parameters is not a valid JSON schema: %w", t.Name, err)
+	}
+	schemaCache.Store(string(t.Parameters), compiled)
+	return compiled, nil
+}
+
+// CheckArguments reports whether arguments is a JSON object that matches
+// the tool's schema, and says what is wrong when it is not.
+func (t ToolSpec) CheckArguments(arguments string) error {
+	if !json.Valid([]byte(arguments)) {
+		return fmt.Errorf("tool %s: arguments are not valid JSON: %s", t.Name, clip(arguments, 200))
+	}
+	schema, err := t.schema()
+	if err != nil || schema == nil {
+		return err
+	}
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(arguments))
+	if err != nil {
+		return fmt.Errorf("tool %s: arguments: %w", t.Name, err)
+	}
+	if err := schema.Validate(inst); err != nil {
+		return fmt.Errorf("tool %s: arguments do not match its schema: %w", t.Name, err)
+	}
+	return nil
+}
+
+// ToolInvocation is what a tool receives for one attempt.
+type ToolInvocation struct {
+	// Key is the idempotency key: workflow ID + "/" + activity ID. It is
+	// the same on every attempt, so a tool can recognise a duplicate.
+	Key       string
+	Arguments json.RawMessage
+	// Deadline is when the attempt must be finished.
+	Deadline time.Time
+}
+
+// ToolFunc is a tool written in Go. It returns the text the model reads.
+// Return an error wrapped by Permanent for a definitive "no" that another
+// attempt cannot change.
+type ToolFunc func(ctx context.Context, call ToolInvocation) (string, error)
+
+// Toolbox holds the Go-function tools a worker offers, by name.
+type Toolbox struct {
+	mu    sync.RWMutex
+	funcs map[string]ToolFunc
+}
+
+// NewToolbox returns an empty toolbox.
+func NewToolbox() *Toolbox { return &Toolbox{funcs: map[string]ToolFunc{}} }
+
+// Register adds or replaces the tool called name.
+func (b *Toolbox) Register(name string, fn ToolFunc) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.funcs[name] = fn
+}
+
+func (b *Toolbox) lookup(name string) (ToolFunc, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	fn, ok := b.funcs[name]
+	return fn, ok
+}
+
+// PermanentError marks a tool failure that no retry can fix.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err as a failure that must not be retried.
+func Permanent(err error) error { return &PermanentError{Err: err} }
+
+// callHTTPTool sends one attempt of an HTTP tool. The body is the arguments
+// (for GET, the top-level fields become query parameters). The idempotency
+// key and the time left travel as headers, so the far side can deduplicate
+// and give up when the caller would.
+func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call ToolInvocation) (string, error) {
+	method := tool.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	target, body := tool.URL, io.Reader(bytes.NewReader(call.Arguments))
+	if method == http.MethodGet {
+		query, err := queryFromArguments(tool.URL, call.Arguments)
+		if err != nil {
+			return "", Permanent(fmt.Errorf("tool %s: %w", tool.Name, err))
+		}
+		target, body = query, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return "", Permanent(fmt.Errorf("tool %s: build request: %w", tool.Name, err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", call.Key)
+	if !call.Deadline.IsZero() {
+		// Request-Timeout: whole seconds left before the caller gives up.
+		left := math.Max(0, math.Floor(time.Until(call.Deadline).Seconds()))
+		req.Header.Set("Request-Timeout", strconv.FormatFloat(left, 'f', 0, 64))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("tool %s: %s %s: %w", tool.Name, method, tool.URL, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxToolOutput+1))
+	if err != nil {
+		return "", fmt.Errorf("tool %s: read answer: %w", tool.Name, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return "", NewHTTPError("tool "+tool.Name, resp, data)
+	}
+	return truncate(string(data)), nil
+}
+
+func queryFromArguments(base string, arguments json.RawMessage) (string, error) {
+	var fields map[string]any
+	if err := json.Unmarshal(arguments, &fields); err != nil {
+		return "", fmt.Errorf("GET arguments must be a JSON object: %w", err)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	for k, v := range fields {
+		if s, ok := v.(string); ok {
+			q.Set(k, s)
+			continue
+		}
+		encoded, _ := json.Marshal(v)
+		q.Set(k, string(encoded))
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+func truncate(s string) string {
+	if len(s) <= MaxToolOutput {
+		return s
+	}
+	return strings.ToValidUTF8(s[:MaxToolOutput], "") + "\n[truncated by agentsaga: output exceeded 64 KiB]"
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,162 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+const workflowID = "default-test-workflow-id"
+
+func mustSpec(t *testing.T, yaml string) workflows.RunSpec {
+	t.Helper()
+	spec, err := workflows.ParseSpec([]byte(yaml))
+	require.NoError(t, err)
+	return spec
+}
+
+// runAgent executes AgentRun in the test environment with the real
+// activities against a fresh ledger.
+func runAgent(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error, *ledger.Store) {
+	t.Helper()
+	store := ledgertest.NewStore(t)
+	box := activities.NewToolbox()
+	box.Register("add", func(_ context.Context, call activities.ToolInvocation) (string, error) {
+		return "5", nil
+	})
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(workflows.AgentRun)
+	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: box})
+	env.ExecuteWorkflow(workflows.AgentRun, spec)
+	require.True(t, env.IsWorkflowCompleted())
+	var result workflows.RunResult
+	err := env.GetWorkflowError()
+	if err == nil {
+		require.NoError(t, env.GetWorkflowResult(&result))
+	}
+	return result, err, store
+}
+
+const addTool = `
+tools:
+  - name: add
+    kind: go
+    parameters: {type: object, properties: {a: {type: number}, b: {type: number}}, required: [a, b]}
+`
+
+func TestAgentRunCompletes(t *testing.T) {
+	t.Parallel()
+	spec := mustSpec(t, `
+goal: add two and three
+budget: {steps: 5}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
+    - content: "2 + 3 = 5"
+`+addTool)
+	result, err, store := runAgent(t, spec)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, "2 + 3 = 5", result.Answer)
+	assert.Equal(t, 2, result.Usage.Steps)
+
+	actions, err := store.ListActions(context.Background(), workflowID)
+	require.NoError(t, err)
+	require.Len(t, actions, 1)
+	assert.Equal(t, workflowID+"/step-001-call-1-add", actions[0].Key)
+	assert.Equal(t, "5", actions[0].Result)
+
+	run, err := store.GetRun(context.Background(), workflowID)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunCompleted, run.Status)
+	assert.Equal(t, 2, run.StepsUsed)
+	assert.Equal(t, 3, run.LeafCalls, "two model calls and one tool call left the process")
+}
+
+func TestAgentRunStopsAtStepCapWithHandoffNote(t *testing.T) {
+	t.Parallel()
+	spec := mustSpec(t, `
+goal: keep adding
+budget: {steps: 2}
+model:
+  provider: scripted
+  script:
+    - {content: "first I add", tool_calls: [{name: add, arguments: {a: 1, b: 1}}]}
+    - {content: "then I add again", tool_calls: [{name: add, arguments: {a: 2, b: 2}}]}
+    - content: never reached
+`+addTool)
+	result, err, store := runAgent(t, spec)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunPartial, result.Status)
+	assert.Equal(t, "then I add again", result.Answer)
+	assert.Contains(t, result.HandoffNote, "steps budget is spent")
+	assert.Contains(t, result.HandoffNote, "succeeded: add, add")
+	run, err := store.GetRun(context.Background(), workflowID)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunPartial, run.Status)
+	assert.Equal(t, result.HandoffNote, run.HandoffNote)
+}
+
+func TestAgentRunFeedsMalformedCallsBackWithoutTouchingTheLedger(t *testing.T) {
+	t.Parallel()
+	spec := mustSpec(t, `
+goal: misbehave
+budget: {steps: 3}
+model:
+  provider: scripted
+  script:
+    - tool_calls:
+        - {name: delete_everything, arguments: {}}
+        - {name: add, arguments: "{\"a\": 1,"}
+    - content: sorry
+`+addTool)
+	result, err, store := runAgent(t, spec)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunCompleted, result.Status)
+	var errs []string
+	for _, e := range result.Trace {
+		if e.Kind == "tool" {
+			errs = append(errs, e.Error)
+		}
+	}
+	require.Len(t, errs, 2)
+	assert.Contains(t, errs[0], `unknown tool "delete_everything"; the tools are: add`)
+	assert.Contains(t, errs[1], `arguments for tool "add" are not valid JSON`)
+	actions, err := store.ListActions(context.Background(), workflowID)
+	require.NoError(t, err)
+	assert.Empty(t, actions)
+}
+
+func TestAgentRunRefusalFailsTheRunAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	spec := mustSpec(t, `
+goal: do something bad
+budget: {steps: 3}
+model: {provider: scripted, script: [{refusal: "I can't help with that."}]}
+`)
+	_, err, store := runAgent(t, spec)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr))
+	assert.Equal(t, workflows.ErrTypeRunFailed, appErr.Type())
+	assert.Contains(t, appErr.Error(), "refused")
+	var result workflows.RunResult
+	require.NoError(t, appErr.Details(&result))
+	assert.Equal(t, ledger.RunFailed, result.Status)
+	run, err := store.GetRun(context.Background(), workflowID)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunFailed, run.Status)
+	assert.True(t, strings.Contains(run.Reason, "I can't help with that."))
+}

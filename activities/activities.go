@@ -134,7 +134,7 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 
 	info := activity.GetInfo(ctx)
 	key := IdempotencyKey(ctx)
-	claim, err := a.Ledger.ClaimAction(ctx, ledger.ActionRequest{
+	claim, err := a.claim(ctx, ledger.ActionRequest{
 		Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 		Tool: req.Tool.Name, Arguments: req.Arguments,
 	}, leaseUntil(info.Deadline))
@@ -160,12 +160,14 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		activityErr := toActivityError(callErr)
 		var appErr *temporal.ApplicationError
 		permanent := errors.As(activityErr, &appErr) && appErr.NonRetryable()
-		if _, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, callErr.Error(), permanent); err != nil {
+		// Recorded even when the attempt was cancelled, so the next attempt
+		// can claim the key at once instead of waiting out the lease.
+		if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, callErr.Error(), permanent); err != nil {
 			activity.GetLogger(ctx).Error("ledger: could not record failed attempt", "key", key, "error", err)
 		}
 		return ToolResult{}, activityErr
 	}
-	stored, err := a.Ledger.CompleteAction(ctx, key, claim.Action.Attempts, output)
+	stored, err := a.Ledger.CompleteAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, output)
 	if err != nil {
 		// The tool ran but its result is not stored. The next attempt waits
 		// out this lease and runs the tool again under the same key, which an
@@ -205,13 +207,32 @@ func storedOutcome(action ledger.Action) (ToolResult, error) {
 	return ToolResult{Output: action.Result, Replayed: true}, nil
 }
 
-// leaseUntil holds a key until the attempt's own deadline plus a margin, so
-// a duplicate waits for a live attempt but takes over from a lost one.
+// claim takes the key, waiting while another attempt holds it: a duplicate
+// delivery should not spend one of the call's attempts. It gives up, with
+// ErrInFlight, when this attempt's own context ends.
+func (a *Activities) claim(ctx context.Context, req ledger.ActionRequest, lease time.Duration) (ledger.Claim, error) {
+	const poll = 250 * time.Millisecond
+	for {
+		claim, err := a.Ledger.ClaimAction(ctx, req, lease)
+		if !errors.Is(err, ledger.ErrInFlight) {
+			return claim, err
+		}
+		select {
+		case <-ctx.Done():
+			return ledger.Claim{}, err
+		case <-time.After(poll):
+		}
+	}
+}
+
+// leaseUntil holds a key until the attempt's own deadline plus a margin
+// shorter than Temporal's first retry interval: a duplicate waits for a live
+// attempt, and the retry after a lost worker's timeout takes over.
 func leaseUntil(deadline time.Time) time.Duration {
 	if deadline.IsZero() {
 		return time.Minute
 	}
-	return time.Until(deadline) + 5*time.Second
+	return time.Until(deadline) + time.Second
 }
 
 // leafCall records one attempt that leaves the process around do.

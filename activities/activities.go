@@ -89,7 +89,11 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 		return ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeModelConfig, nil)
 	}
 	var turn ModelTurn
-	err = a.leafCall(ctx, ledger.LeafModel, call.Model.Provider+":"+call.Model.Name, func() error {
+	target := call.Model.Provider
+	if call.Model.Name != "" {
+		target += ":" + call.Model.Name
+	}
+	err = a.leafCall(ctx, ledger.LeafModel, target, func() error {
 		turn, err = model.Turn(ctx, call.Request)
 		return err
 	})

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -50,3 +52,35 @@ func (s *Store) Close() { s.pool.Close() }
 
 // Pool exposes the underlying pool for tests and operator queries.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// EnsureDatabase creates the database databaseURL names when the server is
+// up but the database is not there yet, as on a fresh machine.
+func EnsureDatabase(ctx context.Context, databaseURL string) error {
+	config, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("ledger: parse DATABASE_URL: %w", err)
+	}
+	address := Address(config.Host, config.Port)
+	conn, err := pgx.ConnectConfig(ctx, config)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return fmt.Errorf("ledger: postgres at %s is unreachable: %w", address, err)
+	}
+	admin := config.Copy()
+	admin.Database = "postgres"
+	conn, err = pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("ledger: create database %q on %s: %w", config.Database, address, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{config.Database}.Sanitize()); err != nil {
+		if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: another process won
+			return nil
+		}
+		return fmt.Errorf("ledger: create database %q on %s: %w", config.Database, address, err)
+	}
+	return nil
+}

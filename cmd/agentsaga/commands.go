@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/migrations"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+func workerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "worker",
+		Short: "Run a worker (reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return worker.Run(cmd.Context(), worker.ConfigFromEnv())
+		},
+	}
+}
+
+func migrateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the ledger's migrations to DATABASE_URL",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := worker.ConfigFromEnv()
+			if err := ledger.EnsureDatabase(cmd.Context(), cfg.DatabaseURL); err != nil {
+				return err
+			}
+			applied, err := migrations.Apply(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			if len(applied) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "schema is current; nothing to apply")
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "applied migrations %v\n", applied)
+			}
+			return nil
+		},
+	}
+}
+
+func runCommand() *cobra.Command {
+	var specPath, id string
+	var wait, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "run --spec FILE [--wait] [--json]",
+		Short: "Start a run from a spec file; with --wait, print its result",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := workflows.ReadSpec(specPath)
+			if err != nil {
+				return err
+			}
+			cfg := worker.ConfigFromEnv()
+			c, err := worker.Dial(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if id == "" {
+				id = newRunID()
+			}
+			run, err := startRun(cmd.Context(), c, id, spec)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				fmt.Fprintf(out, "started run %s\nUI: %s\n", id, uiLink(cfg.Namespace, id))
+			}
+			if !wait {
+				if asJSON {
+					return json.NewEncoder(out).Encode(map[string]string{"workflow_id": id, "run_id": run.GetRunID()})
+				}
+				return nil
+			}
+			result, err := awaitRun(cmd.Context(), run)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(result)
+			}
+			printResult(out, result)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&specPath, "spec", "", "the run spec, YAML or JSON (required)")
+	cmd.Flags().StringVar(&id, "id", "", "the run's workflow ID (default: a new run-<random> ID)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end and print its result")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	_ = cmd.MarkFlagRequired("spec")
+	return cmd
+}
+
+func newRunID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "run-" + hex.EncodeToString(b)
+}
+
+func startRun(ctx context.Context, c client.Client, id string, spec workflows.RunSpec) (client.WorkflowRun, error) {
+	summary := spec.Goal
+	if len(summary) > 200 {
+		summary = summary[:200] + "..."
+	}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:            id,
+		TaskQueue:     workflows.TaskQueue,
+		StaticSummary: summary,
+		StaticDetails: fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v", spec.Goal, spec.Model.Provider, spec.Model.Name, spec.Budget),
+	}, workflows.AgentRun, spec)
+	if err != nil {
+		return nil, fmt.Errorf("start run %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// awaitRun waits for the run's result. A run that ended failed still has a
+// result (in the failure's details), and that is what the user wants to see.
+func awaitRun(ctx context.Context, run client.WorkflowRun) (workflows.RunResult, error) {
+	var result workflows.RunResult
+	err := run.Get(ctx, &result)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeRunFailed && appErr.Details(&result) == nil {
+		return result, nil
+	}
+	if err != nil {
+		return result, fmt.Errorf("run %s: %w", run.GetID(), err)
+	}
+	return result, nil
+}
+
+func uiLink(namespace, workflowID string) string {
+	base := os.Getenv("TEMPORAL_UI")
+	if base == "" {
+		base = "http://127.0.0.1:8233"
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(base, "/"), namespace, workflowID)
+}
+
+func printResult(out io.Writer, r workflows.RunResult) {
+	fmt.Fprintf(out, "status: %s (%s)\n", r.Status, r.Reason)
+	if r.Answer != "" {
+		fmt.Fprintf(out, "answer: %s\n", r.Answer)
+	}
+	if r.HandoffNote != "" {
+		fmt.Fprintf(out, "handoff note: %s\n", r.HandoffNote)
+	}
+	fmt.Fprintf(out, "used: %d steps, %d tokens\n\ntrace:\n", r.Usage.Steps, r.Usage.Tokens)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	for _, e := range r.Trace {
+		what := e.Output
+		if e.Kind == "tool" {
+			what = e.Tool + " " + e.Arguments + " => " + e.Output
+		}
+		if e.Error != "" {
+			what += " ERROR: " + e.Error
+		}
+		if e.Replayed {
+			what += " (from ledger)"
+		}
+		fmt.Fprintf(tw, "  step %d\t%s\t%s\t%s\n", e.Step, e.Kind, e.ActivityID, oneLine(what, 160))
+	}
+	tw.Flush()
+}
+
+func showCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show RUN_ID [--json]",
+		Short: "Show a run's status, answer, steps and actions from the ledger",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			return showRun(cmd.Context(), cmd.OutOrStdout(), store, args[0], asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string, asJSON bool) error {
+	run, err := store.GetRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	actions, err := store.ListActions(ctx, id)
+	if err != nil {
+		return err
+	}
+	leaves, err := store.ListLeafCalls(ctx, id)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"run": run, "actions": actions, "leaf_calls": leaves})
+	}
+	fmt.Fprintf(out, "run %s: %s", run.WorkflowID, run.Status)
+	if run.Reason != "" {
+		fmt.Fprintf(out, " (%s)", run.Reason)
+	}
+	fmt.Fprintf(out, "\ngoal: %s\n", run.Goal)
+	if run.Answer != "" {
+		fmt.Fprintf(out, "answer: %s\n", run.Answer)
+	}
+	if run.HandoffNote != "" {
+		fmt.Fprintf(out, "handoff note: %s\n", run.HandoffNote)
+	}
+	fmt.Fprintf(out, "steps used: %d, tokens: %d, leaf calls: %d\n", run.StepsUsed, run.TokensUsed, len(leaves))
+	printActions(out, actions)
+	return nil
+}
+
+func printActions(out io.Writer, actions []ledger.Action) {
+	fmt.Fprintf(out, "\nactions (%d):\n", len(actions))
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KEY\tSTATUS\tATTEMPTS\tARGUMENTS\tRESULT")
+	for _, a := range actions {
+		result := a.Result
+		if a.Error != "" {
+			result = "ERROR: " + a.Error
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", a.Key, a.Status, a.Attempts, oneLine(a.Arguments, 60), oneLine(result, 80))
+	}
+	tw.Flush()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/worker/workertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+var devServer *testsuite.DevServer
+
+func TestMain(m *testing.M) {
+	var err error
+	devServer, err = workertest.StartDevServer(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = devServer.Stop()
+	os.Exit(code)
+}
+
+// agentsaga runs the CLI in-process and returns what it printed.
+func agentsaga(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := rootCommand()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+// The CLI against a real dev server and Postgres: run --wait, then show.
+func TestRunWaitAndShow(t *testing.T) {
+	databaseURL := ledgertest.NewDatabase(t)
+	t.Setenv("DATABASE_URL", databaseURL)
+	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
+	store, err := ledger.Open(context.Background(), databaseURL)
+	require.NoError(t, err)
+	defer store.Close()
+	w := worker.New(devServer.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	var refunds []string
+	tool := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refunds = append(refunds, r.Header.Get("Idempotency-Key"))
+		fmt.Fprint(w, `{"refund_id":"rf_1"}`)
+	}))
+	defer tool.Close()
+	spec := writeFile(t, "spec.yaml", fmt.Sprintf(`
+goal: refund order 7
+budget: {steps: 4}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: refund, arguments: {order: 7}}]
+    - content: refunded order 7
+tools:
+  - {name: refund, kind: http, url: %q}
+`, tool.URL))
+
+	out, err := agentsaga(t, "run", "--spec", spec, "--wait", "--json", "--id", "cli-run")
+	require.NoError(t, err, out)
+	var result workflows.RunResult
+	require.NoError(t, json.Unmarshal([]byte(out), &result), out)
+	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, "refunded order 7", result.Answer)
+	assert.Equal(t, []string{"cli-run/step-001-call-1-refund"}, refunds)
+
+	out, err = agentsaga(t, "show", "cli-run")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "run cli-run: completed")
+	assert.Contains(t, out, "steps used: 2")
+	assert.Contains(t, out, "cli-run/step-001-call-1-refund")
+
+	out, err = agentsaga(t, "show", "cli-run", "--json")
+	require.NoError(t, err, out)
+	var shown struct {
+		Run     ledger.Run      `json:"run"`
+		Actions []ledger.Action `json:"actions"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Len(t, shown.Actions, 1)
+	assert.Equal(t, `{"refund_id":"rf_1"}`, shown.Actions[0].Result)
+}
+
+func TestBadInputGetsAClearErrorAndStartsNothing(t *testing.T) {
+	databaseURL := ledgertest.NewDatabase(t)
+	t.Setenv("DATABASE_URL", databaseURL)
+	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
+
+	bad := writeFile(t, "bad.yaml", "goal: g\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: x}]}\ntools: [{name: search, kind: http}]\n")
+	_, err := agentsaga(t, "run", "--spec", bad, "--id", "bad-run")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bad.yaml: spec: tools[0]: tool search: an http tool needs a url")
+	_, err = devServer.Client().DescribeWorkflowExecution(context.Background(), "bad-run", "")
+	assert.Error(t, err, "no workflow was started")
+
+	_, err = agentsaga(t, "run", "--spec", filepath.Join(t.TempDir(), "missing.yaml"))
+	assert.ErrorContains(t, err, "missing.yaml: no such file")
+
+	_, err = agentsaga(t, "show", "no-such-run")
+	assert.ErrorIs(t, err, ledger.ErrNotFound)
+
+	good := writeFile(t, "good.yaml", "goal: g\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: x}]}\n")
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	_, err = agentsaga(t, "run", "--spec", good)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "temporal at 127.0.0.1:1")
+
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/agentsaga?connect_timeout=2")
+	_, err = agentsaga(t, "show", "x")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "postgres at 127.0.0.1:1")
+	_, err = agentsaga(t, "migrate")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "127.0.0.1:1")
+}

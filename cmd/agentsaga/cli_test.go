@@ -93,6 +93,13 @@ tools:
 	assert.Equal(t, "refunded order 7", result.Answer)
 	assert.Equal(t, []string{"cli-run/step-001-call-1-refund"}, refunds)
 
+	// What the Temporal UI shows as the run's summary is its goal.
+	described, err := devServer.Client().DescribeWorkflowExecution(context.Background(), "cli-run", "")
+	require.NoError(t, err)
+	summary := described.GetExecutionConfig().GetUserMetadata().GetSummary()
+	require.NotNil(t, summary, "the run has a UI summary")
+	assert.Contains(t, string(summary.GetData()), "refund order 7")
+
 	out, err = agentsaga(t, "show", "cli-run")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "run cli-run: completed")

@@ -25,53 +25,24 @@ type Limits struct {
 // and so is one written down as zero or negative, because "tokens: 0" is a
 // mistake, not a request for no limit (omit the field for that).
 func (l *Limits) UnmarshalJSON(data []byte) error {
-	var written struct {
-		Steps     *int     `json:"steps"`
-		LeafCalls *int     `json:"leaf_calls"`
-		Tokens    *int64   `json:"tokens"`
-		USD       *float64 `json:"usd"`
-		Seconds   *float64 `json:"seconds"`
-	}
+	type plain Limits // without this method, so Decode does not recurse
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&written); err != nil {
+	var decoded plain
+	if err := dec.Decode(&decoded); err != nil {
 		return fmt.Errorf("budget: %w", err)
 	}
-	positive := func(name string, present bool, value float64) error {
-		if present && value <= 0 {
+	var written map[string]float64
+	if err := json.Unmarshal(data, &written); err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	for _, name := range []string{"steps", "leaf_calls", "tokens", "usd", "seconds"} {
+		if value, ok := written[name]; ok && value <= 0 {
 			return fmt.Errorf("budget.%s: %v is not a budget; it must be positive (omit it for no limit)", name, value)
 		}
-		return nil
 	}
-	*l = Limits{}
-	if written.Steps != nil {
-		l.Steps = *written.Steps
-	}
-	if err := positive("steps", written.Steps != nil, float64(l.Steps)); err != nil {
-		return err
-	}
-	if written.LeafCalls != nil {
-		l.LeafCalls = *written.LeafCalls
-	}
-	if err := positive("leaf_calls", written.LeafCalls != nil, float64(l.LeafCalls)); err != nil {
-		return err
-	}
-	if written.Tokens != nil {
-		l.Tokens = *written.Tokens
-	}
-	if err := positive("tokens", written.Tokens != nil, float64(l.Tokens)); err != nil {
-		return err
-	}
-	if written.USD != nil {
-		l.USD = *written.USD
-	}
-	if err := positive("usd", written.USD != nil, l.USD); err != nil {
-		return err
-	}
-	if written.Seconds != nil {
-		l.Seconds = *written.Seconds
-	}
-	return positive("seconds", written.Seconds != nil, l.Seconds)
+	*l = Limits(decoded)
+	return nil
 }
 
 // Validate reports the first limit that cannot be a budget.

@@ -33,6 +33,7 @@ const (
 	ErrTypeHTTP             = "HTTPError"
 	ErrTypeTransient        = "Transient"
 	ErrTypeModelConfig      = "ModelConfig"
+	ErrTypeRefusal          = "Refusal"
 )
 
 // Activities are the worker's activity implementations. Register a pointer
@@ -52,12 +53,14 @@ type Activities struct {
 type ModelCall struct {
 	Model   ModelSpec    `json:"model"`
 	Request ModelRequest `json:"request"`
+	Retry   RetryPlan    `json:"retry"`
 }
 
 // ToolCallRequest is the input of CallTool.
 type ToolCallRequest struct {
-	Tool      ToolSpec `json:"tool"`
-	Arguments string   `json:"arguments"`
+	Tool      ToolSpec  `json:"tool"`
+	Arguments string    `json:"arguments"`
+	Retry     RetryPlan `json:"retry"`
 }
 
 // ToolResult is what a tool call produced.
@@ -66,6 +69,9 @@ type ToolResult struct {
 	// Replayed is true when the ledger already held the result for this
 	// key and the tool was not called again.
 	Replayed bool `json:"replayed,omitempty"`
+	// Attempt is the attempt that produced this result: the leaf calls the
+	// call took.
+	Attempt int `json:"attempt"`
 }
 
 // RunFinish is the input of RecordRunFinish.
@@ -100,13 +106,14 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	if err != nil {
 		return ModelTurn{}, toActivityError(err)
 	}
+	turn.Attempt = int(activity.GetInfo(ctx).Attempt)
 	return turn, nil
 }
 
 func (a *Activities) model(spec ModelSpec) (Model, error) {
 	switch spec.Provider {
 	case ProviderScripted:
-		return ScriptedModel{Turns: spec.Script}, nil
+		return ScriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
 	case ProviderOpenAI:
 		key := ""
 		if spec.APIKeyEnv != "" {
@@ -151,7 +158,7 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeTransient)
 	}
 	if !claim.Execute {
-		return storedOutcome(claim.Action)
+		return storedOutcome(claim.Action, int(info.Attempt))
 	}
 
 	var output string
@@ -171,6 +178,17 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		}
 		return ToolResult{}, activityErr
 	}
+	if matcher, _ := req.Tool.refusals(); matcher != nil {
+		if reason, refused := matcher.Match(output); refused {
+			// The far side said "no" with a 200: stored like a 4xx, so every
+			// later attempt gets the same refusal, and never retried.
+			message := fmt.Sprintf("tool %s refused: %s", req.Tool.Name, reason)
+			if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, message, true); err != nil {
+				activity.GetLogger(ctx).Error("ledger: could not record a refusal", "key", key, "error", err)
+			}
+			return ToolResult{}, temporal.NewNonRetryableApplicationError(message, ErrTypeRefusal, nil)
+		}
+	}
 	stored, err := a.Ledger.CompleteAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, output)
 	if err != nil {
 		// The tool ran but its result is not stored. The next attempt waits
@@ -178,7 +196,7 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		// HTTP tool deduplicates by its Idempotency-Key header.
 		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeTransient)
 	}
-	return ToolResult{Output: stored.Result, Replayed: stored.Attempts != claim.Action.Attempts}, nil
+	return ToolResult{Output: stored.Result, Replayed: stored.Attempts != claim.Action.Attempts, Attempt: int(info.Attempt)}, nil
 }
 
 func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvocation) (string, error), error) {
@@ -204,11 +222,11 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 
 // storedOutcome turns a settled ledger row into what the first attempt
 // returned: its result, or its definitive error.
-func storedOutcome(action ledger.Action) (ToolResult, error) {
+func storedOutcome(action ledger.Action, attempt int) (ToolResult, error) {
 	if action.Status == ledger.ActionRejected {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(action.Error, ErrTypeRejected, nil)
 	}
-	return ToolResult{Output: action.Result, Replayed: true}, nil
+	return ToolResult{Output: action.Result, Replayed: true, Attempt: attempt}, nil
 }
 
 // claim takes the key, waiting while another attempt holds it: a duplicate

@@ -48,6 +48,8 @@ type ModelTurn struct {
 	Usage   Usage  `json:"usage"`
 	// Model is the model name the provider reports having used.
 	Model string `json:"model,omitempty"`
+	// Attempt is the attempt that produced this turn (set by CallModel).
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // ToolDef is how a tool is described to a model.
@@ -61,6 +63,9 @@ type ToolDef struct {
 type ModelRequest struct {
 	Messages []Message `json:"messages"`
 	Tools    []ToolDef `json:"tools,omitempty"`
+	// Finish marks the graceful-finish call: the budget is nearly spent,
+	// the instructions have switched, and no tools are offered.
+	Finish bool `json:"finish,omitempty"`
 }
 
 // Model is a chat model that can ask for tool calls. Implementations make
@@ -86,6 +91,9 @@ type ModelSpec struct {
 	APIKeyEnv string         `json:"api_key_env,omitempty"`
 	MaxTokens int64          `json:"max_tokens,omitempty"`
 	Script    []ScriptedTurn `json:"script,omitempty"`
+	// ScriptFinish is what a scripted model answers to the graceful-finish
+	// call; without it, it writes a generic partial answer.
+	ScriptFinish *ScriptedTurn `json:"script_finish,omitempty"`
 }
 
 // Validate reports the first thing wrong with the spec, naming the field.

@@ -26,7 +26,8 @@ type ScriptedCall struct {
 // network call, so demos and tests are deterministic; it is one Model among
 // others, not a stand-in for them.
 type ScriptedModel struct {
-	Turns []ScriptedTurn
+	Turns  []ScriptedTurn
+	Finish *ScriptedTurn
 }
 
 // Turn returns the script's answer for this point of the conversation.
@@ -37,10 +38,20 @@ func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (ModelTurn, err
 			n++
 		}
 	}
+	if req.Finish {
+		finish := ScriptedTurn{Content: "PARTIAL ANSWER: what the tool results above show.\nHANDOFF NOTE: the budget ran low before the goal was reached."}
+		if m.Finish != nil {
+			finish = *m.Finish
+		}
+		return m.answer(req, finish, n), nil
+	}
 	if n >= len(m.Turns) {
 		return ModelTurn{}, Permanent(fmt.Errorf("scripted model: the script has %d turns and this is turn %d", len(m.Turns), n+1))
 	}
-	turn := m.Turns[n]
+	return m.answer(req, m.Turns[n], n), nil
+}
+
+func (m ScriptedModel) answer(req ModelRequest, turn ScriptedTurn, n int) ModelTurn {
 	out := ModelTurn{Content: turn.Content, Refusal: turn.Refusal, Model: ProviderScripted}
 	for i, call := range turn.ToolCalls {
 		args := string(call.Arguments)
@@ -58,5 +69,5 @@ func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (ModelTurn, err
 		out.Usage.InputTokens += int64(len(msg.Content)/4 + 1)
 	}
 	out.Usage.OutputTokens = int64(len(turn.Content)/4 + 1)
-	return out, nil
+	return out
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/agentsaga/agentsaga/budget"
 )
 
 // Tool kinds a ToolSpec may declare.
@@ -42,6 +44,10 @@ type ToolSpec struct {
 	Parameters json.RawMessage `json:"parameters,omitempty"`
 	// TimeoutSeconds bounds one attempt; the default is 30.
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	// Refusal lists the answers that mean "no" although the call
+	// succeeded, such as {field: status, equals: declined}. A refusal is
+	// never retried.
+	Refusal budget.RefusalRules `json:"refusal,omitempty"`
 }
 
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -80,7 +86,29 @@ func (t ToolSpec) Validate() error {
 	if _, err := t.schema(); err != nil {
 		return err
 	}
+	if _, err := t.refusals(); err != nil {
+		return err
+	}
 	return nil
+}
+
+var refusalCache sync.Map // tool name + rules -> *budget.RefusalMatcher
+
+// refusals compiles the tool's refusal rules once per worker.
+func (t ToolSpec) refusals() (*budget.RefusalMatcher, error) {
+	if len(t.Refusal) == 0 {
+		return nil, nil
+	}
+	cacheKey := fmt.Sprintf("%s%+v", t.Name, t.Refusal)
+	if cached, ok := refusalCache.Load(cacheKey); ok {
+		return cached.(*budget.RefusalMatcher), nil
+	}
+	matcher, err := t.Refusal.Compile()
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: %w", t.Name, err)
+	}
+	refusalCache.Store(cacheKey, matcher)
+	return matcher, nil
 }
 
 // Def is how the tool is described to a model.

@@ -36,18 +36,24 @@ type Run struct {
 	StepsUsed        int             `json:"steps_used"`
 	LeafCalls        int             `json:"leaf_calls"`
 	TokensUsed       int64           `json:"tokens_used"`
+	USDSpent         float64         `json:"usd_spent"`
+	Calls            int             `json:"calls"`
+	Retries          int             `json:"retries"`
 	StartedAt        time.Time       `json:"started_at"`
 	FinishedAt       *time.Time      `json:"finished_at,omitempty"`
 }
 
 // RunOutcome is how a run ended.
 type RunOutcome struct {
-	Status      string `json:"status"`
-	Answer      string `json:"answer,omitempty"`
-	HandoffNote string `json:"handoff_note,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	StepsUsed   int    `json:"steps_used"`
-	TokensUsed  int64  `json:"tokens_used"`
+	Status      string  `json:"status"`
+	Answer      string  `json:"answer,omitempty"`
+	HandoffNote string  `json:"handoff_note,omitempty"`
+	Reason      string  `json:"reason,omitempty"`
+	StepsUsed   int     `json:"steps_used"`
+	TokensUsed  int64   `json:"tokens_used"`
+	USDSpent    float64 `json:"usd_spent"`
+	Calls       int     `json:"calls"`
+	Retries     int     `json:"retries"`
 }
 
 // StartRun records that a run began. Recording the same workflow ID again
@@ -74,11 +80,12 @@ func (s *Store) StartRun(ctx context.Context, run Run) error {
 func (s *Store) FinishRun(ctx context.Context, workflowID string, out RunOutcome) error {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE runs SET status = $2, answer = $3, handoff_note = $4, reason = $5,
-		       steps_used = $6, tokens_used = $7,
+		       steps_used = $6, tokens_used = $7, usd_spent = $8, calls = $9, retries = $10,
 		       leaf_calls = (SELECT count(*) FROM leaf_calls WHERE workflow_id = $1),
 		       finished_at = coalesce(finished_at, clock_timestamp())
 		WHERE workflow_id = $1`,
-		workflowID, out.Status, out.Answer, out.HandoffNote, out.Reason, out.StepsUsed, out.TokensUsed)
+		workflowID, out.Status, out.Answer, out.HandoffNote, out.Reason, out.StepsUsed, out.TokensUsed,
+		out.USDSpent, out.Calls, out.Retries)
 	if err != nil {
 		return fmt.Errorf("ledger: finish run %s: %w", workflowID, err)
 	}
@@ -94,10 +101,10 @@ func (s *Store) GetRun(ctx context.Context, workflowID string) (Run, error) {
 	var parent *string
 	err := s.pool.QueryRow(ctx, `
 		SELECT workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason,
-		       steps_used, leaf_calls, tokens_used, started_at, finished_at
+		       steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at
 		FROM runs WHERE workflow_id = $1`, workflowID).Scan(
 		&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Spec, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason,
-		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.StartedAt, &r.FinishedAt)
+		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, ErrNotFound)
 	}
@@ -108,4 +115,35 @@ func (s *Store) GetRun(ctx context.Context, workflowID string) (Run, error) {
 		r.ParentWorkflowID = *parent
 	}
 	return r, nil
+}
+
+// LiveCounters is what a run has spent so far, read from the leaf calls and
+// the shared retry counters, so it is true while the run is still going.
+type LiveCounters struct {
+	// Calls counts logical calls: distinct activity IDs that left the process.
+	Calls         int            `json:"calls"`
+	LeafCalls     int            `json:"leaf_calls"`
+	Retries       int            `json:"retries"`
+	ToolRetries   map[string]int `json:"tool_retries,omitempty"`
+	Amplification float64        `json:"amplification"`
+}
+
+// RunLiveCounters reads a run's counters.
+func (s *Store) RunLiveCounters(ctx context.Context, workflowID string) (LiveCounters, error) {
+	var c LiveCounters
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(DISTINCT activity_id), count(*) FROM leaf_calls WHERE workflow_id = $1`, workflowID).
+		Scan(&c.Calls, &c.LeafCalls)
+	if err != nil {
+		return c, fmt.Errorf("ledger: counters of %s: %w", workflowID, err)
+	}
+	retries, err := s.RunRetryCounters(ctx, workflowID)
+	if err != nil {
+		return c, err
+	}
+	c.Retries, c.ToolRetries = retries.Retries, retries.ToolRetries
+	if c.Calls > 0 {
+		c.Amplification = float64(c.LeafCalls) / float64(c.Calls)
+	}
+	return c, nil
 }

@@ -41,9 +41,13 @@ func fakeOpenAI(t *testing.T) (*httptest.Server, *[]map[string]any, *[]string) {
 		message := `{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"word_count","arguments":"{\"text\":\"one two three\"}"}}]}`
 		finish := "tool_calls"
 		if n > 1 {
-			messages := req["messages"].([]any)
-			last := messages[len(messages)-1].(map[string]any)
-			answer, _ := json.Marshal("the tool said " + last["content"].(string))
+			var toolSaid string
+			for _, m := range req["messages"].([]any) {
+				if msg := m.(map[string]any); msg["role"] == "tool" {
+					toolSaid = msg["content"].(string)
+				}
+			}
+			answer, _ := json.Marshal("the tool said " + toolSaid)
 			message = fmt.Sprintf(`{"role":"assistant","content":%s}`, answer)
 			finish = "stop"
 		}
@@ -63,7 +67,8 @@ func TestRunWithOpenAICompatibleModel(t *testing.T) {
 	model, requests, auth := fakeOpenAI(t)
 	defer model.Close()
 	queue := "openai-" + t.Name()
-	w := worker.New(temporalClient, store, worker.Options{TaskQueue: queue})
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
+	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
 

@@ -17,6 +17,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -77,9 +78,21 @@ func Dial(ctx context.Context, cfg Config) (client.Client, error) {
 	return c, nil
 }
 
+// DefaultBucket is the name of the fleet-wide retry bucket row.
+const DefaultBucket = "fleet"
+
 // Options are what New registers beyond the defaults.
 type Options struct {
 	TaskQueue string
+	// Bucket names the fleet retry bucket this worker pays from; every
+	// worker naming the same bucket shares it. Empty means DefaultBucket.
+	Bucket string
+	// BucketConfig shapes it; zero means budget.DefaultBucket.
+	BucketConfig budget.BucketConfig
+	// Breaker shapes the circuit breakers; zero means budget.DefaultBreaker.
+	Breaker budget.BreakerConfig
+	// Observe, when set, sees every retry decision.
+	Observe func(plan activities.RetryPlan, decision string)
 	// Toolbox holds the Go tools; nil means Builtins().
 	Toolbox *activities.Toolbox
 	// HTTPClient carries HTTP tools and model calls; nil means a client
@@ -88,9 +101,10 @@ type Options struct {
 	Worker     sdkworker.Options
 }
 
-// New registers the workflow and activities on a Temporal worker; the caller
-// starts and stops it.
-func New(c client.Client, store *ledger.Store, opts Options) sdkworker.Worker {
+// New registers the workflow, the activities and the retry hook on a
+// Temporal worker, after making sure the fleet bucket's row exists; the
+// caller starts and stops the worker.
+func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options) (sdkworker.Worker, error) {
 	queue := opts.TaskQueue
 	if queue == "" {
 		queue = workflows.TaskQueue
@@ -103,10 +117,30 @@ func New(c client.Client, store *ledger.Store, opts Options) sdkworker.Worker {
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: 5 * time.Minute}
 	}
-	w := sdkworker.New(c, queue, opts.Worker)
+	hook := hookConfig(opts)
+	if err := store.EnsureBucket(ctx, hook.Bucket, hook.BucketConfig); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	workerOptions := opts.Worker
+	workerOptions.Interceptors = append(workerOptions.Interceptors, activities.NewRetryHook(store, hook))
+	w := sdkworker.New(c, queue, workerOptions)
 	w.RegisterWorkflow(workflows.AgentRun)
 	w.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: toolbox, HTTPClient: httpClient})
-	return w
+	return w, nil
+}
+
+func hookConfig(opts Options) activities.RetryHookConfig {
+	cfg := activities.RetryHookConfig{Bucket: opts.Bucket, BucketConfig: opts.BucketConfig, Breaker: opts.Breaker, Observe: opts.Observe}
+	if cfg.Bucket == "" {
+		cfg.Bucket = DefaultBucket
+	}
+	if cfg.BucketConfig == (budget.BucketConfig{}) {
+		cfg.BucketConfig = budget.DefaultBucket
+	}
+	if cfg.Breaker == (budget.BreakerConfig{}) {
+		cfg.Breaker = budget.DefaultBreaker
+	}
+	return cfg
 }
 
 // Run connects, migrates and runs a worker until ctx ends.
@@ -125,7 +159,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.Close()
 
-	w := New(c, store, Options{TaskQueue: cfg.TaskQueue})
+	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue})
+	if err != nil {
+		return err
+	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: start on task queue %q: %w", cfg.TaskQueue, err)
 	}

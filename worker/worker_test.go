@@ -123,7 +123,8 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	defer close(tool.release)
 	queue := "lost-worker-" + t.Name()
 
-	first := worker.New(temporalClient, store, worker.Options{TaskQueue: queue})
+	first, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
+	require.NoError(t, err)
 	require.NoError(t, first.Start())
 
 	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
@@ -138,7 +139,8 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	}
 	first.Stop()
 
-	second := worker.New(temporalClient, store, worker.Options{TaskQueue: queue})
+	second, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
+	require.NoError(t, err)
 	require.NoError(t, second.Start())
 	defer second.Stop()
 

@@ -1,14 +1,17 @@
 // Package workflows owns the AgentRun workflow: the loop of model turns and
 // the tool calls each turn asks for, the explicit activity IDs that make
-// every call's idempotency key, and the way a run ends. Workflow code is
-// deterministic: no I/O, no wall clock, no global state; everything that
-// touches the world is an activity.
+// every call's idempotency key, the run budget the model reads every turn,
+// the graceful finish before the budget runs out, and the way a run ends.
+// Workflow code is deterministic: no I/O, no wall clock (workflow.Now), no
+// global state; everything that touches the world is an activity.
 package workflows
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -27,9 +30,20 @@ const TaskQueue = "agentsaga"
 // details hold the RunResult.
 const ErrTypeRunFailed = "RunFailed"
 
+// QueryBudget is the query that returns the run's BudgetView.
+const QueryBudget = "budget"
+
 // DefaultSystemPrompt is used when the spec sets none.
 const DefaultSystemPrompt = "You are an agent working toward the user's goal. Call the tools when they help. " +
-	"When you are done, answer in plain text without calling a tool."
+	"When you are done, answer in plain text without calling a tool. Each turn ends with a note of the budget " +
+	"you have left: plan within it."
+
+// FinishInstructions replace the usual ones once the budget is nearly
+// spent: a hard switch, not a hint.
+const FinishInstructions = "You are nearly out of budget and no tools are available any more. Stop exploring. " +
+	"Reply in exactly two parts. First a line starting with \"PARTIAL ANSWER:\" followed by the best answer the " +
+	"results so far support. Then a line starting with \"HANDOFF NOTE:\" saying what is done, what is not, and " +
+	"what you would try next."
 
 // RunResult is how a run ended.
 type RunResult struct {
@@ -38,7 +52,20 @@ type RunResult struct {
 	HandoffNote string       `json:"handoff_note,omitempty"`
 	Reason      string       `json:"reason,omitempty"`
 	Usage       budget.Usage `json:"usage"`
+	Retries     RetryStats   `json:"retries"`
 	Trace       []TraceEntry `json:"trace"`
+}
+
+// RetryStats is what retrying cost the run.
+type RetryStats struct {
+	// Calls counts logical calls: model turns and tool calls.
+	Calls       int            `json:"calls"`
+	Retries     int            `json:"retries"`
+	ToolRetries map[string]int `json:"tool_retries,omitempty"`
+	// Denials counts refused retries by the budget that refused them.
+	Denials map[string]int `json:"denials,omitempty"`
+	// Amplification is leaf calls per logical call.
+	Amplification float64 `json:"amplification"`
 }
 
 // TraceEntry is one model turn or tool call, in the order the run made them.
@@ -51,6 +78,23 @@ type TraceEntry struct {
 	Output     string `json:"output,omitempty"`
 	Error      string `json:"error,omitempty"`
 	Replayed   bool   `json:"replayed,omitempty"`
+	// Attempts is the leaf calls this call took.
+	Attempts int `json:"attempts,omitempty"`
+	// Denial names the budget that refused a retry, if one did.
+	Denial string `json:"denial,omitempty"`
+	// Note is the budget note the model read on this turn.
+	Note string `json:"note,omitempty"`
+}
+
+// BudgetView is what the budget query returns.
+type BudgetView struct {
+	Limits       budget.Limits    `json:"limits"`
+	Used         budget.Usage     `json:"used"`
+	Remaining    budget.Remaining `json:"remaining"`
+	FractionLeft float64          `json:"fraction_left"`
+	ShouldFinish bool             `json:"should_finish"`
+	Note         string           `json:"note"`
+	Retries      RetryStats       `json:"retries"`
 }
 
 // ModelActivityID names a step's model call.
@@ -67,36 +111,45 @@ var activitiesRef *activities.Activities
 
 // AgentRun runs one agent: model turn, then the tool calls that turn asked
 // for, then their results back to the model, until the model answers or the
-// budget is spent.
+// budget runs low, when it finishes gracefully with a partial answer and a
+// handoff note.
 func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := spec.Validate(); err != nil {
 		return RunResult{}, temporal.NewNonRetryableApplicationError("spec: "+err.Error(), "InvalidSpec", nil)
 	}
-	r := &run{spec: spec, workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), workflow.Now(ctx))
+	if err != nil {
+		return RunResult{}, temporal.NewNonRetryableApplicationError("spec: "+err.Error(), "InvalidSpec", nil)
+	}
+	r := &run{
+		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget,
+		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
+		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
+		open:       map[string]bool{},
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryBudget, func() (BudgetView, error) {
+		return r.view(workflow.Now(ctx)), nil
+	}); err != nil {
+		return RunResult{}, err
+	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		return RunResult{}, err
 	}
-	bookkeeping := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID:          "run-start",
-		StartToCloseTimeout: 30 * time.Second,
-	})
-	if err := workflow.ExecuteActivity(bookkeeping, activitiesRef.RecordRunStart,
-		ledger.Run{Goal: spec.Goal, Spec: specJSON}).Get(ctx, nil); err != nil {
+	if err := r.bookkeeping(ctx, "run-start", activitiesRef.RecordRunStart, ledger.Run{Goal: spec.Goal, Spec: specJSON}); err != nil {
 		return RunResult{}, err
 	}
 
 	result := r.loop(ctx)
 
-	finish := activities.RunFinish{WorkflowID: r.workflowID, Outcome: ledger.RunOutcome{
-		Status: result.Status, Answer: result.Answer, HandoffNote: result.HandoffNote, Reason: result.Reason,
-		StepsUsed: result.Usage.Steps, TokensUsed: result.Usage.Tokens,
-	}}
-	bookkeeping = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID:          "run-finish",
-		StartToCloseTimeout: 30 * time.Second,
-	})
-	if err := workflow.ExecuteActivity(bookkeeping, activitiesRef.RecordRunFinish, finish).Get(ctx, nil); err != nil {
+	if err := r.bookkeeping(ctx, "run-finish", activitiesRef.RecordRunFinish, activities.RunFinish{
+		WorkflowID: r.workflowID,
+		Outcome: ledger.RunOutcome{
+			Status: result.Status, Answer: result.Answer, HandoffNote: result.HandoffNote, Reason: result.Reason,
+			StepsUsed: result.Usage.Steps, TokensUsed: result.Usage.Tokens, USDSpent: result.Usage.USD,
+			Calls: result.Retries.Calls, Retries: result.Retries.Retries,
+		},
+	}); err != nil {
 		return RunResult{}, err
 	}
 	if result.Status == ledger.RunFailed {
@@ -107,10 +160,19 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 
 type run struct {
 	spec       RunSpec
+	policy     budget.RetryPolicy
+	budget     *budget.RunBudget
 	workflowID string
-	usage      budget.Usage
-	trace      []TraceEntry
-	messages   []activities.Message
+	stats      RetryStats
+	// open holds the tools whose breaker was seen open, for the note.
+	open     map[string]bool
+	trace    []TraceEntry
+	messages []activities.Message
+}
+
+func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityID, StartToCloseTimeout: 30 * time.Second})
+	return workflow.ExecuteActivity(ctx, fn, arg).Get(ctx, nil)
 }
 
 func (r *run) loop(ctx workflow.Context) RunResult {
@@ -126,10 +188,14 @@ func (r *run) loop(ctx workflow.Context) RunResult {
 
 	lastContent := ""
 	for step := 1; ; step++ {
-		if dimension := r.spec.Budget.Exhausted(r.usage); dimension != "" {
-			return r.partial(lastContent, dimension)
+		now := workflow.Now(ctx)
+		if dimension := r.budget.Exhausted(now); dimension != "" {
+			return r.partial(lastContent, "", fmt.Sprintf("the %s budget is spent", dimension))
 		}
-		turn, err := r.modelTurn(ctx, step, defs)
+		if r.budget.ShouldFinish(now) {
+			return r.gracefulFinish(ctx, step, lastContent)
+		}
+		turn, err := r.modelTurn(ctx, step, defs, false)
 		if err != nil {
 			return r.end(ledger.RunFailed, "", fmt.Sprintf("model call at step %d failed: %s", step, errorText(err)))
 		}
@@ -145,21 +211,48 @@ func (r *run) loop(ctx workflow.Context) RunResult {
 	}
 }
 
-func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDef) (activities.ModelTurn, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID:          ModelActivityID(step),
-		StartToCloseTimeout: 2 * time.Minute,
-		RetryPolicy:         r.retryPolicy(),
-		Summary:             fmt.Sprintf("model turn %d (%s %s)", step, r.spec.Model.Provider, r.spec.Model.Name),
-	})
+// gracefulFinish spends one last model turn, with no tools and switched
+// instructions, on a partial answer and a handoff note.
+func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent string) RunResult {
+	reason := fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)",
+		100*r.budget.FractionLeft(workflow.Now(ctx)), r.budget.FinishAt)
+	turn, err := r.modelTurn(ctx, step, nil, true)
+	if err != nil || turn.Content == "" {
+		return r.partial(lastContent, "", reason+"; the finishing turn produced nothing")
+	}
+	answer, note, found := strings.Cut(turn.Content, "HANDOFF NOTE:")
+	if !found {
+		note = ""
+	}
+	answer = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(answer), "PARTIAL ANSWER:"))
+	return r.partial(answer, strings.TrimSpace(note), reason)
+}
+
+func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDef, finish bool) (activities.ModelTurn, error) {
+	r.stats.Calls++
+	note := r.budget.Note(workflow.Now(ctx), r.openBreakers())
+	messages := append(slices.Clone(r.messages), activities.Message{Role: "system", Content: note})
+	if finish {
+		messages = append(messages, activities.Message{Role: "system", Content: FinishInstructions})
+	}
+	model := r.spec.Model
+	summary := fmt.Sprintf("model turn %d (%s %s)", step, model.Provider, model.Name)
+	if finish {
+		summary += ": graceful finish"
+	}
+	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, ModelActivityID(step), 2*time.Minute, summary))
 	var turn activities.ModelTurn
-	err := workflow.ExecuteActivity(ctx, activitiesRef.CallModel, activities.ModelCall{
-		Model: r.spec.Model, Request: activities.ModelRequest{Messages: r.messages, Tools: defs},
+	err := workflow.ExecuteActivity(actx, activitiesRef.CallModel, activities.ModelCall{
+		Model:   model,
+		Request: activities.ModelRequest{Messages: messages, Tools: defs, Finish: finish},
+		Retry:   r.plan("model", "model:"+model.Provider+":"+model.Name),
 	}).Get(ctx, &turn)
-	r.usage.Steps++
-	entry := TraceEntry{Step: step, ActivityID: ModelActivityID(step), Kind: "model", Output: turn.Content}
+
+	entry := TraceEntry{Step: step, ActivityID: ModelActivityID(step), Kind: "model", Output: turn.Content, Note: note}
+	entry.Attempts, entry.Denial = turn.Attempt, ""
 	if err != nil {
 		entry.Error = errorText(err)
+		entry.Attempts, entry.Denial = callFailure(err)
 	}
 	if turn.Refusal != "" {
 		entry.Error = "refusal: " + turn.Refusal
@@ -167,8 +260,10 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	for _, c := range turn.ToolCalls {
 		entry.Output += fmt.Sprintf("\n-> %s %s", c.Name, c.Arguments)
 	}
+	r.charge("model", &entry)
+	r.budget.Spend(budget.Usage{Steps: 1, Tokens: turn.Usage.Total(),
+		USD: r.spec.Prices.ModelUSD(model.Name, turn.Usage.InputTokens, turn.Usage.OutputTokens)})
 	r.trace = append(r.trace, entry)
-	r.usage.Tokens += turn.Usage.Total()
 	return turn, err
 }
 
@@ -192,24 +287,24 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			entries[i].Error = fmt.Sprintf("the arguments for tool %q are not valid JSON: %s", call.Name, clip(call.Arguments, 200))
 			continue
 		}
+		r.stats.Calls++
 		entries[i].ActivityID = activityID
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID:          activityID,
-			StartToCloseTimeout: tool.Timeout(),
-			RetryPolicy:         r.retryPolicy(),
-			Summary:             clip(call.Name+" "+call.Arguments, 100),
+		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
+		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool, activities.ToolCallRequest{
+			Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name),
 		})
-		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool,
-			activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments})
 	}
 	for i, call := range calls {
 		if futures[i] != nil {
 			var result activities.ToolResult
 			if err := futures[i].Get(ctx, &result); err != nil {
 				entries[i].Error = errorText(err)
+				entries[i].Attempts, entries[i].Denial = callFailure(err)
 			} else {
-				entries[i].Output, entries[i].Replayed = result.Output, result.Replayed
+				entries[i].Output, entries[i].Replayed, entries[i].Attempts = result.Output, result.Replayed, result.Attempt
 			}
+			r.charge(call.Name, &entries[i])
+			r.budget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(call.Name, entries[i].Attempts)})
 		}
 		content := entries[i].Output
 		if entries[i].Error != "" {
@@ -220,41 +315,111 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 	r.trace = append(r.trace, entries...)
 }
 
-func (r *run) retryPolicy() *temporal.RetryPolicy {
-	return &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    30 * time.Second,
-		MaximumAttempts:    r.spec.maxAttempts(),
+// charge books a finished call's leaf calls and retries against the run.
+func (r *run) charge(tool string, entry *TraceEntry) {
+	entry.Attempts = max(entry.Attempts, 1)
+	r.budget.Spend(budget.Usage{LeafCalls: entry.Attempts})
+	if retries := entry.Attempts - 1; retries > 0 {
+		r.stats.Retries += retries
+		r.stats.ToolRetries[tool] += retries
+	}
+	if entry.Denial != "" {
+		r.stats.Denials[entry.Denial]++
+	}
+	switch {
+	case entry.Denial == budget.DenyCircuitOpen:
+		r.open[tool] = true
+	case entry.Error == "":
+		delete(r.open, tool)
+	}
+}
+
+// plan is the retry allowance handed to one call. The run allowance counts
+// the logical calls scheduled so far, this turn's included, so parallel
+// calls of one turn share one allowance and pay against one counter.
+func (r *run) plan(tool, dependency string) activities.RetryPlan {
+	p := r.policy
+	backoff := p.Backoff()
+	return activities.RetryPlan{
+		Tool: tool, Dependency: dependency, MaxAttempts: p.MaxAttempts, ToolRetryCap: p.ToolCap(tool),
+		RunAllowance: p.RunAllowance(r.stats.Calls), BackoffBase: backoff.Base, BackoffCap: backoff.Cap,
+		Deadline: r.budget.Deadline(),
+	}
+}
+
+// activityOptions caps each attempt's timeout by the time left before the
+// run's deadline, and keeps Temporal's attempt cap in step with the hook's
+// as a backstop.
+func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout time.Duration, summary string) workflow.ActivityOptions {
+	if deadline := r.budget.Deadline(); !deadline.IsZero() {
+		timeout = min(timeout, max(time.Second, deadline.Sub(workflow.Now(ctx))))
+	}
+	return workflow.ActivityOptions{
+		ActivityID:          activityID,
+		StartToCloseTimeout: timeout,
+		Summary:             summary,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    r.policy.Backoff().Base,
+			BackoffCoefficient: 2,
+			MaximumInterval:    r.policy.Backoff().Cap,
+			MaximumAttempts:    int32(r.policy.MaxAttempts),
+		},
+	}
+}
+
+func (r *run) openBreakers() []string {
+	open := make([]string, 0, len(r.open))
+	for tool := range r.open {
+		open = append(open, tool)
+	}
+	sort.Strings(open)
+	return open
+}
+
+func (r *run) finalStats() RetryStats {
+	stats := r.stats
+	if stats.Calls > 0 {
+		stats.Amplification = float64(r.budget.Used.LeafCalls) / float64(stats.Calls)
+	}
+	return stats
+}
+
+func (r *run) view(now time.Time) BudgetView {
+	return BudgetView{
+		Limits: r.budget.Limits, Used: r.budget.Used, Remaining: r.budget.Remaining(now),
+		FractionLeft: r.budget.FractionLeft(now), ShouldFinish: r.budget.ShouldFinish(now),
+		Note: r.budget.Note(now, r.openBreakers()), Retries: r.finalStats(),
 	}
 }
 
 func (r *run) end(status, answer, reason string) RunResult {
-	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.usage, Trace: r.trace}
+	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.budget.Used, Retries: r.finalStats(), Trace: r.trace}
 }
 
-// partial ends a run whose budget ran out, with what it has and a note for
-// whoever picks it up.
-func (r *run) partial(lastContent, dimension string) RunResult {
-	result := r.end(ledger.RunPartial, lastContent, fmt.Sprintf("the %s budget is spent", dimension))
+// partial ends a run whose budget ran low, with what it has and a handoff
+// note: the model's, when it wrote one, followed by the engine's record of
+// what succeeded and what failed.
+func (r *run) partial(answer, modelNote, reason string) RunResult {
+	result := r.end(ledger.RunPartial, answer, reason)
 	var done, failed []string
 	for _, e := range r.trace {
 		if e.Kind != "tool" {
 			continue
 		}
 		if e.Error != "" {
-			failed = append(failed, fmt.Sprintf("%s (%s)", e.Tool, clip(e.Error, 80)))
+			failed = append(failed, fmt.Sprintf("%s %s (%s)", e.Tool, clip(e.Arguments, 60), clip(e.Error, 80)))
 		} else {
-			done = append(done, e.Tool)
+			done = append(done, e.Tool+" "+clip(e.Arguments, 60))
 		}
 	}
 	var note strings.Builder
-	fmt.Fprintf(&note, "Stopped after %d model turns because the %s budget is spent (limits: %+v).", r.usage.Steps, dimension, r.spec.Budget)
+	if modelNote != "" {
+		fmt.Fprintf(&note, "%s\n\n", modelNote)
+	}
+	fmt.Fprintf(&note, "Stopped after %d model turns: %s.", r.budget.Used.Steps, reason)
 	fmt.Fprintf(&note, " Tool calls that succeeded: %s.", listOrNone(done))
 	fmt.Fprintf(&note, " Tool calls that failed: %s.", listOrNone(failed))
-	if lastContent != "" {
-		fmt.Fprintf(&note, " The model's last words: %q.", clip(lastContent, 200))
-	}
+	fmt.Fprintf(&note, " Retries: %d over %d calls.", r.stats.Retries, r.stats.Calls)
 	result.HandoffNote = note.String()
 	return result
 }
@@ -274,12 +439,24 @@ func listOrNone(items []string) string {
 	return strings.Join(items, ", ")
 }
 
+// callFailure reads how many attempts a failed call took and which budget
+// refused it, from the details the retry hook attaches. A failure the hook
+// never saw (a timeout of a lost worker) counts one attempt.
+func callFailure(err error) (attempts int, denial string) {
+	var appErr *temporal.ApplicationError
+	var failure activities.CallFailure
+	if errors.As(err, &appErr) && appErr.HasDetails() && appErr.Details(&failure) == nil {
+		return max(failure.Attempt, 1), failure.Denial
+	}
+	return 1, ""
+}
+
 // errorText is the application error's message when there is one: the
 // part that says what went wrong, without the activity wrapper around it.
 func errorText(err error) string {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
-		return appErr.Error()
+		return appErr.Message()
 	}
 	return err.Error()
 }

@@ -8,16 +8,30 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
 const workflowID = "default-test-workflow-id"
+
+// registerWithRetryHook registers the workflow with the retry hook paying
+// from a bucket in store, as a worker does.
+func registerWithRetryHook(t *testing.T, env *testsuite.TestWorkflowEnvironment, store *ledger.Store) {
+	t.Helper()
+	require.NoError(t, store.EnsureBucket(context.Background(), "fleet", budget.DefaultBucket))
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", BucketConfig: budget.DefaultBucket, Breaker: budget.DefaultBreaker}),
+	}})
+	env.RegisterWorkflow(workflows.AgentRun)
+}
 
 func mustSpec(t *testing.T, yaml string) workflows.RunSpec {
 	t.Helper()
@@ -37,7 +51,7 @@ func runAgent(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error,
 	})
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	env.RegisterWorkflow(workflows.AgentRun)
+	registerWithRetryHook(t, env, store)
 	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: box})
 	env.ExecuteWorkflow(workflows.AgentRun, spec)
 	require.True(t, env.IsWorkflowCompleted())
@@ -103,7 +117,7 @@ model:
 	assert.Equal(t, ledger.RunPartial, result.Status)
 	assert.Equal(t, "then I add again", result.Answer)
 	assert.Contains(t, result.HandoffNote, "steps budget is spent")
-	assert.Contains(t, result.HandoffNote, "succeeded: add, add")
+	assert.Contains(t, result.HandoffNote, `succeeded: add {"a":1,"b":1}, add {"a":2,"b":2}`)
 	run, err := store.GetRun(context.Background(), workflowID)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.RunPartial, run.Status)

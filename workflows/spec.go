@@ -21,8 +21,12 @@ type RunSpec struct {
 	Model  activities.ModelSpec  `json:"model"`
 	Tools  []activities.ToolSpec `json:"tools,omitempty"`
 	Budget budget.Limits         `json:"budget"`
-	// MaxAttempts is the per-call attempt cap; the default is 3.
-	MaxAttempts int32 `json:"max_attempts,omitempty"`
+	// FinishAt is the fraction of budget left at which the run switches to
+	// its graceful finish; the default is 0.2.
+	FinishAt float64 `json:"finish_at,omitempty"`
+	// Retry holds the per-call, per-tool and run retry allowances.
+	Retry  budget.RetryPolicy `json:"retry,omitempty"`
+	Prices budget.Prices      `json:"prices,omitempty"`
 }
 
 // ParseSpec reads a run spec from YAML or JSON. Unknown fields are errors,
@@ -68,8 +72,14 @@ func (s RunSpec) Validate() error {
 	if err := s.Budget.Validate(); err != nil {
 		return err
 	}
-	if s.MaxAttempts < 0 {
-		return fmt.Errorf("max_attempts: %d is negative", s.MaxAttempts)
+	if s.FinishAt != 0 && (s.FinishAt <= 0 || s.FinishAt >= 1) {
+		return fmt.Errorf("finish_at: %v is outside (0, 1)", s.FinishAt)
+	}
+	if err := s.Retry.Validate(); err != nil {
+		return err
+	}
+	if err := s.Prices.Validate(); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i, tool := range s.Tools {
@@ -93,9 +103,9 @@ func (s RunSpec) tool(name string) (activities.ToolSpec, bool) {
 	return activities.ToolSpec{}, false
 }
 
-func (s RunSpec) maxAttempts() int32 {
-	if s.MaxAttempts > 0 {
-		return s.MaxAttempts
+func (s RunSpec) finishAt() float64 {
+	if s.FinishAt > 0 {
+		return s.FinishAt
 	}
-	return 3
+	return 0.2
 }

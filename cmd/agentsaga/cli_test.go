@@ -63,7 +63,8 @@ func TestRunWaitAndShow(t *testing.T) {
 	store, err := ledger.Open(context.Background(), databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
-	w := worker.New(devServer.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
+	w, err := worker.New(context.Background(), devServer.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
+	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
 

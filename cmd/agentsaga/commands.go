@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -167,7 +168,12 @@ func printResult(out io.Writer, r workflows.RunResult) {
 	if r.HandoffNote != "" {
 		fmt.Fprintf(out, "handoff note: %s\n", r.HandoffNote)
 	}
-	fmt.Fprintf(out, "used: %d steps, %d tokens\n\ntrace:\n", r.Usage.Steps, r.Usage.Tokens)
+	fmt.Fprintf(out, "used: %d steps, %d leaf calls, %d tokens, %.4f USD\n", r.Usage.Steps, r.Usage.LeafCalls, r.Usage.Tokens, r.Usage.USD)
+	fmt.Fprintf(out, "retries: %d over %d calls %s, amplification %.2f", r.Retries.Retries, r.Retries.Calls, perTool(r.Retries.ToolRetries), r.Retries.Amplification)
+	if len(r.Retries.Denials) > 0 {
+		fmt.Fprintf(out, ", denied: %v", r.Retries.Denials)
+	}
+	fmt.Fprint(out, "\n\ntrace:\n")
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	for _, e := range r.Trace {
 		what := e.Output
@@ -179,6 +185,9 @@ func printResult(out io.Writer, r workflows.RunResult) {
 		}
 		if e.Replayed {
 			what += " (from ledger)"
+		}
+		if e.Attempts > 1 {
+			what += fmt.Sprintf(" [%d attempts]", e.Attempts)
 		}
 		fmt.Fprintf(tw, "  step %d\t%s\t%s\t%s\n", e.Step, e.Kind, e.ActivityID, oneLine(what, 160))
 	}
@@ -217,10 +226,14 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	if err != nil {
 		return err
 	}
+	counters, err := store.RunLiveCounters(ctx, id)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"run": run, "actions": actions, "leaf_calls": leaves})
+		return enc.Encode(map[string]any{"run": run, "counters": counters, "actions": actions, "leaf_calls": leaves})
 	}
 	fmt.Fprintf(out, "run %s: %s", run.WorkflowID, run.Status)
 	if run.Reason != "" {
@@ -233,9 +246,27 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	if run.HandoffNote != "" {
 		fmt.Fprintf(out, "handoff note: %s\n", run.HandoffNote)
 	}
-	fmt.Fprintf(out, "steps used: %d, tokens: %d, leaf calls: %d\n", run.StepsUsed, run.TokensUsed, len(leaves))
+	fmt.Fprintf(out, "steps used: %d, tokens: %d, usd: %.4f\n", run.StepsUsed, run.TokensUsed, run.USDSpent)
+	fmt.Fprintf(out, "calls: %d, leaf calls: %d, retries: %d %s, amplification: %.2f\n",
+		counters.Calls, counters.LeafCalls, counters.Retries, perTool(counters.ToolRetries), counters.Amplification)
 	printActions(out, actions)
 	return nil
+}
+
+func perTool(retries map[string]int) string {
+	if len(retries) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(retries))
+	for name := range retries {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s %d", name, retries[name])
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
 }
 
 func printActions(out io.Writer, actions []ledger.Action) {

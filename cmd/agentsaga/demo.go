@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,50 +29,31 @@ func demoCommand() *cobra.Command {
 			}
 			defer stack.Close()
 
-			desk := newRefundDesk()
+			desk, seed := newRefundDesk(), &seedDesk{}
+			mux := http.NewServeMux()
+			mux.Handle("/orders", desk)
+			mux.Handle("/refunds", desk)
+			mux.Handle("/search", seed)
+			mux.Handle("/lookup", seed)
 			listener, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				return fmt.Errorf("demo: listen on loopback: %w", err)
 			}
-			server := &http.Server{Handler: desk}
+			server := &http.Server{Handler: mux}
 			go func() { _ = server.Serve(listener) }()
 			defer server.Close()
 			base := "http://" + listener.Addr().String()
-			fmt.Fprintf(out, "demo tools: refund desk at %s (lookup_order fails its first attempt with 503)\n\n", base)
+			fmt.Fprintf(out, "demo tools on %s: a refund desk (lookup_order fails its first attempt with 503) and seed 002's search (succeeds every third call) and lookup (400)\n", base)
 
-			spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(demoSpec, base, base)))
-			if err != nil {
-				return fmt.Errorf("demo: %w", err)
-			}
-			id := "demo-" + newRunID()[len("run-"):]
-			run, err := startRun(ctx, stack.client, id, spec)
-			if err != nil {
+			fmt.Fprintln(out, "\n=== 1. a refund, through a flaky lookup and an idempotent refund ===")
+			if err := demoRun(ctx, out, stack, "demo-refund", fmt.Sprintf(demoSpec, base, base), false); err != nil {
 				return err
-			}
-			fmt.Fprintf(out, "started run %s: %s\n", id, spec.Goal)
-			result, err := awaitRun(ctx, run)
-			if err != nil {
-				return err
-			}
-			printResult(out, result)
-			fmt.Fprintln(out, "\n--- ledger ---")
-			if err := showRun(ctx, out, stack.store, id, false); err != nil {
-				return err
-			}
-			leaves, err := stack.store.ListLeafCalls(ctx, id)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "\nleaf calls (%d):\n", len(leaves))
-			for _, l := range leaves {
-				line := fmt.Sprintf("  %-28s attempt %d  %-6s %-14s %s", l.ActivityID, l.Attempt, l.Kind, l.Target, l.Outcome)
-				if l.Error != "" {
-					line += "  " + oneLine(l.Error, 70)
-				}
-				fmt.Fprintln(out, line)
 			}
 			desk.report(out)
-			fmt.Fprintf(out, "\nUI: %s\n", uiLink(stack.cfg.Namespace, id))
+			fmt.Fprintln(out, "\n=== 2. seed 002: a flaky search, a malformed lookup, a retry budget and a graceful finish ===")
+			if err := demoRun(ctx, out, stack, "demo-seed002", fmt.Sprintf(seedSpec, base, base), true); err != nil {
+				return err
+			}
 			if exit {
 				return nil
 			}
@@ -83,6 +65,60 @@ func demoCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&exit, "exit", false, "exit after the run instead of staying up")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
 	return cmd
+}
+
+// demoRun starts one scripted run, waits for it, and prints its trace (with
+// the budget notes the model read, if notes is set), its ledger rows and
+// every leaf call.
+func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specText string, notes bool) error {
+	spec, err := workflows.ParseSpec([]byte(specText))
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	id := prefix + "-" + newRunID()[len("run-"):]
+	run, err := startRun(ctx, stack.client, id, spec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "started run %s: %s\n", id, spec.Goal)
+	result, err := awaitRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	if notes {
+		fmt.Fprintln(out, "\nwhat the model read each turn, and what happened:")
+		for _, e := range result.Trace {
+			if e.Kind == "model" {
+				fmt.Fprintf(out, "\n%s\n", e.Note)
+				continue
+			}
+			outcome := ">> got: " + oneLine(e.Output, 80)
+			if e.Error != "" {
+				outcome = ">> gave up: " + oneLine(e.Error, 120)
+			}
+			fmt.Fprintf(out, "%s %s (%d attempts) %s\n", e.Tool, e.Arguments, e.Attempts, outcome)
+		}
+		fmt.Fprintln(out)
+	}
+	printResult(out, result)
+	fmt.Fprintln(out, "\n--- ledger ---")
+	if err := showRun(ctx, out, stack.store, id, false); err != nil {
+		return err
+	}
+	leaves, err := stack.store.ListLeafCalls(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nleaf calls (%d):\n", len(leaves))
+	for _, l := range leaves {
+		line := fmt.Sprintf("  %-28s attempt %d  %-6s %-14s %s", l.ActivityID, l.Attempt, l.Kind, l.Target, l.Outcome)
+		if l.Error != "" {
+			line += "  " + oneLine(l.Error, 70)
+		}
+		fmt.Fprintln(out, line)
+	}
+	fmt.Fprintf(out, "\nUI: %s\n", uiLink(stack.cfg.Namespace, id))
+	return nil
 }
 
 // demoSpec is the demo's run: a scripted model that looks an order up (the
@@ -171,3 +207,58 @@ func (d *refundDesk) report(out io.Writer) {
 	defer d.mu.Unlock()
 	fmt.Fprintf(out, "\nrefund desk: %d requests, %d refunds applied (one per idempotency key)\n", d.requests, len(d.refunds))
 }
+
+// seedDesk is seed 002's outside world: a search backend that succeeds on
+// every third call and answers 503 otherwise, and a lookup that always
+// answers 400 (a malformed filter expression). It counts every request.
+type seedDesk struct {
+	mu       sync.Mutex
+	searches int
+	lookups  int
+}
+
+func (d *seedDesk) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch r.URL.Path {
+	case "/search":
+		d.searches++
+		if d.searches%3 != 0 {
+			http.Error(w, `{"error":"search backend"}`, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `{"results": 3, "call": %d}`, d.searches)
+	case "/lookup":
+		d.lookups++
+		http.Error(w, `{"error":"malformed filter expression"}`, http.StatusBadRequest)
+	}
+}
+
+// seedSpec is seed 002's demo as a run spec. The seed's 12 steps are its
+// tool attempts, which is this project's leaf-call dimension; here model
+// turns are leaf calls too, so the reproduction allows 12 tool attempts
+// plus 6 model turns.
+const seedSpec = `
+goal: Look up the customer's order, then research five support topics and report what you found.
+budget: {steps: 12, leaf_calls: 18, tokens: 20000, usd: 0.40, seconds: 90}
+finish_at: 0.25
+retry: {max_attempts: 3, ratio: 0.2, floor: 5, tool_retry_cap: 6, backoff_base_seconds: 0.5, backoff_cap_seconds: 8}
+prices: {tool_call_usd: 0.02}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: lookup, arguments: {filter: "id = ???"}}]
+    - tool_calls: [{name: search, arguments: {q: refund policy}}]
+    - tool_calls: [{name: search, arguments: {q: shipping SLA}}]
+    - tool_calls: [{name: search, arguments: {q: tax rules}}]
+    - tool_calls: [{name: search, arguments: {q: returns window}}]
+    - tool_calls: [{name: search, arguments: {q: warranty terms}}]
+    - content: all five topics covered
+  script_finish:
+    content: |-
+      PARTIAL ANSWER: found results for refund policy, shipping SLA and returns window.
+      HANDOFF NOTE: covered 3 of 5 topics; tax rules failed because the search backend kept answering 503 and the run's retry budget was spent; warranty terms was not reached. The lookup filter is malformed (400) and needs a human. Next: retry tax rules and warranty terms when search is healthy.
+tools:
+  - {name: search, kind: http, url: "%s/search", parameters: {type: object, properties: {q: {type: string}}, required: [q]}}
+  - {name: lookup, kind: http, url: "%s/lookup"}
+`

@@ -87,7 +87,9 @@ func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (stac
 		fmt.Fprintf(out, "temporal: dev server at %s, UI at http://127.0.0.1:%s (log in .dev/temporal.log)\n", stack.cfg.TemporalAddress, devUIPort)
 	}
 
-	stack.worker = worker.New(stack.client, stack.store, worker.Options{TaskQueue: stack.cfg.TaskQueue})
+	if stack.worker, err = worker.New(ctx, stack.client, stack.store, worker.Options{TaskQueue: stack.cfg.TaskQueue}); err != nil {
+		return nil, err
+	}
 	if err := stack.worker.Start(); err != nil {
 		return nil, fmt.Errorf("worker: start: %w", err)
 	}

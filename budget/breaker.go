@@ -1,0 +1,105 @@
+package budget
+
+import (
+	"sync"
+	"time"
+)
+
+// Breaker is an in-process circuit breaker for one dependency: after
+// Threshold failures within Window it opens and fails calls instantly for
+// Cooldown, then lets exactly one probe through to decide whether to close.
+// It is the single-process counterpart of the fleet-wide breakers kept in
+// Postgres (circuit_breakers), for callers without a database. Safe for
+// concurrent use.
+type Breaker struct {
+	cfg BreakerConfig
+	now func() time.Time
+
+	mu          sync.Mutex
+	state       string    // BreakerClosed, BreakerOpen or BreakerHalfOpen
+	failures    int       // failures counted in the current window (closed)
+	windowStart time.Time // when the current failure window began (closed)
+	since       time.Time // when the cooldown began (open) or the probe left (half-open)
+}
+
+// NewBreaker returns a closed breaker shaped by cfg. now is the clock; nil
+// means time.Now.
+func NewBreaker(cfg BreakerConfig, now func() time.Time) (*Breaker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Breaker{cfg: cfg, now: now, state: BreakerClosed}, nil
+}
+
+// Allow reports whether a call may go ahead, and whether it is the probe.
+// A probe's caller must report its outcome with Record(success, true):
+// until it does, every other caller is denied. A probe that never reports
+// (its caller crashed) is given up on after another Cooldown, and the next
+// caller becomes the probe, so a lost probe cannot hold the breaker open
+// for ever.
+func (b *Breaker) Allow() (allowed, probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerClosed {
+		// The common case reads no clock.
+		return true, false
+	}
+	now := b.now()
+	if now.Sub(b.since) < b.cfg.Cooldown {
+		// Still cooling down, or a probe is out and may yet report.
+		return false, false
+	}
+	b.state, b.since = BreakerHalfOpen, now
+	return true, true
+}
+
+// Record reports a call's outcome; probe says whether Allow made it the
+// probe. While closed, failures within Window are counted and the
+// Threshold-th opens the breaker; successes do not reset the count, so a
+// dependency failing half the time still trips it. While half-open only
+// the probe is heard: its success closes the breaker and its failure opens
+// it for a fresh Cooldown. Reports from calls allowed before the breaker
+// opened are stale evidence and are ignored once it is not closed.
+func (b *Breaker) Record(success, probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case BreakerHalfOpen:
+		if !probe {
+			return
+		}
+		if success {
+			b.state, b.failures = BreakerClosed, 0
+			return
+		}
+		b.state, b.since = BreakerOpen, b.now()
+	case BreakerClosed:
+		if success {
+			return
+		}
+		now := b.now()
+		if b.failures == 0 || now.Sub(b.windowStart) >= b.cfg.Window {
+			b.failures, b.windowStart = 0, now
+		}
+		b.failures++
+		if b.failures >= b.cfg.Threshold {
+			b.state, b.since, b.failures = BreakerOpen, now, 0
+		}
+	}
+}
+
+// State returns BreakerClosed, BreakerOpen or BreakerHalfOpen as Allow
+// would see it now: an open breaker whose cooldown is over reports
+// half-open, since the next caller will be let through as the probe. That
+// is what a prompt note should say, even before anyone has called Allow.
+func (b *Breaker) State() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerOpen && b.now().Sub(b.since) >= b.cfg.Cooldown {
+		return BreakerHalfOpen
+	}
+	return b.state
+}

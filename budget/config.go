@@ -1,0 +1,76 @@
+package budget
+
+import (
+	"fmt"
+	"time"
+)
+
+// Denial reasons: the named error types a refused retry fails with, in the
+// order the retry hook consults them. Each says which budget said no.
+const (
+	DenyCallAttempts = "CallAttemptsExhausted" // the per-call attempt cap
+	DenyToolCap      = "ToolRetryCapReached"   // the per-tool retry cap of the run
+	DenyRunRatio     = "RunRetryBudgetSpent"   // the run's retry ratio (with its floor)
+	DenyCircuitOpen  = "CircuitOpen"           // the dependency's breaker is open
+	DenyFleetBucket  = "RetryBudgetExhausted"  // the fleet-wide token bucket is empty
+	DenyDeadline     = "DeadlineExceeded"      // the backoff would outlive the run's deadline
+)
+
+// Granted is the decision of a retry that every budget paid for.
+const Granted = "granted"
+
+// BucketConfig shapes a token bucket: Capacity tokens at most, refilled at
+// RefillPerSecond, plus SuccessBonus for every success. A retry costs one
+// token.
+type BucketConfig struct {
+	Capacity        float64 `json:"capacity"`
+	RefillPerSecond float64 `json:"refill_per_second"`
+	SuccessBonus    float64 `json:"success_bonus"`
+}
+
+// DefaultBucket admits bursts of 40 retries and then one retry per second,
+// plus one for every ten successes, fleet-wide.
+var DefaultBucket = BucketConfig{Capacity: 40, RefillPerSecond: 1, SuccessBonus: 0.1}
+
+// Validate rejects a bucket that could never grant a retry, or negative
+// numbers.
+func (c BucketConfig) Validate() error {
+	switch {
+	case c.Capacity < 0 || c.RefillPerSecond < 0 || c.SuccessBonus < 0:
+		return fmt.Errorf("retry bucket: capacity %v, refill_per_second %v and success_bonus %v must not be negative",
+			c.Capacity, c.RefillPerSecond, c.SuccessBonus)
+	case c.Capacity < 1:
+		return fmt.Errorf("retry bucket: capacity %v holds less than the one token a retry costs; with capacity 0 no retry is ever granted", c.Capacity)
+	}
+	return nil
+}
+
+// BreakerConfig shapes a circuit breaker: it opens after Threshold
+// retryable failures within Window, stays open for Cooldown, then lets
+// exactly one probe through.
+type BreakerConfig struct {
+	Threshold int           `json:"threshold"`
+	Window    time.Duration `json:"window"`
+	Cooldown  time.Duration `json:"cooldown"`
+}
+
+// DefaultBreaker opens after 10 retryable failures in 30 s and probes
+// after 15 s: tolerant enough that one flaky run's retries (which its
+// budgets already bound) do not trip it, quick enough to stop a fleet
+// from calling a dependency that is down.
+var DefaultBreaker = BreakerConfig{Threshold: 10, Window: 30 * time.Second, Cooldown: 15 * time.Second}
+
+// Validate rejects a breaker that could not work.
+func (c BreakerConfig) Validate() error {
+	if c.Threshold < 1 || c.Window <= 0 || c.Cooldown <= 0 {
+		return fmt.Errorf("circuit breaker: threshold %d, window %v and cooldown %v must all be positive", c.Threshold, c.Window, c.Cooldown)
+	}
+	return nil
+}
+
+// Breaker states.
+const (
+	BreakerClosed   = "closed"
+	BreakerOpen     = "open"
+	BreakerHalfOpen = "half-open"
+)

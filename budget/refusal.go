@@ -1,0 +1,201 @@
+package budget
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// RefusalRule recognises a semantic refusal: a call that succeeded and
+// whose answer means "no" ("card declined", "insufficient funds"). Such an
+// answer is final, so it must never be retried; these rules let a tool's
+// configuration say what its refusals look like.
+type RefusalRule struct {
+	// Field is a dot path into a JSON body, such as "error.code"; a
+	// segment that is a number indexes an array ("errors.0.code").
+	Field string `json:"field,omitempty"`
+	// Equals compares the field's value rendered as a string: strings as
+	// they are, numbers without a trailing ".0" (2.0 is "2"), booleans as
+	// true or false, null as null, objects and arrays as compact JSON.
+	Equals string `json:"equals,omitempty"`
+	// Pattern is a Go regular expression matched against the field's
+	// value (rendered as for Equals) when Field is set, else against the
+	// whole body. With Equals, both must hold.
+	Pattern string `json:"pattern,omitempty"`
+}
+
+// RefusalRules are a tool's refusal rules; the first that matches decides.
+type RefusalRules []RefusalRule
+
+// RefusalMatcher is compiled RefusalRules. Safe for concurrent use; a nil
+// *RefusalMatcher refuses nothing.
+type RefusalMatcher struct {
+	rules     []compiledRefusal
+	needsJSON bool
+}
+
+type compiledRefusal struct {
+	field   string
+	path    []string
+	equals  string
+	pattern *regexp.Regexp
+}
+
+// Compile checks every rule and prepares them for Match, so that a bad
+// rule fails when the configuration loads rather than on the first
+// response. Errors name the rule's index.
+func (r RefusalRules) Compile() (*RefusalMatcher, error) {
+	m := &RefusalMatcher{rules: make([]compiledRefusal, 0, len(r))}
+	for i, rule := range r {
+		c := compiledRefusal{field: rule.Field, equals: rule.Equals}
+		switch {
+		case rule.Equals == "" && rule.Pattern == "":
+			return nil, fmt.Errorf("refusal[%d]: needs equals or pattern; a rule that matches everything would refuse every answer", i)
+		case rule.Equals != "" && rule.Field == "":
+			return nil, fmt.Errorf("refusal[%d]: equals %q needs a field to compare (use pattern to match the whole body)", i, rule.Equals)
+		}
+		if rule.Field != "" {
+			c.path = strings.Split(rule.Field, ".")
+			for _, seg := range c.path {
+				if seg == "" {
+					return nil, fmt.Errorf("refusal[%d]: field %q has an empty path segment", i, rule.Field)
+				}
+			}
+			m.needsJSON = true
+		}
+		if rule.Pattern != "" {
+			re, err := regexp.Compile(rule.Pattern)
+			if err != nil {
+				return nil, fmt.Errorf("refusal[%d]: pattern %q does not compile: %w", i, rule.Pattern, err)
+			}
+			c.pattern = re
+		}
+		m.rules = append(m.rules, c)
+	}
+	return m, nil
+}
+
+// Match reports whether body is a refusal and, if so, which rule said so,
+// as a reason fit for an error message: `field status = "declined"` or
+// `body matches "insufficient funds"`. A body that is not JSON matches
+// only the rules without a Field.
+func (m *RefusalMatcher) Match(body string) (reason string, refused bool) {
+	if m == nil {
+		return "", false
+	}
+	var doc any
+	parsed := false
+	if m.needsJSON {
+		// Parsed once for all the field rules.
+		doc, parsed = parseJSON(body)
+	}
+	for _, rule := range m.rules {
+		if rule.field == "" {
+			if rule.pattern.MatchString(body) {
+				return fmt.Sprintf("body matches %q", rule.pattern.String()), true
+			}
+			continue
+		}
+		if !parsed {
+			continue
+		}
+		value, ok := lookup(doc, rule.path)
+		if !ok {
+			continue
+		}
+		text := render(value)
+		if rule.equals != "" && text != rule.equals {
+			continue
+		}
+		if rule.pattern != nil && !rule.pattern.MatchString(text) {
+			continue
+		}
+		switch {
+		case rule.pattern == nil:
+			return fmt.Sprintf("field %s = %q", rule.field, text), true
+		case rule.equals == "":
+			return fmt.Sprintf("field %s = %q matches %q", rule.field, text, rule.pattern.String()), true
+		default:
+			return fmt.Sprintf("field %s = %q and matches %q", rule.field, text, rule.pattern.String()), true
+		}
+	}
+	return "", false
+}
+
+// parseJSON decodes body as exactly one JSON value. Numbers stay
+// json.Number so large integers compare by their digits, not as the
+// nearest float64.
+func parseJSON(body string) (any, bool) {
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, false
+	}
+	// Trailing data means the body was not one JSON document.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, false
+	}
+	return doc, true
+}
+
+// lookup follows path through objects, and through arrays by index.
+func lookup(doc any, path []string) (any, bool) {
+	for _, seg := range path {
+		switch node := doc.(type) {
+		case map[string]any:
+			next, ok := node[seg]
+			if !ok {
+				return nil, false
+			}
+			doc = next
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(node) {
+				return nil, false
+			}
+			doc = node[i]
+		default:
+			return nil, false
+		}
+	}
+	return doc, true
+}
+
+// render turns a JSON value into the string rules compare, so that a rule
+// written as equals "402" matches both 402 and 402.0 and "402".
+func render(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case json.Number:
+		s := v.String()
+		if !strings.ContainsAny(s, ".eE") {
+			return s // an integer literal: its digits, exactly, however long
+		}
+		if f, err := v.Float64(); err == nil {
+			if math.Abs(f) >= 1e21 { // as encoding/json does, not 300 digits
+				return strconv.FormatFloat(f, 'g', -1, 64)
+			}
+			return strconv.FormatFloat(f, 'f', -1, 64)
+		}
+		return s
+	case bool:
+		return strconv.FormatBool(v)
+	case nil:
+		return "null"
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}

@@ -1,0 +1,230 @@
+package budget
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RunBudget is one run's limits and spending, with the graceful-finish
+// threshold and the note that shows the model what is left. It never reads
+// the clock itself: every method that needs "now" is given it, so a
+// workflow can pass its replay-safe time and get the same answer on replay.
+// It is not safe for concurrent use; a run's budget belongs to its
+// workflow.
+type RunBudget struct {
+	Limits Limits
+	// FinishAt is the fraction of budget left at or below which the run
+	// must switch to writing its partial answer and handoff note.
+	FinishAt float64
+	// Start is when the run's wall clock began, for the seconds limit.
+	Start time.Time
+	// Used is what the run has spent so far.
+	Used Usage
+}
+
+// NewRunBudget returns an unspent budget. finishAt must lie strictly
+// between 0 and 1: at 0 the switch to a graceful finish would come only
+// once nothing is left to finish with, and at 1 it would come before the
+// first step.
+func NewRunBudget(l Limits, finishAt float64, start time.Time) (*RunBudget, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if !(finishAt > 0 && finishAt < 1) { // written this way so NaN fails too
+		return nil, fmt.Errorf("budget.finish_at: %v must be a fraction strictly between 0 and 1 (0.2 finishes with a fifth of the budget left)", finishAt)
+	}
+	return &RunBudget{Limits: l, FinishAt: finishAt, Start: start}, nil
+}
+
+// Spend adds u to what the run has used.
+func (r *RunBudget) Spend(u Usage) {
+	r.Used.Steps += u.Steps
+	r.Used.LeafCalls += u.LeafCalls
+	r.Used.Tokens += u.Tokens
+	r.Used.USD += u.USD
+}
+
+// Unlimited is what Remaining reports for a dimension without a limit.
+const Unlimited = -1
+
+// Remaining is what is left of each dimension. A limited dimension never
+// reports less than zero, even when overspent (Used keeps the overspend),
+// so Unlimited (-1) cannot be mistaken for a remainder.
+type Remaining struct {
+	Steps     int
+	LeafCalls int
+	Tokens    int64
+	USD       float64
+	Seconds   float64
+}
+
+// Remaining returns what is left at now.
+func (r *RunBudget) Remaining(now time.Time) Remaining {
+	l, u := r.Limits, r.Used
+	left := Remaining{
+		Steps:     max(l.Steps-u.Steps, 0),
+		LeafCalls: Unlimited,
+		Tokens:    Unlimited,
+		USD:       Unlimited,
+		Seconds:   Unlimited,
+	}
+	if l.LeafCalls > 0 {
+		left.LeafCalls = max(l.LeafCalls-u.LeafCalls, 0)
+	}
+	if l.Tokens > 0 {
+		left.Tokens = max(l.Tokens-u.Tokens, 0)
+	}
+	if l.USD > 0 {
+		left.USD = max(l.USD-u.USD, 0)
+	}
+	if l.Seconds > 0 {
+		left.Seconds = max(l.Seconds-r.elapsed(now), 0)
+	}
+	return left
+}
+
+// elapsed is the run's wall clock in seconds. A now before Start (a clock
+// that disagrees with the one that stamped Start) counts as no time
+// spent rather than as extra time granted.
+func (r *RunBudget) elapsed(now time.Time) float64 {
+	return max(now.Sub(r.Start).Seconds(), 0)
+}
+
+// FractionLeft is the smallest fraction left of any limited dimension:
+// the run is as close to the end as its scarcest resource says. Steps are
+// always limited; the other dimensions count only when they have a limit.
+func (r *RunBudget) FractionLeft(now time.Time) float64 {
+	l, left := r.Limits, r.Remaining(now)
+	frac := float64(left.Steps) / float64(l.Steps)
+	if l.LeafCalls > 0 {
+		frac = min(frac, float64(left.LeafCalls)/float64(l.LeafCalls))
+	}
+	if l.Tokens > 0 {
+		frac = min(frac, float64(left.Tokens)/float64(l.Tokens))
+	}
+	if l.USD > 0 {
+		frac = min(frac, left.USD/l.USD)
+	}
+	if l.Seconds > 0 {
+		frac = min(frac, left.Seconds/l.Seconds)
+	}
+	return frac
+}
+
+// Exhausted names the first dimension with nothing left at now, in the
+// order steps, leaf_calls, tokens, usd, seconds, or returns "". The
+// spending dimensions are Limits.Exhausted's, so both always agree.
+func (r *RunBudget) Exhausted(now time.Time) string {
+	if dim := r.Limits.Exhausted(r.Used); dim != "" {
+		return dim
+	}
+	if r.Limits.Seconds > 0 && r.elapsed(now) >= r.Limits.Seconds {
+		return "seconds"
+	}
+	return ""
+}
+
+// ShouldFinish reports whether the run must stop exploring and spend what
+// is left on a partial answer and a handoff note.
+func (r *RunBudget) ShouldFinish(now time.Time) bool {
+	return r.Exhausted(now) != "" || r.FractionLeft(now) <= r.FinishAt
+}
+
+// Deadline is when the seconds limit runs out, or the zero time when the
+// run has none.
+func (r *RunBudget) Deadline() time.Time {
+	if r.Limits.Seconds <= 0 {
+		return time.Time{}
+	}
+	return r.Start.Add(secondsToDuration(r.Limits.Seconds))
+}
+
+// FinishInstruction is the hard switch the note adds once the run should
+// finish: not "you are running low", which a model reads as advice, but an
+// order to stop and hand over.
+const FinishInstruction = "You are nearly out of budget. Stop exploring. Spend what is left writing the best " +
+	"partial answer you have plus a handoff note saying what is done, what is not, and what you would try next."
+
+// Note is the budget in plain language for the model's context, every
+// turn, so the model can triage instead of being cut off mid-thought:
+//
+//	BUDGET LEFT: 9 steps | 5 leaf calls | 17,300 tokens | 0.34 USD | 89s
+//
+// Only limited dimensions appear. openBreakers, the dependencies whose
+// circuit breakers are open, become a line telling the model not to plan
+// around them; once ShouldFinish, FinishInstruction follows.
+func (r *RunBudget) Note(now time.Time, openBreakers []string) string {
+	l, left := r.Limits, r.Remaining(now)
+	parts := []string{strconv.Itoa(left.Steps) + " steps"}
+	if l.LeafCalls > 0 {
+		parts = append(parts, strconv.Itoa(left.LeafCalls)+" leaf calls")
+	}
+	if l.Tokens > 0 {
+		parts = append(parts, thousands(left.Tokens)+" tokens")
+	}
+	if l.USD > 0 {
+		parts = append(parts, strconv.FormatFloat(left.USD, 'f', 2, 64)+" USD")
+	}
+	if l.Seconds > 0 {
+		parts = append(parts, strconv.FormatFloat(left.Seconds, 'f', 0, 64)+"s")
+	}
+	var b strings.Builder
+	b.WriteString("BUDGET LEFT: ")
+	b.WriteString(strings.Join(parts, " | "))
+
+	// Sorted and deduplicated because callers collect breakers from maps
+	// and from several calls: the note must be the same bytes on replay,
+	// and the same set should read the same way turn after turn.
+	names := slices.DeleteFunc(slices.Clone(openBreakers), func(s string) bool { return s == "" })
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) > 0 {
+		b.WriteString("\nCircuit breakers open: ")
+		b.WriteString(strings.Join(names, ", "))
+		b.WriteString(" (do not plan around them).")
+	}
+	if r.ShouldFinish(now) {
+		b.WriteString("\n")
+		b.WriteString(FinishInstruction)
+	}
+	return b.String()
+}
+
+// thousands renders n with comma separators, as the model reads "17,300"
+// at a glance where "17300" invites miscounting digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	sign := ""
+	if s[0] == '-' {
+		sign, s = "-", s[1:]
+	}
+	var b strings.Builder
+	b.WriteString(sign)
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// secondsToDuration converts configured seconds to a Duration, saturating
+// where a plain conversion would overflow int64 and wrap to a negative
+// (which would turn a generous limit into an immediate deadline).
+func secondsToDuration(s float64) time.Duration {
+	ns := s * float64(time.Second)
+	switch {
+	case math.IsNaN(ns):
+		return 0
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
+	case ns <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(ns)
+}

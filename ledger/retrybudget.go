@@ -1,0 +1,185 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentsaga/agentsaga/budget"
+)
+
+// The fleet's shared retry state lives in Postgres functions (migration
+// 00002_retry_budget.sql), which are the contract for workers in every
+// language. The methods below are thin wrappers: one round trip each, and
+// each atomic in the database.
+
+// EnsureBucket creates the named token bucket full, or reshapes an
+// existing one (its level is settled and capped at the new capacity).
+func (s *Store) EnsureBucket(ctx context.Context, name string, cfg budget.BucketConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("ledger: ensure bucket %s: %w", name, err)
+	}
+	if _, err := s.pool.Exec(ctx, `SELECT agentsaga_bucket_ensure($1, $2, $3, $4)`,
+		name, cfg.Capacity, cfg.RefillPerSecond, cfg.SuccessBonus); err != nil {
+		return fmt.Errorf("ledger: ensure bucket %s: %w", name, err)
+	}
+	return nil
+}
+
+// TakeRetryToken takes one token from the bucket if it holds one after
+// refill, and reports whether it did. It is not idempotent; retry hooks use
+// DecideRetry. A bucket that does not exist grants nothing.
+func (s *Store) TakeRetryToken(ctx context.Context, name string) (bool, error) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_bucket_take($1, 1)`, name).Scan(&ok); err != nil {
+		return false, fmt.Errorf("ledger: take retry token from %s: %w", name, err)
+	}
+	return ok, nil
+}
+
+// BucketLevel returns the bucket's level now, refill included.
+func (s *Store) BucketLevel(ctx context.Context, name string) (float64, error) {
+	var level *float64
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_bucket_level($1)`, name).Scan(&level); err != nil {
+		return 0, fmt.Errorf("ledger: level of bucket %s: %w", name, err)
+	}
+	if level == nil {
+		return 0, fmt.Errorf("ledger: level of bucket %s: %w", name, ErrNotFound)
+	}
+	return *level, nil
+}
+
+// DepositToBucket puts amount tokens back, capped at capacity, and returns
+// the new level.
+func (s *Store) DepositToBucket(ctx context.Context, name string, amount float64) (float64, error) {
+	if amount < 0 {
+		return 0, fmt.Errorf("ledger: deposit to bucket %s: amount %v must not be negative", name, amount)
+	}
+	var level *float64
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_bucket_deposit($1, $2)`, name, amount).Scan(&level); err != nil {
+		return 0, fmt.Errorf("ledger: deposit to bucket %s: %w", name, err)
+	}
+	if level == nil {
+		return 0, fmt.Errorf("ledger: deposit to bucket %s: %w", name, ErrNotFound)
+	}
+	return *level, nil
+}
+
+// RetryRequest is one retry to pay for, after a retryable failure.
+type RetryRequest struct {
+	// ChargeKey makes the payment idempotent: workflow ID, activity ID and
+	// attempt. The same key again returns the first decision.
+	ChargeKey  string
+	WorkflowID string
+	// Tool is the per-tool cap's key; ToolCap the run's retries of it.
+	Tool    string
+	ToolCap int
+	// RunAllowance is how many retries the whole run may take so far.
+	RunAllowance float64
+	// Bucket is the fleet bucket (it must exist); Dependency the breaker
+	// (empty skips it).
+	Bucket, Dependency string
+}
+
+// DecideRetry pays for a retry atomically: the per-tool cap, the run's
+// allowance, the dependency's breaker and the fleet bucket, in that order.
+// It returns budget.Granted or the budget.Deny* constant of the budget that
+// said no; only a grant charges anything.
+func (s *Store) DecideRetry(ctx context.Context, req RetryRequest) (string, error) {
+	var decision *string
+	err := s.pool.QueryRow(ctx, `SELECT agentsaga_retry_decide($1, $2, $3, $4, $5, $6, $7)`,
+		req.ChargeKey, req.WorkflowID, req.Tool, req.ToolCap, req.RunAllowance, req.Bucket, req.Dependency).Scan(&decision)
+	if err != nil {
+		return "", fmt.Errorf("ledger: decide retry %s: %w", req.ChargeKey, err)
+	}
+	if decision == nil {
+		return "", fmt.Errorf("ledger: decide retry %s: no decision stored", req.ChargeKey)
+	}
+	return *decision, nil
+}
+
+// RecordSuccess reports a successful attempt once per charge key: it
+// deposits bonus into the bucket (an empty bucket name skips it) and tells
+// the dependency's breaker, as its probe when probe is true.
+func (s *Store) RecordSuccess(ctx context.Context, chargeKey, bucket string, bonus float64, dependency string, probe bool) error {
+	if bonus < 0 {
+		return fmt.Errorf("ledger: record success %s: bonus %v must not be negative", chargeKey, bonus)
+	}
+	if _, err := s.pool.Exec(ctx, `SELECT agentsaga_record_success($1, $2, $3, $4, $5)`,
+		chargeKey, bucket, bonus, dependency, probe); err != nil {
+		return fmt.Errorf("ledger: record success %s: %w", chargeKey, err)
+	}
+	return nil
+}
+
+// BreakerProbe is BreakerAllow's answer, besides budget.BreakerClosed and
+// budget.BreakerOpen, when the call may go out as the half-open breaker's
+// one probe.
+const BreakerProbe = "probe"
+
+// BreakerAllow asks the dependency's breaker whether a call may go out:
+// "closed", "probe" (this call is the one probe; report it with probe
+// true) or "open".
+func (s *Store) BreakerAllow(ctx context.Context, dependency string, cfg budget.BreakerConfig) (string, error) {
+	if err := cfg.Validate(); err != nil {
+		return "", fmt.Errorf("ledger: breaker allow %s: %w", dependency, err)
+	}
+	var state string
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_breaker_allow($1, $2)`,
+		dependency, float64(cfg.Cooldown.Microseconds())/1000).Scan(&state); err != nil {
+		return "", fmt.Errorf("ledger: breaker allow %s: %w", dependency, err)
+	}
+	return state, nil
+}
+
+// BreakerRecord reports a call's outcome to the dependency's breaker and
+// returns its new state (budget.BreakerClosed, BreakerOpen or
+// BreakerHalfOpen).
+func (s *Store) BreakerRecord(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (string, error) {
+	if err := cfg.Validate(); err != nil {
+		return "", fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
+	}
+	var state string
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_breaker_record($1, $2, $3, $4, $5)`,
+		dependency, success, probe, cfg.Threshold, float64(cfg.Window.Microseconds())/1000).Scan(&state); err != nil {
+		return "", fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
+	}
+	return state, nil
+}
+
+// RetryCounters is what a run has spent on retries.
+type RetryCounters struct {
+	Retries     int            `json:"retries"`
+	ToolRetries map[string]int `json:"tool_retries"`
+}
+
+// RunRetryCounters returns the run's retries, in total and per tool; the
+// zero value when it has none.
+func (s *Store) RunRetryCounters(ctx context.Context, workflowID string) (RetryCounters, error) {
+	var c RetryCounters
+	err := s.pool.QueryRow(ctx, `SELECT retries, tool_retries FROM run_retry_counters WHERE workflow_id = $1`,
+		workflowID).Scan(&c.Retries, &c.ToolRetries)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return RetryCounters{}, nil
+	}
+	if err != nil {
+		return RetryCounters{}, fmt.Errorf("ledger: retry counters of %s: %w", workflowID, err)
+	}
+	return c, nil
+}
+
+// OpenBreakers lists the dependencies whose breaker is open or half-open.
+func (s *Store) OpenBreakers(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT dependency FROM circuit_breakers WHERE state IN ('open', 'half-open') ORDER BY dependency`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open breakers: %w", err)
+	}
+	deps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open breakers: %w", err)
+	}
+	return deps, nil
+}

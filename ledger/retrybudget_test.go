@@ -1,0 +1,505 @@
+package ledger_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// openWorkers opens k ledger stores (k separate pgx pools, as k workers
+// would) on one fresh database.
+func openWorkers(t testing.TB, k int) []*ledger.Store {
+	t.Helper()
+	url := ledgertest.NewDatabase(t)
+	stores := make([]*ledger.Store, k)
+	for i := range stores {
+		store, err := ledger.Open(context.Background(), url)
+		require.NoError(t, err)
+		t.Cleanup(store.Close)
+		stores[i] = store
+	}
+	return stores
+}
+
+func TestBucketTakeDepositLevel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 5}))
+	for i := range 5 {
+		ok, err := store.TakeRetryToken(ctx, "fleet")
+		require.NoError(t, err)
+		require.True(t, ok, "take %d of a full bucket of 5", i+1)
+	}
+	ok, err := store.TakeRetryToken(ctx, "fleet")
+	require.NoError(t, err)
+	assert.False(t, ok, "the sixth take of a bucket of 5 without refill")
+	level, err := store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 0, level, 1e-9)
+
+	level, err = store.DepositToBucket(ctx, "fleet", 1.5)
+	require.NoError(t, err)
+	assert.InDelta(t, 1.5, level, 1e-9)
+	ok, err = store.TakeRetryToken(ctx, "fleet")
+	require.NoError(t, err)
+	assert.True(t, ok)
+	ok, err = store.TakeRetryToken(ctx, "fleet")
+	require.NoError(t, err)
+	assert.False(t, ok, "half a token is not a token")
+
+	level, err = store.DepositToBucket(ctx, "fleet", 100)
+	require.NoError(t, err)
+	assert.InDelta(t, 5, level, 1e-9, "deposits are capped at capacity")
+
+	// Ensuring again with a smaller capacity caps the level.
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 3}))
+	level, err = store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 3, level, 1e-9)
+
+	// A bucket that does not exist grants nothing and has no level.
+	ok, err = store.TakeRetryToken(ctx, "nope")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	_, err = store.BucketLevel(ctx, "nope")
+	assert.ErrorIs(t, err, ledger.ErrNotFound)
+	_, err = store.DepositToBucket(ctx, "nope", 1)
+	assert.ErrorIs(t, err, ledger.ErrNotFound)
+
+	// Bad shapes and amounts are refused before the database.
+	assert.Error(t, store.EnsureBucket(ctx, "zero", budget.BucketConfig{Capacity: 0}))
+	_, err = store.DepositToBucket(ctx, "fleet", -1)
+	assert.Error(t, err)
+}
+
+func TestBucketRefillsOverRealTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	const refill = 50.0
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 10, RefillPerSecond: refill}))
+
+	drain := func() int {
+		n := 0
+		for {
+			ok, err := store.TakeRetryToken(ctx, "fleet")
+			require.NoError(t, err)
+			if !ok {
+				return n
+			}
+			n++
+		}
+	}
+	require.GreaterOrEqual(t, drain(), 10)
+
+	start := time.Now() // the bucket held less than one token at start
+	time.Sleep(100 * time.Millisecond)
+	level, err := store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	got := drain()
+	elapsed := time.Since(start).Seconds()
+
+	assert.GreaterOrEqual(t, level, refill*0.1-0.5, "100ms at 50/s refills about 5")
+	assert.GreaterOrEqual(t, got, 4)
+	assert.LessOrEqual(t, float64(got), 1+refill*elapsed, "no more than the refill over %.3fs", elapsed)
+	t.Logf("refilled level after 100ms: %.2f; takes: %d in %.3fs", level, got, elapsed)
+}
+
+func TestBucketNeverOverAdmitsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const capacity, k, g = 200, 4, 16
+	stores := openWorkers(t, k)
+	require.NoError(t, stores[0].EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: capacity}))
+
+	var grants atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, k*g)
+	for w := range k {
+		for range g {
+			wg.Go(func() {
+				for {
+					ok, err := stores[w].TakeRetryToken(ctx, "fleet")
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !ok {
+						return
+					}
+					grants.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, capacity, grants.Load(), "%d workers x %d goroutines must grant exactly the capacity", k, g)
+}
+
+func TestBucketWithRefillNeverOverAdmits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const capacity, refill, k, g = 50.0, 100.0, 4, 8
+	stores := openWorkers(t, k)
+
+	start := time.Now()
+	require.NoError(t, stores[0].EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: capacity, RefillPerSecond: refill}))
+	deadline := start.Add(time.Second)
+	var grants, denials atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, k*g)
+	for w := range k {
+		for range g {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					ok, err := stores[w].TakeRetryToken(ctx, "fleet")
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						grants.Add(1)
+					} else {
+						denials.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	bound := capacity + refill*elapsed + 1e-6
+	t.Logf("grants %d, denials %d in %.3fs; bound %.2f", grants.Load(), denials.Load(), elapsed, bound)
+	assert.GreaterOrEqual(t, float64(grants.Load()), capacity, "the full bucket is granted")
+	assert.LessOrEqual(t, float64(grants.Load()), bound, "grants must not exceed capacity + refill x elapsed")
+	assert.Positive(t, denials.Load(), "the load must have emptied the bucket")
+}
+
+func retryReq(key, tool string, toolCap int, allowance float64) ledger.RetryRequest {
+	return ledger.RetryRequest{
+		ChargeKey: "wf-1/" + key, WorkflowID: "wf-1", Tool: tool, ToolCap: toolCap,
+		RunAllowance: allowance, Bucket: "fleet", Dependency: "openai",
+	}
+}
+
+func TestDecideRetryOrderOfDenials(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 10}))
+
+	decide := func(req ledger.RetryRequest) string {
+		t.Helper()
+		d, err := store.DecideRetry(ctx, req)
+		require.NoError(t, err)
+		return d
+	}
+	assert.Equal(t, budget.Granted, decide(retryReq("1/1", "search", 2, 3)))
+	assert.Equal(t, budget.Granted, decide(retryReq("1/2", "search", 2, 3)))
+	// Both the tool cap (2 of 2) and the run ratio (2 of 2) are spent: the
+	// tool cap is consulted first.
+	assert.Equal(t, budget.DenyToolCap, decide(retryReq("1/3", "search", 2, 2)))
+	// Another tool still has its cap but the run's allowance is spent.
+	assert.Equal(t, budget.DenyRunRatio, decide(retryReq("2/1", "fetch", 5, 2)))
+	assert.Equal(t, budget.Granted, decide(retryReq("2/2", "fetch", 5, 3)))
+
+	// Open the breaker: the run ratio is still consulted before it.
+	cfg := budget.BreakerConfig{Threshold: 1, Window: time.Minute, Cooldown: time.Hour}
+	state, err := store.BreakerRecord(ctx, "openai", false, false, cfg)
+	require.NoError(t, err)
+	require.Equal(t, budget.BreakerOpen, state)
+	assert.Equal(t, budget.DenyRunRatio, decide(retryReq("2/3", "fetch", 5, 3)))
+	assert.Equal(t, budget.DenyCircuitOpen, decide(retryReq("2/4", "fetch", 5, 10)))
+	other := retryReq("3/1", "fetch", 5, 10)
+	other.Dependency = "anthropic"
+	assert.Equal(t, budget.Granted, decide(other), "another dependency's breaker is closed")
+
+	counters, err := store.RunRetryCounters(ctx, "wf-1")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RetryCounters{Retries: 4, ToolRetries: map[string]int{"search": 2, "fetch": 2}}, counters)
+	level, err := store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 6, level, 1e-9, "only grants take tokens")
+
+	none, err := store.RunRetryCounters(ctx, "wf-none")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RetryCounters{}, none)
+}
+
+func TestDecideRetryEmptyBucketChargesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 1}))
+
+	d, err := store.DecideRetry(ctx, retryReq("1/1", "search", 5, 5))
+	require.NoError(t, err)
+	assert.Equal(t, budget.Granted, d)
+	d, err = store.DecideRetry(ctx, retryReq("1/2", "search", 5, 5))
+	require.NoError(t, err)
+	assert.Equal(t, budget.DenyFleetBucket, d)
+
+	counters, err := store.RunRetryCounters(ctx, "wf-1")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RetryCounters{Retries: 1, ToolRetries: map[string]int{"search": 1}}, counters,
+		"a denied retry charges the run nothing")
+
+	// The denial is the key's answer even after the bucket refills.
+	_, err = store.DepositToBucket(ctx, "fleet", 1)
+	require.NoError(t, err)
+	d, err = store.DecideRetry(ctx, retryReq("1/2", "search", 5, 5))
+	require.NoError(t, err)
+	assert.Equal(t, budget.DenyFleetBucket, d)
+	level, err := store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 1, level, 1e-9)
+
+	// A bucket that does not exist is an error, not a silent denial.
+	missing := retryReq("1/3", "search", 5, 5)
+	missing.Bucket = "nope"
+	_, err = store.DecideRetry(ctx, missing)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "wf-1/1/3")
+	assert.Contains(t, err.Error(), "does not exist")
+}
+
+func TestDecideRetryIsIdempotentPerChargeKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 10}))
+
+	first, err := store.DecideRetry(ctx, retryReq("1/1", "search", 5, 5))
+	require.NoError(t, err)
+	again, err := store.DecideRetry(ctx, retryReq("1/1", "search", 5, 5))
+	require.NoError(t, err)
+	assert.Equal(t, budget.Granted, first)
+	assert.Equal(t, first, again)
+
+	// Twenty concurrent deliveries of another attempt pay once.
+	var wg sync.WaitGroup
+	decisions := make([]string, 20)
+	errs := make([]error, 20)
+	for i := range decisions {
+		wg.Go(func() { decisions[i], errs[i] = store.DecideRetry(ctx, retryReq("1/2", "search", 5, 5)) })
+	}
+	wg.Wait()
+	for i := range decisions {
+		require.NoError(t, errs[i])
+		assert.Equal(t, budget.Granted, decisions[i])
+	}
+
+	counters, err := store.RunRetryCounters(ctx, "wf-1")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RetryCounters{Retries: 2, ToolRetries: map[string]int{"search": 2}}, counters)
+	level, err := store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 8, level, 1e-9, "each charge key takes one token once")
+
+	// A denial is replayed too, even when a later request would be granted.
+	denied, err := store.DecideRetry(ctx, retryReq("1/3", "search", 2, 5))
+	require.NoError(t, err)
+	require.Equal(t, budget.DenyToolCap, denied)
+	replay, err := store.DecideRetry(ctx, retryReq("1/3", "search", 5, 5))
+	require.NoError(t, err)
+	assert.Equal(t, budget.DenyToolCap, replay, "the first delivery's answer stands")
+}
+
+func TestBreakerOpensProbesAndCloses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	cfg := budget.BreakerConfig{Threshold: 3, Window: time.Minute, Cooldown: 300 * time.Millisecond}
+
+	state, err := store.BreakerAllow(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerClosed, state, "an unknown dependency's breaker is closed")
+
+	for i := range 2 {
+		state, err := store.BreakerRecord(ctx, "openai", false, false, cfg)
+		require.NoError(t, err)
+		assert.Equal(t, budget.BreakerClosed, state, "failure %d of 3", i+1)
+	}
+	state, err = store.BreakerRecord(ctx, "openai", true, false, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerClosed, state)
+	state, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, state, "the third failure within the window opens it")
+
+	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, state)
+	open, err := store.OpenBreakers(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"openai"}, open)
+
+	// After the cooldown exactly one of twenty concurrent callers probes.
+	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
+	probes := concurrentAllows(t, store, "openai", cfg, 20)
+	assert.Equal(t, map[string]int{ledger.BreakerProbe: 1, budget.BreakerOpen: 19}, probes)
+	open, err = store.OpenBreakers(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"openai"}, open, "half-open counts as open")
+
+	// An outcome that is not the probe's changes nothing.
+	state, err = store.BreakerRecord(ctx, "openai", true, false, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerHalfOpen, state)
+
+	// The probe fails: open for another cooldown.
+	state, err = store.BreakerRecord(ctx, "openai", false, true, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, state)
+	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, state)
+
+	// The next probe succeeds: closed.
+	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
+	probes = concurrentAllows(t, store, "openai", cfg, 20)
+	assert.Equal(t, map[string]int{ledger.BreakerProbe: 1, budget.BreakerOpen: 19}, probes)
+	state, err = store.BreakerRecord(ctx, "openai", true, true, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerClosed, state)
+	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerClosed, state)
+	open, err = store.OpenBreakers(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, open)
+
+	// Closing reset the count: it takes three failures again.
+	for range 2 {
+		state, err := store.BreakerRecord(ctx, "openai", false, false, cfg)
+		require.NoError(t, err)
+		assert.Equal(t, budget.BreakerClosed, state)
+	}
+}
+
+func concurrentAllows(t *testing.T, store *ledger.Store, dependency string, cfg budget.BreakerConfig, n int) map[string]int {
+	t.Helper()
+	states := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { states[i], errs[i] = store.BreakerAllow(context.Background(), dependency, cfg) })
+	}
+	wg.Wait()
+	counts := map[string]int{}
+	for i := range n {
+		require.NoError(t, errs[i])
+		counts[states[i]]++
+	}
+	return counts
+}
+
+func TestBreakerWindowAndLostProbe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	cfg := budget.BreakerConfig{Threshold: 2, Window: 150 * time.Millisecond, Cooldown: 200 * time.Millisecond}
+
+	state, err := store.BreakerRecord(ctx, "db", false, false, cfg)
+	require.NoError(t, err)
+	require.Equal(t, budget.BreakerClosed, state)
+	time.Sleep(cfg.Window + 50*time.Millisecond)
+	state, err = store.BreakerRecord(ctx, "db", false, false, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerClosed, state, "a failure outside the window starts a new one")
+	state, err = store.BreakerRecord(ctx, "db", false, false, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, state)
+
+	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
+	state, err = store.BreakerAllow(ctx, "db", cfg)
+	require.NoError(t, err)
+	require.Equal(t, ledger.BreakerProbe, state)
+	state, err = store.BreakerAllow(ctx, "db", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, state, "the probe is in flight")
+
+	// The probe's worker died: after another cooldown the probe is re-armed.
+	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
+	state, err = store.BreakerAllow(ctx, "db", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.BreakerProbe, state)
+
+	_, err = store.BreakerAllow(ctx, "db", budget.BreakerConfig{})
+	assert.Error(t, err, "an invalid breaker config is refused")
+}
+
+func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 2, SuccessBonus: 0.5}))
+	for range 2 {
+		ok, err := store.TakeRetryToken(ctx, "fleet")
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+
+	for range 3 {
+		require.NoError(t, store.RecordSuccess(ctx, "wf-1/1/1", "fleet", 0.5, "openai", false))
+	}
+	level, err := store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 0.5, level, 1e-9, "one deposit per charge key")
+
+	// A withdrawal and a deposit under one key are separate charges.
+	d, err := store.DecideRetry(ctx, ledger.RetryRequest{ChargeKey: "wf-1/2/1", WorkflowID: "wf-1", Tool: "t",
+		ToolCap: 5, RunAllowance: 5, Bucket: "fleet", Dependency: "openai"})
+	require.NoError(t, err)
+	assert.Equal(t, budget.DenyFleetBucket, d)
+	require.NoError(t, store.RecordSuccess(ctx, "wf-1/2/1", "fleet", 0.5, "openai", false))
+	level, err = store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 1, level, 1e-9)
+
+	// Concurrent deliveries of one success deposit once.
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Go(func() { errs[i] = store.RecordSuccess(ctx, "wf-1/3/1", "fleet", 0.5, "", false) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	level, err = store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	assert.InDelta(t, 1.5, level, 1e-9)
+
+	// A probe's success closes its breaker.
+	cfg := budget.BreakerConfig{Threshold: 1, Window: time.Minute, Cooldown: 100 * time.Millisecond}
+	_, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
+	require.NoError(t, err)
+	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
+	state, err := store.BreakerAllow(ctx, "openai", cfg)
+	require.NoError(t, err)
+	require.Equal(t, ledger.BreakerProbe, state)
+	require.NoError(t, store.RecordSuccess(ctx, "wf-1/4/1", "fleet", 0, "openai", true))
+	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerClosed, state)
+}

@@ -9,7 +9,7 @@ export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disa
 DEMO_FLAGS ?= --exit
 TEST_FLAGS ?= -race -timeout 20m
 
-.PHONY: build demo dev test postgres migrate vet clean
+.PHONY: build demo dev test postgres migrate vet clean bench
 
 build:
 	$(GO) build -o bin/agentsaga ./cmd/agentsaga
@@ -38,3 +38,7 @@ vet:
 
 clean:
 	rm -rf bin .dev
+
+# Benchmarks print their own figures; they are not part of `make test`.
+bench: postgres
+	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/

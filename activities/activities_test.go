@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -156,4 +157,31 @@ func TestGoToolAndLeafCalls(t *testing.T) {
 	require.Len(t, leaves, 1)
 	assert.Equal(t, "ok", leaves[0].Outcome)
 	assert.Equal(t, int32(1), calls.Load())
+}
+
+// A 200 whose body means "no" is a refusal: stored, never retried.
+func TestCallToolRefusalIsNeverRetried(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		fmt.Fprint(w, `{"status":"declined","reason":"insufficient funds"}`)
+	}))
+	defer ts.Close()
+	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
+	tool := activities.ToolSpec{Name: "charge", Kind: activities.ToolKindHTTP, URL: ts.URL,
+		Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
+	require.NoError(t, tool.Validate())
+	for range 2 {
+		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{"amount": 5}`})
+		var appErr *temporal.ApplicationError
+		require.True(t, errors.As(err, &appErr))
+		assert.True(t, appErr.NonRetryable())
+		assert.Contains(t, appErr.Message(), `refused: field status = "declined"`)
+	}
+	assert.Equal(t, int32(1), calls.Load(), "the refusal is stored; the second attempt gets it from the ledger")
+	actions, err := acts.Ledger.ListActions(context.Background(), "default-test-workflow-id")
+	require.NoError(t, err)
+	require.Len(t, actions, 1)
+	assert.Equal(t, "rejected", actions[0].Status)
 }

@@ -92,6 +92,15 @@ tools:
 	assert.Equal(t, []string{"Bearer sk-test-secret-123", "Bearer sk-test-secret-123"}, *auth)
 	assert.Equal(t, "test-model", (*requests)[0]["model"])
 
+	// The run's counters answer the budget query.
+	value, err := temporalClient.QueryWorkflow(ctx, "openai-run", "", workflows.QueryBudget)
+	require.NoError(t, err)
+	var view workflows.BudgetView
+	require.NoError(t, value.Get(&view))
+	assert.Equal(t, 2, view.Used.Steps)
+	assert.Equal(t, 3, view.Used.LeafCalls, "two model calls and one tool call")
+	assert.Equal(t, 3, view.Retries.Calls)
+
 	// The key was read on the worker; it is nowhere in the run's history.
 	// The proto text form prints payload bytes as text, so the goal (a
 	// positive control) must be found where a key would be.

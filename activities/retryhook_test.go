@@ -1,0 +1,131 @@
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// fakeRetryStore answers the hook's questions from fixed values and counts
+// what it was asked.
+type fakeRetryStore struct {
+	breaker   string
+	decision  string
+	err       error
+	decisions atomic.Int32
+	successes atomic.Int32
+	failures  atomic.Int32
+}
+
+func (f *fakeRetryStore) DecideRetry(context.Context, ledger.RetryRequest) (string, error) {
+	f.decisions.Add(1)
+	return f.decision, f.err
+}
+func (f *fakeRetryStore) RecordSuccess(context.Context, string, string, float64, string, bool) error {
+	f.successes.Add(1)
+	return nil
+}
+func (f *fakeRetryStore) BreakerAllow(context.Context, string, budget.BreakerConfig) (string, error) {
+	return f.breaker, nil
+}
+func (f *fakeRetryStore) BreakerRecord(context.Context, string, bool, bool, budget.BreakerConfig) (string, error) {
+	f.failures.Add(1)
+	return f.breaker, nil
+}
+
+func TestRetryHookPaysOrDeniesByName(t *testing.T) {
+	t.Parallel()
+	statuses := map[string]int{"/down": http.StatusServiceUnavailable, "/bad": http.StatusBadRequest, "/ok": http.StatusOK}
+	requests := map[string]*atomic.Int32{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests[r.URL.Query().Get("case")].Add(1)
+		w.WriteHeader(statuses[r.URL.Path])
+	}))
+	t.Cleanup(ts.Close) // after the parallel subtests, not when this function returns
+
+	plan := activities.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+		BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}
+	cases := []struct {
+		name, path  string
+		store       *fakeRetryStore
+		plan        func(*activities.RetryPlan)
+		wantType    string
+		retryable   bool
+		wantCalls   int32
+		wantPayment int32
+	}{
+		{name: "granted", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
+			wantType: activities.ErrTypeHTTP, retryable: true, wantCalls: 1, wantPayment: 1},
+		{name: "fleet bucket empty", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.DenyFleetBucket},
+			wantType: budget.DenyFleetBucket, wantCalls: 1, wantPayment: 1},
+		{name: "run ratio spent", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.DenyRunRatio},
+			wantType: budget.DenyRunRatio, wantCalls: 1, wantPayment: 1},
+		{name: "per-call cap", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
+			plan: func(p *activities.RetryPlan) { p.MaxAttempts = 1 }, wantType: budget.DenyCallAttempts, wantCalls: 1},
+		{name: "deadline", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
+			plan: func(p *activities.RetryPlan) { p.Deadline = time.Now().Add(-time.Second) }, wantType: budget.DenyDeadline, wantCalls: 1},
+		{name: "breaker open: not called", path: "/down", store: &fakeRetryStore{breaker: "open"},
+			wantType: budget.DenyCircuitOpen, wantCalls: 0},
+		{name: "400 is not paid for", path: "/bad", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
+			wantType: activities.ErrTypeHTTP, wantCalls: 1},
+		{name: "ledger down", path: "/down", store: &fakeRetryStore{breaker: "closed", err: errors.New("connection refused")},
+			wantType: activities.ErrTypeLedgerUnavailable, retryable: true, wantCalls: 1, wantPayment: 1},
+	}
+	for _, tc := range cases {
+		requests[tc.name] = &atomic.Int32{}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// Each subtest gets its own ledger: the test environment gives
+			// every activity the same ID, so they would share one key.
+			t.Parallel()
+			store := ledgertest.NewStore(t)
+			p := plan
+			if tc.plan != nil {
+				tc.plan(&p)
+			}
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestActivityEnvironment()
+			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+				activities.NewRetryHook(tc.store, activities.RetryHookConfig{Bucket: "fleet"}),
+			}})
+			acts := &activities.Activities{Ledger: store}
+			env.RegisterActivity(acts)
+			_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
+				Tool: activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: ts.URL + tc.path + "?case=" + url.QueryEscape(tc.name)}, Arguments: `{}`, Retry: p})
+			var appErr *temporal.ApplicationError
+			require.True(t, errors.As(err, &appErr), "%v", err)
+			assert.Equal(t, tc.wantType, appErr.Type())
+			assert.Equal(t, tc.retryable, !appErr.NonRetryable())
+			assert.Equal(t, tc.wantCalls, requests[tc.name].Load(), "requests downstream")
+			assert.Equal(t, tc.wantPayment, tc.store.decisions.Load(), "payments asked of the ledger")
+			var failure activities.CallFailure
+			require.NoError(t, appErr.Details(&failure))
+			assert.Equal(t, 1, failure.Attempt)
+			if tc.retryable {
+				assert.Greater(t, appErr.NextRetryDelay(), time.Duration(0))
+				assert.Less(t, appErr.NextRetryDelay(), 500*time.Millisecond, "full jitter under base*2^0 for the first retry")
+			} else if tc.wantType != activities.ErrTypeHTTP {
+				assert.Equal(t, tc.wantType, failure.Denial)
+				assert.Contains(t, appErr.Message(), "retry denied")
+			}
+		})
+	}
+}

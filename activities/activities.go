@@ -34,6 +34,8 @@ const (
 	ErrTypeTransient        = "Transient"
 	ErrTypeModelConfig      = "ModelConfig"
 	ErrTypeRefusal          = "Refusal"
+	ErrTypePermission       = "PermissionDenied" // HTTP 401 or 403
+	ErrTypeNotFound         = "NotFound"         // HTTP 404 or 410: for a compensation, nothing to undo
 )
 
 // Activities are the worker's activity implementations. Register a pointer
@@ -61,6 +63,8 @@ type ToolCallRequest struct {
 	Tool      ToolSpec  `json:"tool"`
 	Arguments string    `json:"arguments"`
 	Retry     RetryPlan `json:"retry"`
+	// Compensation is registered in the ledger before the tool is called.
+	Compensation *ledger.CompensationRequest `json:"compensation,omitempty"`
 }
 
 // ToolResult is what a tool call produced.
@@ -147,7 +151,7 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 	key := IdempotencyKey(ctx)
 	claim, err := a.claim(ctx, ledger.ActionRequest{
 		Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
-		Tool: req.Tool.Name, Arguments: req.Arguments,
+		Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation,
 	}, leaseUntil(info.Deadline))
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
@@ -163,6 +167,8 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 
 	var output string
 	callErr := a.leafCall(ctx, ledger.LeafTool, req.Tool.Name, func() error {
+		stop := heartbeat(ctx, info.HeartbeatTimeout)
+		defer stop()
 		var err error
 		output, err = run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline})
 		return err
@@ -229,6 +235,31 @@ func storedOutcome(action ledger.Action, attempt int) (ToolResult, error) {
 	return ToolResult{Output: action.Result, Replayed: true, Attempt: attempt}, nil
 }
 
+// heartbeat records a heartbeat at a third of timeout while a tool runs, so
+// a lost worker is noticed within the heartbeat timeout and a cancelled
+// run's cancellation reaches the call's context. It returns the stop func.
+func heartbeat(ctx context.Context, timeout time.Duration) func() {
+	if timeout <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		ticker := time.NewTicker(max(timeout/3, 100*time.Millisecond))
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // claim takes the key, waiting while another attempt holds it: a duplicate
 // delivery should not spend one of the call's attempts. It gives up, with
 // ErrInFlight, when this attempt's own context ends.
@@ -283,7 +314,14 @@ func toActivityError(err error) error {
 	var httpErr *HTTPError
 	if errors.As(err, &httpErr) {
 		if budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry) != budget.Retryable {
-			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeHTTP, nil, httpErr.StatusCode)
+			errType := ErrTypeHTTP
+			switch httpErr.StatusCode {
+			case http.StatusUnauthorized, http.StatusForbidden:
+				errType = ErrTypePermission
+			case http.StatusNotFound, http.StatusGone:
+				errType = ErrTypeNotFound
+			}
+			return temporal.NewNonRetryableApplicationError(err.Error(), errType, nil, httpErr.StatusCode)
 		}
 		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeHTTP, temporal.ApplicationErrorOptions{
 			NextRetryDelay: httpErr.RetryAfter, Details: []any{httpErr.StatusCode},
@@ -302,4 +340,34 @@ func (a *Activities) RecordRunStart(ctx context.Context, run ledger.Run) error {
 // RecordRunFinish writes how the run ended.
 func (a *Activities) RecordRunFinish(ctx context.Context, finish RunFinish) error {
 	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
+}
+
+// CompensationStack reads the run's saga stack, newest first.
+func (a *Activities) CompensationStack(ctx context.Context, workflowID string) ([]ledger.Compensation, error) {
+	return a.Ledger.CompensationStack(ctx, workflowID)
+}
+
+// Settlement is the input of SettleCompensation.
+type Settlement struct {
+	ForwardKey string `json:"forward_key"`
+	Status     string `json:"status"`
+	Error      string `json:"error,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// SettleCompensation records what became of one compensation.
+func (a *Activities) SettleCompensation(ctx context.Context, s Settlement) error {
+	return a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason)
+}
+
+// RunStatus is the input of SetRunStatus.
+type RunStatus struct {
+	WorkflowID string `json:"workflow_id"`
+	Status     string `json:"status"`
+	Detail     string `json:"detail"`
+}
+
+// SetRunStatus records a status the run passes through while it waits.
+func (a *Activities) SetRunStatus(ctx context.Context, s RunStatus) error {
+	return a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail)
 }

@@ -48,6 +48,18 @@ type ToolSpec struct {
 	// succeeded, such as {field: status, equals: declined}. A refusal is
 	// never retried.
 	Refusal budget.RefusalRules `json:"refusal,omitempty"`
+	// Compensate names the tool that undoes this one, with its arguments
+	// as a template: {{args.x}} and {{result.x}} are the forward call's
+	// argument and result fields, {{key}} its idempotency key.
+	Compensate *CompensationSpec `json:"compensate,omitempty"`
+	// Irreversible marks a tool whose effect cannot be undone (an email).
+	Irreversible bool `json:"irreversible,omitempty"`
+}
+
+// CompensationSpec is a tool's compensating action.
+type CompensationSpec struct {
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -88,6 +100,18 @@ func (t ToolSpec) Validate() error {
 	}
 	if _, err := t.refusals(); err != nil {
 		return err
+	}
+	if t.Compensate != nil {
+		if t.Irreversible {
+			return fmt.Errorf("tool %s: declares both compensate and irreversible", t.Name)
+		}
+		if t.Compensate.Tool == "" {
+			return fmt.Errorf("tool %s: compensate.tool is missing", t.Name)
+		}
+		var object map[string]any
+		if len(t.Compensate.Arguments) > 0 && json.Unmarshal(t.Compensate.Arguments, &object) != nil {
+			return fmt.Errorf("tool %s: compensate.arguments must be a JSON object", t.Name)
+		}
 	}
 	return nil
 }

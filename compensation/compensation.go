@@ -1,11 +1,23 @@
 // Package compensation owns the saga: pairing each forward action with the
-// action that undoes it, registering that pair in the ledger before the
-// forward action runs, and walking a failed run's stack backwards on a
-// disconnected context. This first form fixes how a compensation is keyed;
-// the walk builds on the ledger's actions.compensation_id link.
+// action that undoes it (the pairing is registered in the ledger in the
+// same statement that claims the forward action, before it is attempted),
+// filling the compensation's arguments from what the forward call sent and
+// got back, and walking a failed run's stack backwards on a disconnected
+// context, so cancellation cannot stop it. A compensation that still fails
+// is handed to a human; the run never ends half-changed without saying so.
 package compensation
 
-import "strings"
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/ledger"
+)
 
 const suffix = "/compensate"
 
@@ -14,8 +26,200 @@ const suffix = "/compensate"
 // every worker names the same compensation.
 func Key(forwardKey string) string { return forwardKey + suffix }
 
+// ActivityID is the activity ID of the compensation of the forward call
+// with activity ID forward; with the workflow ID it makes Key.
+func ActivityID(forward string) string { return forward + suffix }
+
 // ForwardKey returns the forward action's key for a compensation key, and
 // false when key is not a compensation key.
 func ForwardKey(key string) (string, bool) {
 	return strings.CutSuffix(key, suffix)
+}
+
+var placeholder = regexp.MustCompile(`^\{\{\s*(key|args|result)((?:\.[^.\s}]+)*)\s*\}\}$`)
+
+// Resolve fills a compensation's argument template from its forward call.
+// A string value that is exactly {{args.a.b}}, {{result.a.b}} or {{key}}
+// becomes that value, keeping its JSON type; anything else is literal. A
+// result field that does not exist (the forward call timed out, so there
+// is no result) becomes null: a compensation must then find what to undo
+// by {{key}}, or answer that there is nothing to undo.
+func Resolve(template, forwardArgs, forwardResult, forwardKey string) (string, error) {
+	if strings.TrimSpace(template) == "" {
+		template = "{}"
+	}
+	var tmpl any
+	if err := json.Unmarshal([]byte(template), &tmpl); err != nil {
+		return "", fmt.Errorf("compensation: arguments template is not JSON: %w", err)
+	}
+	var args, result any
+	_ = json.Unmarshal([]byte(forwardArgs), &args)
+	if err := json.Unmarshal([]byte(forwardResult), &result); err != nil && forwardResult != "" {
+		result = forwardResult // a plain-text result is still usable whole
+	}
+	out, err := json.Marshal(fill(tmpl, args, result, forwardKey))
+	if err != nil {
+		return "", fmt.Errorf("compensation: arguments: %w", err)
+	}
+	return string(out), nil
+}
+
+func fill(v, args, result any, key string) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, item := range v {
+			out[k] = fill(item, args, result, key)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, item := range v {
+			out[i] = fill(item, args, result, key)
+		}
+		return out
+	case string:
+		m := placeholder.FindStringSubmatch(v)
+		if m == nil {
+			return v
+		}
+		source := map[string]any{"key": key, "args": args, "result": result}[m[1]]
+		return lookup(source, strings.Split(strings.TrimPrefix(m[2], "."), "."))
+	}
+	return v
+}
+
+func lookup(v any, path []string) any {
+	for _, step := range path {
+		if step == "" {
+			continue
+		}
+		switch node := v.(type) {
+		case map[string]any:
+			v = node[step]
+		case []any:
+			i, err := strconv.Atoi(step)
+			if err != nil || i < 0 || i >= len(node) {
+				return nil
+			}
+			v = node[i]
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
+// Outcome of running one compensation.
+const (
+	Done      = ledger.CompensationDone
+	NotNeeded = ledger.CompensationNotNeeded
+)
+
+// Runner runs compensations for Walk: the workflow provides it, as
+// activities.
+type Runner interface {
+	// Run executes the compensating action and reports Done or NotNeeded
+	// (the far side had nothing to undo), or the error it still failed with
+	// after its own bounded retries.
+	Run(ctx workflow.Context, c ledger.Compensation, arguments string) (string, error)
+	// Settle records a compensation's status in the ledger.
+	Settle(ctx workflow.Context, c ledger.Compensation, status, cause, reason string) error
+	// Escalate hands a compensation that still fails to a human and waits
+	// for the decision.
+	Escalate(ctx workflow.Context, c ledger.Compensation, err error) Decision
+}
+
+// Decisions a human can take about a failed compensation.
+const (
+	DecisionRetry = "retry"
+	DecisionSkip  = "skip"
+	DecisionAbort = "abort"
+)
+
+// Decision is what a human decided about a failed compensation.
+type Decision struct {
+	Action string `json:"action"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Report says what a walk did.
+type Report struct {
+	Compensated int      `json:"compensated"`
+	NotNeeded   int      `json:"not_needed"`
+	Skipped     []string `json:"skipped,omitempty"` // forward keys, with the human's reason
+	// Aborted is set when a human stopped the walk; Pending lists what was
+	// left uncompensated.
+	Aborted bool     `json:"aborted,omitempty"`
+	Pending []string `json:"pending,omitempty"`
+}
+
+// Walk undoes a run's actions in reverse order. It runs on a disconnected
+// context, so a cancelled run still compensates. A compensation already
+// settled (by an earlier walk, before a worker was lost) is not run again,
+// and every compensation is idempotent by its own key, so a walk that is
+// replayed or resumed does each exactly once.
+func Walk(ctx workflow.Context, stack []ledger.Compensation, runner Runner) (Report, error) {
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	var report Report
+	for i, c := range stack {
+		switch c.Status {
+		case ledger.CompensationDone:
+			report.Compensated++
+			continue
+		case ledger.CompensationNotNeeded:
+			report.NotNeeded++
+			continue
+		case ledger.CompensationSkipped:
+			report.Skipped = append(report.Skipped, c.ForwardKey+": "+c.Reason)
+			continue
+		}
+		if c.Forward.Status == ledger.ActionRejected {
+			// The far side said no: nothing took effect.
+			if err := runner.Settle(ctx, c, NotNeeded, "", "the forward action was rejected"); err != nil {
+				return report, err
+			}
+			report.NotNeeded++
+			continue
+		}
+		arguments, err := Resolve(c.ArgumentsTemplate, c.Forward.Arguments, c.Forward.Result, c.ForwardKey)
+		if err != nil {
+			return report, err
+		}
+		for {
+			status, runErr := runner.Run(ctx, c, arguments)
+			if runErr == nil {
+				if err := runner.Settle(ctx, c, status, "", ""); err != nil {
+					return report, err
+				}
+				if status == NotNeeded {
+					report.NotNeeded++
+				} else {
+					report.Compensated++
+				}
+				break
+			}
+			if err := runner.Settle(ctx, c, ledger.CompensationFailed, runErr.Error(), ""); err != nil {
+				return report, err
+			}
+			decision := runner.Escalate(ctx, c, runErr)
+			switch decision.Action {
+			case DecisionRetry:
+				continue
+			case DecisionSkip:
+				if err := runner.Settle(ctx, c, ledger.CompensationSkipped, runErr.Error(), decision.Reason); err != nil {
+					return report, err
+				}
+				report.Skipped = append(report.Skipped, c.ForwardKey+": "+decision.Reason)
+			default:
+				report.Aborted = true
+				for _, left := range stack[i:] {
+					report.Pending = append(report.Pending, left.ForwardKey)
+				}
+				return report, nil
+			}
+			break
+		}
+	}
+	return report, nil
 }

@@ -40,6 +40,15 @@ type ActionRequest struct {
 	ActivityID string
 	Tool       string
 	Arguments  string
+	// Compensation, when set, is registered in the same statement that
+	// first claims the key: before the action is attempted.
+	Compensation *CompensationRequest
+}
+
+// CompensationRequest pairs a forward action with the tool that undoes it.
+type CompensationRequest struct {
+	Tool              string `json:"tool"`
+	ArgumentsTemplate string `json:"arguments_template"`
 }
 
 // Fingerprint identifies the request: the tool and its arguments with JSON
@@ -102,17 +111,28 @@ func scanAction(row pgx.Row) (Action, error) {
 // ErrInFlight, a different request under the key ErrConflict.
 func (s *Store) ClaimAction(ctx context.Context, req ActionRequest, lease time.Duration) (Claim, error) {
 	fingerprint := req.Fingerprint()
+	var compTool, compArgs string
+	if req.Compensation != nil {
+		compTool, compArgs = req.Compensation.Tool, req.Compensation.ArgumentsTemplate
+	}
 	row := s.pool.QueryRow(ctx, `
-		INSERT INTO actions (idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
-		                     status, locked_until)
-		VALUES ($1, $2, $3, $4, $5, $6, 'started', clock_timestamp() + $7 * interval '1 millisecond')
-		ON CONFLICT (idempotency_key) DO UPDATE
-		SET status = 'started', attempts = actions.attempts + 1, error = '',
-		    locked_until = EXCLUDED.locked_until, updated_at = clock_timestamp()
-		WHERE actions.request_fingerprint = EXCLUDED.request_fingerprint
-		  AND (actions.status = 'failed' OR (actions.status = 'started' AND actions.locked_until < clock_timestamp()))
-		RETURNING `+actionColumns,
-		req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, fingerprint, lease.Milliseconds())
+		WITH claimed AS (
+			INSERT INTO actions (idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
+			                     status, locked_until)
+			VALUES ($1, $2, $3, $4, $5, $6, 'started', clock_timestamp() + $7 * interval '1 millisecond')
+			ON CONFLICT (idempotency_key) DO UPDATE
+			SET status = 'started', attempts = actions.attempts + 1, error = '',
+			    locked_until = EXCLUDED.locked_until, updated_at = clock_timestamp()
+			WHERE actions.request_fingerprint = EXCLUDED.request_fingerprint
+			  AND (actions.status = 'failed' OR (actions.status = 'started' AND actions.locked_until < clock_timestamp()))
+			RETURNING `+actionColumns+`
+		), registered AS (
+			INSERT INTO compensations (forward_key, workflow_id, forward_activity_id, tool, arguments_template)
+			SELECT idempotency_key, workflow_id, activity_id, $8, $9 FROM claimed WHERE $8 <> ''
+			ON CONFLICT (forward_key) DO NOTHING
+		)
+		SELECT * FROM claimed`,
+		req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, fingerprint, lease.Milliseconds(), compTool, compArgs)
 	action, err := scanAction(row)
 	if err == nil {
 		return Claim{Action: action, Execute: true}, nil

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/compensation"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -54,6 +55,8 @@ type RunResult struct {
 	Usage       budget.Usage `json:"usage"`
 	Retries     RetryStats   `json:"retries"`
 	Trace       []TraceEntry `json:"trace"`
+	// Saga reports the compensation walk, when there was one.
+	Saga *compensation.Report `json:"saga,omitempty"`
 }
 
 // RetryStats is what retrying cost the run.
@@ -72,7 +75,7 @@ type RetryStats struct {
 type TraceEntry struct {
 	Step       int    `json:"step"`
 	ActivityID string `json:"activity_id,omitempty"`
-	Kind       string `json:"kind"` // "model" or "tool"
+	Kind       string `json:"kind"` // "model", "tool" or "compensation"
 	Tool       string `json:"tool,omitempty"`
 	Arguments  string `json:"arguments,omitempty"`
 	Output     string `json:"output,omitempty"`
@@ -125,11 +128,14 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget,
 		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-		open:       map[string]bool{},
+		open:       map[string]bool{}, toolFailures: map[string]int{},
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryBudget, func() (BudgetView, error) {
+	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryBudget, func() (BudgetView, error) {
 		return r.view(workflow.Now(ctx)), nil
-	}); err != nil {
+	}, workflow.QueryHandlerOptions{Description: "The run budget: limits, used, remaining, the note the model reads, retry counters."}); err != nil {
+		return RunResult{}, err
+	}
+	if err := r.registerUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
 	specJSON, err := json.Marshal(spec)
@@ -141,8 +147,11 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	}
 
 	result := r.loop(ctx)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## %s\n\n%s", result.Status, result.Reason))
 
-	if err := r.bookkeeping(ctx, "run-finish", activitiesRef.RecordRunFinish, activities.RunFinish{
+	// The ending is recorded even when the run was cancelled.
+	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
+	if err := r.bookkeeping(finishCtx, "run-finish", activitiesRef.RecordRunFinish, activities.RunFinish{
 		WorkflowID: r.workflowID,
 		Outcome: ledger.RunOutcome{
 			Status: result.Status, Answer: result.Answer, HandoffNote: result.HandoffNote, Reason: result.Reason,
@@ -168,6 +177,17 @@ type run struct {
 	open     map[string]bool
 	trace    []TraceEntry
 	messages []activities.Message
+	// toolFailures counts failed calls per tool, for escalation.
+	toolFailures map[string]int
+	escalations  int
+	// failed is set when the run fails (rather than being cancelled or
+	// aborted), which decides how an empty rollback ends.
+	failed bool
+	saga   *compensation.Report
+	// waiting and input carry Updates from their handlers to the coroutine
+	// that waits for a human.
+	waiting string
+	input   *humanInput
 }
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
@@ -188,26 +208,45 @@ func (r *run) loop(ctx workflow.Context) RunResult {
 
 	lastContent := ""
 	for step := 1; ; step++ {
+		if ctx.Err() != nil {
+			return r.rollback(ctx, "the run was cancelled", lastContent, "")
+		}
 		now := workflow.Now(ctx)
 		if dimension := r.budget.Exhausted(now); dimension != "" {
-			return r.partial(lastContent, "", fmt.Sprintf("the %s budget is spent", dimension))
+			return r.outOfBudget(ctx, lastContent, "", fmt.Sprintf("the %s budget is spent", dimension))
 		}
 		if r.budget.ShouldFinish(now) {
 			return r.gracefulFinish(ctx, step, lastContent)
 		}
 		turn, err := r.modelTurn(ctx, step, defs, false)
-		if err != nil {
-			return r.end(ledger.RunFailed, "", fmt.Sprintf("model call at step %d failed: %s", step, errorText(err)))
-		}
-		if turn.Refusal != "" {
-			return r.end(ledger.RunFailed, "", fmt.Sprintf("the model refused at step %d: %s", step, turn.Refusal))
-		}
-		if len(turn.ToolCalls) == 0 {
+		switch {
+		case ctx.Err() != nil:
+			return r.rollback(ctx, "the run was cancelled", lastContent, "")
+		case err != nil:
+			r.failed = true
+			return r.rollback(ctx, fmt.Sprintf("model call at step %d failed: %s", step, errorText(err)), lastContent, "")
+		case turn.Refusal != "":
+			// The refusal stays in the conversation, so the model (and a
+			// script) moves on after the human's instruction.
+			r.messages = append(r.messages, activities.Message{Role: "assistant", Content: "I refused: " + turn.Refusal})
+			if result := r.escalate(ctx, fmt.Sprintf("The model refused at step %d: %s", step, turn.Refusal)); result != nil {
+				return *result
+			}
+			continue
+		case len(turn.ToolCalls) == 0:
 			return r.end(ledger.RunCompleted, turn.Content, "the model answered")
 		}
 		lastContent = turn.Content
 		r.messages = append(r.messages, activities.Message{Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls})
-		r.toolCalls(ctx, step, turn.ToolCalls)
+		why := r.toolCalls(ctx, step, turn.ToolCalls)
+		if ctx.Err() != nil {
+			return r.rollback(ctx, "the run was cancelled", lastContent, "")
+		}
+		if why != "" {
+			if result := r.escalate(ctx, why); result != nil {
+				return *result
+			}
+		}
 	}
 }
 
@@ -218,14 +257,14 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent string)
 		100*r.budget.FractionLeft(workflow.Now(ctx)), r.budget.FinishAt)
 	turn, err := r.modelTurn(ctx, step, nil, true)
 	if err != nil || turn.Content == "" {
-		return r.partial(lastContent, "", reason+"; the finishing turn produced nothing")
+		return r.outOfBudget(ctx, lastContent, "", reason+"; the finishing turn produced nothing")
 	}
 	answer, note, found := strings.Cut(turn.Content, "HANDOFF NOTE:")
 	if !found {
 		note = ""
 	}
 	answer = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(answer), "PARTIAL ANSWER:"))
-	return r.partial(answer, strings.TrimSpace(note), reason)
+	return r.outOfBudget(ctx, answer, strings.TrimSpace(note), reason)
 }
 
 func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDef, finish bool) (activities.ModelTurn, error) {
@@ -271,8 +310,8 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 // results, in call order, for the model to read. A call the workflow can
 // see is malformed (unknown tool, arguments that are not JSON) never
 // becomes an activity: the model gets the error instead, and nothing
-// reaches the ledger.
-func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolCall) {
+// reaches the ledger. It returns why the run should escalate, if it should.
+func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolCall) (escalation string) {
 	futures := make([]workflow.Future, len(calls))
 	entries := make([]TraceEntry, len(calls))
 	for i, call := range calls {
@@ -290,9 +329,12 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		r.stats.Calls++
 		entries[i].ActivityID = activityID
 		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
-		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool, activities.ToolCallRequest{
-			Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name),
-		})
+		actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(tool.Timeout()))
+		request := activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name)}
+		if tool.Compensate != nil {
+			request.Compensation = &ledger.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
+		}
+		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool, request)
 	}
 	for i, call := range calls {
 		if futures[i] != nil {
@@ -300,6 +342,9 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			if err := futures[i].Get(ctx, &result); err != nil {
 				entries[i].Error = errorText(err)
 				entries[i].Attempts, entries[i].Denial = callFailure(err)
+				if why := r.escalationFor(call.Name, err, entries[i].Denial); why != "" && escalation == "" {
+					escalation = why
+				}
 			} else {
 				entries[i].Output, entries[i].Replayed, entries[i].Attempts = result.Output, result.Replayed, result.Attempt
 			}
@@ -313,6 +358,30 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		r.messages = append(r.messages, activities.Message{Role: "tool", ToolCallID: call.ID, Name: call.Name, Content: content})
 	}
 	r.trace = append(r.trace, entries...)
+	return escalation
+}
+
+// escalationFor says why a failed tool call should bring in a human: a
+// refusal, a permission error, an open breaker, or too many failures of
+// one tool. Anything else goes back to the model as an error to work with.
+func (r *run) escalationFor(tool string, err error, denial string) string {
+	if temporal.IsCanceledError(err) {
+		return ""
+	}
+	r.toolFailures[tool]++
+	var appErr *temporal.ApplicationError
+	errors.As(err, &appErr)
+	switch {
+	case appErr != nil && appErr.Type() == activities.ErrTypeRefusal:
+		return fmt.Sprintf("Tool %s refused: %s", tool, appErr.Message())
+	case appErr != nil && appErr.Type() == activities.ErrTypePermission:
+		return fmt.Sprintf("Tool %s was denied permission: %s", tool, appErr.Message())
+	case denial == budget.DenyCircuitOpen:
+		return fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", tool)
+	case r.spec.Escalate.AfterToolFailures > 0 && r.toolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
+		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.toolFailures[tool], errorText(err))
+	}
+	return ""
 }
 
 // charge books a finished call's leaf calls and retries against the run.

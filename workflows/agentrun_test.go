@@ -2,14 +2,12 @@ package workflows_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
@@ -154,23 +152,45 @@ model:
 	assert.Empty(t, actions)
 }
 
-func TestAgentRunRefusalFailsTheRunAndSaysWhy(t *testing.T) {
+func TestAgentRunRefusalEscalatesAndResumeContinuesWithTheBudgetLeft(t *testing.T) {
 	t.Parallel()
 	spec := mustSpec(t, `
-goal: do something bad
-budget: {steps: 3}
-model: {provider: scripted, script: [{refusal: "I can't help with that."}]}
+goal: do something delicate
+budget: {steps: 6}
+model:
+  provider: scripted
+  script:
+    - refusal: "I can't do that without approval."
+    - content: done, with approval
 `)
-	_, err, store := runAgent(t, spec)
-	var appErr *temporal.ApplicationError
-	require.True(t, errors.As(err, &appErr))
-	assert.Equal(t, workflows.ErrTypeRunFailed, appErr.Type())
-	assert.Contains(t, appErr.Error(), "refused")
+	store := ledgertest.NewStore(t)
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	registerWithRetryHook(t, env, store)
+	env.RegisterActivity(&activities.Activities{Ledger: store})
+
+	var rejected, accepted error
+	env.RegisterDelayedCallback(func() {
+		// A bad Update is rejected by its validator and changes nothing.
+		env.UpdateWorkflow(workflows.UpdateResume, "bad", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { rejected = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, workflows.ResumeInput{Message: ""})
+		env.UpdateWorkflow(workflows.UpdateResume, "ok", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { accepted = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
+		}, workflows.ResumeInput{Message: "approved by the account owner", AddSteps: 2})
+	}, time.Minute)
+	env.ExecuteWorkflow(workflows.AgentRun, spec)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
 	var result workflows.RunResult
-	require.NoError(t, appErr.Details(&result))
-	assert.Equal(t, ledger.RunFailed, result.Status)
-	run, err := store.GetRun(context.Background(), workflowID)
-	require.NoError(t, err)
-	assert.Equal(t, ledger.RunFailed, run.Status)
-	assert.True(t, strings.Contains(run.Reason, "I can't help with that."))
+	require.NoError(t, env.GetWorkflowResult(&result))
+
+	require.Error(t, rejected)
+	assert.Contains(t, rejected.Error(), "a message for the model is required")
+	require.NoError(t, accepted)
+	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, "done, with approval", result.Answer)
+	assert.Equal(t, 2, result.Usage.Steps, "the budget was left intact while escalated")
+	last := result.Trace[len(result.Trace)-1]
+	assert.Contains(t, last.Note, "7 steps", "6 steps + 2 added by the human - 1 used")
 }

@@ -27,7 +27,29 @@ type RunSpec struct {
 	// Retry holds the per-call, per-tool and run retry allowances.
 	Retry  budget.RetryPolicy `json:"retry,omitempty"`
 	Prices budget.Prices      `json:"prices,omitempty"`
+	// OnBudgetExhausted is "keep" (the default: keep what was done and hand
+	// off) or "compensate" (roll the run's actions back).
+	OnBudgetExhausted string `json:"on_budget_exhausted,omitempty"`
+	// Escalate says when a run pauses for a human besides a refusal, a
+	// permission error and an open breaker.
+	Escalate EscalationSpec `json:"escalate,omitempty"`
+	// CompensationAttempts bounds each compensation's own retries (default
+	// 5); they are outside the retry budget.
+	CompensationAttempts int `json:"compensation_attempts,omitempty"`
 }
+
+// EscalationSpec configures escalation to a human.
+type EscalationSpec struct {
+	// AfterToolFailures escalates when one tool has failed this many
+	// times in the run; zero means never for this reason.
+	AfterToolFailures int `json:"after_tool_failures,omitempty"`
+}
+
+// OnBudgetExhausted values.
+const (
+	OnBudgetKeep       = "keep"
+	OnBudgetCompensate = "compensate"
+)
 
 // ParseSpec reads a run spec from YAML or JSON. Unknown fields are errors,
 // so a typo is reported rather than ignored.
@@ -81,6 +103,14 @@ func (s RunSpec) Validate() error {
 	if err := s.Prices.Validate(); err != nil {
 		return err
 	}
+	switch s.OnBudgetExhausted {
+	case "", OnBudgetKeep, OnBudgetCompensate:
+	default:
+		return fmt.Errorf("on_budget_exhausted: %q is not %q or %q", s.OnBudgetExhausted, OnBudgetKeep, OnBudgetCompensate)
+	}
+	if s.Escalate.AfterToolFailures < 0 || s.CompensationAttempts < 0 {
+		return fmt.Errorf("escalate.after_tool_failures and compensation_attempts must not be negative")
+	}
 	seen := map[string]bool{}
 	for i, tool := range s.Tools {
 		if err := tool.Validate(); err != nil {
@@ -91,7 +121,19 @@ func (s RunSpec) Validate() error {
 		}
 		seen[tool.Name] = true
 	}
+	for i, tool := range s.Tools {
+		if tool.Compensate != nil && !seen[tool.Compensate.Tool] {
+			return fmt.Errorf("tools[%d]: tool %s: compensate.tool %q is not a declared tool", i, tool.Name, tool.Compensate.Tool)
+		}
+	}
 	return nil
+}
+
+func (s RunSpec) compensationAttempts() int {
+	if s.CompensationAttempts > 0 {
+		return s.CompensationAttempts
+	}
+	return 5
 }
 
 func (s RunSpec) tool(name string) (activities.ToolSpec, bool) {

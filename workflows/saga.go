@@ -1,0 +1,293 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// Updates a run accepts while it waits for a human.
+const (
+	// UpdateResume continues an escalated run with an instruction (and
+	// optionally more budget).
+	UpdateResume = "resume"
+	// UpdateAbort stops an escalated run (which then compensates) or a
+	// compensation walk that a failed compensation stopped.
+	UpdateAbort = "abort"
+	// UpdateRetry runs a failed compensation again.
+	UpdateRetry = "retry"
+	// UpdateSkip records that a human took responsibility for a failed
+	// compensation, and walks on.
+	UpdateSkip = "skip"
+)
+
+// ResumeInput is the resume Update's argument.
+type ResumeInput struct {
+	Message  string  `json:"message"`
+	AddUSD   float64 `json:"add_usd,omitempty"`
+	AddSteps int     `json:"add_steps,omitempty"`
+}
+
+// ReasonInput is the argument of skip and abort: who decided, and why.
+type ReasonInput struct {
+	Reason string `json:"reason"`
+}
+
+// What a waiting run waits for.
+const (
+	waitingNone         = ""
+	waitingEscalation   = "escalation"
+	waitingCompensation = "compensation"
+)
+
+// humanInput is an accepted Update, for the waiting coroutine to act on.
+type humanInput struct {
+	action string
+	resume ResumeInput
+	reason string
+}
+
+// registerUpdates installs the Updates. Their validators reject anything
+// that does not fit what the run is waiting for, so a rejected Update
+// leaves no trace in history.
+func (r *run) registerUpdates(ctx workflow.Context) error {
+	accept := func(in humanInput) (string, error) {
+		r.input = &in
+		return "accepted: " + in.action, nil
+	}
+	waitingFor := func(update string, want ...string) error {
+		for _, w := range want {
+			if r.waiting == w {
+				return nil
+			}
+		}
+		if r.waiting == waitingNone {
+			return fmt.Errorf("%s: the run is not waiting for a human", update)
+		}
+		return fmt.Errorf("%s: the run is waiting on a %s, not for %s", update, r.waiting, update)
+	}
+	needReason := func(update, reason string) error {
+		if strings.TrimSpace(reason) == "" {
+			return fmt.Errorf("%s: a reason is required (who decided, and why)", update)
+		}
+		return nil
+	}
+	updates := []struct {
+		name        string
+		description string
+		handler     any
+		validator   any
+	}{
+		{UpdateResume, "Continue an escalated run: {message} for the model, optional add_usd and add_steps.", func(ctx workflow.Context, in ResumeInput) (string, error) {
+			return accept(humanInput{action: UpdateResume, resume: in})
+		}, func(ctx workflow.Context, in ResumeInput) error {
+			if err := waitingFor(UpdateResume, waitingEscalation); err != nil {
+				return err
+			}
+			switch {
+			case strings.TrimSpace(in.Message) == "":
+				return errors.New("resume: a message for the model is required")
+			case in.AddUSD < 0 || in.AddSteps < 0:
+				return fmt.Errorf("resume: add_usd %v and add_steps %d must not be negative", in.AddUSD, in.AddSteps)
+			}
+			return nil
+		}},
+		{UpdateAbort, "Stop an escalated run (it compensates) or a stalled compensation walk: {reason}.", func(ctx workflow.Context, in ReasonInput) (string, error) {
+			return accept(humanInput{action: UpdateAbort, reason: in.Reason})
+		}, func(ctx workflow.Context, in ReasonInput) error {
+			if err := waitingFor(UpdateAbort, waitingEscalation, waitingCompensation); err != nil {
+				return err
+			}
+			return needReason(UpdateAbort, in.Reason)
+		}},
+		{UpdateRetry, "Run the failed compensation again.", func(ctx workflow.Context) (string, error) {
+			return accept(humanInput{action: UpdateRetry})
+		}, func(ctx workflow.Context) error {
+			return waitingFor(UpdateRetry, waitingCompensation)
+		}},
+		{UpdateSkip, "Take responsibility for a failed compensation and walk on: {reason}.", func(ctx workflow.Context, in ReasonInput) (string, error) {
+			return accept(humanInput{action: UpdateSkip, reason: in.Reason})
+		}, func(ctx workflow.Context, in ReasonInput) error {
+			if err := waitingFor(UpdateSkip, waitingCompensation); err != nil {
+				return err
+			}
+			return needReason(UpdateSkip, in.Reason)
+		}},
+	}
+	for _, u := range updates {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler, workflow.UpdateHandlerOptions{Validator: u.validator, Description: u.description}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitForHuman records the run as status (escalated or needs-attention),
+// shows why in the UI, and waits for an accepted Update, at most until
+// timeout (zero: no limit). It returns nil on timeout.
+func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
+	r.waiting, r.input = waiting, nil
+	r.setStatus(ctx, status, why)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## %s\n\n%s\n\n**Waiting for:** %s\n\n%s", status, why, options,
+		r.budget.Note(workflow.Now(ctx), r.openBreakers())))
+	condition := func() bool { return r.input != nil }
+	if timeout > 0 {
+		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)
+	} else {
+		_ = workflow.Await(ctx, condition)
+	}
+	in := r.input
+	r.waiting, r.input = waitingNone, nil
+	if in != nil {
+		r.setStatus(ctx, ledger.RunRunning, "after "+in.action)
+	}
+	return in
+}
+
+func (r *run) setStatus(ctx workflow.Context, status, detail string) {
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+	if err := workflow.ExecuteActivity(actx, activitiesRef.SetRunStatus,
+		activities.RunStatus{WorkflowID: r.workflowID, Status: status, Detail: detail}).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Error("could not record the run's status", "status", status, "error", err)
+	}
+}
+
+// escalate pauses the run, budget intact, until a human resumes it (the
+// model reads the instruction next turn) or aborts it, or the deadline
+// passes. It returns a result when the run ends here.
+func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
+	r.escalations++
+	var timeout time.Duration
+	if deadline := r.budget.Deadline(); !deadline.IsZero() {
+		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
+	}
+	in := r.waitForHuman(ctx, waitingEscalation, ledger.RunEscalated, why,
+		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
+	switch {
+	case ctx.Err() != nil:
+		result := r.rollback(ctx, "the run was cancelled while escalated ("+why+")", "", "")
+		return &result
+	case in == nil:
+		result := r.outOfBudget(ctx, "", "", "the deadline passed while escalated ("+why+")")
+		return &result
+	case in.action == UpdateAbort:
+		result := r.rollback(ctx, "aborted by a human while escalated: "+in.reason, "", "")
+		return &result
+	}
+	r.budget.Limits.USD += in.resume.AddUSD
+	r.budget.Limits.Steps += in.resume.AddSteps
+	r.messages = append(r.messages, activities.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message})
+	return nil
+}
+
+// outOfBudget ends a run whose budget or deadline ran out: with a partial
+// result, or rolled back when the spec says so.
+func (r *run) outOfBudget(ctx workflow.Context, answer, modelNote, reason string) RunResult {
+	if r.spec.OnBudgetExhausted == OnBudgetCompensate {
+		partial := r.partial(answer, modelNote, reason)
+		return r.rollback(ctx, reason, partial.Answer, partial.HandoffNote)
+	}
+	return r.partial(answer, modelNote, reason)
+}
+
+// rollback walks the run's compensations backwards and ends the run:
+// compensated, failed (nothing to undo after a failure), or needs-attention
+// when a human skipped a compensation or stopped the walk.
+func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) RunResult {
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+	var stack []ledger.Compensation
+	if err := workflow.ExecuteActivity(actx, activitiesRef.CompensationStack, r.workflowID).Get(ctx, &stack); err != nil {
+		return r.end(ledger.RunNeedsAttention, answer, reason+"; the compensation stack could not be read: "+errorText(err))
+	}
+	report, err := compensation.Walk(ctx, stack, &sagaRunner{run: r})
+	r.saga = &report
+	result := r.end(ledger.RunCompensated, answer, "")
+	result.HandoffNote = handoff
+	switch {
+	case err != nil:
+		result.Status, result.Reason = ledger.RunNeedsAttention, reason+"; compensation stopped: "+errorText(err)
+	case report.Aborted:
+		result.Status = ledger.RunNeedsAttention
+		result.Reason = fmt.Sprintf("%s; a human stopped the compensation; still to undo: %s", reason, strings.Join(report.Pending, ", "))
+	case len(report.Skipped) > 0:
+		result.Status = ledger.RunNeedsAttention
+		result.Reason = fmt.Sprintf("%s; resolved by a human: compensated %d, skipped %s", reason, report.Compensated, strings.Join(report.Skipped, "; "))
+	case len(stack) == 0 && r.failed:
+		result.Status, result.Reason = ledger.RunFailed, reason+"; nothing to compensate"
+	default:
+		result.Reason = fmt.Sprintf("%s; compensated %d actions, %d needed no undoing", reason, report.Compensated, report.NotNeeded)
+	}
+	result.Saga = r.saga
+	return result
+}
+
+// sagaRunner runs compensations as activities, each with its own key
+// (<forward key>/compensate) and its own bounded retry policy, outside
+// the retry budget: recovery is never denied by the budget that ran out.
+type sagaRunner struct{ run *run }
+
+func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments string) (string, error) {
+	tool, ok := s.run.spec.tool(c.Tool)
+	if !ok {
+		return "", fmt.Errorf("compensating tool %q is not declared in the spec", c.Tool)
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:          compensation.ActivityID(c.ForwardActivityID),
+		StartToCloseTimeout: tool.Timeout(),
+		HeartbeatTimeout:    heartbeatTimeout(tool.Timeout()),
+		Summary:             clip("compensate "+c.ForwardActivityID+": "+c.Tool+" "+arguments, 100),
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
+			MaximumAttempts: int32(s.run.spec.compensationAttempts()),
+		},
+	})
+	var result activities.ToolResult
+	err := workflow.ExecuteActivity(actx, activitiesRef.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: arguments}).Get(ctx, &result)
+	entry := TraceEntry{Step: 0, ActivityID: compensation.ActivityID(c.ForwardActivityID), Kind: "compensation", Tool: c.Tool,
+		Arguments: arguments, Output: result.Output, Attempts: max(result.Attempt, 1)}
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
+		s.run.trace = append(s.run.trace, entry)
+		return compensation.Done, nil
+	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeNotFound:
+		entry.Output = "nothing to undo: " + appErr.Message()
+		s.run.trace = append(s.run.trace, entry)
+		return compensation.NotNeeded, nil
+	}
+	entry.Error = errorText(err)
+	s.run.trace = append(s.run.trace, entry)
+	return "", err
+}
+
+func (s *sagaRunner) Settle(ctx workflow.Context, c ledger.Compensation, status, cause, reason string) error {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+	return workflow.ExecuteActivity(actx, activitiesRef.SettleCompensation, activities.Settlement{
+		ForwardKey: c.ForwardKey, Status: status, Error: cause, Reason: reason}).Get(ctx, nil)
+}
+
+func (s *sagaRunner) Escalate(ctx workflow.Context, c ledger.Compensation, err error) compensation.Decision {
+	why := fmt.Sprintf("The compensation of `%s` (%s) still fails after its retries: %s", c.ForwardKey, c.Tool, errorText(err))
+	in := s.run.waitForHuman(ctx, waitingCompensation, ledger.RunNeedsAttention, why,
+		"Update `retry`, `skip` {reason} or `abort` {reason}", 0)
+	if in == nil {
+		return compensation.Decision{Action: compensation.DecisionAbort}
+	}
+	return compensation.Decision{Action: in.action, Reason: in.reason}
+}
+
+// heartbeatTimeout lets a lost worker be noticed well before a long
+// tool's timeout.
+func heartbeatTimeout(timeout time.Duration) time.Duration {
+	return min(timeout, 10*time.Second)
+}

@@ -169,15 +169,11 @@ model:
 	registerWithRetryHook(t, env, store)
 	env.RegisterActivity(&activities.Activities{Ledger: store})
 
-	var rejected, accepted error
+	var rejected, accepted *error
 	env.RegisterDelayedCallback(func() {
 		// A bad Update is rejected by its validator and changes nothing.
-		env.UpdateWorkflow(workflows.UpdateResume, "bad", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { rejected = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, workflows.ResumeInput{Message: ""})
-		env.UpdateWorkflow(workflows.UpdateResume, "ok", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { accepted = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
-		}, workflows.ResumeInput{Message: "approved by the account owner", AddSteps: 2})
+		rejected = update(env, workflows.UpdateResume, workflows.ResumeInput{Message: ""})
+		accepted = update(env, workflows.UpdateResume, workflows.ResumeInput{Message: "approved by the account owner", AddSteps: 2})
 	}, time.Minute)
 	env.ExecuteWorkflow(workflows.AgentRun, spec)
 	require.True(t, env.IsWorkflowCompleted())
@@ -185,9 +181,9 @@ model:
 	var result workflows.RunResult
 	require.NoError(t, env.GetWorkflowResult(&result))
 
-	require.Error(t, rejected)
-	assert.Contains(t, rejected.Error(), "a message for the model is required")
-	require.NoError(t, accepted)
+	require.Error(t, *rejected)
+	assert.Contains(t, (*rejected).Error(), "a message for the model is required")
+	require.NoError(t, *accepted)
 	assert.Equal(t, ledger.RunCompleted, result.Status)
 	assert.Equal(t, "done, with approval", result.Answer)
 	assert.Equal(t, 2, result.Usage.Steps, "the budget was left intact while escalated")

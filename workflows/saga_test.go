@@ -1,0 +1,161 @@
+package workflows_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// brokenRefunds charges fine, and answers refunds with 500 while broken.
+type brokenRefunds struct {
+	broken  atomic.Bool
+	mu      sync.Mutex
+	refunds map[string]int
+}
+
+func (b *brokenRefunds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/charge" {
+		fmt.Fprint(w, `{"id": "ch_1"}`)
+		return
+	}
+	if b.broken.Load() {
+		http.Error(w, `{"error":"refund service down"}`, http.StatusInternalServerError)
+		return
+	}
+	b.mu.Lock()
+	b.refunds[r.Header.Get("Idempotency-Key")]++
+	b.mu.Unlock()
+	fmt.Fprint(w, `{"refunded": "ch_1"}`)
+}
+
+const failingRunSpec = `
+goal: charge, then fail
+budget: {steps: 5}
+compensation_attempts: 2
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: charge, arguments: {amount: 10}}]
+tools:
+  - {name: charge, kind: http, url: "%[1]s/charge", compensate: {tool: refund, arguments: {charge_id: "{{result.id}}"}}}
+  - {name: refund, kind: http, url: "%[1]s/refund"}
+`
+
+// runFailingSaga runs a charge whose run then fails, with the refund
+// broken, and lets decide act (through Updates) once the compensation has
+// escalated.
+func runFailingSaga(t *testing.T, decide func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds)) (workflows.RunResult, *brokenRefunds, *ledger.Store) {
+	t.Helper()
+	desk := &brokenRefunds{refunds: map[string]int{}}
+	desk.broken.Store(true)
+	server := httptest.NewServer(desk)
+	t.Cleanup(server.Close)
+	store := ledgertest.NewStore(t)
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	registerWithRetryHook(t, env, store)
+	env.RegisterActivity(&activities.Activities{Ledger: store})
+	env.RegisterDelayedCallback(func() { decide(env, desk) }, time.Hour)
+	env.ExecuteWorkflow(workflows.AgentRun, mustSpec(t, fmt.Sprintf(failingRunSpec, server.URL)))
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var result workflows.RunResult
+	require.NoError(t, env.GetWorkflowResult(&result))
+	return result, desk, store
+}
+
+var updateIDs atomic.Int64
+
+// update sends an Update; the test environment answers it later, so the
+// returned pointer holds the rejection (or nil) once the run has ended.
+func update(env *testsuite.TestWorkflowEnvironment, name string, args ...any) *error {
+	rejected := new(error)
+	id := fmt.Sprintf("%s-%d", name, updateIDs.Add(1)) // a reused ID would return the first answer
+	env.UpdateWorkflow(name, id, &testsuite.TestUpdateCallback{
+		OnReject: func(err error) { *rejected = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
+	}, args...)
+	return rejected
+}
+
+func TestFailingCompensationEscalatesAndSkipResolvesIt(t *testing.T) {
+	t.Parallel()
+	var wrongUpdate, noReason, skip *error
+	result, desk, store := runFailingSaga(t, func(env *testsuite.TestWorkflowEnvironment, _ *brokenRefunds) {
+		wrongUpdate = update(env, workflows.UpdateResume, workflows.ResumeInput{Message: "go on"})
+		noReason = update(env, workflows.UpdateSkip, workflows.ReasonInput{})
+		skip = update(env, workflows.UpdateSkip, workflows.ReasonInput{Reason: "alice refunded ch_1 by hand"})
+	})
+	assert.ErrorContains(t, *wrongUpdate, "waiting on a compensation, not for resume")
+	assert.ErrorContains(t, *noReason, "a reason is required")
+	assert.NoError(t, *skip)
+	assert.Equal(t, ledger.RunNeedsAttention, result.Status)
+	assert.Contains(t, result.Reason, "resolved by a human")
+	assert.Contains(t, result.Reason, "alice refunded ch_1 by hand")
+	assert.Empty(t, desk.refunds)
+	stack, err := store.CompensationStack(t.Context(), "default-test-workflow-id")
+	require.NoError(t, err)
+	require.Len(t, stack, 1)
+	assert.Equal(t, ledger.CompensationSkipped, stack[0].Status)
+	assert.Equal(t, "alice refunded ch_1 by hand", stack[0].Reason)
+}
+
+func TestFailingCompensationEscalatesAndRetryCompensates(t *testing.T) {
+	t.Parallel()
+	var retry *error
+	result, desk, store := runFailingSaga(t, func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds) {
+		desk.broken.Store(false) // the refund service recovered
+		retry = update(env, workflows.UpdateRetry)
+	})
+	assert.NoError(t, *retry)
+	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, map[string]int{"default-test-workflow-id/step-001-call-1-charge/compensate": 1}, desk.refunds)
+	stack, err := store.CompensationStack(t.Context(), "default-test-workflow-id")
+	require.NoError(t, err)
+	require.Len(t, stack, 1)
+	assert.Equal(t, ledger.CompensationDone, stack[0].Status)
+}
+
+// A backoff that would outlive the run's deadline fails now.
+func TestBackoffPastTheDeadlineFailsNow(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, `{"error":"come back in 30 s"}`, http.StatusServiceUnavailable)
+	}))
+	defer server.Close()
+	spec := mustSpec(t, fmt.Sprintf(`
+goal: call a slow service with 5 seconds to spare
+budget: {steps: 3, seconds: 5}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: slow, arguments: {}}]
+    - content: gave up in time
+tools:
+  - {name: slow, kind: http, url: %q}
+`, server.URL))
+	result, err, _ := runAgent(t, spec)
+	require.NoError(t, err)
+	slow := result.Trace[1]
+	assert.Equal(t, budget.DenyDeadline, slow.Denial)
+	assert.Contains(t, slow.Error, "the backoff would outlive the run's deadline")
+	assert.Equal(t, 1, slow.Attempts)
+	assert.Equal(t, int32(1), requests.Load(), "no nap past the deadline, no second request")
+	assert.Equal(t, ledger.RunCompleted, result.Status)
+}

@@ -33,6 +33,7 @@ type Run struct {
 	Answer           string          `json:"answer,omitempty"`
 	HandoffNote      string          `json:"handoff_note,omitempty"`
 	Reason           string          `json:"reason,omitempty"`
+	StatusDetail     string          `json:"status_detail,omitempty"`
 	StepsUsed        int             `json:"steps_used"`
 	LeafCalls        int             `json:"leaf_calls"`
 	TokensUsed       int64           `json:"tokens_used"`
@@ -100,10 +101,10 @@ func (s *Store) GetRun(ctx context.Context, workflowID string) (Run, error) {
 	var r Run
 	var parent *string
 	err := s.pool.QueryRow(ctx, `
-		SELECT workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason,
+		SELECT workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason, status_detail,
 		       steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at
 		FROM runs WHERE workflow_id = $1`, workflowID).Scan(
-		&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Spec, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason,
+		&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Spec, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason, &r.StatusDetail,
 		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, ErrNotFound)

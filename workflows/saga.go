@@ -48,6 +48,11 @@ const (
 	waitingCompensation = "compensation"
 )
 
+var waitingText = map[string]string{
+	waitingEscalation:   "an escalation (resume or abort)",
+	waitingCompensation: "a failed compensation (retry, skip or abort)",
+}
+
 // humanInput is an accepted Update, for the waiting coroutine to act on.
 type humanInput struct {
 	action string
@@ -72,7 +77,7 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 		if r.waiting == waitingNone {
 			return fmt.Errorf("%s: the run is not waiting for a human", update)
 		}
-		return fmt.Errorf("%s: the run is waiting on a %s, not for %s", update, r.waiting, update)
+		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[r.waiting], update)
 	}
 	needReason := func(update, reason string) error {
 		if strings.TrimSpace(reason) == "" {

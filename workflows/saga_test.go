@@ -99,7 +99,7 @@ func TestFailingCompensationEscalatesAndSkipResolvesIt(t *testing.T) {
 		noReason = update(env, workflows.UpdateSkip, workflows.ReasonInput{})
 		skip = update(env, workflows.UpdateSkip, workflows.ReasonInput{Reason: "alice refunded ch_1 by hand"})
 	})
-	assert.ErrorContains(t, *wrongUpdate, "waiting on a compensation, not for resume")
+	assert.ErrorContains(t, *wrongUpdate, "waiting on a failed compensation (retry, skip or abort), where resume does not apply")
 	assert.ErrorContains(t, *noReason, "a reason is required")
 	assert.NoError(t, *skip)
 	assert.Equal(t, ledger.RunNeedsAttention, result.Status)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -149,4 +150,56 @@ func TestBadInputGetsAClearErrorAndStartsNothing(t *testing.T) {
 	_, err = agentsaga(t, "migrate")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "127.0.0.1:1")
+}
+
+// An escalated run is resumed from the CLI; a bad Update is refused with
+// the validator's reason.
+func TestResumeAndAbortFromTheCLI(t *testing.T) {
+	databaseURL := ledgertest.NewDatabase(t)
+	t.Setenv("DATABASE_URL", databaseURL)
+	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
+	store, err := ledger.Open(context.Background(), databaseURL)
+	require.NoError(t, err)
+	defer store.Close()
+	w, err := worker.New(context.Background(), devServer.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	spec := writeFile(t, "spec.yaml", `
+goal: delete the production database
+budget: {steps: 4}
+model:
+  provider: scripted
+  script:
+    - refusal: I will not do that without written approval.
+    - content: I archived it instead, as instructed.
+`)
+	_, err = agentsaga(t, "run", "--spec", spec, "--id", "cli-escalated")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		run, err := store.GetRun(context.Background(), "cli-escalated")
+		return err == nil && run.Status == ledger.RunEscalated
+	}, 30*time.Second, 100*time.Millisecond, "the refusal escalates the run")
+
+	out, err := agentsaga(t, "show", "cli-escalated")
+	require.NoError(t, err)
+	assert.Contains(t, out, "run cli-escalated: escalated")
+	assert.Contains(t, out, "waiting for a human: The model refused")
+
+	_, err = agentsaga(t, "retry", "cli-escalated")
+	assert.ErrorContains(t, err, "waiting on an escalation (resume or abort), where retry does not apply")
+	_, err = agentsaga(t, "resume", "cli-escalated")
+	assert.ErrorContains(t, err, "--message is required")
+
+	out, err = agentsaga(t, "resume", "cli-escalated", "--message", "archive it instead", "--add-steps", "1")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "accepted: resume")
+	var result workflows.RunResult
+	require.NoError(t, devServer.Client().GetWorkflow(context.Background(), "cli-escalated", "").Get(context.Background(), &result))
+	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, "I archived it instead, as instructed.", result.Answer)
+
+	_, err = agentsaga(t, "abort", "cli-escalated", "--reason", "too late")
+	assert.Error(t, err, "a finished run takes no Update")
 }

@@ -233,7 +233,11 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"run": run, "counters": counters, "actions": actions, "leaf_calls": leaves})
+		stack, err := store.CompensationStack(ctx, id)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(map[string]any{"run": run, "counters": counters, "actions": actions, "leaf_calls": leaves, "compensations": stack})
 	}
 	fmt.Fprintf(out, "run %s: %s", run.WorkflowID, run.Status)
 	if run.Reason != "" {
@@ -249,7 +253,27 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	fmt.Fprintf(out, "steps used: %d, tokens: %d, usd: %.4f\n", run.StepsUsed, run.TokensUsed, run.USDSpent)
 	fmt.Fprintf(out, "calls: %d, leaf calls: %d, retries: %d %s, amplification: %.2f\n",
 		counters.Calls, counters.LeafCalls, counters.Retries, perTool(counters.ToolRetries), counters.Amplification)
+	if run.StatusDetail != "" && (run.Status == ledger.RunEscalated || run.Status == ledger.RunNeedsAttention) {
+		fmt.Fprintf(out, "waiting for a human: %s\n", run.StatusDetail)
+	}
 	printActions(out, actions)
+	stack, err := store.CompensationStack(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(stack) > 0 {
+		fmt.Fprintf(out, "\ncompensations, in the order they are walked (%d):\n", len(stack))
+		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  FORWARD KEY\tUNDONE BY\tSTATUS\tNOTE")
+		for _, c := range stack {
+			note := c.Error
+			if c.Reason != "" {
+				note = "by a human: " + c.Reason
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.ForwardKey, c.Tool, c.Status, oneLine(note, 80))
+		}
+		tw.Flush()
+	}
 	return nil
 }
 

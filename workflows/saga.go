@@ -185,7 +185,7 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 		result := r.outOfBudget(ctx, "", "", "the deadline passed while escalated ("+why+")")
 		return &result
 	case in.action == UpdateAbort:
-		result := r.rollback(ctx, "aborted by a human while escalated: "+in.reason, "", "")
+		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
 		return &result
 	}
 	r.budget.Limits.USD += in.resume.AddUSD

@@ -159,3 +159,68 @@ tools:
 	assert.Equal(t, int32(1), requests.Load(), "no nap past the deadline, no second request")
 	assert.Equal(t, ledger.RunCompleted, result.Status)
 }
+
+// A permission error, and the Nth failure of one tool, pause the run for a
+// human; abort then compensates what the run had done.
+func TestEscalationTriggers(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		status  int
+		extra   string
+		wantWhy string
+	}{
+		"permission error":  {status: http.StatusForbidden, wantWhy: "was denied permission"},
+		"repeated failures": {status: http.StatusBadRequest, extra: "escalate: {after_tool_failures: 2}", wantWhy: "has failed 2 times"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var refunds atomic.Int32
+			server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/charge":
+					fmt.Fprint(w, `{"id": "ch_1"}`)
+				case "/refund":
+					refunds.Add(1)
+					fmt.Fprint(w, `{}`)
+				default:
+					w.WriteHeader(tc.status)
+				}
+			}))
+			defer server.Close()
+			spec := mustSpec(t, fmt.Sprintf(`
+goal: charge, then use a tool that keeps failing
+budget: {steps: 6}
+%s
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: charge, arguments: {}}]
+    - tool_calls: [{name: crm, arguments: {}}]
+    - tool_calls: [{name: crm, arguments: {}}]
+    - content: never reached
+tools:
+  - {name: charge, kind: http, url: "%[2]s/charge", compensate: {tool: refund, arguments: {id: "{{result.id}}"}}}
+  - {name: refund, kind: http, url: "%[2]s/refund"}
+  - {name: crm, kind: http, url: "%[2]s/crm"}
+`, tc.extra, server.URL))
+			store := ledgertest.NewStore(t)
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestWorkflowEnvironment()
+			registerWithRetryHook(t, env, store)
+			env.RegisterActivity(&activities.Activities{Ledger: store})
+			var abort *error
+			env.RegisterDelayedCallback(func() {
+				abort = update(env, workflows.UpdateAbort, workflows.ReasonInput{Reason: "ops: the CRM is off limits"})
+			}, time.Hour)
+			env.ExecuteWorkflow(workflows.AgentRun, spec)
+			require.NoError(t, env.GetWorkflowError())
+			var result workflows.RunResult
+			require.NoError(t, env.GetWorkflowResult(&result))
+			require.NoError(t, *abort)
+			assert.Equal(t, ledger.RunCompensated, result.Status)
+			assert.Contains(t, result.Reason, "aborted by a human while escalated: ops: the CRM is off limits")
+			assert.Contains(t, result.Reason, tc.wantWhy)
+			assert.Equal(t, int32(1), refunds.Load(), "the charge was refunded once")
+		})
+	}
+}

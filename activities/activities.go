@@ -104,6 +104,8 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 		target += ":" + call.Model.Name
 	}
 	err = a.leafCall(ctx, ledger.LeafModel, target, func() error {
+		stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
+		defer stop()
 		turn, err = model.Turn(ctx, call.Request)
 		return err
 	})

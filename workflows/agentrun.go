@@ -270,6 +270,8 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent string)
 func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDef, finish bool) (activities.ModelTurn, error) {
 	r.stats.Calls++
 	note := r.budget.Note(workflow.Now(ctx), r.openBreakers())
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## running: step %d\n\n%s\n\nretries %d over %d calls; leaf calls %d",
+		step, note, r.stats.Retries, r.stats.Calls, r.budget.Used.LeafCalls))
 	messages := append(slices.Clone(r.messages), activities.Message{Role: "system", Content: note})
 	if finish {
 		messages = append(messages, activities.Message{Role: "system", Content: FinishInstructions})
@@ -280,6 +282,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		summary += ": graceful finish"
 	}
 	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, ModelActivityID(step), 2*time.Minute, summary))
+	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
 	var turn activities.ModelTurn
 	err := workflow.ExecuteActivity(actx, activitiesRef.CallModel, activities.ModelCall{
 		Model:   model,

@@ -132,6 +132,18 @@ func (a *Activities) model(spec ModelSpec) (Model, error) {
 			}
 		}
 		return NewOpenAIModel(spec, key, a.HTTPClient)
+	case ProviderAnthropic:
+		key := ""
+		if spec.APIKeyEnv != "" {
+			getenv := a.Getenv
+			if getenv == nil {
+				getenv = os.Getenv
+			}
+			if key = getenv(spec.APIKeyEnv); key == "" {
+				return nil, fmt.Errorf("model: environment variable %s (model.api_key_env) is not set on the worker", spec.APIKeyEnv)
+			}
+		}
+		return NewAnthropicModel(spec, key, a.HTTPClient)
 	}
 	return nil, fmt.Errorf("model.provider: unknown provider %q", spec.Provider)
 }

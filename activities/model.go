@@ -114,10 +114,14 @@ func (m ModelSpec) Validate() error {
 		if m.Name == "" {
 			return fmt.Errorf("model.name: the openai provider needs a model name (for example gpt-4o-mini or llama3.1)")
 		}
+	case ProviderAnthropic:
+		if m.Name == "" {
+			return fmt.Errorf("model.name: the anthropic provider needs a model name (for example claude-sonnet-4-5)")
+		}
 	case "":
-		return fmt.Errorf("model.provider: missing (want %q or %q)", ProviderScripted, ProviderOpenAI)
+		return fmt.Errorf("model.provider: missing (want %q, %q or %q)", ProviderScripted, ProviderOpenAI, ProviderAnthropic)
 	default:
-		return fmt.Errorf("model.provider: unknown provider %q (want %q or %q)", m.Provider, ProviderScripted, ProviderOpenAI)
+		return fmt.Errorf("model.provider: unknown provider %q (want %q, %q or %q)", m.Provider, ProviderScripted, ProviderOpenAI, ProviderAnthropic)
 	}
 	if m.MaxTokens < 0 {
 		return fmt.Errorf("model.max_tokens: %d is negative", m.MaxTokens)

@@ -24,6 +24,9 @@ import (
 const (
 	ToolKindGo   = "go"
 	ToolKindHTTP = "http"
+	// ToolKindAgent is a sub-agent: the workflow runs it as a child
+	// workflow, never as an activity.
+	ToolKindAgent = "agent"
 )
 
 // MaxToolOutput is how much of a tool's answer is kept; the rest is cut and
@@ -70,7 +73,7 @@ func (t ToolSpec) Validate() error {
 		return fmt.Errorf("tool %q: name must be 1-64 letters, digits, '_' or '-'", t.Name)
 	}
 	switch t.Kind {
-	case ToolKindGo:
+	case ToolKindGo, ToolKindAgent:
 		if t.URL != "" {
 			return fmt.Errorf("tool %s: url is set but kind is %q (want kind %q)", t.Name, t.Kind, ToolKindHTTP)
 		}
@@ -88,9 +91,9 @@ func (t ToolSpec) Validate() error {
 			return fmt.Errorf("tool %s: method %q is not one of GET, POST, PUT, PATCH, DELETE", t.Name, t.Method)
 		}
 	case "":
-		return fmt.Errorf("tool %s: kind is missing (want %q or %q)", t.Name, ToolKindGo, ToolKindHTTP)
+		return fmt.Errorf("tool %s: kind is missing (want %q, %q or %q)", t.Name, ToolKindGo, ToolKindHTTP, ToolKindAgent)
 	default:
-		return fmt.Errorf("tool %s: unknown kind %q (want %q or %q)", t.Name, t.Kind, ToolKindGo, ToolKindHTTP)
+		return fmt.Errorf("tool %s: unknown kind %q (want %q, %q or %q)", t.Name, t.Kind, ToolKindGo, ToolKindHTTP, ToolKindAgent)
 	}
 	if t.TimeoutSeconds < 0 {
 		return fmt.Errorf("tool %s: timeout_seconds %v is negative", t.Name, t.TimeoutSeconds)

@@ -75,7 +75,7 @@ type RetryStats struct {
 type TraceEntry struct {
 	Step       int    `json:"step"`
 	ActivityID string `json:"activity_id,omitempty"`
-	Kind       string `json:"kind"` // "model", "tool" or "compensation"
+	Kind       string `json:"kind"` // "model", "tool", "agent" or "compensation"
 	Tool       string `json:"tool,omitempty"`
 	Arguments  string `json:"arguments,omitempty"`
 	Output     string `json:"output,omitempty"`
@@ -129,6 +129,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
 		open:       map[string]bool{}, toolFailures: map[string]int{},
+		watch: newWatchdog(spec.Watchdog),
 	}
 	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryBudget, func() (BudgetView, error) {
 		return r.view(workflow.Now(ctx)), nil
@@ -142,7 +143,11 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err != nil {
 		return RunResult{}, err
 	}
-	if err := r.bookkeeping(ctx, "run-start", activitiesRef.RecordRunStart, ledger.Run{Goal: spec.Goal, Spec: specJSON}); err != nil {
+	start := ledger.Run{Goal: spec.Goal, Spec: specJSON}
+	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
+		start.ParentWorkflowID = parent.ID
+	}
+	if err := r.bookkeeping(ctx, "run-start", activitiesRef.RecordRunStart, start); err != nil {
 		return RunResult{}, err
 	}
 
@@ -188,6 +193,9 @@ type run struct {
 	// that waits for a human.
 	waiting string
 	input   *humanInput
+	watch   *watchdog
+	// reserved is what running sub-agents were handed and not yet spent.
+	reserved budget.Usage
 }
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
@@ -216,7 +224,8 @@ func (r *run) loop(ctx workflow.Context) RunResult {
 			return r.outOfBudget(ctx, lastContent, "", fmt.Sprintf("the %s budget is spent", dimension))
 		}
 		if r.budget.ShouldFinish(now) {
-			return r.gracefulFinish(ctx, step, lastContent)
+			return r.gracefulFinish(ctx, step, lastContent, fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)",
+				100*r.budget.FractionLeft(now), r.budget.FinishAt))
 		}
 		turn, err := r.modelTurn(ctx, step, defs, false)
 		switch {
@@ -238,9 +247,15 @@ func (r *run) loop(ctx workflow.Context) RunResult {
 		}
 		lastContent = turn.Content
 		r.messages = append(r.messages, activities.Message{Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls})
-		why := r.toolCalls(ctx, step, turn.ToolCalls)
+		why, stuck := r.toolCalls(ctx, step, turn.ToolCalls)
 		if ctx.Err() != nil {
 			return r.rollback(ctx, "the run was cancelled", lastContent, "")
+		}
+		if why == "" && stuck != "" {
+			if r.spec.Watchdog.OnFire != WatchdogEscalate {
+				return r.gracefulFinish(ctx, step+1, lastContent, "watchdog: "+stuck)
+			}
+			why = "The watchdog fired: " + stuck
 		}
 		if why != "" {
 			if result := r.escalate(ctx, why); result != nil {
@@ -252,9 +267,7 @@ func (r *run) loop(ctx workflow.Context) RunResult {
 
 // gracefulFinish spends one last model turn, with no tools and switched
 // instructions, on a partial answer and a handoff note.
-func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent string) RunResult {
-	reason := fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)",
-		100*r.budget.FractionLeft(workflow.Now(ctx)), r.budget.FinishAt)
+func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason string) RunResult {
 	turn, err := r.modelTurn(ctx, step, nil, true)
 	if err != nil || turn.Content == "" {
 		return r.outOfBudget(ctx, lastContent, "", reason+"; the finishing turn produced nothing")
@@ -270,6 +283,9 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent string)
 func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDef, finish bool) (activities.ModelTurn, error) {
 	r.stats.Calls++
 	note := r.budget.Note(workflow.Now(ctx), r.openBreakers())
+	if warning := r.watch.note(); warning != "" {
+		note += "\n" + warning
+	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## running: step %d\n\n%s\n\nretries %d over %d calls; leaf calls %d",
 		step, note, r.stats.Retries, r.stats.Calls, r.budget.Used.LeafCalls))
 	messages := append(slices.Clone(r.messages), activities.Message{Role: "system", Content: note})
@@ -309,14 +325,16 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	return turn, err
 }
 
-// toolCalls runs one turn's tool calls in parallel and appends their
-// results, in call order, for the model to read. A call the workflow can
-// see is malformed (unknown tool, arguments that are not JSON) never
-// becomes an activity: the model gets the error instead, and nothing
-// reaches the ledger. It returns why the run should escalate, if it should.
-func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolCall) (escalation string) {
+// toolCalls runs one turn's tool calls in parallel (sub-agents as child
+// workflows) and appends their results, in call order, for the model to
+// read. A call the workflow can see is malformed (unknown tool, arguments
+// that are not JSON) never becomes an activity: the model gets the error
+// instead, and nothing reaches the ledger. It returns why the run should
+// escalate, and why the watchdog thinks it is stuck, if either.
+func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolCall) (escalation, stuck string) {
 	futures := make([]workflow.Future, len(calls))
 	entries := make([]TraceEntry, len(calls))
+	reservations := make([]*budget.Usage, len(calls))
 	for i, call := range calls {
 		activityID := ToolActivityID(step, i+1, call.Name)
 		entries[i] = TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: call.Arguments}
@@ -329,8 +347,28 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			entries[i].Error = fmt.Sprintf("the arguments for tool %q are not valid JSON: %s", call.Name, clip(call.Arguments, 200))
 			continue
 		}
+		if r.watch.voluntaryRetry(call.Name, call.Arguments) {
+			// The model retried by choice: counted and charged as a retry.
+			r.stats.Retries++
+			r.stats.ToolRetries[call.Name]++
+		}
 		r.stats.Calls++
 		entries[i].ActivityID = activityID
+		if tool.Kind == activities.ToolKindAgent {
+			spec, reservation, err := r.childSpec(workflow.Now(ctx), call.Name, call.Arguments)
+			if err != nil {
+				entries[i].Error = err.Error()
+				continue
+			}
+			r.reserved.Steps += reservation.Steps
+			r.reserved.LeafCalls += reservation.LeafCalls
+			r.reserved.Tokens += reservation.Tokens
+			r.reserved.USD += reservation.USD
+			reservations[i] = &reservation
+			entries[i].Kind = "agent"
+			futures[i] = r.startChild(ctx, activityID, spec)
+			continue
+		}
 		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
 		actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(tool.Timeout()))
 		request := activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name)}
@@ -340,7 +378,16 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool, request)
 	}
 	for i, call := range calls {
-		if futures[i] != nil {
+		switch {
+		case reservations[i] != nil:
+			var child RunResult
+			child, err := childResult(futures[i].Get(ctx, &child), child)
+			r.absorb(*reservations[i], child)
+			entries[i].Output, entries[i].Attempts = childOutput(child), 1
+			if err != nil {
+				entries[i].Error = errorText(err)
+			}
+		case futures[i] != nil:
 			var result activities.ToolResult
 			if err := futures[i].Get(ctx, &result); err != nil {
 				entries[i].Error = errorText(err)
@@ -361,7 +408,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		r.messages = append(r.messages, activities.Message{Role: "tool", ToolCallID: call.ID, Name: call.Name, Content: content})
 	}
 	r.trace = append(r.trace, entries...)
-	return escalation
+	return escalation, r.watch.endTurn(entries)
 }
 
 // escalationFor says why a failed tool call should bring in a human: a
@@ -412,9 +459,13 @@ func (r *run) charge(tool string, entry *TraceEntry) {
 func (r *run) plan(tool, dependency string) activities.RetryPlan {
 	p := r.policy
 	backoff := p.Backoff()
+	// Voluntary retries (the model repeating a call) were charged in the
+	// workflow, so they come off what the hook may still grant.
 	return activities.RetryPlan{
-		Tool: tool, Dependency: dependency, MaxAttempts: p.MaxAttempts, ToolRetryCap: p.ToolCap(tool),
-		RunAllowance: p.RunAllowance(r.stats.Calls), BackoffBase: backoff.Base, BackoffCap: backoff.Cap,
+		Tool: tool, Dependency: dependency, MaxAttempts: p.MaxAttempts,
+		ToolRetryCap: p.ToolCap(tool) - r.watch.voluntary[tool],
+		RunAllowance: p.RunAllowance(r.stats.Calls) - float64(r.watch.totalVoluntary()),
+		BackoffBase:  backoff.Base, BackoffCap: backoff.Cap,
 		Deadline: r.budget.Deadline(),
 	}
 }
@@ -475,7 +526,7 @@ func (r *run) partial(answer, modelNote, reason string) RunResult {
 	result := r.end(ledger.RunPartial, answer, reason)
 	var done, failed []string
 	for _, e := range r.trace {
-		if e.Kind != "tool" {
+		if e.Kind != "tool" && e.Kind != "agent" {
 			continue
 		}
 		if e.Error != "" {

@@ -42,6 +42,19 @@ func mustSpec(t *testing.T, yaml string) workflows.RunSpec {
 // activities against a fresh ledger.
 func runAgent(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error, *ledger.Store) {
 	t.Helper()
+	return runAgentWith(t, spec, nil)
+}
+
+// runAgentWithAbort runs spec and aborts it once it waits for a human.
+func runAgentWithAbort(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error, *ledger.Store) {
+	t.Helper()
+	return runAgentWith(t, spec, func(env *testsuite.TestWorkflowEnvironment) {
+		update(env, workflows.UpdateAbort, workflows.ReasonInput{Reason: "test: stop here"})
+	})
+}
+
+func runAgentWith(t *testing.T, spec workflows.RunSpec, human func(env *testsuite.TestWorkflowEnvironment)) (workflows.RunResult, error, *ledger.Store) {
+	t.Helper()
 	store := ledgertest.NewStore(t)
 	box := activities.NewToolbox()
 	box.Register("add", func(_ context.Context, call activities.ToolInvocation) (string, error) {
@@ -51,6 +64,9 @@ func runAgent(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error,
 	env := suite.NewTestWorkflowEnvironment()
 	registerWithRetryHook(t, env, store)
 	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: box})
+	if human != nil {
+		env.RegisterDelayedCallback(func() { human(env) }, time.Hour)
+	}
 	env.ExecuteWorkflow(workflows.AgentRun, spec)
 	require.True(t, env.IsWorkflowCompleted())
 	var result workflows.RunResult

@@ -36,6 +36,27 @@ type RunSpec struct {
 	// CompensationAttempts bounds each compensation's own retries (default
 	// 5); they are outside the retry budget.
 	CompensationAttempts int `json:"compensation_attempts,omitempty"`
+	// Watchdog configures the no-progress watchdog.
+	Watchdog WatchdogSpec `json:"watchdog,omitempty"`
+	// Agents defines the sub-agents that tools of kind "agent" run.
+	Agents map[string]AgentSpec `json:"agents,omitempty"`
+	// SearchAttributes turns on the typed search attributes the Temporal UI
+	// filters by; `agentsaga run` sets it when the namespace has them.
+	SearchAttributes bool `json:"search_attributes,omitempty"`
+}
+
+// AgentSpec is a sub-agent: a child run with its own instructions and a
+// subset of the parent's tools, spending an allocation carved out of the
+// parent's remaining budget.
+type AgentSpec struct {
+	System string `json:"system,omitempty"`
+	// Model defaults to the parent's.
+	Model *activities.ModelSpec `json:"model,omitempty"`
+	// Tools names the parent's tools the sub-agent may use.
+	Tools []string `json:"tools,omitempty"`
+	// Share is the fraction of the parent's remaining budget each call gets
+	// (default 0.25).
+	Share float64 `json:"share,omitempty"`
 }
 
 // EscalationSpec configures escalation to a human.
@@ -125,6 +146,39 @@ func (s RunSpec) Validate() error {
 		if tool.Compensate != nil && !seen[tool.Compensate.Tool] {
 			return fmt.Errorf("tools[%d]: tool %s: compensate.tool %q is not a declared tool", i, tool.Name, tool.Compensate.Tool)
 		}
+		if _, ok := s.Agents[tool.Name]; tool.Kind == activities.ToolKindAgent && !ok {
+			return fmt.Errorf("tools[%d]: tool %s is of kind agent but agents.%s is not defined", i, tool.Name, tool.Name)
+		}
+	}
+	for name, agent := range s.Agents {
+		if tool, ok := s.tool(name); !ok || tool.Kind != activities.ToolKindAgent {
+			return fmt.Errorf("agents.%s: no tool of kind agent is named %s", name, name)
+		}
+		if agent.Share < 0 || agent.Share > 1 {
+			return fmt.Errorf("agents.%s.share: %v is outside (0, 1]", name, agent.Share)
+		}
+		if agent.Model != nil {
+			if err := agent.Model.Validate(); err != nil {
+				return fmt.Errorf("agents.%s.%w", name, err)
+			}
+		}
+		for _, t := range agent.Tools {
+			tool, ok := s.tool(t)
+			if !ok {
+				return fmt.Errorf("agents.%s.tools: %q is not a declared tool", name, t)
+			}
+			if tool.Kind == activities.ToolKindAgent {
+				return fmt.Errorf("agents.%s.tools: %q is a sub-agent; sub-agents do not nest", name, t)
+			}
+		}
+	}
+	switch s.Watchdog.OnFire {
+	case "", WatchdogFinish, WatchdogEscalate:
+	default:
+		return fmt.Errorf("watchdog.on_fire: %q is not %q or %q", s.Watchdog.OnFire, WatchdogFinish, WatchdogEscalate)
+	}
+	if s.Watchdog.NoProgressTurns < 0 {
+		return fmt.Errorf("watchdog.no_progress_turns: %d is negative", s.Watchdog.NoProgressTurns)
 	}
 	return nil
 }

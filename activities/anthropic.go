@@ -1,0 +1,288 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+)
+
+// ProviderAnthropic names the Anthropic Messages API in a ModelSpec.
+const ProviderAnthropic = "anthropic"
+
+// opMessages names the call in every error Turn returns.
+const opMessages = "anthropic messages"
+
+// defaultAnthropicBaseURL is used when the spec names no server. The SDK
+// appends v1/messages to it, so a spec's BaseURL is the server root too.
+const defaultAnthropicBaseURL = "https://api.anthropic.com"
+
+// defaultAnthropicMaxTokens is sent when the spec sets none: the Messages
+// API requires max_tokens on every request.
+const defaultAnthropicMaxTokens = 1024
+
+// AnthropicModel is a Model served by the Anthropic Messages API.
+type AnthropicModel struct {
+	client    anthropic.Client
+	spec      ModelSpec
+	maxTokens int64
+	apiKey    string // kept only to redact it from error bodies
+}
+
+var _ Model = (*AnthropicModel)(nil)
+
+// NewAnthropicModel builds a model for spec. httpClient may be nil to use the
+// SDK's default. Nothing is read from the environment: the SDK would otherwise
+// pick up ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, ANTHROPIC_BASE_URL, a
+// profile file or extra headers, and could send a key the spec never named,
+// or send it somewhere the spec does not say. The SDK's own retries are off:
+// Temporal's activity retry is the only retry loop.
+func NewAnthropicModel(spec ModelSpec, apiKey string, httpClient *http.Client) (*AnthropicModel, error) {
+	if spec.Provider != ProviderAnthropic {
+		return nil, fmt.Errorf("anthropic model: provider is %q, want %q", spec.Provider, ProviderAnthropic)
+	}
+	if spec.Name == "" {
+		return nil, fmt.Errorf("anthropic model: model name is empty")
+	}
+	baseURL := spec.BaseURL
+	if baseURL == "" {
+		baseURL = defaultAnthropicBaseURL
+	}
+	maxTokens := spec.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = defaultAnthropicMaxTokens
+	}
+	opts := []option.RequestOption{
+		option.WithoutEnvironmentDefaults(),
+		option.WithMaxRetries(0),
+		option.WithBaseURL(baseURL),
+		// Always set, even when empty, so no other credential source is
+		// consulted. An empty key sends no x-api-key header.
+		option.WithAPIKey(apiKey),
+	}
+	if httpClient != nil {
+		opts = append(opts, option.WithHTTPClient(httpClient))
+	}
+	// The SDK refuses, before sending anything, a non-streaming request whose
+	// max_tokens could take longer than ten minutes. That can never succeed,
+	// so it is a configuration error here rather than a failure on every
+	// attempt.
+	if _, err := anthropic.CalculateNonStreamingTimeout(int(maxTokens), anthropic.Model(spec.Name), opts); err != nil {
+		return nil, fmt.Errorf("anthropic model: max_tokens %d is too large for model %s without streaming: %w", maxTokens, spec.Name, err)
+	}
+	return &AnthropicModel{
+		client:    anthropic.NewClient(opts...),
+		spec:      spec,
+		maxTokens: maxTokens,
+		apiKey:    apiKey,
+	}, nil
+}
+
+// Turn makes exactly one messages request. A non-2xx answer is returned as
+// *HTTPError so the retry classifier can read the status and retry hints
+// (529 overloaded_error is a 5xx and so retryable); anything else is wrapped
+// with the op.
+func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn, error) {
+	params, err := m.params(req)
+	if err != nil {
+		return ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
+	}
+	var raw *http.Response
+	resp, err := m.client.Messages.New(ctx, params, option.WithResponseInto(&raw))
+	if err != nil {
+		var apiErr *anthropic.Error
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Response != nil:
+			return ModelTurn{}, m.httpError(apiErr.Response)
+		case raw != nil && raw.StatusCode >= 400:
+			// An error body the SDK cannot decode still has a status, and
+			// the status must decide retries.
+			return ModelTurn{}, m.httpError(raw)
+		default:
+			return ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
+		}
+	}
+	turn := ModelTurn{
+		Model: string(resp.Model),
+		Usage: Usage{
+			InputTokens:  resp.Usage.InputTokens,
+			OutputTokens: resp.Usage.OutputTokens,
+		},
+	}
+	var text strings.Builder
+	for _, block := range resp.Content {
+		switch block.Type {
+		case "text":
+			text.WriteString(block.Text)
+		case "tool_use":
+			args := string(bytes.TrimSpace(block.Input))
+			if args == "" || args == "null" {
+				args = "{}"
+			}
+			turn.ToolCalls = append(turn.ToolCalls, ToolCall{ID: block.ID, Name: block.Name, Arguments: args})
+		}
+	}
+	turn.Content = text.String()
+	if resp.StopReason == anthropic.StopReasonRefusal {
+		turn.Refusal = turn.Content
+		if turn.Refusal == "" {
+			turn.Refusal = resp.StopDetails.Explanation
+		}
+		if turn.Refusal == "" {
+			turn.Refusal = "refused"
+		}
+		turn.Content = ""
+	}
+	return turn, nil
+}
+
+// httpError reads the error body the SDK buffered and strips the API key
+// from it, in case a server or proxy echoes the request headers back.
+func (m *AnthropicModel) httpError(resp *http.Response) *HTTPError {
+	var body []byte
+	if resp.Body != nil {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	}
+	if m.apiKey != "" {
+		body = bytes.ReplaceAll(body, []byte(m.apiKey), []byte("[redacted]"))
+	}
+	return NewHTTPError(opMessages, resp, body)
+}
+
+// params translates the provider-neutral request to the SDK's. System
+// messages, wherever they stand, become the top-level system prompt; the
+// rest become alternating user and assistant messages, with consecutive
+// blocks of the same role (tool results above all) merged into one message.
+func (m *AnthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, error) {
+	p := anthropic.MessageNewParams{Model: anthropic.Model(m.spec.Name), MaxTokens: m.maxTokens}
+	var system []string
+	for i, msg := range req.Messages {
+		var role anthropic.MessageParamRole
+		var blocks []anthropic.ContentBlockParamUnion
+		switch msg.Role {
+		case "system":
+			if strings.TrimSpace(msg.Content) != "" {
+				system = append(system, msg.Content)
+			}
+			continue
+		case "user":
+			role = anthropic.MessageParamRoleUser
+			blocks = append(blocks, textBlocks(msg.Content)...)
+		case "assistant":
+			role = anthropic.MessageParamRoleAssistant
+			blocks = append(blocks, textBlocks(msg.Content)...)
+			for _, call := range msg.ToolCalls {
+				blocks = append(blocks, anthropic.NewToolUseBlock(call.ID, toolInput(call.Arguments), call.Name))
+			}
+		case "tool":
+			role = anthropic.MessageParamRoleUser
+			result := anthropic.ToolResultBlockParam{ToolUseID: msg.ToolCallID}
+			// The API rejects an empty text block; a result with no
+			// content is sent without one.
+			if msg.Content != "" {
+				result.Content = []anthropic.ToolResultBlockParamContentUnion{
+					{OfText: &anthropic.TextBlockParam{Text: msg.Content}},
+				}
+			}
+			blocks = append(blocks, anthropic.ContentBlockParamUnion{OfToolResult: &result})
+		default:
+			return p, fmt.Errorf("messages[%d]: unknown role %q", i, msg.Role)
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		if n := len(p.Messages); n > 0 && p.Messages[n-1].Role == role {
+			p.Messages[n-1].Content = append(p.Messages[n-1].Content, blocks...)
+			continue
+		}
+		p.Messages = append(p.Messages, anthropic.MessageParam{Role: role, Content: blocks})
+	}
+	if len(system) > 0 {
+		p.System = []anthropic.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
+	}
+	for i, tool := range req.Tools {
+		tp, err := anthropicTool(tool)
+		if err != nil {
+			return p, fmt.Errorf("tools[%d] (%s): %w", i, tool.Name, err)
+		}
+		p.Tools = append(p.Tools, tp)
+	}
+	return p, nil
+}
+
+// textBlocks is one text block, or none for empty text, which the API
+// rejects.
+func textBlocks(text string) []anthropic.ContentBlockParamUnion {
+	if text == "" {
+		return nil
+	}
+	return []anthropic.ContentBlockParamUnion{anthropic.NewTextBlock(text)}
+}
+
+// toolInput is a tool call's arguments as the JSON object tool_use needs.
+// Arguments the model wrote that are not a JSON object are kept, as text,
+// under "_raw", so the conversation still shows what was asked.
+func toolInput(arguments string) json.RawMessage {
+	trimmed := strings.TrimSpace(arguments)
+	if trimmed == "" {
+		return json.RawMessage(`{}`)
+	}
+	if json.Valid([]byte(trimmed)) && strings.HasPrefix(trimmed, "{") {
+		return json.RawMessage(trimmed)
+	}
+	wrapped, _ := json.Marshal(map[string]string{"_raw": arguments})
+	return wrapped
+}
+
+// anthropicTool describes tool with its parameters as input_schema, which
+// must be an object schema; no parameters means an object with none.
+func anthropicTool(tool ToolDef) (anthropic.ToolUnionParam, error) {
+	// Type is set although it defaults to "object": the SDK omits a zero
+	// input_schema altogether, and the API requires one.
+	schema := anthropic.ToolInputSchemaParam{Type: "object"}
+	if len(bytes.TrimSpace(tool.Parameters)) > 0 {
+		// Decoded without UseNumber, as for OpenAI: float64 is exact for
+		// any number a schema plausibly holds.
+		var fields map[string]any
+		if err := json.Unmarshal(tool.Parameters, &fields); err != nil {
+			return anthropic.ToolUnionParam{}, fmt.Errorf("parameters: not a JSON object: %w", err)
+		}
+		if t, ok := fields["type"]; ok && t != "object" {
+			return anthropic.ToolUnionParam{}, fmt.Errorf("parameters: type is %v, want \"object\"", t)
+		}
+		delete(fields, "type")
+		if props, ok := fields["properties"]; ok {
+			schema.Properties = props
+			delete(fields, "properties")
+		}
+		if req, ok := fields["required"]; ok {
+			list, ok := req.([]any)
+			if !ok {
+				return anthropic.ToolUnionParam{}, fmt.Errorf("parameters: required is not a list of names")
+			}
+			for _, name := range list {
+				s, ok := name.(string)
+				if !ok {
+					return anthropic.ToolUnionParam{}, fmt.Errorf("parameters: required is not a list of names")
+				}
+				schema.Required = append(schema.Required, s)
+			}
+			delete(fields, "required")
+		}
+		if len(fields) > 0 {
+			schema.ExtraFields = fields
+		}
+	}
+	tp := anthropic.ToolParam{Name: tool.Name, InputSchema: schema}
+	if tool.Description != "" {
+		tp.Description = anthropic.String(tool.Description)
+	}
+	return anthropic.ToolUnionParam{OfTool: &tp}, nil
+}

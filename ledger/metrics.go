@@ -1,0 +1,123 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// runStatuses lists every status a run can have (the runs table's CHECK
+// constraint), so a report can show zero for the ones no run is in.
+var runStatuses = []string{
+	RunRunning, RunCompleted, RunPartial, RunEscalated, RunCompensated, RunNeedsAttention, RunFailed,
+}
+
+// FleetFigures are the fleet-wide figures the metrics endpoint reports,
+// read from the ledger so that every worker reports the same numbers and
+// they survive restarts.
+type FleetFigures struct {
+	// LeafCalls counts every attempt that left a process (leaf_calls rows).
+	LeafCalls int64
+	// LogicalCalls counts the distinct (workflow_id, activity_id) pairs
+	// among them: the calls the workflows asked for, retries not counted.
+	LogicalCalls int64
+	// RunsByStatus holds every status a run can have (zero included) and any
+	// other status found in the table.
+	RunsByStatus map[string]int64
+	// USDSpent and TokensSpent are summed over finished runs (finished_at
+	// set); a running run's spend is not written until it ends.
+	USDSpent    float64
+	TokensSpent int64
+	// Buckets and Breakers are every retry bucket and circuit breaker row,
+	// ordered by name.
+	Buckets  []BucketFigure
+	Breakers []BreakerFigure
+}
+
+// Amplification is leaf calls per logical call; 0 when there are none.
+func (f FleetFigures) Amplification() float64 {
+	if f.LogicalCalls == 0 {
+		return 0
+	}
+	return float64(f.LeafCalls) / float64(f.LogicalCalls)
+}
+
+// BucketFigure is one retry bucket: its level now (refill included, as
+// agentsaga_bucket_level computes it) and its capacity.
+type BucketFigure struct {
+	Name     string
+	Tokens   float64
+	Capacity float64
+}
+
+// BreakerFigure is one circuit breaker's state: budget.BreakerClosed,
+// budget.BreakerOpen or budget.BreakerHalfOpen.
+type BreakerFigure struct {
+	Dependency string
+	State      string
+}
+
+// FleetFigures reads every figure in one round trip (a batch of four
+// read-only queries). It writes nothing: a bucket's level is computed, not
+// settled.
+func (s *Store) FleetFigures(ctx context.Context) (FleetFigures, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(`
+		SELECT (SELECT count(*) FROM leaf_calls),
+		       (SELECT count(*) FROM (SELECT DISTINCT workflow_id, activity_id FROM leaf_calls) AS logical),
+		       coalesce(sum(usd_spent), 0)::float8,
+		       coalesce(sum(tokens_used), 0)::bigint
+		FROM runs WHERE finished_at IS NOT NULL`)
+	batch.Queue(`SELECT status, count(*) FROM runs GROUP BY status`)
+	batch.Queue(`SELECT name, coalesce(agentsaga_bucket_level(name), 0), capacity FROM retry_buckets ORDER BY name`)
+	batch.Queue(`SELECT dependency, state FROM circuit_breakers ORDER BY dependency`)
+	results := s.pool.SendBatch(ctx, batch)
+	defer results.Close()
+
+	var f FleetFigures
+	if err := results.QueryRow().Scan(&f.LeafCalls, &f.LogicalCalls, &f.USDSpent, &f.TokensSpent); err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: calls and spend: %w", err)
+	}
+
+	f.RunsByStatus = make(map[string]int64, len(runStatuses))
+	for _, status := range runStatuses {
+		f.RunsByStatus[status] = 0
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: runs by status: %w", err)
+	}
+	var (
+		status string
+		count  int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&status, &count}, func() error {
+		f.RunsByStatus[status] = count
+		return nil
+	}); err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: runs by status: %w", err)
+	}
+
+	rows, err = results.Query()
+	if err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: retry buckets: %w", err)
+	}
+	f.Buckets, err = pgx.CollectRows(rows, pgx.RowToStructByPos[BucketFigure])
+	if err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: retry buckets: %w", err)
+	}
+
+	rows, err = results.Query()
+	if err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: circuit breakers: %w", err)
+	}
+	f.Breakers, err = pgx.CollectRows(rows, pgx.RowToStructByPos[BreakerFigure])
+	if err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: circuit breakers: %w", err)
+	}
+	if err := results.Close(); err != nil {
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: %w", err)
+	}
+	return f, nil
+}

@@ -1,0 +1,129 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/budget"
+)
+
+// defaultShare is the fraction of the parent's remaining budget a
+// sub-agent call gets when its AgentSpec does not say.
+const defaultShare = 0.25
+
+// childSpec builds a sub-agent's run: its allocation is carved out of what
+// the parent has left after the allocations it already handed out, on
+// every dimension, so parallel sub-agents never add up to more than the
+// parent had; the deadline is the parent's. It returns the spec and the
+// allocation to reserve.
+func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.Usage, error) {
+	agent := r.spec.Agents[name]
+	share := agent.Share
+	if share == 0 {
+		share = defaultShare
+	}
+	left := r.budget.Remaining(now)
+	carve := func(remaining, reserved float64) float64 { return (remaining - reserved) * share }
+	limits := budget.Limits{Steps: int(math.Floor(carve(float64(left.Steps), float64(r.reserved.Steps))))}
+	if left.LeafCalls != budget.Unlimited {
+		limits.LeafCalls = int(math.Floor(carve(float64(left.LeafCalls), float64(r.reserved.LeafCalls))))
+	}
+	if left.Tokens != budget.Unlimited {
+		limits.Tokens = int64(math.Floor(carve(float64(left.Tokens), float64(r.reserved.Tokens))))
+	}
+	if left.USD != budget.Unlimited {
+		limits.USD = carve(left.USD, r.reserved.USD)
+	}
+	if left.Seconds != budget.Unlimited {
+		limits.Seconds = left.Seconds
+	}
+	if limits.Steps < 1 || (left.LeafCalls != budget.Unlimited && limits.LeafCalls < 1) ||
+		(left.Tokens != budget.Unlimited && limits.Tokens < 1) || (left.USD != budget.Unlimited && limits.USD <= 0) ||
+		(left.Seconds != budget.Unlimited && limits.Seconds <= 0) {
+		return RunSpec{}, budget.Usage{}, fmt.Errorf("sub-agent %s: the budget left (%+v, %+v already handed to sub-agents) is too small to share", name, left, r.reserved)
+	}
+
+	goal := arguments
+	var task struct {
+		Task string `json:"task"`
+	}
+	if json.Unmarshal([]byte(arguments), &task) == nil && task.Task != "" {
+		goal = task.Task
+	}
+	child := r.spec
+	child.Goal, child.System, child.Budget, child.Agents = goal, agent.System, limits, nil
+	if agent.Model != nil {
+		child.Model = *agent.Model
+	}
+	child.Tools = nil
+	wanted := map[string]bool{}
+	for _, t := range agent.Tools {
+		wanted[t] = true
+		if tool, _ := r.spec.tool(t); tool.Compensate != nil {
+			wanted[tool.Compensate.Tool] = true
+		}
+	}
+	for _, t := range r.spec.Tools {
+		if wanted[t.Name] {
+			child.Tools = append(child.Tools, t)
+		}
+	}
+	return child, budget.Usage{Steps: limits.Steps, LeafCalls: limits.LeafCalls, Tokens: limits.Tokens, USD: limits.USD}, nil
+}
+
+// startChild starts a sub-agent as a child workflow whose ID extends the
+// call's activity ID, so its idempotency keys are namespaced under the
+// parent's and its ledger rows link to the parent run.
+func (r *run) startChild(ctx workflow.Context, activityID string, spec RunSpec) workflow.Future {
+	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:    r.workflowID + "/" + activityID,
+		StaticSummary: clip("sub-agent: "+spec.Goal, 200),
+	})
+	return workflow.ExecuteChildWorkflow(ctx, AgentRun, spec)
+}
+
+// childResult reads a finished sub-agent: its result whether it succeeded
+// or failed (a failed child has compensated its own actions already).
+func childResult(err error, result RunResult) (RunResult, error) {
+	if err == nil {
+		return result, nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == ErrTypeRunFailed && appErr.Details(&result) == nil {
+		return result, fmt.Errorf("sub-agent failed: %s", result.Reason)
+	}
+	return result, err
+}
+
+// absorb adds a finished sub-agent's spending to the parent's counters and
+// releases its reservation: the parent's counters are the true total.
+func (r *run) absorb(reservation budget.Usage, child RunResult) {
+	r.reserved.Steps -= reservation.Steps
+	r.reserved.LeafCalls -= reservation.LeafCalls
+	r.reserved.Tokens -= reservation.Tokens
+	r.reserved.USD -= reservation.USD
+	r.budget.Spend(child.Usage)
+	r.stats.Calls += child.Retries.Calls
+	r.stats.Retries += child.Retries.Retries
+	for tool, n := range child.Retries.ToolRetries {
+		r.stats.ToolRetries[tool] += n
+	}
+	for denial, n := range child.Retries.Denials {
+		r.stats.Denials[denial] += n
+	}
+}
+
+// childOutput is what the parent's model reads from a sub-agent.
+func childOutput(child RunResult) string {
+	out := fmt.Sprintf("sub-agent %s: %s", child.Status, child.Answer)
+	if child.HandoffNote != "" {
+		out += "\nhandoff note: " + child.HandoffNote
+	}
+	return out
+}

@@ -1,0 +1,117 @@
+package workflows
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// WatchdogSpec configures the no-progress watchdog.
+type WatchdogSpec struct {
+	// NoProgressTurns fires the watchdog after this many turns whose tool
+	// results were all seen before (default 3).
+	NoProgressTurns int `json:"no_progress_turns,omitempty"`
+	// OnFire is "finish" (the default: graceful finish) or "escalate".
+	OnFire string `json:"on_fire,omitempty"`
+}
+
+// Watchdog actions.
+const (
+	WatchdogFinish   = "finish"
+	WatchdogEscalate = "escalate"
+)
+
+// watchdog looks across turns, where no per-call retry counter can: a tool
+// called again with the same arguments (a voluntary retry, charged as one),
+// an A-B-A-B alternation between approaches, and turns that learn nothing
+// new. It is plain deterministic state in the workflow.
+type watchdog struct {
+	noProgressTurns int
+	calls           map[string]int // tool + canonical arguments -> times called
+	turns           []string       // one signature per turn with tool calls
+	results         map[string]bool
+	stale           int
+	// voluntary counts repeated identical calls per tool.
+	voluntary map[string]int
+	warnings  []string
+}
+
+func newWatchdog(spec WatchdogSpec) *watchdog {
+	turns := spec.NoProgressTurns
+	if turns == 0 {
+		turns = 3
+	}
+	return &watchdog{noProgressTurns: turns, calls: map[string]int{}, results: map[string]bool{}, voluntary: map[string]int{}}
+}
+
+// voluntaryRetry records a call before it runs and says whether it repeats
+// an earlier one exactly.
+func (w *watchdog) voluntaryRetry(tool, arguments string) bool {
+	signature := tool + " " + arguments
+	w.calls[signature]++
+	if w.calls[signature] < 2 {
+		return false
+	}
+	w.voluntary[tool]++
+	w.warnings = append(w.warnings, fmt.Sprintf("you called %s with the same arguments again (%d times): this is charged as a retry", tool, w.calls[signature]))
+	return true
+}
+
+// totalVoluntary is the run's voluntary retries.
+func (w *watchdog) totalVoluntary() int {
+	total := 0
+	for _, n := range w.voluntary {
+		total += n
+	}
+	return total
+}
+
+// endTurn looks at one turn's tool calls and results and returns why the
+// watchdog fires, or "".
+func (w *watchdog) endTurn(entries []TraceEntry) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	calls := make([]string, 0, len(entries))
+	learned := false
+	for _, e := range entries {
+		calls = append(calls, e.Tool+" "+e.Arguments)
+		sum := sha256.Sum256([]byte(e.Output + "\x00" + e.Error))
+		hash := hex.EncodeToString(sum[:])
+		if !w.results[hash] {
+			w.results[hash] = true
+			learned = true
+		}
+	}
+	sort.Strings(calls)
+	w.turns = append(w.turns, strings.Join(calls, "|"))
+
+	if learned {
+		w.stale = 0
+	} else {
+		w.stale++
+		w.warnings = append(w.warnings, fmt.Sprintf("your last %d turns learned nothing new", w.stale))
+	}
+	if n := len(w.turns); n >= 4 {
+		a, b := w.turns[n-4], w.turns[n-3]
+		if a != b && w.turns[n-2] == a && w.turns[n-1] == b {
+			return fmt.Sprintf("no progress: the run is alternating between two approaches (%s / %s)", clip(a, 80), clip(b, 80))
+		}
+	}
+	if w.stale >= w.noProgressTurns {
+		return fmt.Sprintf("no progress: %d turns in a row returned nothing new", w.stale)
+	}
+	return ""
+}
+
+// note is what the model is told about its looping, then forgotten.
+func (w *watchdog) note() string {
+	if len(w.warnings) == 0 {
+		return ""
+	}
+	note := "WATCHDOG: " + strings.Join(w.warnings, "; ") + ". Change approach or finish."
+	w.warnings = nil
+	return note
+}

@@ -37,6 +37,11 @@ type Config struct {
 	DatabaseURL     string
 	TaskQueue       string
 	Logger          *slog.Logger
+	// MetricsAddr serves Prometheus metrics at /metrics when set
+	// (--metrics-addr, AGENTSAGA_METRICS_ADDR), e.g. 127.0.0.1:9464.
+	MetricsAddr string
+	// MetricsHandler receives the Temporal SDK's own metrics; Run sets it.
+	MetricsHandler client.MetricsHandler
 }
 
 // ConfigFromEnv reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL,
@@ -53,6 +58,7 @@ func ConfigFromEnv() Config {
 		Namespace:       get("TEMPORAL_NAMESPACE", DefaultNamespace),
 		DatabaseURL:     get("DATABASE_URL", DefaultDatabaseURL),
 		TaskQueue:       workflows.TaskQueue,
+		MetricsAddr:     os.Getenv("AGENTSAGA_METRICS_ADDR"),
 	}
 }
 
@@ -70,7 +76,8 @@ func Dial(ctx context.Context, cfg Config) (client.Client, error) {
 	c, err := client.DialContext(ctx, client.Options{
 		HostPort:  cfg.TemporalAddress,
 		Namespace: cfg.Namespace,
-		Logger:    log.NewStructuredLogger(cfg.logger()),
+		Logger:         log.NewStructuredLogger(cfg.logger()),
+		MetricsHandler: cfg.MetricsHandler,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: temporal at %s (namespace %q) is unreachable: %w", cfg.TemporalAddress, cfg.Namespace, err)
@@ -153,13 +160,27 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer store.Close()
+	var observe func(activities.RetryPlan, string)
+	if cfg.MetricsAddr != "" {
+		m, err := NewMetrics(store)
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		defer m.Close() // runs after the client closes
+		addr, err := m.Serve(ctx, cfg.MetricsAddr)
+		if err != nil {
+			return err
+		}
+		cfg.MetricsHandler, observe = m.TemporalHandler(), m.ObserveRetry
+		cfg.logger().Info("agentsaga metrics", "url", "http://"+addr.String()+MetricsPath)
+	}
 	c, err := Dial(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 
-	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue})
+	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue, Observe: observe})
 	if err != nil {
 		return err
 	}

@@ -24,14 +24,18 @@ import (
 )
 
 func workerCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "worker",
+	cfg := worker.ConfigFromEnv()
+	cmd := &cobra.Command{
+		Use:   "worker [--metrics-addr HOST:PORT]",
 		Short: "Run a worker (reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return worker.Run(cmd.Context(), worker.ConfigFromEnv())
+			return worker.Run(cmd.Context(), cfg)
 		},
 	}
+	cmd.Flags().StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr,
+		"serve Prometheus metrics (agentsaga's and the Temporal SDK's) at http://HOST:PORT/metrics (env AGENTSAGA_METRICS_ADDR)")
+	return cmd
 }
 
 func migrateCommand() *cobra.Command {

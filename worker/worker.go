@@ -74,8 +74,8 @@ func Dial(ctx context.Context, cfg Config) (client.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.Namespace,
+		HostPort:       cfg.TemporalAddress,
+		Namespace:      cfg.Namespace,
 		Logger:         log.NewStructuredLogger(cfg.logger()),
 		MetricsHandler: cfg.MetricsHandler,
 	})

@@ -131,9 +131,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		open:       map[string]bool{}, toolFailures: map[string]int{},
 		watch: newWatchdog(spec.Watchdog),
 	}
-	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryBudget, func() (BudgetView, error) {
-		return r.view(workflow.Now(ctx)), nil
-	}, workflow.QueryHandlerOptions{Description: "The run budget: limits, used, remaining, the note the model reads, retry counters."}); err != nil {
+	if err := r.registerQueries(ctx); err != nil {
 		return RunResult{}, err
 	}
 	if err := r.registerUpdates(ctx); err != nil {
@@ -152,7 +150,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	}
 
 	result := r.loop(ctx)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## %s\n\n%s", result.Status, result.Reason))
+	r.showProgress(ctx, result.Status, result.Reason, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
 
 	// The ending is recorded even when the run was cancelled.
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
@@ -286,8 +284,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	if warning := r.watch.note(); warning != "" {
 		note += "\n" + warning
 	}
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## running: step %d\n\n%s\n\nretries %d over %d calls; leaf calls %d",
-		step, note, r.stats.Retries, r.stats.Calls, r.budget.Used.LeafCalls))
+	r.showProgress(ctx, ledger.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.budget.Limits.Steps), note)
 	messages := append(slices.Clone(r.messages), activities.Message{Role: "system", Content: note})
 	if finish {
 		messages = append(messages, activities.Message{Role: "system", Content: FinishInstructions})

@@ -141,8 +141,7 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
 	r.waiting, r.input = waiting, nil
 	r.setStatus(ctx, status, why)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## %s\n\n%s\n\n**Waiting for:** %s\n\n%s", status, why, options,
-		r.budget.Note(workflow.Now(ctx), r.openBreakers())))
+	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
 	condition := func() bool { return r.input != nil }
 	if timeout > 0 {
 		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)

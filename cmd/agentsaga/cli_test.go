@@ -101,6 +101,10 @@ tools:
 	summary := described.GetExecutionConfig().GetUserMetadata().GetSummary()
 	require.NotNil(t, summary, "the run has a UI summary")
 	assert.Contains(t, string(summary.GetData()), "refund order 7")
+	attrs := described.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
+	require.Contains(t, attrs, "AgentStatus", "the run keeps its typed search attributes")
+	assert.Contains(t, string(attrs["AgentStatus"].GetData()), "completed")
+	assert.Equal(t, "2", string(attrs["StepsUsed"].GetData()))
 
 	out, err = agentsaga(t, "show", "cli-run")
 	require.NoError(t, err, out)

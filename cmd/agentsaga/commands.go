@@ -83,7 +83,7 @@ func runCommand() *cobra.Command {
 			if id == "" {
 				id = newRunID()
 			}
-			run, err := startRun(cmd.Context(), c, id, spec)
+			run, err := startRun(cmd.Context(), c, cfg.Namespace, id, spec)
 			if err != nil {
 				return err
 			}
@@ -124,7 +124,13 @@ func newRunID() string {
 	return "run-" + hex.EncodeToString(b)
 }
 
-func startRun(ctx context.Context, c client.Client, id string, spec workflows.RunSpec) (client.WorkflowRun, error) {
+func startRun(ctx context.Context, c client.Client, namespace, id string, spec workflows.RunSpec) (client.WorkflowRun, error) {
+	if !spec.SearchAttributes {
+		// Upsert them only where the namespace has them registered, or
+		// every workflow task would fail.
+		has, err := worker.HasSearchAttributes(ctx, c, namespace)
+		spec.SearchAttributes = err == nil && has
+	}
 	summary := spec.Goal
 	if len(summary) > 200 {
 		summary = summary[:200] + "..."

@@ -87,6 +87,9 @@ func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (stac
 		fmt.Fprintf(out, "temporal: dev server at %s, UI at http://127.0.0.1:%s (log in .dev/temporal.log)\n", stack.cfg.TemporalAddress, devUIPort)
 	}
 
+	if err := worker.RegisterSearchAttributes(ctx, stack.client, stack.cfg.Namespace); err != nil {
+		return nil, err
+	}
 	if stack.worker, err = worker.New(ctx, stack.client, stack.store, worker.Options{TaskQueue: stack.cfg.TaskQueue}); err != nil {
 		return nil, err
 	}

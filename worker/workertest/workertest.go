@@ -11,6 +11,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // TemporalBinary finds bin/temporal at the root of the module that holds
@@ -48,8 +50,9 @@ func StartDevServer(ctx context.Context) (*testsuite.DevServer, error) {
 	}
 	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
 		ExistingPath:  bin,
-		ClientOptions: &client.Options{Namespace: "default"},
-		LogLevel:      "error",
+		ClientOptions:    &client.Options{Namespace: "default"},
+		LogLevel:         "error",
+		SearchAttributes: workflows.SearchAttributes(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workertest: start dev server from %s: %w", bin, err)

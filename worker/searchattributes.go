@@ -1,0 +1,50 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+)
+
+// searchAttributeTypes are the typed search attributes runs keep (see
+// workflows.AgentStatusKey and its siblings).
+var searchAttributeTypes = map[string]enums.IndexedValueType{
+	"AgentStatus":   enums.INDEXED_VALUE_TYPE_KEYWORD,
+	"StepsUsed":     enums.INDEXED_VALUE_TYPE_INT,
+	"LeafCalls":     enums.INDEXED_VALUE_TYPE_INT,
+	"USDSpent":      enums.INDEXED_VALUE_TYPE_DOUBLE,
+	"Amplification": enums.INDEXED_VALUE_TYPE_DOUBLE,
+}
+
+// RegisterSearchAttributes adds agentsaga's search attributes to the
+// namespace; ones already there are left alone.
+func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: namespace, SearchAttributes: searchAttributeTypes,
+	})
+	var exists *serviceerror.AlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("worker: register search attributes in %s: %w", namespace, err)
+	}
+	return nil
+}
+
+// HasSearchAttributes reports whether the namespace has all of them, so a
+// run only upserts what the namespace can take.
+func HasSearchAttributes(ctx context.Context, c client.Client, namespace string) (bool, error) {
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return false, fmt.Errorf("worker: list search attributes of %s: %w", namespace, err)
+	}
+	for name, kind := range searchAttributeTypes {
+		if resp.GetCustomAttributes()[name] != kind {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,121 @@
+package workflows
+
+import (
+	"fmt"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// The typed search attributes a run keeps up to date, for the Temporal
+// UI's list and filters (e.g. `AgentStatus = "escalated"`). They outlive
+// the worker, unlike queries. A namespace must have them registered:
+// `agentsaga dev` does; on a production cluster run
+//
+//	temporal operator search-attribute create --namespace NS \
+//	  --name AgentStatus --type Keyword --name StepsUsed --type Int \
+//	  --name LeafCalls --type Int --name USDSpent --type Double --name Amplification --type Double
+var (
+	AgentStatusKey   = temporal.NewSearchAttributeKeyKeyword("AgentStatus")
+	StepsUsedKey     = temporal.NewSearchAttributeKeyInt64("StepsUsed")
+	LeafCallsKey     = temporal.NewSearchAttributeKeyInt64("LeafCalls")
+	USDSpentKey      = temporal.NewSearchAttributeKeyFloat64("USDSpent")
+	AmplificationKey = temporal.NewSearchAttributeKeyFloat64("Amplification")
+)
+
+// SearchAttributes lists the attributes with zero values, for registering
+// them on a dev server.
+func SearchAttributes() temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(AgentStatusKey.ValueSet(""), StepsUsedKey.ValueSet(0), LeafCallsKey.ValueSet(0),
+		USDSpentKey.ValueSet(0), AmplificationKey.ValueSet(0))
+}
+
+// SearchAttributeFlags are the dev server's flags that register them.
+func SearchAttributeFlags() []string {
+	return []string{
+		"--search-attribute", "AgentStatus=Keyword", "--search-attribute", "StepsUsed=Int",
+		"--search-attribute", "LeafCalls=Int", "--search-attribute", "USDSpent=Double",
+		"--search-attribute", "Amplification=Double",
+	}
+}
+
+// Queries a run answers while a worker is up.
+const (
+	QueryLedger = "ledger"
+	QueryTrace  = "trace"
+)
+
+// LedgerEntry is one action as the workflow saw it: the ledger query's
+// answer. The ledger itself (agentsaga show) is the record of truth.
+type LedgerEntry struct {
+	Key      string `json:"idempotency_key"`
+	Tool     string `json:"tool"`
+	Outcome  string `json:"outcome"`
+	Attempts int    `json:"attempts"`
+}
+
+func (r *run) registerQueries(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryBudget, func() (BudgetView, error) {
+		return r.view(workflow.Now(ctx)), nil
+	}, workflow.QueryHandlerOptions{Description: "The run budget: limits, used, remaining, the note the model reads, retry counters."}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryTrace, func() ([]TraceEntry, error) {
+		return r.trace, nil
+	}, workflow.QueryHandlerOptions{Description: "Every model turn, tool call, sub-agent and compensation so far, in order."}); err != nil {
+		return err
+	}
+	return workflow.SetQueryHandlerWithOptions(ctx, QueryLedger, func() ([]LedgerEntry, error) {
+		var entries []LedgerEntry
+		for _, e := range r.trace {
+			if e.ActivityID == "" || e.Kind == "model" {
+				continue
+			}
+			outcome := "completed"
+			if e.Error != "" {
+				outcome = "failed: " + clip(e.Error, 120)
+			}
+			entries = append(entries, LedgerEntry{Key: r.workflowID + "/" + e.ActivityID, Tool: e.Tool, Outcome: outcome, Attempts: e.Attempts})
+		}
+		return entries, nil
+	}, workflow.QueryHandlerOptions{Description: "The run's actions under their idempotency keys, as the workflow saw them."})
+}
+
+// showProgress refreshes what the UI shows of a running run: its current
+// details in Markdown and, when enabled, its search attributes.
+func (r *run) showProgress(ctx workflow.Context, status, headline, note string) {
+	var details strings.Builder
+	fmt.Fprintf(&details, "## %s\n\n%s\n\n```\n%s\n```\n\n", status, headline, note)
+	stats := r.finalStats()
+	fmt.Fprintf(&details, "**Calls** %d · **leaf calls** %d · **retries** %d · **amplification** %.2f\n\n",
+		stats.Calls, r.budget.Used.LeafCalls, stats.Retries, stats.Amplification)
+	if open := r.openBreakers(); len(open) > 0 {
+		fmt.Fprintf(&details, "**Open breakers:** %s\n\n", strings.Join(open, ", "))
+	}
+	if last := r.lastError(); last != "" {
+		fmt.Fprintf(&details, "**Last error:** %s\n\n", clip(last, 300))
+	}
+	if len(r.watch.turns) > 0 {
+		fmt.Fprintf(&details, "**Watchdog:** %d voluntary retries, %d turns without new information\n", r.watch.totalVoluntary(), r.watch.stale)
+	}
+	workflow.SetCurrentDetails(ctx, details.String())
+	if !r.spec.SearchAttributes {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx,
+		AgentStatusKey.ValueSet(status), StepsUsedKey.ValueSet(int64(r.budget.Used.Steps)),
+		LeafCallsKey.ValueSet(int64(r.budget.Used.LeafCalls)), USDSpentKey.ValueSet(r.budget.Used.USD),
+		AmplificationKey.ValueSet(stats.Amplification)); err != nil {
+		workflow.GetLogger(ctx).Warn("could not update search attributes", "error", err)
+	}
+}
+
+func (r *run) lastError() string {
+	for i := len(r.trace) - 1; i >= 0; i-- {
+		if r.trace[i].Error != "" {
+			return r.trace[i].Tool + ": " + r.trace[i].Error
+		}
+	}
+	return ""
+}

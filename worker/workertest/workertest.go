@@ -49,7 +49,7 @@ func StartDevServer(ctx context.Context) (*testsuite.DevServer, error) {
 		return nil, err
 	}
 	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:  bin,
+		ExistingPath:     bin,
 		ClientOptions:    &client.Options{Namespace: "default"},
 		LogLevel:         "error",
 		SearchAttributes: workflows.SearchAttributes(),

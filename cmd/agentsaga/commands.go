@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
@@ -97,7 +98,14 @@ func runCommand() *cobra.Command {
 				}
 				return nil
 			}
+			var stopProgress func()
+			if !asJSON {
+				stopProgress = followRun(cmd.Context(), out, c, id)
+			}
 			result, err := awaitRun(cmd.Context(), run)
+			if stopProgress != nil {
+				stopProgress()
+			}
 			if err != nil {
 				return err
 			}
@@ -116,6 +124,64 @@ func runCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	_ = cmd.MarkFlagRequired("spec")
 	return cmd
+}
+
+// followRun prints a run's progress as it happens, one line a turn: the
+// step, the budget left and what the turn's tool calls returned. It reads
+// the run's trace query, so it needs a live worker; it stops when told to.
+func followRun(ctx context.Context, out io.Writer, c client.Client, id string) (stop func()) {
+	stopping := make(chan struct{})
+	done := make(chan struct{})
+	printed := 0
+	poll := func(ctx context.Context) {
+		value, err := c.QueryWorkflow(ctx, id, "", workflows.QueryTrace)
+		if err != nil {
+			return
+		}
+		var trace []workflows.TraceEntry
+		if value.Get(&trace) != nil {
+			return
+		}
+		for ; printed < len(trace); printed++ {
+			fmt.Fprintln(out, progressLine(trace[printed]))
+		}
+	}
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-stopping:
+				// One last look, so a run that ended between two polls is
+				// shown whole.
+				final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				poll(final)
+				return
+			case <-time.After(300 * time.Millisecond):
+				poll(ctx)
+			}
+		}
+	}()
+	return func() { close(stopping); <-done }
+}
+
+func progressLine(e workflows.TraceEntry) string {
+	switch e.Kind {
+	case "model":
+		budgetLeft := e.Note
+		if line, _, ok := strings.Cut(e.Note, "\n"); ok {
+			budgetLeft = line
+		}
+		return fmt.Sprintf("turn %-3d %s", e.Step, budgetLeft)
+	default:
+		result := "=> " + oneLine(e.Output, 80)
+		if e.Error != "" {
+			result = "=> error: " + oneLine(e.Error, 80)
+		}
+		return fmt.Sprintf("         %s %s %s %s", e.Kind, e.Tool, oneLine(e.Arguments, 50), result)
+	}
 }
 
 func newRunID() string {

@@ -121,31 +121,36 @@ func (a *Activities) model(spec ModelSpec) (Model, error) {
 	case ProviderScripted:
 		return ScriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
 	case ProviderOpenAI:
-		key := ""
-		if spec.APIKeyEnv != "" {
-			getenv := a.Getenv
-			if getenv == nil {
-				getenv = os.Getenv
-			}
-			if key = getenv(spec.APIKeyEnv); key == "" {
-				return nil, fmt.Errorf("model: environment variable %s (model.api_key_env) is not set on the worker", spec.APIKeyEnv)
-			}
+		key, err := a.apiKey(spec)
+		if err != nil {
+			return nil, err
 		}
 		return NewOpenAIModel(spec, key, a.HTTPClient)
 	case ProviderAnthropic:
-		key := ""
-		if spec.APIKeyEnv != "" {
-			getenv := a.Getenv
-			if getenv == nil {
-				getenv = os.Getenv
-			}
-			if key = getenv(spec.APIKeyEnv); key == "" {
-				return nil, fmt.Errorf("model: environment variable %s (model.api_key_env) is not set on the worker", spec.APIKeyEnv)
-			}
+		key, err := a.apiKey(spec)
+		if err != nil {
+			return nil, err
 		}
 		return NewAnthropicModel(spec, key, a.HTTPClient)
 	}
 	return nil, fmt.Errorf("model.provider: unknown provider %q", spec.Provider)
+}
+
+// apiKey reads the model's key on the worker, from the variable the spec
+// names; a local server may need none.
+func (a *Activities) apiKey(spec ModelSpec) (string, error) {
+	if spec.APIKeyEnv == "" {
+		return "", nil
+	}
+	getenv := a.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	key := getenv(spec.APIKeyEnv)
+	if key == "" {
+		return "", fmt.Errorf("model: environment variable %s (model.api_key_env) is not set on the worker", spec.APIKeyEnv)
+	}
+	return key, nil
 }
 
 // CallTool makes one attempt of a tool call through the action ledger. A key

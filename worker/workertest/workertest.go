@@ -6,8 +6,11 @@ package workertest
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
@@ -48,14 +51,80 @@ func StartDevServer(ctx context.Context) (*testsuite.DevServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:     bin,
-		ClientOptions:    &client.Options{Namespace: "default"},
-		LogLevel:         "error",
-		SearchAttributes: workflows.SearchAttributes(),
-	})
+	server, err := testsuite.StartDevServer(ctx, devServerOptions(bin))
 	if err != nil {
 		return nil, fmt.Errorf("workertest: start dev server from %s: %w", bin, err)
 	}
 	return server, nil
+}
+
+// StartDevServerWithUI is StartDevServer with the Temporal web UI enabled
+// on a free port of 127.0.0.1. It returns the UI's base URL, e.g.
+// http://127.0.0.1:41234, once the UI answers HTTP. Stop the server with
+// Stop when done.
+func StartDevServerWithUI(ctx context.Context) (*testsuite.DevServer, string, error) {
+	bin, err := TemporalBinary()
+	if err != nil {
+		return nil, "", err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", fmt.Errorf("workertest: pick a UI port: %w", err)
+	}
+	options := devServerOptions(bin)
+	options.EnableUI = true
+	options.UIPort = port
+	server, err := testsuite.StartDevServer(ctx, options)
+	if err != nil {
+		return nil, "", fmt.Errorf("workertest: start dev server with UI from %s: %w", bin, err)
+	}
+	uiURL := "http://127.0.0.1:" + port
+	if err := waitForHTTP(ctx, uiURL, 30*time.Second); err != nil {
+		_ = server.Stop()
+		return nil, "", fmt.Errorf("workertest: the dev server's UI at %s: %w", uiURL, err)
+	}
+	return server, uiURL, nil
+}
+
+func devServerOptions(bin string) testsuite.DevServerOptions {
+	return testsuite.DevServerOptions{
+		ExistingPath:     bin,
+		ClientOptions:    &client.Options{Namespace: "default"},
+		LogLevel:         "error",
+		SearchAttributes: workflows.SearchAttributes(),
+	}
+}
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1 and releases it.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	return port, err
+}
+
+// waitForHTTP polls url until it answers with any HTTP response.
+func waitForHTTP(ctx context.Context, url string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	httpClient := &http.Client{Timeout: 2 * time.Second}
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := httpClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no answer within %s: %w", limit, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

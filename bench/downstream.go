@@ -1,0 +1,127 @@
+// Package bench owns agentsaga's proof: a fault-injecting downstream served
+// on loopback, and the scenarios that run real workflows against it beside
+// the baselines a user would pick instead, printing their figures.
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Faults shapes how the downstream fails.
+type Faults struct {
+	// FailureRate is the probability that a request fails on its own.
+	FailureRate float64
+	// Outages are windows, measured from Start, in which every request
+	// fails with 503.
+	Outages []Window
+	// Capacity, when positive, is how many requests may be in flight; a
+	// request beyond it fails with 503, as an overloaded service does,
+	// so load above capacity keeps it failing.
+	Capacity int
+	// Latency is how long a request takes to serve.
+	Latency time.Duration
+}
+
+// Window is an interval measured from the downstream's start.
+type Window struct{ From, To time.Duration }
+
+// Downstream is an HTTP service on loopback that fails as told and counts
+// every request it receives, by idempotency key and in total.
+type Downstream struct {
+	faults   Faults
+	start    time.Time
+	mu       sync.Mutex
+	random   *rand.Rand
+	inFlight int
+	byKey    map[string]int
+	total    int
+	failed   int
+	server   *http.Server
+	listener net.Listener
+	// perSecond counts requests and failures in each second since start.
+	perSecond []Second
+}
+
+// Second is one second of the downstream's life.
+type Second struct {
+	Requests int `json:"requests"`
+	Failures int `json:"failures"`
+}
+
+// StartDownstream serves faults on 127.0.0.1 with a seeded random source.
+func StartDownstream(faults Faults, seed uint64) (*Downstream, error) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: downstream: listen on loopback: %w", err)
+	}
+	d := &Downstream{faults: faults, start: time.Now(), random: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		byKey: map[string]int{}, listener: listener}
+	d.server = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = d.server.Serve(listener) }()
+	return d, nil
+}
+
+// URL is where the downstream serves.
+func (d *Downstream) URL() string { return "http://" + d.listener.Addr().String() }
+
+// Close stops serving.
+func (d *Downstream) Close() error { return d.server.Close() }
+
+// ServeHTTP fails or answers one request, counting it.
+func (d *Downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Since(d.start)
+	d.mu.Lock()
+	d.total++
+	d.byKey[r.Header.Get("Idempotency-Key")]++
+	second := int(now / time.Second)
+	for len(d.perSecond) <= second {
+		d.perSecond = append(d.perSecond, Second{})
+	}
+	d.perSecond[second].Requests++
+	fail := d.random.Float64() < d.faults.FailureRate
+	for _, o := range d.faults.Outages {
+		fail = fail || (now >= o.From && now < o.To)
+	}
+	overloaded := d.faults.Capacity > 0 && d.inFlight >= d.faults.Capacity
+	if fail || overloaded {
+		d.failed++
+		d.perSecond[second].Failures++
+		d.mu.Unlock()
+		http.Error(w, `{"error":"unavailable"}`, http.StatusServiceUnavailable)
+		return
+	}
+	d.inFlight++
+	d.mu.Unlock()
+	if d.faults.Latency > 0 {
+		time.Sleep(d.faults.Latency)
+	}
+	d.mu.Lock()
+	d.inFlight--
+	d.mu.Unlock()
+	fmt.Fprint(w, `{"ok":true}`)
+}
+
+// Counts is what the downstream has seen.
+type Counts struct {
+	Requests  int            `json:"requests"`
+	Failures  int            `json:"failures"`
+	Keys      int            `json:"keys"`
+	ByKey     map[string]int `json:"-"`
+	PerSecond []Second       `json:"per_second"`
+}
+
+// Counts returns a copy of the counters.
+func (d *Downstream) Counts() Counts {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	byKey := make(map[string]int, len(d.byKey))
+	for k, v := range d.byKey {
+		byKey[k] = v
+	}
+	return Counts{Requests: d.total, Failures: d.failed, Keys: len(byKey), ByKey: byKey, PerSecond: append([]Second(nil), d.perSecond...)}
+}

@@ -9,7 +9,7 @@ export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disa
 DEMO_FLAGS ?= --exit
 TEST_FLAGS ?= -race -timeout 20m
 
-.PHONY: build demo dev test postgres migrate vet clean bench
+.PHONY: build demo dev test postgres migrate vet clean bench chromium
 
 build:
 	$(GO) build -o bin/agentsaga ./cmd/agentsaga
@@ -29,7 +29,14 @@ dev: bin/temporal postgres build
 migrate: postgres build
 	./bin/agentsaga migrate
 
-test: bin/temporal postgres
+# Debian's Chromium, for the browser test of the Temporal UI; without it
+# (no apt-get, or not root) that test skips itself.
+chromium:
+	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+		echo "make chromium: could not install Debian's chromium (apt-get missing or failed); the UI test will be skipped"
+
+test: bin/temporal postgres chromium
 	$(GO) test $(TEST_FLAGS) ./...
 
 vet:
@@ -40,5 +47,6 @@ clean:
 	rm -rf bin .dev
 
 # Benchmarks print their own figures; they are not part of `make test`.
-bench: postgres
+bench: bin/temporal postgres build
 	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/
+	./bin/agentsaga bench amplification

@@ -34,6 +34,6 @@ DATABASE_URL (default postgres://postgres@127.0.0.1:5432/agentsaga), TEMPORAL_UI
 		SilenceErrors: true,
 	}
 	root.AddCommand(workerCommand(), runCommand(), showCommand(), resumeCommand(), abortCommand(), retryCommand(),
-		skipCommand(), migrateCommand(), devCommand(), demoCommand())
+		skipCommand(), migrateCommand(), devCommand(), demoCommand(), benchCommand())
 	return root
 }

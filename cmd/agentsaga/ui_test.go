@@ -2,34 +2,89 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
-func TestUIExplore(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+// chromiumPath is Debian's Chromium, which `make chromium` installs.
+const chromiumPath = "/usr/bin/chromium"
+
+// uiSnapshot is what the test reads off a page of the Temporal web UI.
+type uiSnapshot struct {
+	// Header is the workflow page's header: status badge, workflow ID, tabs.
+	Header string `json:"header"`
+	// Summary and CurrentDetails are the Markdown the User Metadata tab
+	// renders, each in its own same-origin iframe under its heading.
+	Summary        string `json:"summary"`
+	CurrentDetails string `json:"currentDetails"`
+	// SearchAttributes is the Search Attributes tab's JSON.
+	SearchAttributes string `json:"searchAttributes"`
+	// Rows are the rows of the workflow list.
+	Rows []string `json:"rows"`
+	// Main is the page's main content, for failure messages.
+	Main string `json:"main"`
+}
+
+const snapshotJS = `(() => {
+  const text = el => (el ? el.innerText.trim() : '');
+  const heading = title => [...document.querySelectorAll('h1,h2,h3,h4')].find(e => e.textContent.trim() === title);
+  const frameAfter = title => {
+    const h = heading(title);
+    if (!h) return '';
+    const f = [...document.querySelectorAll('iframe')].find(f => h.compareDocumentPosition(f) & Node.DOCUMENT_POSITION_FOLLOWING);
+    const body = f && f.contentDocument && f.contentDocument.body;
+    return text(body);
+  };
+  const section = title => { const h = heading(title); return h ? text(h.parentElement) : ''; };
+  const id = document.querySelector('[data-testid="workflow-id-heading"]');
+  return {
+    header: text(id && id.closest('header')),
+    summary: frameAfter('Summary'),
+    currentDetails: frameAfter('Current Details'),
+    searchAttributes: section('Search Attributes'),
+    rows: [...document.querySelectorAll('tr[data-testid="workflows-summary-configurable-table-row"]')].map(text),
+    main: text(document.querySelector('main') || document.body),
+  };
+})()`
+
+// An operator finds a finished run in the Temporal web UI, in real Chromium:
+// its status, its summary (the goal), its current details (the budget note
+// and counters) and its typed search attributes, and can filter the
+// workflow list by AgentStatus.
+func TestRunIsVisibleInTheTemporalUI(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("chromium is not installed: run `make chromium` (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
+
 	server, uiURL, err := workertest.StartDevServerWithUI(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = server.Stop() })
-	t.Log(uiURL)
 	store := ledgertest.NewStore(t)
 	w, err := worker.New(ctx, server.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
+
+	const goal = "count the words in the release note"
 	spec, err := workflows.ParseSpec([]byte(`
-goal: count the words in the operator's note
+goal: ` + goal + `
 search_attributes: true
 budget: {steps: 4}
 model:
@@ -41,28 +96,121 @@ tools:
   - {name: word_count, kind: go, parameters: {type: object, properties: {text: {type: string}}, required: [text]}}
 `))
 	require.NoError(t, err)
-	run, err := server.Client().ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "ui-run", TaskQueue: workflows.TaskQueue, StaticSummary: spec.Goal}, workflows.AgentRun, spec)
+	run, err := server.Client().ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: "ui-run", TaskQueue: workflows.TaskQueue, StaticSummary: goal,
+	}, workflows.AgentRun, spec)
 	require.NoError(t, err)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	t.Logf("%+v", result.Status)
+	require.Equal(t, ledger.RunCompleted, result.Status)
 
-	actx, acancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath("/usr/bin/chromium"), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000))
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	for i, u := range []string{uiURL + "/namespaces/default/workflows/ui-run", uiURL + "/namespaces/default/workflows"} {
-		require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(u), chromedp.Sleep(6*time.Second)))
-		text, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
-		require.NoError(t, err)
-		loc, _ := chromedp.Run(bctx, chromedp.Location())
-		t.Logf("=== %s (%s)\n%s", u, loc, text)
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile("/tmp/uiexplore/"+string(rune('a'+i))+".png", png, 0o644))
-		html, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.outerHTML`))
-		require.NoError(t, os.WriteFile("/tmp/uiexplore/"+string(rune('a'+i))+".html", []byte(html), 0o644))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 900),
+	)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	// The first action starts the browser; it lives as long as ctx.
+	require.NoError(t, chromedp.Do(browser, chromedp.EmulateViewport(1400, 900)))
+
+	// The run's page: the UI resolves the latest run and shows its history.
+	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(uiURL+"/namespaces/default/workflows/ui-run")))
+	page := waitForUI(browser, t, "the run's page header", 30*time.Second, func(s uiSnapshot) bool {
+		return strings.Contains(s.Header, "ui-run") && strings.Contains(s.Header, "Completed")
+	})
+	assert.Contains(t, page.Header, "Completed", "the header's status badge")
+
+	// The User Metadata tab: the summary and the current details, rendered
+	// from Markdown.
+	clickTab(browser, t, "user-metadata-tab")
+	page = waitForUI(browser, t, "the summary and the current details", 10*time.Second, func(s uiSnapshot) bool {
+		return strings.Contains(s.Summary, goal) && strings.Contains(s.CurrentDetails, "BUDGET LEFT")
+	})
+	t.Logf("the UI's current details:\n%s", page.CurrentDetails)
+	assert.Equal(t, goal, page.Summary)
+	assert.True(t, strings.HasPrefix(page.CurrentDetails, "completed"), "the details' heading is the status: %q", page.CurrentDetails)
+	assert.Contains(t, page.CurrentDetails, "the model answered")
+	assert.Contains(t, page.CurrentDetails, "BUDGET LEFT: 2 steps")
+	assert.Contains(t, page.CurrentDetails, "leaf calls 3")
+	shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	shotPath := filepath.Join(t.TempDir(), "run.png")
+	require.NoError(t, os.WriteFile(shotPath, shot, 0o644))
+	require.NoError(t, os.WriteFile("/tmp/agentsaga-ui.png", shot, 0o644))
+	t.Logf("screenshot of the User Metadata tab: %s (copied to /tmp/agentsaga-ui.png)", shotPath)
+
+	// The Search Attributes tab: the typed attributes the run upserted.
+	clickTab(browser, t, "search-attributes-tab")
+	page = waitForUI(browser, t, "the search attributes", 10*time.Second, func(s uiSnapshot) bool {
+		return strings.Contains(s.SearchAttributes, `"AgentStatus"`)
+	})
+	t.Logf("the UI's search attributes:\n%s", page.SearchAttributes)
+	assert.Contains(t, page.SearchAttributes, `"AgentStatus": "completed"`)
+	assert.Contains(t, page.SearchAttributes, `"StepsUsed": 2`)
+	assert.Contains(t, page.SearchAttributes, `"LeafCalls": 3`)
+
+	// The workflow list, filtered by the attribute as an operator would.
+	listURL := uiURL + "/namespaces/default/workflows?query="
+	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(listURL+url.QueryEscape(`AgentStatus="completed"`))))
+	page = waitForUI(browser, t, `the list filtered by AgentStatus="completed"`, 10*time.Second, func(s uiSnapshot) bool {
+		return len(s.Rows) > 0
+	})
+	require.Len(t, page.Rows, 1, page.Main)
+	assert.Contains(t, page.Rows[0], "ui-run")
+	assert.Contains(t, page.Rows[0], "Completed")
+	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(listURL+url.QueryEscape(`AgentStatus="escalated"`))))
+	page = waitForUI(browser, t, `the list filtered by AgentStatus="escalated"`, 10*time.Second, func(s uiSnapshot) bool {
+		return strings.Contains(s.Main, "No Results")
+	})
+	assert.Empty(t, page.Rows)
+}
+
+// clickTab clicks a tab of the workflow page by its data-testid.
+func clickTab(browser context.Context, t *testing.T, testID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(browser, 10*time.Second)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`[data-testid="`+testID+`"]`))), "click %s", testID)
+}
+
+// waitForUI reads the page until ready holds, for at most limit. The UI is
+// a Svelte app that renders after its API calls answer, and Markdown in
+// iframes that load after that.
+func waitForUI(browser context.Context, t *testing.T, what string, limit time.Duration, ready func(uiSnapshot) bool) uiSnapshot {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(browser, limit)
+	defer cancel()
+	var last uiSnapshot
+	var lastErr error
+	for {
+		snapshot, err := chromedp.Run(ctx, chromedp.Evaluate[uiSnapshot](snapshotJS))
+		if err == nil {
+			last = snapshot
+			if ready(snapshot) {
+				return snapshot
+			}
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			if shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100)); err == nil {
+				_ = os.WriteFile("/tmp/agentsaga-ui-failure.png", shot, 0o644)
+			}
+			location, _ := chromedp.Run(browser, chromedp.Location())
+			t.Fatalf("the UI did not show %s within %s at %s (last error: %v; screenshot: /tmp/agentsaga-ui-failure.png); the page showed:\n%+v",
+				what, limit, location, lastErr, last)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

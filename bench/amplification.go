@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// AmplificationConfig sizes the amplification scenario: Runs runs of Calls
+// tool calls each, spread over Workers worker processes (each with its own
+// Postgres pool), against a downstream that is 100% down.
+type AmplificationConfig struct {
+	Runs, Calls, Workers int
+}
+
+// DefaultAmplification fits a 2-core machine in well under a minute.
+var DefaultAmplification = AmplificationConfig{Runs: 20, Calls: 5, Workers: 3}
+
+// Row is one contender's figures.
+type Row struct {
+	Contender     string  `json:"contender"`
+	LogicalCalls  int     `json:"logical_calls"`
+	Requests      int     `json:"requests"`
+	Amplification float64 `json:"amplification"`
+	// Target is the bound agentsaga promises, where it applies.
+	Target  float64 `json:"target,omitempty"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Amplification runs every contender against a full outage and reports
+// requests at the downstream per logical call.
+func Amplification(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig) ([]Row, error) {
+	floor := budget.DefaultRetryPolicy.WithDefaults().Floor
+	contenders := []struct {
+		name   string
+		target float64
+		run    func(ctx context.Context, url, queue string) error
+	}{
+		{"agentsaga (shared bucket, run ratio)", 1.2 + float64(floor)/float64(cfg.Calls), func(ctx context.Context, url, queue string) error {
+			return runAgents(ctx, c, databaseURL, cfg, url, queue, false)
+		}},
+		{"per-worker buckets, not shared", 0, func(ctx context.Context, url, queue string) error {
+			return runAgents(ctx, c, databaseURL, cfg, url, queue, true)
+		}},
+		{"stacked layers (SDK 2 x wrapper 3 x step 3)", 0, func(ctx context.Context, url, queue string) error {
+			return runBaselines(ctx, c, cfg, queue, BaselineInput{URL: url, Calls: cfg.Calls, ClientRetries: 1, WrapperRetries: 2, MaxAttempts: 3, ScheduleToClose: time.Minute})
+		}},
+		{"Temporal default retry policy (unbounded, 5 s schedule-to-close)", 0, func(ctx context.Context, url, queue string) error {
+			return runBaselines(ctx, c, cfg, queue, BaselineInput{URL: url, Calls: cfg.Calls, ScheduleToClose: 5 * time.Second})
+		}},
+	}
+	var rows []Row
+	for i, contender := range contenders {
+		down, err := StartDownstream(Faults{FailureRate: 1}, uint64(i+1))
+		if err != nil {
+			return nil, err
+		}
+		started := time.Now()
+		err = contender.run(ctx, down.URL(), fmt.Sprintf("bench-amplification-%d-%s", i, nonce()))
+		down.Close()
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", contender.name, err)
+		}
+		counts := down.Counts()
+		logical := cfg.Runs * cfg.Calls
+		rows = append(rows, Row{Contender: contender.name, LogicalCalls: logical, Requests: counts.Requests,
+			Amplification: float64(counts.Requests) / float64(logical), Target: contender.target, Seconds: time.Since(started).Seconds()})
+	}
+	return rows, nil
+}
+
+// runAgents runs cfg.Runs agentsaga runs on cfg.Workers workers; with
+// perWorker, each worker pays from a bucket of its own.
+func runAgents(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig, url, queue string, perWorker bool) error {
+	var calls []string
+	for i := range cfg.Calls {
+		calls = append(calls, fmt.Sprintf("{name: down, arguments: {n: %d}}", i))
+	}
+	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+goal: call a service that is down
+budget: {steps: 4, seconds: 120}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [%s]
+    - content: the service is down
+tools:
+  - {name: down, kind: http, url: %q}
+`, strings.Join(calls, ", "), url)))
+	if err != nil {
+		return err
+	}
+	bucket := "bench-" + nonce()
+	stop, err := startWorkers(ctx, cfg.Workers, func(i int, store *ledger.Store) (sdkworker.Worker, error) {
+		// The breakers are off here (a threshold no outage reaches), so the
+		// figure measures the retry budgets alone; an open breaker would
+		// also escalate the runs to a human.
+		opts := worker.Options{TaskQueue: queue, Bucket: bucket,
+			Breaker: budget.BreakerConfig{Threshold: 1 << 30, Window: time.Minute, Cooldown: time.Minute}}
+		if perWorker {
+			opts.Bucket = fmt.Sprintf("%s-worker-%d", bucket, i)
+		}
+		return worker.New(ctx, c, store, opts)
+	}, databaseURL)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return runAll(ctx, c, cfg.Runs, queue, workflows.AgentRun, spec)
+}
+
+func runBaselines(ctx context.Context, c client.Client, cfg AmplificationConfig, queue string, in BaselineInput) error {
+	stop, err := startWorkers(ctx, cfg.Workers, func(int, *ledger.Store) (sdkworker.Worker, error) {
+		w := sdkworker.New(c, queue, sdkworker.Options{})
+		w.RegisterWorkflow(BaselineWorkflow)
+		w.RegisterActivity(BaselineCall)
+		return w, nil
+	}, "")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return runAll(ctx, c, cfg.Runs, queue, BaselineWorkflow, in)
+}
+
+// startWorkers starts n workers, each with its own ledger pool when
+// databaseURL is set, as separate processes would have.
+func startWorkers(ctx context.Context, n int, build func(int, *ledger.Store) (sdkworker.Worker, error), databaseURL string) (func(), error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	for i := range n {
+		var store *ledger.Store
+		if databaseURL != "" {
+			var err error
+			if store, err = ledger.Open(ctx, databaseURL); err != nil {
+				stopAll()
+				return nil, err
+			}
+			stops = append(stops, store.Close)
+		}
+		w, err := build(i, store)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		if err := w.Start(); err != nil {
+			stopAll()
+			return nil, err
+		}
+		stops = append(stops, w.Stop)
+	}
+	return stopAll, nil
+}
+
+// runAll starts n runs at once and waits for all of them.
+func runAll(ctx context.Context, c client.Client, n int, queue string, workflow, input any) error {
+	runs := make([]client.WorkflowRun, n)
+	for i := range runs {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", queue, i), TaskQueue: queue}, workflow, input)
+		if err != nil {
+			return err
+		}
+		runs[i] = run
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, run := range runs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = run.Get(ctx, nil) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PrintRows writes a scenario's table.
+func PrintRows(out io.Writer, title string, rows []Row) {
+	fmt.Fprintf(out, "%s\n", title)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CONTENDER\tLOGICAL CALLS\tREQUESTS\tAMPLIFICATION\tTARGET\tSECONDS")
+	for _, r := range rows {
+		target := "-"
+		if r.Target > 0 {
+			verdict := "met"
+			if r.Amplification > r.Target {
+				verdict = "MISSED"
+			}
+			target = fmt.Sprintf("<= %.2f (%s)", r.Target, verdict)
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%.2f\t%s\t%.1f\n", r.Contender, r.LogicalCalls, r.Requests, r.Amplification, target, r.Seconds)
+	}
+	tw.Flush()
+}
+
+func nonce() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,50 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/worker/workertest"
+)
+
+var temporalClient client.Client
+
+func TestMain(m *testing.M) {
+	server, err := workertest.StartDevServer(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	temporalClient = server.Client()
+	code := m.Run()
+	_ = server.Stop()
+	os.Exit(code)
+}
+
+// A short amplification run: the ordering of the contenders holds and
+// agentsaga meets its target.
+func TestAmplificationSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rows, err := bench.Amplification(ctx, temporalClient, ledgertest.NewDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 3, Workers: 2})
+	require.NoError(t, err)
+	var out strings.Builder
+	bench.PrintRows(&out, "amplification under a 100% outage", rows)
+	t.Log("\n" + out.String())
+	require.Len(t, rows, 4)
+	agentsaga, perWorker, stacked, unbounded := rows[0], rows[1], rows[2], rows[3]
+	assert.LessOrEqual(t, agentsaga.Amplification, agentsaga.Target, "agentsaga meets its target")
+	assert.LessOrEqual(t, agentsaga.Amplification, perWorker.Amplification)
+	assert.Greater(t, stacked.Amplification, 10.0, "stacked layers multiply: 2 x 3 x 3 = 18 per call")
+	assert.Greater(t, unbounded.Amplification, agentsaga.Amplification*2, "an unbounded policy retries until its timeout")
+}

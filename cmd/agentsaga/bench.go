@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentsaga/agentsaga/bench"
+)
+
+func benchCommand() *cobra.Command {
+	var temporalBin string
+	var asJSON bool
+	cfg := bench.DefaultAmplification
+	cmd := &cobra.Command{
+		Use:   "bench amplification [--json] [--runs R --calls C --workers W]",
+		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] != "amplification" {
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification)", args[0])
+			}
+			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
+				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
+			}
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			progress := out
+			if asJSON {
+				progress = cmd.ErrOrStderr()
+			}
+			stack, err := startDevStack(ctx, progress, temporalBin)
+			if err != nil {
+				return err
+			}
+			defer stack.Close()
+			rows, err := bench.Amplification(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"scenario": "amplification", "config": cfg, "rows": rows})
+			}
+			bench.PrintRows(out, fmt.Sprintf("\namplification: a 100%% outage, %d runs x %d tool calls on %d workers", cfg.Runs, cfg.Calls, cfg.Workers), rows)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&cfg.Runs, "runs", cfg.Runs, "concurrent runs per contender")
+	cmd.Flags().IntVar(&cfg.Calls, "calls", cfg.Calls, "tool calls per run")
+	cmd.Flags().IntVar(&cfg.Workers, "workers", cfg.Workers, "workers per contender, each with its own Postgres pool")
+	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
+	return cmd
+}

@@ -290,7 +290,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		messages = append(messages, activities.Message{Role: "system", Content: FinishInstructions})
 	}
 	model := r.spec.Model
-	summary := fmt.Sprintf("model turn %d (%s %s)", step, model.Provider, model.Name)
+	summary := fmt.Sprintf("model turn %d (%s)", step, strings.TrimSpace(model.Provider+" "+model.Name))
 	if finish {
 		summary += ": graceful finish"
 	}

@@ -224,3 +224,37 @@ tools:
 		})
 	}
 }
+
+// With on_budget_exhausted: compensate, a run that runs out rolls back,
+// keeping its partial answer and handoff note.
+func TestBudgetExhaustedCompensatesWhenTheSpecSaysSo(t *testing.T) {
+	t.Parallel()
+	var refunds atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refund" {
+			refunds.Add(1)
+		}
+		fmt.Fprint(w, `{"id": "ch_1"}`)
+	}))
+	defer server.Close()
+	spec := mustSpec(t, fmt.Sprintf(`
+goal: charge twice
+budget: {steps: 2}
+on_budget_exhausted: compensate
+model:
+  provider: scripted
+  script:
+    - {content: "charging ann", tool_calls: [{name: charge, arguments: {who: ann}}]}
+    - {content: "charging bob", tool_calls: [{name: charge, arguments: {who: bob}}]}
+tools:
+  - {name: charge, kind: http, url: "%[1]s/charge", compensate: {tool: refund, arguments: {id: "{{result.id}}"}}}
+  - {name: refund, kind: http, url: "%[1]s/refund"}
+`, server.URL))
+	result, err, _ := runAgent(t, spec)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunCompensated, result.Status)
+	assert.Contains(t, result.Reason, "the steps budget is spent")
+	assert.Equal(t, "charging bob", result.Answer)
+	assert.Contains(t, result.HandoffNote, "Tool calls that succeeded")
+	assert.Equal(t, int32(2), refunds.Load())
+}

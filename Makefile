@@ -50,3 +50,4 @@ clean:
 bench: bin/temporal postgres build
 	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/
 	./bin/agentsaga bench amplification
+	./bin/agentsaga bench success --runs 40 --calls 10

@@ -86,12 +86,17 @@ func Amplification(ctx context.Context, c client.Client, databaseURL string, cfg
 // runAgents runs cfg.Runs agentsaga runs on cfg.Workers workers; with
 // perWorker, each worker pays from a bucket of its own.
 func runAgents(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig, url, queue string, perWorker bool) error {
+	return runAgentsInto(ctx, c, databaseURL, cfg, url, queue, perWorker, func(int, client.WorkflowRun) error { return nil })
+}
+
+func runAgentsInto(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig, url, queue string, perWorker bool,
+	collect func(int, client.WorkflowRun) error) error {
 	var calls []string
 	for i := range cfg.Calls {
 		calls = append(calls, fmt.Sprintf("{name: down, arguments: {n: %d}}", i))
 	}
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
-goal: call a service that is down
+goal: call the downstream service
 budget: {steps: 4, seconds: 120}
 model:
   provider: scripted
@@ -120,10 +125,15 @@ tools:
 		return err
 	}
 	defer stop()
-	return runAll(ctx, c, cfg.Runs, queue, workflows.AgentRun, spec)
+	return runAllInto(ctx, c, cfg.Runs, queue, workflows.AgentRun, spec, collect)
 }
 
 func runBaselines(ctx context.Context, c client.Client, cfg AmplificationConfig, queue string, in BaselineInput) error {
+	return runBaselinesInto(ctx, c, cfg, queue, in, func(int, client.WorkflowRun) error { return nil })
+}
+
+func runBaselinesInto(ctx context.Context, c client.Client, cfg AmplificationConfig, queue string, in BaselineInput,
+	collect func(int, client.WorkflowRun) error) error {
 	stop, err := startWorkers(ctx, cfg.Workers, func(int, *ledger.Store) (sdkworker.Worker, error) {
 		w := sdkworker.New(c, queue, sdkworker.Options{})
 		w.RegisterWorkflow(BaselineWorkflow)
@@ -134,7 +144,7 @@ func runBaselines(ctx context.Context, c client.Client, cfg AmplificationConfig,
 		return err
 	}
 	defer stop()
-	return runAll(ctx, c, cfg.Runs, queue, BaselineWorkflow, in)
+	return runAllInto(ctx, c, cfg.Runs, queue, BaselineWorkflow, in, collect)
 }
 
 // startWorkers starts n workers, each with its own ledger pool when
@@ -172,6 +182,11 @@ func startWorkers(ctx context.Context, n int, build func(int, *ledger.Store) (sd
 
 // runAll starts n runs at once and waits for all of them.
 func runAll(ctx context.Context, c client.Client, n int, queue string, workflow, input any) error {
+	return runAllInto(ctx, c, n, queue, workflow, input, func(int, client.WorkflowRun) error { return nil })
+}
+
+// runAllInto is runAll with a look at each finished run.
+func runAllInto(ctx context.Context, c client.Client, n int, queue string, workflow, input any, collect func(int, client.WorkflowRun) error) error {
 	runs := make([]client.WorkflowRun, n)
 	for i := range runs {
 		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", queue, i), TaskQueue: queue}, workflow, input)
@@ -184,7 +199,12 @@ func runAll(ctx context.Context, c client.Client, n int, queue string, workflow,
 	errs := make([]error, n)
 	for i, run := range runs {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = run.Get(ctx, nil) }()
+		go func() {
+			defer wg.Done()
+			if errs[i] = run.Get(ctx, nil); errs[i] == nil {
+				errs[i] = collect(i, run)
+			}
+		}()
 	}
 	wg.Wait()
 	for _, err := range errs {

@@ -46,5 +46,6 @@ func TestAmplificationSmoke(t *testing.T) {
 	assert.LessOrEqual(t, agentsaga.Amplification, agentsaga.Target, "agentsaga meets its target")
 	assert.LessOrEqual(t, agentsaga.Amplification, perWorker.Amplification)
 	assert.Greater(t, stacked.Amplification, 10.0, "stacked layers multiply: 2 x 3 x 3 = 18 per call")
-	assert.Greater(t, unbounded.Amplification, agentsaga.Amplification*2, "an unbounded policy retries until its timeout")
+	assert.Greater(t, unbounded.Amplification, agentsaga.Amplification, "an unbounded policy retries until its timeout")
+	assert.Greater(t, unbounded.Amplification, 3.0)
 }

@@ -328,7 +328,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	cfg := budget.BreakerConfig{Threshold: 3, Window: time.Minute, Cooldown: 300 * time.Millisecond}
+	cfg := budget.BreakerConfig{Threshold: 3, Window: time.Minute, Cooldown: 2 * time.Second} // longer than 20 concurrent calls take on a loaded machine, or a lost probe re-arms
 
 	state, err := store.BreakerAllow(ctx, "openai", cfg)
 	require.NoError(t, err)
@@ -417,7 +417,7 @@ func TestBreakerWindowAndLostProbe(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	cfg := budget.BreakerConfig{Threshold: 2, Window: 150 * time.Millisecond, Cooldown: 200 * time.Millisecond}
+	cfg := budget.BreakerConfig{Threshold: 2, Window: time.Second, Cooldown: time.Second} // wide enough for a loaded machine
 
 	state, err := store.BreakerRecord(ctx, "db", false, false, cfg)
 	require.NoError(t, err)

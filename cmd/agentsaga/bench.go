@@ -14,12 +14,12 @@ func benchCommand() *cobra.Command {
 	var asJSON bool
 	cfg := bench.DefaultAmplification
 	cmd := &cobra.Command{
-		Use:   "bench amplification [--json] [--runs R --calls C --workers W]",
+		Use:   "bench amplification|success [--json] [--runs R --calls C --workers W]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "amplification" {
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification)", args[0])
+			if args[0] != "amplification" && args[0] != "success" {
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success)", args[0])
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -34,6 +34,17 @@ func benchCommand() *cobra.Command {
 				return err
 			}
 			defer stack.Close()
+			if args[0] == "success" {
+				rows, err := bench.Success(ctx, stack.client, stack.cfg.DatabaseURL, cfg, []float64{0.05, 0.20})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(out).Encode(map[string]any{"scenario": "success", "config": cfg, "rows": rows})
+				}
+				bench.PrintSuccess(out, fmt.Sprintf("\nsuccess: independent failures, %d runs x %d tool calls on %d workers, 3 attempts per call", cfg.Runs, cfg.Calls, cfg.Workers), rows)
+				return nil
+			}
 			rows, err := bench.Amplification(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
 			if err != nil {
 				return err

@@ -33,14 +33,16 @@ type RetryPolicy struct {
 	BackoffCapSeconds  float64 `json:"backoff_cap_seconds,omitempty"`
 }
 
-// DefaultRetryPolicy is the seed's ledger: 3 attempts a call, 6 retries a
-// tool, retries on 20% of calls with a floor of 3, and full-jitter backoff
-// from 0.5 s up to 8 s.
+// DefaultRetryPolicy is close to the seed's ledger: 3 attempts a call, 6
+// retries a tool, retries on 20% of calls with a floor of 5 (the seed's
+// demo; with the seed's default of 3, short runs at 20% independent
+// failure lose about 4% of their calls, measured by `agentsaga bench
+// success`), and full-jitter backoff from 0.5 s up to 8 s.
 var DefaultRetryPolicy = RetryPolicy{
 	MaxAttempts:        3,
 	ToolRetryCap:       6,
 	Ratio:              0.2,
-	Floor:              3,
+	Floor:              5,
 	BackoffBaseSeconds: 0.5,
 	BackoffCapSeconds:  8,
 }

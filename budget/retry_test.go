@@ -16,7 +16,7 @@ import (
 
 func TestRetryPolicyWithDefaults(t *testing.T) {
 	assert.Equal(t, budget.RetryPolicy{
-		MaxAttempts: 3, ToolRetryCap: 6, Ratio: 0.2, Floor: 3, BackoffBaseSeconds: 0.5, BackoffCapSeconds: 8,
+		MaxAttempts: 3, ToolRetryCap: 6, Ratio: 0.2, Floor: 5, BackoffBaseSeconds: 0.5, BackoffCapSeconds: 8,
 	}, budget.RetryPolicy{}.WithDefaults())
 
 	written := budget.RetryPolicy{MaxAttempts: 5, Floor: 10, BackoffCapSeconds: 2}
@@ -72,7 +72,7 @@ func TestRetryPolicyRunAllowance(t *testing.T) {
 	for _, tc := range []struct {
 		calls int
 		want  float64
-	}{{0, 3}, {1, 3}, {15, 3}, {16, 3.2}, {100, 20}} {
+	}{{0, 5}, {1, 5}, {25, 5}, {26, 5.2}, {100, 20}} {
 		assert.InDelta(t, tc.want, p.RunAllowance(tc.calls), 1e-9, "calls %d", tc.calls)
 	}
 	assert.InDelta(t, 5.0, budget.RetryPolicy{Ratio: 0.5, Floor: 1}.RunAllowance(10), 1e-9)

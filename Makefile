@@ -51,3 +51,4 @@ bench: bin/temporal postgres build
 	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/
 	./bin/agentsaga bench amplification
 	./bin/agentsaga bench success --runs 40 --calls 10
+	./bin/agentsaga bench overhead --runs 4 --calls 50

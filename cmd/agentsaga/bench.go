@@ -14,12 +14,14 @@ func benchCommand() *cobra.Command {
 	var asJSON bool
 	cfg := bench.DefaultAmplification
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success [--json] [--runs R --calls C --workers W]",
+		Use:   "bench amplification|success|overhead [--json] [--runs R --calls C --workers W]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "amplification" && args[0] != "success" {
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success)", args[0])
+			switch args[0] {
+			case "amplification", "success", "overhead":
+			default:
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead)", args[0])
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -34,6 +36,17 @@ func benchCommand() *cobra.Command {
 				return err
 			}
 			defer stack.Close()
+			if args[0] == "overhead" {
+				rows, err := bench.Overhead(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(out).Encode(map[string]any{"scenario": "overhead", "config": cfg, "rows": rows})
+				}
+				bench.PrintOverhead(out, fmt.Sprintf("\noverhead: %d runs x %d sequential calls to a healthy downstream, side by side", cfg.Runs, cfg.Calls), rows)
+				return nil
+			}
 			if args[0] == "success" {
 				rows, err := bench.Success(ctx, stack.client, stack.cfg.DatabaseURL, cfg, []float64{0.05, 0.20})
 				if err != nil {

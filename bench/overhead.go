@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/worker"
+)
+
+// ToolCallsInput is one run of the overhead scenario's agentsaga side.
+type ToolCallsInput struct {
+	URL   string `json:"url"`
+	Calls int    `json:"calls"`
+}
+
+// ToolCallsWorkflow makes Calls tool calls one after another through the
+// full agentsaga path: the retry hook, the ledger claim and completion, the
+// leaf-call rows, the Idempotency-Key header.
+func ToolCallsWorkflow(ctx workflow.Context, in ToolCallsInput) error {
+	var acts *activities.Activities
+	tool := activities.ToolSpec{Name: "echo", Kind: activities.ToolKindHTTP, URL: in.URL}
+	for i := range in.Calls {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			ActivityID: fmt.Sprintf("call-%d", i+1), StartToCloseTimeout: 10 * time.Second,
+		})
+		err := workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i),
+			Retry: activities.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+				BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second}}).Get(ctx, nil)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OverheadRow is one side of the overhead scenario.
+type OverheadRow struct {
+	Contender   string  `json:"contender"`
+	Calls       int     `json:"calls"`
+	Seconds     float64 `json:"seconds"`
+	CallsPerSec float64 `json:"calls_per_second"`
+	// MeanLatencyMs is the wall time of one call inside its workflow.
+	MeanLatencyMs float64 `json:"mean_latency_ms"`
+	// Ratio is this contender's latency over the plain activity's.
+	Ratio float64 `json:"ratio"`
+}
+
+// Overhead runs the same HTTP call as a plain Temporal activity and through
+// agentsaga's interceptor and ledger, side by side on one dev server, with
+// cfg.Runs runs of cfg.Calls sequential calls each on one worker.
+func Overhead(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig) ([]OverheadRow, error) {
+	down, err := StartDownstream(Faults{}, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer down.Close()
+	measure := func(name string, start func(queue string) (func(), error), wf, input any) (OverheadRow, error) {
+		queue := "bench-overhead-" + nonce()
+		stop, err := start(queue)
+		if err != nil {
+			return OverheadRow{}, err
+		}
+		defer stop()
+		began := time.Now()
+		if err := runAll(ctx, c, cfg.Runs, queue, wf, input); err != nil {
+			return OverheadRow{}, fmt.Errorf("bench: overhead: %s: %w", name, err)
+		}
+		seconds := time.Since(began).Seconds()
+		calls := cfg.Runs * cfg.Calls
+		return OverheadRow{Contender: name, Calls: calls, Seconds: seconds, CallsPerSec: float64(calls) / seconds,
+			MeanLatencyMs: 1000 * seconds / float64(cfg.Calls)}, nil
+	}
+	plain, err := measure("plain Temporal activity", func(queue string) (func(), error) {
+		w := sdkworker.New(c, queue, sdkworker.Options{})
+		w.RegisterWorkflow(BaselineWorkflow)
+		w.RegisterActivity(BaselineCall)
+		return w.Stop, w.Start()
+	}, BaselineWorkflow, BaselineInput{URL: down.URL(), Calls: cfg.Calls, MaxAttempts: 1, ScheduleToClose: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	saga, err := measure("agentsaga tool call (hook + ledger)", func(queue string) (func(), error) {
+		store, err := ledger.Open(ctx, databaseURL)
+		if err != nil {
+			return nil, err
+		}
+		w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Bucket: "bench-overhead"})
+		if err != nil {
+			store.Close()
+			return nil, err
+		}
+		w.RegisterWorkflow(ToolCallsWorkflow)
+		return func() { w.Stop(); store.Close() }, w.Start()
+	}, ToolCallsWorkflow, ToolCallsInput{URL: down.URL(), Calls: cfg.Calls})
+	if err != nil {
+		return nil, err
+	}
+	plain.Ratio, saga.Ratio = 1, saga.MeanLatencyMs/plain.MeanLatencyMs
+	return []OverheadRow{plain, saga}, nil
+}
+
+// PrintOverhead writes the overhead scenario's table.
+func PrintOverhead(out io.Writer, title string, rows []OverheadRow) {
+	fmt.Fprintf(out, "%s\n", title)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tSECONDS\tCALLS/S\tMEAN LATENCY\tRATIO\tTARGET")
+	for i, r := range rows {
+		target := "-"
+		if i > 0 {
+			verdict := "met"
+			if r.Ratio > 1.1 {
+				verdict = "MISSED"
+			}
+			target = "<= 1.10 (" + verdict + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f ms\t%.2f\t%s\n", r.Contender, r.Calls, r.Seconds, r.CallsPerSec, r.MeanLatencyMs, r.Ratio, target)
+	}
+	tw.Flush()
+}

@@ -2,8 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -20,15 +19,7 @@ import (
 var temporalClient client.Client
 
 func TestMain(m *testing.M) {
-	server, err := workertest.StartDevServer(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	temporalClient = server.Client()
-	code := m.Run()
-	_ = server.Stop()
-	os.Exit(code)
+	workertest.Main(m, func(server *testsuite.DevServer) { temporalClient = server.Client() })
 }
 
 // A short amplification run: the ordering of the contenders holds and

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -25,15 +25,7 @@ import (
 var temporalClient client.Client
 
 func TestMain(m *testing.M) {
-	server, err := workertest.StartDevServer(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	temporalClient = server.Client()
-	code := m.Run()
-	_ = server.Stop()
-	os.Exit(code)
+	workertest.Main(m, func(server *testsuite.DevServer) { temporalClient = server.Client() })
 }
 
 // sideEffects is an HTTP tool that deduplicates by Idempotency-Key, as a

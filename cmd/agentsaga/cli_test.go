@@ -26,15 +26,7 @@ import (
 var devServer *testsuite.DevServer
 
 func TestMain(m *testing.M) {
-	var err error
-	devServer, err = workertest.StartDevServer(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = devServer.Stop()
-	os.Exit(code)
+	workertest.Main(m, func(server *testsuite.DevServer) { devServer = server })
 }
 
 // agentsaga runs the CLI in-process and returns what it printed.

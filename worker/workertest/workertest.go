@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -127,4 +128,19 @@ func waitForHTTP(ctx context.Context, url string, limit time.Duration) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Main runs a test binary's tests against one dev server: it starts the
+// server, hands it to started, runs the tests, stops the server and exits.
+// Call it from TestMain.
+func Main(m *testing.M, started func(*testsuite.DevServer)) {
+	server, err := StartDevServer(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	started(server)
+	code := m.Run()
+	_ = server.Stop()
+	os.Exit(code)
 }

@@ -52,3 +52,4 @@ bench: bin/temporal postgres build
 	./bin/agentsaga bench amplification
 	./bin/agentsaga bench success --runs 40 --calls 10
 	./bin/agentsaga bench overhead --runs 4 --calls 50
+	./bin/agentsaga bench storm

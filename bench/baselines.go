@@ -26,6 +26,8 @@ type BaselineInput struct {
 	// (unbounded), bounded here only by ScheduleToClose.
 	MaxAttempts     int32         `json:"max_attempts"`
 	ScheduleToClose time.Duration `json:"schedule_to_close"`
+	// Until, when set, stops making calls at this time.
+	Until time.Time `json:"until,omitempty"`
 }
 
 // BaselineWorkflow makes Calls calls, one after another, each an activity
@@ -34,6 +36,9 @@ type BaselineInput struct {
 func BaselineWorkflow(ctx workflow.Context, in BaselineInput) (int, error) {
 	failed := 0
 	for i := range in.Calls {
+		if !in.Until.IsZero() && workflow.Now(ctx).After(in.Until) {
+			break
+		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			ActivityID:             fmt.Sprintf("call-%d", i+1),
 			StartToCloseTimeout:    10 * time.Second,

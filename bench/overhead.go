@@ -8,38 +8,54 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
-// ToolCallsInput is one run of the overhead scenario's agentsaga side.
+// ToolCallsInput is one run of ToolCallsWorkflow.
 type ToolCallsInput struct {
 	URL   string `json:"url"`
 	Calls int    `json:"calls"`
+	// KeepGoing makes a failed call count and the run go on, as an agent
+	// would, instead of failing the run.
+	KeepGoing bool `json:"keep_going,omitempty"`
+	// Until, when set, stops making calls at this time.
+	Until time.Time `json:"until,omitempty"`
 }
 
 // ToolCallsWorkflow makes Calls tool calls one after another through the
 // full agentsaga path: the retry hook, the ledger claim and completion, the
 // leaf-call rows, the Idempotency-Key header.
-func ToolCallsWorkflow(ctx workflow.Context, in ToolCallsInput) error {
+func ToolCallsWorkflow(ctx workflow.Context, in ToolCallsInput) (failed int, err error) {
 	var acts *activities.Activities
 	tool := activities.ToolSpec{Name: "echo", Kind: activities.ToolKindHTTP, URL: in.URL}
+	policy := budget.DefaultRetryPolicy
 	for i := range in.Calls {
+		if !in.Until.IsZero() && workflow.Now(ctx).After(in.Until) {
+			break
+		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			ActivityID: fmt.Sprintf("call-%d", i+1), StartToCloseTimeout: 10 * time.Second,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(policy.MaxAttempts)},
 		})
 		err := workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i),
-			Retry: activities.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+			Retry: activities.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: policy.MaxAttempts,
+				ToolRetryCap: 1 << 30, RunAllowance: policy.RunAllowance(i + 1),
 				BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second}}).Get(ctx, nil)
 		if err != nil {
-			return err
+			if !in.KeepGoing {
+				return failed, err
+			}
+			failed++
 		}
 	}
-	return nil
+	return failed, nil
 }
 
 // OverheadRow is one side of the overhead scenario.

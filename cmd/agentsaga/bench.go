@@ -14,14 +14,14 @@ func benchCommand() *cobra.Command {
 	var asJSON bool
 	cfg := bench.DefaultAmplification
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead [--json] [--runs R --calls C --workers W]",
+		Use:   "bench amplification|success|overhead|storm [--json] [--runs R --calls C --workers W]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
-			case "amplification", "success", "overhead":
+			case "amplification", "success", "overhead", "storm":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead)", args[0])
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm)", args[0])
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -36,6 +36,17 @@ func benchCommand() *cobra.Command {
 				return err
 			}
 			defer stack.Close()
+			if args[0] == "storm" {
+				rows, err := bench.Storm(ctx, stack.client, stack.cfg.DatabaseURL, bench.DefaultStorm)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(out).Encode(map[string]any{"scenario": "storm", "config": bench.DefaultStorm, "rows": rows})
+				}
+				bench.PrintStorm(out, "\nstorm: a capacity-limited downstream with an outage", bench.DefaultStorm, rows)
+				return nil
+			}
 			if args[0] == "overhead" {
 				rows, err := bench.Overhead(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
 				if err != nil {

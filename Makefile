@@ -49,7 +49,8 @@ clean:
 # Benchmarks print their own figures; they are not part of `make test`.
 bench: bin/temporal postgres build
 	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/
-	./bin/agentsaga bench amplification
+	./bin/agentsaga bench amplification --chart bench/amplification.png
 	./bin/agentsaga bench success --runs 40 --calls 10
 	./bin/agentsaga bench overhead --runs 4 --calls 50
-	./bin/agentsaga bench storm
+	./bin/agentsaga bench storm --chart bench/storm.png
+	./bin/agentsaga bench ledger

@@ -21,20 +21,11 @@ import (
 
 const suffix = "/compensate"
 
-// Key is the idempotency key of the compensation for the forward action
-// with key forwardKey. It is derived, not generated, so every attempt of
-// every worker names the same compensation.
-func Key(forwardKey string) string { return forwardKey + suffix }
-
 // ActivityID is the activity ID of the compensation of the forward call
-// with activity ID forward; with the workflow ID it makes Key.
+// with activity ID forward. With the workflow ID it makes the
+// compensation's idempotency key, <forward key>/compensate: derived, not
+// generated, so every attempt of every worker names the same compensation.
 func ActivityID(forward string) string { return forward + suffix }
-
-// ForwardKey returns the forward action's key for a compensation key, and
-// false when key is not a compensation key.
-func ForwardKey(key string) (string, bool) {
-	return strings.CutSuffix(key, suffix)
-}
 
 var placeholder = regexp.MustCompile(`^\{\{\s*(key|args|result)((?:\.[^.\s}]+)*)\s*\}\}$`)
 

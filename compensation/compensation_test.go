@@ -10,14 +10,11 @@ import (
 	"github.com/agentsaga/agentsaga/compensation"
 )
 
-func ExampleKey() {
-	key := compensation.Key("run-42/step-002-call-1-charge")
-	forward, ok := compensation.ForwardKey(key)
-	fmt.Println(key)
-	fmt.Println(forward, ok)
-	// Output:
-	// run-42/step-002-call-1-charge/compensate
-	// run-42/step-002-call-1-charge true
+func ExampleActivityID() {
+	// The workflow runs a compensation under this activity ID, so its
+	// idempotency key is the forward key with /compensate appended.
+	fmt.Println("run-42/" + compensation.ActivityID("step-002-call-1-charge"))
+	// Output: run-42/step-002-call-1-charge/compensate
 }
 
 func ExampleResolve() {

@@ -143,10 +143,6 @@ func (m *Metrics) ObserveRetry(plan activities.RetryPlan, decision string) {
 // of being recorded.
 func (m *Metrics) TemporalHandler() client.MetricsHandler { return m.temporal }
 
-// Registry is the registry behind Handler, for tests and for adding
-// metrics.
-func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
-
 // Handler serves every metric in the Prometheus text format. A failed
 // ledger query does not fail the scrape: the other metrics are served and
 // agentsaga_ledger_up reads 0.

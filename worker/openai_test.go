@@ -18,7 +18,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -67,9 +66,7 @@ func TestRunWithOpenAICompatibleModel(t *testing.T) {
 	model, requests, auth := fakeOpenAI(t)
 	defer model.Close()
 	queue := "openai-" + t.Name()
-	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
+	w := startWorker(ctx, t, store, queue)
 	defer w.Stop()
 
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`

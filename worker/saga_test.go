@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -89,6 +88,17 @@ func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// startPayments serves a payments API configured by configure, releases
+// its hanging requests and stops it when the test ends, and returns its URL.
+func startPayments(t *testing.T, configure func(*payments)) (*payments, string) {
+	pay := newPayments()
+	configure(pay)
+	server := httptest.NewServer(pay)
+	t.Cleanup(server.Close)
+	t.Cleanup(func() { close(pay.release) }) // before Close: cleanups run last first
+	return pay, server.URL
+}
+
 const paymentTools = `
 tools:
   - name: charge
@@ -114,11 +124,7 @@ func TestFailedRunRefundsInReverseAcrossWorkerLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	store := ledgertest.NewStore(t)
-	pay := newPayments()
-	pay.blockRefundOf = "bob"
-	server := httptest.NewServer(pay)
-	defer server.Close()
-	defer close(pay.release)
+	pay, url := startPayments(t, func(p *payments) { p.blockRefundOf = "bob" })
 	queue := "saga-" + t.Name()
 
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
@@ -130,12 +136,10 @@ model:
     - tool_calls: [{name: charge, arguments: {customer: ann, amount: 10}}]
     - tool_calls: [{name: charge, arguments: {customer: bob, amount: 20}}]
     - tool_calls: [{name: charge, arguments: {customer: cat, amount: 30}}]
-`+paymentTools, server.URL)))
+`+paymentTools, url)))
 	require.NoError(t, err)
 
-	first, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, first.Start())
+	first := startWorker(ctx, t, store, queue)
 	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "saga-run", TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
 
@@ -145,9 +149,7 @@ model:
 		t.Fatal("the compensation never reached bob's refund")
 	}
 	first.Stop()
-	second, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, second.Start())
+	second := startWorker(ctx, t, store, queue)
 	defer second.Stop()
 
 	var result workflows.RunResult
@@ -186,11 +188,7 @@ func TestCancelledRunCompensates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	store := ledgertest.NewStore(t)
-	pay := newPayments()
-	pay.blockChargeOf = "bob"
-	server := httptest.NewServer(pay)
-	defer server.Close()
-	defer close(pay.release)
+	pay, url := startPayments(t, func(p *payments) { p.blockChargeOf = "bob" })
 	queue := "cancel-" + t.Name()
 
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
@@ -202,11 +200,9 @@ model:
     - tool_calls: [{name: charge, arguments: {customer: ann, amount: 10}}]
     - tool_calls: [{name: charge, arguments: {customer: bob, amount: 20}}]
     - content: done
-`+paymentTools, server.URL)))
+`+paymentTools, url)))
 	require.NoError(t, err)
-	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
+	w := startWorker(ctx, t, store, queue)
 	defer w.Stop()
 	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "cancel-run", TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)

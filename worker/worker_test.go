@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
+	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -26,6 +27,16 @@ var temporalClient client.Client
 
 func TestMain(m *testing.M) {
 	workertest.Main(m, func(server *testsuite.DevServer) { temporalClient = server.Client() })
+}
+
+// startWorker starts a worker on queue against store; the caller stops it
+// (some tests stop it mid-run on purpose).
+func startWorker(ctx context.Context, t *testing.T, store *ledger.Store, queue string) sdkworker.Worker {
+	t.Helper()
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	return w
 }
 
 // sideEffects is an HTTP tool that deduplicates by Idempotency-Key, as a
@@ -115,9 +126,7 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	defer close(tool.release)
 	queue := "lost-worker-" + t.Name()
 
-	first, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, first.Start())
+	first := startWorker(ctx, t, store, queue)
 
 	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: "lost-worker-run", TaskQueue: queue, StaticSummary: "charge twice",
@@ -131,9 +140,7 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	}
 	first.Stop()
 
-	second, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, second.Start())
+	second := startWorker(ctx, t, store, queue)
 	defer second.Stop()
 
 	var result workflows.RunResult

@@ -31,15 +31,6 @@ func SearchAttributes() temporal.SearchAttributes {
 		USDSpentKey.ValueSet(0), AmplificationKey.ValueSet(0))
 }
 
-// SearchAttributeFlags are the dev server's flags that register them.
-func SearchAttributeFlags() []string {
-	return []string{
-		"--search-attribute", "AgentStatus=Keyword", "--search-attribute", "StepsUsed=Int",
-		"--search-attribute", "LeafCalls=Int", "--search-attribute", "USDSpent=Double",
-		"--search-attribute", "Amplification=Double",
-	}
-}
-
 // Queries a run answers while a worker is up.
 const (
 	QueryLedger = "ledger"

@@ -48,18 +48,26 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// The CLI against a real dev server and Postgres: run --wait, then show.
-func TestRunWaitAndShow(t *testing.T) {
+// cliWorld points the CLI at the dev server and a fresh database, with a
+// worker polling the default task queue, and returns the worker's ledger.
+func cliWorld(t *testing.T) *ledger.Store {
+	t.Helper()
 	databaseURL := ledgertest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
 	store, err := ledger.Open(context.Background(), databaseURL)
 	require.NoError(t, err)
-	defer store.Close()
+	t.Cleanup(store.Close)
 	w, err := worker.New(context.Background(), devServer.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
-	defer w.Stop()
+	t.Cleanup(w.Stop) // runs before store.Close: cleanups run last first
+	return store
+}
+
+// The CLI against a real dev server and Postgres: run --wait, then show.
+func TestRunWaitAndShow(t *testing.T) {
+	cliWorld(t)
 
 	var refunds []string
 	tool := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -158,16 +166,7 @@ func TestBadInputGetsAClearErrorAndStartsNothing(t *testing.T) {
 // An escalated run is resumed from the CLI; a bad Update is refused with
 // the validator's reason.
 func TestResumeAndAbortFromTheCLI(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
-	t.Setenv("DATABASE_URL", databaseURL)
-	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
-	store, err := ledger.Open(context.Background(), databaseURL)
-	require.NoError(t, err)
-	defer store.Close()
-	w, err := worker.New(context.Background(), devServer.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	store := cliWorld(t)
 
 	spec := writeFile(t, "spec.yaml", `
 goal: delete the production database
@@ -178,7 +177,7 @@ model:
     - refusal: I will not do that without written approval.
     - content: I archived it instead, as instructed.
 `)
-	_, err = agentsaga(t, "run", "--spec", spec, "--id", "cli-escalated")
+	_, err := agentsaga(t, "run", "--spec", spec, "--id", "cli-escalated")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		run, err := store.GetRun(context.Background(), "cli-escalated")

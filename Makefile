@@ -47,10 +47,12 @@ clean:
 	rm -rf bin .dev
 
 # Benchmarks print their own figures; they are not part of `make test`.
+# Each scenario also saves its figures as JSON under bench/results/.
+BENCH := ./bin/agentsaga bench
 bench: bin/temporal postgres build
-	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/
-	./bin/agentsaga bench amplification --chart bench/amplification.png
-	./bin/agentsaga bench success --runs 40 --calls 10
-	./bin/agentsaga bench overhead --runs 4 --calls 50
-	./bin/agentsaga bench storm --chart bench/storm.png
-	./bin/agentsaga bench ledger
+	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/ | tee bench/results/go-bench.txt
+	$(BENCH) amplification --out bench/results/amplification.json --chart bench/amplification.png
+	$(BENCH) success --runs 40 --calls 10 --out bench/results/success.json
+	$(BENCH) overhead --runs 4 --calls 50 --out bench/results/overhead.json
+	$(BENCH) storm --out bench/results/storm.json --chart bench/storm.png
+	$(BENCH) ledger --out bench/results/ledger.json

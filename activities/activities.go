@@ -189,7 +189,7 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		stop := heartbeat(ctx, info.HeartbeatTimeout)
 		defer stop()
 		var err error
-		output, err = run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline})
+		output, err = run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
 		return err
 	})
 	if callErr != nil {

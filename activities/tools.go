@@ -204,6 +204,10 @@ type ToolInvocation struct {
 	Arguments json.RawMessage
 	// Deadline is when the attempt must be finished.
 	Deadline time.Time
+	// Attempt is Temporal's attempt number, 1 for the first; HTTP tools
+	// send it as the Agentsaga-Attempt header so a server can tell a
+	// retry from a duplicate delivery.
+	Attempt int32
 }
 
 // ToolFunc is a tool written in Go. It returns the text the model reads.
@@ -266,6 +270,9 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", call.Key)
+	if call.Attempt > 0 {
+		req.Header.Set("Agentsaga-Attempt", strconv.Itoa(int(call.Attempt)))
+	}
 	if !call.Deadline.IsZero() {
 		// Request-Timeout: whole seconds left before the caller gives up.
 		left := math.Max(0, math.Floor(time.Until(call.Deadline).Seconds()))

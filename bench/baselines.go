@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -59,10 +60,13 @@ func BaselineWorkflow(ctx workflow.Context, in BaselineInput) (int, error) {
 func BaselineCall(ctx context.Context, in BaselineInput) error {
 	info := activity.GetInfo(ctx)
 	key := info.WorkflowExecution.ID + "/" + info.ActivityID
+	// Every request of this activity attempt, however many the in-process
+	// layers make, carries the activity's attempt number.
+	attempt := strconv.Itoa(int(info.Attempt))
 	var err error
 	for range in.WrapperRetries + 1 {
 		for range in.ClientRetries + 1 {
-			if err = post(ctx, in.URL, key); err == nil {
+			if err = post(ctx, in.URL, key, attempt); err == nil {
 				return nil
 			}
 		}
@@ -70,12 +74,13 @@ func BaselineCall(ctx context.Context, in BaselineInput) error {
 	return err
 }
 
-func post(ctx context.Context, url, key string) error {
+func post(ctx context.Context, url, key, attempt string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set(AttemptHeader, attempt)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

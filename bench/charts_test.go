@@ -27,7 +27,7 @@ func assertPNG(t *testing.T, path string) {
 
 // The storm chart draws synthetic per-second counts into a readable PNG.
 func TestStormChart(t *testing.T) {
-	cfg := bench.StormConfig{Runs: 4, Capacity: 2, OutageFrom: 10 * time.Second, OutageTo: 30 * time.Second, Duration: 50 * time.Second}
+	cfg := bench.StormConfig{Runs: 4, RatePerSecond: 2, OutageFrom: 10 * time.Second, OutageTo: 30 * time.Second, Duration: 50 * time.Second}
 	var calm, storm []bench.Second
 	for s := 0; s < 50; s++ {
 		inOutage := s >= 10 && s < 30

@@ -4,46 +4,66 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
 
+// AttemptHeader carries the caller's attempt number (1 for the first) so
+// the downstream can count requests by attempt; agentsaga's HTTP tools and
+// the baselines send it.
+const AttemptHeader = "Agentsaga-Attempt"
+
+// CountsPath is where the downstream serves its counters as JSON; requests
+// to it are not counted.
+const CountsPath = "/_counts"
+
 // Faults shapes how the downstream fails.
 type Faults struct {
 	// FailureRate is the probability that a request fails on its own.
-	FailureRate float64
+	FailureRate float64 `json:"failure_rate,omitempty"`
 	// Outages are windows, measured from Start, in which every request
 	// fails with 503.
-	Outages []Window
+	Outages []Window `json:"outages,omitempty"`
 	// Capacity, when positive, is how many requests may be in flight; a
 	// request beyond it fails with 503, as an overloaded service does,
 	// so load above capacity keeps it failing.
-	Capacity int
+	Capacity int `json:"capacity,omitempty"`
+	// RatePerSecond, when positive, is how many requests each second of
+	// the downstream's life may serve; the rest of that second's requests
+	// fail with 503.
+	RatePerSecond int `json:"rate_per_second,omitempty"`
 	// Latency is how long a request takes to serve.
-	Latency time.Duration
+	Latency time.Duration `json:"latency,omitempty"`
 }
 
 // Window is an interval measured from the downstream's start.
-type Window struct{ From, To time.Duration }
+type Window struct {
+	From time.Duration `json:"from"`
+	To   time.Duration `json:"to"`
+}
 
 // Downstream is an HTTP service on loopback that fails as told and counts
-// every request it receives, by idempotency key and in total.
+// every request it receives, by idempotency key, by attempt and in total.
 type Downstream struct {
-	faults   Faults
-	start    time.Time
-	mu       sync.Mutex
-	random   *rand.Rand
-	inFlight int
-	byKey    map[string]int
-	total    int
-	failed   int
-	server   *http.Server
-	listener net.Listener
-	// perSecond counts requests and failures in each second since start.
+	faults    Faults
+	start     time.Time
+	mu        sync.Mutex
+	random    *rand.Rand
+	inFlight  int
+	byKey     map[string]int
+	byAttempt map[int]int
+	total     int
+	failed    int
+	server    *http.Server
+	listener  net.Listener
+	// perSecond counts requests, failures and served requests in each
+	// second since start; served also enforces RatePerSecond.
 	perSecond []Second
 }
 
@@ -53,14 +73,20 @@ type Second struct {
 	Failures int `json:"failures"`
 }
 
-// StartDownstream serves faults on 127.0.0.1 with a seeded random source.
+// StartDownstream serves faults on a free port of 127.0.0.1 with a seeded
+// random source.
 func StartDownstream(faults Faults, seed uint64) (*Downstream, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	return ServeDownstream("127.0.0.1:0", faults, seed)
+}
+
+// ServeDownstream serves faults on addr with a seeded random source.
+func ServeDownstream(addr string, faults Faults, seed uint64) (*Downstream, error) {
+	listener, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("bench: downstream: listen on loopback: %w", err)
+		return nil, fmt.Errorf("bench: downstream: listen on %s: %w", addr, err)
 	}
 	d := &Downstream{faults: faults, start: time.Now(), random: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		byKey: map[string]int{}, listener: listener}
+		byKey: map[string]int{}, byAttempt: map[int]int{}, listener: listener}
 	d.server = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = d.server.Serve(listener) }()
 	return d, nil
@@ -74,23 +100,32 @@ func (d *Downstream) Close() error { return d.server.Close() }
 
 // ServeHTTP fails or answers one request, counting it.
 func (d *Downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == CountsPath {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(d.Counts())
+		return
+	}
 	now := time.Since(d.start)
+	attempt, _ := strconv.Atoi(r.Header.Get(AttemptHeader))
 	d.mu.Lock()
 	d.total++
 	d.byKey[r.Header.Get("Idempotency-Key")]++
+	d.byAttempt[attempt]++
 	second := int(now / time.Second)
 	for len(d.perSecond) <= second {
 		d.perSecond = append(d.perSecond, Second{})
 	}
-	d.perSecond[second].Requests++
+	this := &d.perSecond[second]
+	this.Requests++
 	fail := d.random.Float64() < d.faults.FailureRate
 	for _, o := range d.faults.Outages {
 		fail = fail || (now >= o.From && now < o.To)
 	}
-	overloaded := d.faults.Capacity > 0 && d.inFlight >= d.faults.Capacity
+	overloaded := (d.faults.Capacity > 0 && d.inFlight >= d.faults.Capacity) ||
+		(d.faults.RatePerSecond > 0 && this.Requests-this.Failures > d.faults.RatePerSecond)
 	if fail || overloaded {
 		d.failed++
-		d.perSecond[second].Failures++
+		this.Failures++
 		d.mu.Unlock()
 		http.Error(w, `{"error":"unavailable"}`, http.StatusServiceUnavailable)
 		return
@@ -108,11 +143,14 @@ func (d *Downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Counts is what the downstream has seen.
 type Counts struct {
-	Requests  int            `json:"requests"`
-	Failures  int            `json:"failures"`
-	Keys      int            `json:"keys"`
-	ByKey     map[string]int `json:"-"`
-	PerSecond []Second       `json:"per_second"`
+	Requests int            `json:"requests"`
+	Failures int            `json:"failures"`
+	Keys     int            `json:"keys"`
+	ByKey    map[string]int `json:"by_key"`
+	// ByAttempt counts requests by the attempt number the caller sent;
+	// 0 holds requests that sent none.
+	ByAttempt map[int]int `json:"by_attempt"`
+	PerSecond []Second    `json:"per_second"`
 }
 
 // Counts returns a copy of the counters.
@@ -123,5 +161,10 @@ func (d *Downstream) Counts() Counts {
 	for k, v := range d.byKey {
 		byKey[k] = v
 	}
-	return Counts{Requests: d.total, Failures: d.failed, Keys: len(byKey), ByKey: byKey, PerSecond: append([]Second(nil), d.perSecond...)}
+	byAttempt := make(map[int]int, len(d.byAttempt))
+	for k, v := range d.byAttempt {
+		byAttempt[k] = v
+	}
+	return Counts{Requests: d.total, Failures: d.failed, Keys: len(byKey), ByKey: byKey, ByAttempt: byAttempt,
+		PerSecond: append([]Second(nil), d.perSecond...)}
 }

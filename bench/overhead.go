@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
@@ -33,21 +30,11 @@ type ToolCallsInput struct {
 // full agentsaga path: the retry hook, the ledger claim and completion, the
 // leaf-call rows, the Idempotency-Key header.
 func ToolCallsWorkflow(ctx workflow.Context, in ToolCallsInput) (failed int, err error) {
-	var acts *activities.Activities
-	tool := activities.ToolSpec{Name: "echo", Kind: activities.ToolKindHTTP, URL: in.URL}
-	policy := budget.DefaultRetryPolicy
 	for i := range in.Calls {
 		if !in.Until.IsZero() && workflow.Now(ctx).After(in.Until) {
 			break
 		}
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID: fmt.Sprintf("call-%d", i+1), StartToCloseTimeout: 10 * time.Second,
-			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(policy.MaxAttempts)},
-		})
-		err := workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i),
-			Retry: activities.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: policy.MaxAttempts,
-				ToolRetryCap: 1 << 30, RunAllowance: policy.RunAllowance(i + 1),
-				BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second}}).Get(ctx, nil)
+		err := agentsagaCall(ctx, in.URL, i, 1<<30).Get(ctx, nil)
 		if err != nil {
 			if !in.KeepGoing {
 				return failed, err

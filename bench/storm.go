@@ -5,54 +5,160 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
-// StormConfig sizes the retry-storm scenario: Runs runs calling, one call
-// after another, a downstream that serves Capacity requests at once (more
-// fail with 503, as an overloaded service does) and is fully down from
-// OutageFrom to OutageTo; every run stops calling at Duration.
+// StormConfig sizes the retry-storm scenario. Work arrives open loop, as it
+// does for a fleet serving users: Runs runs together start CallsPerSecond
+// new calls each second whether or not earlier calls have finished, so a
+// contender's retries add to the offered load instead of replacing it. The
+// downstream serves RatePerSecond requests a second (the rest of a second's
+// requests fail with 503) and is fully down from OutageFrom to OutageTo.
+// New calls stop at Duration; the scenario ends when every call has
+// succeeded or given up.
 type StormConfig struct {
-	Runs                 int
-	Capacity             int
-	Latency              time.Duration
-	OutageFrom, OutageTo time.Duration
-	Duration             time.Duration
+	Runs           int           `json:"runs"`
+	CallsPerSecond float64       `json:"calls_per_second"`
+	RatePerSecond  int           `json:"rate_per_second"`
+	Latency        time.Duration `json:"latency"`
+	OutageFrom     time.Duration `json:"outage_from"`
+	OutageTo       time.Duration `json:"outage_to"`
+	Duration       time.Duration `json:"duration"`
+	// ScheduleToClose bounds each call of the unbudgeted baseline, whose
+	// retry policy is otherwise Temporal's default (unlimited attempts).
+	ScheduleToClose time.Duration `json:"schedule_to_close"`
 }
 
-// DefaultStorm fits a 2-core machine in about two minutes for both
-// contenders.
-var DefaultStorm = StormConfig{Runs: 12, Capacity: 6, Latency: 20 * time.Millisecond,
-	OutageFrom: 10 * time.Second, OutageTo: 30 * time.Second, Duration: 50 * time.Second}
+// DefaultStorm offers 80% of the downstream's capacity and puts a 30 s
+// outage in the middle; both contenders run at once, in about two minutes.
+var DefaultStorm = StormConfig{Runs: 8, CallsPerSecond: 8, RatePerSecond: 10, Latency: 20 * time.Millisecond,
+	OutageFrom: 15 * time.Second, OutageTo: 45 * time.Second, Duration: 75 * time.Second, ScheduleToClose: time.Minute}
+
+// BudgetWindow is the time agentsaga's default fleet bucket takes to refill
+// from empty; the storm target is recovery within one such window.
+var BudgetWindow = time.Duration(budget.DefaultBucket.Capacity/budget.DefaultBucket.RefillPerSecond) * time.Second
 
 // StormRow is one contender's storm.
 type StormRow struct {
 	Contender string `json:"contender"`
-	Requests  int    `json:"requests"`
-	Failures  int    `json:"failures"`
-	// RecoverySeconds is the time from the end of the outage to the first
-	// second with under 1% errors; -1 when that never happened.
-	RecoverySeconds int      `json:"recovery_seconds"`
-	PerSecond       []Second `json:"per_second"`
+	// LogicalCalls is how many calls the runs made; FailedCalls how many
+	// of them the caller saw fail in the end (for agentsaga, including
+	// calls its breaker refused without sending).
+	LogicalCalls int `json:"logical_calls"`
+	FailedCalls  int `json:"failed_calls"`
+	Requests     int `json:"requests"`
+	Failures     int `json:"failures"`
+	// RecoverySeconds is the time from the end of the outage until errors
+	// stay under 1% (three seconds in a row with requests and under 1% of
+	// them failing); -1 when that never happened.
+	RecoverySeconds int `json:"recovery_seconds"`
+	// TargetSeconds is the budget window, for agentsaga's row.
+	TargetSeconds int      `json:"target_seconds,omitempty"`
+	PerSecond     []Second `json:"per_second"`
 }
 
-// Storm runs agentsaga and an unbudgeted baseline (Temporal retrying each
-// call up to 10 times, 100 ms to 1 s apart) through the same outage.
+// OpenLoopInput is one run of the storm: a call every Interval, the first
+// after Offset, until Until; then it waits for its calls to finish.
+type OpenLoopInput struct {
+	URL      string        `json:"url"`
+	Interval time.Duration `json:"interval"`
+	Offset   time.Duration `json:"offset"`
+	Until    time.Time     `json:"until"`
+	// ScheduleToClose bounds the baseline's calls.
+	ScheduleToClose time.Duration `json:"schedule_to_close,omitempty"`
+}
+
+// OpenLoopResult is what one storm run's caller saw.
+type OpenLoopResult struct {
+	Calls  int `json:"calls"`
+	Failed int `json:"failed"`
+}
+
+// openLoop starts call(i) every in.Interval without waiting for earlier
+// calls, and counts the calls and their failures once all have finished.
+func openLoop(ctx workflow.Context, in OpenLoopInput, call func(workflow.Context, int) workflow.Future) (OpenLoopResult, error) {
+	if err := workflow.Sleep(ctx, in.Offset); err != nil {
+		return OpenLoopResult{}, err
+	}
+	var calls []workflow.Future
+	for i := 0; workflow.Now(ctx).Before(in.Until); i++ {
+		calls = append(calls, call(ctx, i))
+		if err := workflow.Sleep(ctx, in.Interval); err != nil {
+			return OpenLoopResult{}, err
+		}
+	}
+	result := OpenLoopResult{Calls: len(calls)}
+	for _, f := range calls {
+		if f.Get(ctx, nil) != nil {
+			result.Failed++
+		}
+	}
+	return result, nil
+}
+
+// StormAgentsagaWorkflow makes the storm's calls through agentsaga's tool
+// call path: the retry hook with its fleet bucket and breaker, the ledger.
+func StormAgentsagaWorkflow(ctx workflow.Context, in OpenLoopInput) (OpenLoopResult, error) {
+	return openLoop(ctx, in, func(ctx workflow.Context, i int) workflow.Future {
+		return agentsagaCall(ctx, in.URL, i, 1<<30)
+	})
+}
+
+// StormBaselineWorkflow makes the storm's calls as plain activities with
+// Temporal's default retry policy, bounded by ScheduleToClose.
+func StormBaselineWorkflow(ctx workflow.Context, in OpenLoopInput) (OpenLoopResult, error) {
+	return openLoop(ctx, in, func(ctx workflow.Context, i int) workflow.Future {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			ActivityID: fmt.Sprintf("call-%d", i+1), StartToCloseTimeout: 10 * time.Second,
+			ScheduleToCloseTimeout: in.ScheduleToClose,
+		})
+		return workflow.ExecuteActivity(actx, BaselineCall, BaselineInput{URL: in.URL})
+	})
+}
+
+// agentsagaCall is call i of a run through agentsaga's CallTool, with the
+// default retry policy and a run allowance for i+1 calls. The breaker's
+// dependency is named after the task queue, which is unique to one
+// contender in one scenario, so one scenario's outage cannot leave a
+// breaker open for the next.
+func agentsagaCall(ctx workflow.Context, url string, i, toolRetryCap int) workflow.Future {
+	var acts *activities.Activities
+	policy := budget.DefaultRetryPolicy
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID: fmt.Sprintf("call-%d", i+1), StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(policy.MaxAttempts)},
+	})
+	tool := activities.ToolSpec{Name: "echo", Kind: activities.ToolKindHTTP, URL: url}
+	return workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i),
+		Retry: activities.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
+			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),
+			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second}})
+}
+
+// Storm runs agentsaga and the unbudgeted baseline through the same storm,
+// at the same time, each against its own downstream.
 func Storm(ctx context.Context, c client.Client, databaseURL string, cfg StormConfig) ([]StormRow, error) {
+	if cfg.Runs < 1 || cfg.CallsPerSecond <= 0 || cfg.RatePerSecond < 1 {
+		return nil, fmt.Errorf("bench: storm: runs %d, calls per second %v and rate per second %d must be positive", cfg.Runs, cfg.CallsPerSecond, cfg.RatePerSecond)
+	}
 	contenders := []struct {
 		name  string
 		start func(queue string) (func(), error)
 		wf    any
-		input func(url string, until time.Time) any
 	}{
-		{"agentsaga (hook, ledger, fleet bucket)", func(queue string) (func(), error) {
+		{"agentsaga (hook, ledger, fleet bucket, breaker)", func(queue string) (func(), error) {
 			store, err := ledger.Open(ctx, databaseURL)
 			if err != nil {
 				return nil, err
@@ -62,52 +168,95 @@ func Storm(ctx context.Context, c client.Client, databaseURL string, cfg StormCo
 				store.Close()
 				return nil, err
 			}
-			w.RegisterWorkflow(ToolCallsWorkflow)
+			w.RegisterWorkflow(StormAgentsagaWorkflow)
 			return func() { w.Stop(); store.Close() }, w.Start()
-		}, ToolCallsWorkflow, func(url string, until time.Time) any {
-			return ToolCallsInput{URL: url, Calls: 1 << 20, KeepGoing: true, Until: until}
-		}},
-		{"unbudgeted (Temporal, 10 attempts a call)", func(queue string) (func(), error) {
+		}, StormAgentsagaWorkflow},
+		{"unbudgeted (Temporal default retry policy)", func(queue string) (func(), error) {
 			w := sdkworker.New(c, queue, sdkworker.Options{})
-			w.RegisterWorkflow(BaselineWorkflow)
+			w.RegisterWorkflow(StormBaselineWorkflow)
 			w.RegisterActivity(BaselineCall)
 			return w.Stop, w.Start()
-		}, BaselineWorkflow, func(url string, until time.Time) any {
-			return BaselineInput{URL: url, Calls: 1 << 20, MaxAttempts: 10, ScheduleToClose: time.Minute, Until: until}
-		}},
+		}, StormBaselineWorkflow},
 	}
-	var rows []StormRow
+	rows := make([]StormRow, len(contenders))
+	errs := make([]error, len(contenders))
+	var wg sync.WaitGroup
 	for i, contender := range contenders {
-		queue := fmt.Sprintf("bench-storm-%d-%s", i, nonce())
-		stop, err := contender.start(queue)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rows[i], errs[i] = stormOne(ctx, c, cfg, contender.name, contender.start, contender.wf, uint64(i+1))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("bench: storm: %s: %w", contender.name, err)
-		}
-		down, err := StartDownstream(Faults{Capacity: cfg.Capacity, Latency: cfg.Latency,
-			Outages: []Window{{From: cfg.OutageFrom, To: cfg.OutageTo}}}, uint64(i+1))
-		if err != nil {
-			stop()
 			return nil, err
 		}
-		err = runAll(ctx, c, cfg.Runs, queue, contender.wf, contender.input(down.URL(), time.Now().Add(cfg.Duration)))
-		down.Close()
-		stop()
-		if err != nil {
-			return nil, fmt.Errorf("bench: storm: %s: %w", contender.name, err)
-		}
-		counts := down.Counts()
-		rows = append(rows, StormRow{Contender: contender.name, Requests: counts.Requests, Failures: counts.Failures,
-			RecoverySeconds: recovery(counts.PerSecond, cfg.OutageTo), PerSecond: counts.PerSecond})
 	}
+	rows[0].TargetSeconds = int(BudgetWindow / time.Second)
 	return rows, nil
 }
 
-// recovery is the seconds from the outage's end to the first second with
-// requests and under 1% of them failing.
+func stormOne(ctx context.Context, c client.Client, cfg StormConfig, name string, start func(string) (func(), error), wf any, seed uint64) (StormRow, error) {
+	queue := "bench-storm-" + nonce()
+	stop, err := start(queue)
+	if err != nil {
+		return StormRow{}, fmt.Errorf("bench: storm: %s: %w", name, err)
+	}
+	defer stop()
+	down, err := StartDownstream(Faults{RatePerSecond: cfg.RatePerSecond, Latency: cfg.Latency,
+		Outages: []Window{{From: cfg.OutageFrom, To: cfg.OutageTo}}}, seed)
+	if err != nil {
+		return StormRow{}, err
+	}
+	defer down.Close()
+	interval := time.Duration(float64(cfg.Runs) / cfg.CallsPerSecond * float64(time.Second))
+	until := time.Now().Add(cfg.Duration)
+	failed, logical := 0, 0
+	var mu sync.Mutex
+	runs := make([]client.WorkflowRun, cfg.Runs)
+	for r := range runs {
+		in := OpenLoopInput{URL: down.URL(), Interval: interval, Offset: interval * time.Duration(r) / time.Duration(cfg.Runs),
+			Until: until, ScheduleToClose: cfg.ScheduleToClose}
+		if runs[r], err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", queue, r), TaskQueue: queue}, wf, in); err != nil {
+			return StormRow{}, fmt.Errorf("bench: storm: %s: start run %d: %w", name, r, err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(runs))
+	for r, run := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var result OpenLoopResult
+			if errs[r] = run.Get(ctx, &result); errs[r] == nil {
+				mu.Lock()
+				logical += result.Calls
+				failed += result.Failed
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return StormRow{}, fmt.Errorf("bench: storm: %s: %w", name, err)
+		}
+	}
+	counts := down.Counts()
+	return StormRow{Contender: name, LogicalCalls: logical, FailedCalls: failed, Requests: counts.Requests, Failures: counts.Failures,
+		RecoverySeconds: recovery(counts.PerSecond, cfg.OutageTo), PerSecond: counts.PerSecond}, nil
+}
+
+// recovery is the seconds from the outage's end until errors stay under 1%:
+// the first of three seconds in a row that each have requests and fewer
+// than 1% of them failing.
 func recovery(seconds []Second, outageEnd time.Duration) int {
+	healthy := func(s Second) bool { return s.Requests > 0 && float64(s.Failures) < 0.01*float64(s.Requests) }
 	end := int(outageEnd / time.Second)
-	for s := end; s < len(seconds); s++ {
-		if seconds[s].Requests > 0 && float64(seconds[s].Failures) < 0.01*float64(seconds[s].Requests) {
+	for s := end; s+2 < len(seconds); s++ {
+		if healthy(seconds[s]) && healthy(seconds[s+1]) && healthy(seconds[s+2]) {
 			return s - end
 		}
 	}
@@ -119,13 +268,21 @@ func recovery(seconds []Second, outageEnd time.Duration) int {
 func PrintStorm(out io.Writer, title string, cfg StormConfig, rows []StormRow) {
 	fmt.Fprintf(out, "%s\n", title)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tREQUESTS\tFAILED\tRECOVERY AFTER THE OUTAGE")
+	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS\tFAILED REQUESTS\tRECOVERY AFTER THE OUTAGE\tTARGET")
 	for _, r := range rows {
-		recovered := "never (< 1% errors not reached)"
+		recovered := "never (errors did not stay < 1%)"
 		if r.RecoverySeconds >= 0 {
 			recovered = fmt.Sprintf("%d s", r.RecoverySeconds)
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\n", r.Contender, r.Requests, r.Failures, recovered)
+		target := "-"
+		if r.TargetSeconds > 0 {
+			verdict := "met"
+			if r.RecoverySeconds < 0 || r.RecoverySeconds > r.TargetSeconds {
+				verdict = "MISSED"
+			}
+			target = fmt.Sprintf("<= %d s, one budget window (%s)", r.TargetSeconds, verdict)
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Contender, r.LogicalCalls, r.FailedCalls, r.Requests, r.Failures, recovered, target)
 	}
 	tw.Flush()
 	for _, r := range rows {

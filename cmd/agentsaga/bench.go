@@ -3,6 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,23 +15,38 @@ import (
 	"github.com/agentsaga/agentsaga/bench"
 )
 
+// scenarioResult is what one scenario measured: the JSON it saves and the
+// table it prints.
+type scenarioResult struct {
+	json  map[string]any
+	print func(io.Writer)
+	// chart draws the scenario's PNG; nil for scenarios without one.
+	chart func(path string) error
+}
+
 func benchCommand() *cobra.Command {
-	var temporalBin string
+	var temporalBin, chart, outPath string
 	var asJSON bool
-	var chart string
 	cfg := bench.DefaultAmplification
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|ledger [--json] [--chart FILE.png] [--runs R --calls C --workers W]",
+		Use:   "bench amplification|success|overhead|storm|ledger [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
-		Args:  cobra.ExactArgs(1),
+		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
+figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
+` + "`agentsaga bench serve`" + ` runs the fault-injecting downstream on its own.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch args[0] {
+			scenario := args[0]
+			switch scenario {
 			case "amplification", "success", "overhead", "storm", "ledger":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger)", args[0])
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
+			}
+			if chart != "" && scenario != "amplification" && scenario != "storm" {
+				return fmt.Errorf("bench: --chart applies to amplification and storm, not %s", scenario)
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
 			progress := out
@@ -38,80 +58,186 @@ func benchCommand() *cobra.Command {
 				return err
 			}
 			defer stack.Close()
-			if args[0] == "ledger" {
-				rows, err := bench.Ledger(ctx, stack.cfg.DatabaseURL, 8, 10*time.Second)
+
+			var result scenarioResult
+			switch scenario {
+			case "amplification":
+				rows, err := bench.Amplification(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return json.NewEncoder(out).Encode(map[string]any{"scenario": "ledger", "rows": rows})
-				}
-				bench.PrintLedger(out, "\nledger: idempotent action writes beside pgbench, 8 clients, 10 s each", rows)
-				return nil
-			}
-			if args[0] == "storm" {
-				rows, err := bench.Storm(ctx, stack.client, stack.cfg.DatabaseURL, bench.DefaultStorm)
-				if err != nil {
-					return err
-				}
-				if chart != "" {
-					if err := bench.StormChart(chart, bench.DefaultStorm, rows); err != nil {
-						return err
-					}
-					fmt.Fprintf(progress, "chart: %s\n", chart)
-				}
-				if asJSON {
-					return json.NewEncoder(out).Encode(map[string]any{"scenario": "storm", "config": bench.DefaultStorm, "rows": rows})
-				}
-				bench.PrintStorm(out, "\nstorm: a capacity-limited downstream with an outage", bench.DefaultStorm, rows)
-				return nil
-			}
-			if args[0] == "overhead" {
-				rows, err := bench.Overhead(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return json.NewEncoder(out).Encode(map[string]any{"scenario": "overhead", "config": cfg, "rows": rows})
-				}
-				bench.PrintOverhead(out, fmt.Sprintf("\noverhead: %d runs x %d sequential calls to a healthy downstream, side by side", cfg.Runs, cfg.Calls), rows)
-				return nil
-			}
-			if args[0] == "success" {
+				result = scenarioResult{json: map[string]any{"config": cfg, "rows": rows},
+					print: func(w io.Writer) {
+						bench.PrintRows(w, fmt.Sprintf("\namplification: a 100%% outage, %d runs x %d tool calls on %d workers", cfg.Runs, cfg.Calls, cfg.Workers), rows)
+					},
+					chart: func(path string) error { return bench.AmplificationChart(path, rows) }}
+			case "success":
 				rows, err := bench.Success(ctx, stack.client, stack.cfg.DatabaseURL, cfg, []float64{0.05, 0.20})
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return json.NewEncoder(out).Encode(map[string]any{"scenario": "success", "config": cfg, "rows": rows})
+				result = scenarioResult{json: map[string]any{"config": cfg, "rows": rows},
+					print: func(w io.Writer) {
+						bench.PrintSuccess(w, fmt.Sprintf("\nsuccess: independent failures, %d runs x %d tool calls on %d workers, 3 attempts per call", cfg.Runs, cfg.Calls, cfg.Workers), rows)
+					}}
+			case "overhead":
+				rows, err := bench.Overhead(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
+				if err != nil {
+					return err
 				}
-				bench.PrintSuccess(out, fmt.Sprintf("\nsuccess: independent failures, %d runs x %d tool calls on %d workers, 3 attempts per call", cfg.Runs, cfg.Calls, cfg.Workers), rows)
-				return nil
+				result = scenarioResult{json: map[string]any{"config": cfg, "rows": rows},
+					print: func(w io.Writer) {
+						bench.PrintOverhead(w, fmt.Sprintf("\noverhead: %d runs x %d sequential calls to a healthy downstream, side by side", cfg.Runs, cfg.Calls), rows)
+					}}
+			case "storm":
+				storm := bench.DefaultStorm
+				rows, err := bench.Storm(ctx, stack.client, stack.cfg.DatabaseURL, storm)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"config": storm, "budget_window_seconds": bench.BudgetWindow.Seconds(), "rows": rows},
+					print: func(w io.Writer) {
+						bench.PrintStorm(w, fmt.Sprintf("\nstorm: %g calls/s offered to a downstream serving %d/s, with an outage", storm.CallsPerSecond, storm.RatePerSecond), storm, rows)
+					},
+					chart: func(path string) error { return bench.StormChart(path, storm, rows) }}
+			case "ledger":
+				rows, err := bench.Ledger(ctx, stack.cfg.DatabaseURL, 8, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"clients": 8, "seconds_each": 10, "rows": rows},
+					print: func(w io.Writer) {
+						bench.PrintLedger(w, "\nledger: idempotent action writes beside pgbench, 8 clients, 10 s each", rows)
+					}}
 			}
-			rows, err := bench.Amplification(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
-			if err != nil {
-				return err
-			}
+			result.json["scenario"] = scenario
+			result.json["machine"] = machine()
 			if chart != "" {
-				if err := bench.AmplificationChart(chart, rows); err != nil {
+				if err := result.chart(chart); err != nil {
 					return err
 				}
 				fmt.Fprintf(progress, "chart: %s\n", chart)
 			}
+			if outPath != "" {
+				if err := writeJSON(outPath, result.json); err != nil {
+					return err
+				}
+				fmt.Fprintf(progress, "figures: %s\n", outPath)
+			}
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"scenario": "amplification", "config": cfg, "rows": rows})
+				return enc.Encode(result.json)
 			}
-			bench.PrintRows(out, fmt.Sprintf("\namplification: a 100%% outage, %d runs x %d tool calls on %d workers", cfg.Runs, cfg.Calls, cfg.Workers), rows)
+			result.print(out)
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the figures as JSON instead of a table")
+	cmd.Flags().StringVar(&outPath, "out", "", "also save the figures as JSON to this file")
 	cmd.Flags().StringVar(&chart, "chart", "", "also write a PNG chart to this file (amplification and storm only)")
-	cmd.Flags().IntVar(&cfg.Runs, "runs", cfg.Runs, "concurrent runs per contender")
-	cmd.Flags().IntVar(&cfg.Calls, "calls", cfg.Calls, "tool calls per run")
+	cmd.Flags().IntVar(&cfg.Runs, "runs", cfg.Runs, "concurrent runs per contender (amplification, success, overhead)")
+	cmd.Flags().IntVar(&cfg.Calls, "calls", cfg.Calls, "tool calls per run (amplification, success, overhead)")
 	cmd.Flags().IntVar(&cfg.Workers, "workers", cfg.Workers, "workers per contender, each with its own Postgres pool")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
+	cmd.AddCommand(benchServeCommand())
 	return cmd
+}
+
+func benchServeCommand() *cobra.Command {
+	var addr, outages string
+	var faults bench.Faults
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "serve [--addr HOST:PORT] [--failure-rate P] [--outage FROM-TO,...] [--capacity N] [--rate N] [--latency D]",
+		Short: "Serve the fault-injecting downstream; GET " + bench.CountsPath + " returns what it has counted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if faults.FailureRate < 0 || faults.FailureRate > 1 {
+				return fmt.Errorf("bench serve: --failure-rate %v is not a probability between 0 and 1", faults.FailureRate)
+			}
+			if faults.Capacity < 0 || faults.RatePerSecond < 0 || faults.Latency < 0 {
+				return fmt.Errorf("bench serve: --capacity %d, --rate %d and --latency %v must not be negative", faults.Capacity, faults.RatePerSecond, faults.Latency)
+			}
+			windows, err := parseOutages(outages)
+			if err != nil {
+				return err
+			}
+			faults.Outages = windows
+			down, err := bench.ServeDownstream(addr, faults, seed)
+			if err != nil {
+				return err
+			}
+			defer down.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "downstream: serving at %s (counts at %s%s); Ctrl-C stops it\n", down.URL(), down.URL(), bench.CountsPath)
+			<-cmd.Context().Done()
+			counts := down.Counts()
+			fmt.Fprintf(cmd.OutOrStdout(), "downstream: %d requests, %d failed, %d idempotency keys\n", counts.Requests, counts.Failures, counts.Keys)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8099", "where to listen")
+	cmd.Flags().Float64Var(&faults.FailureRate, "failure-rate", 0, "probability that a request fails with 503 on its own")
+	cmd.Flags().StringVar(&outages, "outage", "", "windows of 100% 503 since start, e.g. 10s-40s,90s-100s")
+	cmd.Flags().IntVar(&faults.Capacity, "capacity", 0, "requests in flight at most; more fail with 503 (0: no limit)")
+	cmd.Flags().IntVar(&faults.RatePerSecond, "rate", 0, "requests served per second at most; more fail with 503 (0: no limit)")
+	cmd.Flags().DurationVar(&faults.Latency, "latency", 0, "time to serve one request")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the failure-rate draws")
+	return cmd
+}
+
+// parseOutages reads "10s-40s,90s-100s" into windows.
+func parseOutages(s string) ([]bench.Window, error) {
+	var windows []bench.Window
+	for _, part := range strings.Split(s, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		from, to, ok := strings.Cut(strings.TrimSpace(part), "-")
+		if !ok {
+			return nil, fmt.Errorf("bench serve: --outage %q: want FROM-TO, e.g. 10s-40s", part)
+		}
+		f, err := time.ParseDuration(from)
+		if err != nil {
+			return nil, fmt.Errorf("bench serve: --outage %q: start: %w", part, err)
+		}
+		t, err := time.ParseDuration(to)
+		if err != nil {
+			return nil, fmt.Errorf("bench serve: --outage %q: end: %w", part, err)
+		}
+		if f < 0 || t <= f {
+			return nil, fmt.Errorf("bench serve: --outage %q: the end must come after the start, and the start must not be negative", part)
+		}
+		windows = append(windows, bench.Window{From: f, To: t})
+	}
+	return windows, nil
+}
+
+func writeJSON(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("bench: save figures: %w", err)
+	}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("bench: save figures: %w", err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: save figures to %s: %w", path, err)
+	}
+	return nil
+}
+
+// machine describes where the figures were measured, for the saved JSON.
+func machine() map[string]any {
+	cpu := "unknown"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+				break
+			}
+		}
+	}
+	return map[string]any{"cpus": runtime.NumCPU(), "cpu": cpu, "os": runtime.GOOS + "/" + runtime.GOARCH,
+		"go": runtime.Version(), "measured_at": time.Now().UTC().Format(time.RFC3339)}
 }

@@ -1,0 +1,35 @@
+package bench_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// A short storm: the unbudgeted baseline sends more load through the outage
+// and meets more errors; agentsaga recovers within one budget window.
+func TestStormSmoke(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := bench.StormConfig{Runs: 4, CallsPerSecond: 4, RatePerSecond: 6, Latency: 5 * time.Millisecond,
+		OutageFrom: 2 * time.Second, OutageTo: 8 * time.Second, Duration: 20 * time.Second, ScheduleToClose: 15 * time.Second}
+	rows, err := bench.Storm(ctx, temporalClient, ledgertest.NewDatabase(t), cfg)
+	require.NoError(t, err)
+	var out strings.Builder
+	bench.PrintStorm(&out, "storm", cfg, rows)
+	t.Log("\n" + out.String())
+	require.Len(t, rows, 2)
+	agentsaga, baseline := rows[0], rows[1]
+	assert.Greater(t, baseline.Requests, agentsaga.Requests, "the baseline's retries add load")
+	assert.Greater(t, baseline.Failures, agentsaga.Failures, "and meet more 503s")
+	require.GreaterOrEqual(t, agentsaga.RecoverySeconds, 0, "agentsaga recovers after the outage")
+	assert.LessOrEqual(t, agentsaga.RecoverySeconds, agentsaga.TargetSeconds, "within one budget window")
+}

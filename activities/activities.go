@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -112,6 +113,12 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	if err != nil {
 		return ModelTurn{}, toActivityError(err)
 	}
+	// A model's text is untrusted data like a tool's: it reaches history,
+	// trace entries and the run's answer in the ledger.
+	turn.Content, turn.Refusal = cleanText(turn.Content), cleanText(turn.Refusal)
+	for i, tc := range turn.ToolCalls {
+		turn.ToolCalls[i].Name, turn.ToolCalls[i].Arguments = cleanText(tc.Name), cleanText(tc.Arguments)
+	}
 	turn.Attempt = int(activity.GetInfo(ctx).Attempt)
 	return turn, nil
 }
@@ -190,6 +197,9 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		defer stop()
 		var err error
 		output, err = run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
+		// Capped and cleaned for every kind of tool before anything reads
+		// it: the model, history and the ledger all get the same text.
+		output = cleanOutput(output)
 		return err
 	})
 	if callErr != nil {
@@ -208,13 +218,20 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 			// The far side said "no" with a 200: stored like a 4xx, so every
 			// later attempt gets the same refusal, and never retried.
 			message := fmt.Sprintf("tool %s refused: %s", req.Tool.Name, reason)
-			if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, message, true); err != nil {
+			if err := a.recordAfterEffect(ctx, key, func(ctx context.Context) error {
+				_, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, message, true)
+				return err
+			}); err != nil {
 				activity.GetLogger(ctx).Error("ledger: could not record a refusal", "key", key, "error", err)
 			}
 			return ToolResult{}, temporal.NewNonRetryableApplicationError(message, ErrTypeRefusal, nil)
 		}
 	}
-	stored, err := a.Ledger.CompleteAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, output)
+	var stored ledger.Action
+	err = a.recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
+		stored, err = a.Ledger.CompleteAction(ctx, key, claim.Action.Attempts, output)
+		return err
+	})
 	if err != nil {
 		// The tool ran but its result is not stored. The next attempt waits
 		// out this lease and runs the tool again under the same key, which an
@@ -222,6 +239,36 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeTransient)
 	}
 	return ToolResult{Output: stored.Result, Replayed: stored.Attempts != claim.Action.Attempts, Attempt: int(info.Attempt)}, nil
+}
+
+// recordAfterEffect makes a ledger write that follows a tool's side
+// effect, retrying it while this attempt lasts. The effect has happened;
+// an attempt that gave up at the first error would count against the
+// call's attempts although the call succeeded, and a Postgres restart of a
+// couple of seconds used up all three of a call that had executed
+// (TestFaults/PostgresRestart found it), so the model was told a charge
+// failed that had gone through.
+func (a *Activities) recordAfterEffect(ctx context.Context, key string, write func(context.Context) error) error {
+	stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
+	defer stop()
+	delay := 100 * time.Millisecond
+	for {
+		// Each write gets its own bound, so an unreachable host cannot
+		// hold the attempt past its deadline.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := write(wctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		activity.GetLogger(ctx).Warn("ledger: could not record a tool's outcome; retrying while the attempt lasts", "key", key, "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvocation) (string, error), error) {
@@ -240,7 +287,11 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 				return fn, nil
 			}
 		}
-		return nil, fmt.Errorf("tool %s: no Go function of that name is registered on this worker", tool.Name)
+		registered := "none"
+		if names := a.Toolbox.Names(); len(names) > 0 {
+			registered = strings.Join(names, ", ")
+		}
+		return nil, fmt.Errorf("tool %s: no Go function of that name is registered on this worker (registered: %s)", tool.Name, registered)
 	}
 	return nil, fmt.Errorf("tool %s: unknown kind %q", tool.Name, tool.Kind)
 }
@@ -325,7 +376,10 @@ func (a *Activities) leafCall(ctx context.Context, kind, target string, do func(
 }
 
 // toActivityError classifies err for Temporal's retry: the one retry loop.
+// The message is cleaned because it may quote a tool's or a provider's bytes
+// and becomes a protobuf string, which must be valid UTF-8.
 func toActivityError(err error) error {
+	err = cleanError{err}
 	var permanent *PermanentError
 	if errors.As(err, &permanent) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRejected, nil)
@@ -390,3 +444,10 @@ type RunStatus struct {
 func (a *Activities) SetRunStatus(ctx context.Context, s RunStatus) error {
 	return a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail)
 }
+
+// cleanError is err with its message passed through cleanText; errors.As
+// still finds what it wraps.
+type cleanError struct{ err error }
+
+func (e cleanError) Error() string { return cleanText(e.err.Error()) }
+func (e cleanError) Unwrap() error { return e.err }

@@ -109,12 +109,13 @@ func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn,
 			return ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
 		}
 	}
+	if resp == nil {
+		// The SDK turns a body of `null` into no response and no error.
+		return ModelTurn{}, fmt.Errorf("%s: response body is null", opMessages)
+	}
 	turn := ModelTurn{
 		Model: string(resp.Model),
-		Usage: Usage{
-			InputTokens:  resp.Usage.InputTokens,
-			OutputTokens: resp.Usage.OutputTokens,
-		},
+		Usage: reportedUsage(resp.Usage.InputTokens, resp.Usage.OutputTokens),
 	}
 	var text strings.Builder
 	for _, block := range resp.Content {

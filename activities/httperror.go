@@ -2,6 +2,7 @@ package activities
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -54,7 +55,7 @@ func NewHTTPError(op string, resp *http.Response, body []byte) *HTTPError {
 func retryAfter(h http.Header, now time.Time) time.Duration {
 	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
 		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
-			return time.Duration(ms * float64(time.Millisecond))
+			return hintDuration(ms, time.Millisecond)
 		}
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
@@ -63,7 +64,7 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 	}
 	if s, err := strconv.ParseFloat(v, 64); err == nil {
 		if s > 0 {
-			return time.Duration(s * float64(time.Second))
+			return hintDuration(s, time.Second)
 		}
 		return 0
 	}
@@ -71,6 +72,16 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// hintDuration is n units as a Duration, saturating at the largest one: a
+// float past int64 (1e300, Inf) converts to a negative Duration, which
+// reads as "no hint" and would drop the server's request to wait.
+func hintDuration(n float64, unit time.Duration) time.Duration {
+	if d := n * float64(unit); d < math.MaxInt64 {
+		return time.Duration(d)
+	}
+	return math.MaxInt64
 }
 
 // truncateBody keeps the first maxErrorBody bytes without splitting a UTF-8

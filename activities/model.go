@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 )
 
 // Message is one entry of the conversation the model reads. It is the
@@ -35,8 +36,22 @@ type Usage struct {
 	OutputTokens int64 `json:"output_tokens"`
 }
 
-// Total is input plus output tokens.
-func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
+// Total is input plus output tokens, capped at the largest int64 rather
+// than wrapping to a negative count.
+func (u Usage) Total() int64 {
+	if u.InputTokens > 0 && u.OutputTokens > math.MaxInt64-u.InputTokens {
+		return math.MaxInt64
+	}
+	return u.InputTokens + u.OutputTokens
+}
+
+// reportedUsage is the token counts a provider reported, as the run is
+// charged for them: a negative count, which no real call has but a broken
+// or hostile server can send, counts as zero, since it would hand tokens
+// back to the run's budget.
+func reportedUsage(input, output int64) Usage {
+	return Usage{InputTokens: max(input, 0), OutputTokens: max(output, 0)}
+}
 
 // ModelTurn is what a model answered in one call.
 type ModelTurn struct {

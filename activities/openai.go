@@ -86,7 +86,8 @@ func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn, er
 			return ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
 		}
 	}
-	if len(resp.Choices) == 0 {
+	// The SDK turns a body of `null` into no response and no error.
+	if resp == nil || len(resp.Choices) == 0 {
 		return ModelTurn{}, fmt.Errorf("%s: response has no choices", opChatCompletions)
 	}
 	msg := resp.Choices[0].Message
@@ -94,10 +95,7 @@ func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn, er
 		Content: msg.Content,
 		Refusal: msg.Refusal,
 		Model:   resp.Model,
-		Usage: Usage{
-			InputTokens:  resp.Usage.PromptTokens,
-			OutputTokens: resp.Usage.CompletionTokens,
-		},
+		Usage:   reportedUsage(resp.Usage.PromptTokens, resp.Usage.CompletionTokens),
 	}
 	for _, call := range msg.ToolCalls {
 		tc := ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments}

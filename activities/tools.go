@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -29,9 +31,14 @@ const (
 	ToolKindAgent = "agent"
 )
 
-// MaxToolOutput is how much of a tool's answer is kept; the rest is cut and
-// marked, so one chatty tool cannot fill the ledger or the model's context.
+// MaxToolOutput is how much of a tool's answer is kept, of every kind of
+// tool; the rest is cut and marked, so one chatty tool cannot fill the
+// ledger, workflow history (whose payloads are capped at 2 MiB) or the
+// model's context.
 const MaxToolOutput = 64 << 10
+
+// TruncationMarker ends a tool answer that was cut at MaxToolOutput.
+const TruncationMarker = "\n[truncated by agentsaga: output exceeded 64 KiB]"
 
 // ToolSpec declares a tool a run may call. A "go" tool names a function
 // registered in the worker's Toolbox; an "http" tool is a URL the worker
@@ -143,12 +150,18 @@ func (t ToolSpec) Def() ToolDef {
 	return ToolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
 }
 
-// Timeout is the longest one attempt may take.
+// Timeout is the longest one attempt may take. A positive timeout_seconds
+// stays positive: one past int64 nanoseconds saturates instead of wrapping
+// negative, and one under a nanosecond is a nanosecond, not the zero
+// timeout Temporal refuses.
 func (t ToolSpec) Timeout() time.Duration {
-	if t.TimeoutSeconds > 0 {
-		return time.Duration(t.TimeoutSeconds * float64(time.Second))
+	if t.TimeoutSeconds <= 0 {
+		return 30 * time.Second
 	}
-	return 30 * time.Second
+	if ns := t.TimeoutSeconds * float64(time.Second); ns < math.MaxInt64 {
+		return max(time.Duration(ns), 1)
+	}
+	return math.MaxInt64
 }
 
 var schemaCache sync.Map // string(schema) -> *jsonschema.Schema
@@ -231,6 +244,21 @@ func (b *Toolbox) Register(name string, fn ToolFunc) {
 	b.funcs[name] = fn
 }
 
+// Names lists the registered tools, sorted; a nil Toolbox has none.
+func (b *Toolbox) Names() []string {
+	if b == nil {
+		return nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	names := make([]string, 0, len(b.funcs))
+	for name := range b.funcs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func (b *Toolbox) lookup(name string) (ToolFunc, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -290,7 +318,8 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return "", NewHTTPError("tool "+tool.Name, resp, data)
 	}
-	return truncate(string(data)), nil
+	// Read at most one byte over the cap; CallTool cuts and marks it.
+	return string(data), nil
 }
 
 func queryFromArguments(base string, arguments json.RawMessage) (string, error) {
@@ -315,16 +344,41 @@ func queryFromArguments(base string, arguments json.RawMessage) (string, error) 
 	return u.String(), nil
 }
 
-func truncate(s string) string {
+// cleanOutput makes a tool's answer safe for everywhere it goes: cleaned
+// by cleanText, then cut at MaxToolOutput on a character boundary and
+// marked. Cleaning comes first because a replacement character is longer
+// than the byte it replaces.
+func cleanOutput(s string) string {
+	s = cleanText(s)
 	if len(s) <= MaxToolOutput {
 		return s
 	}
-	return strings.ToValidUTF8(s[:MaxToolOutput], "") + "\n[truncated by agentsaga: output exceeded 64 KiB]"
+	cut := MaxToolOutput
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + TruncationMarker
 }
 
+// cleanText replaces what a tool or a model may send but the rest of the
+// way cannot carry: invalid UTF-8 (protobuf strings in workflow history and
+// Postgres text reject it) and NUL (Postgres text rejects it), each with
+// U+FFFD. Both are data, so they are replaced rather than refused.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// clip shortens s to about n bytes for a message, never splitting a UTF-8
+// character: a split one is invalid UTF-8 in an error's protobuf string.
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "..."
 }

@@ -179,6 +179,11 @@ func render(v any) string {
 		if !strings.ContainsAny(s, ".eE") {
 			return s // an integer literal: its digits, exactly, however long
 		}
+		if whole, frac, _ := strings.Cut(s, "."); !strings.ContainsAny(s, "eE") && strings.Trim(frac, "0") == "" {
+			// 402.0 is the integer 402 however many digits it has; going
+			// through float64 would round one past 2^53.
+			return whole
+		}
 		if f, err := v.Float64(); err == nil {
 			if math.Abs(f) >= 1e21 { // as encoding/json does, not 300 digits
 				return strconv.FormatFloat(f, 'g', -1, 64)

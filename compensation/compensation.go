@@ -9,7 +9,9 @@ package compensation
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,13 +41,13 @@ func Resolve(template, forwardArgs, forwardResult, forwardKey string) (string, e
 	if strings.TrimSpace(template) == "" {
 		template = "{}"
 	}
-	var tmpl any
-	if err := json.Unmarshal([]byte(template), &tmpl); err != nil {
+	tmpl, err := decode(template)
+	if err != nil {
 		return "", fmt.Errorf("compensation: arguments template is not JSON: %w", err)
 	}
-	var args, result any
-	_ = json.Unmarshal([]byte(forwardArgs), &args)
-	if err := json.Unmarshal([]byte(forwardResult), &result); err != nil && forwardResult != "" {
+	args, _ := decode(forwardArgs)
+	result, err := decode(forwardResult)
+	if err != nil && forwardResult != "" {
 		result = forwardResult // a plain-text result is still usable whole
 	}
 	out, err := json.Marshal(fill(tmpl, args, result, forwardKey))
@@ -53,6 +55,22 @@ func Resolve(template, forwardArgs, forwardResult, forwardKey string) (string, e
 		return "", fmt.Errorf("compensation: arguments: %w", err)
 	}
 	return string(out), nil
+}
+
+// decode reads s as exactly one JSON value, numbers kept as written: as
+// float64, an ID or amount past 2^53 would become its neighbour and the
+// compensation would undo the wrong thing.
+func decode(s string) (any, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one JSON value")
+	}
+	return v, nil
 }
 
 func fill(v, args, result any, key string) any {

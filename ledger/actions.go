@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -53,14 +52,11 @@ type CompensationRequest struct {
 
 // Fingerprint identifies the request: the tool and its arguments with JSON
 // object keys in canonical order, so re-encoding the same arguments does not
-// read as a different request.
+// read as a different request, and numbers compared by value.
 func (r ActionRequest) Fingerprint() string {
 	args := r.Arguments
-	var v any
-	if json.Unmarshal([]byte(args), &v) == nil {
-		if canonical, err := json.Marshal(v); err == nil {
-			args = string(canonical)
-		}
+	if canonical, ok := canonicalArguments(args); ok {
+		args = canonical
 	}
 	sum := sha256.Sum256([]byte(r.Tool + "\x00" + args))
 	return hex.EncodeToString(sum[:])
@@ -180,7 +176,7 @@ func (s *Store) settle(ctx context.Context, key string, attempt int, status, res
 		       updated_at = clock_timestamp(),
 		       completed_at = CASE WHEN $3 IN ('completed', 'rejected') THEN clock_timestamp() END
 		WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
-		RETURNING `+actionColumns, key, attempt, status, result, cause))
+		RETURNING `+actionColumns, key, attempt, status, storable(result), storable(cause)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over; report what the ledger holds.
 		return s.GetAction(ctx, key)

@@ -65,7 +65,7 @@ func (s *Store) CompensationStack(ctx context.Context, workflowID string) ([]Com
 func (s *Store) SettleCompensation(ctx context.Context, forwardKey, status, cause, reason string) error {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE compensations SET status = $2, error = $3, reason = $4, updated_at = clock_timestamp()
-		WHERE forward_key = $1 AND status <> 'compensated'`, forwardKey, status, cause, reason)
+		WHERE forward_key = $1 AND status <> 'compensated'`, forwardKey, status, storable(cause), storable(reason))
 	if err != nil {
 		return fmt.Errorf("ledger: settle compensation of %s as %s: %w", forwardKey, status, err)
 	}
@@ -80,7 +80,7 @@ func (s *Store) SettleCompensation(ctx context.Context, forwardKey, status, caus
 // SetRunStatus records a status a run passes through (escalated,
 // needs-attention) and what it is waiting for.
 func (s *Store) SetRunStatus(ctx context.Context, workflowID, status, detail string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE runs SET status = $2, status_detail = $3 WHERE workflow_id = $1`, workflowID, status, detail)
+	tag, err := s.pool.Exec(ctx, `UPDATE runs SET status = $2, status_detail = $3 WHERE workflow_id = $1`, workflowID, status, storable(detail))
 	if err != nil {
 		return fmt.Errorf("ledger: set status of %s to %s: %w", workflowID, status, err)
 	}

@@ -48,7 +48,7 @@ func (s *Store) BeginLeafCall(ctx context.Context, call LeafCall) (int64, error)
 func (s *Store) EndLeafCall(ctx context.Context, id int64, callErr error) error {
 	outcome, message := "ok", ""
 	if callErr != nil {
-		outcome, message = "error", callErr.Error()
+		outcome, message = "error", storable(callErr.Error())
 	}
 	_, err := s.pool.Exec(ctx, `
 		UPDATE leaf_calls SET outcome = $2, error = $3, finished_at = clock_timestamp() WHERE id = $1`,

@@ -85,7 +85,7 @@ func (s *Store) FinishRun(ctx context.Context, workflowID string, out RunOutcome
 		       leaf_calls = (SELECT count(*) FROM leaf_calls WHERE workflow_id = $1),
 		       finished_at = coalesce(finished_at, clock_timestamp())
 		WHERE workflow_id = $1`,
-		workflowID, out.Status, out.Answer, out.HandoffNote, out.Reason, out.StepsUsed, out.TokensUsed,
+		workflowID, out.Status, storable(out.Answer), storable(out.HandoffNote), storable(out.Reason), out.StepsUsed, out.TokensUsed,
 		out.USDSpent, out.Calls, out.Retries)
 	if err != nil {
 		return fmt.Errorf("ledger: finish run %s: %w", workflowID, err)

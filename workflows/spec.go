@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -72,10 +75,11 @@ const (
 	OnBudgetCompensate = "compensate"
 )
 
-// ParseSpec reads a run spec from YAML or JSON. Unknown fields are errors,
-// so a typo is reported rather than ignored.
+// ParseSpec reads a run spec from YAML or JSON. Unknown fields and
+// duplicate keys are errors, so a typo or a pasted-over value is reported
+// rather than ignored.
 func ParseSpec(data []byte) (RunSpec, error) {
-	asJSON, err := yaml.YAMLToJSON(data)
+	asJSON, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return RunSpec{}, fmt.Errorf("spec: not valid YAML or JSON: %w", err)
 	}
@@ -108,6 +112,9 @@ func ReadSpec(path string) (RunSpec, error) {
 func (s RunSpec) Validate() error {
 	if s.Goal == "" {
 		return fmt.Errorf("goal: missing")
+	}
+	if field := nulField(s); field != "" {
+		return fmt.Errorf("%s: contains a NUL character (\\u0000), which the ledger cannot store", field)
 	}
 	if err := s.Model.Validate(); err != nil {
 		return err
@@ -181,6 +188,54 @@ func (s RunSpec) Validate() error {
 		return fmt.Errorf("watchdog.no_progress_turns: %d is negative", s.Watchdog.NoProgressTurns)
 	}
 	return nil
+}
+
+// nulField names the first field of the spec, in sorted order so the
+// answer is deterministic, whose text holds a NUL: Postgres stores the spec
+// as jsonb and the goal as text, and both reject it, so such a run could
+// never record its start.
+func nulField(s RunSpec) string {
+	encoded, err := json.Marshal(s)
+	if err != nil || !bytes.Contains(encoded, []byte(`\u0000`)) {
+		return ""
+	}
+	var tree any
+	if json.Unmarshal(encoded, &tree) != nil {
+		return "spec"
+	}
+	var walk func(path string, v any) string
+	walk = func(path string, v any) string {
+		switch v := v.(type) {
+		case string:
+			if strings.ContainsRune(v, 0) {
+				return path
+			}
+		case []any:
+			for i, item := range v {
+				if found := walk(fmt.Sprintf("%s[%d]", path, i), item); found != "" {
+					return found
+				}
+			}
+		case map[string]any:
+			for _, key := range slices.Sorted(maps.Keys(v)) {
+				field := key
+				if path != "" {
+					field = path + "." + key
+				}
+				if strings.ContainsRune(key, 0) {
+					return field
+				}
+				if found := walk(field, v[key]); found != "" {
+					return found
+				}
+			}
+		}
+		return ""
+	}
+	if found := walk("", tree); found != "" {
+		return found
+	}
+	return "spec"
 }
 
 func (s RunSpec) compensationAttempts() int {

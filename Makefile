@@ -9,7 +9,7 @@ export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disa
 DEMO_FLAGS ?= --exit
 TEST_FLAGS ?= -race -timeout 20m
 
-.PHONY: build demo dev test postgres migrate vet clean bench chromium
+.PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz
 
 build:
 	$(GO) build -o bin/agentsaga ./cmd/agentsaga
@@ -38,6 +38,21 @@ chromium:
 
 test: bin/temporal postgres chromium
 	$(GO) test $(TEST_FLAGS) ./...
+
+# Every fuzz target, FUZZTIME each (`make fuzz FUZZTIME=10m`). `make test`
+# runs the same targets on their seed corpora (testdata/fuzz) only. What a
+# run finds is written to testdata/fuzz/<target>/: fix it and commit it.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := \
+	./budget:FuzzClassifyStatus ./budget:FuzzRefusalRules ./budget:FuzzRefusalIntegerRendering \
+	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
+	./compensation:FuzzActivityID ./compensation:FuzzResolve ./ledger:FuzzFingerprint \
+	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys
+fuzz: bin/temporal postgres
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 vet:
 	gofmt -l . | tee /dev/stderr | (! read)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -35,4 +37,35 @@ func TestReadmeSpecParses(t *testing.T) {
 	spec, err := workflows.ParseSpec([]byte(block))
 	require.NoError(t, err)
 	require.Len(t, spec.Tools, 3)
+}
+
+// `make fuzz` runs every fuzz target in the module: a target added without
+// being listed in the Makefile would never be fuzzed for long.
+func TestMakeFuzzListsEveryTarget(t *testing.T) {
+	root := filepath.Join("..", "..")
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	require.NoError(t, err)
+	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(`)
+	var missing []string
+	found := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pkg, _ := filepath.Rel(root, filepath.Dir(path))
+		for _, m := range fuzzFunc.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if entry := "./" + filepath.ToSlash(pkg) + ":" + m[1]; !strings.Contains(string(makefile), entry) {
+				missing = append(missing, entry)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotZero(t, found)
+	require.Empty(t, missing, "add these to FUZZ_TARGETS in the Makefile")
 }

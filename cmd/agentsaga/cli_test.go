@@ -128,6 +128,14 @@ tools:
 	require.NoError(t, json.Unmarshal([]byte(out), &shown))
 	require.Len(t, shown.Actions, 1)
 	assert.Equal(t, `{"refund_id":"rf_1"}`, shown.Actions[0].Result)
+
+	// A second run under a finished run's ID would share its idempotency
+	// keys: refused, and the tool is not called.
+	calls := len(refunds)
+	out, err = agentsaga(t, "run", "--spec", spec, "--wait", "--id", "cli-run")
+	require.Error(t, err, out)
+	assert.Contains(t, err.Error(), "start run cli-run")
+	assert.Len(t, refunds, calls)
 }
 
 func TestBadInputGetsAClearErrorAndStartsNothing(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -202,10 +203,16 @@ func startRun(ctx context.Context, c client.Client, namespace, id string, spec w
 		summary = summary[:200] + "..."
 	}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:            id,
-		TaskQueue:     workflows.TaskQueue,
-		StaticSummary: summary,
-		StaticDetails: fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v", spec.Goal, spec.Model.Provider, spec.Model.Name, spec.Budget),
+		ID: id,
+		// A run's idempotency keys are its workflow ID plus each activity
+		// ID, so a second run under a closed run's ID would share its keys
+		// and replay its stored results: refused, as an error rather than
+		// the SDK's default of handing back the earlier run.
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TaskQueue:                                workflows.TaskQueue,
+		StaticSummary:                            summary,
+		StaticDetails:                            fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v", spec.Goal, spec.Model.Provider, spec.Model.Name, spec.Budget),
 	}, workflows.AgentRun, spec)
 	if err != nil {
 		return nil, fmt.Errorf("start run %s: %w", id, err)

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // maxErrorBody caps how much of an error body an HTTPError keeps: enough to
@@ -87,13 +86,6 @@ func hintDuration(n float64, unit time.Duration) time.Duration {
 // truncateBody keeps the first maxErrorBody bytes without splitting a UTF-8
 // character, so the message stays printable.
 func truncateBody(body []byte) string {
-	s := strings.TrimSpace(string(body))
-	if len(s) <= maxErrorBody {
-		return s
-	}
-	cut := maxErrorBody
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
+	s, _ := cutAtRune(strings.TrimSpace(string(body)), maxErrorBody)
+	return s
 }

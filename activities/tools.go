@@ -349,15 +349,11 @@ func queryFromArguments(base string, arguments json.RawMessage) (string, error) 
 // marked. Cleaning comes first because a replacement character is longer
 // than the byte it replaces.
 func cleanOutput(s string) string {
-	s = cleanText(s)
-	if len(s) <= MaxToolOutput {
-		return s
+	s, cut := cutAtRune(cleanText(s), MaxToolOutput)
+	if cut {
+		s += TruncationMarker
 	}
-	cut := MaxToolOutput
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + TruncationMarker
+	return s
 }
 
 // cleanText replaces what a tool or a model may send but the rest of the
@@ -374,11 +370,20 @@ func cleanText(s string) string {
 // clip shortens s to about n bytes for a message, never splitting a UTF-8
 // character: a split one is invalid UTF-8 in an error's protobuf string.
 func clip(s string, n int) string {
+	if s, cut := cutAtRune(s, n); cut {
+		return s + "..."
+	}
+	return s
+}
+
+// cutAtRune keeps at most n bytes of s without splitting a UTF-8
+// character, and reports whether it cut anything.
+func cutAtRune(s string, n int) (string, bool) {
 	if len(s) <= n {
-		return s
+		return s, false
 	}
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return s[:n] + "..."
+	return s[:n], true
 }

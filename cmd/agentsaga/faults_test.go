@@ -109,6 +109,24 @@ func startFaultRun(ctx context.Context, t *testing.T, c client.Client, id string
 	return run
 }
 
+// killAndTakeOver waits until the tool server holds the run's call, kills
+// first with SIGKILL, lets the call answer, and starts a second worker; it
+// returns the run's result and the time from the kill to the run's end.
+func killAndTakeOver(ctx context.Context, t *testing.T, bin string, temporal *temporalServer, namespace, databaseURL string,
+	first *process, tool *toolServer, run client.WorkflowRun) (workflows.RunResult, time.Duration) {
+	t.Helper()
+	tool.waitHeld(ctx, t)
+	first.kill()
+	killedAt := time.Now()
+	require.True(t, killedBySIGKILL(first), "worker-1 died of SIGKILL: %v", first.err)
+	tool.releaseHeld()
+
+	second := startWorkerProcess(t, bin, "worker-2", temporal.address(), namespace, databaseURL)
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result), "the run finishes on worker-2:\n%s", second.log())
+	return result, time.Since(killedAt)
+}
+
 // killedBySIGKILL reports whether p's exit was a SIGKILL.
 func killedBySIGKILL(p *process) bool {
 	var exitErr *exec.ExitError
@@ -154,16 +172,7 @@ func testWorkerKilledInToolCall(t *testing.T, bin string, temporal *temporalServ
 	waitPolling(ctx, t, c, first)
 	run := startFaultRun(ctx, t, c, id, faultSpec(t, chargeTwice, tool.URL, 3))
 
-	tool.waitHeld(ctx, t)
-	first.kill()
-	killedAt := time.Now()
-	require.True(t, killedBySIGKILL(first), "worker-1 died of SIGKILL: %v", first.err)
-	tool.releaseHeld()
-
-	second := startWorkerProcess(t, bin, "worker-2", temporal.address(), nsKillInToolCall, databaseURL)
-	var result workflows.RunResult
-	require.NoError(t, run.Get(ctx, &result), "the run finishes on worker-2:\n%s", second.log())
-	takeover := time.Since(killedAt)
+	result, takeover := killAndTakeOver(ctx, t, bin, temporal, nsKillInToolCall, databaseURL, first, tool, run)
 	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "charged ann and bob", result.Answer)
 
@@ -214,16 +223,7 @@ model:
     - tool_calls: [{name: charge, arguments: {customer: cat, amount: 30}}]
 `, tool.URL, 3))
 
-	tool.waitHeld(ctx, t)
-	first.kill()
-	killedAt := time.Now()
-	require.True(t, killedBySIGKILL(first), "worker-1 died of SIGKILL: %v", first.err)
-	tool.releaseHeld()
-
-	second := startWorkerProcess(t, bin, "worker-2", temporal.address(), nsKillInCompensation, databaseURL)
-	var result workflows.RunResult
-	require.NoError(t, run.Get(ctx, &result), "the rollback finishes on worker-2:\n%s", second.log())
-	takeover := time.Since(killedAt)
+	result, takeover := killAndTakeOver(ctx, t, bin, temporal, nsKillInCompensation, databaseURL, first, tool, run)
 	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
 	require.NotNil(t, result.Saga)
 	assert.Equal(t, 3, result.Saga.Compensated)

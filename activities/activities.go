@@ -37,6 +37,10 @@ const (
 	ErrTypeRefusal          = "Refusal"
 	ErrTypePermission       = "PermissionDenied" // HTTP 401 or 403
 	ErrTypeNotFound         = "NotFound"         // HTTP 404 or 410: for a compensation, nothing to undo
+	// ErrTypeFenced: the key no longer accepts this attempt (the workflow
+	// gave up on the call, the run is rolling back or has ended, or another
+	// attempt took the key over). Nothing was sent.
+	ErrTypeFenced = "Fenced"
 )
 
 // Activities are the worker's activity implementations. Register a pointer
@@ -66,6 +70,9 @@ type ToolCallRequest struct {
 	Retry     RetryPlan `json:"retry"`
 	// Compensation is registered in the ledger before the tool is called.
 	Compensation *ledger.CompensationRequest `json:"compensation,omitempty"`
+	// Compensates is the forward key this call undoes, for a compensation:
+	// a rollback fences forward calls, never these.
+	Compensates string `json:"compensates,omitempty"`
 }
 
 // ToolResult is what a tool call produced.
@@ -162,8 +169,12 @@ func (a *Activities) apiKey(spec ModelSpec) (string, error) {
 
 // CallTool makes one attempt of a tool call through the action ledger. A key
 // that already completed returns its stored result without calling the tool;
-// a key another attempt holds fails retryably; arguments that are not valid
-// JSON or do not match the schema fail at once, before the ledger is touched.
+// a key another attempt holds is waited for while that attempt's lease is
+// live; a fenced key (the workflow gave up, the run is rolling back or has
+// ended) fails at once with ErrTypeFenced; arguments that are not valid JSON
+// or do not match the schema fail at once, before the ledger is touched.
+// While the tool runs, the attempt heartbeats and renews its lease on the
+// key; it stops as soon as it learns it lost the key.
 func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolResult, error) {
 	if err := req.Tool.CheckArguments(req.Arguments); err != nil {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidArguments, nil)
@@ -174,42 +185,64 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 	}
 
 	info := activity.GetInfo(ctx)
+	log := activity.GetLogger(ctx)
 	key := IdempotencyKey(ctx)
+	lease := leaseLength(info)
+	claimedAt := time.Now()
 	claim, err := a.claim(ctx, ledger.ActionRequest{
 		Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
-		Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation,
-	}, leaseUntil(info.Deadline))
+		Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates,
+	}, lease)
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, nil)
+	case errors.Is(err, ledger.ErrFenced):
+		log.Warn("tool call: the key is fenced; the tool is not called", "key", key, "attempt", info.Attempt, "error", err)
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
 	case errors.Is(err, ledger.ErrInFlight):
 		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeInFlight)
 	case err != nil:
-		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeTransient)
+		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
 	}
 	if !claim.Execute {
 		return storedOutcome(claim.Action, int(info.Attempt))
 	}
 
+	held := holdLease(ctx, a.Ledger, key, claim.Action.Attempts, lease, claimedAt)
+	defer held.stop()
+	if err := held.confirm(); err != nil {
+		// Paused between the claim and the call for longer than the lease:
+		// another attempt may hold the key now, so nothing is sent.
+		log.Warn("tool call: the attempt lost its key before calling the tool; the tool is not called", "key", key, "attempt", info.Attempt, "error", err)
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+		}
+		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	}
+
 	var output string
 	callErr := a.leafCall(ctx, ledger.LeafTool, req.Tool.Name, func() error {
-		stop := heartbeat(ctx, info.HeartbeatTimeout)
-		defer stop()
 		var err error
-		output, err = run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
+		output, err = run(held.ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
 		// Capped and cleaned for every kind of tool before anything reads
 		// it: the model, history and the ledger all get the same text.
 		output = cleanOutput(output)
 		return err
 	})
 	if callErr != nil {
+		if cause := context.Cause(held.ctx); held.ctx.Err() != nil && ctx.Err() == nil && cause != nil {
+			callErr = fmt.Errorf("%w (the attempt stopped: %w)", callErr, cause)
+		}
 		activityErr := toActivityError(callErr)
+		errType, permanent := "", false
 		var appErr *temporal.ApplicationError
-		permanent := errors.As(activityErr, &appErr) && appErr.NonRetryable()
+		if errors.As(activityErr, &appErr) {
+			errType, permanent = appErr.Type(), appErr.NonRetryable()
+		}
 		// Recorded even when the attempt was cancelled, so the next attempt
 		// can claim the key at once instead of waiting out the lease.
-		if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, callErr.Error(), permanent); err != nil {
-			activity.GetLogger(ctx).Error("ledger: could not record failed attempt", "key", key, "error", err)
+		if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, callErr.Error(), errType, permanent); err != nil {
+			logRefusedWrite(log, key, err)
 		}
 		return ToolResult{}, activityErr
 	}
@@ -219,10 +252,10 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 			// later attempt gets the same refusal, and never retried.
 			message := fmt.Sprintf("tool %s refused: %s", req.Tool.Name, reason)
 			if err := a.recordAfterEffect(ctx, key, func(ctx context.Context) error {
-				_, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, message, true)
+				_, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, message, ErrTypeRefusal, true)
 				return err
 			}); err != nil {
-				activity.GetLogger(ctx).Error("ledger: could not record a refusal", "key", key, "error", err)
+				logRefusedWrite(log, key, err)
 			}
 			return ToolResult{}, temporal.NewNonRetryableApplicationError(message, ErrTypeRefusal, nil)
 		}
@@ -232,13 +265,32 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		stored, err = a.Ledger.CompleteAction(ctx, key, claim.Action.Attempts, output)
 		return err
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, ledger.ErrLeaseLost) && stored.Status == ledger.ActionCompleted:
+		// Another attempt completed the key first: its result is the one.
+		logRefusedWrite(log, key, err)
+		return ToolResult{Output: stored.Result, Replayed: true, Attempt: int(info.Attempt)}, nil
+	case errors.Is(err, ledger.ErrLeaseLost):
+		logRefusedWrite(log, key, err)
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+	case err != nil:
 		// The tool ran but its result is not stored. The next attempt waits
 		// out this lease and runs the tool again under the same key, which an
 		// HTTP tool deduplicates by its Idempotency-Key header.
-		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeTransient)
+		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
 	}
-	return ToolResult{Output: stored.Result, Replayed: stored.Attempts != claim.Action.Attempts, Attempt: int(info.Attempt)}, nil
+	return ToolResult{Output: stored.Result, Attempt: int(info.Attempt)}, nil
+}
+
+// logRefusedWrite reports a ledger write after a tool call that did not
+// land: refused because the attempt was superseded or fenced (a WARN: the
+// ledger kept the truth of the attempt that holds the key), or failed.
+func logRefusedWrite(log interface{ Warn(string, ...any) }, key string, err error) {
+	if errors.Is(err, ledger.ErrLeaseLost) {
+		log.Warn("ledger: write refused: this attempt no longer holds the key", "key", key, "error", err)
+		return
+	}
+	log.Warn("ledger: could not record a tool's outcome", "key", key, "error", err)
 }
 
 // recordAfterEffect makes a ledger write that follows a tool's side
@@ -247,10 +299,9 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 // call's attempts although the call succeeded, and a Postgres restart of a
 // couple of seconds used up all three of a call that had executed
 // (TestFaults/PostgresRestart found it), so the model was told a charge
-// failed that had gone through.
+// failed that had gone through. A write refused because the attempt lost
+// its key is final.
 func (a *Activities) recordAfterEffect(ctx context.Context, key string, write func(context.Context) error) error {
-	stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
-	defer stop()
 	delay := 100 * time.Millisecond
 	for {
 		// Each write gets its own bound, so an unreachable host cannot
@@ -258,8 +309,8 @@ func (a *Activities) recordAfterEffect(ctx context.Context, key string, write fu
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err := write(wctx)
 		cancel()
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, ledger.ErrLeaseLost) {
+			return err
 		}
 		activity.GetLogger(ctx).Warn("ledger: could not record a tool's outcome; retrying while the attempt lasts", "key", key, "error", err)
 		select {
@@ -297,10 +348,15 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 }
 
 // storedOutcome turns a settled ledger row into what the first attempt
-// returned: its result, or its definitive error.
+// returned: its result, or its definitive error with the type it had (a
+// refusal replays as a Refusal, so a duplicate delivery escalates too).
 func storedOutcome(action ledger.Action, attempt int) (ToolResult, error) {
 	if action.Status == ledger.ActionRejected {
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(action.Error, ErrTypeRejected, nil)
+		errType := action.ErrorType
+		if errType == "" {
+			errType = ErrTypeRejected
+		}
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(action.Error, errType, nil)
 	}
 	return ToolResult{Output: action.Result, Replayed: true, Attempt: attempt}, nil
 }
@@ -331,15 +387,19 @@ func heartbeat(ctx context.Context, timeout time.Duration) func() {
 }
 
 // claim takes the key, waiting while another attempt holds it: a duplicate
-// delivery should not spend one of the call's attempts. It gives up, with
-// ErrInFlight, when this attempt's own context ends.
+// delivery should not spend one of the call's attempts. It heartbeats while
+// it waits, so Temporal knows the attempt is alive, and a waiting attempt
+// that Temporal has given up on (a heartbeat answered "not found", a paused
+// worker that woke past its deadline) has its context cancelled and stops
+// at once, with ErrInFlight.
 func (a *Activities) claim(ctx context.Context, req ledger.ActionRequest, lease time.Duration) (ledger.Claim, error) {
 	const poll = 250 * time.Millisecond
 	for {
 		claim, err := a.Ledger.ClaimAction(ctx, req, lease)
-		if !errors.Is(err, ledger.ErrInFlight) {
+		if !errors.Is(err, ledger.ErrInFlight) || ctx.Err() != nil {
 			return claim, err
 		}
+		activity.RecordHeartbeat(ctx)
 		select {
 		case <-ctx.Done():
 			return ledger.Claim{}, err
@@ -348,15 +408,9 @@ func (a *Activities) claim(ctx context.Context, req ledger.ActionRequest, lease 
 	}
 }
 
-// leaseUntil holds a key until the attempt's own deadline plus a margin
-// shorter than Temporal's first retry interval: a duplicate waits for a live
-// attempt, and the retry after a lost worker's timeout takes over.
-func leaseUntil(deadline time.Time) time.Duration {
-	if deadline.IsZero() {
-		return time.Minute
-	}
-	return time.Until(deadline) + time.Second
-}
+// errLedgerUnavailable marks an attempt that failed on a ledger write before
+// anything left the process.
+var errLedgerUnavailable = errors.New("the ledger is unavailable")
 
 // leafCall records one attempt that leaves the process around do.
 func (a *Activities) leafCall(ctx context.Context, kind, target string, do func() error) error {
@@ -366,11 +420,11 @@ func (a *Activities) leafCall(ctx context.Context, kind, target string, do func(
 		Attempt: int(info.Attempt), Kind: kind, Target: target,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errLedgerUnavailable, err)
 	}
 	callErr := do()
 	if err := a.Ledger.EndLeafCall(context.WithoutCancel(ctx), id, callErr); err != nil {
-		activity.GetLogger(ctx).Error("ledger: could not record end of leaf call", "key", IdempotencyKey(ctx), "error", err)
+		activity.GetLogger(ctx).Warn("ledger: could not record end of leaf call", "key", IdempotencyKey(ctx), "error", err)
 	}
 	return callErr
 }
@@ -380,6 +434,10 @@ func (a *Activities) leafCall(ctx context.Context, kind, target string, do func(
 // and becomes a protobuf string, which must be valid UTF-8.
 func toActivityError(err error) error {
 	err = cleanError{err}
+	if errors.Is(err, errLedgerUnavailable) {
+		// Nothing left the process: the dependency is not to blame.
+		return temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	}
 	var permanent *PermanentError
 	if errors.As(err, &permanent) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRejected, nil)
@@ -415,9 +473,91 @@ func (a *Activities) RecordRunFinish(ctx context.Context, finish RunFinish) erro
 	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
 }
 
-// CompensationStack reads the run's saga stack, newest first.
-func (a *Activities) CompensationStack(ctx context.Context, workflowID string) ([]ledger.Compensation, error) {
-	return a.Ledger.CompensationStack(ctx, workflowID)
+// GiveUp is the input of GiveUpCall: the call the workflow gives up on.
+type GiveUp struct {
+	Key        string `json:"key"`
+	WorkflowID string `json:"workflow_id"`
+	ActivityID string `json:"activity_id"`
+	Tool       string `json:"tool"`
+	Arguments  string `json:"arguments"`
+}
+
+// GaveUp is what the ledger knew of a call once the workflow gave up on it.
+type GaveUp struct {
+	// Status is the action's status: completed means a late attempt did the
+	// call after all, and Result is what it returned.
+	Status string `json:"status"`
+	Result string `json:"result,omitempty"`
+	// LeafCalls counts the attempts that left the process, lost ones
+	// included.
+	LeafCalls int `json:"leaf_calls"`
+}
+
+// settlePoll is how often a fence waits for an attempt that still holds a
+// live lease.
+const settlePoll = 250 * time.Millisecond
+
+// GiveUpCall fences a call's key before the workflow tells the model that
+// the call failed: from now on no attempt may claim it. If an attempt still
+// holds a live lease, it waits (heartbeating) until that attempt settles,
+// so the answer is what happened, not a guess made while it was at work.
+func (a *Activities) GiveUpCall(ctx context.Context, g GiveUp) (GaveUp, error) {
+	req := ledger.ActionRequest{Key: g.Key, WorkflowID: g.WorkflowID, ActivityID: g.ActivityID, Tool: g.Tool, Arguments: g.Arguments}
+	for {
+		fenced, err := a.Ledger.FenceAction(ctx, req, ledger.FenceGivenUp)
+		if err != nil {
+			return GaveUp{}, err
+		}
+		if !fenced.Live {
+			return GaveUp{Status: fenced.Action.Status, Result: fenced.Action.Result, LeafCalls: fenced.LeafCalls}, nil
+		}
+		if err := waitSettle(ctx); err != nil {
+			return GaveUp{}, fmt.Errorf("give up on %s: %w", g.Key, err)
+		}
+	}
+}
+
+// CloseRun begins a run's rollback in the ledger: it fences every forward
+// action of the run and of its sub-agents, refuses new claims of them, and
+// waits (heartbeating) until no attempt holds a live lease on any of them.
+// Only then does the walk read what to compensate.
+func (a *Activities) CloseRun(ctx context.Context, workflowID string) error {
+	for {
+		live, err := a.Ledger.CloseRun(ctx, workflowID)
+		if err != nil {
+			return err
+		}
+		if live == 0 {
+			return nil
+		}
+		if err := waitSettle(ctx); err != nil {
+			return fmt.Errorf("close run %s: %d attempts still hold their keys: %w", workflowID, live, err)
+		}
+	}
+}
+
+// waitSettle waits one poll while another attempt settles, heartbeating.
+func waitSettle(ctx context.Context) error {
+	activity.RecordHeartbeat(ctx)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(settlePoll):
+		return nil
+	}
+}
+
+// RollbackPlanRequest is the input of RollbackPlan.
+type RollbackPlanRequest struct {
+	WorkflowID string `json:"workflow_id"`
+	// IrreversibleTools are the tools whose effects cannot be undone.
+	IrreversibleTools []string `json:"irreversible_tools,omitempty"`
+}
+
+// RollbackPlan reads what a run's rollback walks: the saga stack of the run
+// and its sub-agents, newest first, and what cannot be undone.
+func (a *Activities) RollbackPlan(ctx context.Context, req RollbackPlanRequest) (ledger.RollbackPlan, error) {
+	return a.Ledger.Plan(ctx, req.WorkflowID, req.IrreversibleTools)
 }
 
 // Settlement is the input of SettleCompensation.

@@ -155,8 +155,10 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	if appErr != nil {
 		errType, message, retryAfter = appErr.Type(), appErr.Message(), appErr.NextRetryDelay()
 	}
-	if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker); err != nil {
-		activity.GetLogger(ctx).Warn("retry hook: could not report a failure to the breaker", "dependency", plan.Dependency, "error", err)
+	if blamesDependency(errType) {
+		if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker); err != nil {
+			activity.GetLogger(ctx).Warn("retry hook: could not report a failure to the breaker", "dependency", plan.Dependency, "error", err)
+		}
 	}
 
 	decision, delay, payErr := i.pay(ctx, plan, attempt, chargeKey, retryAfter)
@@ -177,6 +179,14 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	return nil, temporal.NewApplicationErrorWithOptions(message, errType, temporal.ApplicationErrorOptions{
 		NextRetryDelay: delay, Details: []any{CallFailure{Attempt: attempt}},
 	})
+}
+
+// blamesDependency says whether a retryable failure of this type is the
+// dependency's, for its circuit breaker. A ledger that could not be reached
+// or a key held by another attempt says nothing about the tool: nothing
+// was sent to it.
+func blamesDependency(errType string) bool {
+	return errType != ErrTypeLedgerUnavailable && errType != ErrTypeInFlight
 }
 
 // pay asks each budget in order: the per-call cap, the deadline against

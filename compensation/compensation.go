@@ -29,6 +29,31 @@ const suffix = "/compensate"
 // generated, so every attempt of every worker names the same compensation.
 func ActivityID(forward string) string { return forward + suffix }
 
+// RetryActivityID is the activity ID of the retry-th human retry of the
+// compensation of forward (retry 0 is ActivityID). Each retry gets a key of
+// its own: a compensation that was answered with a definitive no (a 4xx)
+// would otherwise get that stored answer back forever. The ledger keeps
+// every attempt's row.
+func RetryActivityID(forward string, retry int) string {
+	if retry == 0 {
+		return ActivityID(forward)
+	}
+	return fmt.Sprintf("%s%s/retry-%d", forward, suffix, retry)
+}
+
+// ForwardActivityID is the forward action's activity ID as seen from the
+// workflow walking it: its own activity ID for one of its own actions, and
+// the path below it for a sub-agent's (whose workflow ID extends its
+// parent's), so the compensation's key is the forward key + /compensate
+// whichever workflow runs it, and a parent and a child walking the same
+// action share one compensation.
+func ForwardActivityID(walkerWorkflowID string, c ledger.Compensation) string {
+	if below, ok := strings.CutPrefix(c.ForwardKey, walkerWorkflowID+"/"); ok {
+		return below
+	}
+	return c.ForwardActivityID
+}
+
 var placeholder = regexp.MustCompile(`^\{\{\s*(key|args|result)((?:\.[^.\s}]+)*)\s*\}\}$`)
 
 // Resolve fills a compensation's argument template from its forward call.
@@ -128,10 +153,15 @@ const (
 // Runner runs compensations for Walk: the workflow provides it, as
 // activities.
 type Runner interface {
+	// Fence closes the run for its rollback: no forward action of the run
+	// or its sub-agents may be claimed any more, and every attempt that
+	// still held one has settled. It returns the plan read after that.
+	Fence(ctx workflow.Context) (ledger.RollbackPlan, error)
 	// Run executes the compensating action and reports Done or NotNeeded
 	// (the far side had nothing to undo), or the error it still failed with
-	// after its own bounded retries.
-	Run(ctx workflow.Context, c ledger.Compensation, arguments string) (string, error)
+	// after its own bounded retries. retry counts the human retries before
+	// this run (0 the first time); each has its own key (RetryActivityID).
+	Run(ctx workflow.Context, c ledger.Compensation, arguments string, retry int) (string, error)
 	// Settle records a compensation's status in the ledger.
 	Settle(ctx workflow.Context, c ledger.Compensation, status, cause, reason string) error
 	// Escalate hands a compensation that still fails to a human and waits
@@ -154,23 +184,45 @@ type Decision struct {
 
 // Report says what a walk did.
 type Report struct {
+	// Stack counts the compensations the walk found.
+	Stack       int      `json:"stack"`
 	Compensated int      `json:"compensated"`
 	NotNeeded   int      `json:"not_needed"`
 	Skipped     []string `json:"skipped,omitempty"` // forward keys, with the human's reason
+	// Irreversible lists the actions that happened (or may have) and
+	// cannot be undone: the run needs a human to say so.
+	Irreversible []string `json:"irreversible,omitempty"`
 	// Aborted is set when a human stopped the walk; Pending lists what was
 	// left uncompensated.
 	Aborted bool     `json:"aborted,omitempty"`
 	Pending []string `json:"pending,omitempty"`
 }
 
-// Walk undoes a run's actions in reverse order. It runs on a disconnected
-// context, so a cancelled run still compensates. A compensation already
-// settled (by an earlier walk, before a worker was lost) is not run again,
-// and every compensation is idempotent by its own key, so a walk that is
-// replayed or resumed does each exactly once.
-func Walk(ctx workflow.Context, stack []ledger.Compensation, runner Runner) (Report, error) {
+// Walk undoes a run's actions, and its sub-agents', in reverse order. It
+// runs on a disconnected context, so a cancelled run still compensates.
+// First it fences: no forward action of the run may be claimed from then
+// on, and an attempt still at work on one is waited for, so what is
+// compensated is what happened (an outcome still unknown is compensated by
+// key, and the far side answers "nothing to undo" if nothing was done). A
+// compensation already settled (by an earlier walk, before a worker was
+// lost) is not run again, and every compensation is idempotent by its own
+// key, so a walk that is replayed or resumed does each exactly once.
+func Walk(ctx workflow.Context, runner Runner) (Report, error) {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	var report Report
+	plan, err := runner.Fence(ctx)
+	if err != nil {
+		return report, err
+	}
+	stack := plan.Stack
+	report.Stack = len(stack)
+	for _, a := range plan.Irreversible {
+		what := "happened"
+		if a.Status != ledger.ActionCompleted {
+			what = "may have happened (outcome unknown)"
+		}
+		report.Irreversible = append(report.Irreversible, fmt.Sprintf("%s (%s, irreversible, %s)", a.Key, a.Tool, what))
+	}
 	for i, c := range stack {
 		switch c.Status {
 		case ledger.CompensationDone:
@@ -195,8 +247,8 @@ func Walk(ctx workflow.Context, stack []ledger.Compensation, runner Runner) (Rep
 		if err != nil {
 			return report, err
 		}
-		for {
-			status, runErr := runner.Run(ctx, c, arguments)
+		for retry := 0; ; retry++ {
+			status, runErr := runner.Run(ctx, c, arguments, retry)
 			if runErr == nil {
 				if err := runner.Settle(ctx, c, status, "", ""); err != nil {
 					return report, err

@@ -30,6 +30,21 @@ var (
 	// ErrInFlight: another attempt holds the key and its lease is live. The
 	// caller should fail retryably and try again later.
 	ErrInFlight = errors.New("another attempt of this idempotency key is in flight")
+	// ErrFenced: the key may not be claimed any more, by any attempt: the
+	// workflow gave up on the call, the run's rollback reached it, or the
+	// run ended. The error names which.
+	ErrFenced = errors.New("idempotency key is fenced")
+	// ErrLeaseLost: the attempt no longer holds the key (another attempt
+	// took it over, or a rollback settled it after its lease lapsed), so it
+	// may not act on it or write its outcome.
+	ErrLeaseLost = errors.New("the attempt no longer holds the idempotency key")
+)
+
+// Why a key was fenced (Action.FenceReason).
+const (
+	FenceGivenUp  = "given-up"  // the workflow gave up on the call
+	FenceRollback = "rollback"  // the run's compensation walk reached it
+	FenceRunEnded = "run-ended" // the run ended (refused claims only; not stored)
 )
 
 // ActionRequest is a forward action about to be executed.
@@ -42,6 +57,9 @@ type ActionRequest struct {
 	// Compensation, when set, is registered in the same statement that
 	// first claims the key: before the action is attempted.
 	Compensation *CompensationRequest
+	// Compensates is the forward key this action undoes, for a
+	// compensating action. A rollback fences forward actions, not these.
+	Compensates string
 }
 
 // CompensationRequest pairs a forward action with the tool that undoes it.
@@ -64,20 +82,32 @@ func (r ActionRequest) Fingerprint() string {
 
 // Action is one row of the action ledger.
 type Action struct {
-	ID             int64      `json:"id"`
-	Key            string     `json:"idempotency_key"`
-	WorkflowID     string     `json:"workflow_id"`
-	ActivityID     string     `json:"activity_id"`
-	Tool           string     `json:"tool"`
-	Arguments      string     `json:"arguments"`
-	Fingerprint    string     `json:"request_fingerprint"`
-	Status         string     `json:"status"`
-	Result         string     `json:"result,omitempty"`
-	Error          string     `json:"error,omitempty"`
-	Attempts       int        `json:"attempts"`
-	CompensationID *int64     `json:"compensation_id,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	CompletedAt    *time.Time `json:"completed_at,omitempty"`
+	ID          int64  `json:"id"`
+	Key         string `json:"idempotency_key"`
+	WorkflowID  string `json:"workflow_id"`
+	ActivityID  string `json:"activity_id"`
+	Tool        string `json:"tool"`
+	Arguments   string `json:"arguments"`
+	Fingerprint string `json:"request_fingerprint"`
+	Status      string `json:"status"`
+	Result      string `json:"result,omitempty"`
+	Error       string `json:"error,omitempty"`
+	// ErrorType is the application error type the last attempt failed
+	// with (Rejected, Refusal, ...), so a stored failure replays as itself.
+	ErrorType string `json:"error_type,omitempty"`
+	// Attempts counts the claims of the key: the holder's claim number.
+	Attempts       int    `json:"attempts"`
+	CompensationID *int64 `json:"compensation_id,omitempty"`
+	// Compensates is the forward key, for a compensating action.
+	Compensates string `json:"compensates,omitempty"`
+	// LockedUntil is the holder's lease, while the action is started.
+	LockedUntil *time.Time `json:"locked_until,omitempty"`
+	// FencedAt is when the key stopped accepting claims, and FenceReason
+	// why (FenceGivenUp or FenceRollback).
+	FencedAt    *time.Time `json:"fenced_at,omitempty"`
+	FenceReason string     `json:"fence_reason,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
 }
 
 // Claim is the outcome of ClaimAction.
@@ -90,21 +120,38 @@ type Claim struct {
 	Execute bool
 }
 
-const actionColumns = `id, idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
-	status, coalesce(result, ''), error, attempts, compensation_id, created_at, completed_at`
+// actionColumns lists an action's columns, for a query that names the
+// actions table "a", in the order scanAction reads them.
+const actionColumns = `a.id, a.idempotency_key, a.workflow_id, a.activity_id, a.tool, a.arguments, a.request_fingerprint,
+	a.status, coalesce(a.result, ''), a.error, a.error_type, a.attempts, a.compensation_id, coalesce(a.compensates, ''),
+	a.locked_until, a.fenced_at, a.fence_reason, a.created_at, a.completed_at`
+
+// actionFields are scanAction's destinations, for queries that scan an
+// action beside other columns.
+func actionFields(a *Action) []any {
+	return []any{&a.ID, &a.Key, &a.WorkflowID, &a.ActivityID, &a.Tool, &a.Arguments, &a.Fingerprint,
+		&a.Status, &a.Result, &a.Error, &a.ErrorType, &a.Attempts, &a.CompensationID, &a.Compensates,
+		&a.LockedUntil, &a.FencedAt, &a.FenceReason, &a.CreatedAt, &a.CompletedAt}
+}
 
 func scanAction(row pgx.Row) (Action, error) {
 	var a Action
-	err := row.Scan(&a.ID, &a.Key, &a.WorkflowID, &a.ActivityID, &a.Tool, &a.Arguments, &a.Fingerprint,
-		&a.Status, &a.Result, &a.Error, &a.Attempts, &a.CompensationID, &a.CreatedAt, &a.CompletedAt)
+	err := row.Scan(actionFields(&a)...)
 	return a, err
 }
 
-// ClaimAction takes the key for one attempt, holding it for lease. A new key
-// is inserted; a key whose last attempt failed, or whose holder's lease ran
-// out (a worker lost mid-call), is taken over. A completed or rejected key
-// returns its stored outcome with Execute false. A live lease returns
-// ErrInFlight, a different request under the key ErrConflict.
+// ClaimAction takes the key for one attempt, holding it for lease; the
+// holder renews the lease with RenewLease while it lives. A new key is
+// inserted; a key whose last attempt failed, or whose holder's lease ran out
+// (a worker lost mid-call), is taken over, and the lost attempt's leaf call
+// is marked lost. A completed or rejected key returns its stored outcome
+// with Execute false. A live lease returns ErrInFlight, a different request
+// under the key ErrConflict, and a fence ErrFenced: a fenced key, a forward
+// action of a run whose rollback began, or any action of a run that ended.
+//
+// The claim reads the run's row FOR SHARE, so it serializes with CloseRun
+// and FinishRun: a claim either commits before the run is closed (and the
+// rollback sees and waits for it) or sees the close and is refused.
 func (s *Store) ClaimAction(ctx context.Context, req ActionRequest, lease time.Duration) (Claim, error) {
 	fingerprint := req.Fingerprint()
 	var compTool, compArgs string
@@ -112,23 +159,34 @@ func (s *Store) ClaimAction(ctx context.Context, req ActionRequest, lease time.D
 		compTool, compArgs = req.Compensation.Tool, req.Compensation.ArgumentsTemplate
 	}
 	row := s.pool.QueryRow(ctx, `
-		WITH claimed AS (
-			INSERT INTO actions (idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
-			                     status, locked_until)
-			VALUES ($1, $2, $3, $4, $5, $6, 'started', clock_timestamp() + $7 * interval '1 millisecond')
+		WITH run AS (
+			SELECT finished_at, closing_at FROM runs WHERE workflow_id = $2 FOR SHARE
+		), open AS (
+			SELECT NOT EXISTS (SELECT 1 FROM run WHERE finished_at IS NOT NULL OR (closing_at IS NOT NULL AND $10 = '')) AS ok
+		), claimed AS (
+			INSERT INTO actions AS a (idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
+			                     status, locked_until, compensates)
+			SELECT $1, $2, $3, $4, $5, $6, 'started', clock_timestamp() + $7 * interval '1 millisecond', NULLIF($10, '')
+			FROM open WHERE open.ok
 			ON CONFLICT (idempotency_key) DO UPDATE
-			SET status = 'started', attempts = actions.attempts + 1, error = '',
+			SET status = 'started', attempts = a.attempts + 1, error = '', error_type = '',
 			    locked_until = EXCLUDED.locked_until, updated_at = clock_timestamp()
-			WHERE actions.request_fingerprint = EXCLUDED.request_fingerprint
-			  AND (actions.status = 'failed' OR (actions.status = 'started' AND actions.locked_until < clock_timestamp()))
+			WHERE a.request_fingerprint = EXCLUDED.request_fingerprint
+			  AND a.fenced_at IS NULL
+			  AND (a.status = 'failed' OR (a.status = 'started' AND a.locked_until < clock_timestamp()))
 			RETURNING `+actionColumns+`
 		), registered AS (
 			INSERT INTO compensations (forward_key, workflow_id, forward_activity_id, tool, arguments_template)
 			SELECT idempotency_key, workflow_id, activity_id, $8, $9 FROM claimed WHERE $8 <> ''
 			ON CONFLICT (forward_key) DO NOTHING
+		), lost AS (
+			UPDATE leaf_calls SET outcome = 'lost', finished_at = clock_timestamp(),
+			       error = 'the attempt was lost: a later attempt took its key over'
+			WHERE idempotency_key = $1 AND outcome = 'in-flight' AND EXISTS (SELECT 1 FROM claimed)
 		)
 		SELECT * FROM claimed`,
-		req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, fingerprint, lease.Milliseconds(), compTool, compArgs)
+		req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, fingerprint, lease.Milliseconds(), compTool, compArgs,
+		req.Compensates)
 	action, err := scanAction(row)
 	if err == nil {
 		return Claim{Action: action, Execute: true}, nil
@@ -136,50 +194,107 @@ func (s *Store) ClaimAction(ctx context.Context, req ActionRequest, lease time.D
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, err)
 	}
-	// The key exists and could not be taken: say why.
+	// Nothing was claimed: say why.
 	existing, err := s.GetAction(ctx, req.Key)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, err)
 	}
+	found := err == nil
 	switch {
-	case existing.Fingerprint != fingerprint:
+	case found && existing.Fingerprint != fingerprint:
 		return Claim{}, fmt.Errorf("ledger: claim %s (stored %s %s, got %s %s): %w",
 			req.Key, existing.Tool, existing.Arguments, req.Tool, req.Arguments, ErrConflict)
-	case existing.Status == ActionCompleted || existing.Status == ActionRejected:
+	case found && (existing.Status == ActionCompleted || existing.Status == ActionRejected):
+		// Handing back a stored outcome executes nothing, fenced or not.
 		return Claim{Action: existing}, nil
-	default:
-		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, ErrInFlight)
+	case found && existing.FencedAt != nil:
+		return Claim{}, fmt.Errorf("ledger: claim %s: %w (%s)", req.Key, ErrFenced, fenceText[existing.FenceReason])
 	}
+	if why, err := s.runFence(ctx, req.WorkflowID, req.Compensates != ""); err != nil {
+		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, err)
+	} else if why != "" {
+		return Claim{}, fmt.Errorf("ledger: claim %s: %w (%s)", req.Key, ErrFenced, why)
+	}
+	// A live lease (or a row that appeared between the two reads).
+	return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, ErrInFlight)
+}
+
+var fenceText = map[string]string{
+	FenceGivenUp:  "the workflow gave up on this call",
+	FenceRollback: "the run's rollback reached this action",
+	FenceRunEnded: "the run has ended",
+}
+
+// runFence says why the run refuses claims, or "" when it does not.
+func (s *Store) runFence(ctx context.Context, workflowID string, compensating bool) (string, error) {
+	var finished, closing bool
+	err := s.pool.QueryRow(ctx, `SELECT finished_at IS NOT NULL, closing_at IS NOT NULL FROM runs WHERE workflow_id = $1`,
+		workflowID).Scan(&finished, &closing)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", err
+	case finished:
+		return fenceText[FenceRunEnded], nil
+	case closing && !compensating:
+		return "the run's rollback has begun", nil
+	}
+	return "", nil
+}
+
+// RenewLease extends the lease of the attempt holding key under claim
+// number attempt, from now. It returns ErrLeaseLost when that attempt no
+// longer holds the key. A fenced key's holder may still renew: it is alive,
+// and a rollback waits for it to settle.
+func (s *Store) RenewLease(ctx context.Context, key string, attempt int, lease time.Duration) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE actions SET locked_until = clock_timestamp() + $3 * interval '1 millisecond'
+		WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'`, key, attempt, lease.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("ledger: renew lease of %s (claim %d): %w", key, attempt, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("ledger: renew lease of %s (claim %d): %w", key, attempt, ErrLeaseLost)
+	}
+	return nil
 }
 
 // CompleteAction stores the result of the attempt that holds the key. If
-// that attempt lost the key meanwhile (its lease ran out and another attempt
-// completed first), the first stored result wins and is returned.
+// that attempt lost the key meanwhile, the write is refused: the stored
+// action is returned with ErrLeaseLost, and the first stored result (if
+// another attempt completed) stays.
 func (s *Store) CompleteAction(ctx context.Context, key string, attempt int, result string) (Action, error) {
-	return s.settle(ctx, key, attempt, ActionCompleted, result, "")
+	return s.settle(ctx, key, attempt, ActionCompleted, result, "", "")
 }
 
-// FailAction records a failed attempt. A permanent failure is stored as
-// rejected and returned to every later attempt; otherwise the key is freed
-// for the next attempt.
-func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause string, permanent bool) (Action, error) {
+// FailAction records a failed attempt and the error type it failed with.
+// A permanent failure is stored as rejected and returned to every later
+// attempt; otherwise the key is freed for the next attempt. An attempt
+// that lost the key gets ErrLeaseLost, as for CompleteAction.
+func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, errType string, permanent bool) (Action, error) {
 	status := ActionFailed
 	if permanent {
 		status = ActionRejected
 	}
-	return s.settle(ctx, key, attempt, status, "", cause)
+	return s.settle(ctx, key, attempt, status, "", cause, errType)
 }
 
-func (s *Store) settle(ctx context.Context, key string, attempt int, status, result, cause string) (Action, error) {
+func (s *Store) settle(ctx context.Context, key string, attempt int, status, result, cause, errType string) (Action, error) {
 	action, err := scanAction(s.pool.QueryRow(ctx, `
-		UPDATE actions SET status = $3, result = NULLIF($4, ''), error = $5, locked_until = NULL,
+		UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
 		       updated_at = clock_timestamp(),
 		       completed_at = CASE WHEN $3 IN ('completed', 'rejected') THEN clock_timestamp() END
 		WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
-		RETURNING `+actionColumns, key, attempt, status, storable(result), storable(cause)))
+		RETURNING `+actionColumns, key, attempt, status, storable(result), storable(cause), errType))
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Another attempt took the key over; report what the ledger holds.
-		return s.GetAction(ctx, key)
+		// Another attempt took the key over, or a rollback settled it.
+		stored, err := s.GetAction(ctx, key)
+		if err != nil {
+			return Action{}, fmt.Errorf("ledger: record %s as %s: %w", key, status, err)
+		}
+		return stored, fmt.Errorf("ledger: record %s as %s (claim %d; the ledger holds claim %d, %s): %w",
+			key, status, attempt, stored.Attempts, stored.Status, ErrLeaseLost)
 	}
 	if err != nil {
 		return Action{}, fmt.Errorf("ledger: record %s as %s: %w", key, status, err)
@@ -187,9 +302,61 @@ func (s *Store) settle(ctx context.Context, key string, attempt int, status, res
 	return action, nil
 }
 
+// Fenced is what FenceAction found.
+type Fenced struct {
+	Action Action
+	// Live reports that an attempt still holds a live lease: the caller
+	// waits and asks again, so that what it reports (or compensates) is
+	// what that attempt did.
+	Live bool
+	// LeafCalls counts the key's attempts that left the process, lost
+	// ones included: the truth about a call whose attempts timed out.
+	LeafCalls int
+}
+
+// FenceAction stops req.Key from accepting claims, for reason
+// (FenceGivenUp or FenceRollback), and reports what the ledger holds for
+// it. A key no attempt claimed yet is recorded, fenced, so a late attempt
+// cannot claim it. A started key whose lease lapsed is settled as failed
+// (its outcome is unknown) and its leaf call marked lost. Fencing is
+// idempotent: the first fence's time and reason stay.
+func (s *Store) FenceAction(ctx context.Context, req ActionRequest, reason string) (Fenced, error) {
+	row := s.pool.QueryRow(ctx, `
+		WITH fenced AS (
+			INSERT INTO actions AS a (idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
+			                     status, attempts, error, fenced_at, fence_reason)
+			VALUES ($1, $2, $3, $4, $5, $6, 'failed', 0, 'no attempt claimed the key before it was fenced', clock_timestamp(), $7)
+			ON CONFLICT (idempotency_key) DO UPDATE
+			SET fenced_at = coalesce(a.fenced_at, clock_timestamp()),
+			    fence_reason = CASE WHEN a.fenced_at IS NULL THEN EXCLUDED.fence_reason ELSE a.fence_reason END,
+			    status = CASE WHEN `+lapsed+` THEN 'failed' ELSE a.status END,
+			    error = CASE WHEN `+lapsed+` THEN '`+lapsedError+`' ELSE a.error END,
+			    locked_until = CASE WHEN `+lapsed+` THEN NULL ELSE a.locked_until END,
+			    updated_at = clock_timestamp()
+			RETURNING `+actionColumns+`
+		), lost AS (
+			UPDATE leaf_calls SET outcome = 'lost', finished_at = clock_timestamp(), error = '`+lapsedError+`'
+			WHERE idempotency_key = $1 AND outcome = 'in-flight'
+			  AND EXISTS (SELECT 1 FROM fenced WHERE status <> 'started')
+		)
+		SELECT *, (SELECT count(*) FROM leaf_calls WHERE workflow_id = $2 AND idempotency_key = $1) FROM fenced`,
+		req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, req.Fingerprint(), reason)
+	var f Fenced
+	if err := row.Scan(append(actionFields(&f.Action), &f.LeafCalls)...); err != nil {
+		return Fenced{}, fmt.Errorf("ledger: fence %s: %w", req.Key, err)
+	}
+	f.Live = f.Action.Status == ActionStarted
+	return f, nil
+}
+
+// lapsed is true of an actions row (alias a) whose holder's lease ran out.
+const lapsed = `(a.status = 'started' AND a.locked_until < clock_timestamp())`
+
+const lapsedError = `the attempt holding the key was lost (its lease lapsed): outcome unknown`
+
 // GetAction reads one action by idempotency key.
 func (s *Store) GetAction(ctx context.Context, key string) (Action, error) {
-	action, err := scanAction(s.pool.QueryRow(ctx, `SELECT `+actionColumns+` FROM actions WHERE idempotency_key = $1`, key))
+	action, err := scanAction(s.pool.QueryRow(ctx, `SELECT `+actionColumns+` FROM actions a WHERE idempotency_key = $1`, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Action{}, fmt.Errorf("ledger: get action %s: %w", key, ErrNotFound)
 	}
@@ -201,7 +368,7 @@ func (s *Store) GetAction(ctx context.Context, key string) (Action, error) {
 
 // ListActions returns a run's actions in the order they were first claimed.
 func (s *Store) ListActions(ctx context.Context, workflowID string) ([]Action, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions WHERE workflow_id = $1 ORDER BY id`, workflowID)
+	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions a WHERE workflow_id = $1 ORDER BY id`, workflowID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list actions of %s: %w", workflowID, err)
 	}

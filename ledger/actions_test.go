@@ -69,14 +69,14 @@ func TestFailedAttemptIsReclaimedAndRejectedIsStored(t *testing.T) {
 
 	first, err := store.ClaimAction(ctx, request("k"), time.Minute)
 	require.NoError(t, err)
-	_, err = store.FailAction(ctx, first.Action.Key, first.Action.Attempts, "HTTP 503", false)
+	_, err = store.FailAction(ctx, first.Action.Key, first.Action.Attempts, "HTTP 503", "HTTPError", false)
 	require.NoError(t, err)
 
 	second, err := store.ClaimAction(ctx, request("k"), time.Minute)
 	require.NoError(t, err)
 	require.True(t, second.Execute)
 	assert.Equal(t, 2, second.Action.Attempts)
-	_, err = store.FailAction(ctx, second.Action.Key, second.Action.Attempts, "HTTP 400: bad currency", true)
+	_, err = store.FailAction(ctx, second.Action.Key, second.Action.Attempts, "HTTP 400: bad currency", "HTTPError", true)
 	require.NoError(t, err)
 
 	third, err := store.ClaimAction(ctx, request("k"), time.Minute)
@@ -84,6 +84,7 @@ func TestFailedAttemptIsReclaimedAndRejectedIsStored(t *testing.T) {
 	assert.False(t, third.Execute)
 	assert.Equal(t, ledger.ActionRejected, third.Action.Status)
 	assert.Equal(t, "HTTP 400: bad currency", third.Action.Error)
+	assert.Equal(t, "HTTPError", third.Action.ErrorType, "a stored failure replays as the type it failed with")
 }
 
 func TestExpiredLeaseIsTakenOverAndFirstResultWins(t *testing.T) {
@@ -101,10 +102,13 @@ func TestExpiredLeaseIsTakenOverAndFirstResultWins(t *testing.T) {
 	_, err = store.CompleteAction(ctx, takeover.Action.Key, takeover.Action.Attempts, "second")
 	require.NoError(t, err)
 
-	// The lost attempt comes back late: it gets the stored result, not its own.
+	// The lost attempt comes back late: its write is refused, and the
+	// stored result stays.
 	late, err := store.CompleteAction(ctx, lost.Action.Key, lost.Action.Attempts, "first-but-late")
-	require.NoError(t, err)
+	require.ErrorIs(t, err, ledger.ErrLeaseLost)
 	assert.Equal(t, "second", late.Result)
+	require.ErrorIs(t, store.RenewLease(ctx, lost.Action.Key, lost.Action.Attempts, time.Minute), ledger.ErrLeaseLost,
+		"a superseded attempt cannot renew the lease either")
 }
 
 // Many attempts of one key delivered at once: exactly one executes.

@@ -87,7 +87,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 		rejectedKey := key + "/rejected"
 		claim, err = store.ClaimAction(ctx, ledger.ActionRequest{Key: rejectedKey, WorkflowID: wf, ActivityID: h + "/rejected", Tool: h, Arguments: string(args)}, time.Minute)
 		require.NoError(t, err, h)
-		rejected, err := store.FailAction(ctx, rejectedKey, claim.Action.Attempts, h, true)
+		rejected, err := store.FailAction(ctx, rejectedKey, claim.Action.Attempts, h, "Rejected", true)
 		require.NoError(t, err, h)
 		assert.Equal(t, h, rejected.Error)
 		actions, err := store.ListActions(ctx, wf)
@@ -222,7 +222,7 @@ func TestNULAndInvalidUTF8(t *testing.T) {
 
 	claim, err = store.ClaimAction(ctx, ledger.ActionRequest{Key: key + "-2", WorkflowID: wf, ActivityID: "step-001-call-2-t", Tool: "t", Arguments: "{}"}, time.Minute)
 	require.NoError(t, err)
-	failed, err := store.FailAction(ctx, key+"-2", claim.Action.Attempts, bad, false)
+	failed, err := store.FailAction(ctx, key+"-2", claim.Action.Attempts, bad, "HTTPError", false)
 	require.NoError(t, err)
 	assert.Equal(t, clean, failed.Error)
 	assert.Equal(t, ledger.ActionFailed, failed.Status, "recorded, so the next attempt can claim the key at once")
@@ -267,18 +267,18 @@ func TestLongTextIsCappedWithAMarker(t *testing.T) {
 	require.NoError(t, err)
 	checkCapped(t, done.Result)
 
-	require.NoError(t, store.FinishRun(ctx, wf, ledger.RunOutcome{Status: ledger.RunCompleted, Answer: long, Reason: "ok"}))
-	run, err := store.GetRun(ctx, wf)
-	require.NoError(t, err)
-	checkCapped(t, run.Answer)
-	assert.Equal(t, "ok", run.Reason, "short text is stored as it is")
-
 	exact := strings.Repeat("x", ledger.MaxStoredText)
 	claim, err = store.ClaimAction(ctx, ledger.ActionRequest{Key: wf + "/b", WorkflowID: wf, ActivityID: "b", Tool: "t", Arguments: "{}"}, time.Minute)
 	require.NoError(t, err)
 	done, err = store.CompleteAction(ctx, wf+"/b", claim.Action.Attempts, exact)
 	require.NoError(t, err)
 	assert.Equal(t, exact, done.Result, "text at the cap is stored whole")
+
+	require.NoError(t, store.FinishRun(ctx, wf, ledger.RunOutcome{Status: ledger.RunCompleted, Answer: long, Reason: "ok"}))
+	run, err := store.GetRun(ctx, wf)
+	require.NoError(t, err)
+	checkCapped(t, run.Answer)
+	assert.Equal(t, "ok", run.Reason, "short text is stored as it is")
 }
 
 // sqlMethods are the pgx calls that take SQL, with the index of their SQL

@@ -77,9 +77,15 @@ func (s *Store) StartRun(ctx context.Context, run Run) error {
 
 // FinishRun records how a run ended. The leaf-call count is taken from the
 // leaf_calls table so that it counts every attempt, not just the ones the
-// workflow saw.
+// workflow saw; a leaf call still in flight then was lost (its worker
+// died) and is marked so. From now on no claim of the run is accepted.
 func (s *Store) FinishRun(ctx context.Context, workflowID string, out RunOutcome) error {
 	tag, err := s.pool.Exec(ctx, `
+		WITH lost AS (
+			UPDATE leaf_calls SET outcome = 'lost', finished_at = clock_timestamp(),
+			       error = 'the attempt was lost: its run ended while it was in flight'
+			WHERE workflow_id = $1 AND outcome = 'in-flight'
+		)
 		UPDATE runs SET status = $2, answer = $3, handoff_note = $4, reason = $5,
 		       steps_used = $6, tokens_used = $7, usd_spent = $8, calls = $9, retries = $10,
 		       leaf_calls = (SELECT count(*) FROM leaf_calls WHERE workflow_id = $1),

@@ -386,9 +386,22 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			}
 		case futures[i] != nil:
 			var result activities.ToolResult
-			if err := futures[i].Get(ctx, &result); err != nil {
+			err := futures[i].Get(ctx, &result)
+			var gaveUp activities.GaveUp
+			if err != nil && mayHaveClaimed(err) && ctx.Err() == nil {
+				// Before the model hears that the call failed, the ledger
+				// fences its key; a late attempt that did it after all
+				// makes it a success.
+				gaveUp = r.giveUp(ctx, entries[i].ActivityID, call)
+				if gaveUp.Status == ledger.ActionCompleted {
+					err, result = nil, activities.ToolResult{Output: gaveUp.Result, Replayed: true, Attempt: gaveUp.LeafCalls}
+				}
+			}
+			if err != nil {
 				entries[i].Error = errorText(err)
 				entries[i].Attempts, entries[i].Denial = callFailure(err)
+				// A timed-out attempt reports nothing; the ledger counted it.
+				entries[i].Attempts = max(entries[i].Attempts, gaveUp.LeafCalls)
 				if why := r.escalationFor(call.Name, err, entries[i].Denial); why != "" && escalation == "" {
 					escalation = why
 				}
@@ -406,6 +419,43 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 	}
 	r.trace = append(r.trace, entries...)
 	return escalation, r.watch.endTurn(entries)
+}
+
+// mayHaveClaimed says whether some attempt of a failed call may have
+// claimed its key: every failure but a cancellation (the rollback fences
+// those) and the checks every attempt fails alike before the ledger.
+func mayHaveClaimed(err error) bool {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		switch appErr.Type() {
+		case activities.ErrTypeInvalidArguments, activities.ErrTypeUnknownTool, activities.ErrTypeConflict:
+			return false
+		}
+	}
+	return !temporal.IsCanceledError(err)
+}
+
+// giveUp fences a failed call's key in the ledger and returns what the
+// ledger knows of it. It waits while a straggling attempt still holds the
+// key (at most that attempt's own timeout), and retries while the ledger
+// is unreachable: the model must not hear "failed" before the key is
+// fenced.
+func (r *run) giveUp(ctx workflow.Context, activityID string, call activities.ToolCall) activities.GaveUp {
+	tool, _ := r.spec.tool(call.Name)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:          activityID + "/give-up",
+		StartToCloseTimeout: tool.Timeout() + time.Minute,
+		HeartbeatTimeout:    10 * time.Second,
+		Summary:             clip("give up on "+activityID, 100),
+	})
+	var gaveUp activities.GaveUp
+	if err := workflow.ExecuteActivity(actx, activitiesRef.GiveUpCall, activities.GiveUp{
+		Key: r.workflowID + "/" + activityID, WorkflowID: r.workflowID, ActivityID: activityID,
+		Tool: call.Name, Arguments: call.Arguments,
+	}).Get(ctx, &gaveUp); err != nil {
+		workflow.GetLogger(ctx).Warn("could not fence a failed call's key", "activity_id", activityID, "error", err)
+	}
+	return gaveUp
 }
 
 // escalationFor says why a failed tool call should bring in a human: a

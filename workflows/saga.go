@@ -65,10 +65,19 @@ type humanInput struct {
 // leaves no trace in history.
 func (r *run) registerUpdates(ctx workflow.Context) error {
 	accept := func(in humanInput) (string, error) {
+		if r.input != nil {
+			// Two Updates in one workflow task both passed their
+			// validators before either handler ran: the second is refused,
+			// never silently lost.
+			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, r.input.action)
+		}
 		r.input = &in
 		return "accepted: " + in.action, nil
 	}
 	waitingFor := func(update string, want ...string) error {
+		if r.input != nil {
+			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, r.input.action)
+		}
 		for _, w := range want {
 			if r.waiting == w {
 				return nil
@@ -187,8 +196,14 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
 		return &result
 	}
-	r.budget.Limits.USD += in.resume.AddUSD
-	r.budget.Limits.Steps += in.resume.AddSteps
+	// More budget is added only where there is a limit: adding to an
+	// unlimited dimension (0) would turn it into a tiny limit.
+	if r.budget.Limits.USD > 0 {
+		r.budget.Limits.USD += in.resume.AddUSD
+	}
+	if r.budget.Limits.Steps > 0 {
+		r.budget.Limits.Steps += in.resume.AddSteps
+	}
 	r.messages = append(r.messages, activities.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message})
 	return nil
 }
@@ -203,17 +218,13 @@ func (r *run) outOfBudget(ctx workflow.Context, answer, modelNote, reason string
 	return r.partial(answer, modelNote, reason)
 }
 
-// rollback walks the run's compensations backwards and ends the run:
-// compensated, failed (nothing to undo after a failure), or needs-attention
-// when a human skipped a compensation or stopped the walk.
+// rollback walks the run's compensations (and its sub-agents') backwards
+// and ends the run: compensated, failed (nothing to undo after a failure),
+// or needs-attention when a human skipped a compensation or stopped the
+// walk, or when an action that cannot be undone had happened.
 func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) RunResult {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	var stack []ledger.Compensation
-	if err := workflow.ExecuteActivity(actx, activitiesRef.CompensationStack, r.workflowID).Get(ctx, &stack); err != nil {
-		return r.end(ledger.RunNeedsAttention, answer, reason+"; the compensation stack could not be read: "+errorText(err))
-	}
-	report, err := compensation.Walk(ctx, stack, &sagaRunner{run: r})
+	report, err := compensation.Walk(ctx, &sagaRunner{run: r})
 	r.saga = &report
 	result := r.end(ledger.RunCompensated, answer, "")
 	result.HandoffNote = handoff
@@ -226,10 +237,15 @@ func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) Run
 	case len(report.Skipped) > 0:
 		result.Status = ledger.RunNeedsAttention
 		result.Reason = fmt.Sprintf("%s; resolved by a human: compensated %d, skipped %s", reason, report.Compensated, strings.Join(report.Skipped, "; "))
-	case len(stack) == 0 && r.failed:
+	case report.Stack == 0 && r.failed:
 		result.Status, result.Reason = ledger.RunFailed, reason+"; nothing to compensate"
 	default:
 		result.Reason = fmt.Sprintf("%s; compensated %d actions, %d needed no undoing", reason, report.Compensated, report.NotNeeded)
+	}
+	if len(report.Irreversible) > 0 {
+		// The world is changed in a way the rollback cannot undo: say so.
+		result.Status = ledger.RunNeedsAttention
+		result.Reason += "; not undone, because it cannot be: " + strings.Join(report.Irreversible, "; ")
 	}
 	result.Saga = r.saga
 	return result
@@ -240,13 +256,45 @@ func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) Run
 // the retry budget: recovery is never denied by the budget that ran out.
 type sagaRunner struct{ run *run }
 
-func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments string) (string, error) {
+// Fence closes the run in the ledger and waits for attempts still at work
+// (bounded by the longest tool timeout: no attempt outlives its own), then
+// reads the plan.
+func (s *sagaRunner) Fence(ctx workflow.Context) (ledger.RollbackPlan, error) {
+	longest := time.Duration(0)
+	var irreversible []string
+	for _, t := range s.run.spec.Tools {
+		longest = max(longest, t.Timeout())
+		if t.Irreversible {
+			irreversible = append(irreversible, t.Name)
+		}
+	}
+	closeCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:          "rollback-close",
+		StartToCloseTimeout: longest + time.Minute,
+		HeartbeatTimeout:    10 * time.Second,
+		Summary:             "rollback: fence the run's actions and wait for attempts still at work",
+	})
+	if err := workflow.ExecuteActivity(closeCtx, activitiesRef.CloseRun, s.run.workflowID).Get(ctx, nil); err != nil {
+		return ledger.RollbackPlan{}, fmt.Errorf("the run could not be fenced for its rollback: %w", err)
+	}
+	planCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: "rollback-plan", StartToCloseTimeout: 30 * time.Second})
+	var plan ledger.RollbackPlan
+	err := workflow.ExecuteActivity(planCtx, activitiesRef.RollbackPlan, activities.RollbackPlanRequest{
+		WorkflowID: s.run.workflowID, IrreversibleTools: irreversible}).Get(ctx, &plan)
+	if err != nil {
+		return ledger.RollbackPlan{}, fmt.Errorf("the compensation stack could not be read: %w", err)
+	}
+	return plan, nil
+}
+
+func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments string, retry int) (string, error) {
 	tool, ok := s.run.spec.tool(c.Tool)
 	if !ok {
 		return "", fmt.Errorf("compensating tool %q is not declared in the spec", c.Tool)
 	}
+	activityID := compensation.RetryActivityID(compensation.ForwardActivityID(s.run.workflowID, c), retry)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID:          compensation.ActivityID(c.ForwardActivityID),
+		ActivityID:          activityID,
 		StartToCloseTimeout: tool.Timeout(),
 		HeartbeatTimeout:    heartbeatTimeout(tool.Timeout()),
 		Summary:             clip("compensate "+c.ForwardActivityID+": "+c.Tool+" "+arguments, 100),
@@ -256,8 +304,9 @@ func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments 
 		},
 	})
 	var result activities.ToolResult
-	err := workflow.ExecuteActivity(actx, activitiesRef.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: arguments}).Get(ctx, &result)
-	entry := TraceEntry{Step: 0, ActivityID: compensation.ActivityID(c.ForwardActivityID), Kind: "compensation", Tool: c.Tool,
+	err := workflow.ExecuteActivity(actx, activitiesRef.CallTool, activities.ToolCallRequest{
+		Tool: tool, Arguments: arguments, Compensates: c.ForwardKey}).Get(ctx, &result)
+	entry := TraceEntry{Step: 0, ActivityID: activityID, Kind: "compensation", Tool: c.Tool,
 		Arguments: arguments, Output: result.Output, Attempts: max(result.Attempt, 1)}
 	var appErr *temporal.ApplicationError
 	switch {

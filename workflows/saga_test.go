@@ -122,11 +122,24 @@ func TestFailingCompensationEscalatesAndRetryCompensates(t *testing.T) {
 	})
 	assert.NoError(t, *retry)
 	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
-	assert.Equal(t, map[string]int{"default-test-workflow-id/step-001-call-1-charge/compensate": 1}, desk.refunds)
+	// The human's retry has a key of its own: the first key's stored answer
+	// (a 500 here, but a 4xx would be stored for good) is not handed back.
+	assert.Equal(t, map[string]int{"default-test-workflow-id/step-001-call-1-charge/compensate/retry-1": 1}, desk.refunds)
 	stack, err := store.CompensationStack(t.Context(), "default-test-workflow-id")
 	require.NoError(t, err)
 	require.Len(t, stack, 1)
 	assert.Equal(t, ledger.CompensationDone, stack[0].Status)
+	actions, err := store.ListActions(t.Context(), "default-test-workflow-id")
+	require.NoError(t, err)
+	statuses := map[string]string{}
+	for _, a := range actions {
+		statuses[a.Key] = a.Status
+	}
+	assert.Equal(t, map[string]string{
+		"default-test-workflow-id/step-001-call-1-charge":                    ledger.ActionCompleted,
+		"default-test-workflow-id/step-001-call-1-charge/compensate":         ledger.ActionFailed,
+		"default-test-workflow-id/step-001-call-1-charge/compensate/retry-1": ledger.ActionCompleted,
+	}, statuses, "the ledger keeps both compensation rows")
 }
 
 // A backoff that would outlive the run's deadline fails now.

@@ -20,9 +20,11 @@ import (
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
-// brokenRefunds charges fine, and answers refunds with 500 while broken.
+// brokenRefunds charges fine, and answers refunds with status (500 when
+// zero) while broken.
 type brokenRefunds struct {
 	broken  atomic.Bool
+	status  int
 	mu      sync.Mutex
 	refunds map[string]int
 }
@@ -33,7 +35,11 @@ func (b *brokenRefunds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.broken.Load() {
-		http.Error(w, `{"error":"refund service down"}`, http.StatusInternalServerError)
+		status := b.status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		http.Error(w, `{"error":"refund service down"}`, status)
 		return
 	}
 	b.mu.Lock()
@@ -60,7 +66,14 @@ tools:
 // escalated.
 func runFailingSaga(t *testing.T, decide func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds)) (workflows.RunResult, *brokenRefunds, *ledger.Store) {
 	t.Helper()
-	desk := &brokenRefunds{refunds: map[string]int{}}
+	return runFailingSagaAnswering(t, http.StatusInternalServerError, decide)
+}
+
+// runFailingSagaAnswering is runFailingSaga with the broken refunds
+// answering status.
+func runFailingSagaAnswering(t *testing.T, status int, decide func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds)) (workflows.RunResult, *brokenRefunds, *ledger.Store) {
+	t.Helper()
+	desk := &brokenRefunds{refunds: map[string]int{}, status: status}
 	desk.broken.Store(true)
 	server := httptest.NewServer(desk)
 	t.Cleanup(server.Close)

@@ -385,7 +385,11 @@ func printActions(out io.Writer, actions []ledger.Action) {
 		if a.Error != "" {
 			result = "ERROR: " + a.Error
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", a.Key, a.Status, a.Attempts, oneLine(a.Arguments, 60), oneLine(result, 80))
+		status := a.Status
+		if a.FenceReason != "" {
+			status += " (fenced: " + a.FenceReason + ")"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", a.Key, status, a.Attempts, oneLine(a.Arguments, 60), oneLine(result, 80))
 	}
 	tw.Flush()
 }

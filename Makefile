@@ -9,7 +9,7 @@ export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disa
 DEMO_FLAGS ?= --exit
 TEST_FLAGS ?= -race -timeout 20m
 
-.PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz
+.PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz chaos
 
 build:
 	$(GO) build -o bin/agentsaga ./cmd/agentsaga
@@ -61,6 +61,19 @@ vet:
 clean:
 	rm -rf bin .dev
 
+# The chaos harness (cmd/agentsaga/chaos_test.go, issue 11) in its large
+# configuration: every fault (kill -9, SIGSTOP/SIGCONT, Postgres restart, slow
+# tool) at every boundary of a tool call, with tool timeouts of 3, 30 and 60 s,
+# CHAOS_RUNS runs a cell, CHAOS_PARALLEL at once. It prints the table of
+# invariant violations (I1-I5) and saves it in bench/results/chaos.txt; it
+# fails if any count is not 0. `make test` runs its small configuration.
+CHAOS_RUNS ?= 2
+CHAOS_PARALLEL ?= 6
+chaos: bin/temporal postgres
+	$(GO) test -race -timeout 180m -count=1 -v -run '^TestChaos$$' ./cmd/agentsaga -args \
+		-chaos.size=large -chaos.runs=$(CHAOS_RUNS) -chaos.parallel=$(CHAOS_PARALLEL) \
+		-chaos.out=$(CURDIR)/bench/results/chaos.txt
+
 # Benchmarks print their own figures; they are not part of `make test`.
 # Each scenario also saves its figures as JSON under bench/results/.
 BENCH := ./bin/agentsaga bench
@@ -71,3 +84,4 @@ bench: bin/temporal postgres build
 	$(BENCH) overhead --runs 4 --calls 50 --out bench/results/overhead.json
 	$(BENCH) storm --out bench/results/storm.json --chart bench/storm.png
 	$(BENCH) ledger --out bench/results/ledger.json
+	$(MAKE) chaos

@@ -1,8 +1,8 @@
 package workflows_test
 
 // Regression tests for the holes found in review of the fences work: each
-// failed on the code before it. They run
-// with the real activities and a real ledger.
+// failed on the code before it. They run with the real activities and a
+// real ledger.
 
 import (
 	"context"

@@ -56,11 +56,21 @@ type Activities struct {
 	Getenv func(string) string
 }
 
-// ModelCall is the input of CallModel.
+// ModelCall is the input of CallModel. It carries references, not the
+// conversation: the activity reads the messages from the ledger, fits them
+// to the model's context budget, and records the reply there.
 type ModelCall struct {
-	Model   ModelSpec    `json:"model"`
-	Request ModelRequest `json:"request"`
-	Retry   RetryPlan    `json:"retry"`
+	Model        ModelSpec    `json:"model"`
+	Conversation Conversation `json:"conversation"`
+	Tools        []ToolDef    `json:"tools,omitempty"`
+	// Note is the budget note the model reads last; it is not stored.
+	Note string `json:"note,omitempty"`
+	// Finish marks the graceful-finish call (FinishInstructions follow the
+	// note, and no tools are offered).
+	Finish bool `json:"finish,omitempty"`
+	// FinishInstructions are the switched instructions of a finish call.
+	FinishInstructions string    `json:"finish_instructions,omitempty"`
+	Retry              RetryPlan `json:"retry"`
 }
 
 // ToolCallRequest is the input of CallTool.
@@ -73,17 +83,29 @@ type ToolCallRequest struct {
 	// Compensates is the forward key this call undoes, for a compensation:
 	// a rollback fences forward calls, never these.
 	Compensates string `json:"compensates,omitempty"`
+	// Record, when set, is where the output goes in the run's
+	// conversation: written in the statement that completes the action.
+	Record *MessageRef `json:"record,omitempty"`
 }
 
-// ToolResult is what a tool call produced.
+// ToolResult is what a tool call produced, as history carries it: a
+// preview and a digest of the output, whose whole is in the ledger.
 type ToolResult struct {
 	Output string `json:"output"`
+	// Digest identifies the whole output; Bytes is its length.
+	Digest string `json:"digest,omitempty"`
+	Bytes  int    `json:"bytes,omitempty"`
 	// Replayed is true when the ledger already held the result for this
 	// key and the tool was not called again.
 	Replayed bool `json:"replayed,omitempty"`
 	// Attempt is the attempt that produced this result: the leaf calls the
 	// call took.
 	Attempt int `json:"attempt"`
+}
+
+// toolResult is output as history carries it.
+func toolResult(output string, replayed bool, attempt int) ToolResult {
+	return ToolResult{Output: Preview(output), Digest: Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
 }
 
 // RunFinish is the input of RecordRunFinish.
@@ -100,25 +122,84 @@ func IdempotencyKey(ctx context.Context) string {
 	return info.WorkflowExecution.ID + "/" + info.ActivityID
 }
 
-// CallModel makes one model call.
+// CallModel makes one model turn, once per key: the run's messages before
+// Conversation.Through are read from the ledger (after Conversation.Append
+// is written), fitted to the model's context budget, and sent; the reply is
+// stored under the call's idempotency key and recorded as message Through.
+// A later attempt of a turn whose reply is stored returns it without calling
+// the provider again: a worker lost after the reply costs no second bill.
 func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, error) {
 	model, err := a.model(call.Model)
 	if err != nil {
 		return ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeModelConfig, nil)
 	}
-	var turn ModelTurn
+	conv := call.Conversation
+	appended := make([]ledger.Message, len(conv.Append))
+	for i, m := range conv.Append {
+		appended[i] = m.toLedger()
+	}
+	if err := a.Ledger.AppendMessages(ctx, conv.WorkflowID, appended); err != nil {
+		return ModelTurn{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	}
 	target := call.Model.Provider
 	if call.Model.Name != "" {
 		target += ":" + call.Model.Name
 	}
-	err = a.leafCall(ctx, ledger.LeafModel, target, func() error {
-		stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
-		defer stop()
-		turn, err = model.Turn(ctx, call.Request)
-		return err
+	info := activity.GetInfo(ctx)
+	arguments, _ := json.Marshal(map[string]any{"through": conv.Through, "finish": call.Finish})
+	output, replayed, err := a.once(ctx, keyedCall{
+		action: ledger.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+			Tool: "model:" + target, Arguments: string(arguments), Kind: ledger.ActionModel},
+		kind: ledger.LeafModel, target: target,
+		run: func(ctx context.Context) (string, *ledger.Message, error) {
+			turn, err := a.modelTurn(ctx, model, call)
+			if err != nil {
+				return "", nil, err
+			}
+			stored, _ := json.Marshal(turn)
+			reply := Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
+			if turn.Refusal != "" {
+				reply.Content = "I refused: " + turn.Refusal
+			}
+			row := reply.toLedger()
+			return string(stored), &row, nil
+		},
 	})
 	if err != nil {
-		return ModelTurn{}, toActivityError(err)
+		return ModelTurn{}, err
+	}
+	var turn ModelTurn
+	if err := json.Unmarshal([]byte(output), &turn); err != nil {
+		return ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), ErrTypeModelConfig, nil)
+	}
+	_ = replayed // the workflow charges the stored turn's usage once, as it sees it once
+	turn.Attempt = int(info.Attempt)
+	return turn, nil
+}
+
+// modelTurn assembles the request from the ledger and calls the model.
+func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall) (ModelTurn, error) {
+	rows, err := a.Ledger.Messages(ctx, call.Conversation.WorkflowID, call.Conversation.Through)
+	if err != nil {
+		return ModelTurn{}, fmt.Errorf("%w: %w", errLedgerUnavailable, err)
+	}
+	msgs := make([]Message, len(rows))
+	for i, row := range rows {
+		msgs[i] = fromLedger(row)
+	}
+	var trailing []Message
+	if call.Note != "" {
+		trailing = append(trailing, Message{Role: "system", Content: call.Note})
+	}
+	if call.Finish && call.FinishInstructions != "" {
+		trailing = append(trailing, Message{Role: "system", Content: call.FinishInstructions})
+	}
+	fit := fitContext(msgs, trailing, call.Model.ContextTokens())
+	stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
+	defer stop()
+	turn, err := model.Turn(ctx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish})
+	if err != nil {
+		return ModelTurn{}, err
 	}
 	// A model's text is untrusted data like a tool's: it reaches history,
 	// trace entries and the run's answer in the ledger.
@@ -126,7 +207,7 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	for i, tc := range turn.ToolCalls {
 		turn.ToolCalls[i].Name, turn.ToolCalls[i].Arguments = cleanText(tc.Name), cleanText(tc.Arguments)
 	}
-	turn.Attempt = int(activity.GetInfo(ctx).Attempt)
+	turn.RequestTokens, turn.Shortened = fit.Tokens, fit.Shortened
 	return turn, nil
 }
 
@@ -173,8 +254,8 @@ func (a *Activities) apiKey(spec ModelSpec) (string, error) {
 // live; a fenced key (the workflow gave up, the run is rolling back or has
 // ended) fails at once with ErrTypeFenced; arguments that are not valid JSON
 // or do not match the schema fail at once, before the ledger is touched.
-// While the tool runs, the attempt heartbeats and renews its lease on the
-// key; it stops as soon as it learns it lost the key.
+// The whole output goes to the ledger (and, with req.Record, into the run's
+// conversation); history gets a preview and a digest.
 func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolResult, error) {
 	if err := req.Tool.CheckArguments(req.Arguments); err != nil {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidArguments, nil)
@@ -183,143 +264,36 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 	if err != nil {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnknownTool, nil)
 	}
-
 	info := activity.GetInfo(ctx)
-	log := activity.GetLogger(ctx)
 	key := IdempotencyKey(ctx)
-	lease := leaseLength(info)
-	claimedAt := time.Now()
-	claim, err := a.claim(ctx, ledger.ActionRequest{
-		Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
-		Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates,
-	}, lease)
-	switch {
-	case errors.Is(err, ledger.ErrConflict):
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, nil)
-	case errors.Is(err, ledger.ErrFenced):
-		log.Warn("tool call: the key is fenced; the tool is not called", "key", key, "attempt", info.Attempt, "error", err)
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
-	case errors.Is(err, ledger.ErrInFlight):
-		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeInFlight)
-	case err != nil:
-		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
-	}
-	if !claim.Execute {
-		return storedOutcome(claim.Action, int(info.Attempt))
-	}
-
-	held := holdLease(ctx, a.Ledger, key, claim.Action.Attempts, lease, claimedAt)
-	defer held.stop()
-	if err := held.confirm(); err != nil {
-		// Paused between the claim and the call for longer than the lease:
-		// another attempt may hold the key now, so nothing is sent.
-		log.Warn("tool call: the attempt lost its key before calling the tool; the tool is not called", "key", key, "attempt", info.Attempt, "error", err)
-		if errors.Is(err, ledger.ErrLeaseLost) {
-			return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
-		}
-		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
-	}
-
-	var output string
-	callErr := a.leafCall(ctx, ledger.LeafTool, req.Tool.Name, func() error {
-		var err error
-		output, err = run(held.ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
-		// Capped and cleaned for every kind of tool before anything reads
-		// it: the model, history and the ledger all get the same text.
-		output = cleanOutput(output)
-		return err
-	})
-	if callErr != nil {
-		if cause := context.Cause(held.ctx); held.ctx.Err() != nil && ctx.Err() == nil && cause != nil {
-			callErr = fmt.Errorf("%w (the attempt stopped: %w)", callErr, cause)
-		}
-		activityErr := toActivityError(callErr)
-		errType, permanent := "", false
-		var appErr *temporal.ApplicationError
-		if errors.As(activityErr, &appErr) {
-			errType, permanent = appErr.Type(), appErr.NonRetryable()
-		}
-		// Recorded even when the attempt was cancelled, so the next attempt
-		// can claim the key at once instead of waiting out the lease.
-		if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, callErr.Error(), errType, permanent); err != nil {
-			logRefusedWrite(log, key, err)
-		}
-		return ToolResult{}, activityErr
-	}
-	if matcher, _ := req.Tool.refusals(); matcher != nil {
-		if reason, refused := matcher.Match(output); refused {
-			// The far side said "no" with a 200: stored like a 4xx, so every
-			// later attempt gets the same refusal, and never retried.
-			message := fmt.Sprintf("tool %s refused: %s", req.Tool.Name, reason)
-			if err := a.recordAfterEffect(ctx, key, func(ctx context.Context) error {
-				_, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, message, ErrTypeRefusal, true)
-				return err
-			}); err != nil {
-				logRefusedWrite(log, key, err)
+	matcher, _ := req.Tool.refusals()
+	output, replayed, err := a.once(ctx, keyedCall{
+		action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
+		kind: ledger.LeafTool, target: req.Tool.Name,
+		run: func(ctx context.Context) (string, *ledger.Message, error) {
+			output, err := run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
+			// Capped and cleaned for every kind of tool before anything reads
+			// it: the model, history and the ledger all get the same text.
+			output = cleanOutput(output)
+			if err != nil || req.Record == nil {
+				return output, nil, err
 			}
-			return ToolResult{}, temporal.NewNonRetryableApplicationError(message, ErrTypeRefusal, nil)
-		}
-	}
-	var stored ledger.Action
-	err = a.recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
-		stored, err = a.Ledger.CompleteAction(ctx, key, claim.Action.Attempts, output)
-		return err
+			return output, &ledger.Message{Seq: req.Record.Seq, Role: "tool", Content: output,
+				ToolCallID: req.Record.ToolCallID, Name: req.Record.Name, SourceKey: key}, nil
+		},
+		refused: func(output string) (string, bool) {
+			if matcher == nil {
+				return "", false
+			}
+			reason, refused := matcher.Match(output)
+			return fmt.Sprintf("tool %s refused: %s", req.Tool.Name, reason), refused
+		},
 	})
-	switch {
-	case errors.Is(err, ledger.ErrLeaseLost) && stored.Status == ledger.ActionCompleted:
-		// Another attempt completed the key first: its result is the one.
-		logRefusedWrite(log, key, err)
-		return ToolResult{Output: stored.Result, Replayed: true, Attempt: int(info.Attempt)}, nil
-	case errors.Is(err, ledger.ErrLeaseLost):
-		logRefusedWrite(log, key, err)
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
-	case err != nil:
-		// The tool ran but its result is not stored. The next attempt waits
-		// out this lease and runs the tool again under the same key, which an
-		// HTTP tool deduplicates by its Idempotency-Key header.
-		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	if err != nil {
+		return ToolResult{}, err
 	}
-	return ToolResult{Output: stored.Result, Attempt: int(info.Attempt)}, nil
-}
-
-// logRefusedWrite reports a ledger write after a tool call that did not
-// land: refused because the attempt was superseded or fenced (a WARN: the
-// ledger kept the truth of the attempt that holds the key), or failed.
-func logRefusedWrite(log interface{ Warn(string, ...any) }, key string, err error) {
-	if errors.Is(err, ledger.ErrLeaseLost) {
-		log.Warn("ledger: write refused: this attempt no longer holds the key", "key", key, "error", err)
-		return
-	}
-	log.Warn("ledger: could not record a tool's outcome", "key", key, "error", err)
-}
-
-// recordAfterEffect makes a ledger write that follows a tool's side
-// effect, retrying it while this attempt lasts. The effect has happened;
-// an attempt that gave up at the first error would count against the
-// call's attempts although the call succeeded, and a Postgres restart of a
-// couple of seconds used up all three of a call that had executed
-// (TestFaults/PostgresRestart found it), so the model was told a charge
-// failed that had gone through. A write refused because the attempt lost
-// its key is final.
-func (a *Activities) recordAfterEffect(ctx context.Context, key string, write func(context.Context) error) error {
-	delay := 100 * time.Millisecond
-	for {
-		// Each write gets its own bound, so an unreachable host cannot
-		// hold the attempt past its deadline.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err := write(wctx)
-		cancel()
-		if err == nil || errors.Is(err, ledger.ErrLeaseLost) {
-			return err
-		}
-		activity.GetLogger(ctx).Warn("ledger: could not record a tool's outcome; retrying while the attempt lasts", "key", key, "error", err)
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
-	}
+	return toolResult(output, replayed, int(info.Attempt)), nil
 }
 
 func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvocation) (string, error), error) {
@@ -347,20 +321,6 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 	return nil, fmt.Errorf("tool %s: unknown kind %q", tool.Name, tool.Kind)
 }
 
-// storedOutcome turns a settled ledger row into what the first attempt
-// returned: its result, or its definitive error with the type it had (a
-// refusal replays as a Refusal, so a duplicate delivery escalates too).
-func storedOutcome(action ledger.Action, attempt int) (ToolResult, error) {
-	if action.Status == ledger.ActionRejected {
-		errType := action.ErrorType
-		if errType == "" {
-			errType = ErrTypeRejected
-		}
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(action.Error, errType, nil)
-	}
-	return ToolResult{Output: action.Result, Replayed: true, Attempt: attempt}, nil
-}
-
 // heartbeat records a heartbeat at a third of timeout while a tool runs, so
 // a lost worker is noticed within the heartbeat timeout and a cancelled
 // run's cancellation reaches the call's context. It returns the stop func.
@@ -384,49 +344,6 @@ func heartbeat(ctx context.Context, timeout time.Duration) func() {
 		}
 	}()
 	return func() { close(done) }
-}
-
-// claim takes the key, waiting while another attempt holds it: a duplicate
-// delivery should not spend one of the call's attempts. It heartbeats while
-// it waits, so Temporal knows the attempt is alive, and a waiting attempt
-// that Temporal has given up on (a heartbeat answered "not found", a paused
-// worker that woke past its deadline) has its context cancelled and stops
-// at once, with ErrInFlight.
-func (a *Activities) claim(ctx context.Context, req ledger.ActionRequest, lease time.Duration) (ledger.Claim, error) {
-	const poll = 250 * time.Millisecond
-	for {
-		claim, err := a.Ledger.ClaimAction(ctx, req, lease)
-		if !errors.Is(err, ledger.ErrInFlight) || ctx.Err() != nil {
-			return claim, err
-		}
-		activity.RecordHeartbeat(ctx)
-		select {
-		case <-ctx.Done():
-			return ledger.Claim{}, err
-		case <-time.After(poll):
-		}
-	}
-}
-
-// errLedgerUnavailable marks an attempt that failed on a ledger write before
-// anything left the process.
-var errLedgerUnavailable = errors.New("the ledger is unavailable")
-
-// leafCall records one attempt that leaves the process around do.
-func (a *Activities) leafCall(ctx context.Context, kind, target string, do func() error) error {
-	info := activity.GetInfo(ctx)
-	id, err := a.Ledger.BeginLeafCall(ctx, ledger.LeafCall{
-		WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: IdempotencyKey(ctx),
-		Attempt: int(info.Attempt), Kind: kind, Target: target,
-	})
-	if err != nil {
-		return fmt.Errorf("%w: %w", errLedgerUnavailable, err)
-	}
-	callErr := do()
-	if err := a.Ledger.EndLeafCall(context.WithoutCancel(ctx), id, callErr); err != nil {
-		activity.GetLogger(ctx).Warn("ledger: could not record end of leaf call", "key", IdempotencyKey(ctx), "error", err)
-	}
-	return callErr
 }
 
 // toActivityError classifies err for Temporal's retry: the one retry loop.
@@ -485,9 +402,10 @@ type GiveUp struct {
 // GaveUp is what the ledger knew of a call once the workflow gave up on it.
 type GaveUp struct {
 	// Status is the action's status: completed means a late attempt did the
-	// call after all, and Result is what it returned.
-	Status string `json:"status"`
-	Result string `json:"result,omitempty"`
+	// call after all, and Preview and Digest are of what it returned.
+	Status  string `json:"status"`
+	Preview string `json:"preview,omitempty"`
+	Digest  string `json:"digest,omitempty"`
 	// LeafCalls counts the attempts that left the process, lost ones
 	// included.
 	LeafCalls int `json:"leaf_calls"`
@@ -509,7 +427,11 @@ func (a *Activities) GiveUpCall(ctx context.Context, g GiveUp) (GaveUp, error) {
 			return GaveUp{}, err
 		}
 		if !fenced.Live {
-			return GaveUp{Status: fenced.Action.Status, Result: fenced.Action.Result, LeafCalls: fenced.LeafCalls}, nil
+			gaveUp := GaveUp{Status: fenced.Action.Status, LeafCalls: fenced.LeafCalls}
+			if gaveUp.Status == ledger.ActionCompleted {
+				gaveUp.Preview, gaveUp.Digest = Preview(fenced.Action.Result), Digest(fenced.Action.Result)
+			}
+			return gaveUp, nil
 		}
 		if err := waitSettle(ctx); err != nil {
 			return GaveUp{}, fmt.Errorf("give up on %s: %w", g.Key, err)
@@ -545,6 +467,29 @@ func waitSettle(ctx context.Context) error {
 	case <-time.After(settlePoll):
 		return nil
 	}
+}
+
+// ReadResultRequest is the input of ReadResult.
+type ReadResultRequest struct {
+	WorkflowID string     `json:"workflow_id"`
+	Key        string     `json:"key"`
+	Record     MessageRef `json:"record"`
+}
+
+// ReadResult reads back, whole, an output of the run that was shortened in
+// the model's requests, into the conversation as the answer to the model's
+// read_result call. The key must be one of the run's (or its sub-agents').
+func (a *Activities) ReadResult(ctx context.Context, req ReadResultRequest) (ToolResult, error) {
+	result, err := a.Ledger.RecordResultMessage(ctx, req.WorkflowID, req.Key, ledger.Message{
+		Seq: req.Record.Seq, ToolCallID: req.Record.ToolCallID, Name: req.Record.Name})
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("read_result: %q is not the key of a completed call of this run", req.Key), ErrTypeNotFound, nil)
+	}
+	if err != nil {
+		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	}
+	return toolResult(result, true, int(activity.GetInfo(ctx).Attempt)), nil
 }
 
 // RollbackPlanRequest is the input of RollbackPlan.

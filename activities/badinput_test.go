@@ -105,21 +105,28 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 				var result activities.ToolResult
 				require.NoError(t, val.Get(&result))
 				requireStorable(t, result.Output)
-				if tc.truncated {
-					assert.True(t, strings.HasSuffix(result.Output, activities.TruncationMarker), "the cut is marked for the model")
-					assert.LessOrEqual(t, len(result.Output), activities.MaxToolOutput+len(activities.TruncationMarker))
-					assert.Greater(t, len(result.Output), activities.MaxToolOutput-utf8.UTFMax, "the cut keeps the cap's worth of text")
-				} else {
-					assert.Equal(t, tc.want, result.Output)
-				}
 				assert.Equal(t, int32(1), calls.Load(), "the tool ran once: storing its answer did not fail and force a retry")
 
 				actions, err := acts.Ledger.ListActions(context.Background(), testWorkflowID)
 				require.NoError(t, err)
 				require.Len(t, actions, 1)
 				assert.Equal(t, ledger.ActionCompleted, actions[0].Status)
-				assert.Equal(t, result.Output, actions[0].Result, "the ledger holds exactly what the model read, so a replay matches")
-				assert.LessOrEqual(t, len(actions[0].Result), ledger.MaxStoredText)
+				stored := actions[0].Result
+				requireStorable(t, stored)
+				assert.LessOrEqual(t, len(stored), ledger.MaxStoredText)
+				if tc.truncated {
+					assert.True(t, strings.HasSuffix(stored, activities.TruncationMarker), "the cut is marked for the model")
+					assert.LessOrEqual(t, len(stored), activities.MaxToolOutput+len(activities.TruncationMarker))
+					assert.Greater(t, len(stored), activities.MaxToolOutput-utf8.UTFMax, "the cut keeps the cap's worth of text")
+				} else {
+					assert.Equal(t, tc.want, stored)
+				}
+				// History carries a preview and a digest of exactly what the
+				// ledger holds (and the model reads), so a replay matches.
+				assert.Equal(t, activities.Preview(stored), result.Output)
+				assert.LessOrEqual(t, len(result.Output), activities.PreviewBytes)
+				assert.Equal(t, activities.Digest(stored), result.Digest)
+				assert.Equal(t, len(stored), result.Bytes)
 
 				// A second delivery of the key replays the stored text.
 				val, err = newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{}`})
@@ -325,8 +332,9 @@ func TestModelOutputWithBadBytes(t *testing.T) {
 			ts := fakeChat(t, tc.status, tc.body)
 			acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 			val, err := newEnv(t, acts).ExecuteActivity(acts.CallModel, activities.ModelCall{
-				Model:   activities.ModelSpec{Provider: activities.ProviderOpenAI, Name: "m", BaseURL: ts.URL},
-				Request: activities.ModelRequest{Messages: []activities.Message{{Role: "user", Content: "hi"}}},
+				Model: activities.ModelSpec{Provider: activities.ProviderOpenAI, Name: "m", BaseURL: ts.URL},
+				Conversation: activities.Conversation{WorkflowID: testWorkflowID, Through: 1,
+					Append: []activities.Message{{Seq: 0, Role: "user", Content: "hi", Pinned: true}}},
 			})
 			if len(tc.errWant) > 0 {
 				require.Error(t, err)
@@ -350,8 +358,16 @@ func TestModelOutputWithBadBytes(t *testing.T) {
 				}
 			}
 
-			counts := ledgertest.Counts(t, acts.Ledger)
-			assert.Zero(t, counts["actions"], "a model call is never an action")
+			// A model turn is an action under its key: its reply is stored
+			// there, once, and a failed turn is stored as failed.
+			actions, aerr := acts.Ledger.ListModelTurns(context.Background(), testWorkflowID)
+			require.NoError(t, aerr)
+			require.Len(t, actions, 1)
+			if len(tc.errWant) == 0 {
+				assert.Equal(t, "completed", actions[0].Status)
+			} else {
+				assert.NotEqual(t, "completed", actions[0].Status)
+			}
 			leaves, lerr := acts.Ledger.ListLeafCalls(context.Background(), testWorkflowID)
 			require.NoError(t, lerr)
 			require.Len(t, leaves, 1)

@@ -39,6 +39,7 @@ func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbe
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(time.Minute)
 	env.RegisterWorkflow(callToolWorkflow)
 	env.RegisterActivity(acts)
 	env.ExecuteWorkflow(callToolWorkflow, activities.ToolCallRequest{

@@ -19,6 +19,13 @@ type Message struct {
 	ToolCallID string `json:"tool_call_id,omitempty"`
 	// Name is the tool's name on a tool message.
 	Name string `json:"name,omitempty"`
+	// Seq is the message's place in the run's conversation in the ledger.
+	Seq int `json:"seq,omitempty"`
+	// Pinned messages (the system prompt, the goal, a human's
+	// instruction) are never shortened to fit the context budget.
+	Pinned bool `json:"pinned,omitempty"`
+	// Key is the idempotency key of the call whose output this is.
+	Key string `json:"key,omitempty"`
 }
 
 // ToolCall is one tool invocation a model asked for. Arguments is kept as
@@ -65,6 +72,10 @@ type ModelTurn struct {
 	Model string `json:"model,omitempty"`
 	// Attempt is the attempt that produced this turn (set by CallModel).
 	Attempt int `json:"attempt,omitempty"`
+	// RequestTokens is the estimated size of the request, after fitting it
+	// to the context budget; Shortened counts the outputs shortened to fit.
+	RequestTokens int `json:"request_tokens,omitempty"`
+	Shortened     int `json:"shortened,omitempty"`
 }
 
 // ToolDef is how a tool is described to a model.
@@ -100,12 +111,15 @@ const (
 // APIKeyEnv names the environment variable the worker reads the key from,
 // so the key stays out of workflow history and the ledger.
 type ModelSpec struct {
-	Provider  string         `json:"provider"`
-	Name      string         `json:"name,omitempty"`
-	BaseURL   string         `json:"base_url,omitempty"`
-	APIKeyEnv string         `json:"api_key_env,omitempty"`
-	MaxTokens int64          `json:"max_tokens,omitempty"`
-	Script    []ScriptedTurn `json:"script,omitempty"`
+	Provider  string `json:"provider"`
+	Name      string `json:"name,omitempty"`
+	BaseURL   string `json:"base_url,omitempty"`
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	MaxTokens int64  `json:"max_tokens,omitempty"`
+	// ContextWindow is the model's context window in tokens; zero means
+	// the known window of the named model (ContextTokens).
+	ContextWindow int            `json:"context_tokens,omitempty"`
+	Script        []ScriptedTurn `json:"script,omitempty"`
 	// ScriptFinish is what a scripted model answers to the graceful-finish
 	// call; without it, it writes a generic partial answer.
 	ScriptFinish *ScriptedTurn `json:"script_finish,omitempty"`
@@ -140,6 +154,9 @@ func (m ModelSpec) Validate() error {
 	}
 	if m.MaxTokens < 0 {
 		return fmt.Errorf("model.max_tokens: %d is negative", m.MaxTokens)
+	}
+	if m.ContextWindow < 0 || (m.ContextWindow > 0 && m.ContextWindow < 1024) {
+		return fmt.Errorf("model.context_tokens: %d is too small a context window (at least 1024, or omit it for the model's known window)", m.ContextWindow)
 	}
 	return nil
 }

@@ -60,7 +60,16 @@ type ActionRequest struct {
 	// Compensates is the forward key this action undoes, for a
 	// compensating action. A rollback fences forward actions, not these.
 	Compensates string
+	// Kind is ActionTool (the default) or ActionModel: a model turn, kept
+	// under its key like a call so its reply is paid for once.
+	Kind string
 }
+
+// Action kinds.
+const (
+	ActionTool  = "tool"
+	ActionModel = "model"
+)
 
 // CompensationRequest pairs a forward action with the tool that undoes it.
 type CompensationRequest struct {
@@ -165,8 +174,9 @@ func (s *Store) ClaimAction(ctx context.Context, req ActionRequest, lease time.D
 			SELECT NOT EXISTS (SELECT 1 FROM run WHERE finished_at IS NOT NULL OR (closing_at IS NOT NULL AND $10 = '')) AS ok
 		), claimed AS (
 			INSERT INTO actions AS a (idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
-			                     status, locked_until, compensates)
-			SELECT $1, $2, $3, $4, $5, $6, 'started', clock_timestamp() + $7 * interval '1 millisecond', NULLIF($10, '')
+			                     status, locked_until, compensates, kind)
+			SELECT $1, $2, $3, $4, $5, $6, 'started', clock_timestamp() + $7 * interval '1 millisecond', NULLIF($10, ''),
+			       coalesce(NULLIF($11, ''), 'tool')
 			FROM open WHERE open.ok
 			ON CONFLICT (idempotency_key) DO UPDATE
 			SET status = 'started', attempts = a.attempts + 1, error = '', error_type = '',
@@ -186,7 +196,7 @@ func (s *Store) ClaimAction(ctx context.Context, req ActionRequest, lease time.D
 		)
 		SELECT * FROM claimed`,
 		req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, fingerprint, lease.Milliseconds(), compTool, compArgs,
-		req.Compensates)
+		req.Compensates, req.Kind)
 	action, err := scanAction(row)
 	if err == nil {
 		return Claim{Action: action, Execute: true}, nil
@@ -265,7 +275,14 @@ func (s *Store) RenewLease(ctx context.Context, key string, attempt int, lease t
 // action is returned with ErrLeaseLost, and the first stored result (if
 // another attempt completed) stays.
 func (s *Store) CompleteAction(ctx context.Context, key string, attempt int, result string) (Action, error) {
-	return s.settle(ctx, key, attempt, ActionCompleted, result, "", "")
+	return s.settle(ctx, key, attempt, ActionCompleted, result, "", "", nil)
+}
+
+// CompleteActionAndRecord is CompleteAction that also writes msg into the
+// run's conversation, in the same statement: a tool's output (or a model's
+// reply) is in the conversation exactly when its action is completed.
+func (s *Store) CompleteActionAndRecord(ctx context.Context, key string, attempt int, result string, msg Message) (Action, error) {
+	return s.settle(ctx, key, attempt, ActionCompleted, result, "", "", &msg)
 }
 
 // FailAction records a failed attempt and the error type it failed with.
@@ -277,16 +294,39 @@ func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, 
 	if permanent {
 		status = ActionRejected
 	}
-	return s.settle(ctx, key, attempt, status, "", cause, errType)
+	return s.settle(ctx, key, attempt, status, "", cause, errType, nil)
 }
 
-func (s *Store) settle(ctx context.Context, key string, attempt int, status, result, cause, errType string) (Action, error) {
+func (s *Store) settle(ctx context.Context, key string, attempt int, status, result, cause, errType string, msg *Message) (Action, error) {
+	var m Message
+	var toolCalls *string
+	if msg != nil {
+		m = *msg
+		if len(m.ToolCalls) > 0 {
+			calls := string(m.ToolCalls)
+			toolCalls = &calls
+		}
+	}
+	// The message (when there is one) is the row's stored result or, for a
+	// model's reply, the text the workflow's conversation shows.
+	content := m.Content
+	if msg != nil && content == "" {
+		content = result
+	}
 	action, err := scanAction(s.pool.QueryRow(ctx, `
-		UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
-		       updated_at = clock_timestamp(),
-		       completed_at = CASE WHEN $3 IN ('completed', 'rejected') THEN clock_timestamp() END
-		WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
-		RETURNING `+actionColumns, key, attempt, status, storable(result), storable(cause), errType))
+		WITH settled AS (
+			UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
+			       updated_at = clock_timestamp(),
+			       completed_at = CASE WHEN $3 IN ('completed', 'rejected') THEN clock_timestamp() END
+			WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
+			RETURNING `+actionColumns+`
+		), recorded AS (
+			INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, source_key)
+			SELECT settled.workflow_id, $8, $9, $10, $11::jsonb, $12, $13, $1 FROM settled WHERE $7
+			ON CONFLICT (workflow_id, seq) DO NOTHING
+		)
+		SELECT * FROM settled`, key, attempt, status, storable(result), storable(cause), errType,
+		msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over, or a rollback settled it.
 		stored, err := s.GetAction(ctx, key)
@@ -366,9 +406,24 @@ func (s *Store) GetAction(ctx context.Context, key string) (Action, error) {
 	return action, nil
 }
 
-// ListActions returns a run's actions in the order they were first claimed.
+// ListModelTurns returns a run's model turns, each stored under its key,
+// in the order they were first claimed.
+func (s *Store) ListModelTurns(ctx context.Context, workflowID string) ([]Action, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions a WHERE workflow_id = $1 AND kind = 'model' ORDER BY id`, workflowID)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list model turns of %s: %w", workflowID, err)
+	}
+	turns, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Action, error) { return scanAction(row) })
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list model turns of %s: %w", workflowID, err)
+	}
+	return turns, nil
+}
+
+// ListActions returns a run's actions on the outside world (not its model
+// turns) in the order they were first claimed.
 func (s *Store) ListActions(ctx context.Context, workflowID string) ([]Action, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions a WHERE workflow_id = $1 ORDER BY id`, workflowID)
+	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions a WHERE workflow_id = $1 AND kind = 'tool' ORDER BY id`, workflowID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list actions of %s: %w", workflowID, err)
 	}

@@ -54,7 +54,10 @@ type RunResult struct {
 	Reason      string       `json:"reason,omitempty"`
 	Usage       budget.Usage `json:"usage"`
 	Retries     RetryStats   `json:"retries"`
-	Trace       []TraceEntry `json:"trace"`
+	// Trace holds the last entries (at most traceTail); TraceEntries counts
+	// them all. The whole conversation is in the ledger (agentsaga show).
+	Trace        []TraceEntry `json:"trace"`
+	TraceEntries int          `json:"trace_entries"`
 	// Saga reports the compensation walk, when there was one.
 	Saga *compensation.Report `json:"saga,omitempty"`
 }
@@ -78,9 +81,13 @@ type TraceEntry struct {
 	Kind       string `json:"kind"` // "model", "tool", "agent" or "compensation"
 	Tool       string `json:"tool,omitempty"`
 	Arguments  string `json:"arguments,omitempty"`
-	Output     string `json:"output,omitempty"`
-	Error      string `json:"error,omitempty"`
-	Replayed   bool   `json:"replayed,omitempty"`
+	// Output is a preview (at most activities.PreviewBytes); the whole
+	// output is in the ledger, under the call's key.
+	Output string `json:"output,omitempty"`
+	// Digest identifies the whole output.
+	Digest   string `json:"digest,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Replayed bool   `json:"replayed,omitempty"`
 	// Attempts is the leaf calls this call took.
 	Attempts int `json:"attempts,omitempty"`
 	// Denial names the budget that refused a retry, if one did.
@@ -103,6 +110,10 @@ type BudgetView struct {
 // ModelActivityID names a step's model call.
 func ModelActivityID(step int) string { return fmt.Sprintf("step-%03d-model", step) }
 
+// FinishActivityID names the graceful-finish model call, made instead of
+// step's turn.
+func FinishActivityID(step int) string { return fmt.Sprintf("step-%03d-finish", step) }
+
 // ToolActivityID names the call-th tool call of a step, e.g.
 // step-003-call-1-search. With the workflow ID it is the idempotency key.
 func ToolActivityID(step, call int, tool string) string {
@@ -120,7 +131,13 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := spec.Validate(); err != nil {
 		return RunResult{}, temporal.NewNonRetryableApplicationError("spec: "+err.Error(), "InvalidSpec", nil)
 	}
-	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), workflow.Now(ctx))
+	carried := spec.Carried
+	spec.Carried = nil
+	start := workflow.Now(ctx)
+	if carried != nil {
+		start = carried.Start
+	}
+	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), start)
 	if err != nil {
 		return RunResult{}, temporal.NewNonRetryableApplicationError("spec: "+err.Error(), "InvalidSpec", nil)
 	}
@@ -129,7 +146,10 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
 		open:       map[string]bool{}, toolFailures: map[string]int{},
-		watch: newWatchdog(spec.Watchdog),
+		watch: newWatchdog(spec.Watchdog), step: 1,
+	}
+	if carried != nil {
+		r.resume(*carried)
 	}
 	if err := r.registerQueries(ctx); err != nil {
 		return RunResult{}, err
@@ -137,19 +157,36 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := r.registerUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
-	specJSON, err := json.Marshal(spec)
-	if err != nil {
-		return RunResult{}, err
-	}
-	start := ledger.Run{Goal: spec.Goal, Spec: specJSON}
-	if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
-		start.ParentWorkflowID = parent.ID
-	}
-	if err := r.bookkeeping(ctx, "run-start", activitiesRef.RecordRunStart, start); err != nil {
-		return RunResult{}, err
+	if carried == nil {
+		specJSON, err := json.Marshal(spec)
+		if err != nil {
+			return RunResult{}, err
+		}
+		start := ledger.Run{Goal: spec.Goal, Spec: specJSON}
+		if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
+			start.ParentWorkflowID = parent.ID
+		}
+		if err := r.bookkeeping(ctx, "run-start", activitiesRef.RecordRunStart, start); err != nil {
+			return RunResult{}, err
+		}
+		system := spec.System
+		if system == "" {
+			system = DefaultSystemPrompt
+		}
+		r.say(activities.Message{Role: "system", Content: system, Pinned: true})
+		r.say(activities.Message{Role: "user", Content: spec.Goal, Pinned: true})
 	}
 
-	result := r.loop(ctx)
+	result, next := r.loop(ctx)
+	if next != nil {
+		// History is long: the run goes on in a new execution of the same
+		// workflow ID, carrying its state and nothing that grows.
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return RunResult{}, err
+		}
+		spec.Carried = next
+		return RunResult{}, workflow.NewContinueAsNewError(ctx, AgentRun, spec)
+	}
 	r.showProgress(ctx, result.Status, result.Reason, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
 
 	// The ending is recorded even when the run was cancelled.
@@ -177,9 +214,23 @@ type run struct {
 	workflowID string
 	stats      RetryStats
 	// open holds the tools whose breaker was seen open, for the note.
-	open     map[string]bool
-	trace    []TraceEntry
-	messages []activities.Message
+	open map[string]bool
+	// trace holds the last traceTail entries; traced counts them all.
+	trace  []TraceEntry
+	traced int
+	// step is the next step; seq is the next message's place in the
+	// conversation, and pending are messages the workflow produced that
+	// the next model call writes to the ledger.
+	step    int
+	seq     int
+	pending []activities.Message
+	// continued counts the executions of this run before this one.
+	continued int
+	// lastContent is the model's latest text, for a partial answer.
+	lastContent string
+	// readBack is set once the model was told outputs were shortened: it
+	// is offered read_result from then on.
+	readBack bool
 	// toolFailures counts failed calls per tool, for escalation.
 	toolFailures map[string]int
 	escalations  int
@@ -201,66 +252,78 @@ func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) 
 	return workflow.ExecuteActivity(ctx, fn, arg).Get(ctx, nil)
 }
 
-func (r *run) loop(ctx workflow.Context) RunResult {
-	system := r.spec.System
-	if system == "" {
-		system = DefaultSystemPrompt
-	}
-	r.messages = []activities.Message{{Role: "system", Content: system}, {Role: "user", Content: r.spec.Goal}}
+// loop runs turns until the run ends, or until its history is long enough
+// to continue as new, when it returns the state to carry.
+func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 	var defs []activities.ToolDef
 	for _, t := range r.spec.Tools {
 		defs = append(defs, t.Def())
 	}
-
-	lastContent := ""
-	for step := 1; ; step++ {
+	for ; ; r.step++ {
+		step := r.step
 		if ctx.Err() != nil {
-			return r.rollback(ctx, "the run was cancelled", lastContent, "")
+			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+		}
+		if r.historyIsLong(ctx) {
+			state := r.carry()
+			return RunResult{}, &state
 		}
 		now := workflow.Now(ctx)
 		if dimension := r.budget.Exhausted(now); dimension != "" {
-			return r.outOfBudget(ctx, lastContent, "", fmt.Sprintf("the %s budget is spent", dimension))
+			return r.outOfBudget(ctx, r.lastContent, "", fmt.Sprintf("the %s budget is spent", dimension)), nil
 		}
 		if r.budget.ShouldFinish(now) {
-			return r.gracefulFinish(ctx, step, lastContent, fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)",
-				100*r.budget.FractionLeft(now), r.budget.FinishAt))
+			return r.gracefulFinish(ctx, step, r.lastContent, fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)",
+				100*r.budget.FractionLeft(now), r.budget.FinishAt)), nil
 		}
-		turn, err := r.modelTurn(ctx, step, defs, false)
+		offered := defs
+		if r.readBack {
+			offered = append(slices.Clone(defs), activities.ReadResultDef)
+		}
+		turn, err := r.modelTurn(ctx, step, offered, false)
 		switch {
 		case ctx.Err() != nil:
-			return r.rollback(ctx, "the run was cancelled", lastContent, "")
+			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
 		case err != nil:
 			r.failed = true
-			return r.rollback(ctx, fmt.Sprintf("model call at step %d failed: %s", step, errorText(err)), lastContent, "")
+			return r.rollback(ctx, fmt.Sprintf("model call at step %d failed: %s", step, errorText(err)), r.lastContent, ""), nil
 		case turn.Refusal != "":
-			// The refusal stays in the conversation, so the model (and a
-			// script) moves on after the human's instruction.
-			r.messages = append(r.messages, activities.Message{Role: "assistant", Content: "I refused: " + turn.Refusal})
+			// The refusal stays in the conversation (the model call
+			// recorded it), so the model (and a script) moves on after the
+			// human's instruction.
 			if result := r.escalate(ctx, fmt.Sprintf("The model refused at step %d: %s", step, turn.Refusal)); result != nil {
-				return *result
+				return *result, nil
 			}
 			continue
 		case len(turn.ToolCalls) == 0:
-			return r.end(ledger.RunCompleted, turn.Content, "the model answered")
+			return r.end(ledger.RunCompleted, turn.Content, "the model answered"), nil
 		}
-		lastContent = turn.Content
-		r.messages = append(r.messages, activities.Message{Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls})
+		r.lastContent = turn.Content
 		why, stuck := r.toolCalls(ctx, step, turn.ToolCalls)
 		if ctx.Err() != nil {
-			return r.rollback(ctx, "the run was cancelled", lastContent, "")
+			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
 		}
 		if why == "" && stuck != "" {
 			if r.spec.Watchdog.OnFire != WatchdogEscalate {
-				return r.gracefulFinish(ctx, step+1, lastContent, "watchdog: "+stuck)
+				return r.gracefulFinish(ctx, step+1, r.lastContent, "watchdog: "+stuck), nil
 			}
 			why = "The watchdog fired: " + stuck
 		}
 		if why != "" {
 			if result := r.escalate(ctx, why); result != nil {
-				return *result
+				return *result, nil
 			}
 		}
 	}
+}
+
+// say queues a message the workflow itself produced (the goal, a human's
+// instruction, a failed call's error) at the next place in the
+// conversation; the next model call writes it to the ledger.
+func (r *run) say(m activities.Message) {
+	m.Seq = r.seq
+	r.seq++
+	r.pending = append(r.pending, m)
 }
 
 // gracefulFinish spends one last model turn, with no tools and switched
@@ -285,25 +348,34 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		note += "\n" + warning
 	}
 	r.showProgress(ctx, ledger.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.budget.Limits.Steps), note)
-	messages := append(slices.Clone(r.messages), activities.Message{Role: "system", Content: note})
+	call := activities.ModelCall{
+		Model:        r.spec.Model,
+		Conversation: activities.Conversation{WorkflowID: r.workflowID, Append: r.pending, Through: r.seq},
+		Tools:        defs, Note: note, Finish: finish,
+		Retry: r.plan("model", "model:"+r.spec.Model.Provider+":"+r.spec.Model.Name),
+	}
 	if finish {
-		messages = append(messages, activities.Message{Role: "system", Content: FinishInstructions})
+		call.Tools, call.FinishInstructions = nil, FinishInstructions
 	}
 	model := r.spec.Model
 	summary := fmt.Sprintf("model turn %d (%s)", step, strings.TrimSpace(model.Provider+" "+model.Name))
+	activityID := ModelActivityID(step)
 	if finish {
 		summary += ": graceful finish"
+		activityID = FinishActivityID(step)
 	}
-	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, ModelActivityID(step), 2*time.Minute, summary))
+	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
 	var turn activities.ModelTurn
-	err := workflow.ExecuteActivity(actx, activitiesRef.CallModel, activities.ModelCall{
-		Model:   model,
-		Request: activities.ModelRequest{Messages: messages, Tools: defs, Finish: finish},
-		Retry:   r.plan("model", "model:"+model.Provider+":"+model.Name),
-	}).Get(ctx, &turn)
+	err := workflow.ExecuteActivity(actx, activitiesRef.CallModel, call).Get(ctx, &turn)
+	if err == nil {
+		// The reply is message r.seq now; what was pending is written.
+		r.pending = nil
+		r.seq++
+		r.readBack = r.readBack || turn.Shortened > 0
+	}
 
-	entry := TraceEntry{Step: step, ActivityID: ModelActivityID(step), Kind: "model", Output: turn.Content, Note: note}
+	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: activities.Preview(turn.Content), Note: note}
 	entry.Attempts, entry.Denial = turn.Attempt, ""
 	if err != nil {
 		entry.Error = errorText(err)
@@ -313,14 +385,27 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		entry.Error = "refusal: " + turn.Refusal
 	}
 	for _, c := range turn.ToolCalls {
-		entry.Output += fmt.Sprintf("\n-> %s %s", c.Name, c.Arguments)
+		entry.Output += fmt.Sprintf("\n-> %s %s", c.Name, clip(c.Arguments, 200))
 	}
 	r.charge("model", &entry)
 	r.budget.Spend(budget.Usage{Steps: 1, Tokens: turn.Usage.Total(),
 		USD: r.spec.Prices.ModelUSD(model.Name, turn.Usage.InputTokens, turn.Usage.OutputTokens)})
-	r.trace = append(r.trace, entry)
+	r.record(entry)
 	return turn, err
 }
+
+// record adds an entry to the trace, keeping the last traceTail.
+func (r *run) record(entries ...TraceEntry) {
+	r.traced += len(entries)
+	r.trace = append(r.trace, entries...)
+	if over := len(r.trace) - traceTail; over > 0 {
+		r.trace = slices.Delete(r.trace, 0, over)
+	}
+}
+
+// traceTail bounds the trace the workflow keeps, answers in the trace
+// query and returns in RunResult: the whole run is in the ledger.
+const traceTail = 32
 
 // toolCalls runs one turn's tool calls in parallel (sub-agents as child
 // workflows) and appends their results, in call order, for the model to
@@ -332,9 +417,21 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 	futures := make([]workflow.Future, len(calls))
 	entries := make([]TraceEntry, len(calls))
 	reservations := make([]*budget.Usage, len(calls))
+	reads := make([]bool, len(calls))
+	// Each call's result takes its place in the conversation in call
+	// order, whichever finishes first.
+	first := r.seq
+	r.seq += len(calls)
 	for i, call := range calls {
 		activityID := ToolActivityID(step, i+1, call.Name)
-		entries[i] = TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: call.Arguments}
+		entries[i] = TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, activities.PreviewBytes)}
+		record := &activities.MessageRef{Seq: first + i, ToolCallID: call.ID, Name: call.Name}
+		if call.Name == activities.ReadResultTool && r.readBack {
+			r.stats.Calls++
+			entries[i].ActivityID, reads[i] = activityID, true
+			futures[i] = r.readResult(ctx, activityID, call, *record)
+			continue
+		}
 		tool, ok := r.spec.tool(call.Name)
 		if !ok {
 			entries[i].Error = fmt.Sprintf("the model asked for unknown tool %q; the tools are: %s", call.Name, r.toolNames())
@@ -368,7 +465,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		}
 		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
 		actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(tool.Timeout()))
-		request := activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name)}
+		request := activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: record}
 		if tool.Compensate != nil {
 			request.Compensation = &ledger.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
 		}
@@ -380,21 +477,25 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			var child RunResult
 			child, err := childResult(futures[i].Get(ctx, &child), child)
 			r.absorb(*reservations[i], child)
-			entries[i].Output, entries[i].Attempts = childOutput(child), 1
+			entries[i].Output, entries[i].Attempts = activities.Preview(childOutput(child)), 1
 			if err != nil {
 				entries[i].Error = errorText(err)
 			}
+			// The sub-agent's answer is its own run's; the parent's
+			// conversation gets it in a preview's length.
+			r.pending = append(r.pending, activities.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
+				Content: entries[i].Output, Key: r.workflowID + "/" + entries[i].ActivityID})
 		case futures[i] != nil:
 			var result activities.ToolResult
 			err := futures[i].Get(ctx, &result)
 			var gaveUp activities.GaveUp
-			if err != nil && mayHaveClaimed(err) && ctx.Err() == nil {
+			if err != nil && !reads[i] && mayHaveClaimed(err) && ctx.Err() == nil {
 				// Before the model hears that the call failed, the ledger
 				// fences its key; a late attempt that did it after all
 				// makes it a success.
 				gaveUp = r.giveUp(ctx, entries[i].ActivityID, call)
 				if gaveUp.Status == ledger.ActionCompleted {
-					err, result = nil, activities.ToolResult{Output: gaveUp.Result, Replayed: true, Attempt: gaveUp.LeafCalls}
+					err, result = nil, activities.ToolResult{Output: gaveUp.Preview, Digest: gaveUp.Digest, Replayed: true, Attempt: gaveUp.LeafCalls}
 				}
 			}
 			if err != nil {
@@ -406,19 +507,35 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 					escalation = why
 				}
 			} else {
-				entries[i].Output, entries[i].Replayed, entries[i].Attempts = result.Output, result.Replayed, result.Attempt
+				entries[i].Output, entries[i].Digest, entries[i].Replayed, entries[i].Attempts = result.Output, result.Digest, result.Replayed, result.Attempt
 			}
 			r.charge(call.Name, &entries[i])
 			r.budget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(call.Name, entries[i].Attempts)})
 		}
-		content := entries[i].Output
 		if entries[i].Error != "" {
-			content = "error: " + entries[i].Error
+			// A successful call's output was written by its activity; an
+			// error is the workflow's to write.
+			r.pending = append(r.pending, activities.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
+				Content: activities.Preview("error: " + entries[i].Error)})
 		}
-		r.messages = append(r.messages, activities.Message{Role: "tool", ToolCallID: call.ID, Name: call.Name, Content: content})
 	}
-	r.trace = append(r.trace, entries...)
+	r.record(entries...)
 	return escalation, r.watch.endTurn(entries)
+}
+
+// readResult reads a shortened output back whole into the conversation, as
+// the result of the model's read_result call.
+func (r *run) readResult(ctx workflow.Context, activityID string, call activities.ToolCall, record activities.MessageRef) workflow.Future {
+	var args struct {
+		Key string `json:"key"`
+	}
+	_ = json.Unmarshal([]byte(call.Arguments), &args)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID: activityID, StartToCloseTimeout: 30 * time.Second, Summary: clip("read_result "+args.Key, 100),
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(r.policy.MaxAttempts)},
+	})
+	return workflow.ExecuteActivity(actx, activitiesRef.ReadResult, activities.ReadResultRequest{
+		WorkflowID: r.workflowID, Key: args.Key, Record: record})
 }
 
 // mayHaveClaimed says whether some attempt of a failed call may have
@@ -563,7 +680,8 @@ func (r *run) view(now time.Time) BudgetView {
 }
 
 func (r *run) end(status, answer, reason string) RunResult {
-	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.budget.Used, Retries: r.finalStats(), Trace: r.trace}
+	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.budget.Used, Retries: r.finalStats(),
+		Trace: r.trace, TraceEntries: r.traced}
 }
 
 // partial ends a run whose budget ran low, with what it has and a handoff

@@ -204,7 +204,7 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 	if r.budget.Limits.Steps > 0 {
 		r.budget.Limits.Steps += in.resume.AddSteps
 	}
-	r.messages = append(r.messages, activities.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message})
+	r.say(activities.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 	return nil
 }
 
@@ -307,19 +307,19 @@ func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments 
 	err := workflow.ExecuteActivity(actx, activitiesRef.CallTool, activities.ToolCallRequest{
 		Tool: tool, Arguments: arguments, Compensates: c.ForwardKey}).Get(ctx, &result)
 	entry := TraceEntry{Step: 0, ActivityID: activityID, Kind: "compensation", Tool: c.Tool,
-		Arguments: arguments, Output: result.Output, Attempts: max(result.Attempt, 1)}
+		Arguments: clip(arguments, activities.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
 	var appErr *temporal.ApplicationError
 	switch {
 	case err == nil:
-		s.run.trace = append(s.run.trace, entry)
+		s.run.record(entry)
 		return compensation.Done, nil
 	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeNotFound:
 		entry.Output = "nothing to undo: " + appErr.Message()
-		s.run.trace = append(s.run.trace, entry)
+		s.run.record(entry)
 		return compensation.NotNeeded, nil
 	}
 	entry.Error = errorText(err)
-	s.run.trace = append(s.run.trace, entry)
+	s.run.record(entry)
 	return "", err
 }
 

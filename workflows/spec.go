@@ -46,7 +46,25 @@ type RunSpec struct {
 	// SearchAttributes turns on the typed search attributes the Temporal UI
 	// filters by; `agentsaga run` sets it when the namespace has them.
 	SearchAttributes bool `json:"search_attributes,omitempty"`
+	// History bounds the workflow's history: the run continues as new
+	// before it grows past it.
+	History HistorySpec `json:"history,omitempty"`
+
+	// Carried is the state a run continued as new carries into its next
+	// execution. The engine sets it; a spec never does.
+	Carried *Carried `json:"carried,omitempty"`
 }
+
+// HistorySpec bounds a run's workflow history.
+type HistorySpec struct {
+	// MaxEvents continues the run as new once its history holds this many
+	// events (default DefaultMaxEvents), or sooner when Temporal suggests.
+	MaxEvents int `json:"max_events,omitempty"`
+}
+
+// DefaultMaxEvents is history.max_events when the spec sets none: well
+// under Temporal's own suggestion, so a turn's events never push past it.
+const DefaultMaxEvents = 1000
 
 // AgentSpec is a sub-agent: a child run with its own instructions and a
 // subset of the parent's tools, spending an allocation carved out of the
@@ -88,6 +106,9 @@ func ParseSpec(data []byte) (RunSpec, error) {
 	var spec RunSpec
 	if err := dec.Decode(&spec); err != nil {
 		return RunSpec{}, fmt.Errorf("spec: %w", err)
+	}
+	if spec.Carried != nil {
+		return RunSpec{}, fmt.Errorf("spec: carried: is the state a run carries across continue-as-new; only the engine sets it")
 	}
 	if err := spec.Validate(); err != nil {
 		return RunSpec{}, fmt.Errorf("spec: %w", err)
@@ -183,6 +204,9 @@ func (s RunSpec) Validate() error {
 	case "", WatchdogFinish, WatchdogEscalate:
 	default:
 		return fmt.Errorf("watchdog.on_fire: %q is not %q or %q", s.Watchdog.OnFire, WatchdogFinish, WatchdogEscalate)
+	}
+	if s.History.MaxEvents < 0 || (s.History.MaxEvents > 0 && s.History.MaxEvents < 100) {
+		return fmt.Errorf("history.max_events: %d is too few (at least 100: a turn alone takes a dozen events)", s.History.MaxEvents)
 	}
 	if s.Watchdog.NoProgressTurns < 0 {
 		return fmt.Errorf("watchdog.no_progress_turns: %d is negative", s.Watchdog.NoProgressTurns)

@@ -26,17 +26,24 @@ const (
 // watchdog looks across turns, where no per-call retry counter can: a tool
 // called again with the same arguments (a voluntary retry, charged as one),
 // an A-B-A-B alternation between approaches, and turns that learn nothing
-// new. It is plain deterministic state in the workflow.
+// new. It is plain deterministic state in the workflow, bounded (it is
+// carried across continue-as-new): it remembers the last watchdogMemory
+// calls and results, and the last four turns.
 type watchdog struct {
 	noProgressTurns int
 	calls           map[string]int // tool + canonical arguments -> times called
-	turns           []string       // one signature per turn with tool calls
+	callOrder       []string       // calls' keys, oldest first, for eviction
+	turns           []string       // one signature per turn with tool calls, the last four
 	results         map[string]bool
+	resultOrder     []string
 	stale           int
 	// voluntary counts repeated identical calls per tool.
 	voluntary map[string]int
 	warnings  []string
 }
+
+// watchdogMemory bounds the calls and results the watchdog remembers.
+const watchdogMemory = 256
 
 func newWatchdog(spec WatchdogSpec) *watchdog {
 	turns := spec.NoProgressTurns
@@ -46,10 +53,58 @@ func newWatchdog(spec WatchdogSpec) *watchdog {
 	return &watchdog{noProgressTurns: turns, calls: map[string]int{}, results: map[string]bool{}, voluntary: map[string]int{}}
 }
 
+// watchdogState is a watchdog as continue-as-new carries it.
+type watchdogState struct {
+	Calls     []string       `json:"calls,omitempty"`  // oldest first
+	Counts    []int          `json:"counts,omitempty"` // beside Calls
+	Turns     []string       `json:"turns,omitempty"`
+	Results   []string       `json:"results,omitempty"`
+	Stale     int            `json:"stale,omitempty"`
+	Voluntary map[string]int `json:"voluntary,omitempty"`
+	Warnings  []string       `json:"warnings,omitempty"`
+}
+
+func (w *watchdog) state() watchdogState {
+	st := watchdogState{Calls: w.callOrder, Turns: w.turns, Results: w.resultOrder, Stale: w.stale,
+		Voluntary: w.voluntary, Warnings: w.warnings}
+	for _, c := range w.callOrder {
+		st.Counts = append(st.Counts, w.calls[c])
+	}
+	return st
+}
+
+func (w *watchdog) restore(st watchdogState) {
+	w.callOrder, w.turns, w.resultOrder, w.stale, w.warnings = st.Calls, st.Turns, st.Results, st.Stale, st.Warnings
+	for i, c := range st.Calls {
+		if i < len(st.Counts) {
+			w.calls[c] = st.Counts[i]
+		}
+	}
+	for _, h := range st.Results {
+		w.results[h] = true
+	}
+	for tool, n := range st.Voluntary {
+		w.voluntary[tool] = n
+	}
+}
+
+// remember adds key to a bounded set kept in order, evicting the oldest.
+func remember(order []string, forget func(string), key string) []string {
+	order = append(order, key)
+	if len(order) > watchdogMemory {
+		forget(order[0])
+		order = order[1:]
+	}
+	return order
+}
+
 // voluntaryRetry records a call before it runs and says whether it repeats
 // an earlier one exactly.
 func (w *watchdog) voluntaryRetry(tool, arguments string) bool {
 	signature := tool + " " + arguments
+	if w.calls[signature] == 0 {
+		w.callOrder = remember(w.callOrder, func(k string) { delete(w.calls, k) }, signature)
+	}
 	w.calls[signature]++
 	if w.calls[signature] < 2 {
 		return false
@@ -78,15 +133,21 @@ func (w *watchdog) endTurn(entries []TraceEntry) string {
 	learned := false
 	for _, e := range entries {
 		calls = append(calls, e.Tool+" "+e.Arguments)
-		sum := sha256.Sum256([]byte(e.Output + "\x00" + e.Error))
-		hash := hex.EncodeToString(sum[:])
+		// The digest stands for the whole output, which history never
+		// carries; a preview alone would make different outputs look alike.
+		sum := sha256.Sum256([]byte(e.Digest + "\x00" + e.Output + "\x00" + e.Error))
+		hash := hex.EncodeToString(sum[:16])
 		if !w.results[hash] {
 			w.results[hash] = true
+			w.resultOrder = remember(w.resultOrder, func(k string) { delete(w.results, k) }, hash)
 			learned = true
 		}
 	}
 	sort.Strings(calls)
 	w.turns = append(w.turns, strings.Join(calls, "|"))
+	if len(w.turns) > 4 {
+		w.turns = w.turns[len(w.turns)-4:]
+	}
 
 	if learned {
 		w.stale = 0

@@ -1,0 +1,221 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// keyedCall is one attempt of a call that must take effect once per
+// idempotency key: a tool call or a model turn.
+type keyedCall struct {
+	action       ledger.ActionRequest
+	kind, target string // the leaf call's
+	// run makes the call under the attempt's lease. It returns the output
+	// to store and, optionally, the conversation message to record with it.
+	run func(ctx context.Context) (string, *ledger.Message, error)
+	// refused, when set, reads a successful output as a refusal: a 200
+	// whose meaning is "no", stored like a 4xx and never retried.
+	refused func(output string) (string, bool)
+}
+
+// once executes c at most once for its key: it claims the key (waiting,
+// heartbeating, while another attempt's lease is live), holds the lease
+// while the call runs, and stores the outcome, or returns what an earlier
+// attempt stored (replayed). Its errors are activity errors, typed.
+func (a *Activities) once(ctx context.Context, c keyedCall) (output string, replayed bool, err error) {
+	info := activity.GetInfo(ctx)
+	log := activity.GetLogger(ctx)
+	key := c.action.Key
+	lease := leaseLength(info)
+	claimedAt := time.Now()
+	claim, err := a.claim(ctx, c.action, lease)
+	switch {
+	case errors.Is(err, ledger.ErrConflict):
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, nil)
+	case errors.Is(err, ledger.ErrFenced):
+		log.Warn("call: the key is fenced; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+	case errors.Is(err, ledger.ErrInFlight):
+		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeInFlight)
+	case err != nil:
+		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	}
+	if !claim.Execute {
+		return storedOutcome(claim.Action)
+	}
+
+	held := holdLease(ctx, a.Ledger, key, claim.Action.Attempts, lease, claimedAt)
+	defer held.stop()
+	if err := held.confirm(); err != nil {
+		// Paused between the claim and the call for longer than the lease:
+		// another attempt may hold the key now, so nothing is sent.
+		log.Warn("call: the attempt lost its key before the call; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+		}
+		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	}
+
+	var msg *ledger.Message
+	callErr := a.leafCall(ctx, c.kind, c.target, func() error {
+		var err error
+		output, msg, err = c.run(held.ctx)
+		return err
+	})
+	if callErr != nil {
+		if cause := context.Cause(held.ctx); held.ctx.Err() != nil && ctx.Err() == nil && cause != nil {
+			callErr = fmt.Errorf("%w (the attempt stopped: %w)", callErr, cause)
+		}
+		activityErr := toActivityError(callErr)
+		errType, permanent := "", false
+		var appErr *temporal.ApplicationError
+		if errors.As(activityErr, &appErr) {
+			errType, permanent = appErr.Type(), appErr.NonRetryable()
+		}
+		// Recorded even when the attempt was cancelled, so the next attempt
+		// can claim the key at once instead of waiting out the lease.
+		if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, callErr.Error(), errType, permanent); err != nil {
+			logRefusedWrite(log, key, err)
+		}
+		return "", false, activityErr
+	}
+	if c.refused != nil {
+		if message, refused := c.refused(output); refused {
+			if err := a.recordAfterEffect(ctx, key, func(ctx context.Context) error {
+				_, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, message, ErrTypeRefusal, true)
+				return err
+			}); err != nil {
+				logRefusedWrite(log, key, err)
+			}
+			return "", false, temporal.NewNonRetryableApplicationError(message, ErrTypeRefusal, nil)
+		}
+	}
+	var stored ledger.Action
+	err = a.recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
+		if msg != nil {
+			stored, err = a.Ledger.CompleteActionAndRecord(ctx, key, claim.Action.Attempts, output, *msg)
+		} else {
+			stored, err = a.Ledger.CompleteAction(ctx, key, claim.Action.Attempts, output)
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, ledger.ErrLeaseLost) && stored.Status == ledger.ActionCompleted:
+		// Another attempt completed the key first: its result is the one.
+		logRefusedWrite(log, key, err)
+		return stored.Result, true, nil
+	case errors.Is(err, ledger.ErrLeaseLost):
+		logRefusedWrite(log, key, err)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+	case err != nil:
+		// The call ran but its result is not stored. The next attempt waits
+		// out this lease and runs it again under the same key, which an
+		// HTTP tool deduplicates by its Idempotency-Key header.
+		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+	}
+	return stored.Result, false, nil
+}
+
+// storedOutcome is what the first attempt that settled a key returned: its
+// result, or its definitive error with the type it had (a refusal replays
+// as a Refusal, so a duplicate delivery escalates too).
+func storedOutcome(action ledger.Action) (string, bool, error) {
+	if action.Status == ledger.ActionRejected {
+		errType := action.ErrorType
+		if errType == "" {
+			errType = ErrTypeRejected
+		}
+		return "", false, temporal.NewNonRetryableApplicationError(action.Error, errType, nil)
+	}
+	return action.Result, true, nil
+}
+
+// logRefusedWrite reports a ledger write after a tool call that did not
+// land: refused because the attempt was superseded or fenced (a WARN: the
+// ledger kept the truth of the attempt that holds the key), or failed.
+func logRefusedWrite(log interface{ Warn(string, ...any) }, key string, err error) {
+	if errors.Is(err, ledger.ErrLeaseLost) {
+		log.Warn("ledger: write refused: this attempt no longer holds the key", "key", key, "error", err)
+		return
+	}
+	log.Warn("ledger: could not record a tool's outcome", "key", key, "error", err)
+}
+
+// recordAfterEffect makes a ledger write that follows a tool's side
+// effect, retrying it while this attempt lasts. The effect has happened;
+// an attempt that gave up at the first error would count against the
+// call's attempts although the call succeeded, and a Postgres restart of a
+// couple of seconds used up all three of a call that had executed
+// (TestFaults/PostgresRestart found it), so the model was told a charge
+// failed that had gone through. A write refused because the attempt lost
+// its key is final.
+func (a *Activities) recordAfterEffect(ctx context.Context, key string, write func(context.Context) error) error {
+	delay := 100 * time.Millisecond
+	for {
+		// Each write gets its own bound, so an unreachable host cannot
+		// hold the attempt past its deadline.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := write(wctx)
+		cancel()
+		if err == nil || errors.Is(err, ledger.ErrLeaseLost) {
+			return err
+		}
+		activity.GetLogger(ctx).Warn("ledger: could not record a tool's outcome; retrying while the attempt lasts", "key", key, "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// claim takes the key, waiting while another attempt holds it: a duplicate
+// delivery should not spend one of the call's attempts. It heartbeats while
+// it waits, so Temporal knows the attempt is alive, and a waiting attempt
+// that Temporal has given up on (a heartbeat answered "not found", a paused
+// worker that woke past its deadline) has its context cancelled and stops
+// at once, with ErrInFlight.
+func (a *Activities) claim(ctx context.Context, req ledger.ActionRequest, lease time.Duration) (ledger.Claim, error) {
+	const poll = 250 * time.Millisecond
+	for {
+		claim, err := a.Ledger.ClaimAction(ctx, req, lease)
+		if !errors.Is(err, ledger.ErrInFlight) || ctx.Err() != nil {
+			return claim, err
+		}
+		activity.RecordHeartbeat(ctx)
+		select {
+		case <-ctx.Done():
+			return ledger.Claim{}, err
+		case <-time.After(poll):
+		}
+	}
+}
+
+// errLedgerUnavailable marks an attempt that failed on a ledger write before
+// anything left the process.
+var errLedgerUnavailable = errors.New("the ledger is unavailable")
+
+// leafCall records one attempt that leaves the process around do.
+func (a *Activities) leafCall(ctx context.Context, kind, target string, do func() error) error {
+	info := activity.GetInfo(ctx)
+	id, err := a.Ledger.BeginLeafCall(ctx, ledger.LeafCall{
+		WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: IdempotencyKey(ctx),
+		Attempt: int(info.Attempt), Kind: kind, Target: target,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errLedgerUnavailable, err)
+	}
+	callErr := do()
+	if err := a.Ledger.EndLeafCall(context.WithoutCancel(ctx), id, callErr); err != nil {
+		activity.GetLogger(ctx).Warn("ledger: could not record end of leaf call", "key", IdempotencyKey(ctx), "error", err)
+	}
+	return callErr
+}

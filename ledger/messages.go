@@ -1,0 +1,115 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Message is one row of a run's conversation. The workflow numbers them
+// (Seq) and carries only references; the activity that produced a message
+// writes it, once.
+type Message struct {
+	Seq     int    `json:"seq"`
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// ToolCalls are an assistant message's calls, as the activities
+	// package encodes them.
+	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	Name       string          `json:"name,omitempty"`
+	// Pinned messages are sent whole in every request.
+	Pinned bool `json:"pinned,omitempty"`
+	// SourceKey is the idempotency key of the call that produced it.
+	SourceKey string    `json:"source_key,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// AppendMessages writes messages of a run that no activity wrote yet (the
+// system prompt, the goal, a human's instruction, a failed call's error).
+// A seq already written keeps its first content.
+func (s *Store) AppendMessages(ctx context.Context, workflowID string, msgs []Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	seqs := make([]int32, len(msgs))
+	roles, contents, toolCallIDs, names, keys := make([]string, len(msgs)), make([]string, len(msgs)),
+		make([]string, len(msgs)), make([]string, len(msgs)), make([]string, len(msgs))
+	toolCalls := make([]*string, len(msgs))
+	pinned := make([]bool, len(msgs))
+	for i, m := range msgs {
+		seqs[i], roles[i], contents[i], toolCallIDs[i], names[i], keys[i], pinned[i] =
+			int32(m.Seq), m.Role, storable(m.Content), m.ToolCallID, m.Name, m.SourceKey, m.Pinned
+		if len(m.ToolCalls) > 0 {
+			calls := string(m.ToolCalls)
+			toolCalls[i] = &calls
+		}
+	}
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, pinned, source_key)
+		SELECT $1, m.seq, m.role, m.content, m.tool_calls::jsonb, m.tool_call_id, m.name, m.pinned, m.source_key
+		FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::text[])
+		     AS m(seq, role, content, tool_calls, tool_call_id, name, pinned, source_key)
+		ON CONFLICT (workflow_id, seq) DO NOTHING`,
+		workflowID, seqs, roles, contents, toolCalls, toolCallIDs, names, pinned, keys)
+	if err != nil {
+		return fmt.Errorf("ledger: append %d messages to %s at %d: %w", len(msgs), workflowID, msgs[0].Seq, err)
+	}
+	return nil
+}
+
+// Messages returns a run's conversation before seq through, in order.
+func (s *Store) Messages(ctx context.Context, workflowID string, through int) ([]Message, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT seq, role, content, tool_calls, tool_call_id, name, pinned, source_key, created_at
+		FROM messages WHERE workflow_id = $1 AND seq < $2 ORDER BY seq`, workflowID, through)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read the conversation of %s: %w", workflowID, err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Message, error) {
+		var m Message
+		var calls []byte
+		err := row.Scan(&m.Seq, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.Name, &m.Pinned, &m.SourceKey, &m.CreatedAt)
+		if len(calls) > 0 {
+			m.ToolCalls = calls
+		}
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read the conversation of %s: %w", workflowID, err)
+	}
+	return msgs, nil
+}
+
+// RecordResultMessage writes, as message msg of workflowID's conversation,
+// the stored result of the completed action key: a tool output read back
+// whole (read_result). The key must be one of the run's own, or one of its
+// sub-agents'. It returns the result.
+func (s *Store) RecordResultMessage(ctx context.Context, workflowID, key string, msg Message) (string, error) {
+	var result string
+	err := s.pool.QueryRow(ctx, `
+		WITH source AS (
+			SELECT coalesce(result, '') AS result FROM actions
+			WHERE idempotency_key = $2 AND status = 'completed' AND starts_with(idempotency_key, $1 || '/')
+		), recorded AS (
+			INSERT INTO messages (workflow_id, seq, role, content, tool_call_id, name, source_key)
+			SELECT $1, $3, 'tool', source.result, $4, $5, $2 FROM source
+			ON CONFLICT (workflow_id, seq) DO NOTHING
+		)
+		SELECT result FROM source`, workflowID, key, msg.Seq, msg.ToolCallID, msg.Name).Scan(&result)
+	if err != nil {
+		return "", fmt.Errorf("ledger: read result %s back into %s: %w", key, workflowID, notFound(err))
+	}
+	return result, nil
+}
+
+// notFound turns pgx.ErrNoRows into ErrNotFound.
+func notFound(err error) error {
+	if err == pgx.ErrNoRows {
+		return ErrNotFound
+	}
+	return err
+}

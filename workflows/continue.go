@@ -1,0 +1,85 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
+)
+
+// Carried is what a run carries across continue-as-new: its counters and
+// the small state its decisions depend on, and nothing that grows with the
+// run. The conversation and every output stay in the ledger; the trace is
+// cut to its tail.
+type Carried struct {
+	// Step and Seq are the next step and the next message's place: keys
+	// and the conversation go on where they were.
+	Step    int                  `json:"step"`
+	Seq     int                  `json:"seq"`
+	Pending []activities.Message `json:"pending,omitempty"`
+	// Start is when the run's budget clock began; Limits and Used are its
+	// budget (with a human's additions).
+	Start  time.Time     `json:"start"`
+	Limits budget.Limits `json:"limits"`
+	Used   budget.Usage  `json:"used"`
+	Stats  RetryStats    `json:"stats"`
+	// Open lists the tools whose breaker was seen open.
+	Open         []string       `json:"open,omitempty"`
+	ToolFailures map[string]int `json:"tool_failures,omitempty"`
+	Escalations  int            `json:"escalations,omitempty"`
+	Watchdog     watchdogState  `json:"watchdog"`
+	LastContent  string         `json:"last_content,omitempty"`
+	ReadBack     bool           `json:"read_back,omitempty"`
+	Trace        []TraceEntry   `json:"trace,omitempty"`
+	Traced       int            `json:"traced"`
+	// Continued counts the executions before this one.
+	Continued int `json:"continued"`
+}
+
+// historyIsLong says whether the run should continue as new before its next
+// turn: Temporal suggests it, or the history passed history.max_events.
+// A run waiting on a sub-agent or a human never gets here.
+func (r *run) historyIsLong(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	limit := r.spec.History.MaxEvents
+	if limit == 0 {
+		limit = DefaultMaxEvents
+	}
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= limit
+}
+
+// carry is the run's state for its next execution.
+func (r *run) carry() Carried {
+	return Carried{
+		Step: r.step, Seq: r.seq, Pending: r.pending,
+		Start: r.budget.Start, Limits: r.budget.Limits, Used: r.budget.Used, Stats: r.stats,
+		Open: r.openBreakers(), ToolFailures: r.toolFailures, Escalations: r.escalations,
+		Watchdog: r.watch.state(), LastContent: r.lastContent, ReadBack: r.readBack,
+		Trace: r.trace, Traced: r.traced, Continued: r.continued + 1,
+	}
+}
+
+// resume takes up the state an earlier execution carried.
+func (r *run) resume(c Carried) {
+	r.step, r.seq, r.pending = c.Step, c.Seq, c.Pending
+	r.budget.Limits, r.budget.Used = c.Limits, c.Used
+	r.stats = c.Stats
+	if r.stats.ToolRetries == nil {
+		r.stats.ToolRetries = map[string]int{}
+	}
+	if r.stats.Denials == nil {
+		r.stats.Denials = map[string]int{}
+	}
+	for _, tool := range c.Open {
+		r.open[tool] = true
+	}
+	for tool, n := range c.ToolFailures {
+		r.toolFailures[tool] = n
+	}
+	r.escalations = c.Escalations
+	r.watch.restore(c.Watchdog)
+	r.lastContent, r.readBack = c.LastContent, c.ReadBack
+	r.trace, r.traced, r.continued = c.Trace, c.Traced, c.Continued
+}

@@ -84,4 +84,5 @@ bench: bin/temporal postgres build
 	$(BENCH) overhead --runs 4 --calls 50 --out bench/results/overhead.json
 	$(BENCH) storm --out bench/results/storm.json --chart bench/storm.png
 	$(BENCH) ledger --out bench/results/ledger.json
+	$(BENCH) long --out bench/results/long.json --chart bench/long.png
 	$(MAKE) chaos

@@ -28,8 +28,10 @@ func benchCommand() *cobra.Command {
 	var temporalBin, chart, outPath string
 	var asJSON bool
 	cfg := bench.DefaultAmplification
+	long := bench.DefaultLong
+	outputKiB := long.OutputBytes >> 10
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|ledger [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W]",
+		Use:   "bench amplification|success|overhead|storm|ledger|long [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -38,16 +40,20 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "ledger":
+			case "amplification", "success", "overhead", "storm", "ledger", "long":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger, long; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
 			}
-			if chart != "" && scenario != "amplification" && scenario != "storm" {
-				return fmt.Errorf("bench: --chart applies to amplification and storm, not %s", scenario)
+			if chart != "" && scenario != "amplification" && scenario != "storm" && scenario != "long" {
+				return fmt.Errorf("bench: --chart applies to amplification, storm and long, not %s", scenario)
 			}
+			if outputKiB < 1 || long.ContextTokens < 0 {
+				return fmt.Errorf("bench: --output-kib %d must be positive and --context-tokens %d not negative", outputKiB, long.ContextTokens)
+			}
+			long.OutputBytes = outputKiB << 10
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
 			progress := out
 			if asJSON {
@@ -100,6 +106,17 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 						bench.PrintStorm(w, fmt.Sprintf("\nstorm: %g calls/s offered to a downstream serving %d/s, with an outage", storm.CallsPerSecond, storm.RatePerSecond), storm, rows)
 					},
 					chart: func(path string) error { return bench.StormChart(path, storm, rows) }}
+			case "long":
+				long.Progress = progress
+				rows, err := bench.Long(ctx, stack.client, stack.cfg.DatabaseURL, long)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"config": long, "rows": rows, "targets": bench.LongTargets(long, rows)},
+					print: func(w io.Writer) {
+						bench.PrintLong(w, fmt.Sprintf("\nlong: one %d KiB tool output a turn, an OpenAI-compatible model on loopback", outputKiB), long, rows)
+					},
+					chart: func(path string) error { return bench.LongChart(path, rows) }}
 			case "ledger":
 				rows, err := bench.Ledger(ctx, stack.cfg.DatabaseURL, 8, 10*time.Second)
 				if err != nil {
@@ -135,10 +152,13 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the figures as JSON instead of a table")
 	cmd.Flags().StringVar(&outPath, "out", "", "also save the figures as JSON to this file")
-	cmd.Flags().StringVar(&chart, "chart", "", "also write a PNG chart to this file (amplification and storm only)")
+	cmd.Flags().StringVar(&chart, "chart", "", "also write a PNG chart to this file (amplification, storm and long only)")
 	cmd.Flags().IntVar(&cfg.Runs, "runs", cfg.Runs, "concurrent runs per contender (amplification, success, overhead)")
 	cmd.Flags().IntVar(&cfg.Calls, "calls", cfg.Calls, "tool calls per run (amplification, success, overhead)")
 	cmd.Flags().IntVar(&cfg.Workers, "workers", cfg.Workers, "workers per contender, each with its own Postgres pool")
+	cmd.Flags().IntSliceVar(&long.Turns, "turns", long.Turns, "run lengths in turns, one run each (long)")
+	cmd.Flags().IntVar(&outputKiB, "output-kib", outputKiB, "size of each tool output in KiB (long)")
+	cmd.Flags().IntVar(&long.ContextTokens, "context-tokens", 0, "write model.context_tokens into the spec (long; 0 leaves it out)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
 	cmd.AddCommand(benchServeCommand())
 	return cmd

@@ -182,6 +182,7 @@ func (s *temporalServer) start() error {
 	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--headless", "--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
 		"--dynamic-config-value", "frontend.enableServerVersionCheck=false"}
+	args = append(args, pausedWorkerKeepalive()...)
 	for _, ns := range s.namespaces {
 		args = append(args, "--namespace", ns)
 	}

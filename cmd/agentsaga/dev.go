@@ -20,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // devUIPort is where `agentsaga dev` serves the Temporal UI.
@@ -90,7 +91,7 @@ func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (stac
 	if err := worker.RegisterSearchAttributes(ctx, stack.client, stack.cfg.Namespace); err != nil {
 		return nil, err
 	}
-	if stack.worker, err = worker.New(ctx, stack.client, stack.store, worker.Options{TaskQueue: stack.cfg.TaskQueue}); err != nil {
+	if stack.worker, err = worker.New(ctx, stack.client, stack.store, worker.Options{TaskQueue: stack.cfg.TaskQueue, ReconcileEvery: workflows.ReconcileInterval}); err != nil {
 		return nil, err
 	}
 	if err := stack.worker.Start(); err != nil {
@@ -125,10 +126,11 @@ func (s *devStack) startTemporal(ctx context.Context, temporalBin string) error 
 	if err != nil {
 		return err
 	}
-	s.server = exec.Command(bin, "server", "start-dev",
+	args := []string{"server", "start-dev",
 		"--ip", host, "--port", port, "--ui-ip", "127.0.0.1", "--ui-port", devUIPort,
 		"--db-filename", filepath.Join(".dev", "temporal.db"),
-		"--namespace", s.cfg.Namespace, "--log-level", "warn")
+		"--namespace", s.cfg.Namespace, "--log-level", "warn"}
+	s.server = exec.Command(bin, append(args, pausedWorkerKeepalive()...)...)
 	s.server.Stdout, s.server.Stderr = logFile, logFile
 	s.server.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.server.Start(); err != nil {
@@ -204,4 +206,19 @@ func redactURL(raw string) string {
 		return u.Redacted()
 	}
 	return "(unparsable DATABASE_URL)"
+}
+
+// pausedWorkerKeepalive are the Temporal server settings that let a paused
+// worker's tasks go elsewhere: the frontend pings every connection every 2 s
+// and drops one that does not answer within 2 s. A SIGSTOPped worker's long
+// polls look alive to TCP (its kernel still answers), so without them the
+// server goes on handing it retries, each lost for a whole heartbeat
+// timeout (the chaos harness measured 22-37 s takeovers); with them takeover
+// is the heartbeat timeout plus a few seconds. Production servers want the
+// same dynamic config.
+func pausedWorkerKeepalive() []string {
+	return []string{
+		"--dynamic-config-value", `frontend.keepAliveTime="2s"`,
+		"--dynamic-config-value", `frontend.keepAliveTimeout="2s"`,
+	}
 }

@@ -10,7 +10,7 @@ import (
 // runStatuses lists every status a run can have (the runs table's CHECK
 // constraint), so a report can show zero for the ones no run is in.
 var runStatuses = []string{
-	RunRunning, RunCompleted, RunPartial, RunEscalated, RunCompensated, RunNeedsAttention, RunFailed,
+	RunRunning, RunCompleted, RunPartial, RunEscalated, RunCompensated, RunNeedsAttention, RunFailed, RunTerminated,
 }
 
 // FleetFigures are the fleet-wide figures the metrics endpoint reports,

@@ -215,7 +215,7 @@ func newLedgerCollector(store *ledger.Store) *ledgerCollector {
 			"Fleet-wide circuit breaker of a dependency: 1 for its current state (closed, open or half-open), 0 for the other two.",
 			"dependency", "state"),
 		runs: desc("agentsaga_runs",
-			"Runs in the ledger by status (running, completed, partial, escalated, compensated, needs-attention, failed).", "status"),
+			"Runs in the ledger by status (running, completed, partial, escalated, compensated, needs-attention, failed, terminated).", "status"),
 		leafCalls: desc("agentsaga_leaf_calls",
 			"Attempts that left a worker (model calls, tool calls and compensations, retries included), fleet-wide: rows of leaf_calls."),
 		logicalCalls: desc("agentsaga_logical_calls",

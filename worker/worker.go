@@ -105,7 +105,11 @@ type Options struct {
 	// HTTPClient carries HTTP tools and model calls; nil means a client
 	// with no retries of its own.
 	HTTPClient *http.Client
-	Worker     sdkworker.Options
+	// ReconcileEvery, when set, makes New ensure the reconciler's Schedule
+	// (EnsureReconcilerSchedule) firing this often; `agentsaga worker` and
+	// `agentsaga dev` set workflows.ReconcileInterval.
+	ReconcileEvery time.Duration
+	Worker         sdkworker.Options
 }
 
 // New registers the workflow, the activities and the retry hook on a
@@ -133,6 +137,14 @@ func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options
 	w := sdkworker.New(c, queue, workerOptions)
 	w.RegisterWorkflow(workflows.AgentRun)
 	w.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: toolbox, HTTPClient: httpClient})
+	w.RegisterWorkflow(workflows.Reconciler)
+	w.RegisterWorkflow(workflows.RollbackRun)
+	w.RegisterActivity(&activities.Reconciliation{Ledger: store, Temporal: c})
+	if opts.ReconcileEvery > 0 {
+		if err := EnsureReconcilerSchedule(ctx, c, queue, opts.ReconcileEvery); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
@@ -180,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.Close()
 
-	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue, Observe: observe})
+	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue, Observe: observe, ReconcileEvery: workflows.ReconcileInterval})
 	if err != nil {
 		return err
 	}

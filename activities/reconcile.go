@@ -1,0 +1,372 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// RollbackRunWorkflow is the workflow type (workflows.RollbackRun) that walks
+// the compensation stack of a run that ended behind the engine's back. It
+// runs under the run's own workflow ID, so its compensations get the keys
+// the run's own walk would have used.
+const RollbackRunWorkflow = "RollbackRun"
+
+// AgentRunWorkflow is the workflow type of a run (workflows.AgentRun).
+const AgentRunWorkflow = "AgentRun"
+
+// reconcileParallelism bounds the runs one page asks Temporal about at once.
+const reconcileParallelism = 8
+
+// Reconciliation holds the reconciler's activities: they read the ledger and
+// ask Temporal whether the runs the ledger thinks are live still are. It is
+// registered beside Activities (a struct of its own, so the activities that
+// run tools need no Temporal client).
+type Reconciliation struct {
+	Ledger *ledger.Store
+	// Temporal is the client the worker polls with: it describes
+	// workflows and starts RollbackRun.
+	Temporal client.Client
+}
+
+// FindAbandoned is the input of FindAbandonedRuns: one page of the runs
+// that have not ended.
+type FindAbandoned struct {
+	// OlderThan leaves out runs younger than this.
+	OlderThan time.Duration `json:"older_than,omitempty"`
+	// After is the last workflow ID of the previous page, "" for the first.
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit"`
+}
+
+// AbandonedRun is a run whose workflow ended outside the engine, marked
+// terminated in the ledger, whose stack is to be walked.
+type AbandonedRun struct {
+	WorkflowID string `json:"workflow_id"`
+	// Reason is Temporal's: the termination's reason, the timeout, or that
+	// the workflow vanished.
+	Reason string `json:"reason"`
+	// Marked is false when an earlier pass marked it but did not get to
+	// start its rollback.
+	Marked bool `json:"marked"`
+}
+
+// AbandonedPage is what FindAbandonedRuns found on one page.
+type AbandonedPage struct {
+	Examined int `json:"examined"`
+	// Live counts the runs whose workflow (or rollback) is still running.
+	Live int `json:"live"`
+	// Rollbacks are the runs to start a RollbackRun for.
+	Rollbacks []AbandonedRun `json:"rollbacks,omitempty"`
+	// Covered are sub-agents whose stack their parent's rollback walks.
+	Covered []string `json:"covered,omitempty"`
+	// Stalled are runs whose RollbackRun itself ended before it finished
+	// them: the ledger now says needs-attention.
+	Stalled []string `json:"stalled,omitempty"`
+	// Errors are the runs that could not be examined this time.
+	Errors []string `json:"errors,omitempty"`
+	// Next is the After of the next page, "" when this was the last.
+	Next string `json:"next,omitempty"`
+}
+
+// FindAbandonedRuns reads one page of the runs the ledger has not seen end
+// and asks Temporal about each. A run still running is left alone; one
+// whose workflow was terminated, timed out, vanished or closed without
+// recording its end is marked terminated with Temporal's reason and
+// returned for its rollback. A run the engine ended itself is never read.
+func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in FindAbandoned) (AbandonedPage, error) {
+	candidates, err := r.Ledger.AbandonedCandidates(ctx, in.OlderThan, in.After, in.Limit)
+	if err != nil {
+		return AbandonedPage{}, err
+	}
+	page := AbandonedPage{Examined: len(candidates)}
+	if len(candidates) == in.Limit && in.Limit > 0 {
+		page.Next = candidates[len(candidates)-1].WorkflowID
+	}
+	verdicts := make([]verdict, len(candidates))
+	var wg sync.WaitGroup
+	var heartbeat sync.Mutex
+	slots := make(chan struct{}, reconcileParallelism)
+	for i, run := range candidates {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			verdicts[i] = r.examine(ctx, run)
+			heartbeat.Lock()
+			defer heartbeat.Unlock()
+			activity.RecordHeartbeat(ctx, run.WorkflowID)
+		}()
+	}
+	wg.Wait()
+	log := activity.GetLogger(ctx)
+	for i, v := range verdicts {
+		id := candidates[i].WorkflowID
+		switch {
+		case v.err != nil:
+			log.Warn("reconciler: could not examine a run; the next pass tries again", "workflow_id", id, "error", v.err)
+			page.Errors = append(page.Errors, fmt.Sprintf("%s: %v", id, v.err))
+		case v.live:
+			page.Live++
+		case v.covered:
+			page.Covered = append(page.Covered, id)
+		case v.stalled:
+			log.Warn("reconciler: the rollback of a terminated run ended before it finished; the run needs attention", "workflow_id", id)
+			page.Stalled = append(page.Stalled, id)
+		case v.rollback != nil:
+			log.Info("reconciler: a run ended outside the engine; it is marked terminated and its stack will be walked",
+				"workflow_id", id, "reason", v.rollback.Reason)
+			page.Rollbacks = append(page.Rollbacks, *v.rollback)
+		}
+	}
+	return page, nil
+}
+
+// verdict is what examining one run decided.
+type verdict struct {
+	live, covered, stalled bool
+	rollback               *AbandonedRun
+	err                    error
+}
+
+// execution is what Temporal says of a workflow ID's newest execution.
+type execution struct {
+	vanished bool
+	running  bool
+	kind     string // workflow type
+	status   enumspb.WorkflowExecutionStatus
+	runID    string
+	desc     *workflowservice.DescribeWorkflowExecutionResponse
+}
+
+func (r *Reconciliation) describe(ctx context.Context, workflowID string) (execution, error) {
+	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, workflowID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return execution{vanished: true}, nil
+	}
+	if err != nil {
+		return execution{}, fmt.Errorf("describe workflow %s: %w", workflowID, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	status := info.GetStatus()
+	return execution{
+		// A continued-as-new execution hands over to its successor: the
+		// run is live.
+		running: status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || status == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW,
+		kind:    info.GetType().GetName(), status: status, runID: info.GetExecution().GetRunId(), desc: desc,
+	}, nil
+}
+
+func (r *Reconciliation) examine(ctx context.Context, run ledger.Run) verdict {
+	ex, err := r.describe(ctx, run.WorkflowID)
+	switch {
+	case err != nil:
+		return verdict{err: err}
+	case ex.running:
+		// The run, or the rollback walking its stack, is still at work.
+		return verdict{live: true}
+	case ex.kind == RollbackRunWorkflow:
+		// Its rollback ran and closed without ending the run: terminated or
+		// timed out itself. It is not walked again; a human takes over.
+		why, err := r.closeReason(ctx, run.WorkflowID, ex)
+		if err != nil {
+			return verdict{err: err}
+		}
+		reason := fmt.Sprintf("%s; its rollback (RollbackRun) ended before it finished: %s; `agentsaga show %s` lists what is still to undo",
+			run.Reason, why, run.WorkflowID)
+		err = r.Ledger.FinishRun(ctx, run.WorkflowID, ledger.RunOutcome{Status: ledger.RunNeedsAttention, Reason: reason,
+			StepsUsed: run.StepsUsed, TokensUsed: run.TokensUsed, USDSpent: run.USDSpent, Calls: run.Calls, Retries: run.Retries})
+		if err != nil {
+			return verdict{err: err}
+		}
+		return verdict{stalled: true}
+	}
+	if run.ParentWorkflowID != "" {
+		covered, err := r.coveredByParent(ctx, run.ParentWorkflowID)
+		if err != nil {
+			return verdict{err: err}
+		}
+		if covered {
+			return verdict{covered: true}
+		}
+	}
+	reason := "the workflow vanished: Temporal has no execution of it (its retention passed, or its server lost it)"
+	if !ex.vanished {
+		if reason, err = r.closeReason(ctx, run.WorkflowID, ex); err != nil {
+			return verdict{err: err}
+		}
+	}
+	marked, err := r.Ledger.MarkTerminated(ctx, run.WorkflowID, reason)
+	if err != nil {
+		return verdict{err: err}
+	}
+	if !marked {
+		// Marked by an earlier pass that did not get to start its rollback
+		// (a rollback that did start is the newest execution: see above),
+		// or ended meanwhile.
+		current, err := r.Ledger.GetRun(ctx, run.WorkflowID)
+		if err != nil {
+			return verdict{err: err}
+		}
+		if current.FinishedAt != nil || current.Status != ledger.RunTerminated {
+			return verdict{live: current.FinishedAt == nil}
+		}
+		reason = current.Reason
+	}
+	return verdict{rollback: &AbandonedRun{WorkflowID: run.WorkflowID, Reason: reason, Marked: marked}}
+}
+
+// coveredByParent says whether a sub-agent whose workflow closed is walked
+// by its parent's rollback: the parent has not ended and its workflow is
+// closed too (the reconciler walks the parent's tree) or is a RollbackRun.
+// A sub-agent terminated on its own while its parent runs on is reconciled
+// on its own; so is one whose parent ended.
+func (r *Reconciliation) coveredByParent(ctx context.Context, parentID string) (bool, error) {
+	parent, err := r.Ledger.GetRun(ctx, parentID)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if parent.FinishedAt != nil {
+		return false, nil
+	}
+	ex, err := r.describe(ctx, parentID)
+	if err != nil {
+		return false, err
+	}
+	return !ex.running || ex.kind == RollbackRunWorkflow, nil
+}
+
+// closeReason is Temporal's account of how an execution closed, from its
+// close event.
+func (r *Reconciliation) closeReason(ctx context.Context, workflowID string, ex execution) (string, error) {
+	iter := r.Temporal.GetWorkflowHistory(ctx, workflowID, ex.runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+	var event *historypb.HistoryEvent
+	for iter.HasNext() {
+		e, err := iter.Next()
+		if err != nil {
+			return "", fmt.Errorf("read the close event of workflow %s: %w", workflowID, err)
+		}
+		event = e
+	}
+	switch ex.status {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		attrs := event.GetWorkflowExecutionTerminatedEventAttributes()
+		who := ""
+		if attrs.GetIdentity() != "" {
+			who = " by " + attrs.GetIdentity()
+		}
+		why := attrs.GetReason()
+		if why == "" {
+			why = "no reason given"
+		}
+		return cleanText(fmt.Sprintf("the workflow was terminated in Temporal%s: %s", who, why)), nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		config := ex.desc.GetExecutionConfig()
+		limits := ""
+		if d := config.GetWorkflowRunTimeout().AsDuration(); d > 0 {
+			limits += fmt.Sprintf(", run timeout %s", d)
+		}
+		if d := config.GetWorkflowExecutionTimeout().AsDuration(); d > 0 {
+			limits += fmt.Sprintf(", execution timeout %s", d)
+		}
+		return "the workflow timed out in Temporal" + limits, nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		return cleanText("the workflow failed in Temporal without recording its end: " +
+			event.GetWorkflowExecutionFailedEventAttributes().GetFailure().GetMessage()), nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return "the workflow was cancelled in Temporal without recording its end", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return "the workflow completed in Temporal without recording its end", nil
+	}
+	return fmt.Sprintf("the workflow closed in Temporal (%s) without recording its end", ex.status), nil
+}
+
+// RollbackRequest is the input of StartRollback and of the RollbackRun
+// workflow.
+type RollbackRequest struct {
+	// Reason is Temporal's reason, as marked in the ledger.
+	Reason string `json:"reason"`
+}
+
+// StartRollback starts RollbackRun for a run marked terminated, under the
+// run's own workflow ID (its execution is closed, so a new one may use it)
+// on this worker's task queue. A rollback already running under that ID is
+// left to its work. RollbackRun itself does nothing for a run that is no
+// longer marked terminated, so a rollback is never walked twice.
+func (r *Reconciliation) StartRollback(ctx context.Context, run AbandonedRun) (string, error) {
+	info := activity.GetInfo(ctx)
+	started, err := r.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                                       run.WorkflowID,
+		TaskQueue:                                info.TaskQueue,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            clip("rollback of a run that ended outside the engine: "+run.Reason, 200),
+	}, RollbackRunWorkflow, RollbackRequest{Reason: run.Reason})
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("start the rollback of run %s: %w", run.WorkflowID, err)
+	}
+	return started.GetRunID(), nil
+}
+
+// TerminatedRun is what RollbackRun reads of the run it walks.
+type TerminatedRun struct {
+	Status   string `json:"status"`
+	Reason   string `json:"reason"`
+	Finished bool   `json:"finished"`
+	// Spec is the run's workflows.RunSpec, as JSON.
+	Spec json.RawMessage `json:"spec"`
+	// What the run had spent, as far as the ledger knows.
+	Outcome ledger.RunOutcome `json:"outcome"`
+}
+
+// ReadTerminatedRun reads the run a RollbackRun walks.
+func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (TerminatedRun, error) {
+	run, err := r.Ledger.GetRun(ctx, workflowID)
+	if err != nil {
+		return TerminatedRun{}, err
+	}
+	counters, err := r.Ledger.RunLiveCounters(ctx, workflowID)
+	if err != nil {
+		return TerminatedRun{}, err
+	}
+	return TerminatedRun{
+		Status: run.Status, Reason: run.Reason, Finished: run.FinishedAt != nil, Spec: run.Spec,
+		Outcome: ledger.RunOutcome{StepsUsed: run.StepsUsed, TokensUsed: run.TokensUsed, USDSpent: run.USDSpent,
+			Calls: counters.Calls, Retries: counters.Retries},
+	}, nil
+}
+
+// SubRunsFinish is the input of FinishSubRuns.
+type SubRunsFinish struct {
+	WorkflowID string `json:"workflow_id"`
+	Status     string `json:"status"`
+	Reason     string `json:"reason"`
+}
+
+// FinishSubRuns ends the sub-agents a terminated run's rollback walked with
+// its own stack, when they never recorded their end.
+func (r *Reconciliation) FinishSubRuns(ctx context.Context, in SubRunsFinish) (int, error) {
+	return r.Ledger.FinishSubRuns(ctx, in.WorkflowID, in.Status, in.Reason)
+}

@@ -1,0 +1,221 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// The reconciler finds runs that ended behind the engine's back (terminated
+// in Temporal, timed out, or whose workflow vanished), marks them
+// terminated and walks their compensation stacks. It is a workflow on a
+// Temporal Schedule that every worker makes sure exists, so it outlives any
+// one worker.
+const (
+	// ReconcileScheduleID names the Schedule; the Reconciler workflows it
+	// starts are named after it.
+	ReconcileScheduleID = "agentsaga-reconciler"
+	// ReconcileInterval is how often the Schedule starts a pass.
+	ReconcileInterval = 30 * time.Second
+	// DefaultReconcileOlderThan leaves runs younger than this out of a
+	// scheduled pass.
+	DefaultReconcileOlderThan = 10 * time.Second
+	// DefaultReconcilePageSize is how many runs one activity examines.
+	DefaultReconcilePageSize = 100
+	// reconcileMaxPages bounds one pass (and its history); the next pass
+	// starts over.
+	reconcileMaxPages = 500
+)
+
+// reconcileRef lets the workflows name the reconciler's activities.
+var reconcileRef *activities.Reconciliation
+
+// ReconcileInput shapes one pass.
+type ReconcileInput struct {
+	// OlderThan leaves out runs that started less than this ago.
+	OlderThan time.Duration `json:"older_than,omitempty"`
+	// PageSize is how many runs each activity examines; 0 means
+	// DefaultReconcilePageSize.
+	PageSize int `json:"page_size,omitempty"`
+}
+
+// ReconcileResult says what one pass did.
+type ReconcileResult struct {
+	// Examined counts the runs the ledger had not seen end.
+	Examined int `json:"examined"`
+	// Live counts those whose workflow (or rollback) still runs.
+	Live int `json:"live"`
+	// Reconciled are the runs marked terminated whose rollback started.
+	Reconciled []ReconciledRun `json:"reconciled,omitempty"`
+	// Covered are sub-agents walked by their parent's rollback.
+	Covered []string `json:"covered,omitempty"`
+	// Stalled are runs whose rollback ended before it finished them; they
+	// are now needs-attention.
+	Stalled []string `json:"stalled,omitempty"`
+	// Errors are runs that could not be examined or whose rollback could
+	// not be started; the next pass tries again.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// ReconciledRun is a run the pass found ended outside the engine.
+type ReconciledRun struct {
+	WorkflowID string `json:"workflow_id"`
+	Reason     string `json:"reason"`
+	// RollbackRunID is the run ID of its RollbackRun; "" when one was
+	// already running.
+	RollbackRunID string `json:"rollback_run_id,omitempty"`
+}
+
+// Reconciler is one pass of the reconciler: it pages through the runs the
+// ledger has not seen end, asks Temporal about each, marks the ones whose
+// workflow closed without recording its end terminated (with Temporal's
+// reason), and starts a RollbackRun for each under the run's own workflow
+// ID. Marking is the gate: a run is marked once, and a run the engine ended
+// itself is never looked at.
+func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error) {
+	pageSize := in.PageSize
+	if pageSize <= 0 {
+		pageSize = DefaultReconcilePageSize
+	}
+	var result ReconcileResult
+	after := ""
+	for page := 0; page < reconcileMaxPages; page++ {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: 5 * time.Minute,
+			HeartbeatTimeout:    time.Minute,
+			Summary:             "find runs that ended outside the engine",
+			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+		})
+		var found activities.AbandonedPage
+		if err := workflow.ExecuteActivity(actx, reconcileRef.FindAbandonedRuns, activities.FindAbandoned{
+			OlderThan: in.OlderThan, After: after, Limit: pageSize}).Get(ctx, &found); err != nil {
+			return result, err
+		}
+		result.Examined += found.Examined
+		result.Live += found.Live
+		result.Covered = append(result.Covered, found.Covered...)
+		result.Stalled = append(result.Stalled, found.Stalled...)
+		result.Errors = append(result.Errors, found.Errors...)
+
+		starts := make([]workflow.Future, len(found.Rollbacks))
+		for i, run := range found.Rollbacks {
+			sctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+				StartToCloseTimeout: 30 * time.Second,
+				Summary:             clip("start the rollback of "+run.WorkflowID, 100),
+				RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+			})
+			starts[i] = workflow.ExecuteActivity(sctx, reconcileRef.StartRollback, run)
+		}
+		for i, run := range found.Rollbacks {
+			var runID string
+			if err := starts[i].Get(ctx, &runID); err != nil {
+				// Still marked terminated: the next pass starts it.
+				result.Errors = append(result.Errors, fmt.Sprintf("%s: %s", run.WorkflowID, errorText(err)))
+				continue
+			}
+			result.Reconciled = append(result.Reconciled, ReconciledRun{WorkflowID: run.WorkflowID, Reason: run.Reason, RollbackRunID: runID})
+		}
+		if found.Next == "" {
+			break
+		}
+		after = found.Next
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("## reconciler pass\n\nExamined %d runs that have not ended: %d live, %d reconciled, %d covered by their parent, %d stalled, %d errors.",
+		result.Examined, result.Live, len(result.Reconciled), len(result.Covered), len(result.Stalled), len(result.Errors)))
+	return result, nil
+}
+
+// RollbackRun walks the compensation stack (its sub-agents' included) of a
+// run that ended behind the engine's back and was marked terminated. It
+// runs under the run's own workflow ID, so each compensation's key is the
+// one the run's own walk would have used (<forward key>/compensate) and a
+// compensation the run had begun is finished, not repeated. It ends the run
+// compensated or needs-attention, keeping Temporal's reason; a failed
+// compensation waits for `agentsaga retry`, `skip` or `abort`, as in any
+// walk. A run that is not marked terminated (it ended, or another rollback
+// finished it) is left alone.
+func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult, error) {
+	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+	var stored activities.TerminatedRun
+	if err := workflow.ExecuteActivity(actx, reconcileRef.ReadTerminatedRun, workflowID).Get(ctx, &stored); err != nil {
+		return RunResult{}, err
+	}
+	if stored.Finished || stored.Status != ledger.RunTerminated {
+		return RunResult{Status: stored.Status,
+			Reason: fmt.Sprintf("nothing to do: the run is %s and not marked terminated; its stack is not walked again", stored.Status)}, nil
+	}
+	reason := stored.Reason
+	if reason == "" {
+		reason = in.Reason
+	}
+	usage := budget.Usage{Steps: stored.Outcome.StepsUsed, Tokens: stored.Outcome.TokensUsed, USD: stored.Outcome.USDSpent}
+
+	r, err := rollbackState(ctx, workflowID, stored.Spec)
+	var result RunResult
+	if err != nil {
+		// Without the spec the compensating tools are unknown: a human
+		// must undo what the run did.
+		result = RunResult{Status: ledger.RunNeedsAttention,
+			Reason: fmt.Sprintf("terminated: %s; its spec could not be read, so its compensations were not walked: %v", reason, err)}
+	} else {
+		if err := r.registerQueries(ctx); err != nil {
+			return RunResult{}, err
+		}
+		if err := r.registerUpdates(ctx); err != nil {
+			return RunResult{}, err
+		}
+		r.showProgress(ctx, ledger.RunTerminated, "The run ended outside the engine: "+reason, "walking its compensation stack")
+		result = r.rollback(ctx, "terminated: "+reason, "", "")
+	}
+	result.Usage = usage
+	result.Retries.Calls, result.Retries.Retries = stored.Outcome.Calls, stored.Outcome.Retries
+
+	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
+	finishCtx = workflow.WithActivityOptions(finishCtx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+	if err := workflow.ExecuteActivity(finishCtx, reconcileRef.FinishSubRuns, activities.SubRunsFinish{
+		WorkflowID: workflowID, Status: result.Status,
+		Reason: fmt.Sprintf("terminated with its parent %s; walked with its parent's stack: %s", workflowID, result.Reason),
+	}).Get(finishCtx, nil); err != nil {
+		return RunResult{}, err
+	}
+	outcome := stored.Outcome
+	outcome.Status, outcome.Reason = result.Status, result.Reason
+	if err := workflow.ExecuteActivity(finishCtx, activitiesRef.RecordRunFinish, activities.RunFinish{
+		WorkflowID: workflowID, Outcome: outcome}).Get(finishCtx, nil); err != nil {
+		return RunResult{}, err
+	}
+	if r != nil {
+		r.showProgress(ctx, result.Status, result.Reason, "compensation walk of a terminated run: done")
+	} else {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("## %s\n\n%s\n", result.Status, result.Reason))
+	}
+	return result, nil
+}
+
+// rollbackState is the run state a RollbackRun walks with: the run's spec
+// (its tools and compensation attempts) and its workflow ID; nothing of
+// the run's progress is needed, because the stack lives in the ledger.
+func rollbackState(ctx workflow.Context, workflowID string, specJSON []byte) (*run, error) {
+	var spec RunSpec
+	if err := json.Unmarshal(specJSON, &spec); err != nil {
+		return nil, err
+	}
+	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), workflow.Now(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &run{
+		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget, workflowID: workflowID,
+		stats: RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
+		open:  map[string]bool{}, toolFailures: map[string]int{},
+		watch: newWatchdog(spec.Watchdog),
+	}, nil
+}

@@ -179,14 +179,6 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 
 // modelTurn assembles the request from the ledger and calls the model.
 func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall) (ModelTurn, error) {
-	rows, err := a.Ledger.Messages(ctx, call.Conversation.WorkflowID, call.Conversation.Through)
-	if err != nil {
-		return ModelTurn{}, fmt.Errorf("%w: %w", errLedgerUnavailable, err)
-	}
-	msgs := make([]Message, len(rows))
-	for i, row := range rows {
-		msgs[i] = fromLedger(row)
-	}
 	var trailing []Message
 	if call.Note != "" {
 		trailing = append(trailing, Message{Role: "system", Content: call.Note})
@@ -194,7 +186,10 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 	if call.Finish && call.FinishInstructions != "" {
 		trailing = append(trailing, Message{Role: "system", Content: call.FinishInstructions})
 	}
-	fit := fitContext(msgs, trailing, call.Model.ContextTokens())
+	fit, err := a.fitConversation(ctx, call.Conversation, trailing, call.Model.ContextTokens())
+	if err != nil {
+		return ModelTurn{}, fmt.Errorf("%w: %w", errLedgerUnavailable, err)
+	}
 	stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
 	defer stop()
 	turn, err := model.Turn(ctx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish})
@@ -280,7 +275,8 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 				return output, nil, err
 			}
 			return output, &ledger.Message{Seq: req.Record.Seq, Role: "tool", Content: output,
-				ToolCallID: req.Record.ToolCallID, Name: req.Record.Name, SourceKey: key}, nil
+				ToolCallID: req.Record.ToolCallID, Name: req.Record.Name, SourceKey: key,
+				Tokens: estimateTokens(Message{Content: output})}, nil
 		},
 		refused: func(output string) (string, bool) {
 			if matcher == nil {

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -54,7 +55,7 @@ type MessageRef struct {
 // toLedger is m as a conversation row.
 func (m Message) toLedger() ledger.Message {
 	row := ledger.Message{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name,
-		Pinned: m.Pinned, SourceKey: m.Key}
+		Pinned: m.Pinned, SourceKey: m.Key, Tokens: estimateTokens(m)}
 	if len(m.ToolCalls) > 0 {
 		row.ToolCalls, _ = json.Marshal(m.ToolCalls)
 	}
@@ -83,7 +84,7 @@ var ReadResultDef = ToolDef{
 }
 
 // keptTurns is how many of the last assistant turns, with their tool
-// results, a request always keeps whole.
+// results, a request keeps whole while older ones can make room.
 const keptTurns = 2
 
 // shortenedPreviewBytes bounds a shortened output in a request.
@@ -97,72 +98,136 @@ type fitted struct {
 	Shortened int
 }
 
-// fitContext fits msgs, plus the trailing instructions (the budget note and
-// any finish instructions), to budget tokens. When they would not fit, the
-// oldest tool outputs shrink to previews that name their key, and failed
-// attempts collapse to one line, oldest first; pinned messages (the system
-// prompt, the goal, a human's instructions) and the last keptTurns turns
-// are never shortened. A note telling the model what was shortened goes
-// last. budget <= 0 means no budget.
-func fitContext(msgs []Message, trailing []Message, budget int) fitted {
-	out := append([]Message(nil), msgs...)
-	sizes := make([]int, len(out))
-	total := 0
-	for i, m := range out {
-		sizes[i] = estimateTokens(m)
-		total += sizes[i]
+// fitConversation reads the conversation conv sends and fits it, with
+// trailing, to budget tokens: the sizes first, then the messages, the ones
+// it shortens read only in part.
+func (a *Activities) fitConversation(ctx context.Context, conv Conversation, trailing []Message, budget int) (fitted, error) {
+	sizes, err := a.Ledger.MessageSizes(ctx, conv.WorkflowID, conv.Through)
+	if err != nil {
+		return fitted{}, err
 	}
+	trailingTokens := 0
 	for _, m := range trailing {
-		total += estimateTokens(m)
+		trailingTokens += estimateTokens(m)
 	}
-	protectedFrom := len(out)
-	for turns := 0; protectedFrom > 0 && turns < keptTurns; {
-		protectedFrom--
-		if out[protectedFrom].Role == "assistant" {
+	cut := planFit(sizes, trailingTokens, budget)
+	rows, err := a.Ledger.Messages(ctx, conv.WorkflowID, conv.Through, cut, shortenedPreviewBytes)
+	if err != nil {
+		return fitted{}, err
+	}
+	msgs := make([]Message, len(rows))
+	bytes := make(map[int]int, len(cut))
+	for i, row := range rows {
+		msgs[i] = fromLedger(row)
+		bytes[row.Seq] = row.Bytes
+	}
+	return assemble(msgs, bytes, cut, trailing), nil
+}
+
+// shortenedTokens bounds what a shortened output costs in a request.
+const shortenedTokens = 250
+
+// planFit decides which messages a request shortens to fit budget tokens,
+// from their sizes alone: the oldest tool outputs and failed attempts
+// first. Pinned messages (the system prompt, the goal, a human's
+// instructions) are never shortened, nor are the outputs of the last
+// keptTurns turns while the rest can make room; when it cannot, only the
+// last turn's, and when even those do not fit, none (a preview names where
+// each whole output is). trailing is the size of what follows the
+// conversation (the budget note, finish instructions). budget <= 0 means no
+// budget.
+func planFit(sizes []ledger.MessageSize, trailing, budget int) []int {
+	total := trailing + noteTokens
+	for _, m := range sizes {
+		total += sizeTokens(m)
+	}
+	var cut []int
+	from := 0
+	for _, kept := range []int{keptTurns, 1, 0} {
+		protectedFrom := turnsFrom(sizes, kept)
+		for i := from; i < protectedFrom && budget > 0 && total > budget; i++ {
+			m := sizes[i]
+			if m.Pinned || m.Role != "tool" || m.Bytes <= shortenedPreviewBytes {
+				continue
+			}
+			total += min(shortenedTokens, sizeTokens(m)) - sizeTokens(m)
+			cut = append(cut, m.Seq)
+		}
+		from = protectedFrom
+	}
+	return cut
+}
+
+// turnsFrom is the index where the last n assistant turns begin.
+func turnsFrom(sizes []ledger.MessageSize, n int) int {
+	i := len(sizes)
+	for turns := 0; i > 0 && turns < n; {
+		i--
+		if sizes[i].Role == "assistant" {
 			turns++
 		}
 	}
+	return i
+}
+
+// noteTokens is room for the note that says what was shortened.
+const noteTokens = 60
+
+// sizeTokens is a message's size in tokens: its writer's estimate, or one
+// token a byte when it has none (high, never low).
+func sizeTokens(m ledger.MessageSize) int {
+	if m.Tokens > 0 {
+		return m.Tokens
+	}
+	return m.Bytes + 8
+}
+
+// assemble builds the request from the messages read (those in cut read
+// only in part), shortening the cut ones, and appends a note telling the
+// model what was shortened, then trailing.
+func assemble(msgs []Message, bytes map[int]int, cut []int, trailing []Message) fitted {
+	shortenSeq := map[int]bool{}
+	for _, seq := range cut {
+		shortenSeq[seq] = true
+	}
+	out := make([]Message, 0, len(msgs)+1+len(trailing))
 	shortened := 0
-	note := Message{Role: "system"}
-	for i := 0; i < protectedFrom && budget > 0 && total+estimateTokens(note) > budget; i++ {
-		m := out[i]
-		if m.Pinned || m.Role != "tool" {
-			continue
+	for _, m := range msgs {
+		if shortenSeq[m.Seq] {
+			if short, ok := shorten(m, bytes[m.Seq]); ok {
+				m.Content = short
+				shortened++
+			}
 		}
-		short, ok := shorten(m)
-		if !ok {
-			continue
-		}
-		out[i].Content = short
-		size := estimateTokens(out[i])
-		total += size - sizes[i]
-		sizes[i] = size
-		shortened++
-		note.Content = fmt.Sprintf("CONTEXT: %d older tool outputs were shortened to previews to fit the context budget. "+
-			"Call %s with the key a preview names to read one back whole.", shortened, ReadResultTool)
+		out = append(out, m)
 	}
 	if shortened > 0 {
-		out = append(out, note)
-		total += estimateTokens(note)
+		out = append(out, Message{Role: "system", Content: fmt.Sprintf("CONTEXT: %d older tool outputs were shortened to previews "+
+			"to fit the context budget. Call %s with the key a preview names to read one back whole.", shortened, ReadResultTool)})
 	}
 	out = append(out, trailing...)
+	total := 0
+	for _, m := range out {
+		total += estimateTokens(m)
+	}
 	return fitted{Messages: out, Tokens: total, Shortened: shortened}
 }
 
-// shorten is a tool message's content as a preview: a failed attempt in
+// shorten is a tool message's content (of which only the start may have
+// been read; whole is the whole's length) as a preview: a failed attempt in
 // one line, an output as its start and where the whole is.
-func shorten(m Message) (string, bool) {
+func shorten(m Message, whole int) (string, bool) {
 	if strings.HasPrefix(m.Content, "error: ") {
 		line, _, _ := strings.Cut(m.Content, "\n")
 		line, _ = cutAtRune(line, 200)
-		return line, line != m.Content
+		return line, len(line) < whole
 	}
-	if len(m.Content) <= shortenedPreviewBytes || m.Key == "" {
+	if whole <= shortenedPreviewBytes || m.Key == "" {
 		return "", false
 	}
 	start, _ := cutAtRune(m.Content, shortenedPreviewBytes)
 	return fmt.Sprintf("%s... [shortened: %d bytes in all; %s {\"key\": %q} reads it whole]",
-		start, len(m.Content), ReadResultTool, m.Key), true
+		start, whole, ReadResultTool, m.Key), true
 }
 
 // codec is the tokenizer the estimate counts with: o200k, OpenAI's current

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tiktoken-go/tokenizer"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -94,7 +95,7 @@ type LongRow struct {
 	LargestPayload   int    `json:"largest_payload_bytes"`
 	LargestPayloadIn string `json:"largest_payload_in,omitempty"`
 	// Model requests as the model server received them; tokens are
-	// estimated as ceil(body bytes / 4), over the whole request body.
+	// counted with the o200k tokenizer (requestTokens).
 	ModelRequests          int `json:"model_requests"`
 	LargestRequestBytes    int `json:"largest_request_bytes"`
 	LargestRequestTokens   int `json:"largest_request_tokens"`
@@ -232,6 +233,9 @@ func longOne(ctx context.Context, c client.Client, store *ledger.Store, cfg Long
 	if err != nil {
 		return row, fmt.Errorf("bench: long: start run: %w", err)
 	}
+	// Taken now: once Get has followed the run across continue-as-new,
+	// GetRunID names the last execution, not the first.
+	firstRunID := run.GetRunID()
 	var result struct {
 		Status string `json:"status"`
 		Reason string `json:"reason"`
@@ -253,7 +257,7 @@ func longOne(ctx context.Context, c client.Client, store *ledger.Store, cfg Long
 
 	hctx, hcancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer hcancel()
-	chain, err := readChain(hctx, c, queue, run.GetRunID())
+	chain, err := readChain(hctx, c, queue, firstRunID)
 	if err != nil {
 		return row, fmt.Errorf("bench: long: history of %s: %w", queue, err)
 	}
@@ -825,7 +829,7 @@ func (m *longModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	tokens := (len(body) + 3) / 4
+	tokens := requestTokens(req, body)
 	turn := done + 1
 	var message, finish string
 	if done >= m.target || len(req.Tools) == 0 {
@@ -850,6 +854,45 @@ func (m *longModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer m.mu.Unlock()
 	m.requests = append(m.requests, longRequest{at: began, turn: turn, bytes: len(body), tokens: tokens,
 		messages: len(req.Messages), seconds: time.Since(began).Seconds(), gap: done < served})
+}
+
+// o200k counts tokens as OpenAI's current models do, for the model
+// server's view of a request's size.
+var o200k = func() tokenizer.Codec {
+	c, err := tokenizer.Get(tokenizer.O200kBase)
+	if err != nil {
+		panic(fmt.Sprintf("bench: the o200k tokenizer is embedded and must load: %v", err))
+	}
+	return c
+}()
+
+// requestTokens is a chat request's size as the provider would count it:
+// o200k tokens of every message's text and tool calls, the tool
+// definitions, and 4 tokens of framing a message. A body the tokenizer
+// refuses counts a token a byte.
+func requestTokens(req chatRequest, body []byte) int {
+	count := func(s string) int {
+		n, err := o200k.Count(s)
+		if err != nil {
+			return len(s)
+		}
+		return n
+	}
+	total := 0
+	for _, msg := range req.Messages {
+		total += 4 + count(contentText(msg.Content))
+		for _, call := range msg.ToolCalls {
+			total += count(call.Function.Name) + count(call.Function.Arguments)
+		}
+	}
+	if len(req.Tools) > 0 {
+		tools, _ := json.Marshal(req.Tools)
+		total += count(string(tools))
+	}
+	if total == 0 {
+		return len(body)
+	}
+	return total
 }
 
 // contentText is a message's content as text: a string, or the text parts

@@ -321,12 +321,12 @@ func (s *Store) settle(ctx context.Context, key string, attempt int, status, res
 			WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
 			RETURNING `+actionColumns+`
 		), recorded AS (
-			INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, source_key)
-			SELECT settled.workflow_id, $8, $9, $10, $11::jsonb, $12, $13, $1 FROM settled WHERE $7
+			INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, source_key, tokens)
+			SELECT settled.workflow_id, $8, $9, $10, $11::jsonb, $12, $13, $1, $14 FROM settled WHERE $7
 			ON CONFLICT (workflow_id, seq) DO NOTHING
 		)
 		SELECT * FROM settled`, key, attempt, status, storable(result), storable(cause), errType,
-		msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name))
+		msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name, m.Tokens))
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over, or a rollback settled it.
 		stored, err := s.GetAction(ctx, key)

@@ -24,8 +24,23 @@ type Message struct {
 	// Pinned messages are sent whole in every request.
 	Pinned bool `json:"pinned,omitempty"`
 	// SourceKey is the idempotency key of the call that produced it.
-	SourceKey string    `json:"source_key,omitempty"`
+	SourceKey string `json:"source_key,omitempty"`
+	// Tokens is its size as its writer estimated it (0: not estimated).
+	Tokens int `json:"tokens,omitempty"`
+	// Bytes is the whole content's length, even when Content is cut.
+	Bytes     int       `json:"bytes"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// MessageSize is a message without its content: what fitting a request to
+// a context budget needs to decide.
+type MessageSize struct {
+	Seq    int    `json:"seq"`
+	Role   string `json:"role"`
+	Pinned bool   `json:"pinned,omitempty"`
+	Key    string `json:"key,omitempty"`
+	Tokens int    `json:"tokens"`
+	Bytes  int    `json:"bytes"`
 }
 
 // AppendMessages writes messages of a run that no activity wrote yet (the
@@ -40,39 +55,70 @@ func (s *Store) AppendMessages(ctx context.Context, workflowID string, msgs []Me
 		make([]string, len(msgs)), make([]string, len(msgs)), make([]string, len(msgs))
 	toolCalls := make([]*string, len(msgs))
 	pinned := make([]bool, len(msgs))
+	tokens := make([]int32, len(msgs))
 	for i, m := range msgs {
-		seqs[i], roles[i], contents[i], toolCallIDs[i], names[i], keys[i], pinned[i] =
-			int32(m.Seq), m.Role, storable(m.Content), m.ToolCallID, m.Name, m.SourceKey, m.Pinned
+		seqs[i], roles[i], contents[i], toolCallIDs[i], names[i], keys[i], pinned[i], tokens[i] =
+			int32(m.Seq), m.Role, storable(m.Content), m.ToolCallID, m.Name, m.SourceKey, m.Pinned, int32(m.Tokens)
 		if len(m.ToolCalls) > 0 {
 			calls := string(m.ToolCalls)
 			toolCalls[i] = &calls
 		}
 	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, pinned, source_key)
-		SELECT $1, m.seq, m.role, m.content, m.tool_calls::jsonb, m.tool_call_id, m.name, m.pinned, m.source_key
-		FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::text[])
-		     AS m(seq, role, content, tool_calls, tool_call_id, name, pinned, source_key)
+		INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, pinned, source_key, tokens)
+		SELECT $1, m.seq, m.role, m.content, m.tool_calls::jsonb, m.tool_call_id, m.name, m.pinned, m.source_key, m.tokens
+		FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::text[], $10::int[])
+		     AS m(seq, role, content, tool_calls, tool_call_id, name, pinned, source_key, tokens)
 		ON CONFLICT (workflow_id, seq) DO NOTHING`,
-		workflowID, seqs, roles, contents, toolCalls, toolCallIDs, names, pinned, keys)
+		workflowID, seqs, roles, contents, toolCalls, toolCallIDs, names, pinned, keys, tokens)
 	if err != nil {
 		return fmt.Errorf("ledger: append %d messages to %s at %d: %w", len(msgs), workflowID, msgs[0].Seq, err)
 	}
 	return nil
 }
 
-// Messages returns a run's conversation before seq through, in order.
-func (s *Store) Messages(ctx context.Context, workflowID string, through int) ([]Message, error) {
+// MessageSizes returns the size of each of a run's messages before seq
+// through, in order, without their content.
+func (s *Store) MessageSizes(ctx context.Context, workflowID string, through int) ([]MessageSize, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT seq, role, content, tool_calls, tool_call_id, name, pinned, source_key, created_at
+		SELECT seq, role, pinned, source_key, tokens, octet_length(content)
 		FROM messages WHERE workflow_id = $1 AND seq < $2 ORDER BY seq`, workflowID, through)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read the conversation's sizes of %s: %w", workflowID, err)
+	}
+	sizes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (MessageSize, error) {
+		var m MessageSize
+		err := row.Scan(&m.Seq, &m.Role, &m.Pinned, &m.Key, &m.Tokens, &m.Bytes)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read the conversation's sizes of %s: %w", workflowID, err)
+	}
+	return sizes, nil
+}
+
+// Messages returns a run's conversation before seq through, in order. The
+// messages whose seq is in cut have only their first cutBytes bytes of
+// content read (Bytes still says how long the whole is): a long run's old
+// outputs are sent as previews, and reading them whole every turn would
+// make each turn cost more than the last.
+func (s *Store) Messages(ctx context.Context, workflowID string, through int, cut []int, cutBytes int) ([]Message, error) {
+	cutSeqs := make([]int32, len(cut))
+	for i, seq := range cut {
+		cutSeqs[i] = int32(seq)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT seq, role, CASE WHEN seq = ANY($3) THEN left(content, $4) ELSE content END,
+		       tool_calls, tool_call_id, name, pinned, source_key, tokens, octet_length(content), created_at
+		FROM messages WHERE workflow_id = $1 AND seq < $2 ORDER BY seq`, workflowID, through, cutSeqs, cutBytes)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read the conversation of %s: %w", workflowID, err)
 	}
 	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Message, error) {
 		var m Message
 		var calls []byte
-		err := row.Scan(&m.Seq, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.Name, &m.Pinned, &m.SourceKey, &m.CreatedAt)
+		err := row.Scan(&m.Seq, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.Name, &m.Pinned, &m.SourceKey,
+			&m.Tokens, &m.Bytes, &m.CreatedAt)
 		if len(calls) > 0 {
 			m.ToolCalls = calls
 		}

@@ -59,6 +59,25 @@ func StartDevServer(ctx context.Context) (*testsuite.DevServer, error) {
 	return server, nil
 }
 
+// StartDevServerWithLimits is StartDevServer with dynamic config values
+// set, such as "limit.blobSize.error=262144": a test can lower the history
+// and payload limits that production hits only after hours.
+func StartDevServerWithLimits(ctx context.Context, values ...string) (*testsuite.DevServer, error) {
+	bin, err := TemporalBinary()
+	if err != nil {
+		return nil, err
+	}
+	options := devServerOptions(bin)
+	for _, v := range values {
+		options.ExtraArgs = append(options.ExtraArgs, "--dynamic-config-value", v)
+	}
+	server, err := testsuite.StartDevServer(ctx, options)
+	if err != nil {
+		return nil, fmt.Errorf("workertest: start dev server with %v from %s: %w", values, bin, err)
+	}
+	return server, nil
+}
+
 // StartDevServerWithUI is StartDevServer with the Temporal web UI enabled
 // on a free port of 127.0.0.1. It returns the UI's base URL, e.g.
 // http://127.0.0.1:41234, once the UI answers HTTP. Stop the server with

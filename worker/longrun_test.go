@@ -1,0 +1,116 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/worker/workertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// lowLimits are a dev server's history and payload limits, lowered so far
+// that the engine that carried the whole conversation in every model call
+// was terminated at about turn 30 of this test (a model input over the
+// 256 KiB blob limit), as production's 2 MiB terminated it at turn 41.
+var lowLimits = []string{
+	"limit.blobSize.error=262144",
+	"limit.blobSize.warn=131072",
+	"limit.historyCount.error=600",
+	"limit.historyCount.suggestContinueAsNew=200",
+	"limit.historySize.error=4194304",
+	"limit.historySize.suggestContinueAsNew=1048576",
+}
+
+// A run of 60 turns, each reading an 8 KiB page, completes on a server
+// with these limits: it continues as new when the server suggests it, and
+// its history carries previews, never outputs whole.
+func TestLongRunUnderLoweredHistoryLimits(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	server, err := workertest.StartDevServerWithLimits(ctx, lowLimits...)
+	require.NoError(t, err)
+	defer server.Stop()
+	c := server.Client()
+	store := ledgertest.NewStore(t)
+
+	const turns, size = 60, 8 << 10
+	box := worker.Builtins()
+	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
+		line := fmt.Sprintf("%s says: %s. ", call.Key, call.Arguments)
+		return strings.Repeat(line, size/len(line)+1)[:size], nil
+	})
+	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: "long", Toolbox: box})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	var script strings.Builder
+	for i := 1; i <= turns; i++ {
+		fmt.Fprintf(&script, "    - tool_calls: [{name: page, arguments: {page: %d}}]\n", i)
+	}
+	spec, err := workflows.ParseSpec([]byte(`
+goal: read every page
+budget: {steps: 80}
+finish_at: 0.05
+model:
+  provider: scripted
+  script:
+` + script.String() + `    - content: read them all
+tools:
+  - {name: page, kind: go, parameters: {type: object, properties: {page: {type: number}}, required: [page]}}
+`))
+	require.NoError(t, err)
+	const id = "long-run-lowered-limits"
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "long"}, workflows.AgentRun, spec)
+	require.NoError(t, err)
+	firstRun := run.GetRunID()
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "read them all", result.Answer)
+	assert.Equal(t, turns+1, result.Usage.Steps)
+
+	// Walk the chain of executions: every one stays under the limits, and
+	// no event carries a page whole.
+	executions, events, largest := 0, 0, 0
+	for runID := firstRun; runID != ""; executions++ {
+		next := ""
+		iter := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			event, err := iter.Next()
+			require.NoError(t, err)
+			events++
+			largest = max(largest, proto.Size(event))
+			if attrs := event.GetWorkflowExecutionContinuedAsNewEventAttributes(); attrs != nil {
+				next = attrs.GetNewExecutionRunId()
+			}
+		}
+		runID = next
+	}
+	assert.Greater(t, executions, 1, "the run continued as new")
+	// The largest event is an execution's start, carrying the bounded state
+	// (the trace's tail of previews), far under the 256 KiB blob limit.
+	assert.Less(t, largest, 64<<10, "largest event %d bytes", largest)
+	t.Logf("turns=%d executions=%d events=%d largest event=%d bytes", turns, executions, events, largest)
+
+	msgs, err := store.Messages(ctx, id, 1<<30, nil, 0)
+	require.NoError(t, err)
+	assert.Len(t, msgs, 2+2*turns+1, "the conversation is whole in the ledger")
+	stored, err := store.GetRun(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunCompleted, stored.Status)
+}

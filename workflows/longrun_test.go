@@ -1,0 +1,104 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// pages is a Go tool whose every output is a different page of size bytes.
+func pages(size int) *activities.Toolbox {
+	box := activities.NewToolbox()
+	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
+		line := fmt.Sprintf("page %s: %s. ", call.Arguments, call.Key)
+		return strings.Repeat(line, size/len(line)+1)[:size], nil
+	})
+	return box
+}
+
+// pageTurns scripts n turns that each read one page, then extra turns.
+func pageTurns(n int, extra ...string) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "    - tool_calls: [{name: page, arguments: {page: %d}}]\n", i)
+	}
+	for _, e := range extra {
+		fmt.Fprintf(&b, "    - %s\n", e)
+	}
+	return b.String()
+}
+
+const pageTool = `
+tools:
+  - {name: page, kind: go, parameters: {type: object, properties: {page: {type: number}}, required: [page]}}
+`
+
+// History carries previews and references, never whole outputs; the model
+// is sent old outputs shortened to fit its context budget and reads one
+// back whole with read_result.
+func TestContextBudgetAndReadResult(t *testing.T) {
+	t.Parallel()
+	const size = 20 << 10
+	spec := mustSpec(t, `
+goal: read the report
+budget: {steps: 12}
+model:
+  provider: scripted
+  context_tokens: 12000
+  script:
+`+pageTurns(4, `tool_calls: [{name: read_result, arguments: {key: "default-test-workflow-id/step-001-call-1-page"}}]`, `content: done`)+pageTool)
+	store := ledgertest.NewStore(t)
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	registerWithRetryHook(t, env, store)
+	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: pages(size)})
+	env.ExecuteWorkflow(workflows.AgentRun, spec)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var result workflows.RunResult
+	require.NoError(t, env.GetWorkflowResult(&result))
+	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+
+	for _, e := range result.Trace {
+		assert.LessOrEqual(t, len(e.Output), activities.PreviewBytes+300, "trace entry %s carries a preview", e.ActivityID)
+	}
+	read := traceEntry(t, result, "step-005-call-1-read_result")
+	assert.Empty(t, read.Error)
+	turns, err := store.ListModelTurns(context.Background(), "default-test-workflow-id")
+	require.NoError(t, err)
+	require.Len(t, turns, 6)
+	shortened := 0
+	for _, turn := range turns {
+		var stored activities.ModelTurn
+		require.NoError(t, json.Unmarshal([]byte(turn.Result), &stored))
+		assert.LessOrEqual(t, stored.RequestTokens, spec.Model.ContextTokens(), "%s fits the context budget", turn.Key)
+		shortened = max(shortened, stored.Shortened)
+	}
+	assert.Positive(t, shortened, "old outputs were shortened to fit")
+
+	msgs, err := store.Messages(context.Background(), "default-test-workflow-id", 1<<30, nil, 0)
+	require.NoError(t, err)
+	var readBack, first string
+	for _, m := range msgs {
+		if m.SourceKey == "default-test-workflow-id/step-001-call-1-page" {
+			if first == "" {
+				first = m.Content
+			} else {
+				readBack = m.Content
+			}
+		}
+	}
+	assert.Len(t, first, size, "the whole output is in the conversation")
+	assert.Equal(t, first, readBack, "read_result put the whole output back into the conversation")
+}

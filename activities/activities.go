@@ -186,13 +186,14 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 	if call.Finish && call.FinishInstructions != "" {
 		trailing = append(trailing, Message{Role: "system", Content: call.FinishInstructions})
 	}
-	fit, err := a.fitConversation(ctx, call.Conversation, trailing, call.Model.ContextTokens())
+	defs, _ := json.Marshal(call.Tools)
+	fit, err := a.fitConversation(ctx, call.Conversation, trailing, count(string(defs)), call.Model.ContextTokens())
 	if err != nil {
 		return ModelTurn{}, fmt.Errorf("%w: %w", errLedgerUnavailable, err)
 	}
 	stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
 	defer stop()
-	turn, err := model.Turn(ctx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish})
+	turn, err := model.Turn(ctx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
 	if err != nil {
 		return ModelTurn{}, err
 	}
@@ -202,7 +203,7 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 	for i, tc := range turn.ToolCalls {
 		turn.ToolCalls[i].Name, turn.ToolCalls[i].Arguments = cleanText(tc.Name), cleanText(tc.Arguments)
 	}
-	turn.RequestTokens, turn.Shortened = fit.Tokens, fit.Shortened
+	turn.RequestTokens, turn.Shortened, turn.OmittedTurns = fit.Tokens+count(string(defs)), fit.Shortened, fit.Omitted
 	return turn, nil
 }
 

@@ -96,12 +96,25 @@ type fitted struct {
 	Messages  []Message
 	Tokens    int
 	Shortened int
+	Omitted   int
+}
+
+// fitPlan is what a request leaves out to fit its budget, as seq bounds:
+// every tool output before CutBefore (unpinned, longer than a preview) is
+// sent as a preview, and every unpinned message before OmitBefore not at
+// all.
+type fitPlan struct {
+	CutBefore  int
+	OmitBefore int
+	// Omitted counts the turns left out.
+	Omitted int
 }
 
 // fitConversation reads the conversation conv sends and fits it, with
-// trailing, to budget tokens: the sizes first, then the messages, the ones
-// it shortens read only in part.
-func (a *Activities) fitConversation(ctx context.Context, conv Conversation, trailing []Message, budget int) (fitted, error) {
+// trailing and extraTokens of tool definitions, to budget tokens: the sizes first, then only the messages it
+// sends, the ones it shortens read only in part, so a turn costs the same
+// however long the run.
+func (a *Activities) fitConversation(ctx context.Context, conv Conversation, trailing []Message, extraTokens, budget int) (fitted, error) {
 	sizes, err := a.Ledger.MessageSizes(ctx, conv.WorkflowID, conv.Through)
 	if err != nil {
 		return fitted{}, err
@@ -110,52 +123,91 @@ func (a *Activities) fitConversation(ctx context.Context, conv Conversation, tra
 	for _, m := range trailing {
 		trailingTokens += estimateTokens(m)
 	}
-	cut := planFit(sizes, trailingTokens, budget)
-	rows, err := a.Ledger.Messages(ctx, conv.WorkflowID, conv.Through, cut, shortenedPreviewBytes)
+	// The plan is made from estimates of what previews will cost; a
+	// twentieth of slack keeps the request under the budget itself.
+	plan := planFit(sizes, trailingTokens+extraTokens, budget-budget/20)
+	rows, err := a.Ledger.Messages(ctx, conv.WorkflowID, conv.Through, ledger.MessageWindow{
+		From: plan.OmitBefore, CutBefore: plan.CutBefore, CutBytes: shortenedPreviewBytes})
 	if err != nil {
 		return fitted{}, err
 	}
 	msgs := make([]Message, len(rows))
-	bytes := make(map[int]int, len(cut))
+	bytes := make(map[int]int, len(rows))
 	for i, row := range rows {
 		msgs[i] = fromLedger(row)
 		bytes[row.Seq] = row.Bytes
 	}
-	return assemble(msgs, bytes, cut, trailing), nil
+	return assemble(msgs, bytes, plan, trailing), nil
 }
 
 // shortenedTokens bounds what a shortened output costs in a request.
 const shortenedTokens = 250
 
-// planFit decides which messages a request shortens to fit budget tokens,
-// from their sizes alone: the oldest tool outputs and failed attempts
-// first. Pinned messages (the system prompt, the goal, a human's
-// instructions) are never shortened, nor are the outputs of the last
-// keptTurns turns while the rest can make room; when it cannot, only the
-// last turn's, and when even those do not fit, none (a preview names where
-// each whole output is). trailing is the size of what follows the
-// conversation (the budget note, finish instructions). budget <= 0 means no
-// budget.
-func planFit(sizes []ledger.MessageSize, trailing, budget int) []int {
+// shortens says whether a request sends m as a preview when it is before
+// the plan's CutBefore.
+func shortens(m ledger.MessageSize) bool {
+	return !m.Pinned && m.Role == "tool" && m.Bytes > shortenedPreviewBytes
+}
+
+// planFit decides what a request leaves out to fit budget tokens, from the
+// messages' sizes alone. First the oldest tool outputs and failed attempts
+// shrink to previews, oldest first; the last keptTurns turns' outputs are
+// kept whole while the rest can make room, then only the last turn's. When
+// the previews still do not fit (a run of a thousand turns), the oldest
+// turns are left out whole, their outputs still in the ledger for
+// read_result. Only then does the last turn's output shrink too. Pinned
+// messages (the system prompt, the goal, a human's instructions) are always
+// sent, and so is the last turn. trailing is the
+// size of what follows the conversation (the budget note, finish
+// instructions). budget <= 0 means no budget.
+func planFit(sizes []ledger.MessageSize, trailing, budget int) fitPlan {
+	tokens := make([]int, len(sizes))
 	total := trailing + noteTokens
-	for _, m := range sizes {
-		total += sizeTokens(m)
+	for i, m := range sizes {
+		tokens[i] = sizeTokens(m)
+		total += tokens[i]
 	}
-	var cut []int
+	var plan fitPlan
 	from := 0
-	for _, kept := range []int{keptTurns, 1, 0} {
+	cut := func(kept int) {
 		protectedFrom := turnsFrom(sizes, kept)
 		for i := from; i < protectedFrom && budget > 0 && total > budget; i++ {
-			m := sizes[i]
-			if m.Pinned || m.Role != "tool" || m.Bytes <= shortenedPreviewBytes {
-				continue
+			plan.CutBefore = sizes[i].Seq + 1
+			if shortens(sizes[i]) {
+				short := min(shortenedTokens, tokens[i])
+				total += short - tokens[i]
+				tokens[i] = short
 			}
-			total += min(shortenedTokens, sizeTokens(m)) - sizeTokens(m)
-			cut = append(cut, m.Seq)
 		}
-		from = protectedFrom
+		from = max(from, protectedFrom)
 	}
-	return cut
+	cut(keptTurns)
+	cut(1)
+	// Then whole turns, oldest first, never the last.
+	last := turnsFrom(sizes, 1)
+	for i := 0; i < last && budget > 0 && total > budget; {
+		if sizes[i].Role != "assistant" {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(sizes) && sizes[j].Role == "tool" {
+			j++
+		}
+		if j > last {
+			break
+		}
+		for k := i; k < j; k++ {
+			if !sizes[k].Pinned {
+				total -= tokens[k]
+			}
+		}
+		plan.OmitBefore, plan.Omitted = sizes[j-1].Seq+1, plan.Omitted+1
+		i = j
+	}
+	// Last, the last turn's own outputs.
+	cut(0)
+	return plan
 }
 
 // turnsFrom is the index where the last n assistant turns begin.
@@ -171,7 +223,7 @@ func turnsFrom(sizes []ledger.MessageSize, n int) int {
 }
 
 // noteTokens is room for the note that says what was shortened.
-const noteTokens = 60
+const noteTokens = 80
 
 // sizeTokens is a message's size in tokens: its writer's estimate, or one
 // token a byte when it has none (high, never low).
@@ -182,35 +234,55 @@ func sizeTokens(m ledger.MessageSize) int {
 	return m.Bytes + 8
 }
 
-// assemble builds the request from the messages read (those in cut read
-// only in part), shortening the cut ones, and appends a note telling the
-// model what was shortened, then trailing.
-func assemble(msgs []Message, bytes map[int]int, cut []int, trailing []Message) fitted {
-	shortenSeq := map[int]bool{}
-	for _, seq := range cut {
-		shortenSeq[seq] = true
-	}
+// assemble builds the request from the messages read (the omitted ones not
+// read, the cut ones read only in part, whole holding each one's whole
+// length): it shortens the cut ones, says what was left out where it was,
+// and appends trailing.
+func assemble(msgs []Message, whole map[int]int, plan fitPlan, trailing []Message) fitted {
 	out := make([]Message, 0, len(msgs)+1+len(trailing))
-	shortened := 0
+	shortened, told := 0, false
+	var note *Message
+	leftOut := plan.Omitted > 0 || plan.CutBefore > 0
 	for _, m := range msgs {
-		if shortenSeq[m.Seq] {
-			if short, ok := shorten(m, bytes[m.Seq]); ok {
+		if !told && !m.Pinned && leftOut {
+			// Where what was left out begins.
+			out = append(out, Message{Role: "system"})
+			note, told = &out[len(out)-1], true
+		}
+		if m.Seq < plan.CutBefore && !m.Pinned && m.Role == "tool" {
+			if short, ok := shorten(m, whole[m.Seq]); ok {
 				m.Content = short
 				shortened++
 			}
 		}
 		out = append(out, m)
 	}
+	var what []string
+	if plan.Omitted > 0 {
+		what = append(what, fmt.Sprintf("the %d oldest turns are left out", plan.Omitted))
+	}
 	if shortened > 0 {
-		out = append(out, Message{Role: "system", Content: fmt.Sprintf("CONTEXT: %d older tool outputs were shortened to previews "+
-			"to fit the context budget. Call %s with the key a preview names to read one back whole.", shortened, ReadResultTool)})
+		what = append(what, fmt.Sprintf("%d older tool outputs are shortened to previews", shortened))
+	}
+	if len(what) == 0 && note != nil {
+		what = append(what, "some older outputs are read in part")
+	}
+	if len(what) > 0 {
+		text := fmt.Sprintf("CONTEXT: to fit the context budget, %s. Every output is kept: call %s with a call's key "+
+			"(the run's workflow ID, \"/\", and its activity ID, such as step-003-call-1-search) to read one back whole.",
+			strings.Join(what, " and "), ReadResultTool)
+		if note != nil {
+			note.Content = text
+		} else {
+			out = append(out, Message{Role: "system", Content: text})
+		}
 	}
 	out = append(out, trailing...)
 	total := 0
 	for _, m := range out {
 		total += estimateTokens(m)
 	}
-	return fitted{Messages: out, Tokens: total, Shortened: shortened}
+	return fitted{Messages: out, Tokens: total, Shortened: shortened, Omitted: plan.Omitted}
 }
 
 // shorten is a tool message's content (of which only the start may have
@@ -222,10 +294,13 @@ func shorten(m Message, whole int) (string, bool) {
 		line, _ = cutAtRune(line, 200)
 		return line, len(line) < whole
 	}
-	if whole <= shortenedPreviewBytes || m.Key == "" {
+	if whole <= shortenedPreviewBytes {
 		return "", false
 	}
 	start, _ := cutAtRune(m.Content, shortenedPreviewBytes)
+	if m.Key == "" {
+		return fmt.Sprintf("%s... [shortened: %d bytes in all]", start, whole), true
+	}
 	return fmt.Sprintf("%s... [shortened: %d bytes in all; %s {\"key\": %q} reads it whole]",
 		start, whole, ReadResultTool, m.Key), true
 }

@@ -31,29 +31,31 @@ func longConversation(turns, outputBytes int) []Message {
 	return msgs
 }
 
-// fit runs the same two steps CallModel does, from in-memory rows.
-func fit(msgs []Message, trailing []Message, budget int) (fitted, []int) {
+// fit runs the same two steps CallModel does, from in-memory rows: plan
+// from the sizes, then read what the plan sends.
+func fit(msgs []Message, trailing []Message, budget int) (fitted, fitPlan) {
 	sizes := make([]ledger.MessageSize, len(msgs))
-	bytes := map[int]int{}
+	whole := map[int]int{}
 	for i, m := range msgs {
 		sizes[i] = ledger.MessageSize{Seq: m.Seq, Role: m.Role, Pinned: m.Pinned, Key: m.Key, Tokens: estimateTokens(m), Bytes: len(m.Content)}
-		bytes[m.Seq] = len(m.Content)
+		whole[m.Seq] = len(m.Content)
 	}
 	trailingTokens := 0
 	for _, m := range trailing {
 		trailingTokens += estimateTokens(m)
 	}
-	cut := planFit(sizes, trailingTokens, budget)
-	read := make([]Message, len(msgs))
-	for i, m := range msgs {
-		read[i] = m
-		for _, seq := range cut {
-			if seq == m.Seq {
-				read[i].Content, _ = cutAtRune(m.Content, shortenedPreviewBytes)
-			}
+	plan := planFit(sizes, trailingTokens, budget)
+	var read []Message
+	for _, m := range msgs {
+		if m.Seq < plan.OmitBefore && !m.Pinned {
+			continue
 		}
+		if m.Seq < plan.CutBefore && m.Role == "tool" && !m.Pinned && len(m.Content) > shortenedPreviewBytes {
+			m.Content, _ = cutAtRune(m.Content, shortenedPreviewBytes)
+		}
+		read = append(read, m)
 	}
-	return assemble(read, bytes, cut, trailing), cut
+	return assemble(read, whole, plan, trailing), plan
 }
 
 func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
@@ -61,11 +63,11 @@ func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
 	msgs := longConversation(40, 50<<10)
 	note := []Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}
 	const budget = 32000
-	got, cut := fit(msgs, note, budget)
+	got, plan := fit(msgs, note, budget)
 
-	require.NotEmpty(t, cut)
+	require.Positive(t, plan.CutBefore)
+	assert.Zero(t, plan.Omitted, "previews were enough")
 	assert.LessOrEqual(t, got.Tokens, budget, "the request fits its budget")
-	assert.Equal(t, len(cut), got.Shortened)
 	byContent := map[string]bool{}
 	for _, m := range got.Messages {
 		byContent[m.Content] = true
@@ -80,15 +82,11 @@ func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
 	}
 	last := got.Messages[len(got.Messages)-1]
 	assert.Equal(t, note[0], last, "the budget note goes last")
-	shortened := got.Messages[3]
+	shortened := got.Messages[4]
 	assert.Contains(t, shortened.Content, `read_result {"key": "wf/step-001-call-1-page"} reads it whole`)
+	assert.Contains(t, got.Messages[2].Content, "shortened to previews", "the note sits where the shortening begins")
 	assert.Contains(t, shortened.Content, fmt.Sprintf("%d bytes in all", 50<<10))
 	assert.LessOrEqual(t, len(shortened.Content), shortenedPreviewBytes+200)
-	var told bool
-	for _, m := range got.Messages {
-		told = told || strings.Contains(m.Content, "older tool outputs were shortened")
-	}
-	assert.True(t, told, "the model is told what was shortened")
 }
 
 func TestContextBudgetCollapsesFailedAttemptsToOneLine(t *testing.T) {
@@ -102,14 +100,14 @@ func TestContextBudgetCollapsesFailedAttemptsToOneLine(t *testing.T) {
 		msgs = append(msgs, Message{Seq: len(msgs), Role: "assistant", Content: "next"})
 	}
 	got, _ := fit(msgs, nil, 1500)
-	assert.Equal(t, "error: HTTP 503", got.Messages[2].Content)
+	assert.Equal(t, "error: HTTP 503", got.Messages[3].Content, "after the system prompt, the note and the call")
 }
 
 func TestNoShorteningWhenItFits(t *testing.T) {
 	t.Parallel()
 	msgs := longConversation(3, 1000)
-	got, cut := fit(msgs, nil, 100000)
-	assert.Empty(t, cut)
+	got, plan := fit(msgs, nil, 100000)
+	assert.Zero(t, plan.CutBefore)
 	assert.Zero(t, got.Shortened)
 	assert.Len(t, got.Messages, len(msgs))
 }
@@ -129,4 +127,37 @@ func TestEstimateErrsHigh(t *testing.T) {
 	exact, err := codec.Count(text)
 	require.NoError(t, err)
 	assert.Greater(t, estimateTokens(Message{Content: text}), exact)
+}
+
+// A thousand turns do not fit even as previews: the oldest turns are left
+// out whole (their outputs stay in the ledger), pinned messages and the
+// last turn are still sent, and every tool result still follows its call.
+func TestContextBudgetLeavesOutTheOldestTurnsOfAVeryLongRun(t *testing.T) {
+	t.Parallel()
+	msgs := longConversation(1000, 2<<10)
+	const budget = 27904
+	got, plan := fit(msgs, []Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}, budget)
+	require.Positive(t, plan.Omitted)
+	assert.LessOrEqual(t, got.Tokens, budget)
+	assert.Equal(t, plan.Omitted, got.Omitted)
+	pinned := 0
+	for i, m := range got.Messages {
+		if m.Pinned {
+			pinned++
+		}
+		if m.Role == "tool" && m.Key != "" {
+			require.Positive(t, i)
+			prev := got.Messages[i-1]
+			assert.True(t, prev.Role == "assistant" || prev.Role == "tool", "tool result %d follows its call", m.Seq)
+		}
+	}
+	assert.Equal(t, 3, pinned, "system prompt, goal and the human's instruction")
+	var note string
+	for _, m := range got.Messages {
+		if strings.HasPrefix(m.Content, "CONTEXT:") {
+			note = m.Content
+		}
+	}
+	assert.Contains(t, note, "oldest turns are left out")
+	assert.Equal(t, msgs[len(msgs)-2].Content, got.Messages[len(got.Messages)-3].Content, "the last turn's output is whole")
 }

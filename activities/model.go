@@ -73,9 +73,11 @@ type ModelTurn struct {
 	// Attempt is the attempt that produced this turn (set by CallModel).
 	Attempt int `json:"attempt,omitempty"`
 	// RequestTokens is the estimated size of the request, after fitting it
-	// to the context budget; Shortened counts the outputs shortened to fit.
+	// to the context budget; Shortened counts the outputs shortened and
+	// OmittedTurns the turns left out to fit.
 	RequestTokens int `json:"request_tokens,omitempty"`
 	Shortened     int `json:"shortened,omitempty"`
+	OmittedTurns  int `json:"omitted_turns,omitempty"`
 }
 
 // ToolDef is how a tool is described to a model.
@@ -92,6 +94,9 @@ type ModelRequest struct {
 	// Finish marks the graceful-finish call: the budget is nearly spent,
 	// the instructions have switched, and no tools are offered.
 	Finish bool `json:"finish,omitempty"`
+	// OmittedTurns counts the oldest turns left out of Messages to fit the
+	// context budget (a scripted model counts them as played).
+	OmittedTurns int `json:"omitted_turns,omitempty"`
 }
 
 // Model is a chat model that can ask for tool calls. Implementations make

@@ -32,7 +32,7 @@ type ScriptedModel struct {
 
 // Turn returns the script's answer for this point of the conversation.
 func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (ModelTurn, error) {
-	n := 0
+	n := req.OmittedTurns
 	for _, msg := range req.Messages {
 		if msg.Role == "assistant" {
 			n++

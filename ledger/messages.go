@@ -97,20 +97,28 @@ func (s *Store) MessageSizes(ctx context.Context, workflowID string, through int
 	return sizes, nil
 }
 
-// Messages returns a run's conversation before seq through, in order. The
-// messages whose seq is in cut have only their first cutBytes bytes of
-// content read (Bytes still says how long the whole is): a long run's old
-// outputs are sent as previews, and reading them whole every turn would
-// make each turn cost more than the last.
-func (s *Store) Messages(ctx context.Context, workflowID string, through int, cut []int, cutBytes int) ([]Message, error) {
-	cutSeqs := make([]int32, len(cut))
-	for i, seq := range cut {
-		cutSeqs[i] = int32(seq)
-	}
+// MessageWindow says which of a run's messages Messages reads, and how
+// much of each.
+type MessageWindow struct {
+	// From leaves out every unpinned message before it.
+	From int
+	// CutBefore reads only the first CutBytes of every unpinned tool
+	// output before it that is longer (Bytes still gives the whole length).
+	CutBefore, CutBytes int
+}
+
+// Messages returns a run's conversation before seq through, in order, as
+// far as w says: a long run's old turns are left out or sent as previews,
+// and reading them whole every turn would make each turn cost more than
+// the last. The zero window reads everything whole.
+func (s *Store) Messages(ctx context.Context, workflowID string, through int, w MessageWindow) ([]Message, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT seq, role, CASE WHEN seq = ANY($3) THEN left(content, $4) ELSE content END,
+		SELECT seq, role,
+		       CASE WHEN seq < $4 AND role = 'tool' AND NOT pinned AND octet_length(content) > $5
+		            THEN left(content, $5) ELSE content END,
 		       tool_calls, tool_call_id, name, pinned, source_key, tokens, octet_length(content), created_at
-		FROM messages WHERE workflow_id = $1 AND seq < $2 ORDER BY seq`, workflowID, through, cutSeqs, cutBytes)
+		FROM messages WHERE workflow_id = $1 AND seq < $2 AND (seq >= $3 OR pinned) ORDER BY seq`,
+		workflowID, through, w.From, w.CutBefore, w.CutBytes)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read the conversation of %s: %w", workflowID, err)
 	}

@@ -107,7 +107,7 @@ tools:
 	assert.Less(t, largest, 64<<10, "largest event %d bytes", largest)
 	t.Logf("turns=%d executions=%d events=%d largest event=%d bytes", turns, executions, events, largest)
 
-	msgs, err := store.Messages(ctx, id, 1<<30, nil, 0)
+	msgs, err := store.Messages(ctx, id, 1<<30, ledger.MessageWindow{})
 	require.NoError(t, err)
 	assert.Len(t, msgs, 2+2*turns+1, "the conversation is whole in the ledger")
 	stored, err := store.GetRun(ctx, id)

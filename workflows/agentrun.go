@@ -372,7 +372,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		// The reply is message r.seq now; what was pending is written.
 		r.pending = nil
 		r.seq++
-		r.readBack = r.readBack || turn.Shortened > 0
+		r.readBack = r.readBack || turn.Shortened > 0 || turn.OmittedTurns > 0
 	}
 
 	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: activities.Preview(turn.Content), Note: note}

@@ -87,7 +87,7 @@ model:
 	}
 	assert.Positive(t, shortened, "old outputs were shortened to fit")
 
-	msgs, err := store.Messages(context.Background(), "default-test-workflow-id", 1<<30, nil, 0)
+	msgs, err := store.Messages(context.Background(), "default-test-workflow-id", 1<<30, ledger.MessageWindow{})
 	require.NoError(t, err)
 	var readBack, first string
 	for _, m := range msgs {

@@ -168,6 +168,9 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	if err != nil {
 		return ModelTurn{}, err
 	}
+	if err := CheckPayload("the model's reply to "+IdempotencyKey(ctx), json.RawMessage(output)); err != nil {
+		return ModelTurn{}, err
+	}
 	var turn ModelTurn
 	if err := json.Unmarshal([]byte(output), &turn); err != nil {
 		return ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), ErrTypeModelConfig, nil)

@@ -185,6 +185,12 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 			return RunResult{}, err
 		}
 		spec.Carried = next
+		if activities.CheckPayload("the state carried across continue-as-new", spec) != nil {
+			next.Trace = nil // the tail of previews is what can be spared
+		}
+		if err := activities.CheckPayload("the state carried across continue-as-new", spec); err != nil {
+			return RunResult{}, err
+		}
 		return RunResult{}, workflow.NewContinueAsNewError(ctx, AgentRun, spec)
 	}
 	r.showProgress(ctx, result.Status, result.Reason, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
@@ -200,6 +206,9 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		},
 	}); err != nil {
 		return RunResult{}, err
+	}
+	for len(result.Trace) > 0 && activities.CheckPayload("the run's result", result) != nil {
+		result.Trace = result.Trace[1:] // the ledger has the whole run
 	}
 	if result.Status == ledger.RunFailed {
 		return result, temporal.NewNonRetryableApplicationError(result.Reason, ErrTypeRunFailed, nil, result)
@@ -367,7 +376,10 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
 	var turn activities.ModelTurn
-	err := workflow.ExecuteActivity(actx, activitiesRef.CallModel, call).Get(ctx, &turn)
+	err := activities.CheckPayload("model call "+activityID, call)
+	if err == nil {
+		err = workflow.ExecuteActivity(actx, activitiesRef.CallModel, call).Get(ctx, &turn)
+	}
 	if err == nil {
 		// The reply is message r.seq now; what was pending is written.
 		r.pending = nil
@@ -454,6 +466,10 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 				entries[i].Error = err.Error()
 				continue
 			}
+			if err := activities.CheckPayload("sub-agent "+call.Name+"'s spec", spec); err != nil {
+				entries[i].Error = errorText(err)
+				continue
+			}
 			r.reserved.Steps += reservation.Steps
 			r.reserved.LeafCalls += reservation.LeafCalls
 			r.reserved.Tokens += reservation.Tokens
@@ -468,6 +484,10 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		request := activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: record}
 		if tool.Compensate != nil {
 			request.Compensation = &ledger.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
+		}
+		if err := activities.CheckPayload("the call of tool "+call.Name, request); err != nil {
+			entries[i].ActivityID, entries[i].Error = "", errorText(err)
+			continue
 		}
 		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool, request)
 	}

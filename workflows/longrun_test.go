@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -101,4 +103,37 @@ model:
 	}
 	assert.Len(t, first, size, "the whole output is in the conversation")
 	assert.Equal(t, first, readBack, "read_result put the whole output back into the conversation")
+}
+
+// Nothing the engine schedules, returns or answers passes 256 KiB: what
+// would is refused before Temporal sees it, with an error that names it,
+// and never ends in a termination.
+func TestPayloadGuard(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("x", activities.MaxPayload+1)
+
+	_, err := workflows.ParseSpec([]byte("goal: " + huge + "\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: hi}]}\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "payload: the spec is 257 KiB, over the 256 KiB")
+
+	// A model that answers with more than that fails the run on purpose,
+	// with a reason that names it; the run is not terminated by Temporal.
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		content, _ := json.Marshal(huge)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,`+
+			`"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":10,"total_tokens":20}}`, content)
+	}))
+	defer server.Close()
+	spec := mustSpec(t, `
+goal: say something long
+budget: {steps: 3}
+model: {provider: openai, name: m, base_url: "`+server.URL+`"}
+`)
+	_, err, store := runAgent(t, spec)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "model call at step 1 failed: payload: the model's reply to default-test-workflow-id/step-001-model is 257 KiB")
+	run, err := store.GetRun(context.Background(), "default-test-workflow-id")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.RunFailed, run.Status, "the ledger says how it ended")
 }

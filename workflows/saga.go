@@ -36,6 +36,10 @@ type ResumeInput struct {
 	AddSteps int     `json:"add_steps,omitempty"`
 }
 
+// maxInstruction bounds a human's instruction: it is pinned, sent whole in
+// every model request, and carried across continue-as-new until then.
+const maxInstruction = 16 << 10
+
 // ReasonInput is the argument of skip and abort: who decided, and why.
 type ReasonInput struct {
 	Reason string `json:"reason"`
@@ -109,6 +113,8 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 			switch {
 			case strings.TrimSpace(in.Message) == "":
 				return errors.New("resume: a message for the model is required")
+			case len(in.Message) > maxInstruction:
+				return fmt.Errorf("resume: the message is %d KiB; at most %d KiB (an instruction is sent whole in every request)", len(in.Message)>>10, maxInstruction>>10)
 			case in.AddUSD < 0 || in.AddSteps < 0:
 				return fmt.Errorf("resume: add_usd %v and add_steps %d must not be negative", in.AddUSD, in.AddSteps)
 			}

@@ -3,12 +3,14 @@ package workflows
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"slices"
 	"strings"
 
+	"go.temporal.io/sdk/temporal"
 	"sigs.k8s.io/yaml"
 
 	"github.com/agentsaga/agentsaga/activities"
@@ -204,6 +206,17 @@ func (s RunSpec) Validate() error {
 	case "", WatchdogFinish, WatchdogEscalate:
 	default:
 		return fmt.Errorf("watchdog.on_fire: %q is not %q or %q", s.Watchdog.OnFire, WatchdogFinish, WatchdogEscalate)
+	}
+	if s.Carried == nil {
+		// A spec is a workflow input: it must leave room under the payload
+		// limit for what a run carries with it.
+		if err := activities.CheckPayload("the spec", s); err != nil {
+			var appErr *temporal.ApplicationError
+			if errors.As(err, &appErr) {
+				return fmt.Errorf("%s (put long instructions in a tool the model can call)", appErr.Message())
+			}
+			return err
+		}
 	}
 	if s.History.MaxEvents < 0 || (s.History.MaxEvents > 0 && s.History.MaxEvents < 100) {
 		return fmt.Errorf("history.max_events: %d is too few (at least 100: a turn alone takes a dozen events)", s.History.MaxEvents)

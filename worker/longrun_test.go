@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsaga/agentsaga/activities"
@@ -113,4 +116,117 @@ tools:
 	stored, err := store.GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.RunCompleted, stored.Status)
+}
+
+// A run that waits for a human across continue-as-new boundaries: its
+// queries answer from whichever execution is current, the human's resume
+// is accepted and read by the model, and every execution's history replays
+// against today's workflow code.
+func TestContinueAsNewWithAHumanInTheLoop(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	server, err := workertest.StartDevServerWithLimits(ctx, lowLimits...)
+	require.NoError(t, err)
+	defer server.Stop()
+	c := server.Client()
+	store := ledgertest.NewStore(t)
+	box := worker.Builtins()
+	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
+		return strings.Repeat("page "+string(call.Arguments)+". ", 128), nil
+	})
+	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: "long-human", Toolbox: box})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	var script strings.Builder
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&script, "    - tool_calls: [{name: page, arguments: {page: %d}}]\n", i)
+	}
+	script.WriteString("    - refusal: I will not read page 31 without a human's go-ahead\n")
+	for i := 31; i <= 35; i++ {
+		fmt.Fprintf(&script, "    - tool_calls: [{name: page, arguments: {page: %d}}]\n", i)
+	}
+	script.WriteString("    - content: read all 35\n")
+	spec, err := workflows.ParseSpec([]byte(`
+goal: read every page
+budget: {steps: 40}
+finish_at: 0.02
+history: {max_events: 100}
+model:
+  provider: scripted
+  script:
+` + script.String() + `tools:
+  - {name: page, kind: go, parameters: {type: object, properties: {page: {type: number}}, required: [page]}}
+`))
+	require.NoError(t, err)
+	const id = "long-run-human-in-the-loop"
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "long-human"}, workflows.AgentRun, spec)
+	require.NoError(t, err)
+	firstRun := run.GetRunID()
+
+	for {
+		stored, err := store.GetRun(ctx, id)
+		if err == nil && stored.Status == ledger.RunEscalated {
+			break
+		}
+		require.True(t, err == nil || errors.Is(err, ledger.ErrNotFound), "%v", err)
+		select {
+		case <-ctx.Done():
+			d, _ := c.DescribeWorkflowExecution(context.Background(), id, "")
+			stored, _ := store.GetRun(context.Background(), id)
+			t.Fatalf("the run never escalated: Temporal says %v; the ledger says %s (%s)", d.GetWorkflowExecutionInfo().GetStatus(), stored.Status, stored.Reason)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	answer, err := c.QueryWorkflow(ctx, id, "", workflows.QueryBudget)
+	require.NoError(t, err, "the budget query answers from the current execution")
+	var view workflows.BudgetView
+	require.NoError(t, answer.Get(&view))
+	assert.Equal(t, 31, view.Used.Steps, "the budget spent in earlier executions is carried")
+
+	handle, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.UpdateResume,
+		Args:         []any{workflows.ResumeInput{Message: "go ahead with page 31", AddSteps: 5}},
+		WaitForStage: client.WorkflowUpdateStageCompleted})
+	require.NoError(t, err)
+	var accepted string
+	require.NoError(t, handle.Get(ctx, &accepted))
+	assert.Equal(t, "accepted: resume", accepted)
+
+	var result workflows.RunResult
+	require.NoError(t, c.GetWorkflow(ctx, id, "").Get(ctx, &result))
+	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "read all 35", result.Answer)
+
+	msgs, err := store.Messages(ctx, id, 1<<30, ledger.MessageWindow{})
+	require.NoError(t, err)
+	var instruction *ledger.Message
+	for i := range msgs {
+		if strings.Contains(msgs[i].Content, "go ahead with page 31") {
+			instruction = &msgs[i]
+		}
+	}
+	require.NotNil(t, instruction, "the human's instruction is in the conversation")
+	assert.True(t, instruction.Pinned)
+
+	replayer := sdkworker.NewWorkflowReplayer()
+	replayer.RegisterWorkflow(workflows.AgentRun)
+	executions := 0
+	for runID := firstRun; runID != ""; executions++ {
+		var history historypb.History
+		next := ""
+		iter := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			event, err := iter.Next()
+			require.NoError(t, err)
+			history.Events = append(history.Events, event)
+			if attrs := event.GetWorkflowExecutionContinuedAsNewEventAttributes(); attrs != nil {
+				next = attrs.GetNewExecutionRunId()
+			}
+		}
+		require.NoError(t, replayer.ReplayWorkflowHistory(nil, &history), "execution %d (%s) replays", executions+1, runID)
+		runID = next
+	}
+	assert.Greater(t, executions, 2, "the run continued as new before and after the human")
 }

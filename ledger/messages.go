@@ -138,6 +138,40 @@ func (s *Store) Messages(ctx context.Context, workflowID string, through int, w 
 	return msgs, nil
 }
 
+// ConversationPage is one page of a run's conversation, for operators:
+// at most limit messages from seq from on (from < 0: the last limit), each
+// cut to previewChars characters, and how many messages the run has.
+func (s *Store) ConversationPage(ctx context.Context, workflowID string, from, limit, previewChars int) ([]Message, int, error) {
+	var total int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM messages WHERE workflow_id = $1`, workflowID).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("ledger: count the conversation of %s: %w", workflowID, err)
+	}
+	if from < 0 {
+		from = max(total-limit, 0)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT seq, role, left(content, $4), tool_calls, tool_call_id, name, pinned, source_key, tokens,
+		       octet_length(content), created_at
+		FROM messages WHERE workflow_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`, workflowID, from, limit, previewChars)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ledger: read a page of the conversation of %s: %w", workflowID, err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Message, error) {
+		var m Message
+		var calls []byte
+		err := row.Scan(&m.Seq, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.Name, &m.Pinned, &m.SourceKey,
+			&m.Tokens, &m.Bytes, &m.CreatedAt)
+		if len(calls) > 0 {
+			m.ToolCalls = calls
+		}
+		return m, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("ledger: read a page of the conversation of %s: %w", workflowID, err)
+	}
+	return msgs, total, nil
+}
+
 // RecordResultMessage writes, as message msg of workflowID's conversation,
 // the stored result of the completed action key: a tool output read back
 // whole (read_result). The key must be one of the run's own, or one of its

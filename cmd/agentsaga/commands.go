@@ -279,21 +279,82 @@ func printResult(out io.Writer, r workflows.RunResult) {
 
 func showCommand() *cobra.Command {
 	var asJSON bool
+	page := conversationPage{From: -1, Limit: 10}
 	cmd := &cobra.Command{
-		Use:   "show RUN_ID [--json]",
-		Short: "Show a run's status, answer, steps and actions from the ledger",
+		Use:   "show RUN_ID [--json] [--from SEQ] [--limit N]",
+		Short: "Show a run's status, answer, steps, actions and conversation from the ledger",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if page.Limit < 1 || page.From < -1 {
+				return fmt.Errorf("show: --limit %d must be positive and --from %d not negative", page.Limit, page.From)
+			}
 			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			return showRun(cmd.Context(), cmd.OutOrStdout(), store, args[0], asJSON)
+			if asJSON {
+				// One JSON document: the run's, with the page of its conversation.
+				return showRunJSON(cmd.Context(), cmd.OutOrStdout(), store, args[0], page)
+			}
+			if err := showRun(cmd.Context(), cmd.OutOrStdout(), store, args[0], false); err != nil {
+				return err
+			}
+			return showConversation(cmd.Context(), cmd.OutOrStdout(), store, args[0], page)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&page.From, "from", page.From, "the conversation from this message on (default: its last --limit messages)")
+	cmd.Flags().IntVar(&page.Limit, "limit", page.Limit, "how many of the conversation's messages to show")
 	return cmd
+}
+
+// conversationPage is which messages of a run's conversation show prints.
+type conversationPage struct{ From, Limit int }
+
+// showConversation prints a page of the run's conversation from the
+// ledger: the whole run, however many times it continued as new.
+func showConversation(ctx context.Context, out io.Writer, store *ledger.Store, id string, page conversationPage) error {
+	msgs, total, err := store.ConversationPage(ctx, id, page.From, page.Limit, 160)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		fmt.Fprintf(out, "\nconversation: %d messages\n", total)
+		return nil
+	}
+	fmt.Fprintf(out, "\nconversation, messages %d-%d of %d (--from and --limit page through it):\n", msgs[0].Seq, msgs[len(msgs)-1].Seq, total)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SEQ\tROLE\tBYTES\tKEY\tCONTENT")
+	for _, m := range msgs {
+		content := m.Content
+		if len(m.ToolCalls) > 0 {
+			content += " -> " + string(m.ToolCalls)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%s\n", m.Seq, m.Role, m.Bytes, m.SourceKey, oneLine(content, 100))
+	}
+	return tw.Flush()
+}
+
+// showRunJSON is show --json: what showRun prints, and a page of the
+// conversation, as one document.
+func showRunJSON(ctx context.Context, out io.Writer, store *ledger.Store, id string, page conversationPage) error {
+	var doc map[string]any
+	var buf strings.Builder
+	if err := showRun(ctx, &buf, store, id, true); err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(buf.String()), &doc); err != nil {
+		return fmt.Errorf("show: %w", err)
+	}
+	msgs, total, err := store.ConversationPage(ctx, id, page.From, page.Limit, 160)
+	if err != nil {
+		return err
+	}
+	doc["conversation"], doc["messages"] = msgs, total
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
 }
 
 func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string, asJSON bool) error {

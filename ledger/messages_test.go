@@ -1,0 +1,60 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// The conversation is written once per place, read through a window that
+// leaves old turns out and cuts old outputs, and paged for operators.
+func TestConversationWindowAndPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	msgs := []ledger.Message{{Seq: 0, Role: "system", Content: "be brief", Pinned: true}, {Seq: 1, Role: "user", Content: "read", Pinned: true}}
+	for i := 1; i <= 5; i++ {
+		msgs = append(msgs,
+			ledger.Message{Seq: len(msgs), Role: "assistant", ToolCalls: []byte(fmt.Sprintf(`[{"id":"%d","name":"page","arguments":"{}"}]`, i))},
+			ledger.Message{Seq: len(msgs) + 1, Role: "tool", Content: strings.Repeat(fmt.Sprint(i), 2000), SourceKey: fmt.Sprintf("wf/step-%03d-call-1-page", i), Tokens: 700})
+	}
+	require.NoError(t, store.AppendMessages(ctx, "wf", msgs))
+	again := msgs[3]
+	again.Content = "a late second write"
+	require.NoError(t, store.AppendMessages(ctx, "wf", []ledger.Message{again}))
+
+	sizes, err := store.MessageSizes(ctx, "wf", 100)
+	require.NoError(t, err)
+	require.Len(t, sizes, len(msgs))
+	assert.Equal(t, 2000, sizes[3].Bytes, "the first write of a place stays")
+	assert.Equal(t, 700, sizes[3].Tokens)
+
+	// Leave out turns before seq 6, cut outputs before seq 10 to 100 bytes.
+	window, err := store.Messages(ctx, "wf", 100, ledger.MessageWindow{From: 6, CutBefore: 10, CutBytes: 100})
+	require.NoError(t, err)
+	var seqs []int
+	for _, m := range window {
+		seqs = append(seqs, m.Seq)
+	}
+	assert.Equal(t, []int{0, 1, 6, 7, 8, 9, 10, 11}, seqs, "pinned messages stay; older ones are left out")
+	assert.Len(t, window[3].Content, 100, "an output before CutBefore is read in part")
+	assert.Equal(t, 2000, window[3].Bytes, "with its whole length")
+	assert.Len(t, window[7].Content, 2000, "a later output is read whole")
+
+	page, total, err := store.ConversationPage(ctx, "wf", -1, 3, 10)
+	require.NoError(t, err)
+	assert.Equal(t, len(msgs), total)
+	require.Len(t, page, 3)
+	assert.Equal(t, 9, page[0].Seq, "the last three by default")
+	assert.Len(t, page[2].Content, 10)
+	page, _, err = store.ConversationPage(ctx, "wf", 0, 2, 10)
+	require.NoError(t, err)
+	assert.Equal(t, []int{0, 1}, []int{page[0].Seq, page[1].Seq})
+}

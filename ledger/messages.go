@@ -122,16 +122,7 @@ func (s *Store) Messages(ctx context.Context, workflowID string, through int, w 
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read the conversation of %s: %w", workflowID, err)
 	}
-	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Message, error) {
-		var m Message
-		var calls []byte
-		err := row.Scan(&m.Seq, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.Name, &m.Pinned, &m.SourceKey,
-			&m.Tokens, &m.Bytes, &m.CreatedAt)
-		if len(calls) > 0 {
-			m.ToolCalls = calls
-		}
-		return m, err
-	})
+	msgs, err := pgx.CollectRows(rows, scanMessage)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: read the conversation of %s: %w", workflowID, err)
 	}
@@ -156,20 +147,24 @@ func (s *Store) ConversationPage(ctx context.Context, workflowID string, from, l
 	if err != nil {
 		return nil, 0, fmt.Errorf("ledger: read a page of the conversation of %s: %w", workflowID, err)
 	}
-	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Message, error) {
-		var m Message
-		var calls []byte
-		err := row.Scan(&m.Seq, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.Name, &m.Pinned, &m.SourceKey,
-			&m.Tokens, &m.Bytes, &m.CreatedAt)
-		if len(calls) > 0 {
-			m.ToolCalls = calls
-		}
-		return m, err
-	})
+	msgs, err := pgx.CollectRows(rows, scanMessage)
 	if err != nil {
 		return nil, 0, fmt.Errorf("ledger: read a page of the conversation of %s: %w", workflowID, err)
 	}
 	return msgs, total, nil
+}
+
+// scanMessage reads a row of the columns Messages and ConversationPage
+// select.
+func scanMessage(row pgx.CollectableRow) (Message, error) {
+	var m Message
+	var calls []byte
+	err := row.Scan(&m.Seq, &m.Role, &m.Content, &calls, &m.ToolCallID, &m.Name, &m.Pinned, &m.SourceKey,
+		&m.Tokens, &m.Bytes, &m.CreatedAt)
+	if len(calls) > 0 {
+		m.ToolCalls = calls
+	}
+	return m, err
 }
 
 // RecordResultMessage writes, as message msg of workflowID's conversation,

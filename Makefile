@@ -9,7 +9,7 @@ export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disa
 DEMO_FLAGS ?= --exit
 TEST_FLAGS ?= -race -timeout 20m
 
-.PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz chaos
+.PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz chaos record-histories
 
 build:
 	$(GO) build -o bin/agentsaga ./cmd/agentsaga
@@ -60,6 +60,12 @@ vet:
 
 clean:
 	rm -rf bin .dev
+
+# The replay corpus (workflows/testdata/histories), recorded on a dev server.
+# `make test` replays it; regenerate it only on purpose, and say why in the
+# commit: it is the contract with every run in flight.
+record-histories: bin/temporal postgres
+	$(GO) test -count=1 -run '^TestRecordHistories$$' ./worker -args -record-histories
 
 # The chaos harness (cmd/agentsaga/chaos_test.go, issue 11) in its large
 # configuration: every fault (kill -9, SIGSTOP/SIGCONT, Postgres restart, slow

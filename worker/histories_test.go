@@ -1,0 +1,244 @@
+package worker_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// recordHistories regenerates the replay corpus: `make record-histories`.
+// Never run by accident: the corpus is the contract with runs in flight,
+// and a change that alters it must say why in its commit.
+var recordHistories = flag.Bool("record-histories", false, "record the replay corpus into workflows/testdata/histories")
+
+// corpusDir is where the replay corpus lives, beside the workflow code.
+const corpusDir = "../workflows/testdata/histories"
+
+// recorder runs scenarios on the shared dev server and saves each
+// execution's history as JSON.
+type recorder struct {
+	t     *testing.T
+	store *ledger.Store
+	queue string
+	url   string // the payments server
+	// refundsBroken makes /refund answer 500 while set.
+	refundsBroken atomic.Bool
+}
+
+// scenario is one path the workflow can take.
+type scenario struct {
+	name string
+	spec string
+	// act, when set, plays the human or the operator once the run is
+	// under way; it returns when it has done its part.
+	act func(ctx context.Context, r *recorder, id string)
+	// brokenRefunds makes refunds fail until act mends them.
+	brokenRefunds bool
+}
+
+func TestRecordHistories(t *testing.T) {
+	if !*recordHistories {
+		t.Skip("records the replay corpus only with -record-histories (make record-histories)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r := &recorder{t: t, store: ledgertest.NewStore(t), queue: "record-histories"}
+	pay, url := startPayments(t, func(*payments) {})
+	r.url = url
+	refunds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/refund" && r.refundsBroken.Load() {
+			http.Error(w, `{"error":"refunds are down"}`, http.StatusInternalServerError)
+			return
+		}
+		pay.ServeHTTP(w, req)
+	}))
+	defer refunds.Close()
+	r.url = refunds.URL
+	box := worker.Builtins()
+	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
+		return strings.Repeat("page "+string(call.Arguments)+". ", 64), nil
+	})
+	w, err := worker.New(ctx, temporalClient, r.store, worker.Options{TaskQueue: r.queue, Toolbox: box})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+	require.NoError(t, os.MkdirAll(corpusDir, 0o755))
+	for _, sc := range corpusScenarios() {
+		r.record(ctx, sc)
+	}
+}
+
+func (r *recorder) record(ctx context.Context, sc scenario) {
+	t := r.t
+	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(sc.spec, r.url)))
+	require.NoError(t, err, sc.name)
+	id := "corpus-" + sc.name
+	r.refundsBroken.Store(sc.brokenRefunds)
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: r.queue}, workflows.AgentRun, spec)
+	require.NoError(t, err, sc.name)
+	first := run.GetRunID()
+	if sc.act != nil {
+		sc.act(ctx, r, id)
+	}
+	_ = temporalClient.GetWorkflow(ctx, id, "").Get(ctx, nil) // how it ended is in its history
+	r.save(ctx, sc.name, id, first)
+}
+
+// save writes the chain of executions that began with runID: name.json,
+// then name.2.json and on for each continue-as-new.
+func (r *recorder) save(ctx context.Context, name, id, runID string) {
+	for n := 1; runID != ""; n++ {
+		var history historypb.History
+		next := ""
+		iter := temporalClient.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			event, err := iter.Next()
+			require.NoError(r.t, err)
+			history.Events = append(history.Events, event)
+			if attrs := event.GetWorkflowExecutionContinuedAsNewEventAttributes(); attrs != nil {
+				next = attrs.GetNewExecutionRunId()
+			}
+		}
+		data, err := protojson.MarshalOptions{Indent: " "}.Marshal(&history)
+		require.NoError(r.t, err)
+		file := name + ".json"
+		if n > 1 {
+			file = fmt.Sprintf("%s.%d.json", name, n)
+		}
+		require.NoError(r.t, os.WriteFile(filepath.Join(corpusDir, file), data, 0o644))
+		r.t.Logf("recorded %s: %d events", file, len(history.Events))
+		runID = next
+	}
+}
+
+// waitStatus waits until the ledger says the run is status.
+func (r *recorder) waitStatus(ctx context.Context, id, status string) {
+	for {
+		run, err := r.store.GetRun(ctx, id)
+		if err == nil && run.Status == status {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			r.t.Fatalf("%s never became %s", id, status)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// update sends a human's Update and waits for it to complete.
+func (r *recorder) update(ctx context.Context, id, name string, args ...any) {
+	handle, err := temporalClient.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: name,
+		Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
+	require.NoError(r.t, err)
+	require.NoError(r.t, handle.Get(ctx, nil), "%s on %s", name, id)
+}
+
+const corpusTools = `
+tools:
+  - name: charge
+    kind: http
+    url: %[1]s/charge
+    timeout_seconds: 3
+    parameters: {type: object, properties: {customer: {type: string}, amount: {type: number}}, required: [customer, amount]}
+    compensate:
+      tool: refund
+      arguments: {charge_id: "{{result.id}}", customer: "{{args.customer}}"}
+  - name: refund
+    kind: http
+    url: %[1]s/refund
+    timeout_seconds: 3
+  - {name: page, kind: go, parameters: {type: object, properties: {page: {type: number}}, required: [page]}}
+  - {name: helper, kind: agent}
+agents:
+  helper: {tools: [page], share: 0.5}
+`
+
+func pagesScript(from, to int) string {
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		fmt.Fprintf(&b, "    - tool_calls: [{name: page, arguments: {page: %d}}]\n", i)
+	}
+	return b.String()
+}
+
+// corpusScenarios are the paths the replay corpus covers: one recorded
+// history (or chain of them) per way a run can go.
+func corpusScenarios() []scenario {
+	charge := "    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 10}}]\n"
+	refuse := "    - refusal: I need a human's go-ahead\n"
+	resume := func(ctx context.Context, r *recorder, id string) {
+		r.waitStatus(ctx, id, ledger.RunEscalated)
+		r.update(ctx, id, workflows.UpdateResume, workflows.ResumeInput{Message: "go ahead", AddSteps: 1})
+	}
+	abort := func(ctx context.Context, r *recorder, id string) {
+		r.waitStatus(ctx, id, ledger.RunEscalated)
+		r.update(ctx, id, workflows.UpdateAbort, workflows.ReasonInput{Reason: "corpus: stop"})
+	}
+	failingRefund := func(decision string) func(ctx context.Context, r *recorder, id string) {
+		return func(ctx context.Context, r *recorder, id string) {
+			r.waitStatus(ctx, id, ledger.RunNeedsAttention)
+			r.refundsBroken.Store(false)
+			if decision == workflows.UpdateSkip {
+				r.update(ctx, id, workflows.UpdateSkip, workflows.ReasonInput{Reason: "corpus: refunded by hand"})
+				return
+			}
+			r.update(ctx, id, workflows.UpdateRetry)
+		}
+	}
+	return []scenario{
+		{name: "completed", spec: "goal: charge ann\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" + charge + "    - content: charged\n" + corpusTools},
+		{name: "partial-graceful-finish", spec: "goal: read\nbudget: {steps: 4}\nfinish_at: 0.5\nmodel:\n  provider: scripted\n  script:\n" + pagesScript(1, 4) + corpusTools},
+		{name: "partial-watchdog", spec: "goal: read\nbudget: {steps: 8}\nmodel:\n  provider: scripted\n  script:\n" +
+			strings.Repeat("    - tool_calls: [{name: page, arguments: {page: 1}}]\n", 6) + corpusTools},
+		{name: "escalated-resumed", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + "    - content: charged\n" + corpusTools, act: resume},
+		{name: "escalated-aborted", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools, act: abort},
+		{name: "compensated", spec: "goal: charge, then fail\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + corpusTools},
+		{name: "needs-attention-retry", spec: "goal: charge, then fail\nbudget: {steps: 5}\ncompensation_attempts: 1\nmodel:\n  provider: scripted\n  script:\n" + charge + corpusTools,
+			act: failingRefund(workflows.UpdateRetry), brokenRefunds: true},
+		{name: "needs-attention-skip", spec: "goal: charge, then fail\nbudget: {steps: 5}\ncompensation_attempts: 1\nmodel:\n  provider: scripted\n  script:\n" + charge + corpusTools,
+			act: failingRefund(workflows.UpdateSkip), brokenRefunds: true},
+		{name: "sub-agents", spec: "goal: delegate\nbudget: {steps: 8}\nmodel:\n  provider: scripted\n  script:\n" +
+			"    - tool_calls: [{name: helper, arguments: {task: read page 1}}]\n    - content: delegated\n" + corpusTools},
+		{name: "cancelled", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,
+			act: func(ctx context.Context, r *recorder, id string) {
+				r.waitStatus(ctx, id, ledger.RunEscalated)
+				require.NoError(r.t, temporalClient.CancelWorkflow(ctx, id, ""))
+			}},
+		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
+			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
+		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,
+			act: func(ctx context.Context, r *recorder, id string) {
+				r.waitStatus(ctx, id, ledger.RunEscalated)
+				require.NoError(r.t, temporalClient.TerminateWorkflow(ctx, id, "", "corpus: pulled the plug"))
+				marked, err := r.store.MarkTerminated(ctx, id, "terminated: corpus: pulled the plug")
+				require.NoError(r.t, err)
+				require.True(r.t, marked)
+				rollback, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: r.queue},
+					workflows.RollbackRun, activities.RollbackRequest{Reason: "terminated: corpus: pulled the plug"})
+				require.NoError(r.t, err)
+				require.NoError(r.t, rollback.Get(ctx, nil))
+				r.save(ctx, "terminated.rollback", id, rollback.GetRunID())
+			}},
+	}
+}

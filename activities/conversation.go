@@ -367,21 +367,25 @@ const DefaultContextTokens = 32000
 func (m ModelSpec) ContextTokens() int {
 	window := m.ContextWindow
 	if window == 0 {
-		best := ""
-		for prefix, n := range knownContextTokens {
-			if strings.HasPrefix(m.Name, prefix) && len(prefix) > len(best) {
-				best, window = prefix, n
-			}
-		}
-	}
-	if window == 0 {
-		window = DefaultContextTokens
+		window = m.KnownContextWindow()
 	}
 	reply := int(m.MaxTokens)
 	if reply == 0 {
 		reply = defaultReplyTokens
 	}
 	return max(window-reply, window/2)
+}
+
+// KnownContextWindow is the context window of the named model as this
+// build knows it, or DefaultContextTokens.
+func (m ModelSpec) KnownContextWindow() int {
+	best, window := "", DefaultContextTokens
+	for prefix, n := range knownContextTokens {
+		if strings.HasPrefix(m.Name, prefix) && len(prefix) > len(best) {
+			best, window = prefix, n
+		}
+	}
+	return window
 }
 
 // defaultReplyTokens is the room kept for the reply when the spec sets no

@@ -135,7 +135,7 @@ func StormBaselineWorkflow(ctx workflow.Context, in OpenLoopInput) (OpenLoopResu
 // breaker open for the next.
 func agentsagaCall(ctx workflow.Context, url string, i, toolRetryCap int) workflow.Future {
 	var acts *activities.Activities
-	policy := budget.DefaultRetryPolicy
+	policy := budget.DefaultRetryPolicy()
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID: fmt.Sprintf("call-%d", i+1), StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(policy.MaxAttempts)},

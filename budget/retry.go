@@ -33,12 +33,17 @@ type RetryPolicy struct {
 	BackoffCapSeconds  float64 `json:"backoff_cap_seconds,omitempty"`
 }
 
-// DefaultRetryPolicy is close to the seed's ledger: 3 attempts a call, 6
+// DefaultRetryPolicy returns the policy a spec's unset fields take: a copy,
+// so no caller can change what every other run reads. Workflow code reads
+// it only for a spec that was not resolved (RunSpec.Resolve writes it out).
+func DefaultRetryPolicy() RetryPolicy { return defaultRetryPolicy }
+
+// defaultRetryPolicy is close to the seed's ledger: 3 attempts a call, 6
 // retries a tool, retries on 20% of calls with a floor of 5 (the seed's
 // demo; with the seed's default of 3, short runs at 20% independent
 // failure lose about 4% of their calls, measured by `agentsaga bench
 // success`), and full-jitter backoff from 0.5 s up to 8 s.
-var DefaultRetryPolicy = RetryPolicy{
+var defaultRetryPolicy = RetryPolicy{
 	MaxAttempts:        3,
 	ToolRetryCap:       6,
 	Ratio:              0.2,
@@ -48,9 +53,9 @@ var DefaultRetryPolicy = RetryPolicy{
 }
 
 // WithDefaults returns p with every zero field set from
-// DefaultRetryPolicy. ToolRetryCaps is shared, not copied.
+// DefaultRetryPolicy(). ToolRetryCaps is shared, not copied.
 func (p RetryPolicy) WithDefaults() RetryPolicy {
-	d := DefaultRetryPolicy
+	d := defaultRetryPolicy
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = d.MaxAttempts
 	}

@@ -55,7 +55,7 @@ func TestRetryPolicyValidate(t *testing.T) {
 		})
 	}
 	assert.NoError(t, budget.RetryPolicy{}.Validate())
-	assert.NoError(t, budget.DefaultRetryPolicy.Validate())
+	assert.NoError(t, budget.DefaultRetryPolicy().Validate())
 	assert.NoError(t, budget.RetryPolicy{ToolRetryCaps: map[string]int{"charge": 0}}.Validate(), "0 means never retry that tool")
 }
 

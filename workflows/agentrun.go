@@ -128,8 +128,13 @@ var activitiesRef *activities.Activities
 // budget runs low, when it finishes gracefully with a partial answer and a
 // handoff note.
 func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
-	if err := spec.Validate(); err != nil {
-		return RunResult{}, temporal.NewNonRetryableApplicationError("spec: "+err.Error(), "InvalidSpec", nil)
+	// A resolved spec was validated by the client that started the run,
+	// against the rules of its day; validating it again here would let a
+	// stricter rule break a run in flight.
+	if spec.Version == 0 {
+		if err := spec.Validate(); err != nil {
+			return RunResult{}, temporal.NewNonRetryableApplicationError("spec: "+err.Error(), "InvalidSpec", nil)
+		}
 	}
 	carried := spec.Carried
 	spec.Carried = nil

@@ -20,7 +20,10 @@ import (
 // RunSpec is everything a run needs: the goal, the model, the tools and the
 // budget. It is the AgentRun workflow's input, so it must hold no secrets.
 type RunSpec struct {
-	Goal string `json:"goal"`
+	// Version is SpecVersion once Resolve wrote every default out; 0 for a
+	// spec as written.
+	Version int    `json:"spec_version,omitempty"`
+	Goal    string `json:"goal"`
 	// System replaces the default system prompt.
 	System string                `json:"system,omitempty"`
 	Model  activities.ModelSpec  `json:"model"`

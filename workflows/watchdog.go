@@ -42,13 +42,16 @@ type watchdog struct {
 	warnings  []string
 }
 
+// defaultNoProgressTurns is watchdog.no_progress_turns when unset.
+const defaultNoProgressTurns = 3
+
 // watchdogMemory bounds the calls and results the watchdog remembers.
 const watchdogMemory = 256
 
 func newWatchdog(spec WatchdogSpec) *watchdog {
 	turns := spec.NoProgressTurns
 	if turns == 0 {
-		turns = 3
+		turns = defaultNoProgressTurns
 	}
 	return &watchdog{noProgressTurns: turns, calls: map[string]int{}, results: map[string]bool{}, voluntary: map[string]int{}}
 }

@@ -192,6 +192,11 @@ func newRunID() string {
 }
 
 func startRun(ctx context.Context, c client.Client, namespace, id string, spec workflows.RunSpec) (client.WorkflowRun, error) {
+	// Every default written out now, so the run keeps them across deploys.
+	spec, err := spec.Resolve()
+	if err != nil {
+		return nil, err
+	}
 	if !spec.SearchAttributes {
 		// Upsert them only where the namespace has them registered, or
 		// every workflow task would fail.

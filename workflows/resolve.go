@@ -1,0 +1,75 @@
+package workflows
+
+import (
+	"fmt"
+
+	"github.com/agentsaga/agentsaga/activities"
+)
+
+// SpecVersion is the version of the resolved spec Resolve writes: a run
+// whose input carries it never reads a default from the code it runs on,
+// so a deploy that changes a default cannot change what a run in flight
+// does. A spec of version 0 was not resolved (a run started before
+// versioned specs, or by a caller that passed a spec straight to Temporal):
+// the workflow validates and resolves it as it always did.
+const SpecVersion = 1
+
+// Resolve validates s and returns it with every default written out, at
+// SpecVersion: what the client hands the workflow. Call it before the run
+// starts; the workflow trusts a resolved spec and does not validate it
+// again, so tightening validation never breaks a run in flight.
+func (s RunSpec) Resolve() (RunSpec, error) {
+	if err := s.Validate(); err != nil {
+		return RunSpec{}, fmt.Errorf("spec: %w", err)
+	}
+	if s.Version != 0 {
+		return s, nil
+	}
+	r := s
+	r.Version = SpecVersion
+	if r.System == "" {
+		r.System = DefaultSystemPrompt
+	}
+	r.FinishAt = s.finishAt()
+	r.Retry = s.Retry.WithDefaults()
+	r.CompensationAttempts = s.compensationAttempts()
+	if r.OnBudgetExhausted == "" {
+		r.OnBudgetExhausted = OnBudgetKeep
+	}
+	if r.Watchdog.NoProgressTurns == 0 {
+		r.Watchdog.NoProgressTurns = defaultNoProgressTurns
+	}
+	if r.Watchdog.OnFire == "" {
+		r.Watchdog.OnFire = WatchdogFinish
+	}
+	if r.History.MaxEvents == 0 {
+		r.History.MaxEvents = DefaultMaxEvents
+	}
+	r.Model = resolveModel(s.Model)
+	if len(s.Agents) > 0 {
+		r.Agents = make(map[string]AgentSpec, len(s.Agents))
+		for name, agent := range s.Agents {
+			if agent.Share == 0 {
+				agent.Share = defaultShare
+			}
+			if agent.System == "" {
+				agent.System = DefaultSystemPrompt
+			}
+			if agent.Model != nil {
+				m := resolveModel(*agent.Model)
+				agent.Model = &m
+			}
+			r.Agents[name] = agent
+		}
+	}
+	return r, nil
+}
+
+// resolveModel writes out the model's context window, which the worker
+// would otherwise look up by the model's name in its own table.
+func resolveModel(m activities.ModelSpec) activities.ModelSpec {
+	if m.ContextWindow == 0 {
+		m.ContextWindow = m.KnownContextWindow()
+	}
+	return m
+}

@@ -209,16 +209,18 @@ func redactURL(raw string) string {
 }
 
 // pausedWorkerKeepalive are the Temporal server settings that let a paused
-// worker's tasks go elsewhere: the frontend pings every connection every 2 s
-// and drops one that does not answer within 2 s. A SIGSTOPped worker's long
-// polls look alive to TCP (its kernel still answers), so without them the
-// server goes on handing it retries, each lost for a whole heartbeat
-// timeout (the chaos harness measured 22-37 s takeovers); with them takeover
-// is the heartbeat timeout plus a few seconds. Production servers want the
-// same dynamic config.
+// worker's tasks go elsewhere: the frontend pings every connection every
+// second and drops one that does not answer within a second. A SIGSTOPped
+// worker's long polls look alive to TCP (its kernel still answers), so
+// without them the server goes on handing it retries, each lost for a whole
+// heartbeat timeout (the chaos harness measured 22-37 s takeovers). The two
+// must add up to less than the shortest heartbeat timeout (3 s for a tool
+// with a 3 s timeout): at 2 s each, a 3 s tool's retry still went to the
+// paused worker and takeover took 9 s. Production servers want the same
+// dynamic config.
 func pausedWorkerKeepalive() []string {
 	return []string{
-		"--dynamic-config-value", `frontend.keepAliveTime="2s"`,
-		"--dynamic-config-value", `frontend.keepAliveTimeout="2s"`,
+		"--dynamic-config-value", `frontend.keepAliveTime="1s"`,
+		"--dynamic-config-value", `frontend.keepAliveTimeout="1s"`,
 	}
 }

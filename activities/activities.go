@@ -1,9 +1,11 @@
 // Package activities owns every call that leaves the process: model turns
-// (scripted, or any OpenAI-compatible server with SDK retries off) and tool
-// calls (Go functions, and HTTP tools that receive the Idempotency-Key). Each
-// tool call goes through the action ledger under its idempotency key, so a
-// key that completed once never executes again, and each attempt is recorded
-// as a leaf call.
+// (scripted, OpenAI-compatible or Anthropic, SDK retries off) and tool calls
+// (Go functions, and HTTP tools that receive the Idempotency-Key). Each goes
+// through the action ledger under its idempotency key, held by a lease that
+// follows the attempt's heartbeats, so a key that completed once never
+// executes again and a lost or fenced attempt cannot act; each attempt is
+// recorded as a leaf call. Model turns read the run's conversation from the
+// ledger and fit it to the model's context budget.
 package activities
 
 import (

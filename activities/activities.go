@@ -149,7 +149,9 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	}
 	info := activity.GetInfo(ctx)
 	arguments, _ := json.Marshal(map[string]any{"through": conv.Through, "finish": call.Finish})
-	output, replayed, err := a.once(ctx, keyedCall{
+	// A stored turn is returned as it was: the workflow charges its usage
+	// once, because it sees the turn once.
+	output, _, err := a.once(ctx, keyedCall{
 		action: ledger.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: "model:" + target, Arguments: string(arguments), Kind: ledger.ActionModel},
 		kind: ledger.LeafModel, target: target,
@@ -177,7 +179,6 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	if err := json.Unmarshal([]byte(output), &turn); err != nil {
 		return ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), ErrTypeModelConfig, nil)
 	}
-	_ = replayed // the workflow charges the stored turn's usage once, as it sees it once
 	turn.Attempt = int(info.Attempt)
 	return turn, nil
 }
@@ -192,12 +193,12 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 		trailing = append(trailing, Message{Role: "system", Content: call.FinishInstructions})
 	}
 	defs, _ := json.Marshal(call.Tools)
-	fit, err := a.fitConversation(ctx, call.Conversation, trailing, count(string(defs)), call.Model.ContextTokens())
+	defTokens := count(string(defs))
+	fit, err := a.fitConversation(ctx, call.Conversation, trailing, defTokens, call.Model.ContextTokens())
 	if err != nil {
 		return ModelTurn{}, fmt.Errorf("%w: %w", errLedgerUnavailable, err)
 	}
-	stop := heartbeat(ctx, activity.GetInfo(ctx).HeartbeatTimeout)
-	defer stop()
+	// The attempt's lease keeper heartbeats while the model answers.
 	turn, err := model.Turn(ctx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
 	if err != nil {
 		return ModelTurn{}, err
@@ -208,7 +209,7 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 	for i, tc := range turn.ToolCalls {
 		turn.ToolCalls[i].Name, turn.ToolCalls[i].Arguments = cleanText(tc.Name), cleanText(tc.Arguments)
 	}
-	turn.RequestTokens, turn.Shortened, turn.OmittedTurns = fit.Tokens+count(string(defs)), fit.Shortened, fit.Omitted
+	turn.RequestTokens, turn.Shortened, turn.OmittedTurns = fit.Tokens+defTokens, fit.Shortened, fit.Omitted
 	return turn, nil
 }
 
@@ -321,31 +322,6 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 		return nil, fmt.Errorf("tool %s: no Go function of that name is registered on this worker (registered: %s)", tool.Name, registered)
 	}
 	return nil, fmt.Errorf("tool %s: unknown kind %q", tool.Name, tool.Kind)
-}
-
-// heartbeat records a heartbeat at a third of timeout while a tool runs, so
-// a lost worker is noticed within the heartbeat timeout and a cancelled
-// run's cancellation reaches the call's context. It returns the stop func.
-func heartbeat(ctx context.Context, timeout time.Duration) func() {
-	if timeout <= 0 {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		ticker := time.NewTicker(max(timeout/3, 100*time.Millisecond))
-		defer ticker.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 // toActivityError classifies err for Temporal's retry: the one retry loop.

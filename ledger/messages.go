@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -191,7 +192,7 @@ func (s *Store) RecordResultMessage(ctx context.Context, workflowID, key string,
 
 // notFound turns pgx.ErrNoRows into ErrNotFound.
 func notFound(err error) error {
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
 	return err

@@ -25,9 +25,10 @@ import (
 )
 
 // lowLimits are a dev server's history and payload limits, lowered so far
-// that the engine that carried the whole conversation in every model call
-// was terminated at about turn 30 of this test (a model input over the
-// 256 KiB blob limit), as production's 2 MiB terminated it at turn 41.
+// that an engine carrying the whole conversation in every model call would
+// pass the 256 KiB blob limit near turn 31 of this test (by arithmetic: 31
+// outputs of 8 KiB; not run on that engine), as production's 2 MiB
+// terminated it at turn 41 (measured by bench long).
 var lowLimits = []string{
 	"limit.blobSize.error=262144",
 	"limit.blobSize.warn=131072",

@@ -31,6 +31,11 @@ import (
 // and a change that alters it must say why in its commit.
 var recordHistories = flag.Bool("record-histories", false, "record the replay corpus into workflows/testdata/histories")
 
+// recordOnly limits a recording to the named scenarios (comma-separated),
+// so that adding one scenario leaves the others' histories as they were:
+// `make record-histories ONLY=failed-together`.
+var recordOnly = flag.String("record-histories.only", "", "record only these scenarios (comma-separated names)")
+
 // corpusDir is where the replay corpus lives, beside the workflow code.
 const corpusDir = "../workflows/testdata/histories"
 
@@ -70,6 +75,10 @@ func TestRecordHistories(t *testing.T) {
 			http.Error(w, `{"error":"refunds are down"}`, http.StatusInternalServerError)
 			return
 		}
+		if req.URL.Path == "/refund" && strings.HasPrefix(req.Header.Get("Idempotency-Key"), "corpus-failed-together/") {
+			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)
+			return
+		}
 		pay.ServeHTTP(w, req)
 	}))
 	defer refunds.Close()
@@ -83,9 +92,20 @@ func TestRecordHistories(t *testing.T) {
 	require.NoError(t, w.Start())
 	defer w.Stop()
 	require.NoError(t, os.MkdirAll(corpusDir, 0o755))
-	for _, sc := range corpusScenarios() {
-		r.record(ctx, sc)
+	only := map[string]bool{}
+	for _, name := range strings.Split(*recordOnly, ",") {
+		if name != "" {
+			only[name] = true
+		}
 	}
+	recorded := 0
+	for _, sc := range corpusScenarios() {
+		if len(only) == 0 || only[sc.name] {
+			r.record(ctx, sc)
+			recorded++
+		}
+	}
+	require.Positive(t, recorded, "no scenario is named %q", *recordOnly)
 }
 
 func (r *recorder) record(ctx context.Context, sc scenario) {
@@ -218,6 +238,11 @@ func corpusScenarios() []scenario {
 			act: failingRefund(workflows.UpdateRetry), brokenRefunds: true},
 		{name: "needs-attention-skip", spec: "goal: charge, then fail\nbudget: {steps: 5}\ncompensation_attempts: 1\nmodel:\n  provider: scripted\n  script:\n" + charge + corpusTools,
 			act: failingRefund(workflows.UpdateSkip), brokenRefunds: true},
+		// Two calls of one turn fail together: each is given up (its key
+		// fenced) before the model hears of it.
+		{name: "failed-together", spec: "goal: refund two charges\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" +
+			"    - tool_calls: [{name: refund, arguments: {charge_id: ch_x, customer: ann}}, {name: refund, arguments: {charge_id: ch_y, customer: bob}}]\n" +
+			"    - content: there was nothing to refund\n" + corpusTools},
 		{name: "sub-agents", spec: "goal: delegate\nbudget: {steps: 8}\nmodel:\n  provider: scripted\n  script:\n" +
 			"    - tool_calls: [{name: helper, arguments: {task: read page 1}}]\n    - content: delegated\n" + corpusTools},
 		{name: "cancelled", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,

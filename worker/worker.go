@@ -5,6 +5,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,9 @@ type Config struct {
 	MetricsAddr string
 	// MetricsHandler receives the Temporal SDK's own metrics; Run sets it.
 	MetricsHandler client.MetricsHandler
+	// Deployment, when set, runs the worker as one build of a worker
+	// deployment (--deployment, --build-id, --versioning).
+	Deployment Deployment
 }
 
 // ConfigFromEnv reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL,
@@ -59,6 +63,10 @@ func ConfigFromEnv() Config {
 		DatabaseURL:     get("DATABASE_URL", DefaultDatabaseURL),
 		TaskQueue:       workflows.TaskQueue,
 		MetricsAddr:     os.Getenv("AGENTSAGA_METRICS_ADDR"),
+		Deployment: Deployment{
+			Name: os.Getenv("AGENTSAGA_DEPLOYMENT"), BuildID: os.Getenv("AGENTSAGA_BUILD_ID"),
+			Versioning: os.Getenv("AGENTSAGA_VERSIONING"),
+		},
 	}
 }
 
@@ -109,7 +117,10 @@ type Options struct {
 	// (EnsureReconcilerSchedule) firing this often; `agentsaga worker` and
 	// `agentsaga dev` set workflows.ReconcileInterval.
 	ReconcileEvery time.Duration
-	Worker         sdkworker.Options
+	// Deployment, when set, makes the worker one build of a worker
+	// deployment; the zero value is unversioned.
+	Deployment Deployment
+	Worker     sdkworker.Options
 }
 
 // New registers the workflow, the activities and the retry hook on a
@@ -133,6 +144,13 @@ func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	workerOptions := opts.Worker
+	if opts.Deployment.Versioned() {
+		deployment, err := opts.Deployment.options()
+		if err != nil {
+			return nil, err
+		}
+		workerOptions.DeploymentOptions = deployment
+	}
 	workerOptions.Interceptors = append(workerOptions.Interceptors, activities.NewRetryHook(store, hook))
 	w := sdkworker.New(c, queue, workerOptions)
 	w.RegisterWorkflow(workflows.AgentRun)
@@ -164,6 +182,9 @@ func hookConfig(opts Options) activities.RetryHookConfig {
 
 // Run connects, migrates and runs a worker until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Deployment.Validate(); err != nil {
+		return err
+	}
 	if _, err := migrations.Apply(ctx, cfg.DatabaseURL); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -192,14 +213,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.Close()
 
-	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue, Observe: observe, ReconcileEvery: workflows.ReconcileInterval})
+	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue, Observe: observe,
+		ReconcileEvery: workflows.ReconcileInterval, Deployment: cfg.Deployment})
 	if err != nil {
 		return err
 	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: start on task queue %q: %w", cfg.TaskQueue, err)
 	}
-	cfg.logger().Info("agentsaga worker running", "temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue)
+	logger := cfg.logger().With("temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue)
+	if d := cfg.Deployment; d.Versioned() {
+		logger = logger.With("deployment", d.Name, "build_id", d.BuildID, "versioning", cmp.Or(d.Versioning, VersioningAutoUpgrade))
+	}
+	logger.Info("agentsaga worker running")
 	<-ctx.Done()
 	w.Stop()
 	return nil

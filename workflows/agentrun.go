@@ -196,7 +196,12 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if err := activities.CheckPayload("the state carried across continue-as-new", spec); err != nil {
 			return RunResult{}, err
 		}
-		return RunResult{}, workflow.NewContinueAsNewError(ctx, AgentRun, spec)
+		// A run pinned to its build moves to the deployment's current build
+		// here (an auto-upgrade run moved at its last workflow task), on a
+		// server that supports upgrade on continue-as-new.
+		return RunResult{}, workflow.NewContinueAsNewErrorWithOptions(ctx, workflow.ContinueAsNewErrorOptions{
+			InitialVersioningBehavior: workflow.ContinueAsNewVersioningBehaviorAutoUpgrade,
+		}, AgentRun, spec)
 	}
 	r.showProgress(ctx, result.Status, result.Reason, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
 

@@ -28,7 +28,7 @@ import (
 func workerCommand() *cobra.Command {
 	cfg := worker.ConfigFromEnv()
 	cmd := &cobra.Command{
-		Use:   "worker [--metrics-addr HOST:PORT]",
+		Use:   "worker [--metrics-addr HOST:PORT] [--deployment NAME --build-id ID [--versioning auto-upgrade|pinned]]",
 		Short: "Run a worker (reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -37,6 +37,12 @@ func workerCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr,
 		"serve Prometheus metrics (agentsaga's and the Temporal SDK's) at http://HOST:PORT/metrics (env AGENTSAGA_METRICS_ADDR)")
+	cmd.Flags().StringVar(&cfg.Deployment.Name, "deployment", cfg.Deployment.Name,
+		"run as a build of this Temporal worker deployment (Worker Versioning; env AGENTSAGA_DEPLOYMENT); needs --build-id")
+	cmd.Flags().StringVar(&cfg.Deployment.BuildID, "build-id", cfg.Deployment.BuildID,
+		"this worker's build ID within --deployment (env AGENTSAGA_BUILD_ID)")
+	cmd.Flags().StringVar(&cfg.Deployment.Versioning, "versioning", cfg.Deployment.Versioning,
+		"what runs this build starts do at a deploy: auto-upgrade (move to the current build; the default) or pinned (stay on this build) (env AGENTSAGA_VERSIONING)")
 	return cmd
 }
 

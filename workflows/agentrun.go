@@ -162,6 +162,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := r.registerUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
+	r.versions = readVersions(ctx)
 	if carried == nil {
 		specJSON, err := json.Marshal(spec)
 		if err != nil {
@@ -264,6 +265,9 @@ type run struct {
 	watch   *watchdog
 	// reserved is what running sub-agents were handed and not yet spent.
 	reserved budget.Usage
+	// versions says which side of each GetVersion change this execution
+	// takes (versions.go).
+	versions versions
 }
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
@@ -501,6 +505,34 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		}
 		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool, request)
 	}
+	// A call that failed is given up (its key fenced) before the model
+	// hears of it. The give-ups of calls that failed together run together.
+	settled := make([]settledCall, len(calls))
+	settle := func(ctx workflow.Context, i int) {
+		s := &settled[i]
+		s.err = futures[i].Get(ctx, &s.result)
+		if s.err != nil && !reads[i] && mayHaveClaimed(s.err) && ctx.Err() == nil {
+			// A late attempt that did it after all makes it a success.
+			s.gaveUp = r.giveUp(ctx, entries[i].ActivityID, calls[i])
+			if s.gaveUp.Status == ledger.ActionCompleted {
+				s.err = nil
+				s.result = activities.ToolResult{Output: s.gaveUp.Preview, Digest: s.gaveUp.Digest, Replayed: true, Attempt: s.gaveUp.LeafCalls}
+			}
+		}
+	}
+	if r.versions.giveUpsTogether {
+		settling := workflow.NewWaitGroup(ctx)
+		for i := range calls {
+			if futures[i] != nil && reservations[i] == nil {
+				settling.Add(1)
+				workflow.Go(ctx, func(ctx workflow.Context) {
+					defer settling.Done()
+					settle(ctx, i)
+				})
+			}
+		}
+		settling.Wait(ctx)
+	}
 	for i, call := range calls {
 		switch {
 		case reservations[i] != nil:
@@ -516,18 +548,10 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			r.pending = append(r.pending, activities.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
 				Content: entries[i].Output, Key: r.workflowID + "/" + entries[i].ActivityID})
 		case futures[i] != nil:
-			var result activities.ToolResult
-			err := futures[i].Get(ctx, &result)
-			var gaveUp activities.GaveUp
-			if err != nil && !reads[i] && mayHaveClaimed(err) && ctx.Err() == nil {
-				// Before the model hears that the call failed, the ledger
-				// fences its key; a late attempt that did it after all
-				// makes it a success.
-				gaveUp = r.giveUp(ctx, entries[i].ActivityID, call)
-				if gaveUp.Status == ledger.ActionCompleted {
-					err, result = nil, activities.ToolResult{Output: gaveUp.Preview, Digest: gaveUp.Digest, Replayed: true, Attempt: gaveUp.LeafCalls}
-				}
+			if !r.versions.giveUpsTogether {
+				settle(ctx, i) // the old path: one call after another
 			}
+			result, err, gaveUp := settled[i].result, settled[i].err, settled[i].gaveUp
 			if err != nil {
 				entries[i].Error = errorText(err)
 				entries[i].Attempts, entries[i].Denial = callFailure(err)
@@ -551,6 +575,13 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 	}
 	r.record(entries...)
 	return escalation, r.watch.endTurn(entries)
+}
+
+// settledCall is how one tool call of a turn ended.
+type settledCall struct {
+	result activities.ToolResult
+	err    error
+	gaveUp activities.GaveUp
 }
 
 // readResult reads a shortened output back whole into the conversation, as

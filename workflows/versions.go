@@ -1,0 +1,31 @@
+package workflows
+
+import "go.temporal.io/sdk/workflow"
+
+// The changes to the commands AgentRun emits, each behind
+// workflow.GetVersion so that a run in flight replays on new code exactly
+// as it ran on the old (the replay corpus in testdata/histories checks
+// it). Each version is read once, when an execution starts, and kept on
+// the run: an execution that began on old code keeps the old path until
+// it ends or continues as new, and every new execution takes the newest.
+//
+// A new change adds its ID and a field here, and a corpus scenario that
+// takes the old path, recorded on the old code before the change.
+const (
+	// changeGiveUpsTogether fences the keys of a turn's failed calls as
+	// each fails, all at once, rather than one after another after every
+	// call of the turn before it had settled: a turn whose calls timed out
+	// together waited for each straggler's lease in turn.
+	changeGiveUpsTogether = "give-ups-together"
+)
+
+// versions are the paths this execution takes.
+type versions struct {
+	giveUpsTogether bool
+}
+
+func readVersions(ctx workflow.Context) versions {
+	return versions{
+		giveUpsTogether: workflow.GetVersion(ctx, changeGiveUpsTogether, workflow.DefaultVersion, 1) >= 1,
+	}
+}

@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -60,7 +60,7 @@ func TestWorkerVersioningAcrossADeploy(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, w.Start())
 				t.Cleanup(w.Stop)
-				setCurrentVersion(ctx, t, name, build)
+				require.NoError(t, workertest.SetCurrentVersion(ctx, temporalClient, name, build))
 			}
 			start("A")
 			spec, err := workflows.ParseSpec([]byte("goal: wait for a go-ahead\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" +
@@ -88,38 +88,13 @@ func TestWorkerVersioningAcrossADeploy(t *testing.T) {
 	}
 }
 
-// setCurrentVersion makes build the deployment's current version, once
-// its worker has polled (the server learns of a version from its polls).
-func setCurrentVersion(ctx context.Context, t *testing.T, deployment, build string) {
-	t.Helper()
-	handle := temporalClient.WorkerDeploymentClient().GetHandle(deployment)
-	var err error
-	for ctx.Err() == nil {
-		if _, err = handle.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: build}); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("could not make build %s current in deployment %s: %v", build, deployment, err)
-}
-
 // workflowTaskBuilds lists, in order, the build ID that completed each
 // workflow task of an execution.
 func workflowTaskBuilds(ctx context.Context, t *testing.T, id, runID string) []string {
 	t.Helper()
-	var builds []string
-	iter := temporalClient.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		event, err := iter.Next()
-		require.NoError(t, err)
-		if attrs := event.GetWorkflowTaskCompletedEventAttributes(); attrs != nil {
-			build := attrs.GetDeploymentVersion().GetBuildId()
-			if build == "" {
-				_, build, _ = strings.Cut(attrs.GetWorkerDeploymentVersion(), ".")
-			}
-			builds = append(builds, build)
-		}
-	}
+	history, err := workertest.History(ctx, temporalClient, id, runID)
+	require.NoError(t, err)
+	builds := workertest.WorkflowTaskBuilds(history.Events)
 	require.NotEmpty(t, builds)
 	return builds
 }
@@ -153,7 +128,7 @@ func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, w.Start())
 		t.Cleanup(w.Stop)
-		setCurrentVersion(ctx, t, name, build)
+		require.NoError(t, workertest.SetCurrentVersion(ctx, temporalClient, name, build))
 	}
 	start("A")
 	var script strings.Builder
@@ -173,27 +148,13 @@ func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 	require.NoError(t, run.Get(ctx, &result))
 	require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
 
-	executions := 0
-	for runID := first; runID != ""; executions++ {
-		builds := workflowTaskBuilds(ctx, t, name, runID)
+	executions, err := workertest.Executions(ctx, temporalClient, name, first)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(executions), 2, "the run continued as new")
+	for n, history := range executions {
+		builds := workertest.WorkflowTaskBuilds(history.Events)
 		for _, build := range builds {
-			require.Equal(t, "A", build, "execution %d of the pinned run (builds %v)", executions+1, builds)
-		}
-		runID = continuedAs(ctx, t, name, runID)
-	}
-	require.GreaterOrEqual(t, executions, 2, "the run continued as new")
-}
-
-// continuedAs returns the run ID an execution continued as, or "".
-func continuedAs(ctx context.Context, t *testing.T, id, runID string) string {
-	t.Helper()
-	iter := temporalClient.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
-	for iter.HasNext() {
-		event, err := iter.Next()
-		require.NoError(t, err)
-		if attrs := event.GetWorkflowExecutionContinuedAsNewEventAttributes(); attrs != nil {
-			return attrs.GetNewExecutionRunId()
+			require.Equal(t, "A", build, "execution %d of the pinned run (builds %v)", n+1, builds)
 		}
 	}
-	return ""
 }

@@ -6,20 +6,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -39,8 +37,9 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		defer f.Close()
 		history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 		require.NoError(t, err)
-		require.Equal(t, workflow.DefaultVersion, recordedVersion(t, history.Events, "give-ups-together"))
-		require.False(t, giveUpsOverlap(t, history.Events), "the old code gave up one call after the other")
+		version, overlapped := giveUpPath(t, history.Events)
+		require.Equal(t, workflow.DefaultVersion, version)
+		require.False(t, overlapped, "the old code gave up one call after the other")
 		replay(t, history, "corpus-"+scenario)
 	})
 
@@ -68,63 +67,25 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
 		require.Equal(t, "there was nothing to refund", result.Answer)
 
-		history := fetchHistory(ctx, t, queue, run.GetRunID())
-		require.Equal(t, workflow.Version(1), recordedVersion(t, history.Events, "give-ups-together"))
-		require.True(t, giveUpsOverlap(t, history.Events), "both give-ups were under way at once")
+		history, err := workertest.History(ctx, temporalClient, queue, run.GetRunID())
+		require.NoError(t, err)
+		version, overlapped := giveUpPath(t, history.Events)
+		require.Equal(t, workflow.Version(1), version)
+		require.True(t, overlapped, "both give-ups were under way at once")
 		replay(t, history, queue)
 	})
 }
 
-// recordedVersion is the version an execution recorded for changeID, or
-// DefaultVersion when it recorded none (it ran on code without the change).
-func recordedVersion(t *testing.T, events []*historypb.HistoryEvent, changeID string) workflow.Version {
+// giveUpPath checks that an execution gave up two calls and took the
+// path of the given version of give-ups-together: 1 has them under way at
+// once, DefaultVersion one after the other.
+func giveUpPath(t *testing.T, events []*historypb.HistoryEvent) (workflow.Version, bool) {
 	t.Helper()
-	dc := converter.GetDefaultDataConverter()
-	for _, event := range events {
-		marker := event.GetMarkerRecordedEventAttributes()
-		if marker == nil || marker.GetMarkerName() != "Version" {
-			continue
-		}
-		var id string
-		require.NoError(t, dc.FromPayloads(marker.GetDetails()["change-id"], &id))
-		if id == changeID {
-			var version workflow.Version
-			require.NoError(t, dc.FromPayloads(marker.GetDetails()["version"], &version))
-			return version
-		}
-	}
-	return workflow.DefaultVersion
-}
-
-// giveUpsOverlap says whether a second give-up was scheduled before the
-// first one completed; it fails unless the history has two give-ups.
-func giveUpsOverlap(t *testing.T, events []*historypb.HistoryEvent) bool {
-	t.Helper()
-	scheduled, open, overlapped := 0, map[int64]bool{}, false
-	for _, event := range events {
-		if attrs := event.GetActivityTaskScheduledEventAttributes(); attrs != nil && strings.HasSuffix(attrs.GetActivityId(), "/give-up") {
-			scheduled++
-			overlapped = overlapped || len(open) > 0
-			open[event.GetEventId()] = true
-		}
-		if attrs := event.GetActivityTaskCompletedEventAttributes(); attrs != nil {
-			delete(open, attrs.GetScheduledEventId())
-		}
-	}
+	version, err := workertest.RecordedVersion(events, "give-ups-together")
+	require.NoError(t, err)
+	scheduled, overlapped := workertest.GiveUps(events)
 	require.Equal(t, 2, scheduled, "the scenario gives up two calls")
-	return overlapped
-}
-
-func fetchHistory(ctx context.Context, t *testing.T, id, runID string) *historypb.History {
-	t.Helper()
-	history := &historypb.History{}
-	iter := temporalClient.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for iter.HasNext() {
-		event, err := iter.Next()
-		require.NoError(t, err)
-		history.Events = append(history.Events, event)
-	}
-	return history
+	return version, overlapped
 }
 
 // replay replays a history on today's workflow code; a non-determinism

@@ -256,9 +256,9 @@ func (s *temporalServer) client(t *testing.T, namespace string) client.Client {
 	return c
 }
 
-// startWorkerProcess runs `agentsaga worker` against Temporal at address
-// (namespace) and the database at databaseURL.
-func startWorkerProcess(t *testing.T, bin, name, address, namespace, databaseURL string) *process {
+// startWorkerProcess runs `agentsaga worker [flags]` against Temporal at
+// address (namespace) and the database at databaseURL.
+func startWorkerProcess(t *testing.T, bin, name, address, namespace, databaseURL string, flags ...string) *process {
 	t.Helper()
 	env := []string{
 		"TEMPORAL_ADDRESS=" + address,
@@ -266,7 +266,7 @@ func startWorkerProcess(t *testing.T, bin, name, address, namespace, databaseURL
 		"DATABASE_URL=" + databaseURL,
 		"AGENTSAGA_METRICS_ADDR=", // no metrics port to collide on
 	}
-	return startProcess(t, name, filepath.Join(t.TempDir(), name+".log"), env, bin, "worker")
+	return startProcess(t, name, filepath.Join(t.TempDir(), name+".log"), env, bin, append([]string{"worker"}, flags...)...)
 }
 
 // waitPolling waits until the worker process polls both the workflow and

@@ -163,3 +163,22 @@ func Main(m *testing.M, started func(*testsuite.DevServer)) {
 	_ = server.Stop()
 	os.Exit(code)
 }
+
+// SetCurrentVersion makes build the current version of a worker
+// deployment, as `temporal worker deployment set-current-version` does,
+// once a worker of that build has polled (the server learns of a version
+// from its workers' polls). It gives up when ctx ends.
+func SetCurrentVersion(ctx context.Context, c client.Client, deployment, build string) error {
+	handle := c.WorkerDeploymentClient().GetHandle(deployment)
+	for {
+		_, err := handle.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: build})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("workertest: make build %s current in deployment %s: %w", build, deployment, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

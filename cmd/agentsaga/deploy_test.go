@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/worker/workertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// deployFromCommit is the release the deploy test upgrades from: the last
+// commit before the give-ups-together change (workflows/versions.go).
+// Build A is built from it, build B from the working tree.
+const deployFromCommit = "56852b8a2191008e82812b785afd2881a0a0bbd0"
+
+const (
+	nsDeploy         = "deploy"
+	deployDeployment = "agentsaga"
+)
+
+// deployTools are a charge (an effect, idempotent by key) at %[1]s and a
+// lookup at %[2]s that finds nothing (404), both with 30 s attempts.
+const deployTools = `
+tools:
+  - name: charge
+    kind: http
+    url: %[1]s/charge
+    timeout_seconds: 30
+    parameters: {type: object, properties: {customer: {type: string}, amount: {type: number}}, required: [customer, amount]}
+  - name: lookup
+    kind: http
+    url: %[2]s/lookup
+    timeout_seconds: 30
+    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
+`
+
+// deployRun is one run of the deploy test and what it should show.
+type deployRun struct {
+	id     string
+	script string
+	// waits says the run escalates on build A and is resumed on build B.
+	waits bool
+	// startsOnB says the run is started after the deploy.
+	startsOnB bool
+	// giveUps, when set, is the give-ups-together version the run's
+	// execution must have taken for the two lookups it gives up.
+	giveUps *workflow.Version
+}
+
+// A deploy while runs are in flight, with real processes: runs start on
+// build A (the release before a change behind GetVersion), some waiting
+// for a human and one in the middle of a 30 s tool call; A is stopped with
+// SIGTERM and build B, the working tree, starts as the deployment's
+// current build. The waiting runs are resumed and finish on B, the one
+// mid-run finishes on B, and a run started on B takes the new path while
+// the one started on A keeps the old. After it: 0 non-determinism errors,
+// 0 failed workflow tasks, 0 duplicate effects.
+func TestDeployWithRunsInFlight(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	binB := buildAgentsaga(t, dir)
+	binA := buildAgentsagaAt(t, filepath.Join(dir, "release"), deployFromCommit)
+	temporal := startTemporalServer(t, dir, nsDeploy)
+	c := temporal.client(t, nsDeploy)
+	databaseURL := ledgertest.NewDatabase(t)
+	store, err := ledger.Open(ctx, databaseURL)
+	require.NoError(t, err)
+	defer store.Close()
+
+	midRun := "deploy-mid-run"
+	charges := startToolServer(t, midRun+"/"+workflows.ToolActivityID(1, 1, "charge"))
+	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":"no such record"}`, http.StatusNotFound)
+	}))
+	defer nothing.Close()
+
+	old, current := workflow.DefaultVersion, workflow.Version(1)
+	chargeTwice := func(customer string) string {
+		return fmt.Sprintf("    - tool_calls: [{name: charge, arguments: {customer: %[1]s, amount: 10}}]\n"+
+			"    - refusal: the second charge needs a human's go-ahead\n"+
+			"    - tool_calls: [{name: charge, arguments: {customer: %[1]s, amount: 20}}]\n"+
+			"    - content: charged %[1]s twice\n", customer)
+	}
+	lookUps := "    - tool_calls: [{name: lookup, arguments: {id: rec-1}}, {name: lookup, arguments: {id: rec-2}}]\n"
+	runs := []deployRun{
+		{id: "deploy-waiting-ann", script: chargeTwice("ann"), waits: true},
+		{id: "deploy-waiting-bob", script: chargeTwice("bob"), waits: true},
+		{id: "deploy-waiting-cat", script: chargeTwice("cat"), waits: true},
+		// Its give-ups happen on A, before it waits: B must replay them.
+		{id: "deploy-waiting-lookups", script: lookUps + "    - refusal: I found nothing; what now?\n    - content: found nothing\n", waits: true, giveUps: &old},
+		{id: midRun, script: "    - tool_calls: [{name: charge, arguments: {customer: dan, amount: 30}}]\n    - content: charged dan\n"},
+		{id: "deploy-new-lookups", script: lookUps + "    - content: found nothing\n", startsOnB: true, giveUps: &current},
+	}
+	start := func(r deployRun) client.WorkflowRun {
+		spec, err := workflows.ParseSpec([]byte("goal: " + r.id + "\nbudget: {steps: 6}\nmodel:\n  provider: scripted\n  script:\n" +
+			r.script + fmt.Sprintf(deployTools, charges.URL, nothing.URL)))
+		require.NoError(t, err, r.id)
+		spec, err = spec.Resolve()
+		require.NoError(t, err, r.id)
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: r.id, TaskQueue: workflows.TaskQueue}, workflows.AgentRun, spec)
+		require.NoError(t, err, r.id)
+		return run
+	}
+	startBuild := func(build, bin string) *process {
+		w := startWorkerProcess(t, bin, "worker-"+build, temporal.address(), nsDeploy, databaseURL,
+			"--deployment", deployDeployment, "--build-id", build, "--versioning", "auto-upgrade")
+		require.NoError(t, workertest.SetCurrentVersion(ctx, c, deployDeployment, build), w.log())
+		return w
+	}
+
+	// Build A: the runs start, and wait for a human or for the held call.
+	workerA := startBuild("A", binA)
+	handles := map[string]client.WorkflowRun{}
+	for _, r := range runs {
+		if !r.startsOnB {
+			handles[r.id] = start(r)
+		}
+	}
+	for _, r := range runs {
+		if r.waits {
+			waitForLedgerStatus(ctx, t, store, r.id, ledger.RunEscalated)
+		}
+	}
+	charges.waitHeld(ctx, t)
+
+	// The deploy: A stops as an orchestrator stops it, then B starts.
+	require.NoError(t, workerA.stop(30*time.Second))
+	charges.releaseHeld()
+	workerB := startBuild("B", binB)
+	defer func() { _ = workerB.stop(30 * time.Second) }()
+
+	for _, r := range runs {
+		switch {
+		case r.startsOnB:
+			handles[r.id] = start(r)
+		case r.waits:
+			update, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: r.id, UpdateName: workflows.UpdateResume,
+				Args: []any{workflows.ResumeInput{Message: "go ahead"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err == nil {
+				err = update.Get(ctx, nil)
+			}
+			if err != nil {
+				history, _ := workertest.History(ctx, c, r.id, "")
+				failed, nde := workertest.FailedWorkflowTasks(history.GetEvents())
+				t.Fatalf("resume %s on build B: %v (%d failed workflow tasks, %d of them non-determinism errors)", r.id, err, failed, nde)
+			}
+		}
+	}
+
+	var failedTasks, nondeterministic int
+	for _, r := range runs {
+		var result workflows.RunResult
+		require.NoError(t, handles[r.id].Get(ctx, &result), "%s\n%s", r.id, workerB.log())
+		require.Equal(t, ledger.RunCompleted, result.Status, "%s: %s", r.id, result.Reason)
+
+		history, err := workertest.History(ctx, c, r.id, handles[r.id].GetRunID())
+		require.NoError(t, err)
+		failed, nde := workertest.FailedWorkflowTasks(history.Events)
+		failedTasks, nondeterministic = failedTasks+failed, nondeterministic+nde
+		builds := workertest.WorkflowTaskBuilds(history.Events)
+		wantFirst := map[bool]string{false: "A", true: "B"}[r.startsOnB]
+		require.Equal(t, wantFirst, builds[0], "%s started on build %s (workflow tasks by build: %v)", r.id, wantFirst, builds)
+		require.Equal(t, "B", builds[len(builds)-1], "%s finished on build B (workflow tasks by build: %v)", r.id, builds)
+		if r.giveUps != nil {
+			version, err := workertest.RecordedVersion(history.Events, "give-ups-together")
+			require.NoError(t, err)
+			scheduled, overlapped := workertest.GiveUps(history.Events)
+			require.Equal(t, *r.giveUps, version, r.id)
+			require.Equal(t, 2, scheduled, r.id)
+			require.Equal(t, *r.giveUps == current, overlapped, "%s: give-ups under way at once", r.id)
+		}
+	}
+	counts := charges.counts()
+	requests, executions, duplicates := counts.totals()
+	t.Logf("deploy A -> B with %d runs in flight: %d non-determinism errors, %d failed workflow tasks, %d duplicate effects (%d charges executed, %d requests)",
+		len(runs), nondeterministic, failedTasks, duplicates, executions, requests)
+	require.Zero(t, nondeterministic, "non-determinism errors")
+	require.Zero(t, failedTasks, "failed workflow tasks")
+	require.Zero(t, duplicates, "duplicate effects: %v", counts.executions)
+	require.Equal(t, 3*2+1, executions, "every charge happened once: %v", counts.executed)
+}
+
+// buildAgentsagaAt builds the agentsaga binary of an earlier commit, from
+// the git history of the repository that holds the working directory.
+func buildAgentsagaAt(t *testing.T, dir, commit string) string {
+	t.Helper()
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	require.NoError(t, err, "the deploy test builds release %s from git history and needs git and a clone", commit)
+	repo := strings.TrimSpace(string(root))
+	if out, err := exec.Command("git", "-C", repo, "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
+		t.Fatalf("the deploy test builds release %s from git history, and this clone lacks it (shallow? git fetch --unshallow): %v %s", commit, err, out)
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	archive := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", repo, commit, dir)
+	out, err := archive.CombinedOutput()
+	require.NoError(t, err, "git archive %s: %s", commit, out)
+	bin := filepath.Join(dir, "agentsaga")
+	startedAt := time.Now()
+	build := exec.Command("go", "build", "-ldflags=-s -w", "-o", bin, "./cmd/agentsaga")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false")
+	out, err = build.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/agentsaga at %s: %s", commit, out)
+	t.Logf("built release %s in %s", commit[:7], time.Since(startedAt).Round(time.Millisecond))
+	return bin
+}
+
+// waitForLedgerStatus waits until the ledger says the run is status.
+func waitForLedgerStatus(ctx context.Context, t *testing.T, store *ledger.Store, id, status string) {
+	t.Helper()
+	err := pollUntil(ctx, id+" "+status, 100*time.Millisecond, func() bool {
+		run, err := store.GetRun(ctx, id)
+		return err == nil && run.Status == status
+	})
+	require.NoError(t, err)
+}

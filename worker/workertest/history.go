@@ -1,0 +1,123 @@
+package workertest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/workflow"
+)
+
+// History reads the whole history of one execution.
+func History(ctx context.Context, c client.Client, id, runID string) (*historypb.History, error) {
+	history := &historypb.History{}
+	iter := c.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		event, err := iter.Next()
+		if err != nil {
+			return nil, fmt.Errorf("workertest: history of %s (run %s): %w", id, runID, err)
+		}
+		history.Events = append(history.Events, event)
+	}
+	return history, nil
+}
+
+// Executions reads the histories of a run's chain of executions, from
+// runID through every continue-as-new.
+func Executions(ctx context.Context, c client.Client, id, runID string) ([]*historypb.History, error) {
+	var chain []*historypb.History
+	for runID != "" {
+		history, err := History(ctx, c, id, runID)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, history)
+		runID = ""
+		if last := history.Events[len(history.Events)-1]; last.GetWorkflowExecutionContinuedAsNewEventAttributes() != nil {
+			runID = last.GetWorkflowExecutionContinuedAsNewEventAttributes().GetNewExecutionRunId()
+		}
+	}
+	return chain, nil
+}
+
+// WorkflowTaskBuilds lists, in order, the build ID of the worker that
+// completed each workflow task ("" for an unversioned worker).
+func WorkflowTaskBuilds(events []*historypb.HistoryEvent) []string {
+	var builds []string
+	for _, event := range events {
+		if attrs := event.GetWorkflowTaskCompletedEventAttributes(); attrs != nil {
+			build := attrs.GetDeploymentVersion().GetBuildId()
+			if build == "" {
+				_, build, _ = strings.Cut(attrs.GetWorkerDeploymentVersion(), ".")
+			}
+			builds = append(builds, build)
+		}
+	}
+	return builds
+}
+
+// FailedWorkflowTasks counts an execution's failed workflow tasks, and
+// among them those that failed with a non-determinism error: the
+// workflow code that replayed the history took another path.
+func FailedWorkflowTasks(events []*historypb.HistoryEvent) (failed, nondeterministic int) {
+	for _, event := range events {
+		if attrs := event.GetWorkflowTaskFailedEventAttributes(); attrs != nil {
+			failed++
+			if attrs.GetCause() == enumspb.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR ||
+				strings.Contains(strings.ToLower(attrs.GetFailure().GetMessage()), "nondeterministic") {
+				nondeterministic++
+			}
+		}
+	}
+	return failed, nondeterministic
+}
+
+// RecordedVersion is the version an execution recorded for changeID with
+// workflow.GetVersion, or DefaultVersion when it recorded none (it began
+// on code without the change).
+func RecordedVersion(events []*historypb.HistoryEvent, changeID string) (workflow.Version, error) {
+	dc := converter.GetDefaultDataConverter()
+	for _, event := range events {
+		marker := event.GetMarkerRecordedEventAttributes()
+		if marker == nil || marker.GetMarkerName() != "Version" {
+			continue
+		}
+		var id string
+		if err := dc.FromPayloads(marker.GetDetails()["change-id"], &id); err != nil {
+			return 0, fmt.Errorf("workertest: version marker %d: %w", event.GetEventId(), err)
+		}
+		if id == changeID {
+			var version workflow.Version
+			if err := dc.FromPayloads(marker.GetDetails()["version"], &version); err != nil {
+				return 0, fmt.Errorf("workertest: version marker %d: %w", event.GetEventId(), err)
+			}
+			return version, nil
+		}
+	}
+	return workflow.DefaultVersion, nil
+}
+
+// GiveUps counts the give-ups (fencing a failed call's key) an execution
+// scheduled, and says whether one was scheduled while another was still
+// under way.
+func GiveUps(events []*historypb.HistoryEvent) (scheduled int, overlapped bool) {
+	open := map[int64]bool{}
+	for _, event := range events {
+		if attrs := event.GetActivityTaskScheduledEventAttributes(); attrs != nil && strings.HasSuffix(attrs.GetActivityId(), "/give-up") {
+			scheduled++
+			overlapped = overlapped || len(open) > 0
+			open[event.GetEventId()] = true
+		}
+		if attrs := event.GetActivityTaskCompletedEventAttributes(); attrs != nil {
+			delete(open, attrs.GetScheduledEventId())
+		}
+		if attrs := event.GetActivityTaskFailedEventAttributes(); attrs != nil {
+			delete(open, attrs.GetScheduledEventId())
+		}
+	}
+	return scheduled, overlapped
+}

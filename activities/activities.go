@@ -1,7 +1,9 @@
 // Package activities owns every call that leaves the process: model turns
 // (scripted, OpenAI-compatible or Anthropic, SDK retries off) and tool calls
-// (Go functions, and HTTP tools that receive the Idempotency-Key). Each goes
-// through the action ledger under its idempotency key, held by a lease that
+// (Go functions, HTTP tools that receive the Idempotency-Key, and MCP tools
+// over streamable HTTP or stdio that receive it in _meta; a run lists an MCP
+// server's tools once, at its start). Each goes through the action ledger
+// under its idempotency key, held by a lease that
 // follows the attempt's heartbeats, so a key that completed once never
 // executes again and a lost or fenced attempt cannot act; each attempt is
 // recorded as a leaf call. Model turns read the run's conversation from the
@@ -16,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -56,6 +59,14 @@ type Activities struct {
 	// Getenv reads API keys on the worker, so they never enter workflow
 	// history; nil means os.Getenv.
 	Getenv func(string) string
+	// Models are the model providers this worker can call; nil means the
+	// built-in ones (NewModels).
+	Models *Models
+	// MCP holds the worker's MCP sessions, one per server; nil means a set
+	// of the Activities' own, made on first use.
+	MCP        *MCPSessions
+	mcpOnce    sync.Once
+	mcpDefault *MCPSessions
 }
 
 // ModelCall is the input of CallModel. It carries references, not the
@@ -148,6 +159,7 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 		target += ":" + call.Model.Name
 	}
 	info := activity.GetInfo(ctx)
+	markCall(ctx)
 	arguments, _ := json.Marshal(map[string]any{"through": conv.Through, "finish": call.Finish})
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
@@ -199,7 +211,9 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 		return ModelTurn{}, fmt.Errorf("%w: %w", errLedgerUnavailable, err)
 	}
 	// The attempt's lease keeper heartbeats while the model answers.
-	turn, err := model.Turn(ctx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
+	spanCtx, span := startModelSpan(ctx, call.Model)
+	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
+	endModelSpan(span, turn, err)
 	if err != nil {
 		return ModelTurn{}, err
 	}
@@ -214,23 +228,15 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 }
 
 func (a *Activities) model(spec ModelSpec) (Model, error) {
-	switch spec.Provider {
-	case ProviderScripted:
-		return ScriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
-	case ProviderOpenAI:
-		key, err := a.apiKey(spec)
-		if err != nil {
-			return nil, err
-		}
-		return NewOpenAIModel(spec, key, a.HTTPClient)
-	case ProviderAnthropic:
-		key, err := a.apiKey(spec)
-		if err != nil {
-			return nil, err
-		}
-		return NewAnthropicModel(spec, key, a.HTTPClient)
+	models := a.Models
+	if models == nil {
+		models = defaultModels
 	}
-	return nil, fmt.Errorf("model.provider: unknown provider %q", spec.Provider)
+	key, err := a.apiKey(spec)
+	if err != nil {
+		return nil, err
+	}
+	return models.build(spec, key, a.HTTPClient)
 }
 
 // apiKey reads the model's key on the worker, from the variable the spec
@@ -266,15 +272,23 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 	if err != nil {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnknownTool, nil)
 	}
+	// A header whose variable is not set fails before the ledger, as a
+	// missing API key does: nothing was attempted under the key.
+	if _, _, err := req.Tool.resolveHeaders(a.getenv); err != nil {
+		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolConfig, nil)
+	}
 	info := activity.GetInfo(ctx)
 	key := IdempotencyKey(ctx)
+	markCall(ctx)
 	matcher, _ := req.Tool.refusals()
 	output, replayed, err := a.once(ctx, keyedCall{
 		action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
 		kind: ledger.LeafTool, target: req.Tool.Name,
 		run: func(ctx context.Context) (string, *ledger.Message, error) {
-			output, err := run(ctx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
+			spanCtx, span := startToolSpan(ctx, req)
+			output, err := run(spanCtx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
+			endSpan(span, err)
 			// Capped and cleaned for every kind of tool before anything reads
 			// it: the model, history and the ledger all get the same text.
 			output = cleanOutput(output)
@@ -307,7 +321,14 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 			client = http.DefaultClient
 		}
 		return func(ctx context.Context, call ToolInvocation) (string, error) {
-			return callHTTPTool(ctx, client, tool, call)
+			return callHTTPTool(ctx, client, tool, call, a.getenv)
+		}, nil
+	case ToolKindMCP:
+		if tool.MCPTool == "" {
+			return nil, fmt.Errorf("tool %s: an MCP server entry is listed at the run's start; only its tools are called", tool.Name)
+		}
+		return func(ctx context.Context, call ToolInvocation) (string, error) {
+			return a.callMCPTool(ctx, tool, call)
 		}, nil
 	case ToolKindGo:
 		if a.Toolbox != nil {
@@ -325,7 +346,8 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 }
 
 // toActivityError classifies err for Temporal's retry: the one retry loop.
-// The message is cleaned because it may quote a tool's or a provider's bytes
+// A classified failure is benign, so the SDK does not log it at ERROR
+// (quiet.go). The message is cleaned because it may quote a tool's or a provider's bytes
 // and becomes a protobuf string, which must be valid UTF-8.
 func toActivityError(err error) error {
 	err = cleanError{err}
@@ -333,9 +355,12 @@ func toActivityError(err error) error {
 		// Nothing left the process: the dependency is not to blame.
 		return temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
 	}
+	if isToolConfig(err) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolConfig, nil)
+	}
 	var permanent *PermanentError
 	if errors.As(err, &permanent) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeRejected, nil)
+		return activityError(err.Error(), ErrTypeRejected, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
 	var httpErr *HTTPError
 	if errors.As(err, &httpErr) {
@@ -347,9 +372,9 @@ func toActivityError(err error) error {
 			case http.StatusNotFound, http.StatusGone:
 				errType = ErrTypeNotFound
 			}
-			return temporal.NewNonRetryableApplicationError(err.Error(), errType, nil, httpErr.StatusCode)
+			return activityError(err.Error(), errType, temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{httpErr.StatusCode}})
 		}
-		return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeHTTP, temporal.ApplicationErrorOptions{
+		return activityError(err.Error(), ErrTypeHTTP, temporal.ApplicationErrorOptions{
 			NextRetryDelay: httpErr.RetryAfter, Details: []any{httpErr.StatusCode},
 		})
 	}

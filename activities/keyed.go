@@ -40,7 +40,8 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 	case errors.Is(err, ledger.ErrConflict):
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, nil)
 	case errors.Is(err, ledger.ErrFenced):
-		log.Warn("call: the key is fenced; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
+		// The retry hook logs the refusal at WARN, once, with its decision.
+		log.Debug("call: the key is fenced; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
 	case errors.Is(err, ledger.ErrInFlight):
 		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeInFlight)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 )
 
 // Message is one entry of the conversation the model reads. It is the
@@ -131,7 +133,12 @@ type ModelSpec struct {
 }
 
 // Validate reports the first thing wrong with the spec, naming the field.
-func (m ModelSpec) Validate() error {
+// The provider must be a built-in one.
+func (m ModelSpec) Validate() error { return m.ValidateFor() }
+
+// ValidateFor is Validate for a fleet whose workers also register the
+// custom providers (Models.Register); their fields are theirs to check.
+func (m ModelSpec) ValidateFor(custom ...string) error {
 	switch m.Provider {
 	case ProviderScripted:
 		if len(m.Script) == 0 {
@@ -155,7 +162,9 @@ func (m ModelSpec) Validate() error {
 	case "":
 		return fmt.Errorf("model.provider: missing (want %q, %q or %q)", ProviderScripted, ProviderOpenAI, ProviderAnthropic)
 	default:
-		return fmt.Errorf("model.provider: unknown provider %q (want %q, %q or %q)", m.Provider, ProviderScripted, ProviderOpenAI, ProviderAnthropic)
+		if !slices.Contains(custom, m.Provider) {
+			return fmt.Errorf("model.provider: unknown provider %q (want %q, %q or %q%s)", m.Provider, ProviderScripted, ProviderOpenAI, ProviderAnthropic, customList(custom))
+		}
 	}
 	if m.MaxTokens < 0 {
 		return fmt.Errorf("model.max_tokens: %d is negative", m.MaxTokens)
@@ -164,4 +173,11 @@ func (m ModelSpec) Validate() error {
 		return fmt.Errorf("model.context_tokens: %d is too small a context window (at least 1024, or omit it for the model's known window)", m.ContextWindow)
 	}
 	return nil
+}
+
+func customList(custom []string) string {
+	if len(custom) == 0 {
+		return ""
+	}
+	return ", or a custom one: " + strings.Join(custom, ", ")
 }

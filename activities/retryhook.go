@@ -118,7 +118,8 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		}
 	}
 	if !found || plan.Dependency == "" {
-		return i.Next.ExecuteActivity(ctx, in)
+		result, err := i.Next.ExecuteActivity(ctx, in)
+		return result, i.unpaid(ctx, found, err)
 	}
 	h, info := i.hook, activity.GetInfo(ctx)
 	attempt := int(info.Attempt)
@@ -126,13 +127,15 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 
 	state, err := h.store.BreakerAllow(ctx, plan.Dependency, h.cfg.Breaker)
 	if err != nil {
-		return nil, temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeLedgerUnavailable,
-			temporal.ApplicationErrorOptions{Details: []any{CallFailure{Attempt: attempt}}})
+		f := failure{attempt: attempt, errType: ErrTypeLedgerUnavailable, message: err.Error(), decision: "retry: the circuit breaker could not be read"}
+		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{})
 	}
 	if state == budget.BreakerOpen {
 		h.observe(plan, budget.DenyCircuitOpen)
-		return nil, i.deny(attempt, budget.DenyCircuitOpen,
-			fmt.Sprintf("circuit breaker for %s is open; the call was not made", plan.Dependency))
+		// The call was not made: as expected as the failures that opened it.
+		f := failure{attempt: attempt, errType: budget.DenyCircuitOpen, benign: true,
+			message: fmt.Sprintf("circuit breaker for %s is open; the call was not made", plan.Dependency)}
+		return nil, i.deny(ctx, f, budget.DenyCircuitOpen)
 	}
 	probe := state == ledger.BreakerProbe
 
@@ -144,21 +147,36 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return result, nil
 	}
 
+	f := failure{attempt: attempt, errType: ErrTypeTransient, message: err.Error()}
+	var retryAfter time.Duration
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.NonRetryable() {
+	if errors.As(err, &appErr) {
+		f.errType, f.message, retryAfter = appErr.Type(), appErr.Message(), appErr.NextRetryDelay()
+		f.status, f.benign = statusOf(appErr), isBenign(appErr) || expected(appErr.Type())
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The run was cancelled or the worker is stopping: not the
+		// dependency's failure, and there is nothing to pay for.
+		f.cancelled, f.benign, f.decision = true, true, "none: the attempt was cancelled"
+		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: appErr != nil && appErr.NonRetryable()})
+	}
+	if appErr != nil && appErr.NonRetryable() {
 		// The request itself is wrong (or refused): not the dependency's
 		// fault, so the breaker does not count it, and nothing is paid.
-		return nil, temporal.NewNonRetryableApplicationError(appErr.Message(), appErr.Type(), nil, CallFailure{Attempt: attempt})
+		f.decision = "not retryable"
+		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
-	errType, message := ErrTypeTransient, err.Error()
-	var retryAfter time.Duration
-	if appErr != nil {
-		errType, message, retryAfter = appErr.Type(), appErr.Message(), appErr.NextRetryDelay()
-	}
-	if blamesDependency(errType) {
+	if blamesDependency(f.errType) {
 		if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker); err != nil {
 			activity.GetLogger(ctx).Warn("retry hook: could not report a failure to the breaker", "dependency", plan.Dependency, "error", err)
 		}
+	}
+	if ctx.Err() != nil {
+		// The attempt timed out. Temporal's policy retries it (the SDK
+		// drops what the attempt returns), and the ledger cannot be asked
+		// on a context that has ended.
+		f.benign, f.decision = true, "none: the attempt timed out; Temporal's retry policy decides"
+		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{})
 	}
 
 	decision, delay, payErr := i.pay(ctx, plan, attempt, chargeKey, retryAfter)
@@ -167,18 +185,103 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		// fails retryably: while the ledger is down no later attempt can
 		// leave the process either (the breaker gate and the action claim
 		// come first), so this retry adds no load downstream.
-		activity.GetLogger(ctx).Error("retry hook: could not pay for a retry", "key", chargeKey, "error", payErr)
-		return nil, temporal.NewApplicationErrorWithOptions(message, ErrTypeLedgerUnavailable, temporal.ApplicationErrorOptions{
-			NextRetryDelay: delay, Details: []any{CallFailure{Attempt: attempt}},
-		})
+		f.errType, f.benign, f.decision = ErrTypeLedgerUnavailable, false, "retry: the retry budget could not be read"
+		f.payErr = payErr
+		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
 	}
 	h.observe(plan, decision)
 	if decision != budget.Granted {
-		return nil, i.deny(attempt, decision, message)
+		return nil, i.deny(ctx, f, decision)
 	}
-	return nil, temporal.NewApplicationErrorWithOptions(message, errType, temporal.ApplicationErrorOptions{
-		NextRetryDelay: delay, Details: []any{CallFailure{Attempt: attempt}},
-	})
+	f.decision = "retry in " + delay.Round(time.Millisecond).String()
+	return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
+}
+
+// failure is one failed attempt as the hook reports it: one log line, and
+// the error Temporal gets.
+type failure struct {
+	attempt   int
+	errType   string
+	status    int // the HTTP status, when there was one
+	message   string
+	decision  string
+	benign    bool // expected: logged at WARN, and benign for the SDK
+	cancelled bool // logged at INFO
+	payErr    error
+	denial    string // the budget that refused a retry: the error's type
+}
+
+// fail logs the attempt's one line and returns its error, with the attempt
+// in its details and benign when the failure was expected.
+func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.ApplicationErrorOptions) error {
+	i.report(ctx, f)
+	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial}}
+	if f.benign {
+		opts.Category = temporal.ApplicationErrorCategoryBenign
+	}
+	message, errType := f.message, f.errType
+	if f.denial != "" {
+		message, errType = fmt.Sprintf("retry denied: %s: %s", denialText[f.denial], f.message), f.denial
+	}
+	return temporal.NewApplicationErrorWithOptions(message, errType, opts)
+}
+
+// report logs one line for a failed attempt: at INFO when it was
+// cancelled, at ERROR when the retry budget could not be read (an
+// operator should look at the ledger), at WARN otherwise. An unexpected
+// failure is also logged at ERROR by the SDK ("Activity error.").
+func (i *retryInbound) report(ctx context.Context, f failure) {
+	fields := []any{"key", IdempotencyKey(ctx), "attempt", f.attempt, "type", f.errType}
+	if f.status != 0 {
+		fields = append(fields, "status", f.status)
+	}
+	fields = append(fields, "decision", f.decision, "error", clip(f.message, 300))
+	log := activity.GetLogger(ctx)
+	switch {
+	case f.cancelled:
+		log.Info("retry hook: the attempt was cancelled", fields...)
+	case f.payErr != nil:
+		log.Error("retry hook: could not pay for a retry", append(fields, "ledger_error", f.payErr)...)
+	default:
+		log.Warn("retry hook: the call failed", fields...)
+	}
+}
+
+// unpaid handles the failure of an activity the hook does not pay for: a
+// call without a dependency (a compensation, which has its own retry
+// policy) gets its one line, and any activity that was cancelled, or that
+// failed as expected, is benign for the SDK.
+func (i *retryInbound) unpaid(ctx context.Context, call bool, err error) error {
+	if err == nil {
+		return nil
+	}
+	cancelled := errors.Is(ctx.Err(), context.Canceled)
+	if call || cancelled {
+		f := failure{attempt: int(activity.GetInfo(ctx).Attempt), errType: ErrTypeTransient, message: err.Error(), cancelled: cancelled}
+		f.decision = "retry by the activity's retry policy"
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) {
+			f.errType, f.message, f.status = appErr.Type(), appErr.Message(), statusOf(appErr)
+			if appErr.NonRetryable() {
+				f.decision = "not retryable"
+			}
+		}
+		if cancelled {
+			f.decision = "none: the attempt was cancelled"
+		}
+		i.report(ctx, f)
+	}
+	return quiet(err, cancelled)
+}
+
+// statusOf is the HTTP status an activity error carries in its details,
+// or 0.
+func statusOf(appErr *temporal.ApplicationError) int {
+	var status int
+	if !appErr.HasDetails() || appErr.Details(&status) != nil {
+		return 0
+	}
+	return status
 }
 
 // blamesDependency says whether a retryable failure of this type is the
@@ -224,10 +327,12 @@ var denialText = map[string]string{
 	budget.DenyDeadline:     "the backoff would outlive the run's deadline",
 }
 
-func (i *retryInbound) deny(attempt int, reason, cause string) error {
-	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("retry denied: %s: %s", denialText[reason], cause), reason, nil,
-		CallFailure{Attempt: attempt, Denial: reason})
+// deny fails the call with the budget that said no as its type. It is as
+// benign as the failure it refused to retry.
+func (i *retryInbound) deny(ctx context.Context, f failure, reason string) error {
+	markDenial(ctx, reason)
+	f.denial, f.decision = reason, "denied: "+reason
+	return i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: true})
 }
 
 func (h *RetryHook) observe(plan RetryPlan, decision string) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -29,6 +30,10 @@ const (
 	// ToolKindAgent is a sub-agent: the workflow runs it as a child
 	// workflow, never as an activity.
 	ToolKindAgent = "agent"
+	// ToolKindMCP is an MCP server (url: streamable HTTP; command: stdio,
+	// started by the worker), or one tool of it once the run has listed
+	// the server (mcp_tool set): see mcp.go.
+	ToolKindMCP = "mcp"
 )
 
 // MaxToolOutput is how much of a tool's answer is kept, of every kind of
@@ -64,6 +69,24 @@ type ToolSpec struct {
 	Compensate *CompensationSpec `json:"compensate,omitempty"`
 	// Irreversible marks a tool whose effect cannot be undone (an email).
 	Irreversible bool `json:"irreversible,omitempty"`
+	// Headers are sent with every request of an http tool. A value may
+	// read the worker's environment, "Bearer ${env:CRM_TOKEN}", when the
+	// request is built: only the template is ever stored, and each value
+	// read is redacted from the answer and from errors (see headers.go).
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// Command starts a stdio MCP server (kind mcp): the program and its
+	// arguments, run by the worker, which keeps one process per command
+	// and starts it again when it died. URL is the streamable HTTP one.
+	Command []string `json:"command,omitempty"`
+	// Allow names the server's tools a run may call (kind mcp); empty
+	// means all of them. A name the server does not offer fails the run.
+	Allow []string `json:"allow,omitempty"`
+	// MCPTool is the server's name for the tool. The run's listing sets it
+	// (with MCPServer, the entry listed) on each tool it returns; an entry
+	// that sets it in the spec names one tool and is not listed.
+	MCPTool   string `json:"mcp_tool,omitempty"`
+	MCPServer string `json:"mcp_server,omitempty"`
 }
 
 // CompensationSpec is a tool's compensating action.
@@ -79,7 +102,14 @@ func (t ToolSpec) Validate() error {
 	if !toolName.MatchString(t.Name) {
 		return fmt.Errorf("tool %q: name must be 1-64 letters, digits, '_' or '-'", t.Name)
 	}
+	if t.Kind != ToolKindMCP && (t.Command != nil || t.Allow != nil || t.MCPTool != "" || t.MCPServer != "") {
+		return fmt.Errorf("tool %s: command, allow, mcp_tool and mcp_server are for kind %q, not %q", t.Name, ToolKindMCP, t.Kind)
+	}
 	switch t.Kind {
+	case ToolKindMCP:
+		if err := t.validateMCP(); err != nil {
+			return err
+		}
 	case ToolKindGo, ToolKindAgent:
 		if t.URL != "" {
 			return fmt.Errorf("tool %s: url is set but kind is %q (want kind %q)", t.Name, t.Kind, ToolKindHTTP)
@@ -98,12 +128,15 @@ func (t ToolSpec) Validate() error {
 			return fmt.Errorf("tool %s: method %q is not one of GET, POST, PUT, PATCH, DELETE", t.Name, t.Method)
 		}
 	case "":
-		return fmt.Errorf("tool %s: kind is missing (want %q, %q or %q)", t.Name, ToolKindGo, ToolKindHTTP, ToolKindAgent)
+		return fmt.Errorf("tool %s: kind is missing (want %q, %q, %q or %q)", t.Name, ToolKindGo, ToolKindHTTP, ToolKindMCP, ToolKindAgent)
 	default:
-		return fmt.Errorf("tool %s: unknown kind %q (want %q, %q or %q)", t.Name, t.Kind, ToolKindGo, ToolKindHTTP, ToolKindAgent)
+		return fmt.Errorf("tool %s: unknown kind %q (want %q, %q, %q or %q)", t.Name, t.Kind, ToolKindGo, ToolKindHTTP, ToolKindMCP, ToolKindAgent)
 	}
 	if t.TimeoutSeconds < 0 {
 		return fmt.Errorf("tool %s: timeout_seconds %v is negative", t.Name, t.TimeoutSeconds)
+	}
+	if err := t.validateHeaders(); err != nil {
+		return err
 	}
 	if _, err := t.schema(); err != nil {
 		return err
@@ -266,6 +299,21 @@ func (b *Toolbox) lookup(name string) (ToolFunc, bool) {
 	return fn, ok
 }
 
+// Merge adds every tool of from to b (a tool of the same name is
+// replaced), so that a worker's own tools join the built-in ones.
+func (b *Toolbox) Merge(from *Toolbox) {
+	if from == nil {
+		return
+	}
+	from.mu.RLock()
+	defer from.mu.RUnlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, fn := range from.funcs {
+		b.funcs[name] = fn
+	}
+}
+
 // PermanentError marks a tool failure that no retry can fix.
 type PermanentError struct{ Err error }
 
@@ -278,11 +326,16 @@ func Permanent(err error) error { return &PermanentError{Err: err} }
 // callHTTPTool sends one attempt of an HTTP tool. The body is the arguments
 // (for GET, the top-level fields become query parameters). The idempotency
 // key and the time left travel as headers, so the far side can deduplicate
-// and give up when the caller would.
-func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call ToolInvocation) (string, error) {
+// and give up when the caller would. The spec's headers are resolved from
+// getenv here, and every value read is redacted from the answer and errors.
+func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call ToolInvocation, getenv func(string) string) (string, error) {
 	method := tool.Method
 	if method == "" {
 		method = http.MethodPost
+	}
+	headers, redact, err := tool.resolveHeaders(getenv)
+	if err != nil {
+		return "", err
 	}
 	target, body := tool.URL, io.Reader(bytes.NewReader(call.Arguments))
 	if method == http.MethodGet {
@@ -296,6 +349,9 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call 
 	if err != nil {
 		return "", Permanent(fmt.Errorf("tool %s: build request: %w", tool.Name, err))
 	}
+	for name, values := range headers {
+		req.Header[name] = values
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", call.Key)
 	if call.Attempt > 0 {
@@ -306,20 +362,63 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call 
 		left := math.Max(0, math.Floor(time.Until(call.Deadline).Seconds()))
 		req.Header.Set("Request-Timeout", strconv.FormatFloat(left, 'f', 0, 64))
 	}
+	if len(headers) > 0 {
+		client = sameOriginRedirects(client)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("tool %s: %s %s: %w", tool.Name, method, tool.URL, err)
+		return "", redact.wrap(fmt.Errorf("tool %s: %s %s: %w", tool.Name, method, tool.URL, err))
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxToolOutput+1))
+	// Read at most one byte over the cap (CallTool cuts and marks it), and
+	// with secrets to redact as much again as the longest, so one that
+	// straddles the cap is read whole and redacted whole.
+	limit := int64(MaxToolOutput + 1 + redact.longest())
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return "", fmt.Errorf("tool %s: read answer: %w", tool.Name, err)
+		return "", redact.wrap(fmt.Errorf("tool %s: read answer: %w", tool.Name, err))
+	}
+	text := string(data)
+	if redact != nil {
+		if int64(len(data)) == limit {
+			text = redact.redactCut(text)
+		} else {
+			text = redact.redact(text)
+		}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return "", NewHTTPError("tool "+tool.Name, resp, data)
+		return "", NewHTTPError("tool "+tool.Name, resp, []byte(text))
 	}
-	// Read at most one byte over the cap; CallTool cuts and marks it.
-	return string(data), nil
+	if redact != nil && len(data) > MaxToolOutput {
+		// Redaction may have shortened an answer that was over the cap, so
+		// it is cut and marked here, where that is still known.
+		text, _ = cutAtRune(cleanText(text), MaxToolOutput)
+		text += TruncationMarker
+	}
+	return text, nil
+}
+
+// sameOriginRedirects is client, except that it does not follow a redirect
+// to another host or scheme: the headers a tool resolved from the worker's
+// environment go only where the spec sends them (net/http would forward
+// them, all but Authorization and Cookie, to any host). The 3xx is then the
+// tool's answer.
+func sameOriginRedirects(client *http.Client) *http.Client {
+	guarded := *client
+	next := client.CheckRedirect
+	guarded.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Host != via[0].URL.Host || req.URL.Scheme != via[0].URL.Scheme {
+			return http.ErrUseLastResponse
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 { // net/http's default policy
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &guarded
 }
 
 func queryFromArguments(base string, arguments json.RawMessage) (string, error) {
@@ -349,7 +448,13 @@ func queryFromArguments(base string, arguments json.RawMessage) (string, error) 
 // marked. Cleaning comes first because a replacement character is longer
 // than the byte it replaces.
 func cleanOutput(s string) string {
-	s, cut := cutAtRune(cleanText(s), MaxToolOutput)
+	s = cleanText(s)
+	if body, marked := strings.CutSuffix(s, TruncationMarker); marked && len(body) <= MaxToolOutput {
+		// Cut and marked already: an HTTP tool's answer that held a secret
+		// is cut after redaction, where it is still known to be over.
+		return s
+	}
+	s, cut := cutAtRune(s, MaxToolOutput)
 	if cut {
 		s += TruncationMarker
 	}

@@ -43,6 +43,17 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	return &Store{pool: pool}, nil
 }
 
+// New makes a store on a pool the caller already has (its own settings,
+// tracer, or one pool for its own tables and the ledger's). Close on the
+// store closes the pool; a caller that shares the pool closes it itself
+// and never calls Close.
+func New(pool *pgxpool.Pool) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("ledger: the pool is nil")
+	}
+	return &Store{pool: pool}, nil
+}
+
 // Address formats a Postgres host and port for error messages.
 func Address(host string, port uint16) string {
 	return fmt.Sprintf("%s:%d", host, port)

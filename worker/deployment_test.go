@@ -110,7 +110,7 @@ func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 	defer cancel()
 	store := ledgertest.NewStore(t)
 	name := fmt.Sprintf("pinned-long-%d", time.Now().UnixNano())
-	box := worker.Builtins()
+	box := activities.Builtins()
 	deployed := make(chan struct{})
 	box.Register("page", func(ctx context.Context, call activities.ToolInvocation) (string, error) {
 		if string(call.Arguments) == `{"page":3}` {

@@ -83,7 +83,7 @@ func TestRecordHistories(t *testing.T) {
 	}))
 	defer refunds.Close()
 	r.url = refunds.URL
-	box := worker.Builtins()
+	box := activities.Builtins()
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return strings.Repeat("page "+string(call.Arguments)+". ", 64), nil
 	})

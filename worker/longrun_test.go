@@ -52,7 +52,7 @@ func TestLongRunUnderLoweredHistoryLimits(t *testing.T) {
 	store := ledgertest.NewStore(t)
 
 	const turns, size = 60, 8 << 10
-	box := worker.Builtins()
+	box := activities.Builtins()
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		line := fmt.Sprintf("%s says: %s. ", call.Key, call.Arguments)
 		return strings.Repeat(line, size/len(line)+1)[:size], nil
@@ -132,7 +132,7 @@ func TestContinueAsNewWithAHumanInTheLoop(t *testing.T) {
 	defer server.Stop()
 	c := server.Client()
 	store := ledgertest.NewStore(t)
-	box := worker.Builtins()
+	box := activities.Builtins()
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return strings.Repeat("page "+string(call.Arguments)+". ", 128), nil
 	})

@@ -13,10 +13,12 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -94,7 +96,7 @@ func Dial(ctx context.Context, cfg Config) (client.Client, error) {
 }
 
 // DefaultBucket is the name of the fleet-wide retry bucket row.
-const DefaultBucket = "fleet"
+const DefaultBucket = agentsaga.DefaultBucket
 
 // Options are what New registers beyond the defaults.
 type Options struct {
@@ -108,7 +110,7 @@ type Options struct {
 	Breaker budget.BreakerConfig
 	// Observe, when set, sees every retry decision.
 	Observe func(plan activities.RetryPlan, decision string)
-	// Toolbox holds the Go tools; nil means Builtins().
+	// Toolbox holds Go tools added to the built-in ones.
 	Toolbox *activities.Toolbox
 	// HTTPClient carries HTTP tools and model calls; nil means a client
 	// with no retries of its own.
@@ -120,27 +122,25 @@ type Options struct {
 	// Deployment, when set, makes the worker one build of a worker
 	// deployment; the zero value is unversioned.
 	Deployment Deployment
-	Worker     sdkworker.Options
+	// TracerProvider, when set, traces runs, activities and their model and
+	// tool calls (TracingInterceptor); nil means no tracing.
+	TracerProvider trace.TracerProvider
+	Worker         sdkworker.Options
 }
 
-// New registers the workflow, the activities and the retry hook on a
-// Temporal worker, after making sure the fleet bucket's row exists; the
+// New builds a Temporal worker running the agentsaga engine (the
+// workflows, the activities and the retry hook, as agentsaga.Engine
+// registers them), after making sure the fleet bucket's row exists; the
 // caller starts and stops the worker.
 func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options) (sdkworker.Worker, error) {
-	queue := opts.TaskQueue
-	if queue == "" {
-		queue = workflows.TaskQueue
-	}
-	toolbox := opts.Toolbox
-	if toolbox == nil {
-		toolbox = Builtins()
-	}
-	httpClient := opts.HTTPClient
-	if httpClient == nil {
-		httpClient = &http.Client{Timeout: 5 * time.Minute}
-	}
-	hook := hookConfig(opts)
-	if err := store.EnsureBucket(ctx, hook.Bucket, hook.BucketConfig); err != nil {
+	engine, err := agentsaga.New(ctx, store, agentsaga.Config{
+		TaskQueue: opts.TaskQueue, Bucket: opts.Bucket, BucketConfig: opts.BucketConfig, Breaker: opts.Breaker,
+		Toolbox: opts.Toolbox, HTTPClient: opts.HTTPClient, Observe: opts.Observe, Temporal: c,
+		// This worker may have runs in flight from builds that scheduled
+		// the bare activity names.
+		LegacyActivityNames: true,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	workerOptions := opts.Worker
@@ -151,33 +151,14 @@ func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options
 		}
 		workerOptions.DeploymentOptions = deployment
 	}
-	workerOptions.Interceptors = append(workerOptions.Interceptors, activities.NewRetryHook(store, hook))
-	w := sdkworker.New(c, queue, workerOptions)
-	w.RegisterWorkflow(workflows.AgentRun)
-	w.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: toolbox, HTTPClient: httpClient})
-	w.RegisterWorkflow(workflows.Reconciler)
-	w.RegisterWorkflow(workflows.RollbackRun)
-	w.RegisterActivity(&activities.Reconciliation{Ledger: store, Temporal: c})
+	w := sdkworker.New(c, engine.TaskQueue(), engine.WorkerOptions(workerOptions))
+	engine.Register(w)
 	if opts.ReconcileEvery > 0 {
-		if err := EnsureReconcilerSchedule(ctx, c, queue, opts.ReconcileEvery); err != nil {
+		if err := EnsureReconcilerSchedule(ctx, c, engine.TaskQueue(), opts.ReconcileEvery); err != nil {
 			return nil, err
 		}
 	}
 	return w, nil
-}
-
-func hookConfig(opts Options) activities.RetryHookConfig {
-	cfg := activities.RetryHookConfig{Bucket: opts.Bucket, BucketConfig: opts.BucketConfig, Breaker: opts.Breaker, Observe: opts.Observe}
-	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultBucket
-	}
-	if cfg.BucketConfig == (budget.BucketConfig{}) {
-		cfg.BucketConfig = budget.DefaultBucket
-	}
-	if cfg.Breaker == (budget.BreakerConfig{}) {
-		cfg.Breaker = budget.DefaultBreaker
-	}
-	return cfg
 }
 
 // Run connects, migrates and runs a worker until ctx ends.
@@ -207,6 +188,11 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.MetricsHandler, observe = m.TemporalHandler(), m.ObserveRetry
 		cfg.logger().Info("agentsaga metrics", "url", "http://"+addr.String()+MetricsPath)
 	}
+	tp, shutdownTracing, err := TracerProviderFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer flushTraces(cfg.logger(), shutdownTracing) // after the worker stops
 	c, err := Dial(ctx, cfg)
 	if err != nil {
 		return err
@@ -214,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer c.Close()
 
 	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue, Observe: observe,
-		ReconcileEvery: workflows.ReconcileInterval, Deployment: cfg.Deployment})
+		ReconcileEvery: workflows.ReconcileInterval, Deployment: cfg.Deployment, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

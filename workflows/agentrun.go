@@ -175,6 +175,9 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if err := r.bookkeeping(ctx, "run-start", activitiesRef.RecordRunStart, start); err != nil {
 			return RunResult{}, err
 		}
+		if err := r.listMCPTools(ctx, &spec); err != nil {
+			return r.failAtStart(ctx, err.Error())
+		}
 		system := spec.System
 		if system == "" {
 			system = DefaultSystemPrompt
@@ -272,7 +275,7 @@ type run struct {
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityID, StartToCloseTimeout: 30 * time.Second})
-	return workflow.ExecuteActivity(ctx, fn, arg).Get(ctx, nil)
+	return workflow.ExecuteActivity(ctx, r.versions.activity(fn), arg).Get(ctx, nil)
 }
 
 // loop runs turns until the run ends, or until its history is long enough
@@ -392,7 +395,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	var turn activities.ModelTurn
 	err := activities.CheckPayload("model call "+activityID, call)
 	if err == nil {
-		err = workflow.ExecuteActivity(actx, activitiesRef.CallModel, call).Get(ctx, &turn)
+		err = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallModel), call).Get(ctx, &turn)
 	}
 	if err == nil {
 		// The reply is message r.seq now; what was pending is written.
@@ -503,7 +506,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			entries[i].ActivityID, entries[i].Error = "", errorText(err)
 			continue
 		}
-		futures[i] = workflow.ExecuteActivity(actx, activitiesRef.CallTool, request)
+		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
 	}
 	// A call that failed is given up (its key fenced) before the model
 	// hears of it. The give-ups of calls that failed together run together.
@@ -595,7 +598,7 @@ func (r *run) readResult(ctx workflow.Context, activityID string, call activitie
 		ActivityID: activityID, StartToCloseTimeout: 30 * time.Second, Summary: clip("read_result "+args.Key, 100),
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(r.policy.MaxAttempts)},
 	})
-	return workflow.ExecuteActivity(actx, activitiesRef.ReadResult, activities.ReadResultRequest{
+	return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.ReadResult), activities.ReadResultRequest{
 		WorkflowID: r.workflowID, Key: args.Key, Record: record})
 }
 
@@ -627,7 +630,7 @@ func (r *run) giveUp(ctx workflow.Context, activityID string, call activities.To
 		Summary:             clip("give up on "+activityID, 100),
 	})
 	var gaveUp activities.GaveUp
-	if err := workflow.ExecuteActivity(actx, activitiesRef.GiveUpCall, activities.GiveUp{
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.GiveUpCall), activities.GiveUp{
 		Key: r.workflowID + "/" + activityID, WorkflowID: r.workflowID, ActivityID: activityID,
 		Tool: call.Name, Arguments: call.Arguments,
 	}).Get(ctx, &gaveUp); err != nil {

@@ -63,7 +63,7 @@ func runAgentWith(t *testing.T, spec workflows.RunSpec, human func(env *testsuit
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	registerWithRetryHook(t, env, store)
-	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: box})
+	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: box}, false)
 	if human != nil {
 		env.RegisterDelayedCallback(func() { human(env) }, time.Hour)
 	}
@@ -183,7 +183,7 @@ model:
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	registerWithRetryHook(t, env, store)
-	env.RegisterActivity(&activities.Activities{Ledger: store})
+	activities.Register(env, &activities.Activities{Ledger: store}, false)
 
 	var rejected, accepted *error
 	env.RegisterDelayedCallback(func() {

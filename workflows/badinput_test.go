@@ -103,7 +103,7 @@ func newRunEnv(t *testing.T, box *activities.Toolbox) (*testsuite.TestWorkflowEn
 	// activities; a bound turns that hang into a failure.
 	env.SetTestTimeout(30 * time.Second)
 	registerWithRetryHook(t, env, store)
-	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: box})
+	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: box}, false)
 	return env, store
 }
 

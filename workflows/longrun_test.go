@@ -64,7 +64,7 @@ model:
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	registerWithRetryHook(t, env, store)
-	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: pages(size)})
+	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: pages(size)}, false)
 	env.ExecuteWorkflow(workflows.AgentRun, spec)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())

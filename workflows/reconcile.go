@@ -84,6 +84,7 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 	if pageSize <= 0 {
 		pageSize = DefaultReconcilePageSize
 	}
+	v := readVersions(ctx)
 	var result ReconcileResult
 	after := ""
 	for page := 0; page < reconcileMaxPages; page++ {
@@ -94,7 +95,7 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
 		})
 		var found activities.AbandonedPage
-		if err := workflow.ExecuteActivity(actx, reconcileRef.FindAbandonedRuns, activities.FindAbandoned{
+		if err := workflow.ExecuteActivity(actx, v.activity(reconcileRef.FindAbandonedRuns), activities.FindAbandoned{
 			OlderThan: in.OlderThan, After: after, Limit: pageSize}).Get(ctx, &found); err != nil {
 			return result, err
 		}
@@ -111,7 +112,7 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 				Summary:             clip("start the rollback of "+run.WorkflowID, 100),
 				RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
 			})
-			starts[i] = workflow.ExecuteActivity(sctx, reconcileRef.StartRollback, run)
+			starts[i] = workflow.ExecuteActivity(sctx, v.activity(reconcileRef.StartRollback), run)
 		}
 		for i, run := range found.Rollbacks {
 			var runID string
@@ -143,9 +144,10 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 // finished it) is left alone.
 func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult, error) {
 	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
+	v := readVersions(ctx)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
 	var stored activities.TerminatedRun
-	if err := workflow.ExecuteActivity(actx, reconcileRef.ReadTerminatedRun, workflowID).Get(ctx, &stored); err != nil {
+	if err := workflow.ExecuteActivity(actx, v.activity(reconcileRef.ReadTerminatedRun), workflowID).Get(ctx, &stored); err != nil {
 		return RunResult{}, err
 	}
 	if stored.Finished || stored.Status != ledger.RunTerminated {
@@ -159,6 +161,9 @@ func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult
 	usage := budget.Usage{Steps: stored.Outcome.StepsUsed, Tokens: stored.Outcome.TokensUsed, USD: stored.Outcome.USDSpent}
 
 	r, err := rollbackState(ctx, workflowID, stored.Spec)
+	if r != nil {
+		r.versions = v
+	}
 	var result RunResult
 	if err != nil {
 		// Without the spec the compensating tools are unknown: a human
@@ -180,7 +185,7 @@ func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult
 
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
 	finishCtx = workflow.WithActivityOptions(finishCtx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	if err := workflow.ExecuteActivity(finishCtx, reconcileRef.FinishSubRuns, activities.SubRunsFinish{
+	if err := workflow.ExecuteActivity(finishCtx, v.activity(reconcileRef.FinishSubRuns), activities.SubRunsFinish{
 		WorkflowID: workflowID, Status: result.Status,
 		Reason: fmt.Sprintf("terminated with its parent %s; walked with its parent's stack: %s", workflowID, result.Reason),
 	}).Get(finishCtx, nil); err != nil {
@@ -188,7 +193,7 @@ func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult
 	}
 	outcome := stored.Outcome
 	outcome.Status, outcome.Reason = result.Status, result.Reason
-	if err := workflow.ExecuteActivity(finishCtx, activitiesRef.RecordRunFinish, activities.RunFinish{
+	if err := workflow.ExecuteActivity(finishCtx, v.activity(activitiesRef.RecordRunFinish), activities.RunFinish{
 		WorkflowID: workflowID, Outcome: outcome}).Get(finishCtx, nil); err != nil {
 		return RunResult{}, err
 	}

@@ -61,8 +61,8 @@ func rollbackEnv(t *testing.T, store *ledger.Store) *testsuite.TestWorkflowEnvir
 	t.Helper()
 	env := newEnv()
 	env.RegisterWorkflow(workflows.RollbackRun)
-	env.RegisterActivity(&activities.Activities{Ledger: store})
-	env.RegisterActivity(&activities.Reconciliation{Ledger: store})
+	activities.Register(env, &activities.Activities{Ledger: store}, false)
+	activities.Register(env, &activities.Reconciliation{Ledger: store}, false)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: terminatedID})
 	return env
 }
@@ -177,9 +177,9 @@ func TestReconcilerPagesAndStartsRollbacks(t *testing.T) {
 	t.Parallel()
 	env := newEnv()
 	env.RegisterWorkflow(workflows.Reconciler)
-	env.RegisterActivity(&activities.Reconciliation{})
+	activities.Register(env, &activities.Reconciliation{}, false)
 	var pages []activities.FindAbandoned
-	env.OnActivity("FindAbandonedRuns", mock.Anything, mock.Anything).Return(
+	env.OnActivity(activities.NamePrefix+"FindAbandonedRuns", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.FindAbandoned) (activities.AbandonedPage, error) {
 			pages = append(pages, in)
 			if in.After == "" {
@@ -189,7 +189,7 @@ func TestReconcilerPagesAndStartsRollbacks(t *testing.T) {
 			return activities.AbandonedPage{Examined: 2, Covered: []string{"c/step-001-call-1-helper"},
 				Rollbacks: []activities.AbandonedRun{{WorkflowID: "c", Reason: "vanished", Marked: true}}}, nil
 		})
-	env.OnActivity("StartRollback", mock.Anything, mock.Anything).Return(
+	env.OnActivity(activities.NamePrefix+"StartRollback", mock.Anything, mock.Anything).Return(
 		func(_ context.Context, run activities.AbandonedRun) (string, error) {
 			if run.WorkflowID == "c" {
 				return "", errors.New("temporal is busy")
@@ -214,8 +214,8 @@ func TestRollbackRunWorkflowName(t *testing.T) {
 	t.Parallel()
 	env := newEnv()
 	env.RegisterWorkflow(workflows.RollbackRun)
-	env.RegisterActivity(&activities.Reconciliation{})
-	env.OnActivity("ReadTerminatedRun", mock.Anything, mock.Anything).Return(activities.TerminatedRun{Status: ledger.RunCompleted, Finished: true}, nil)
+	activities.Register(env, &activities.Reconciliation{}, false)
+	env.OnActivity(activities.NamePrefix+"ReadTerminatedRun", mock.Anything, mock.Anything).Return(activities.TerminatedRun{Status: ledger.RunCompleted, Finished: true}, nil)
 	env.ExecuteWorkflow(activities.RollbackRunWorkflow, activities.RollbackRequest{})
 	require.NoError(t, env.GetWorkflowError())
 }

@@ -40,7 +40,7 @@ func runWithTools(t *testing.T, spec workflows.RunSpec, box *activities.Toolbox,
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	registerWithRetryHook(t, env, store)
-	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: box})
+	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: box}, false)
 	if human != nil {
 		env.RegisterDelayedCallback(func() { human(env) }, time.Hour)
 	}
@@ -186,7 +186,7 @@ model:
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	registerWithRetryHook(t, env, store)
-	env.RegisterActivity(&activities.Activities{Ledger: store})
+	activities.Register(env, &activities.Activities{Ledger: store}, false)
 	var resume, abort *updateOutcome
 	// A delayed callback would not do: the test environment runs a
 	// workflow task after each Update, and the run takes the first in
@@ -195,7 +195,7 @@ model:
 	// Updates are handled before the run can act on the first.
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
 		var status activities.RunStatus
-		if info.ActivityType.Name != "SetRunStatus" || args.Get(&status) != nil || status.Status != ledger.RunEscalated || resume != nil {
+		if info.ActivityType.Name != activities.NamePrefix+"SetRunStatus" || args.Get(&status) != nil || status.Status != ledger.RunEscalated || resume != nil {
 			return
 		}
 		resume = sendUpdate(env, workflows.UpdateResume, workflows.ResumeInput{Message: "approved by the account owner", AddSteps: 3})

@@ -18,8 +18,12 @@ const SpecVersion = 1
 // SpecVersion: what the client hands the workflow. Call it before the run
 // starts; the workflow trusts a resolved spec and does not validate it
 // again, so tightening validation never breaks a run in flight.
-func (s RunSpec) Resolve() (RunSpec, error) {
-	if err := s.Validate(); err != nil {
+func (s RunSpec) Resolve() (RunSpec, error) { return s.ResolveFor() }
+
+// ResolveFor is Resolve for a fleet whose workers also register the custom
+// model providers named.
+func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
+	if err := s.ValidateFor(providers...); err != nil {
 		return RunSpec{}, fmt.Errorf("spec: %w", err)
 	}
 	if s.Version != 0 {

@@ -174,8 +174,13 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 func (r *run) setStatus(ctx workflow.Context, status, detail string) {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	if err := workflow.ExecuteActivity(actx, activitiesRef.SetRunStatus,
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.SetRunStatus),
 		activities.RunStatus{WorkflowID: r.workflowID, Status: status, Detail: detail}).Get(ctx, nil); err != nil {
+		if temporal.IsCanceledError(err) {
+			// Cancelled with the run or its worker: nothing for an operator.
+			workflow.GetLogger(ctx).Info("the run's status was not recorded: cancelled", "status", status, "error", err)
+			return
+		}
 		workflow.GetLogger(ctx).Error("could not record the run's status", "status", status, "error", err)
 	}
 }
@@ -280,12 +285,12 @@ func (s *sagaRunner) Fence(ctx workflow.Context) (ledger.RollbackPlan, error) {
 		HeartbeatTimeout:    10 * time.Second,
 		Summary:             "rollback: fence the run's actions and wait for attempts still at work",
 	})
-	if err := workflow.ExecuteActivity(closeCtx, activitiesRef.CloseRun, s.run.workflowID).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(closeCtx, s.run.versions.activity(activitiesRef.CloseRun), s.run.workflowID).Get(ctx, nil); err != nil {
 		return ledger.RollbackPlan{}, fmt.Errorf("the run could not be fenced for its rollback: %w", err)
 	}
 	planCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: "rollback-plan", StartToCloseTimeout: 30 * time.Second})
 	var plan ledger.RollbackPlan
-	err := workflow.ExecuteActivity(planCtx, activitiesRef.RollbackPlan, activities.RollbackPlanRequest{
+	err := workflow.ExecuteActivity(planCtx, s.run.versions.activity(activitiesRef.RollbackPlan), activities.RollbackPlanRequest{
 		WorkflowID: s.run.workflowID, IrreversibleTools: irreversible}).Get(ctx, &plan)
 	if err != nil {
 		return ledger.RollbackPlan{}, fmt.Errorf("the compensation stack could not be read: %w", err)
@@ -310,7 +315,7 @@ func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments 
 		},
 	})
 	var result activities.ToolResult
-	err := workflow.ExecuteActivity(actx, activitiesRef.CallTool, activities.ToolCallRequest{
+	err := workflow.ExecuteActivity(actx, s.run.versions.activity(activitiesRef.CallTool), activities.ToolCallRequest{
 		Tool: tool, Arguments: arguments, Compensates: c.ForwardKey}).Get(ctx, &result)
 	entry := TraceEntry{Step: 0, ActivityID: activityID, Kind: "compensation", Tool: c.Tool,
 		Arguments: clip(arguments, activities.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
@@ -331,7 +336,7 @@ func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments 
 
 func (s *sagaRunner) Settle(ctx workflow.Context, c ledger.Compensation, status, cause, reason string) error {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	return workflow.ExecuteActivity(actx, activitiesRef.SettleCompensation, activities.Settlement{
+	return workflow.ExecuteActivity(actx, s.run.versions.activity(activitiesRef.SettleCompensation), activities.Settlement{
 		ForwardKey: c.ForwardKey, Status: status, Error: cause, Reason: reason}).Get(ctx, nil)
 }
 

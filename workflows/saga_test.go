@@ -81,7 +81,7 @@ func runFailingSagaAnswering(t *testing.T, status int, decide func(env *testsuit
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	registerWithRetryHook(t, env, store)
-	env.RegisterActivity(&activities.Activities{Ledger: store})
+	activities.Register(env, &activities.Activities{Ledger: store}, false)
 	env.RegisterDelayedCallback(func() { decide(env, desk) }, time.Hour)
 	env.ExecuteWorkflow(workflows.AgentRun, mustSpec(t, fmt.Sprintf(failingRunSpec, server.URL)))
 	require.True(t, env.IsWorkflowCompleted())
@@ -233,7 +233,7 @@ tools:
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
 			registerWithRetryHook(t, env, store)
-			env.RegisterActivity(&activities.Activities{Ledger: store})
+			activities.Register(env, &activities.Activities{Ledger: store}, false)
 			var abort *error
 			env.RegisterDelayedCallback(func() {
 				abort = update(env, workflows.UpdateAbort, workflows.ReasonInput{Reason: "ops: the CRM is off limits"})

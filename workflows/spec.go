@@ -135,14 +135,18 @@ func ReadSpec(path string) (RunSpec, error) {
 }
 
 // Validate reports the first thing wrong with the spec, naming the field.
-func (s RunSpec) Validate() error {
+func (s RunSpec) Validate() error { return s.ValidateFor() }
+
+// ValidateFor is Validate for a fleet whose workers also register the
+// custom model providers named (activities.Models.Register).
+func (s RunSpec) ValidateFor(providers ...string) error {
 	if s.Goal == "" {
 		return fmt.Errorf("goal: missing")
 	}
 	if field := nulField(s); field != "" {
 		return fmt.Errorf("%s: contains a NUL character (\\u0000), which the ledger cannot store", field)
 	}
-	if err := s.Model.Validate(); err != nil {
+	if err := s.Model.ValidateFor(providers...); err != nil {
 		return err
 	}
 	if err := s.Budget.Validate(); err != nil {
@@ -191,7 +195,7 @@ func (s RunSpec) Validate() error {
 			return fmt.Errorf("agents.%s.share: %v is outside (0, 1]", name, agent.Share)
 		}
 		if agent.Model != nil {
-			if err := agent.Model.Validate(); err != nil {
+			if err := agent.Model.ValidateFor(providers...); err != nil {
 				return fmt.Errorf("agents.%s.%w", name, err)
 			}
 		}

@@ -70,7 +70,8 @@ func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.
 		}
 	}
 	for _, t := range r.spec.Tools {
-		if wanted[t.Name] {
+		// A server entry the sub-agent names stands for the tools it listed.
+		if wanted[t.Name] || (t.MCPServer != "" && wanted[t.MCPServer]) {
 			child.Tools = append(child.Tools, t)
 		}
 	}

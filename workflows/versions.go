@@ -1,6 +1,14 @@
 package workflows
 
-import "go.temporal.io/sdk/workflow"
+import (
+	"reflect"
+	"runtime"
+	"strings"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/activities"
+)
 
 // The changes to the commands AgentRun emits, each behind
 // workflow.GetVersion so that a run in flight replays on new code exactly
@@ -17,15 +25,35 @@ const (
 	// call of the turn before it had settled: a turn whose calls timed out
 	// together waited for each straggler's lease in turn.
 	changeGiveUpsTogether = "give-ups-together"
+	// changeNamespacedActivities schedules agentsaga's activities under
+	// their namespaced names (activities.NamePrefix + method: a team's own
+	// worker may have an activity called CallTool). Older executions
+	// schedule the bare names, which a worker with runs from before the
+	// change still registers (activities.Registration.LegacyNames).
+	changeNamespacedActivities = "namespaced-activities"
 )
 
 // versions are the paths this execution takes.
 type versions struct {
-	giveUpsTogether bool
+	giveUpsTogether      bool
+	namespacedActivities bool
 }
 
 func readVersions(ctx workflow.Context) versions {
 	return versions{
-		giveUpsTogether: workflow.GetVersion(ctx, changeGiveUpsTogether, workflow.DefaultVersion, 1) >= 1,
+		giveUpsTogether:      workflow.GetVersion(ctx, changeGiveUpsTogether, workflow.DefaultVersion, 1) >= 1,
+		namespacedActivities: workflow.GetVersion(ctx, changeNamespacedActivities, workflow.DefaultVersion, 1) >= 1,
 	}
+}
+
+// activity is the name this execution schedules an activity method under,
+// given as a method value (activitiesRef.CallTool) so that a renamed method
+// fails to compile rather than to find its activity.
+func (v versions) activity(method any) string {
+	name := runtime.FuncForPC(reflect.ValueOf(method).Pointer()).Name()
+	name = strings.TrimSuffix(name[strings.LastIndex(name, ".")+1:], "-fm")
+	if v.namespacedActivities {
+		return activities.NamePrefix + name
+	}
+	return name
 }

@@ -29,8 +29,8 @@ func TestMain(m *testing.M) {
 	workertest.Main(m, func(server *testsuite.DevServer) { devServer = server })
 }
 
-// agentsaga runs the CLI in-process and returns what it printed.
-func agentsaga(t *testing.T, args ...string) (string, error) {
+// runCLI runs the CLI in-process and returns what it printed.
+func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
 	cmd := rootCommand()
@@ -87,7 +87,7 @@ tools:
   - {name: refund, kind: http, url: %q}
 `, tool.URL))
 
-	out, err := agentsaga(t, "run", "--spec", spec, "--wait", "--json", "--id", "cli-run")
+	out, err := runCLI(t, "run", "--spec", spec, "--wait", "--json", "--id", "cli-run")
 	require.NoError(t, err, out)
 	var result workflows.RunResult
 	require.NoError(t, json.Unmarshal([]byte(out), &result), out)
@@ -107,19 +107,19 @@ tools:
 	assert.Equal(t, "2", string(attrs["StepsUsed"].GetData()))
 
 	// Without --json, --wait shows the run turn by turn, then the result.
-	out, err = agentsaga(t, "run", "--spec", spec, "--wait", "--id", "cli-run-live")
+	out, err = runCLI(t, "run", "--spec", spec, "--wait", "--id", "cli-run-live")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "turn 1   BUDGET LEFT: 4 steps")
 	assert.Contains(t, out, `tool refund {"order":7} => {"refund_id":"rf_1"}`)
 	assert.Contains(t, out, "status: completed")
 
-	out, err = agentsaga(t, "show", "cli-run")
+	out, err = runCLI(t, "show", "cli-run")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "run cli-run: completed")
 	assert.Contains(t, out, "steps used: 2")
 	assert.Contains(t, out, "cli-run/step-001-call-1-refund")
 
-	out, err = agentsaga(t, "show", "cli-run", "--json")
+	out, err = runCLI(t, "show", "cli-run", "--json")
 	require.NoError(t, err, out)
 	var shown struct {
 		Run     ledger.Run      `json:"run"`
@@ -132,7 +132,7 @@ tools:
 	// A second run under a finished run's ID would share its idempotency
 	// keys: refused, and the tool is not called.
 	calls := len(refunds)
-	out, err = agentsaga(t, "run", "--spec", spec, "--wait", "--id", "cli-run")
+	out, err = runCLI(t, "run", "--spec", spec, "--wait", "--id", "cli-run")
 	require.Error(t, err, out)
 	assert.Contains(t, err.Error(), "start run cli-run")
 	assert.Len(t, refunds, calls)
@@ -144,29 +144,29 @@ func TestBadInputGetsAClearErrorAndStartsNothing(t *testing.T) {
 	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
 
 	bad := writeFile(t, "bad.yaml", "goal: g\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: x}]}\ntools: [{name: search, kind: http}]\n")
-	_, err := agentsaga(t, "run", "--spec", bad, "--id", "bad-run")
+	_, err := runCLI(t, "run", "--spec", bad, "--id", "bad-run")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bad.yaml: spec: tools[0]: tool search: an http tool needs a url")
 	_, err = devServer.Client().DescribeWorkflowExecution(context.Background(), "bad-run", "")
 	assert.Error(t, err, "no workflow was started")
 
-	_, err = agentsaga(t, "run", "--spec", filepath.Join(t.TempDir(), "missing.yaml"))
+	_, err = runCLI(t, "run", "--spec", filepath.Join(t.TempDir(), "missing.yaml"))
 	assert.ErrorContains(t, err, "missing.yaml: no such file")
 
-	_, err = agentsaga(t, "show", "no-such-run")
+	_, err = runCLI(t, "show", "no-such-run")
 	assert.ErrorIs(t, err, ledger.ErrNotFound)
 
 	good := writeFile(t, "good.yaml", "goal: g\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: x}]}\n")
 	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
-	_, err = agentsaga(t, "run", "--spec", good)
+	_, err = runCLI(t, "run", "--spec", good)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "temporal at 127.0.0.1:1")
 
 	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/agentsaga?connect_timeout=2")
-	_, err = agentsaga(t, "show", "x")
+	_, err = runCLI(t, "show", "x")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "postgres at 127.0.0.1:1")
-	_, err = agentsaga(t, "migrate")
+	_, err = runCLI(t, "migrate")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "127.0.0.1:1")
 }
@@ -185,24 +185,24 @@ model:
     - refusal: I will not do that without written approval.
     - content: I archived it instead, as instructed.
 `)
-	_, err := agentsaga(t, "run", "--spec", spec, "--id", "cli-escalated")
+	_, err := runCLI(t, "run", "--spec", spec, "--id", "cli-escalated")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		run, err := store.GetRun(context.Background(), "cli-escalated")
 		return err == nil && run.Status == ledger.RunEscalated
 	}, 30*time.Second, 100*time.Millisecond, "the refusal escalates the run")
 
-	out, err := agentsaga(t, "show", "cli-escalated")
+	out, err := runCLI(t, "show", "cli-escalated")
 	require.NoError(t, err)
 	assert.Contains(t, out, "run cli-escalated: escalated")
 	assert.Contains(t, out, "waiting for a human: The model refused")
 
-	_, err = agentsaga(t, "retry", "cli-escalated")
+	_, err = runCLI(t, "retry", "cli-escalated")
 	assert.ErrorContains(t, err, "waiting on an escalation (resume or abort), where retry does not apply")
-	_, err = agentsaga(t, "resume", "cli-escalated")
+	_, err = runCLI(t, "resume", "cli-escalated")
 	assert.ErrorContains(t, err, "--message is required")
 
-	out, err = agentsaga(t, "resume", "cli-escalated", "--message", "archive it instead", "--add-steps", "1")
+	out, err = runCLI(t, "resume", "cli-escalated", "--message", "archive it instead", "--add-steps", "1")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "accepted: resume")
 	var result workflows.RunResult
@@ -210,6 +210,6 @@ model:
 	assert.Equal(t, ledger.RunCompleted, result.Status)
 	assert.Equal(t, "I archived it instead, as instructed.", result.Answer)
 
-	_, err = agentsaga(t, "abort", "cli-escalated", "--reason", "too late")
+	_, err = runCLI(t, "abort", "cli-escalated", "--reason", "too late")
 	assert.Error(t, err, "a finished run takes no Update")
 }

@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/worker"
@@ -101,7 +100,7 @@ func runCommand() *cobra.Command {
 			}
 			if !wait {
 				if asJSON {
-					return json.NewEncoder(out).Encode(map[string]string{"workflow_id": id, "run_id": run.GetRunID()})
+					return json.NewEncoder(out).Encode(map[string]string{"workflow_id": id, "run_id": run.RunID})
 				}
 				return nil
 			}
@@ -197,53 +196,21 @@ func newRunID() string {
 	return "run-" + hex.EncodeToString(b)
 }
 
-func startRun(ctx context.Context, c client.Client, namespace, id string, spec workflows.RunSpec) (client.WorkflowRun, error) {
-	// Every default written out now, so the run keeps them across deploys.
-	spec, err := spec.Resolve()
-	if err != nil {
-		return nil, err
-	}
-	if !spec.SearchAttributes {
-		// Upsert them only where the namespace has them registered, or
-		// every workflow task would fail.
-		has, err := worker.HasSearchAttributes(ctx, c, namespace)
-		spec.SearchAttributes = err == nil && has
-	}
-	summary := spec.Goal
-	if len(summary) > 200 {
-		summary = summary[:200] + "..."
-	}
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: id,
-		// A run's idempotency keys are its workflow ID plus each activity
-		// ID, so a second run under a closed run's ID would share its keys
-		// and replay its stored results: refused, as an error rather than
-		// the SDK's default of handing back the earlier run.
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TaskQueue:                                workflows.TaskQueue,
-		StaticSummary:                            summary,
-		StaticDetails:                            fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v", spec.Goal, spec.Model.Provider, spec.Model.Name, spec.Budget),
-	}, workflows.AgentRun, spec)
-	if err != nil {
-		return nil, fmt.Errorf("start run %s: %w", id, err)
-	}
-	return run, nil
+// startRun starts a run the safe way (agentsaga.Start: validated, its
+// defaults written out, an ID already used refused).
+func startRun(ctx context.Context, c client.Client, namespace, id string, spec workflows.RunSpec) (*agentsaga.Run, error) {
+	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace})
 }
 
 // awaitRun waits for the run's result. A run that ended failed still has a
-// result (in the failure's details), and that is what the user wants to see.
-func awaitRun(ctx context.Context, run client.WorkflowRun) (workflows.RunResult, error) {
-	var result workflows.RunResult
-	err := run.Get(ctx, &result)
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeRunFailed && appErr.Details(&result) == nil {
-		return result, nil
+// result, and that is what the user wants to see.
+func awaitRun(ctx context.Context, run *agentsaga.Run) (workflows.RunResult, error) {
+	result, err := run.Result(ctx)
+	var failed *agentsaga.RunFailedError
+	if errors.As(err, &failed) {
+		return failed.Result, nil
 	}
-	if err != nil {
-		return result, fmt.Errorf("run %s: %w", run.GetID(), err)
-	}
-	return result, nil
+	return result, err
 }
 
 func uiLink(namespace, workflowID string) string {
@@ -275,7 +242,7 @@ func printResult(out io.Writer, r workflows.RunResult) {
 			what = e.Tool + " " + e.Arguments + " => " + e.Output
 		}
 		if e.Error != "" {
-			what += " ERROR: " + e.Error
+			what += " failed: " + e.Error
 		}
 		if e.Replayed {
 			what += " (from ledger)"
@@ -455,7 +422,7 @@ func printActions(out io.Writer, actions []ledger.Action) {
 	for _, a := range actions {
 		result := a.Result
 		if a.Error != "" {
-			result = "ERROR: " + a.Error
+			result = "failed: " + a.Error
 		}
 		status := a.Status
 		if a.FenceReason != "" {

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/worker"
@@ -88,7 +89,7 @@ func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (stac
 		fmt.Fprintf(out, "temporal: dev server at %s, UI at http://127.0.0.1:%s (log in .dev/temporal.log)\n", stack.cfg.TemporalAddress, devUIPort)
 	}
 
-	if err := worker.RegisterSearchAttributes(ctx, stack.client, stack.cfg.Namespace); err != nil {
+	if err := agentsaga.RegisterSearchAttributes(ctx, stack.client, stack.cfg.Namespace); err != nil {
 		return nil, err
 	}
 	if stack.worker, err = worker.New(ctx, stack.client, stack.store, worker.Options{TaskQueue: stack.cfg.TaskQueue, ReconcileEvery: workflows.ReconcileInterval}); err != nil {

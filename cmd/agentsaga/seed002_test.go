@@ -37,7 +37,7 @@ func TestSeed002Demo(t *testing.T) {
 		activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", BucketConfig: budget.DefaultBucket, Breaker: budget.DefaultBreaker}),
 	}})
 	env.RegisterWorkflow(workflows.AgentRun)
-	env.RegisterActivity(&activities.Activities{Ledger: store})
+	activities.Register(env, &activities.Activities{Ledger: store}, false)
 	env.ExecuteWorkflow(workflows.AgentRun, spec)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())

@@ -1,4 +1,4 @@
-package worker
+package agentsaga
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace st
 	})
 	var exists *serviceerror.AlreadyExists
 	if err != nil && !errors.As(err, &exists) {
-		return fmt.Errorf("worker: register search attributes in %s: %w", namespace, err)
+		return fmt.Errorf("agentsaga: register search attributes in %s: %w", namespace, err)
 	}
 	return nil
 }
@@ -39,7 +39,7 @@ func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace st
 func HasSearchAttributes(ctx context.Context, c client.Client, namespace string) (bool, error) {
 	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
-		return false, fmt.Errorf("worker: list search attributes of %s: %w", namespace, err)
+		return false, fmt.Errorf("agentsaga: list search attributes of %s: %w", namespace, err)
 	}
 	for name, kind := range searchAttributeTypes {
 		if resp.GetCustomAttributes()[name] != kind {

@@ -1,0 +1,221 @@
+package activities
+
+// HTTP tool headers: `headers: {Authorization: "Bearer ${env:CRM_TOKEN}"}`.
+// The spec, and so workflow history and the ledger, carry only the
+// template; the worker reads the variables when it builds the request, and
+// every value it read is redacted from whatever leaves the call (the
+// tool's answer, error messages, and so the ledger, logs and spans), the
+// way the model's API key is.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// ErrTypeToolConfig marks a tool the worker cannot call as configured (a
+// header names an environment variable that is not set): an operator must
+// act, and no retry can help.
+const ErrTypeToolConfig = "ToolConfig"
+
+// Redacted replaces a secret wherever it would leave the worker.
+const Redacted = "[redacted]"
+
+// envRef is one reference to the worker's environment in a header value.
+var envRef = regexp.MustCompile(`\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// reservedHeaders are the headers agentsaga sets on every request: a spec
+// that overrode them would break deduplication by key or the body's type.
+var reservedHeaders = []string{"Idempotency-Key", "Content-Type", "Agentsaga-Attempt", "Request-Timeout"}
+
+// toolConfigError is a header that cannot be resolved on this worker. Its
+// message names the header and the variable, never a value.
+type toolConfigError struct{ msg string }
+
+func (e *toolConfigError) Error() string { return e.msg }
+
+// validateHeaders checks the header templates: names are HTTP tokens and
+// not agentsaga's own headers, values carry no control characters, and
+// every "${" begins a well-formed ${env:NAME}.
+func (t ToolSpec) validateHeaders() error {
+	if len(t.Headers) == 0 {
+		return nil
+	}
+	if t.Kind != ToolKindHTTP {
+		return fmt.Errorf("tool %s: headers are for kind %q, not %q", t.Name, ToolKindHTTP, t.Kind)
+	}
+	seen := map[string]string{}
+	for _, name := range sortedHeaderNames(t.Headers) {
+		field := fmt.Sprintf("tool %s: headers.%s", t.Name, name)
+		if !httpguts.ValidHeaderFieldName(name) {
+			return fmt.Errorf("%s: %q is not a valid HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", field, name)
+		}
+		canonical := textproto.CanonicalMIMEHeaderKey(name)
+		if slices.Contains(reservedHeaders, canonical) {
+			return fmt.Errorf("%s: %s is set by agentsaga on every request and may not be overridden", field, canonical)
+		}
+		if other, dup := seen[canonical]; dup {
+			return fmt.Errorf("%s: names the same header as headers.%s", field, other)
+		}
+		seen[canonical] = name
+		value := t.Headers[name]
+		// The value is not quoted: a literal secret would be in the spec,
+		// but need not be in every error about it as well.
+		if strings.Contains(envRef.ReplaceAllString(value, ""), "${") {
+			return fmt.Errorf("%s: malformed environment reference: write ${env:NAME}, NAME of letters, digits and '_', not starting with a digit", field)
+		}
+		if !httpguts.ValidHeaderFieldValue(value) {
+			return fmt.Errorf("%s: the value holds a control character (CR, LF, NUL, ...)", field)
+		}
+	}
+	return nil
+}
+
+// resolveHeaders reads the variables the headers name, from getenv. It
+// returns the headers to send and a redactor for every value it read. An
+// unset (or empty) variable is a toolConfigError naming the header and the
+// variable.
+func (t ToolSpec) resolveHeaders(getenv func(string) string) (http.Header, *redactor, error) {
+	if len(t.Headers) == 0 {
+		return nil, nil, nil
+	}
+	header := make(http.Header, len(t.Headers))
+	var secrets []string
+	for _, name := range sortedHeaderNames(t.Headers) {
+		template := t.Headers[name]
+		var value strings.Builder
+		last := 0
+		for _, m := range envRef.FindAllStringSubmatchIndex(template, -1) {
+			variable := template[m[2]:m[3]]
+			resolved := getenv(variable)
+			if resolved == "" {
+				return nil, nil, &toolConfigError{fmt.Sprintf("tool %s: header %s: environment variable %s is not set on the worker", t.Name, name, variable)}
+			}
+			if !httpguts.ValidHeaderFieldValue(resolved) {
+				return nil, nil, &toolConfigError{fmt.Sprintf("tool %s: header %s: environment variable %s holds a character a header cannot carry (CR, LF, NUL, ...)", t.Name, name, variable)}
+			}
+			value.WriteString(template[last:m[0]])
+			value.WriteString(resolved)
+			secrets = append(secrets, resolved)
+			last = m[1]
+		}
+		value.WriteString(template[last:])
+		header.Set(name, value.String())
+	}
+	return header, newRedactor(secrets), nil
+}
+
+// getenv reads the worker's environment through Activities.Getenv.
+func (a *Activities) getenv(name string) string {
+	if a.Getenv != nil {
+		return a.Getenv(name)
+	}
+	return os.Getenv(name)
+}
+
+func sortedHeaderNames(headers map[string]string) []string {
+	names := make([]string, 0, len(headers))
+	for name := range headers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// redactor replaces the secrets a call used wherever they would leave it.
+// A nil redactor changes nothing.
+type redactor struct {
+	secrets  []string // longest first, with their JSON-escaped forms
+	replacer *strings.Replacer
+}
+
+func newRedactor(values []string) *redactor {
+	var secrets []string
+	for _, v := range values {
+		// A server that echoes the header inside JSON may escape it.
+		quoted, _ := json.Marshal(v)
+		escaped := string(quoted[1 : len(quoted)-1])
+		for _, form := range []string{v, escaped, strings.ReplaceAll(escaped, "/", `\/`)} {
+			if form != "" && !slices.Contains(secrets, form) {
+				secrets = append(secrets, form)
+			}
+		}
+	}
+	if len(secrets) == 0 {
+		return nil
+	}
+	// At one position the replacer tries its pairs in order: the longest
+	// secret wins over one it contains.
+	sort.SliceStable(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
+	pairs := make([]string, 0, 2*len(secrets))
+	for _, s := range secrets {
+		pairs = append(pairs, s, Redacted)
+	}
+	return &redactor{secrets: secrets, replacer: strings.NewReplacer(pairs...)}
+}
+
+// longest is the length of the longest secret, 0 for none.
+func (r *redactor) longest() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.secrets[0])
+}
+
+// redact replaces every secret in s.
+func (r *redactor) redact(s string) string {
+	if r == nil {
+		return s
+	}
+	return r.replacer.Replace(s)
+}
+
+// redactCut is redact for text cut at a limit: a secret that straddled the
+// cut left its beginning at the end, which is removed too.
+func (r *redactor) redactCut(s string) string {
+	if r == nil {
+		return s
+	}
+	s = r.redact(s)
+	for _, secret := range r.secrets {
+		for n := min(len(secret)-1, len(s)); n > 0; n-- {
+			if strings.HasSuffix(s, secret[:n]) {
+				s = s[:len(s)-n]
+				break
+			}
+		}
+	}
+	return s
+}
+
+// wrap returns err with its message redacted; errors.As still finds what
+// it wraps (an HTTPError, a PermanentError), so it is classified as before.
+func (r *redactor) wrap(err error) error {
+	if r == nil || err == nil {
+		return err
+	}
+	return &redactedError{err: err, r: r}
+}
+
+type redactedError struct {
+	err error
+	r   *redactor
+}
+
+func (e *redactedError) Error() string { return e.r.redact(e.err.Error()) }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// isToolConfig reports whether err is a header the worker cannot resolve.
+func isToolConfig(err error) bool {
+	var config *toolConfigError
+	return errors.As(err, &config)
+}

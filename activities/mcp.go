@@ -1,0 +1,530 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.temporal.io/sdk/temporal"
+)
+
+// The _meta fields every MCP tool call carries, so a server can recognise
+// a retry of a call it already made: the idempotency key is the same on
+// every attempt (workflow ID + "/" + activity ID), the attempt is
+// Temporal's, 1 for the first.
+const (
+	MCPMetaIdempotencyKey = "agentsaga/idempotency_key"
+	MCPMetaAttempt        = "agentsaga/attempt"
+)
+
+// ErrTypeMCPTools is the error type of a server listing the run cannot
+// use: a tool that allow names is missing, or a tool whose schema or name
+// does not fit. Listing again would get the same answer.
+const ErrTypeMCPTools = "MCPTools"
+
+// mcpImplementation is how the worker introduces itself to MCP servers.
+var mcpImplementation = &mcp.Implementation{Name: "agentsaga", Version: "1"}
+
+// validateMCP checks the fields of a kind mcp tool: a server entry, or one
+// tool of a server (mcp_tool set).
+func (t ToolSpec) validateMCP() error {
+	switch {
+	case t.URL != "" && t.Command != nil:
+		return fmt.Errorf("tool %s: an mcp tool takes url (streamable HTTP) or command (stdio), not both", t.Name)
+	case t.URL == "" && t.Command == nil:
+		return fmt.Errorf("tool %s: an mcp tool needs url (streamable HTTP) or command (stdio, [program, args...])", t.Name)
+	case t.URL != "":
+		u, err := url.Parse(t.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("tool %s: url %q is not an absolute http(s) URL", t.Name, t.URL)
+		}
+	case len(t.Command) == 0:
+		return fmt.Errorf("tool %s: command is empty (want [program, args...])", t.Name)
+	case t.Command[0] == "":
+		return fmt.Errorf("tool %s: command[0], the program, is empty", t.Name)
+	}
+	if t.Method != "" {
+		return fmt.Errorf("tool %s: method is for kind http; an mcp call is a JSON-RPC request", t.Name)
+	}
+	if t.MCPTool == "" {
+		switch {
+		case t.MCPServer != "":
+			return fmt.Errorf("tool %s: mcp_server is set without mcp_tool", t.Name)
+		case len(t.Parameters) > 0:
+			return fmt.Errorf("tool %s: parameters come from the MCP server's inputSchema; a server entry declares none", t.Name)
+		case t.Compensate != nil:
+			return fmt.Errorf("tool %s: compensate cannot apply to every tool of an MCP server (name one with mcp_tool)", t.Name)
+		}
+	} else if t.Allow != nil {
+		return fmt.Errorf("tool %s: allow is for a server entry; mcp_tool already names one tool", t.Name)
+	}
+	if t.Allow != nil && len(t.Allow) == 0 {
+		return fmt.Errorf("tool %s: allow is empty (omit it to allow every tool of the server)", t.Name)
+	}
+	for i, name := range t.Allow {
+		if name == "" {
+			return fmt.Errorf("tool %s: allow[%d] is empty", t.Name, i)
+		}
+		if slices.Index(t.Allow, name) != i {
+			return fmt.Errorf("tool %s: allow names %q twice", t.Name, name)
+		}
+	}
+	return nil
+}
+
+// IsMCPServer says whether t is a server entry the run lists at its start
+// (kind mcp, no mcp_tool), rather than a tool the model can call.
+func (t ToolSpec) IsMCPServer() bool { return t.Kind == ToolKindMCP && t.MCPTool == "" }
+
+// mcpEndpoint identifies the server t reaches, for its session.
+func (t ToolSpec) mcpEndpoint() string {
+	if t.URL != "" {
+		return "url " + t.URL
+	}
+	command, _ := json.Marshal(t.Command)
+	return "command " + string(command)
+}
+
+// ListMCPTools lists the tools of an MCP server entry, once, at the start
+// of a run (the workflow freezes the answer in its history): one ToolSpec
+// per tool that allow lets through, named <entry>_<tool> (letters, digits,
+// '_' and '-', at most 64, as the model APIs require), described with the
+// server's readOnlyHint and idempotentHint shown as claims, not trusted,
+// and with the tool's inputSchema as its parameters. A name in allow the
+// server lacks is an error naming it.
+func (a *Activities) ListMCPTools(ctx context.Context, server ToolSpec) ([]ToolSpec, error) {
+	if err := server.Validate(); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError("mcp: "+err.Error(), ErrTypeMCPTools, nil)
+	}
+	if !server.IsMCPServer() {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("mcp: tool %s is not an MCP server entry (kind mcp without mcp_tool)", server.Name), ErrTypeMCPTools, nil)
+	}
+	listed, err := a.listMCPTools(ctx, server)
+	if err != nil {
+		var unusable *mcpListingError
+		if errors.As(err, &unusable) {
+			return nil, temporal.NewNonRetryableApplicationError(cleanText(err.Error()), ErrTypeMCPTools, nil)
+		}
+		return nil, toActivityError(err)
+	}
+	if err := CheckPayload("the tool list of MCP server "+server.Name, listed); err != nil {
+		return nil, err
+	}
+	return listed, nil
+}
+
+// mcpListingError is a listing the run cannot use.
+type mcpListingError struct{ msg string }
+
+func (e *mcpListingError) Error() string { return e.msg }
+
+func (a *Activities) listMCPTools(ctx context.Context, server ToolSpec) ([]ToolSpec, error) {
+	var tools []*mcp.Tool
+	err := a.withMCPSession(ctx, server, func(session *mcp.ClientSession) error {
+		tools = tools[:0]
+		for tool, err := range session.Tools(ctx, nil) {
+			if err != nil {
+				return err
+			}
+			tools = append(tools, tool)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mcp: list tools of %s (%s): %w", server.Name, server.mcpEndpoint(), err)
+	}
+	offered := make([]string, len(tools))
+	for i, tool := range tools {
+		offered[i] = tool.Name
+	}
+	for _, name := range server.Allow {
+		if !slices.Contains(offered, name) {
+			return nil, &mcpListingError{fmt.Sprintf("mcp: server %s: allow names %q, which the server does not offer (it offers: %s)",
+				server.Name, name, strings.Join(offered, ", "))}
+		}
+	}
+	var out []ToolSpec
+	names := map[string]string{}
+	for _, tool := range tools {
+		if server.Allow != nil && !slices.Contains(server.Allow, tool.Name) {
+			continue
+		}
+		spec, err := mcpToolSpec(server, tool)
+		if err != nil {
+			return nil, &mcpListingError{"mcp: " + err.Error()}
+		}
+		if other, taken := names[spec.Name]; taken {
+			return nil, &mcpListingError{fmt.Sprintf("mcp: server %s: tools %q and %q both become %s; allow one of them", server.Name, other, tool.Name, spec.Name)}
+		}
+		names[spec.Name] = tool.Name
+		out = append(out, spec)
+	}
+	return out, nil
+}
+
+// maxMCPDescription bounds a listed tool's description: the model reads it
+// on every turn, and a server may send anything.
+const maxMCPDescription = 4 << 10
+
+// mcpToolSpec is the ToolSpec of one tool of server.
+func mcpToolSpec(server ToolSpec, tool *mcp.Tool) (ToolSpec, error) {
+	spec := ToolSpec{
+		Name: mcpToolName(server.Name, tool.Name), Kind: ToolKindMCP,
+		URL: server.URL, Command: server.Command, TimeoutSeconds: server.TimeoutSeconds,
+		Refusal: server.Refusal, Irreversible: server.Irreversible,
+		MCPTool: tool.Name, MCPServer: server.Name,
+	}
+	description := clip(cleanText(strings.TrimSpace(tool.Description)), maxMCPDescription)
+	if hints := mcpHints(tool.Annotations); hints != "" {
+		description = strings.TrimSpace(description + " (server says: " + hints + "; not trusted)")
+	}
+	spec.Description = description
+	schema := tool.InputSchema
+	if schema == nil {
+		schema = map[string]any{"type": "object"}
+	}
+	params, err := json.Marshal(schema)
+	if err != nil {
+		return ToolSpec{}, fmt.Errorf("server %s: tool %q: inputSchema does not encode: %w", server.Name, tool.Name, err)
+	}
+	spec.Parameters = params
+	if err := spec.Validate(); err != nil {
+		return ToolSpec{}, fmt.Errorf("server %s: tool %q: %w", server.Name, tool.Name, err)
+	}
+	return spec, nil
+}
+
+// mcpHints shows what a server claims of a tool. The claims change
+// nothing: every call goes through the ledger under its key and is
+// retried by the same rules, whatever the server says (the MCP spec itself
+// says clients must not trust annotations from servers they do not trust).
+func mcpHints(a *mcp.ToolAnnotations) string {
+	if a == nil {
+		return ""
+	}
+	var hints []string
+	if a.ReadOnlyHint {
+		hints = append(hints, "read-only")
+	}
+	if a.IdempotentHint {
+		hints = append(hints, "idempotent")
+	}
+	return strings.Join(hints, ", ")
+}
+
+var notToolNameChar = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
+
+// mcpToolName is the name the model calls a listed tool by:
+// <entry>_<tool>, so two servers' tools never collide, with characters the
+// model APIs refuse (MCP allows '.' and '/') as '_'. A name over 64 keeps
+// its first 55 characters and a digest of the whole, so it stays unique.
+func mcpToolName(server, tool string) string {
+	name := notToolNameChar.ReplaceAllString(server+"_"+tool, "_")
+	if len(name) <= 64 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(server + "\x00" + tool))
+	return name[:55] + "_" + hex.EncodeToString(sum[:4])
+}
+
+// callMCPTool makes one attempt of a call of an MCP tool, with the
+// idempotency key and the attempt in the request's _meta. A transport
+// failure (the server died or dropped the connection mid-call, a timeout)
+// is retryable, and the next attempt reconnects if the session ended; an
+// isError result is classified by mcpToolError; a JSON-RPC error that says
+// the request itself is wrong is not retryable.
+func (a *Activities) callMCPTool(ctx context.Context, tool ToolSpec, call ToolInvocation) (string, error) {
+	if trimmed := strings.TrimSpace(string(call.Arguments)); !strings.HasPrefix(trimmed, "{") {
+		return "", Permanent(fmt.Errorf("tool %s: MCP arguments must be a JSON object, not %s", tool.Name, clip(trimmed, 100)))
+	}
+	params := &mcp.CallToolParams{
+		Meta:      mcp.Meta{MCPMetaIdempotencyKey: call.Key, MCPMetaAttempt: call.Attempt},
+		Name:      tool.MCPTool,
+		Arguments: call.Arguments,
+	}
+	var result *mcp.CallToolResult
+	err := a.withMCPSession(ctx, tool, func(session *mcp.ClientSession) (err error) {
+		result, err = session.CallTool(ctx, params)
+		return err
+	})
+	if err != nil {
+		err = fmt.Errorf("tool %s: mcp call %s on %s: %w", tool.Name, tool.MCPTool, tool.mcpEndpoint(), err)
+		var rpcErr *jsonrpc.Error
+		if errors.As(err, &rpcErr) && requestIsWrong(rpcErr.Code) {
+			return "", Permanent(err)
+		}
+		return "", err
+	}
+	output := mcpOutput(result)
+	if result.IsError {
+		return output, mcpToolError(tool, result, output)
+	}
+	return output, nil
+}
+
+// requestIsWrong says whether a JSON-RPC error code says the request
+// itself is wrong, so another attempt would send the same wrong request.
+// Other codes (internal errors, a server's own) may pass.
+func requestIsWrong(code int64) bool {
+	switch code {
+	case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidParams:
+		return true
+	}
+	return false
+}
+
+// mcpOutput is the text the model reads: the result's text content, other
+// content as JSON, or the structured content when there is no content.
+func mcpOutput(result *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, content := range result.Content {
+		if b.Len() > MaxToolOutput {
+			break // cleanOutput cuts and marks it
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		if text, ok := content.(*mcp.TextContent); ok {
+			b.WriteString(text.Text)
+			continue
+		}
+		encoded, _ := json.Marshal(content)
+		b.Write(encoded)
+	}
+	if b.Len() == 0 && result.StructuredContent != nil {
+		encoded, _ := json.Marshal(result.StructuredContent)
+		b.Write(encoded)
+	}
+	return b.String()
+}
+
+// mcpToolError classifies an isError result like an HTTP answer. MCP has
+// no status for a tool's failure, so the rule reads the result's
+// structuredContent:
+//
+//   - "status", an HTTP status code (100-599): as that status; 408, 425,
+//     429 and 5xx are retryable, other 4xx are not (401/403 escalate as a
+//     permission error, 404/410 are "nothing there"); "retryable"
+//     (true/false) overrides it as x-should-retry does, and
+//     "retry_after_seconds" is Retry-After.
+//   - no status, "retryable": true: retryable.
+//   - otherwise: not retryable. The tool answered, and the model reads
+//     what it said; MCP's isError is for errors the model can correct.
+func mcpToolError(tool ToolSpec, result *mcp.CallToolResult, output string) error {
+	var fields map[string]any
+	if result.StructuredContent != nil {
+		encoded, _ := json.Marshal(result.StructuredContent)
+		_ = json.Unmarshal(encoded, &fields)
+	}
+	var retryable *bool
+	if v, ok := fields["retryable"].(bool); ok {
+		retryable = &v
+	}
+	if status, ok := fields["status"].(float64); ok && status == math.Trunc(status) && status >= 100 && status <= 599 {
+		httpErr := &HTTPError{Op: "tool " + tool.Name + " (MCP isError)", StatusCode: int(status), ShouldRetry: retryable, Body: truncateBody([]byte(output))}
+		if seconds, ok := fields["retry_after_seconds"].(float64); ok && seconds > 0 {
+			httpErr.RetryAfter = hintDuration(seconds, time.Second)
+		}
+		return httpErr
+	}
+	err := fmt.Errorf("tool %s: MCP isError: %s", tool.Name, truncateBody([]byte(output)))
+	if retryable != nil && *retryable {
+		return err
+	}
+	return Permanent(err)
+}
+
+// MCPSessions keeps one MCP client session per server (a URL, or a
+// command) for a worker, shared by every call: a stdio server's process is
+// started once, and started again when it has died. It is safe for
+// concurrent use. The zero value is not usable; see NewMCPSessions.
+type MCPSessions struct {
+	client     *mcp.Client
+	httpClient *http.Client
+	mu         sync.Mutex
+	sessions   map[string]*mcpSession
+	closed     bool
+}
+
+// NewMCPSessions returns an empty set of sessions whose HTTP servers are
+// reached with httpClient (nil means http.DefaultClient); it must not
+// retry on its own.
+func NewMCPSessions(httpClient *http.Client) *MCPSessions {
+	return &MCPSessions{
+		client:     mcp.NewClient(mcpImplementation, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}),
+		httpClient: httpClient,
+		sessions:   map[string]*mcpSession{},
+	}
+}
+
+// Close ends every session; a stdio server has its stdin closed and is
+// stopped if it does not exit.
+func (m *MCPSessions) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	sessions := m.sessions
+	m.sessions = map[string]*mcpSession{}
+	m.mu.Unlock()
+	var errs []error
+	for endpoint, s := range sessions {
+		<-s.ready
+		if s.session != nil {
+			if err := s.session.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("mcp: close %s: %w", endpoint, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mcpSession is one server's session, or the attempt to open it.
+type mcpSession struct {
+	ready   chan struct{} // closed once connecting ended, with session or err set
+	session *mcp.ClientSession
+	err     error
+	ended   chan struct{} // closed when the session ended (the server died, the connection broke)
+}
+
+func (s *mcpSession) usable() bool {
+	select {
+	case <-s.ready:
+	default:
+		return true // still connecting: wait for it
+	}
+	if s.err != nil {
+		return false
+	}
+	select {
+	case <-s.ended:
+		return false
+	default:
+		return true
+	}
+}
+
+// mcpSessions is the Activities' set: MCP when set, else one of its own.
+func (a *Activities) mcpSessions() *MCPSessions {
+	if a.MCP != nil {
+		return a.MCP
+	}
+	a.mcpOnce.Do(func() { a.mcpDefault = NewMCPSessions(a.HTTPClient) })
+	return a.mcpDefault
+}
+
+// withMCPSession runs use on the server's session, connecting first when
+// there is none or it ended. A session the server has forgotten (an HTTP
+// server restarted, or expired it) answers 404 before any tool runs, so
+// use runs once more on a new session; any other failure that ended the
+// session drops it, and the next call connects again.
+func (a *Activities) withMCPSession(ctx context.Context, server ToolSpec, use func(*mcp.ClientSession) error) error {
+	sessions := a.mcpSessions()
+	for try := 0; ; try++ {
+		s, err := sessions.get(ctx, server)
+		if err != nil {
+			return err
+		}
+		err = use(s.session)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) {
+			sessions.drop(server.mcpEndpoint(), s)
+		}
+		if !errors.Is(err, mcp.ErrSessionMissing) || try > 0 || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// get returns the server's session, connecting when it has none that is
+// usable. Only one caller connects; the others wait for it.
+func (m *MCPSessions) get(ctx context.Context, server ToolSpec) (*mcpSession, error) {
+	endpoint := server.mcpEndpoint()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errors.New("mcp: the worker's sessions are closed")
+	}
+	s := m.sessions[endpoint]
+	connect := s == nil || !s.usable()
+	if connect {
+		s = &mcpSession{ready: make(chan struct{}), ended: make(chan struct{})}
+		m.sessions[endpoint] = s
+	}
+	m.mu.Unlock()
+	if connect {
+		s.session, s.err = m.connect(ctx, server)
+		if s.session != nil {
+			go func(session *mcp.ClientSession, ended chan struct{}) {
+				_ = session.Wait()
+				close(ended)
+			}(s.session, s.ended)
+		}
+		close(s.ready)
+	}
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if s.err != nil {
+		m.drop(endpoint, s)
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// drop forgets s, if it is still the endpoint's session, and closes it.
+func (m *MCPSessions) drop(endpoint string, s *mcpSession) {
+	m.mu.Lock()
+	current := m.sessions[endpoint] == s
+	if current {
+		delete(m.sessions, endpoint)
+	}
+	m.mu.Unlock()
+	if current && s.session != nil {
+		// Closing a dead stdio session reaps its process.
+		go s.session.Close()
+	}
+}
+
+func (m *MCPSessions) connect(ctx context.Context, server ToolSpec) (*mcp.ClientSession, error) {
+	var transport mcp.Transport
+	if server.URL != "" {
+		transport = &mcp.StreamableClientTransport{
+			Endpoint: server.URL, HTTPClient: m.httpClient,
+			// Temporal's retry policy is the one retry loop.
+			MaxRetries: -1,
+			// Calls need no server-initiated messages, and a standing GET
+			// would outlive an HTTP client's timeout and break the session.
+			DisableStandaloneSSE: true,
+		}
+	} else {
+		cmd := exec.Command(server.Command[0], server.Command[1:]...)
+		cmd.Stderr = os.Stderr // the server's logs go with the worker's
+		transport = &mcp.CommandTransport{Command: cmd}
+	}
+	session, err := m.client.Connect(ctx, transport, nil)
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return nil, Permanent(fmt.Errorf("mcp: start %s: %w", server.mcpEndpoint(), err))
+		}
+		return nil, fmt.Errorf("mcp: connect to %s: %w", server.mcpEndpoint(), err)
+	}
+	return session, nil
+}

@@ -1,0 +1,81 @@
+package activities
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// ModelFactory builds the Model a run's ModelSpec names, on the worker, for
+// one call. apiKey is what the worker read from spec.APIKeyEnv ("" when the
+// spec names none); httpClient is the worker's, with no retries of its own.
+type ModelFactory func(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error)
+
+// Models maps provider names to the factories of the models a worker can
+// call. NewModels registers the built-in providers; a team adds its own.
+type Models struct {
+	mu        sync.RWMutex
+	factories map[string]ModelFactory
+}
+
+var providerName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
+
+// NewModels returns a registry of the built-in providers: scripted,
+// openai (any OpenAI-compatible server) and anthropic.
+func NewModels() *Models {
+	m := &Models{factories: map[string]ModelFactory{}}
+	m.factories[ProviderScripted] = func(spec ModelSpec, _ string, _ *http.Client) (Model, error) {
+		return ScriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
+	}
+	m.factories[ProviderOpenAI] = func(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+		return NewOpenAIModel(spec, apiKey, httpClient)
+	}
+	m.factories[ProviderAnthropic] = func(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+		return NewAnthropicModel(spec, apiKey, httpClient)
+	}
+	return m
+}
+
+// Register adds (or replaces) a provider. The name is what specs write in
+// model.provider: lower-case letters, digits, '_', '.' or '-'.
+func (m *Models) Register(provider string, factory ModelFactory) error {
+	if !providerName.MatchString(provider) {
+		return fmt.Errorf("models: provider name %q must be 1-64 lower-case letters, digits, '_', '.' or '-', starting with a letter", provider)
+	}
+	if factory == nil {
+		return fmt.Errorf("models: provider %q: the factory is nil", provider)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.factories[provider] = factory
+	return nil
+}
+
+// Providers lists the registered provider names, sorted.
+func (m *Models) Providers() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	names := make([]string, 0, len(m.factories))
+	for name := range m.factories {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (m *Models) build(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+	m.mu.RLock()
+	factory, ok := m.factories[spec.Provider]
+	m.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("model.provider: no provider %q is registered on this worker (registered: %s)",
+			spec.Provider, strings.Join(m.Providers(), ", "))
+	}
+	return factory(spec, apiKey, httpClient)
+}
+
+// defaultModels serves Activities that were built without a registry.
+var defaultModels = NewModels()

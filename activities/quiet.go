@@ -1,0 +1,85 @@
+package activities
+
+// Quiet logs. ERROR is for what an operator must act on. A failure a run
+// is built to meet (a 503 that is retried, a 400 that is not, a refusal, a
+// fenced key, nothing to undo, a budget that says no) is marked benign, so
+// the Temporal SDK logs its "Activity error." at DEBUG instead of ERROR,
+// and the retry hook logs it once, at WARN, with what it decided. A
+// cancelled attempt (a run cancelled, a worker stopping) is benign too.
+// The category changes logs and SDK metrics only: the retry, the type and
+// the message are what they were, so workflows emit the same commands.
+
+import "go.temporal.io/sdk/temporal"
+
+// ErrTypeCancelled is the type of a cancelled attempt's error that was not
+// an ApplicationError already.
+const ErrTypeCancelled = "Cancelled"
+
+// expectedTypes are the activity error types of expected, classified
+// failures. The rest (a ledger that cannot be reached, a tool or a model
+// the worker cannot call as configured, an unclassified error: a bug, a
+// connection refused) stay ERROR.
+var expectedTypes = map[string]bool{
+	ErrTypeHTTP:             true, // classified by its status
+	ErrTypePermission:       true, // 401, 403: the run escalates
+	ErrTypeNotFound:         true, // 404, 410: for a compensation, nothing to undo
+	ErrTypeRefusal:          true,
+	ErrTypeRejected:         true, // a Go tool's definitive "no"
+	ErrTypeFenced:           true,
+	ErrTypeInFlight:         true, // another attempt holds the key: nothing was sent
+	ErrTypeInvalidArguments: true, // the model's mistake; it is told
+}
+
+// expected reports whether a failure of errType is one a run is built to
+// meet.
+func expected(errType string) bool { return expectedTypes[errType] }
+
+// categoryFor is the SDK category of a failure of errType.
+func categoryFor(errType string) temporal.ApplicationErrorCategory {
+	if expected(errType) {
+		return temporal.ApplicationErrorCategoryBenign
+	}
+	return temporal.ApplicationErrorCategoryUnspecified
+}
+
+// activityError is temporal.NewApplicationErrorWithOptions with the
+// category errType calls for.
+func activityError(message, errType string, opts temporal.ApplicationErrorOptions) error {
+	opts.Category = categoryFor(errType)
+	return temporal.NewApplicationErrorWithOptions(message, errType, opts)
+}
+
+// isBenign reports whether the SDK will log err below ERROR. Like the SDK,
+// it looks at err itself, not at what err wraps.
+func isBenign(err error) bool {
+	appErr, ok := err.(*temporal.ApplicationError)
+	return ok && appErr.Category() == temporal.ApplicationErrorCategoryBenign
+}
+
+// quiet returns err marked benign when it is an expected failure, or when
+// the attempt was cancelled. An ApplicationError keeps its message, type,
+// retry and cause; one with details is returned as it is, because they
+// cannot be copied (the errors toActivityError builds with details are
+// classified already, and a cancelled attempt's carry none). Anything else
+// is wrapped when cancelled, so errors.Is still finds context.Canceled and
+// the SDK still reports the attempt as cancelled.
+func quiet(err error, cancelled bool) error {
+	if err == nil || isBenign(err) {
+		return err
+	}
+	if appErr, ok := err.(*temporal.ApplicationError); ok {
+		if appErr.HasDetails() || !(cancelled || expected(appErr.Type())) {
+			return err
+		}
+		return temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(), temporal.ApplicationErrorOptions{
+			NonRetryable: appErr.NonRetryable(), NextRetryDelay: appErr.NextRetryDelay(), Cause: appErr.Unwrap(),
+			Category: temporal.ApplicationErrorCategoryBenign,
+		})
+	}
+	if !cancelled {
+		return err
+	}
+	return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeCancelled, temporal.ApplicationErrorOptions{
+		Cause: err, Category: temporal.ApplicationErrorCategoryBenign,
+	})
+}

@@ -1,0 +1,210 @@
+// Package agentsaga is the engine as a Go API, for a team that runs its
+// own Temporal workers. It is a facade over the rooms of DESIGN.md and
+// holds no logic of its own: the workflow (workflows), the activities and
+// the retry hook (activities), the ledger (ledger) and the budgets (budget)
+// do the work.
+//
+// A worker:
+//
+//	store, _ := ledger.New(pool)                        // or ledger.Open(ctx, url)
+//	engine, _ := agentsaga.New(ctx, store, agentsaga.Config{Tools: []agentsaga.Tool{lookup}})
+//	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
+//	engine.Register(w)
+//
+// A starter:
+//
+//	run, err := agentsaga.Start(ctx, c, "refund-42", spec, agentsaga.StartOptions{})
+//	result, err := run.Result(ctx)
+//
+// The schema is applied by the migrations package (migrations.Apply) or
+// `agentsaga migrate`, never implicitly.
+package agentsaga
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// The engine's vocabulary, under the names a Go team uses.
+type (
+	// RunSpec is what a run is asked to do, with its budget and tools.
+	RunSpec = workflows.RunSpec
+	// RunResult is how a run ended.
+	RunResult = workflows.RunResult
+	// Budget is a run's limits: steps, leaf calls, tokens, USD, seconds.
+	Budget = budget.Limits
+	// ToolSpec declares a tool a run may call.
+	ToolSpec = activities.ToolSpec
+	// ModelSpec names the model a run talks to.
+	ModelSpec = activities.ModelSpec
+	// Model is a chat model that can ask for tool calls; one attempt per
+	// call (Temporal's retry is the only retry loop).
+	Model = activities.Model
+	// ModelRequest is one turn's input to a Model.
+	ModelRequest = activities.ModelRequest
+	// ModelTurn is a Model's answer.
+	ModelTurn = activities.ModelTurn
+	// ModelFactory builds a Model from a run's ModelSpec, on the worker.
+	ModelFactory = activities.ModelFactory
+)
+
+// DefaultBucket names the fleet retry bucket a Config without one pays from.
+const DefaultBucket = "fleet"
+
+// Config is what an Engine is built from. The zero value is a working
+// engine: the default task queue and bucket, the built-in tools and models.
+type Config struct {
+	// TaskQueue the engine's workflows and activities run on; "" means
+	// workflows.TaskQueue ("agentsaga").
+	TaskQueue string
+	// Bucket names the fleet retry bucket; every worker naming the same
+	// bucket shares it. "" means DefaultBucket.
+	Bucket string
+	// BucketConfig shapes it; zero means budget.DefaultBucket.
+	BucketConfig budget.BucketConfig
+	// Breaker shapes the circuit breakers; zero means budget.DefaultBreaker.
+	Breaker budget.BreakerConfig
+	// Tools are the team's Go tools (NewTool), beside the built-in ones.
+	Tools []Tool
+	// Toolbox holds untyped Go tools (activities.ToolFunc), also added to
+	// the built-in ones.
+	Toolbox *activities.Toolbox
+	// Models are the team's model providers, by the name specs write in
+	// model.provider, beside scripted, openai and anthropic.
+	Models map[string]ModelFactory
+	// HTTPClient carries HTTP tools and model calls; nil means a client
+	// with no retries of its own and a five-minute timeout.
+	HTTPClient *http.Client
+	// LegacyActivityNames also registers the activities under their bare
+	// names (CallTool), for runs in flight that began on a build from
+	// before the names were namespaced. A new deployment leaves it off.
+	LegacyActivityNames bool
+	// Observe, when set, sees every retry decision.
+	Observe func(plan activities.RetryPlan, decision string)
+	// Temporal is the client the worker polls with. With it, the
+	// reconciler's activities are registered too: they find runs that
+	// ended behind the engine's back and start their rollbacks.
+	Temporal client.Client
+}
+
+// Engine is agentsaga inside a team's worker: it registers the workflows
+// and activities on a Temporal worker and provides the retry hook that
+// worker must run with.
+type Engine struct {
+	cfg        Config
+	store      *ledger.Store
+	acts       *activities.Activities
+	reconciler *activities.Reconciliation
+	hook       interceptor.WorkerInterceptor
+}
+
+// New builds an engine on store, making sure the fleet bucket's row
+// exists. A tool or model provider that cannot be registered is an error
+// naming it.
+func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) {
+	if store == nil {
+		return nil, fmt.Errorf("agentsaga: the ledger store is nil (ledger.New(pool) or ledger.Open(ctx, url))")
+	}
+	if cfg.TaskQueue == "" {
+		cfg.TaskQueue = workflows.TaskQueue
+	}
+	toolbox := activities.Builtins()
+	toolbox.Merge(cfg.Toolbox)
+	for _, tool := range cfg.Tools {
+		if tool.fn == nil {
+			return nil, fmt.Errorf("agentsaga: tool %q was not made by NewTool", tool.spec.Name)
+		}
+		if err := tool.spec.Validate(); err != nil {
+			return nil, fmt.Errorf("agentsaga: %w", err)
+		}
+		if slices.Contains(toolbox.Names(), tool.spec.Name) {
+			return nil, fmt.Errorf("agentsaga: tool %q is registered twice (the built-ins are %v)", tool.spec.Name, activities.Builtins().Names())
+		}
+		toolbox.Register(tool.spec.Name, tool.fn)
+	}
+	models := activities.NewModels()
+	for provider, factory := range cfg.Models {
+		if err := models.Register(provider, factory); err != nil {
+			return nil, fmt.Errorf("agentsaga: %w", err)
+		}
+	}
+	httpClient := cfg.HTTPClient
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: 5 * time.Minute}
+	}
+	hookConfig := activities.RetryHookConfig{Bucket: cfg.Bucket, BucketConfig: cfg.BucketConfig, Breaker: cfg.Breaker, Observe: cfg.Observe}
+	if hookConfig.Bucket == "" {
+		hookConfig.Bucket = DefaultBucket
+	}
+	if hookConfig.BucketConfig == (budget.BucketConfig{}) {
+		hookConfig.BucketConfig = budget.DefaultBucket
+	}
+	if hookConfig.Breaker == (budget.BreakerConfig{}) {
+		hookConfig.Breaker = budget.DefaultBreaker
+	}
+	if err := store.EnsureBucket(ctx, hookConfig.Bucket, hookConfig.BucketConfig); err != nil {
+		return nil, fmt.Errorf("agentsaga: %w", err)
+	}
+	e := &Engine{
+		cfg:   cfg,
+		store: store,
+		acts:  &activities.Activities{Ledger: store, Toolbox: toolbox, HTTPClient: httpClient, Models: models},
+		hook:  activities.NewRetryHook(store, hookConfig),
+	}
+	if cfg.Temporal != nil {
+		e.reconciler = &activities.Reconciliation{Ledger: store, Temporal: cfg.Temporal}
+	}
+	return e, nil
+}
+
+// TaskQueue is the queue the engine's runs go to.
+func (e *Engine) TaskQueue() string { return e.cfg.TaskQueue }
+
+// Providers lists the model providers the engine's workers can call, for
+// StartOptions.ModelProviders.
+func (e *Engine) Providers() []string { return e.acts.Models.Providers() }
+
+// Interceptor is the retry hook: every retry of a model or tool call is
+// paid for from the fleet bucket, and denied when the budget, the breaker
+// or the deadline says so. A worker that runs the engine's activities
+// must have it; WorkerOptions adds it.
+func (e *Engine) Interceptor() interceptor.WorkerInterceptor { return e.hook }
+
+// WorkerOptions returns opts with the retry hook added to its
+// interceptors.
+func (e *Engine) WorkerOptions(opts worker.Options) worker.Options {
+	opts.Interceptors = append(append([]interceptor.WorkerInterceptor(nil), opts.Interceptors...), e.hook)
+	return opts
+}
+
+// Registry is where the engine registers itself: a Temporal worker, or a
+// workflow test environment.
+type Registry interface {
+	worker.WorkflowRegistry
+	worker.ActivityRegistry
+}
+
+// Register registers the engine's workflows (AgentRun, RollbackRun,
+// Reconciler) and its activities, under activities.NamePrefix
+// ("agentsaga.CallTool"), on r.
+func (e *Engine) Register(r Registry) {
+	r.RegisterWorkflow(workflows.AgentRun)
+	r.RegisterWorkflow(workflows.RollbackRun)
+	r.RegisterWorkflow(workflows.Reconciler)
+	activities.Register(r, e.acts, e.cfg.LegacyActivityNames)
+	if e.reconciler != nil {
+		activities.Register(r, e.reconciler, e.cfg.LegacyActivityNames)
+	}
+}

@@ -1,0 +1,83 @@
+// Package agentsagatest is the test kit for a Go team that embeds
+// agentsaga: a ledger database of the test's own, scripted models, and a
+// Temporal test environment with the engine wired in as a worker wires it
+// (namespaced activities, the retry hook), under a workflow ID unique to
+// the test, so that a second `go test` is never answered from the first
+// one's ledger rows.
+package agentsagatest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// NewLedger returns a store on a database of the test's own, migrated, on
+// the Postgres at DATABASE_URL (default 127.0.0.1:5432, user postgres); it
+// is dropped when the test ends.
+func NewLedger(t testing.TB) *ledger.Store {
+	t.Helper()
+	return ledgertest.NewStore(t)
+}
+
+// Turn is one turn of a scripted model.
+type Turn = activities.ScriptedTurn
+
+// Script is a scripted model that plays turns in order, for a RunSpec's
+// Model.
+func Script(turns ...Turn) agentsaga.ModelSpec {
+	return agentsaga.ModelSpec{Provider: activities.ProviderScripted, Script: turns}
+}
+
+// Call is a turn that asks for one tool call; args is encoded as JSON.
+func Call(tool string, args any) Turn {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		panic(fmt.Sprintf("agentsagatest: encode the arguments of %s: %v", tool, err))
+	}
+	return Turn{ToolCalls: []activities.ScriptedCall{{Name: tool, Arguments: raw}}}
+}
+
+// Answer is a turn that answers, ending the run.
+func Answer(text string) Turn { return Turn{Content: text} }
+
+// Refuse is a turn in which the model refuses: the run escalates to a
+// human.
+func Refuse(reason string) Turn { return Turn{Refusal: reason} }
+
+var runs atomic.Int64
+
+// RunID is a workflow ID unique to this test and this process: the test's
+// name, the time and a counter.
+func RunID(t testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	return fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano(), runs.Add(1))
+}
+
+// NewEnvironment returns a workflow test environment that runs the engine
+// as a worker does (its workflows and namespaced activities registered, its
+// retry hook installed) and the workflow ID its run will have, from RunID.
+// Execute a run with env.ExecuteWorkflow(workflows.AgentRun, spec) after
+// resolving the spec (spec.Resolve), as agentsaga.Start does.
+func NewEnvironment(t testing.TB, engine *agentsaga.Engine) (*testsuite.TestWorkflowEnvironment, string) {
+	t.Helper()
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestWorkflowEnvironment()
+	id := RunID(t)
+	env.SetWorkerOptions(engine.WorkerOptions(worker.Options{}))
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id, TaskQueue: engine.TaskQueue()})
+	engine.Register(env)
+	return env, id
+}

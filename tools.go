@@ -1,0 +1,146 @@
+package agentsaga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
+)
+
+// Tool is a Go function a run may call, with the ToolSpec the model is
+// offered. Make one with NewTool; an Engine registers it beside the
+// built-in tools, and a RunSpec offers it by listing Spec().
+type Tool struct {
+	spec activities.ToolSpec
+	fn   activities.ToolFunc
+}
+
+// Spec is the tool's declaration, for RunSpec.Tools.
+func (t Tool) Spec() ToolSpec { return t.spec }
+
+// ToolOption shapes a Tool.
+type ToolOption func(*activities.ToolSpec) error
+
+// NewTool makes a typed Go tool. The JSON schema of its arguments is
+// derived from Args (its json tags name the fields; a field without
+// omitempty is required; a `jsonschema:"..."` tag describes it), the
+// model's arguments are decoded into Args before fn runs, and fn's Result
+// is encoded as the tool's JSON output. The call's idempotency key is in
+// ctx (CallKey): a tool with an outside effect passes it on.
+//
+// An error fn returns is retried, paid for from the retry budget, unless
+// it is Permanent: arguments that cannot be decoded are never retried.
+func NewTool[Args, Result any](name, description string, fn func(context.Context, Args) (Result, error), opts ...ToolOption) (Tool, error) {
+	schema, err := jsonschema.For[Args](nil)
+	if err != nil {
+		return Tool{}, fmt.Errorf("agentsaga: tool %s: derive the schema of %T: %w", name, *new(Args), err)
+	}
+	parameters, err := json.Marshal(schema)
+	if err != nil {
+		return Tool{}, fmt.Errorf("agentsaga: tool %s: encode its schema: %w", name, err)
+	}
+	spec := activities.ToolSpec{Name: name, Description: description, Kind: activities.ToolKindGo, Parameters: parameters}
+	for _, opt := range opts {
+		if err := opt(&spec); err != nil {
+			return Tool{}, fmt.Errorf("agentsaga: tool %s: %w", name, err)
+		}
+	}
+	if err := spec.Validate(); err != nil {
+		return Tool{}, fmt.Errorf("agentsaga: %w", err)
+	}
+	call := func(ctx context.Context, in activities.ToolInvocation) (string, error) {
+		var args Args
+		if err := json.Unmarshal(in.Arguments, &args); err != nil {
+			return "", activities.Permanent(fmt.Errorf("tool %s: the arguments do not decode into %T: %w", name, args, err))
+		}
+		result, err := fn(context.WithValue(ctx, callKey{}, in.Key), args)
+		if err != nil {
+			return "", err
+		}
+		out, err := json.Marshal(result)
+		if err != nil {
+			return "", activities.Permanent(fmt.Errorf("tool %s: encode its result %T: %w", name, result, err))
+		}
+		return string(out), nil
+	}
+	return Tool{spec: spec, fn: call}, nil
+}
+
+// MustTool is NewTool for tools declared at package level: it panics on
+// an error, which is a programming mistake in the declaration.
+func MustTool(tool Tool, err error) Tool {
+	if err != nil {
+		panic(err)
+	}
+	return tool
+}
+
+type callKey struct{}
+
+// CallKey is the idempotency key of the tool call ctx belongs to: the same
+// on every attempt of the call, so a downstream service that deduplicates
+// by it applies the effect once.
+func CallKey(ctx context.Context) string {
+	key, _ := ctx.Value(callKey{}).(string)
+	return key
+}
+
+// Permanent marks an error as not worth retrying (bad arguments, a
+// refusal by rule).
+func Permanent(err error) error { return activities.Permanent(err) }
+
+// IsPermanent says whether err was marked Permanent.
+func IsPermanent(err error) bool {
+	var permanent *activities.PermanentError
+	return errors.As(err, &permanent)
+}
+
+// WithTimeout bounds one attempt of the tool (the default is 30 s).
+func WithTimeout(d time.Duration) ToolOption {
+	return func(s *activities.ToolSpec) error {
+		if d <= 0 {
+			return fmt.Errorf("timeout %s is not positive", d)
+		}
+		s.TimeoutSeconds = d.Seconds()
+		return nil
+	}
+}
+
+// WithCompensation names the tool that undoes this one, with its
+// arguments as a template ({{args.x}}, {{result.x}}, {{key}}): a failed
+// run calls it, backwards, under the key <forward key>/compensate.
+func WithCompensation(tool string, arguments map[string]string) ToolOption {
+	return func(s *activities.ToolSpec) error {
+		raw, err := json.Marshal(arguments)
+		if err != nil {
+			return fmt.Errorf("compensation arguments: %w", err)
+		}
+		s.Compensate = &activities.CompensationSpec{Tool: tool, Arguments: raw}
+		return nil
+	}
+}
+
+// Irreversible marks a tool whose effect cannot be undone: a rollback past
+// it ends needs-attention, naming it.
+func Irreversible() ToolOption {
+	return func(s *activities.ToolSpec) error {
+		s.Irreversible = true
+		return nil
+	}
+}
+
+// WithRefusal declares the answers that mean "no" although the call
+// succeeded (a field equal to a value, say): a refusal is never retried and
+// brings in a human.
+func WithRefusal(rules ...budget.RefusalRule) ToolOption {
+	return func(s *activities.ToolSpec) error {
+		s.Refusal = append(s.Refusal, rules...)
+		return nil
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -152,4 +153,14 @@ func (m echoModel) Turn(_ context.Context, req agentsaga.ModelRequest) (agentsag
 		}
 	}
 	return agentsaga.ModelTurn{}, agentsaga.Permanent(errors.New("echo: no goal in the conversation"))
+}
+
+// Importing the API brings the engine and its model SDKs, not the CLI
+// worker's metrics (Prometheus, tally) or its migration tool (goose).
+func TestTheAPIImportsNoMetricsOrMigrations(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, heavy := range []string{"github.com/prometheus/", "github.com/uber-go/tally", "github.com/pressly/goose"} {
+		require.NotContains(t, string(out), heavy)
+	}
 }

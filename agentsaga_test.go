@@ -61,9 +61,10 @@ func TestEngineRunsATypedToolInTheTestKit(t *testing.T) {
 	env, id := agentsagatest.NewEnvironment(t, engine)
 	spec, err := agentsaga.RunSpec{
 		Goal:   "refund o-1",
-		Budget: agentsaga.Budget{Steps: 4},
-		Model:  agentsagatest.Script(agentsagatest.Call("refund_order", orderArgs{Order: "o-1"}), agentsagatest.Answer("refunded")),
-		Tools:  []agentsaga.ToolSpec{tool.Spec(), {Name: "word_count", Kind: activities.ToolKindGo}},
+		Budget: agentsaga.Budget{Steps: 5},
+		Model: agentsagatest.Script(agentsagatest.Call("refund_order", orderArgs{Order: "o-1"}),
+			agentsagatest.Call("word_count", map[string]string{"text": "refund sent"}), agentsagatest.Answer("refunded")),
+		Tools: []agentsaga.ToolSpec{tool.Spec(), {Name: "word_count", Kind: activities.ToolKindGo}},
 	}.Resolve()
 	require.NoError(t, err)
 	env.ExecuteWorkflow(workflows.AgentRun, spec)
@@ -76,7 +77,8 @@ func TestEngineRunsATypedToolInTheTestKit(t *testing.T) {
 
 	actions, err := store.ListActions(ctx, id)
 	require.NoError(t, err)
-	require.Len(t, actions, 1)
+	require.Len(t, actions, 2, "the typed tool and the built-in word_count")
+	require.Contains(t, actions[1].Result, `"words": 2`)
 	require.Contains(t, actions[0].Result, `"refund_id":"rf-o-1"`)
 	require.True(t, strings.HasPrefix(actions[0].Key, id+"/"), actions[0].Key)
 	require.Contains(t, actions[0].Result, actions[0].Key, "the tool saw the key it was called under")

@@ -64,9 +64,10 @@ clean:
 # The replay corpus (workflows/testdata/histories), recorded on a dev server.
 # `make test` replays it; regenerate it only on purpose, and say why in the
 # commit: it is the contract with every run in flight. `ONLY=a,b` records
-# just those scenarios and leaves the rest of the corpus as it was.
+# just those scenarios and leaves the rest of the corpus as it was; `SET=name`
+# records into workflows/testdata/histories/name, beside the older histories.
 record-histories: bin/temporal postgres
-	$(GO) test -count=1 -run '^TestRecordHistories$$' ./worker -args -record-histories -record-histories.only=$(ONLY)
+	$(GO) test -count=1 -run '^TestRecordHistories$$' ./worker -args -record-histories -record-histories.only=$(ONLY) -record-histories.set=$(SET)
 
 # The chaos harness (cmd/agentsaga/chaos_test.go, issue 11) in its large
 # configuration: every fault (kill -9, SIGSTOP/SIGCONT, Postgres restart, slow

@@ -36,6 +36,11 @@ var recordHistories = flag.Bool("record-histories", false, "record the replay co
 // `make record-histories ONLY=failed-together`.
 var recordOnly = flag.String("record-histories.only", "", "record only these scenarios (comma-separated names)")
 
+// recordSet records into a set of its own, a directory under the corpus
+// (`make record-histories SET=name`): the histories new runs make after a
+// change, beside the older ones, which stay as they were.
+var recordSet = flag.String("record-histories.set", "", "record into this subdirectory of the corpus")
+
 // corpusDir is where the replay corpus lives, beside the workflow code.
 const corpusDir = "../workflows/testdata/histories"
 
@@ -45,6 +50,7 @@ type recorder struct {
 	t     *testing.T
 	store *ledger.Store
 	queue string
+	dir   string // where the histories go
 	url   string // the payments server
 	// refundsBroken makes /refund answer 500 while set.
 	refundsBroken atomic.Bool
@@ -91,7 +97,8 @@ func TestRecordHistories(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
-	require.NoError(t, os.MkdirAll(corpusDir, 0o755))
+	r.dir = filepath.Join(corpusDir, *recordSet)
+	require.NoError(t, os.MkdirAll(r.dir, 0o755))
 	only := map[string]bool{}
 	for _, name := range strings.Split(*recordOnly, ",") {
 		if name != "" {
@@ -145,7 +152,7 @@ func (r *recorder) save(ctx context.Context, name, id, runID string) {
 		if n > 1 {
 			file = fmt.Sprintf("%s.%d.json", name, n)
 		}
-		require.NoError(r.t, os.WriteFile(filepath.Join(corpusDir, file), data, 0o644))
+		require.NoError(r.t, os.WriteFile(filepath.Join(r.dir, file), data, 0o644))
 		r.t.Logf("recorded %s: %d events", file, len(history.Events))
 		runID = next
 	}

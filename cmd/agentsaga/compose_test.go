@@ -9,18 +9,28 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/distribution/reference"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/agentsaga/agentsaga/worker/workertest"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 const composeProjectName = "agentsaga"
@@ -156,7 +166,7 @@ func TestComposeFileIsValid(t *testing.T) {
 		t.Errorf("project name = %q, want %q", p.Name, composeProjectName)
 	}
 
-	want := []string{"agentsaga-worker", "postgres", "temporal", "temporal-ui"}
+	want := []string{"agentsaga-worker", "postgres", "temporal", "temporal-admin-tools", "temporal-create-namespace", "temporal-ui"}
 	got := p.ServiceNames()
 	slices.Sort(got)
 	for _, name := range want {
@@ -289,6 +299,19 @@ func TestComposeFileResolvesEnvironment(t *testing.T) {
 	}
 	if v := temporal.Environment["POSTGRES_PWD"]; v == nil || *v != "s3cret" {
 		t.Errorf("temporal POSTGRES_PWD = %v", deref(v))
+	}
+	if v := temporal.Environment["POSTGRES_USER"]; v == nil || *v != "saga" {
+		t.Errorf("temporal POSTGRES_USER = %v", deref(v))
+	}
+	schema, err := p.GetService("temporal-admin-tools")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := schema.Environment["SQL_USER"]; v == nil || *v != "saga" {
+		t.Errorf("temporal-admin-tools SQL_USER = %v", deref(v))
+	}
+	if v := schema.Environment["SQL_PASSWORD"]; v == nil || *v != "s3cret" {
+		t.Errorf("temporal-admin-tools SQL_PASSWORD = %v", deref(v))
 	}
 	pg, err := p.GetService("postgres")
 	if err != nil {
@@ -439,5 +462,513 @@ services:
 	}
 	if strings.Contains(problems, "service digest:") {
 		t.Error("a digest-pinned image was reported")
+	}
+}
+
+// The services of docker-compose.yml that make up Temporal, and the worker.
+const (
+	composeServer       = "temporal"
+	composeSchemaJob    = "temporal-admin-tools"
+	composeNamespaceJob = "temporal-create-namespace"
+	composeWorker       = "agentsaga-worker"
+)
+
+// releaseTag is an explicit release, as Temporal tags its server images.
+var releaseTag = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
+
+// imageParts splits an image reference into its familiar repository name
+// (temporalio/server) and its tag ("" when it has none).
+func imageParts(image string) (repo, tag string) {
+	ref, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", ""
+	}
+	if tagged, ok := ref.(reference.Tagged); ok {
+		tag = tagged.Tag()
+	}
+	return reference.FamiliarName(ref), tag
+}
+
+func serviceEnv(svc types.ServiceConfig, key string) string {
+	if v := svc.Environment[key]; v != nil {
+		return *v
+	}
+	return ""
+}
+
+// dependsOn returns a problem unless service name waits for dep with the
+// given condition.
+func dependsOn(name string, svc types.ServiceConfig, dep, condition string) []string {
+	d, ok := svc.DependsOn[dep]
+	switch {
+	case !ok:
+		return []string{fmt.Sprintf("service %s does not depend on %s", name, dep)}
+	case d.Condition != condition:
+		return []string{fmt.Sprintf("service %s depends on %s with condition %s, want %s", name, dep, d.Condition, condition)}
+	}
+	return nil
+}
+
+// mountedScript returns the host file a job's entrypoint runs: the source of
+// a bind mount whose target is one of the entrypoint's words.
+func mountedScript(svc types.ServiceConfig) (string, bool) {
+	for _, v := range svc.Volumes {
+		if v.Type == types.VolumeTypeBind && slices.Contains(svc.Entrypoint, v.Target) {
+			return v.Source, true
+		}
+	}
+	return "", false
+}
+
+// temporalShapeProblems returns every way p departs from the Temporal shape
+// of Temporal's current compose examples, which replaced the deprecated
+// temporalio/auto-setup image: a one-shot admin-tools job sets up the
+// schemas, the temporalio/server image of the same release starts only once
+// that job succeeded, a second one-shot job creates the namespace once the
+// server is healthy, and the worker starts only once that job succeeded.
+func temporalShapeProblems(p *types.Project) []string {
+	var problems []string
+	for _, name := range p.ServiceNames() {
+		if repo, _ := imageParts(p.Services[name].Image); repo == "temporalio/auto-setup" {
+			problems = append(problems, fmt.Sprintf("service %s uses the deprecated temporalio/auto-setup image", name))
+		}
+	}
+	services := map[string]types.ServiceConfig{}
+	for _, name := range []string{composeServer, composeSchemaJob, composeNamespaceJob, composeWorker} {
+		svc, err := p.GetService(name)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("service %s: %v", name, err))
+			continue
+		}
+		services[name] = svc
+	}
+	if len(services) < 4 {
+		return problems
+	}
+	server, schema, namespace, worker := services[composeServer], services[composeSchemaJob],
+		services[composeNamespaceJob], services[composeWorker]
+
+	serverRepo, serverTag := imageParts(server.Image)
+	if serverRepo != "temporalio/server" {
+		problems = append(problems, fmt.Sprintf("service %s image %q is not temporalio/server", composeServer, server.Image))
+	}
+	if !releaseTag.MatchString(serverTag) {
+		problems = append(problems, fmt.Sprintf("service %s image %q is not pinned to a release x.y.z", composeServer, server.Image))
+	}
+	for _, name := range []string{composeSchemaJob, composeNamespaceJob} {
+		job := services[name]
+		repo, tag := imageParts(job.Image)
+		if repo != "temporalio/admin-tools" {
+			problems = append(problems, fmt.Sprintf("service %s image %q is not temporalio/admin-tools", name, job.Image))
+		}
+		// admin-tools carries the schema the server needs, so it must be
+		// of the server's release: 1.29.1 or 1.29.1-tctl-1.18.4-cli-1.5.0.
+		if tag != serverTag && !strings.HasPrefix(tag, serverTag+"-") {
+			problems = append(problems, fmt.Sprintf("service %s image %q is not of the server's release %s", name, job.Image, serverTag))
+		}
+		// Restarted after it succeeded, a job would run again and again.
+		if job.Restart == types.RestartPolicyAlways || job.Restart == types.RestartPolicyUnlessStopped {
+			problems = append(problems, fmt.Sprintf("service %s restart = %q, but it is a one-shot job", name, job.Restart))
+		}
+		if _, ok := mountedScript(job); !ok {
+			problems = append(problems, fmt.Sprintf("service %s entrypoint %v runs no bind-mounted script", name, job.Entrypoint))
+		}
+	}
+
+	problems = append(problems, dependsOn(composeServer, server, composeSchemaJob, types.ServiceConditionCompletedSuccessfully)...)
+	if hc := server.HealthCheck; hc == nil || hc.Disable || len(hc.Test) == 0 {
+		problems = append(problems, fmt.Sprintf("service %s has no healthcheck", composeServer))
+	}
+	// The schema job and the server must mean the same database.
+	for _, pair := range [][4]string{
+		{"SQL_PLUGIN", "postgres12", "DB", "postgres12"},
+		{"SQL_HOST", serviceEnv(server, "POSTGRES_SEEDS"), "POSTGRES_SEEDS", "postgres"},
+		{"SQL_USER", serviceEnv(server, "POSTGRES_USER"), "POSTGRES_USER", serviceEnv(server, "POSTGRES_USER")},
+	} {
+		if got := serviceEnv(schema, pair[0]); got == "" || got != pair[1] {
+			problems = append(problems, fmt.Sprintf("service %s %s = %q, want %q", composeSchemaJob, pair[0], got, pair[1]))
+		}
+		if got := serviceEnv(server, pair[2]); got == "" || got != pair[3] {
+			problems = append(problems, fmt.Sprintf("service %s %s = %q, want %q", composeServer, pair[2], got, pair[3]))
+		}
+	}
+
+	problems = append(problems, dependsOn(composeNamespaceJob, namespace, composeServer, types.ServiceConditionHealthy)...)
+	problems = append(problems, dependsOn(composeWorker, worker, composeServer, types.ServiceConditionHealthy)...)
+	problems = append(problems, dependsOn(composeWorker, worker, composeNamespaceJob, types.ServiceConditionCompletedSuccessfully)...)
+	for _, key := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"} {
+		if job, w := serviceEnv(namespace, key), serviceEnv(worker, key); job == "" || job != w {
+			problems = append(problems, fmt.Sprintf("service %s %s = %q, the worker's is %q", composeNamespaceJob, key, job, w))
+		}
+	}
+	return problems
+}
+
+func TestComposeTemporalShape(t *testing.T) {
+	root := repoRoot(t)
+	p := loadRepoCompose(t, nil)
+	for _, problem := range temporalShapeProblems(p) {
+		t.Error(problem)
+	}
+	for name, script := range map[string]string{
+		composeSchemaJob:    "setup-schema.sh",
+		composeNamespaceJob: "create-namespace.sh",
+	} {
+		svc, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := mountedScript(svc)
+		if want := filepath.Join(root, "deploy", "temporal", script); got != want {
+			t.Errorf("service %s runs %q, want %q", name, got, want)
+		}
+	}
+}
+
+// temporalShapeProblems must be able to fail: the auto-setup shape it
+// replaced, and a half-done migration from it, are reported.
+func TestComposeTemporalShapeCatchesViolations(t *testing.T) {
+	dir := t.TempDir()
+	load := func(doc string) string {
+		t.Helper()
+		p, err := loadCompose(t.Context(), dir, filepath.Join(dir, "docker-compose.yml"), []byte(doc), map[string]string{})
+		if err != nil {
+			t.Fatalf("document should load (its problems are beyond the spec): %v", err)
+		}
+		problems := strings.Join(temporalShapeProblems(p), "\n")
+		t.Logf("problems:\n%s", problems)
+		return problems
+	}
+
+	autoSetup := load(`
+services:
+  temporal:
+    image: temporalio/auto-setup:1.29.1
+  agentsaga-worker:
+    image: agentsaga:local
+    depends_on:
+      - temporal
+`)
+	for _, want := range []string{
+		"service temporal uses the deprecated temporalio/auto-setup image",
+		"service temporal-admin-tools:",
+		"service temporal-create-namespace:",
+	} {
+		if !strings.Contains(autoSetup, want) {
+			t.Errorf("auto-setup shape: violation not reported: %s", want)
+		}
+	}
+
+	halfDone := load(`
+services:
+  temporal-admin-tools:
+    image: temporalio/admin-tools:1.28.1
+    restart: unless-stopped
+    environment:
+      SQL_PLUGIN: mysql8
+      SQL_HOST: postgres
+  temporal:
+    image: temporalio/server:1.29.1
+    depends_on:
+      - temporal-admin-tools
+    environment:
+      DB: postgres12
+      POSTGRES_SEEDS: postgres
+      POSTGRES_USER: agentsaga
+  temporal-create-namespace:
+    image: temporalio/admin-tools:1.29.1-tctl-1.18.4-cli-1.5.0
+    depends_on:
+      - temporal
+    environment:
+      TEMPORAL_ADDRESS: temporal:7233
+      TEMPORAL_NAMESPACE: default
+  agentsaga-worker:
+    image: agentsaga:local
+    depends_on:
+      - temporal
+    environment:
+      TEMPORAL_ADDRESS: temporal:7233
+      TEMPORAL_NAMESPACE: other
+`)
+	for _, want := range []string{
+		`service temporal-admin-tools image "temporalio/admin-tools:1.28.1" is not of the server's release 1.29.1`,
+		`service temporal-admin-tools restart = "unless-stopped"`,
+		"service temporal-admin-tools entrypoint [] runs no bind-mounted script",
+		"service temporal-create-namespace entrypoint [] runs no bind-mounted script",
+		"service temporal depends on temporal-admin-tools with condition service_started, want service_completed_successfully",
+		"service temporal has no healthcheck",
+		`service temporal-admin-tools SQL_PLUGIN = "mysql8", want "postgres12"`,
+		`service temporal-admin-tools SQL_USER = "", want "agentsaga"`,
+		"service temporal-create-namespace depends on temporal with condition service_started, want service_healthy",
+		"service agentsaga-worker does not depend on temporal-create-namespace",
+		`service temporal-create-namespace TEMPORAL_NAMESPACE = "default", the worker's is "other"`,
+	} {
+		if !strings.Contains(halfDone, want) {
+			t.Errorf("half-done shape: violation not reported: %s", want)
+		}
+	}
+	for _, notWant := range []string{
+		"auto-setup",
+		"service temporal-create-namespace image",
+		"service temporal image",
+		"TEMPORAL_ADDRESS",
+	} {
+		if strings.Contains(halfDone, notWant) {
+			t.Errorf("half-done shape: reported what is right: %s", notWant)
+		}
+	}
+}
+
+// dynamicConfigFile is a Temporal dynamic config file: each key has values,
+// each under constraints (none: the value holds everywhere).
+type dynamicConfigFile map[string][]struct {
+	Value       any            `json:"value"`
+	Constraints map[string]any `json:"constraints"`
+}
+
+// devKeepalive returns the keepalive settings `agentsaga dev` gives the dev
+// server (pausedWorkerKeepalive), by dynamic config key.
+func devKeepalive(t *testing.T) map[string]time.Duration {
+	t.Helper()
+	args := pausedWorkerKeepalive()
+	values := map[string]time.Duration{}
+	for i := 0; i < len(args); i += 2 {
+		if args[i] != "--dynamic-config-value" || i+1 == len(args) {
+			t.Fatalf("pausedWorkerKeepalive: unexpected arguments %q", args)
+		}
+		key, raw, _ := strings.Cut(args[i+1], "=")
+		var s string
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			t.Fatalf("pausedWorkerKeepalive: %s: %v", args[i+1], err)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("pausedWorkerKeepalive: %s: %v", args[i+1], err)
+		}
+		values[key] = d
+	}
+	return values
+}
+
+// The server reads the committed dynamic config, and it has the keepalive
+// settings a paused worker's takeover needs (README, Fencing), the same ones
+// `agentsaga dev` gives the dev server.
+func TestComposeDynamicConfigKeepalive(t *testing.T) {
+	root := repoRoot(t)
+	p := loadRepoCompose(t, nil)
+	server, err := p.GetService(composeServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := serviceEnv(server, "DYNAMIC_CONFIG_FILE_PATH")
+	if path == "" {
+		t.Fatal("temporal sets no DYNAMIC_CONFIG_FILE_PATH")
+	}
+	want := filepath.Join(root, "deploy", "temporal", "dynamicconfig.yaml")
+	source := ""
+	for _, v := range server.Volumes {
+		if v.Type == types.VolumeTypeBind && v.Target == path {
+			source = v.Source
+		}
+	}
+	if source != want {
+		t.Fatalf("DYNAMIC_CONFIG_FILE_PATH %s is mounted from %q, want %s", path, source, want)
+	}
+	raw, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file dynamicConfigFile
+	if err := yaml.UnmarshalStrict(raw, &file); err != nil {
+		t.Fatalf("%s: %v", want, err)
+	}
+
+	dev := devKeepalive(t)
+	for _, key := range []string{"frontend.keepAliveTime", "frontend.keepAliveTimeout"} {
+		if dev[key] != time.Second {
+			t.Errorf("agentsaga dev sets %s = %v, want 1s", key, dev[key])
+		}
+		values := file[key]
+		if len(values) != 1 || len(values[0].Constraints) != 0 {
+			t.Errorf("%s: want one value without constraints, got %+v", key, values)
+			continue
+		}
+		s, _ := values[0].Value.(string)
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Errorf("%s = %v: not a duration", key, values[0].Value)
+			continue
+		}
+		if d != time.Second || d != dev[key] {
+			t.Errorf("%s = %v, want 1s as agentsaga dev sets it (%v)", key, d, dev[key])
+		}
+	}
+}
+
+// scriptEnv is the environment a deploy script runs in: this process's,
+// without the variables the scripts read, plus env.
+func scriptEnv(env map[string]string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "SQL_") || strings.HasPrefix(name, "TEMPORAL_") || strings.HasPrefix(name, "SETUP_") ||
+			name == "DBNAME" || name == "VISIBILITY_DBNAME" || name == "PATH" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func runScript(t *testing.T, script string, env map[string]string) (string, error) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "sh", script)
+	cmd.Env = scriptEnv(env)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// composeEnv is the environment compose gives service name.
+func composeEnv(t *testing.T, name string) map[string]string {
+	t.Helper()
+	svc, err := loadRepoCompose(t, nil).GetService(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for k, v := range svc.Environment {
+		if v != nil {
+			env[k] = *v
+		}
+	}
+	return env
+}
+
+// The schema job's script, run with the job's environment against a fake
+// temporal-sql-tool: it creates, sets up and updates both databases from the
+// schema dirs the admin-tools image ships, and stops at the first failure.
+func TestComposeSchemaJobScript(t *testing.T) {
+	script := filepath.Join(repoRoot(t), "deploy", "temporal", "setup-schema.sh")
+	bin := t.TempDir()
+	fake := "#!/bin/sh\necho \"$SQL_PLUGIN@$SQL_HOST:$SQL_PORT $*\" >> \"$FAKE_LOG\"\nexit \"${FAKE_EXIT:-0}\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "temporal-sql-tool"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, env map[string]string) ([]string, string, error) {
+		log := filepath.Join(t.TempDir(), "calls")
+		env["FAKE_LOG"] = log
+		env["PATH"] = bin + string(os.PathListSeparator) + os.Getenv("PATH")
+		out, err := runScript(t, script, env)
+		data, readErr := os.ReadFile(log)
+		if readErr != nil && !errors.Is(readErr, os.ErrNotExist) {
+			t.Fatal(readErr)
+		}
+		var calls []string
+		if s := strings.TrimSpace(string(data)); s != "" {
+			calls = strings.Split(s, "\n")
+		}
+		return calls, out, err
+	}
+
+	t.Run("sets up both databases", func(t *testing.T) {
+		calls, out, err := run(t, composeEnv(t, composeSchemaJob))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		const schema = "/etc/temporal/schema/postgresql/v12"
+		want := []string{
+			"postgres12@postgres:5432 --db temporal create",
+			"postgres12@postgres:5432 --db temporal setup-schema -v 0.0",
+			"postgres12@postgres:5432 --db temporal update-schema -d " + schema + "/temporal/versioned",
+			"postgres12@postgres:5432 --db temporal_visibility create",
+			"postgres12@postgres:5432 --db temporal_visibility setup-schema -v 0.0",
+			"postgres12@postgres:5432 --db temporal_visibility update-schema -d " + schema + "/visibility/versioned",
+		}
+		if !slices.Equal(calls, want) {
+			t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
+		}
+	})
+
+	t.Run("stops at the first failure", func(t *testing.T) {
+		env := composeEnv(t, composeSchemaJob)
+		env["FAKE_EXIT"] = "1"
+		calls, out, err := run(t, env)
+		if err == nil {
+			t.Fatalf("script succeeded though temporal-sql-tool failed:\n%s", out)
+		}
+		if len(calls) != 1 {
+			t.Errorf("calls after a failure: %q", calls)
+		}
+	})
+
+	t.Run("names a missing variable", func(t *testing.T) {
+		env := composeEnv(t, composeSchemaJob)
+		delete(env, "SQL_HOST")
+		calls, out, err := run(t, env)
+		if err == nil || !strings.Contains(out, "SQL_HOST") {
+			t.Errorf("err = %v, output %q: want a failure naming SQL_HOST", err, out)
+		}
+		if len(calls) != 0 {
+			t.Errorf("temporal-sql-tool ran without SQL_HOST: %q", calls)
+		}
+	})
+}
+
+// The namespace job's script, run twice (as every `docker compose up` runs
+// it) with the job's environment against the dev server and a namespace of
+// its own: the namespace exists and has every search attribute runs use.
+func TestComposeNamespaceJobScript(t *testing.T) {
+	temporal, err := workertest.TemporalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The script calls `temporal`, whatever the binary's file is named.
+	bin := t.TempDir()
+	if err := os.Symlink(temporal, filepath.Join(bin, "temporal")); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(repoRoot(t), "deploy", "temporal", "create-namespace.sh")
+	namespace := fmt.Sprintf("compose-%d", time.Now().UnixNano())
+	env := composeEnv(t, composeNamespaceJob)
+	env["TEMPORAL_ADDRESS"] = devServer.FrontendHostPort()
+	env["TEMPORAL_NAMESPACE"] = namespace
+	env["SETUP_RETRY_SECONDS"] = "1"
+	env["PATH"] = bin + string(os.PathListSeparator) + os.Getenv("PATH")
+	for run := 1; run <= 2; run++ {
+		if out, err := runScript(t, script, env); err != nil {
+			t.Fatalf("run %d: %v\n%s", run, err, out)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c := devServer.Client()
+	if _, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace}); err != nil {
+		t.Fatalf("namespace %s: %v", namespace, err)
+	}
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := workflows.SearchAttributes().GetUntypedValues()
+	if len(keys) == 0 {
+		t.Fatal("workflows.SearchAttributes lists no attribute")
+	}
+	for key := range keys {
+		if got := resp.GetCustomAttributes()[key.GetName()]; got != key.GetValueType() {
+			t.Errorf("search attribute %s in %s = %v, want %v", key.GetName(), namespace, got, key.GetValueType())
+		}
+	}
+
+	// A server that never answers fails the job (so the worker does not
+	// start) instead of hanging it.
+	env["TEMPORAL_ADDRESS"] = "127.0.0.1:1"
+	env["SETUP_ATTEMPTS"] = "2"
+	env["SETUP_RETRY_SECONDS"] = "0"
+	if out, err := runScript(t, script, env); err == nil || !strings.Contains(out, "gave up after 2 attempts") {
+		t.Errorf("unreachable server: err = %v, output:\n%s", err, out)
 	}
 }

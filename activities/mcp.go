@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -442,7 +443,9 @@ func (a *Activities) withMCPSession(ctx context.Context, server ToolSpec, use fu
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) {
+		// A stdio server that exited answers EOF; its session's end may
+		// not have been noticed yet, and the next call must not find it.
+		if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) {
 			sessions.drop(server.mcpEndpoint(), s)
 		}
 		if !errors.Is(err, mcp.ErrSessionMissing) || try > 0 || ctx.Err() != nil {
@@ -463,6 +466,9 @@ func (m *MCPSessions) get(ctx context.Context, server ToolSpec) (*mcpSession, er
 	s := m.sessions[endpoint]
 	connect := s == nil || !s.usable()
 	if connect {
+		if s != nil && s.session != nil {
+			go s.session.Close() // reaps a stdio server that exited
+		}
 		s = &mcpSession{ready: make(chan struct{}), ended: make(chan struct{})}
 		m.sessions[endpoint] = s
 	}

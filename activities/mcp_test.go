@@ -353,7 +353,7 @@ func TestMCPIsErrorIsClassifiedLikeAnHTTPStatus(t *testing.T) {
 		"503 is retryable":           {`{"status": 503}`, true, ErrTypeHTTP},
 		"400 is not":                 {`{"status": 400}`, false, ErrTypeHTTP},
 		"403 is a permission error":  {`{"status": 403}`, false, ErrTypePermission},
-		"no status is not retryable": {`null`, false, ErrTypeRejected},
+		"no status is not retryable": {`{}`, false, ErrTypeRejected},
 		"retryable without a status": {`{"retryable": true}`, true, ErrTypeTransient},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -48,7 +48,8 @@ const TruncationMarker = "\n[truncated by agentsaga: output exceeded 64 KiB]"
 // ToolSpec declares a tool a run may call. A "go" tool names a function
 // registered in the worker's Toolbox; an "http" tool is a URL the worker
 // calls with the arguments as a JSON body and the idempotency key in the
-// Idempotency-Key header.
+// Idempotency-Key header; an "mcp" entry is an MCP server whose tools the
+// run lists at its start, each called with the key in _meta (mcp.go).
 type ToolSpec struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`

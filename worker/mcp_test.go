@@ -76,14 +76,14 @@ func TestRunCallsAnMCPToolListedOnce(t *testing.T) {
 	defer cancel()
 	store := ledgertest.NewStore(t)
 	shop := newMCPShop(t)
-	const turns = 12
+	const turns = 24
 	var script strings.Builder
 	for i := 1; i <= turns; i++ {
 		fmt.Fprintf(&script, "    - tool_calls: [{name: shop_charge, arguments: {amount: %d}}]\n", i)
 	}
 	spec, err := workflows.ParseSpec(fmt.Appendf(nil, `
-goal: charge twelve times
-budget: {steps: 20}
+goal: charge 24 times
+budget: {steps: 100}
 history: {max_events: 100}
 model:
   provider: scripted
@@ -102,12 +102,13 @@ tools:
 	id := "mcp-run-listed-once"
 	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
+	firstRun := run.GetRunID() // Get follows the chain to its last execution
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
 	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "all charged", result.Answer)
 
-	chain, err := workertest.Executions(ctx, temporalClient, id, run.GetRunID())
+	chain, err := workertest.Executions(ctx, temporalClient, id, firstRun)
 	require.NoError(t, err)
 	require.Greater(t, len(chain), 1, "the run continued as new")
 	var listings []string

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/worker/workertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+var devServer *testsuite.DevServer
+
+func TestMain(m *testing.M) {
+	workertest.Main(m, func(server *testsuite.DevServer) { devServer = server })
+}
+
+// A run calls the team's MCP tool: the tool list comes from the server,
+// the call carries its key, the invoice is issued once.
+func TestARunInvoicesThroughMCP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	billing := &Billing{}
+	server := httptest.NewServer(billing.Handler())
+	defer server.Close()
+
+	c := devServer.Client()
+	engine, err := agentsaga.New(ctx, agentsagatest.NewLedger(t), agentsaga.Config{})
+	require.NoError(t, err)
+	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
+	engine.Register(w)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	spec, err := workflows.ParseSpec([]byte(Spec(server.URL)))
+	require.NoError(t, err)
+	id := agentsagatest.RunID(t)
+	run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{})
+	require.NoError(t, err)
+	result, err := run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "completed", result.Status, result.Reason)
+	require.Equal(t, 1, billing.Issued())
+	require.Equal(t, []string{id + "/" + workflows.ToolActivityID(1, 1, "billing_create_invoice")}, billing.Keys(),
+		"the invoice was issued under the call's key, from _meta")
+}

@@ -160,14 +160,19 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 	e := &Engine{
 		cfg:   cfg,
 		store: store,
-		acts:  &activities.Activities{Ledger: store, Toolbox: toolbox, HTTPClient: httpClient, Models: models},
-		hook:  activities.NewRetryHook(store, hookConfig),
+		acts: &activities.Activities{Ledger: store, Toolbox: toolbox, HTTPClient: httpClient, Models: models,
+			MCP: activities.NewMCPSessions(httpClient)},
+		hook: activities.NewRetryHook(store, hookConfig),
 	}
 	if cfg.Temporal != nil {
 		e.reconciler = &activities.Reconciliation{Ledger: store, Temporal: cfg.Temporal}
 	}
 	return e, nil
 }
+
+// Close ends the engine's MCP sessions (a stdio server's stdin is closed,
+// so it exits). Stop the worker first; the ledger store is the caller's.
+func (e *Engine) Close() error { return e.acts.MCP.Close() }
 
 // TaskQueue is the queue the engine's runs go to.
 func (e *Engine) TaskQueue() string { return e.cfg.TaskQueue }

@@ -34,6 +34,7 @@ func TestARunInvoicesThroughMCP(t *testing.T) {
 	c := devServer.Client()
 	engine, err := agentsaga.New(ctx, agentsagatest.NewLedger(t), agentsaga.Config{})
 	require.NoError(t, err)
+	defer engine.Close()
 	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
 	engine.Register(w)
 	require.NoError(t, w.Start())

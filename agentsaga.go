@@ -27,6 +27,7 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
@@ -97,6 +98,11 @@ type Config struct {
 	// reconciler's activities are registered too: they find runs that
 	// ended behind the engine's back and start their rollbacks.
 	Temporal client.Client
+	// TracerProvider, when set, traces the engine's runs with Temporal's
+	// OpenTelemetry interceptor (a span per run, activity and attempt) and
+	// agentsaga's own spans inside them (model calls, tool calls,
+	// compensations), with the GenAI attributes.
+	TracerProvider trace.TracerProvider
 }
 
 // Engine is agentsaga inside a team's worker: it registers the workflows
@@ -108,6 +114,7 @@ type Engine struct {
 	acts       *activities.Activities
 	reconciler *activities.Reconciliation
 	hook       interceptor.WorkerInterceptor
+	tracing    []interceptor.WorkerInterceptor
 }
 
 // New builds an engine on store, making sure the fleet bucket's row
@@ -164,6 +171,13 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 			MCP: activities.NewMCPSessions(httpClient)},
 		hook: activities.NewRetryHook(store, hookConfig),
 	}
+	if cfg.TracerProvider != nil {
+		tracing, err := TracingInterceptor(cfg.TracerProvider)
+		if err != nil {
+			return nil, err
+		}
+		e.tracing = []interceptor.WorkerInterceptor{tracing}
+	}
 	if cfg.Temporal != nil {
 		e.reconciler = &activities.Reconciliation{Ledger: store, Temporal: cfg.Temporal}
 	}
@@ -187,10 +201,13 @@ func (e *Engine) Providers() []string { return e.acts.Models.Providers() }
 // must have it; WorkerOptions adds it.
 func (e *Engine) Interceptor() interceptor.WorkerInterceptor { return e.hook }
 
-// WorkerOptions returns opts with the retry hook added to its
-// interceptors.
+// WorkerOptions returns opts with the engine's interceptors added: the
+// tracing interceptor first (when Config.TracerProvider is set), so that
+// everything after it runs inside the activity's span, and the retry hook
+// last.
 func (e *Engine) WorkerOptions(opts worker.Options) worker.Options {
-	opts.Interceptors = append(append([]interceptor.WorkerInterceptor(nil), opts.Interceptors...), e.hook)
+	interceptors := append([]interceptor.WorkerInterceptor(nil), e.tracing...)
+	opts.Interceptors = append(append(interceptors, opts.Interceptors...), e.hook)
 	return opts
 }
 

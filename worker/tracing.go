@@ -2,13 +2,13 @@ package worker
 
 // Tracing: OpenTelemetry spans for runs, activities and what they call.
 // Workflow-side spans come only from Temporal's contrib/opentelemetry
-// interceptor, which skips them while a workflow replays; agentsaga's own
-// spans (model and tool calls) are started in activities, which never
-// replay.
+// interceptor, which makes none for what a replay re-executes (the run's own
+// RunWorkflow span excepted: a worker that rebuilds a run from history starts
+// it anew); agentsaga's own spans (model and tool calls) are started in
+// activities, which never replay.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,8 +19,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
-	"go.temporal.io/sdk/interceptor"
 )
 
 // ServiceName is the service.name of the worker's spans unless
@@ -54,42 +52,6 @@ func TracerProviderFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdo
 	}
 	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
 	return provider, provider.Shutdown, nil
-}
-
-// TracingInterceptor is Temporal's OpenTelemetry interceptor on tp: a span
-// per workflow run (RunWorkflow:AgentRun), per activity scheduled
-// (StartActivity) and per activity attempt (RunActivity), linked through
-// Temporal headers into one trace per run. Register it on the worker, not
-// also on the client the worker is built from: a client's interceptors
-// reach its workers too, and each span would be made twice.
-func TracingInterceptor(tp trace.TracerProvider) (interceptor.Interceptor, error) {
-	if tp == nil {
-		return nil, errors.New("worker: tracing interceptor: the tracer provider is nil")
-	}
-	i, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{
-		Tracer: tp.Tracer("go.temporal.io/sdk/contrib/opentelemetry"),
-		// `agentsaga run --wait` and the UI query runs often; those spans
-		// would bury the run's own.
-		DisableQueryTracing: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("worker: tracing interceptor: %w", err)
-	}
-	return i, nil
-}
-
-// tracingFirst puts the tracing interceptor on tp ahead of interceptors, so
-// every later one (the retry hook among them) runs inside the activity's
-// span; a nil tp leaves them as they are.
-func tracingFirst(tp trace.TracerProvider, interceptors []interceptor.WorkerInterceptor) ([]interceptor.WorkerInterceptor, error) {
-	if tp == nil {
-		return interceptors, nil
-	}
-	tracing, err := TracingInterceptor(tp)
-	if err != nil {
-		return nil, err
-	}
-	return append([]interceptor.WorkerInterceptor{tracing}, interceptors...), nil
 }
 
 // flushTraces shuts the tracer provider down when the worker stops, on a

@@ -136,6 +136,7 @@ func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options
 	engine, err := agentsaga.New(ctx, store, agentsaga.Config{
 		TaskQueue: opts.TaskQueue, Bucket: opts.Bucket, BucketConfig: opts.BucketConfig, Breaker: opts.Breaker,
 		Toolbox: opts.Toolbox, HTTPClient: opts.HTTPClient, Observe: opts.Observe, Temporal: c,
+		TracerProvider: opts.TracerProvider,
 		// This worker may have runs in flight from builds that scheduled
 		// the bare activity names.
 		LegacyActivityNames: true,

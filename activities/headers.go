@@ -180,21 +180,28 @@ func (r *redactor) redact(s string) string {
 }
 
 // redactCut is redact for text cut at a limit: a secret that straddled the
-// cut left its beginning at the end, which is removed too.
+// cut left its beginning at the end, which is removed before anything is
+// replaced (a shorter secret inside it would hide the rest), and again
+// until no end of the text begins a secret.
 func (r *redactor) redactCut(s string) string {
 	if r == nil {
 		return s
 	}
-	s = r.redact(s)
-	for _, secret := range r.secrets {
-		for n := min(len(secret)-1, len(s)); n > 0; n-- {
-			if strings.HasSuffix(s, secret[:n]) {
-				s = s[:len(s)-n]
-				break
+	for {
+		cut := len(s)
+		for _, secret := range r.secrets {
+			for n := min(len(secret)-1, len(s)); n > 0; n-- {
+				if strings.HasSuffix(s, secret[:n]) {
+					cut = min(cut, len(s)-n)
+					break
+				}
 			}
 		}
+		if cut == len(s) {
+			return r.redact(s)
+		}
+		s = s[:cut]
 	}
-	return s
 }
 
 // wrap returns err with its message redacted; errors.As still finds what

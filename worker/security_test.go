@@ -94,10 +94,12 @@ func (p *echoingProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // leaks reports where in haystack any ten consecutive characters of the
 // secret occur, so a key cut in half is found too.
-func leaks(haystack string) []string {
+func leaks(haystack string) []string { return leaksOf(leakSecret, haystack) }
+
+func leaksOf(secret, haystack string) []string {
 	var found []string
-	for i := 0; i+10 <= len(leakSecret); i++ {
-		if j := strings.Index(haystack, leakSecret[i:i+10]); j >= 0 {
+	for i := 0; i+10 <= len(secret); i++ {
+		if j := strings.Index(haystack, secret[i:i+10]); j >= 0 {
 			found = append(found, haystack[max(0, j-80):min(len(haystack), j+40)])
 		}
 	}
@@ -229,6 +231,129 @@ tools:
 	}
 	for _, place := range []string{"workflow history", "ledger", "errors"} {
 		assert.Contains(t, places[place], "HTTP 500", "the 500 reached the %s", place)
+	}
+}
+
+// headerSecret is the token an HTTP tool's header reads from the worker's
+// environment in the header leak test.
+const headerSecret = "crm-Hv4Qx9TzL2mWc7Rk3Np8Yb6Ds"
+
+// echoingTool is a hostile HTTP tool: it echoes the Authorization header in
+// its answer (/ok), in a 500 whose body puts it across the 512-byte cut of
+// an error body (/fail), and in a 400 (/bad).
+type echoingTool struct {
+	mu   sync.Mutex
+	auth []string
+}
+
+func (e *echoingTool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	auth := r.Header.Get("Authorization")
+	e.mu.Lock()
+	e.auth = append(e.auth, auth)
+	e.mu.Unlock()
+	w.Header().Set("X-Echo-Authorization", auth)
+	switch r.URL.Path {
+	case "/fail":
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintf(w, `{"error":"upstream failed","padding":"%s","authorization":%q}`, strings.Repeat(".", 470), auth)
+	case "/bad":
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":"you sent %s, which is not a filter"}`, auth)
+	default:
+		fmt.Fprintf(w, `{"customer":"C-7","request_headers":{"Authorization":%q}}`, auth)
+	}
+}
+
+// An HTTP tool's header from the worker's environment, `Authorization:
+// "Bearer ${env:...}"`, reaches the tool and nothing else: not workflow
+// history, the ledger, the worker's logs or any error, even when the tool
+// echoes it back in its answer, in a 500 that is retried and in a 400. A
+// header whose variable is not set fails the call, naming the variable.
+func TestToolHeaderNeverLeavesTheWorker(t *testing.T) {
+	t.Setenv("AGENTSAGA_LEAK_TEST_TOKEN", headerSecret)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	store := ledgertest.NewStore(t)
+	tool := &echoingTool{}
+	server := httptest.NewServer(tool)
+	defer server.Close()
+
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := client.NewClientFromExisting(temporalClient, client.Options{Namespace: "default", Logger: log.NewStructuredLogger(logger)})
+	require.NoError(t, err)
+	defer c.Close()
+	queue := "leak-" + t.Name()
+	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	id := "leak-tool-headers"
+	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+goal: look customer C-7 up in the CRM
+budget: {steps: 4}
+retry: {max_attempts: 2, backoff_base_seconds: 0.05, backoff_cap_seconds: 0.1}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: crm_ok, arguments: {}}]
+    - tool_calls: [{name: crm_fail, arguments: {}}, {name: crm_bad, arguments: {}}, {name: crm_unset, arguments: {}}]
+    - content: done
+tools:
+  - {name: crm_ok, kind: http, url: "%[1]s/ok", headers: {Authorization: "Bearer ${env:AGENTSAGA_LEAK_TEST_TOKEN}"}}
+  - {name: crm_fail, kind: http, url: "%[1]s/fail", headers: {Authorization: "Bearer ${env:AGENTSAGA_LEAK_TEST_TOKEN}"}}
+  - {name: crm_bad, kind: http, url: "%[1]s/bad", headers: {Authorization: "Bearer ${env:AGENTSAGA_LEAK_TEST_TOKEN}"}}
+  - {name: crm_unset, kind: http, url: "%[1]s/ok", headers: {X-Api-Key: "${env:AGENTSAGA_LEAK_TEST_UNSET}"}}
+`, server.URL)))
+	require.NoError(t, err)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
+	require.NoError(t, err)
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+	assert.Equal(t, ledger.RunCompleted, result.Status)
+
+	// The header was sent, so its absence below means something: once to
+	// /ok, twice to /fail (retried), once to /bad; never for crm_unset.
+	tool.mu.Lock()
+	auth := tool.auth
+	tool.mu.Unlock()
+	require.Len(t, auth, 4)
+	for _, a := range auth {
+		assert.Equal(t, "Bearer "+headerSecret, a)
+	}
+
+	var errorsSeen []string
+	for _, e := range result.Trace {
+		if e.Error != "" {
+			errorsSeen = append(errorsSeen, e.Error)
+		}
+	}
+	encoded, err := json.Marshal(result)
+	require.NoError(t, err)
+	var ledgerText strings.Builder
+	for table, rows := range ledgertest.Dump(t, store) {
+		for _, row := range rows {
+			fmt.Fprintf(&ledgerText, "%s: %s\n", table, row)
+		}
+	}
+	places := map[string]string{
+		"workflow history": historyJSON(ctx, t, id),
+		"ledger":           ledgerText.String(),
+		"worker logs":      logs.String(),
+		"errors":           strings.Join(append(errorsSeen, string(encoded)), "\n"),
+	}
+	for place, text := range places {
+		assert.Empty(t, leaksOf(headerSecret, text), "the header's value leaked into the %s", place)
+		// Positive controls: the echoes reached each place, redacted.
+		assert.Contains(t, text, "you sent Bearer [redacted], which is not a filter", "the 400's echo reached the %s", place)
+	}
+	for _, place := range []string{"workflow history", "ledger", "errors"} {
+		assert.Contains(t, places[place], "HTTP 500", "the 500 reached the %s", place)
+		assert.Contains(t, places[place], "header X-Api-Key: environment variable AGENTSAGA_LEAK_TEST_UNSET is not set on the worker", place)
+	}
+	for _, place := range []string{"workflow history", "ledger"} {
+		assert.Contains(t, places[place], `{\"Authorization\":\"Bearer [redacted]\"}`, "the answer's echo reached the %s", place)
 	}
 }
 

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// lockedBuffer is a bytes.Buffer the worker's goroutines can log into.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// `make demo` fails calls on purpose (a 503 that is retried, a 400, a
+// search whose retries the run's budget denies) and goes exactly as
+// planned, so it must print no ERROR line: neither in what it prints nor
+// in the worker's log. It runs here against the test's dev server (the
+// demo reuses a server that answers) and a database of its own.
+func TestDemoPrintsNoErrorLine(t *testing.T) {
+	t.Setenv("DATABASE_URL", ledgertest.NewDatabase(t))
+	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
+	// The demo's worker logs through slog's default logger, as under
+	// `make demo`; this one keeps every level from INFO up.
+	var logs lockedBuffer
+	previous := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(previous) })
+	t.Cleanup(func() {
+		// The demo's worker made sure the reconciler's Schedule exists; it
+		// must not go on starting passes for later tests' workers.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = devServer.Client().ScheduleClient().GetHandle(ctx, workflows.ReconcileScheduleID).Delete(ctx)
+	})
+
+	var out bytes.Buffer
+	cmd := rootCommand()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"demo", "--exit"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, cmd.ExecuteContext(ctx), out.String())
+
+	printed, logged := out.String(), logs.String()
+	// Positive controls: both runs ran, and their failures were logged.
+	assert.Contains(t, printed, "refund desk: ")
+	assert.Contains(t, printed, "run demo-seed002-")
+	assert.Contains(t, logged, "retry hook: the call failed")
+	assert.Contains(t, logged, "status=503")
+	assert.Contains(t, logged, "status=400")
+	for name, text := range map[string]string{"printed": printed, "logged": logged} {
+		for _, line := range strings.Split(text, "\n") {
+			assert.NotContains(t, line, "ERROR", "the demo %s an ERROR line", name)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,9 +38,9 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		defer f.Close()
 		history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 		require.NoError(t, err)
-		version, overlapped := giveUpPath(t, history.Events)
+		version, ahead := giveUpPath(t, history.Events)
 		require.Equal(t, workflow.DefaultVersion, version)
-		require.False(t, overlapped, "the old code gave up one call after the other")
+		require.False(t, ahead, "the old code gave the calls up in order")
 		replay(t, history, "corpus-"+scenario)
 	})
 
@@ -47,7 +48,12 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		// The first call answers 2 s after the second: the new path gives
+		// the second up while the first still runs, the old one never would.
+		missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.Header.Get("Idempotency-Key"), workflows.ToolActivityID(1, 1, "refund")) {
+				time.Sleep(2 * time.Second)
+			}
 			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)
 		}))
 		defer missing.Close()
@@ -69,23 +75,24 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 
 		history, err := workertest.History(ctx, temporalClient, queue, run.GetRunID())
 		require.NoError(t, err)
-		version, overlapped := giveUpPath(t, history.Events)
+		version, ahead := giveUpPath(t, history.Events)
 		require.Equal(t, workflow.Version(1), version)
-		require.True(t, overlapped, "both give-ups were under way at once")
+		require.True(t, ahead, "the second call was given up while the first still ran")
 		replay(t, history, queue)
 	})
 }
 
-// giveUpPath checks that an execution gave up two calls and took the
-// path of the given version of give-ups-together: 1 has them under way at
-// once, DefaultVersion one after the other.
+// giveUpPath checks that an execution gave up two calls, and returns the
+// give-ups-together version it recorded and whether it gave a call up
+// while an earlier one still ran (workertest.GiveUps): version 1 gives
+// each call up as it fails, DefaultVersion in call order.
 func giveUpPath(t *testing.T, events []*historypb.HistoryEvent) (workflow.Version, bool) {
 	t.Helper()
 	version, err := workertest.RecordedVersion(events, "give-ups-together")
 	require.NoError(t, err)
-	scheduled, overlapped := workertest.GiveUps(events)
+	scheduled, ahead := workertest.GiveUps(events)
 	require.Equal(t, 2, scheduled, "the scenario gives up two calls")
-	return version, overlapped
+	return version, ahead
 }
 
 // replay replays a history on today's workflow code; a non-determinism

@@ -3,6 +3,7 @@ package workertest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -102,22 +103,48 @@ func RecordedVersion(events []*historypb.HistoryEvent, changeID string) (workflo
 }
 
 // GiveUps counts the give-ups (fencing a failed call's key) an execution
-// scheduled, and says whether one was scheduled while another was still
-// under way.
-func GiveUps(events []*historypb.HistoryEvent) (scheduled int, overlapped bool) {
-	open := map[int64]bool{}
+// scheduled, and says whether one was scheduled while an earlier call of
+// its turn was still running: the mark of give-ups-together. The old path
+// gave calls up in call order, each once every earlier call of the turn
+// had settled and been given up, so it never gives up ahead.
+func GiveUps(events []*historypb.HistoryEvent) (scheduled int, ahead bool) {
+	running := map[int64]string{} // scheduled event ID -> activity ID
 	for _, event := range events {
-		if attrs := event.GetActivityTaskScheduledEventAttributes(); attrs != nil && strings.HasSuffix(attrs.GetActivityId(), "/give-up") {
+		if attrs := event.GetActivityTaskScheduledEventAttributes(); attrs != nil {
+			id := attrs.GetActivityId()
+			forward, isGiveUp := strings.CutSuffix(id, "/give-up")
+			if !isGiveUp {
+				running[event.GetEventId()] = id
+				continue
+			}
 			scheduled++
-			overlapped = overlapped || len(open) > 0
-			open[event.GetEventId()] = true
+			turn, call, ok := turnAndCall(forward)
+			for _, other := range running {
+				if otherTurn, otherCall, isCall := turnAndCall(other); ok && isCall && otherTurn == turn && otherCall < call {
+					ahead = true
+				}
+			}
 		}
-		if attrs := event.GetActivityTaskCompletedEventAttributes(); attrs != nil {
-			delete(open, attrs.GetScheduledEventId())
-		}
-		if attrs := event.GetActivityTaskFailedEventAttributes(); attrs != nil {
-			delete(open, attrs.GetScheduledEventId())
+		for _, closed := range []int64{
+			event.GetActivityTaskCompletedEventAttributes().GetScheduledEventId(),
+			event.GetActivityTaskFailedEventAttributes().GetScheduledEventId(),
+			event.GetActivityTaskTimedOutEventAttributes().GetScheduledEventId(),
+			event.GetActivityTaskCanceledEventAttributes().GetScheduledEventId(),
+		} {
+			delete(running, closed)
 		}
 	}
-	return scheduled, overlapped
+	return scheduled, ahead
+}
+
+// turnAndCall splits a tool call's activity ID, step-001-call-2-lookup,
+// into its turn (step-001) and its place in the turn (2).
+func turnAndCall(activityID string) (turn string, call int, ok bool) {
+	turn, rest, found := strings.Cut(activityID, "-call-")
+	if !found {
+		return "", 0, false
+	}
+	number, _, _ := strings.Cut(rest, "-")
+	call, err := strconv.Atoi(number)
+	return turn, call, err == nil
 }

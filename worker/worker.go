@@ -48,6 +48,10 @@ type Config struct {
 	// Deployment, when set, runs the worker as one build of a worker
 	// deployment (--deployment, --build-id, --versioning).
 	Deployment Deployment
+	// Retention is how long the ledger keeps a finished run's rows
+	// (--retention); zero means ledger.DefaultRunRetention, negative
+	// turns the worker's cleaner off.
+	Retention time.Duration
 }
 
 // ConfigFromEnv reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL,
@@ -213,7 +217,15 @@ func Run(ctx context.Context, cfg Config) error {
 		logger = logger.With("deployment", d.Name, "build_id", d.BuildID, "versioning", cmp.Or(d.Versioning, VersioningAutoUpgrade))
 	}
 	logger.Info("agentsaga worker running")
+	pruned := make(chan struct{})
+	go func() {
+		defer close(pruned)
+		if cfg.Retention >= 0 {
+			keepPruning(ctx, store, logger, PruneEvery, cfg.Retention)
+		}
+	}()
 	<-ctx.Done()
+	<-pruned // before the store closes
 	w.Stop()
 	return nil
 }

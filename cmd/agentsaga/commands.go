@@ -36,12 +36,49 @@ func workerCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr,
 		"serve Prometheus metrics (agentsaga's and the Temporal SDK's) at http://HOST:PORT/metrics (env AGENTSAGA_METRICS_ADDR)")
+	cmd.Flags().DurationVar(&cfg.Retention, "retention", 0,
+		"keep a finished run's ledger rows this long (default 720h: 30 days); the worker prunes hourly, one worker of the fleet at a time; negative turns it off")
 	cmd.Flags().StringVar(&cfg.Deployment.Name, "deployment", cfg.Deployment.Name,
 		"run as a build of this Temporal worker deployment (Worker Versioning; env AGENTSAGA_DEPLOYMENT); needs --build-id")
 	cmd.Flags().StringVar(&cfg.Deployment.BuildID, "build-id", cfg.Deployment.BuildID,
 		"this worker's build ID within --deployment (env AGENTSAGA_BUILD_ID)")
 	cmd.Flags().StringVar(&cfg.Deployment.Versioning, "versioning", cfg.Deployment.Versioning,
 		"what runs this build starts do at a deploy: auto-upgrade (move to the current build; the default) or pinned (stay on this build) (env AGENTSAGA_VERSIONING)")
+	return cmd
+}
+
+func pruneCommand() *cobra.Command {
+	var olderThan, chargesOlderThan time.Duration
+	cmd := &cobra.Command{
+		Use:   "prune --older-than DURATION [--charges-older-than DURATION]",
+		Short: "Delete finished runs' ledger rows older than DURATION (runs needing a human are kept) and old retry charges",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan <= 0 {
+				return fmt.Errorf("prune: --older-than %s: give a positive duration, such as 720h", olderThan)
+			}
+			if chargesOlderThan <= 0 {
+				return fmt.Errorf("prune: --charges-older-than %s: give a positive duration, such as 24h", chargesOlderThan)
+			}
+			cfg := worker.ConfigFromEnv()
+			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			now := time.Now()
+			report, err := store.Prune(cmd.Context(), ledger.PruneOptions{
+				RunsFinishedBefore: now.Add(-olderThan), ChargesBefore: now.Add(-chargesOlderThan)})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pruned %d finished runs (older than %s) and %d retry charges (older than %s)\n",
+				report.Runs, olderThan, report.Charges, chargesOlderThan)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "delete runs that finished longer ago than this (e.g. 720h)")
+	cmd.Flags().DurationVar(&chargesOlderThan, "charges-older-than", ledger.DefaultChargeRetention, "delete retry charges older than this")
 	return cmd
 }
 

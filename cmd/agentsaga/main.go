@@ -33,7 +33,7 @@ DATABASE_URL (default postgres://postgres@127.0.0.1:5432/agentsaga), TEMPORAL_UI
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(workerCommand(), runCommand(), showCommand(), resumeCommand(), abortCommand(), retryCommand(),
+	root.AddCommand(workerCommand(), pruneCommand(), runCommand(), showCommand(), resumeCommand(), abortCommand(), retryCommand(),
 		skipCommand(), migrateCommand(), devCommand(), demoCommand(), benchCommand())
 	return root
 }

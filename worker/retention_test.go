@@ -1,0 +1,39 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// A worker's cleaner prunes on its schedule and stops with the worker.
+func TestTheWorkersCleanerPrunesOldRuns(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := ledgertest.NewStore(t)
+	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: "old", RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
+	require.NoError(t, store.FinishRun(ctx, "old", ledger.RunOutcome{Status: ledger.RunCompleted}))
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		keepPruning(ctx, store, slog.Default(), 20*time.Millisecond, time.Second)
+	}()
+	require.Eventually(t, func() bool {
+		_, err := store.GetRun(ctx, "old")
+		return err != nil
+	}, 10*time.Second, 20*time.Millisecond, "the run finished more than the retention ago is pruned")
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cleaner did not stop with its context")
+	}
+}

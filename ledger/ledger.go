@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +31,13 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	config, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: parse DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		// pgxpool's own default, max(4, CPUs), is one statement at a time
+		// for a few calls: a worker runs many calls at once, each renewing
+		// its lease every few seconds, and a renewal that waits for a
+		// connection can lose the lease.
+		config.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, config)
 	if err != nil {
@@ -53,6 +61,13 @@ func New(pool *pgxpool.Pool) (*Store, error) {
 	}
 	return &Store{pool: pool}, nil
 }
+
+// DefaultMaxConns is the pool size Open uses when DATABASE_URL sets no
+// pool_max_conns (which pgxpool reads, as it reads pool_min_conns and the
+// rest): enough for a worker's concurrent calls, each of which holds a
+// connection only for one short statement at a time. Size the sum across
+// a fleet's workers below Postgres' max_connections.
+const DefaultMaxConns = 32
 
 // Address formats a Postgres host and port for error messages.
 func Address(host string, port uint16) string {

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,4 +26,23 @@ func TestNewOnTheCallersPool(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.EnsureBucket(ctx, "own-pool", budget.DefaultBucket))
 	require.Same(t, pool, store.Pool())
+}
+
+// Open sizes the pool for a worker unless DATABASE_URL says otherwise.
+func TestOpenSizesThePool(t *testing.T) {
+	ctx := context.Background()
+	url := ledgertest.NewDatabase(t)
+	store, err := ledger.Open(ctx, url)
+	require.NoError(t, err)
+	defer store.Close()
+	require.EqualValues(t, ledger.DefaultMaxConns, store.Pool().Config().MaxConns)
+
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	sized, err := ledger.Open(ctx, url+sep+"pool_max_conns=7")
+	require.NoError(t, err)
+	defer sized.Close()
+	require.EqualValues(t, 7, sized.Pool().Config().MaxConns)
 }

@@ -1,7 +1,10 @@
-// Package worker wires agentsaga together: it connects to Temporal and
-// Postgres (naming the address when either is unreachable), applies the
-// migrations, registers the AgentRun workflow and the activities with the
-// built-in Go tools, and runs until its context ends.
+// Package worker is the CLI's worker (`agentsaga worker`, `agentsaga dev`):
+// it connects to Temporal and Postgres (naming the address when either is
+// unreachable), applies the migrations, runs the engine (agentsaga.Engine,
+// with the activities' bare names too, for runs from older builds) as a
+// build of a worker deployment when asked, serves its metrics, exports its
+// traces, prunes the ledger, and runs until its context ends. A Go team
+// embedding agentsaga uses the root package instead.
 package worker
 
 import (

@@ -90,24 +90,28 @@ func TestBucketRefillsOverRealTime(t *testing.T) {
 	const refill = 50.0
 	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 10, RefillPerSecond: refill}))
 
-	drain := func() int {
+	// drain takes tokens until one is refused, and returns how many it got
+	// and when the refused take was sent: the bucket held less than one
+	// token when Postgres evaluated it, which was no earlier than that.
+	drain := func() (int, time.Time) {
 		n := 0
 		for {
+			sent := time.Now()
 			ok, err := store.TakeRetryToken(ctx, "fleet")
 			require.NoError(t, err)
 			if !ok {
-				return n
+				return n, sent
 			}
 			n++
 		}
 	}
-	require.GreaterOrEqual(t, drain(), 10)
+	first, start := drain()
+	require.GreaterOrEqual(t, first, 10)
 
-	start := time.Now() // the bucket held less than one token at start
 	time.Sleep(100 * time.Millisecond)
 	level, err := store.BucketLevel(ctx, "fleet")
 	require.NoError(t, err)
-	got := drain()
+	got, _ := drain()
 	elapsed := time.Since(start).Seconds()
 
 	assert.GreaterOrEqual(t, level, refill*0.1-0.5, "100ms at 50/s refills about 5")

@@ -53,7 +53,7 @@ type CallFailure struct {
 // production.
 type RetryStore interface {
 	DecideRetry(ctx context.Context, req ledger.RetryRequest) (string, error)
-	RecordSuccess(ctx context.Context, chargeKey, bucket string, bonus float64, dependency string, probe bool) error
+	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
 	BreakerAllow(ctx context.Context, dependency string, cfg budget.BreakerConfig) (string, error)
 	BreakerRecord(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (string, error)
 }
@@ -78,8 +78,9 @@ type RetryHookConfig struct {
 // type names the budget that said no.
 type RetryHook struct {
 	interceptor.WorkerInterceptorBase
-	store RetryStore
-	cfg   RetryHookConfig
+	store    RetryStore
+	cfg      RetryHookConfig
+	deposits *depositor
 }
 
 // NewRetryHook returns the hook; register it in worker.Options.Interceptors.
@@ -90,7 +91,7 @@ func NewRetryHook(store RetryStore, cfg RetryHookConfig) *RetryHook {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &RetryHook{store: store, cfg: cfg}
+	return &RetryHook{store: store, cfg: cfg, deposits: newDepositor(store.DepositUnlessFull, DepositLag)}
 }
 
 // InterceptActivity implements interceptor.WorkerInterceptor.
@@ -141,8 +142,13 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 
 	result, err := i.Next.ExecuteActivity(ctx, in)
 	if err == nil {
-		if err := h.store.RecordSuccess(context.WithoutCancel(ctx), chargeKey, h.cfg.Bucket, h.cfg.BucketConfig.SuccessBonus, plan.Dependency, probe); err != nil {
-			activity.GetLogger(ctx).Warn("retry hook: could not deposit the success bonus", "key", chargeKey, "error", err)
+		h.deposits.add(h.cfg.Bucket, h.cfg.BucketConfig.SuccessBonus)
+		if probe {
+			// The probe's success closes the breaker: at once, not with
+			// the deposits.
+			if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, true, true, h.cfg.Breaker); err != nil {
+				activity.GetLogger(ctx).Warn("retry hook: could not report the probe's success to the breaker", "key", chargeKey, "error", err)
+			}
 		}
 		return result, nil
 	}

@@ -38,9 +38,9 @@ func (f *fakeRetryStore) DecideRetry(context.Context, ledger.RetryRequest) (stri
 	f.decisions.Add(1)
 	return f.decision, f.err
 }
-func (f *fakeRetryStore) RecordSuccess(context.Context, string, string, float64, string, bool) error {
+func (f *fakeRetryStore) DepositUnlessFull(context.Context, string, float64) (bool, error) {
 	f.successes.Add(1)
-	return nil
+	return true, nil
 }
 func (f *fakeRetryStore) BreakerAllow(context.Context, string, budget.BreakerConfig) (string, error) {
 	return f.breaker, nil

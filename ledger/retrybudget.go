@@ -67,6 +67,30 @@ func (s *Store) DepositToBucket(ctx context.Context, name string, amount float64
 	return *level, nil
 }
 
+// DepositUnlessFull puts amount tokens into the bucket (with its refill,
+// capped at capacity) in one statement, and writes nothing when the bucket
+// is already full: the fleet's one hot row takes no commit for a deposit
+// that could not raise it. It reports whether it wrote.
+func (s *Store) DepositUnlessFull(ctx context.Context, name string, amount float64) (bool, error) {
+	if amount < 0 {
+		return false, fmt.Errorf("ledger: deposit to bucket %s: amount %v must not be negative", name, amount)
+	}
+	tag, err := s.pool.Exec(ctx, `
+		WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+		UPDATE retry_buckets AS b
+		SET tokens     = least(b.capacity,
+		                       agentsaga_bucket_refilled(b.tokens, b.capacity, b.refill_per_second, b.updated_at, now.t) + $2),
+		    updated_at = greatest(b.updated_at, now.t)
+		FROM now
+		WHERE b.name = $1
+		  AND agentsaga_bucket_refilled(b.tokens, b.capacity, b.refill_per_second, b.updated_at, now.t) < b.capacity`,
+		name, amount)
+	if err != nil {
+		return false, fmt.Errorf("ledger: deposit to bucket %s: %w", name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // RetryRequest is one retry to pay for, after a retryable failure.
 type RetryRequest struct {
 	// ChargeKey makes the payment idempotent: workflow ID, activity ID and

@@ -511,3 +511,42 @@ func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state)
 }
+
+// A deposit raises the bucket, capped at its capacity, and writes nothing
+// when the bucket is full.
+func TestDepositUnlessFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 2}))
+	updatedAt := func() time.Time {
+		var at time.Time
+		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT updated_at FROM retry_buckets WHERE name = 'fleet'`).Scan(&at))
+		return at
+	}
+	before := updatedAt()
+	wrote, err := store.DepositUnlessFull(ctx, "fleet", 1)
+	require.NoError(t, err)
+	require.False(t, wrote, "a full bucket takes no write")
+	require.Equal(t, before, updatedAt())
+
+	for range 2 {
+		ok, err := store.TakeRetryToken(ctx, "fleet")
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	wrote, err = store.DepositUnlessFull(ctx, "fleet", 1.5)
+	require.NoError(t, err)
+	require.True(t, wrote)
+	level, err := store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	require.InDelta(t, 1.5, level, 1e-9)
+	wrote, err = store.DepositUnlessFull(ctx, "fleet", 5)
+	require.NoError(t, err)
+	require.True(t, wrote)
+	level, err = store.BucketLevel(ctx, "fleet")
+	require.NoError(t, err)
+	require.InDelta(t, 2, level, 1e-9, "capped at capacity")
+	_, err = store.DepositUnlessFull(ctx, "fleet", -1)
+	require.ErrorContains(t, err, "must not be negative")
+}

@@ -1,0 +1,69 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DepositLag bounds how long a success's bonus waits before it reaches the
+// fleet bucket: successes accrue in the worker and are flushed together,
+// at most once a DepositLag per bucket, so the fleet's successful calls do
+// not all commit on the bucket's one row. A deposit that is late, or lost
+// with its worker, leaves the bucket lower than it would have been: it can
+// only make the bucket deny a retry it could have granted, never grant one
+// it could not.
+const DepositLag = time.Second
+
+// depositor accrues success bonuses per bucket and flushes each sum in one
+// statement, which writes nothing when the bucket is already full.
+type depositor struct {
+	deposit func(ctx context.Context, bucket string, amount float64) (bool, error)
+	lag     time.Duration
+	mu      sync.Mutex
+	pending map[string]float64
+	timer   *time.Timer // set while a flush is due
+	flushes int         // statements sent, for tests
+}
+
+func newDepositor(deposit func(context.Context, string, float64) (bool, error), lag time.Duration) *depositor {
+	return &depositor{deposit: deposit, lag: lag, pending: map[string]float64{}}
+}
+
+// add accrues amount for bucket; the flush follows within the lag.
+func (d *depositor) add(bucket string, amount float64) {
+	if amount <= 0 || bucket == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pending[bucket] += amount
+	if d.timer == nil {
+		d.timer = time.AfterFunc(d.lag, d.flush)
+	}
+}
+
+func (d *depositor) flush() {
+	d.mu.Lock()
+	pending := d.pending
+	d.pending, d.timer = map[string]float64{}, nil
+	d.flushes += len(pending)
+	d.mu.Unlock()
+	for bucket, amount := range pending {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := d.deposit(ctx, bucket, amount); err != nil {
+			// Lost: the bucket stays lower, which only makes it stricter.
+			slog.Default().Warn("retry hook: could not deposit the success bonuses; the bucket stays lower",
+				"bucket", bucket, "amount", amount, "error", err)
+		}
+		cancel()
+	}
+}
+
+// statements is how many deposit statements the depositor has sent.
+func (d *depositor) statements() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.flushes
+}

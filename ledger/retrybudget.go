@@ -126,7 +126,10 @@ func (s *Store) DecideRetry(ctx context.Context, req RetryRequest) (string, erro
 
 // RecordSuccess reports a successful attempt once per charge key: it
 // deposits bonus into the bucket (an empty bucket name skips it) and tells
-// the dependency's breaker, as its probe when probe is true.
+// the dependency's breaker, as its probe when probe is true. Today's retry
+// hook batches its deposits (DepositUnlessFull) instead; this, and the SQL
+// function behind it, stay for the workers of older builds that share the
+// fleet's ledger during a deploy.
 func (s *Store) RecordSuccess(ctx context.Context, chargeKey, bucket string, bonus float64, dependency string, probe bool) error {
 	if bonus < 0 {
 		return fmt.Errorf("ledger: record success %s: bonus %v must not be negative", chargeKey, bonus)

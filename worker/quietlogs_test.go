@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -30,16 +27,8 @@ func TestACancelledRunLogsNothingAtError(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	pay, url := startPayments(t, func(p *payments) { p.blockChargeOf = "bob" })
 
-	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := client.NewClientFromExisting(temporalClient, client.Options{Namespace: "default", Logger: log.NewStructuredLogger(logger)})
-	require.NoError(t, err)
-	defer c.Close()
 	queue := "quiet-" + t.Name()
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	c, logs := startLoggedWorker(ctx, t, store, queue)
 
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
 goal: charge two customers

@@ -52,6 +52,24 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// startLoggedWorker runs a worker on queue whose Temporal client logs
+// everything, debug included, into the returned buffer (in production the
+// worker logs through worker.Config.Logger, given to Dial); it returns
+// that client. Both stop when the test ends.
+func startLoggedWorker(ctx context.Context, t *testing.T, store *ledger.Store, queue string) (client.Client, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := client.NewClientFromExisting(temporalClient, client.Options{Namespace: "default", Logger: log.NewStructuredLogger(logger)})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop) // runs before c.Close: cleanups run last first
+	return c, logs
+}
+
 // echoingProvider is an OpenAI-compatible server that echoes the request's
 // key header (Authorization, or Anthropic's X-Api-Key) back, as a
 // misconfigured proxy or a chatty error page does. Under /ok it asks for
@@ -145,19 +163,8 @@ func TestAPIKeyNeverLeavesTheWorker(t *testing.T) {
 	server := httptest.NewServer(provider)
 	defer server.Close()
 
-	// The worker logs through its Temporal client's logger (in production,
-	// worker.Config.Logger given to Dial); this one writes everything,
-	// debug included, into logs.
-	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := client.NewClientFromExisting(temporalClient, client.Options{Namespace: "default", Logger: log.NewStructuredLogger(logger)})
-	require.NoError(t, err)
-	defer c.Close()
 	queue := "leak-" + t.Name()
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	c, logs := startLoggedWorker(ctx, t, store, queue)
 
 	var errorsSeen []string
 	var histories strings.Builder
@@ -278,16 +285,8 @@ func TestToolHeaderNeverLeavesTheWorker(t *testing.T) {
 	server := httptest.NewServer(tool)
 	defer server.Close()
 
-	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := client.NewClientFromExisting(temporalClient, client.Options{Namespace: "default", Logger: log.NewStructuredLogger(logger)})
-	require.NoError(t, err)
-	defer c.Close()
 	queue := "leak-" + t.Name()
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	c, logs := startLoggedWorker(ctx, t, store, queue)
 
 	id := "leak-tool-headers"
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`

@@ -75,6 +75,10 @@ func NewEnvironment(t testing.TB, engine *agentsaga.Engine) (*testsuite.TestWork
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
+	// The testsuite bounds a run at 3 s of wall clock by default, and the
+	// engine's activities write to a real Postgres: a loaded CI machine
+	// passes that bound on a run that is fine. A minute still ends a hang.
+	env.SetTestTimeout(time.Minute)
 	id := RunID(t)
 	env.SetWorkerOptions(engine.WorkerOptions(worker.Options{}))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id, TaskQueue: engine.TaskQueue()})

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
@@ -25,9 +24,11 @@ const workflowID = "default-test-workflow-id"
 func registerWithRetryHook(t *testing.T, env *testsuite.TestWorkflowEnvironment, store *ledger.Store) {
 	t.Helper()
 	require.NoError(t, store.EnsureBucket(context.Background(), "fleet", budget.DefaultBucket))
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+	options := tolerantWorker
+	options.Interceptors = []interceptor.WorkerInterceptor{
 		activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", BucketConfig: budget.DefaultBucket, Breaker: budget.DefaultBreaker}),
-	}})
+	}
+	env.SetWorkerOptions(options)
 	env.RegisterWorkflow(workflows.AgentRun)
 }
 
@@ -60,8 +61,7 @@ func runAgentWith(t *testing.T, spec workflows.RunSpec, human func(env *testsuit
 	box.Register("add", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return "5", nil
 	})
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newEnv()
 	registerWithRetryHook(t, env, store)
 	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: box}, false)
 	if human != nil {
@@ -180,8 +180,7 @@ model:
     - content: done, with approval
 `)
 	store := ledgertest.NewStore(t)
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newEnv()
 	registerWithRetryHook(t, env, store)
 	activities.Register(env, &activities.Activities{Ledger: store}, false)
 

@@ -97,8 +97,7 @@ func TestParseSpecNamesTheFieldOfEveryMalformedSpec(t *testing.T) {
 func newRunEnv(t *testing.T, box *activities.Toolbox) (*testsuite.TestWorkflowEnvironment, *ledger.Store) {
 	t.Helper()
 	store := ledgertest.NewStore(t)
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newEnv()
 	// A write the ledger refuses is retried forever by the bookkeeping
 	// activities; a bound turns that hang into a failure.
 	env.SetTestTimeout(30 * time.Second)

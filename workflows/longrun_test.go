@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -61,8 +60,7 @@ model:
   script:
 `+pageTurns(4, `tool_calls: [{name: read_result, arguments: {key: "default-test-workflow-id/step-001-call-1-page"}}]`, `content: done`)+pageTool)
 	store := ledgertest.NewStore(t)
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newEnv()
 	registerWithRetryHook(t, env, store)
 	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: pages(size)}, false)
 	env.ExecuteWorkflow(workflows.AgentRun, spec)

@@ -48,12 +48,20 @@ func stageTerminatedRun(t *testing.T, store *ledger.Store, url string) {
 	require.True(t, marked)
 }
 
-// newEnv is a test environment whose deadlock detector tolerates a
-// machine loaded by -race and parallel tests.
+// tolerantWorker is the worker options' part that lets a test environment
+// live on a machine loaded by -race and parallel tests: the deadlock detector
+// waits 10 s rather than 1 s.
+var tolerantWorker = worker.Options{DeadlockDetectionTimeout: 10 * time.Second}
+
+// newEnv is a test environment for a machine loaded by -race and parallel
+// tests. The testsuite's own wall-clock bound (3 s) counts the real Postgres
+// activities, and a CI run on two cores went past it in TestPayloadGuard
+// (4.9 s); a minute still turns a hang into a failure.
 func newEnv() *testsuite.TestWorkflowEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 10 * time.Second})
+	env.SetWorkerOptions(tolerantWorker)
+	env.SetTestTimeout(time.Minute)
 	return env
 }
 

@@ -37,8 +37,7 @@ import (
 func runWithTools(t *testing.T, spec workflows.RunSpec, box *activities.Toolbox, human func(env *testsuite.TestWorkflowEnvironment)) (workflows.RunResult, *ledger.Store, *testsuite.TestWorkflowEnvironment) {
 	t.Helper()
 	store := ledgertest.NewStore(t)
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newEnv()
 	registerWithRetryHook(t, env, store)
 	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: box}, false)
 	if human != nil {
@@ -183,8 +182,7 @@ model:
     - content: done, with approval
 `)
 	store := ledgertest.NewStore(t)
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newEnv()
 	registerWithRetryHook(t, env, store)
 	activities.Register(env, &activities.Activities{Ledger: store}, false)
 	var resume, abort *updateOutcome

@@ -78,8 +78,7 @@ func runFailingSagaAnswering(t *testing.T, status int, decide func(env *testsuit
 	server := httptest.NewServer(desk)
 	t.Cleanup(server.Close)
 	store := ledgertest.NewStore(t)
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestWorkflowEnvironment()
+	env := newEnv()
 	registerWithRetryHook(t, env, store)
 	activities.Register(env, &activities.Activities{Ledger: store}, false)
 	env.RegisterDelayedCallback(func() { decide(env, desk) }, time.Hour)
@@ -230,8 +229,7 @@ tools:
   - {name: crm, kind: http, url: "%[2]s/crm"}
 `, tc.extra, server.URL))
 			store := ledgertest.NewStore(t)
-			var suite testsuite.WorkflowTestSuite
-			env := suite.NewTestWorkflowEnvironment()
+			env := newEnv()
 			registerWithRetryHook(t, env, store)
 			activities.Register(env, &activities.Activities{Ledger: store}, false)
 			var abort *error

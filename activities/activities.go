@@ -99,6 +99,10 @@ type ToolCallRequest struct {
 	// Record, when set, is where the output goes in the run's
 	// conversation: written in the statement that completes the action.
 	Record *MessageRef `json:"record,omitempty"`
+	// Key, when set, is the call's idempotency key in place of the
+	// activity's own: a call sent again after waiting for a breaker keeps
+	// the key of its first activity.
+	Key string `json:"key,omitempty"`
 }
 
 // ToolResult is what a tool call produced, as history carries it: a
@@ -129,10 +133,28 @@ type RunFinish struct {
 
 // IdempotencyKey is the key of the running activity: workflow ID + "/" +
 // the activity ID the workflow set explicitly. It never involves the run ID
-// or the attempt, so every attempt and every retry of the run shares it.
+// or the attempt, so every attempt and every retry of the run shares it. A
+// tool call the workflow sends again under a new activity ID (a call parked
+// behind an open breaker) carries its first activity's key instead
+// (ToolCallRequest.Key), and that key is the one every part of the attempt
+// uses.
 func IdempotencyKey(ctx context.Context) string {
+	if key, ok := ctx.Value(callKeyContext{}).(string); ok {
+		return key
+	}
 	info := activity.GetInfo(ctx)
 	return info.WorkflowExecution.ID + "/" + info.ActivityID
+}
+
+type callKeyContext struct{}
+
+// withCallKey makes key the attempt's idempotency key when the request
+// names one.
+func withCallKey(ctx context.Context, key string) context.Context {
+	if key == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, callKeyContext{}, key)
 }
 
 // CallModel makes one model turn, once per key: the run's messages before
@@ -265,6 +287,7 @@ func (a *Activities) apiKey(spec ModelSpec) (string, error) {
 // The whole output goes to the ledger (and, with req.Record, into the run's
 // conversation); history gets a preview and a digest.
 func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolResult, error) {
+	ctx = withCallKey(ctx, req.Key)
 	if err := req.Tool.CheckArguments(req.Arguments); err != nil {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidArguments, nil)
 	}

@@ -47,6 +47,11 @@ func (r ToolCallRequest) retryPlan() RetryPlan { return r.Retry }
 type CallFailure struct {
 	Attempt int    `json:"attempt"`
 	Denial  string `json:"denial,omitempty"`
+	// RetryAt, on a budget.DenyCircuitOpen denial, is when the call may go
+	// out again: the breaker's next probe, plus a jitter of up to half its
+	// cooldown so that the calls parked behind one breaker do not all come
+	// back at once. The attempt denied at the gate was not made.
+	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
 // RetryStore is the shared state the hook pays with: the ledger in
@@ -54,7 +59,7 @@ type CallFailure struct {
 type RetryStore interface {
 	DecideRetry(ctx context.Context, req ledger.RetryRequest) (string, error)
 	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
-	BreakerAllow(ctx context.Context, dependency string, cfg budget.BreakerConfig) (string, error)
+	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledger.Gate, error)
 	BreakerRecord(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (string, error)
 }
 
@@ -65,7 +70,8 @@ type RetryHookConfig struct {
 	Breaker      budget.BreakerConfig
 	// Random returns a float in [0, 1) for jitter; nil means math/rand/v2.
 	Random func() float64
-	// Now is the wall clock, for the deadline check; nil means time.Now.
+	// Now is the wall clock, for the deadline check and the age of a
+	// closed breaker's answer; nil means time.Now.
 	Now func() time.Time
 	// Observe, when set, is told every decision (for metrics and tests).
 	Observe func(plan RetryPlan, decision string)
@@ -81,6 +87,7 @@ type RetryHook struct {
 	store    RetryStore
 	cfg      RetryHookConfig
 	deposits *depositor
+	closed   *closedBreakers
 }
 
 // NewRetryHook returns the hook; register it in worker.Options.Interceptors.
@@ -91,7 +98,8 @@ func NewRetryHook(store RetryStore, cfg RetryHookConfig) *RetryHook {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &RetryHook{store: store, cfg: cfg, deposits: newDepositor(store.DepositUnlessFull, DepositLag)}
+	return &RetryHook{store: store, cfg: cfg, deposits: newDepositor(store.DepositUnlessFull, DepositLag),
+		closed: newClosedBreakers(BreakerStaleness, cfg.Now)}
 }
 
 // InterceptActivity implements interceptor.WorkerInterceptor.
@@ -117,6 +125,9 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		if p, ok := arg.(planned); ok {
 			plan, found = p.retryPlan(), true
 		}
+		if req, ok := arg.(ToolCallRequest); ok {
+			ctx = withCallKey(ctx, req.Key)
+		}
 	}
 	if !found || plan.Dependency == "" {
 		result, err := i.Next.ExecuteActivity(ctx, in)
@@ -126,19 +137,20 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	attempt := int(info.Attempt)
 	chargeKey := fmt.Sprintf("%s/%s/%d", info.WorkflowExecution.ID, info.ActivityID, attempt)
 
-	state, err := h.store.BreakerAllow(ctx, plan.Dependency, h.cfg.Breaker)
+	gate, err := h.gate(ctx, plan.Dependency)
 	if err != nil {
 		f := failure{attempt: attempt, errType: ErrTypeLedgerUnavailable, message: err.Error(), decision: "retry: the circuit breaker could not be read"}
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{})
 	}
-	if state == budget.BreakerOpen {
+	if gate.State == budget.BreakerOpen {
 		h.observe(plan, budget.DenyCircuitOpen)
 		// The call was not made: as expected as the failures that opened it.
 		f := failure{attempt: attempt, errType: budget.DenyCircuitOpen, benign: true,
-			message: fmt.Sprintf("circuit breaker for %s is open; the call was not made", plan.Dependency)}
+			message: fmt.Sprintf("circuit breaker for %s is open; the call was not made", plan.Dependency),
+			retryAt: gate.RetryAt.Add(time.Duration(h.cfg.Random() * float64(h.cfg.Breaker.Cooldown/2)))}
 		return nil, i.deny(ctx, f, budget.DenyCircuitOpen)
 	}
-	probe := state == ledger.BreakerProbe
+	probe := gate.State == ledger.BreakerProbe
 
 	result, err := i.Next.ExecuteActivity(ctx, in)
 	if err == nil {
@@ -173,8 +185,12 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
 	if blamesDependency(f.errType) {
-		if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker); err != nil {
+		state, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker)
+		if err != nil {
 			activity.GetLogger(ctx).Warn("retry hook: could not report a failure to the breaker", "dependency", plan.Dependency, "error", err)
+		}
+		if state != budget.BreakerClosed {
+			h.closed.forget(plan.Dependency) // this worker's next call asks the ledger
 		}
 	}
 	if ctx.Err() != nil {
@@ -214,14 +230,15 @@ type failure struct {
 	benign    bool // expected: logged at WARN, and benign for the SDK
 	cancelled bool // logged at INFO
 	payErr    error
-	denial    string // the budget that refused a retry: the error's type
+	denial    string    // the budget that refused a retry: the error's type
+	retryAt   time.Time // when a call refused by an open breaker may go out
 }
 
 // fail logs the attempt's one line and returns its error, with the attempt
 // in its details and benign when the failure was expected.
 func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.ApplicationErrorOptions) error {
 	i.report(ctx, f)
-	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial}}
+	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt}}
 	if f.benign {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
 	}
@@ -345,4 +362,19 @@ func (h *RetryHook) observe(plan RetryPlan, decision string) {
 	if h.cfg.Observe != nil {
 		h.cfg.Observe(plan, decision)
 	}
+}
+
+// gate asks the dependency's breaker whether the call may go out. A closed
+// answer is remembered for BreakerStaleness, so that the calls of a healthy
+// dependency cost no statement for it; an open or probing breaker is asked
+// every time.
+func (h *RetryHook) gate(ctx context.Context, dependency string) (ledger.Gate, error) {
+	if h.closed.fresh(dependency) {
+		return ledger.Gate{State: budget.BreakerClosed}, nil
+	}
+	gate, err := h.store.BreakerGate(ctx, dependency, h.cfg.Breaker)
+	if err == nil && gate.State == budget.BreakerClosed {
+		h.closed.remember(dependency)
+	}
+	return gate, err
 }

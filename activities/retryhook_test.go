@@ -27,6 +27,8 @@ import (
 // what it was asked.
 type fakeRetryStore struct {
 	breaker   string
+	retryAt   time.Time // the open breaker's next probe
+	gates     atomic.Int32
 	decision  string
 	err       error
 	decisions atomic.Int32
@@ -42,8 +44,13 @@ func (f *fakeRetryStore) DepositUnlessFull(context.Context, string, float64) (bo
 	f.successes.Add(1)
 	return true, nil
 }
-func (f *fakeRetryStore) BreakerAllow(context.Context, string, budget.BreakerConfig) (string, error) {
-	return f.breaker, nil
+func (f *fakeRetryStore) BreakerGate(context.Context, string, budget.BreakerConfig) (ledger.Gate, error) {
+	f.gates.Add(1)
+	gate := ledger.Gate{State: f.breaker}
+	if f.breaker == budget.BreakerOpen {
+		gate.RetryAt = f.retryAt
+	}
+	return gate, nil
 }
 func (f *fakeRetryStore) BreakerRecord(context.Context, string, bool, bool, budget.BreakerConfig) (string, error) {
 	f.failures.Add(1)

@@ -129,7 +129,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 		require.NoError(t, err, h)
 		assert.Equal(t, map[string]int{h: 1}, counters.ToolRetries)
 		require.NoError(t, store.RecordSuccess(ctx, key+"#2", h, 0.1, h, false), h)
-		_, err = store.BreakerAllow(ctx, h, budget.DefaultBreaker)
+		_, err = store.BreakerGate(ctx, h, budget.DefaultBreaker)
 		require.NoError(t, err, h)
 		_, err = store.BreakerRecord(ctx, h, false, false, budget.DefaultBreaker)
 		require.NoError(t, err, h)

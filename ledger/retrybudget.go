@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -141,24 +142,38 @@ func (s *Store) RecordSuccess(ctx context.Context, chargeKey, bucket string, bon
 	return nil
 }
 
-// BreakerProbe is BreakerAllow's answer, besides budget.BreakerClosed and
+// BreakerProbe is a gate's answer, besides budget.BreakerClosed and
 // budget.BreakerOpen, when the call may go out as the half-open breaker's
 // one probe.
 const BreakerProbe = "probe"
 
-// BreakerAllow asks the dependency's breaker whether a call may go out:
-// "closed", "probe" (this call is the one probe; report it with probe
-// true) or "open".
-func (s *Store) BreakerAllow(ctx context.Context, dependency string, cfg budget.BreakerConfig) (string, error) {
+// Gate is a dependency's breaker's answer to one call.
+type Gate struct {
+	// State is budget.BreakerClosed, BreakerProbe (this call is the one
+	// probe; report it with probe true) or budget.BreakerOpen.
+	State string
+	// RetryAt, when the breaker is open, is when it may let a probe out:
+	// the end of its cooldown, or soon after, while another call's probe
+	// is in flight. A call refused at the gate is parked until then.
+	RetryAt time.Time
+}
+
+// BreakerGate asks the dependency's breaker whether a call may go out, in
+// one statement that reads a closed breaker without a lock.
+func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	if err := cfg.Validate(); err != nil {
-		return "", fmt.Errorf("ledger: breaker allow %s: %w", dependency, err)
+		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
-	var state string
-	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_breaker_allow($1, $2)`,
-		dependency, float64(cfg.Cooldown.Microseconds())/1000).Scan(&state); err != nil {
-		return "", fmt.Errorf("ledger: breaker allow %s: %w", dependency, err)
+	var gate Gate
+	var retryAt *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at FROM agentsaga_breaker_gate($1, $2)`,
+		dependency, float64(cfg.Cooldown.Microseconds())/1000).Scan(&gate.State, &retryAt); err != nil {
+		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
-	return state, nil
+	if retryAt != nil {
+		gate.RetryAt = *retryAt
+	}
+	return gate, nil
 }
 
 // BreakerRecord reports a call's outcome to the dependency's breaker and

@@ -338,7 +338,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	cfg := budget.BreakerConfig{Threshold: 3, Window: time.Minute, Cooldown: 2 * time.Second} // longer than 20 concurrent calls take on a loaded machine, or a lost probe re-arms
 
-	state, err := store.BreakerAllow(ctx, "openai", cfg)
+	state, err := stateOf(store.BreakerGate(ctx, "openai", cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state, "an unknown dependency's breaker is closed")
 
@@ -354,9 +354,12 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, state, "the third failure within the window opens it")
 
-	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	opened := time.Now()
+	gate, err := store.BreakerGate(ctx, "openai", cfg)
 	require.NoError(t, err)
-	assert.Equal(t, budget.BreakerOpen, state)
+	assert.Equal(t, budget.BreakerOpen, gate.State)
+	assert.WithinDuration(t, opened.Add(cfg.Cooldown), gate.RetryAt, time.Second,
+		"an open breaker says when its cooldown ends, for the calls it parks")
 	open, err := store.OpenBreakers(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"openai"}, open)
@@ -365,6 +368,11 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
 	probes := concurrentAllows(t, store, "openai", cfg, 20)
 	assert.Equal(t, map[string]int{ledger.BreakerProbe: 1, budget.BreakerOpen: 19}, probes)
+	gate, err = store.BreakerGate(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, gate.State, "the probe is in flight")
+	assert.WithinDuration(t, time.Now().Add(time.Second), gate.RetryAt, 500*time.Millisecond,
+		"while the probe is out, a parked call looks again within a second, not a cooldown later")
 	open, err = store.OpenBreakers(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"openai"}, open, "half-open counts as open")
@@ -378,7 +386,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	state, err = store.BreakerRecord(ctx, "openai", false, true, cfg)
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, state)
-	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	state, err = stateOf(store.BreakerGate(ctx, "openai", cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, state)
 
@@ -389,7 +397,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	state, err = store.BreakerRecord(ctx, "openai", true, true, cfg)
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state)
-	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	state, err = stateOf(store.BreakerGate(ctx, "openai", cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state)
 	open, err = store.OpenBreakers(ctx)
@@ -404,13 +412,16 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	}
 }
 
+// stateOf is a gate's state, for the tests that need only that.
+func stateOf(gate ledger.Gate, err error) (string, error) { return gate.State, err }
+
 func concurrentAllows(t *testing.T, store *ledger.Store, dependency string, cfg budget.BreakerConfig, n int) map[string]int {
 	t.Helper()
 	states := make([]string, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { states[i], errs[i] = store.BreakerAllow(context.Background(), dependency, cfg) })
+		wg.Go(func() { states[i], errs[i] = stateOf(store.BreakerGate(context.Background(), dependency, cfg)) })
 	}
 	wg.Wait()
 	counts := map[string]int{}
@@ -439,20 +450,20 @@ func TestBreakerWindowAndLostProbe(t *testing.T) {
 	assert.Equal(t, budget.BreakerOpen, state)
 
 	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
-	state, err = store.BreakerAllow(ctx, "db", cfg)
+	state, err = stateOf(store.BreakerGate(ctx, "db", cfg))
 	require.NoError(t, err)
 	require.Equal(t, ledger.BreakerProbe, state)
-	state, err = store.BreakerAllow(ctx, "db", cfg)
+	state, err = stateOf(store.BreakerGate(ctx, "db", cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, state, "the probe is in flight")
 
 	// The probe's worker died: after another cooldown the probe is re-armed.
 	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
-	state, err = store.BreakerAllow(ctx, "db", cfg)
+	state, err = stateOf(store.BreakerGate(ctx, "db", cfg))
 	require.NoError(t, err)
 	assert.Equal(t, ledger.BreakerProbe, state)
 
-	_, err = store.BreakerAllow(ctx, "db", budget.BreakerConfig{})
+	_, err = stateOf(store.BreakerGate(ctx, "db", budget.BreakerConfig{}))
 	assert.Error(t, err, "an invalid breaker config is refused")
 }
 
@@ -503,11 +514,11 @@ func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
 	_, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
 	require.NoError(t, err)
 	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
-	state, err := store.BreakerAllow(ctx, "openai", cfg)
+	state, err := stateOf(store.BreakerGate(ctx, "openai", cfg))
 	require.NoError(t, err)
 	require.Equal(t, ledger.BreakerProbe, state)
 	require.NoError(t, store.RecordSuccess(ctx, "wf-1/4/1", "fleet", 0, "openai", true))
-	state, err = store.BreakerAllow(ctx, "openai", cfg)
+	state, err = stateOf(store.BreakerGate(ctx, "openai", cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state)
 }

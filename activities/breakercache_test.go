@@ -31,6 +31,7 @@ func TestOpenBreakerSaysWhenToComeBack(t *testing.T) {
 		failure := callThroughHook(t, store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker,
 			Random: func() float64 { return random }}, "http://127.0.0.1:1/never")
 		assert.Equal(t, budget.DenyCircuitOpen, failure.Denial)
+		assert.True(t, failure.AtGate, "the refused attempt was not made")
 		jitter := time.Duration(random * float64(budget.DefaultBreaker.Cooldown/2))
 		assert.WithinDuration(t, probeAt.Add(jitter), failure.RetryAt, time.Millisecond, "random %v", random)
 	}

@@ -48,10 +48,14 @@ type CallFailure struct {
 	Attempt int    `json:"attempt"`
 	Denial  string `json:"denial,omitempty"`
 	// RetryAt, on a budget.DenyCircuitOpen denial, is when the call may go
-	// out again: the breaker's next probe, plus a jitter of up to half its
-	// cooldown so that the calls parked behind one breaker do not all come
-	// back at once. The attempt denied at the gate was not made.
+	// out again: the breaker's next probe (at most a cooldown away, when a
+	// retry was refused because the breaker had just opened), plus a jitter
+	// of up to half the cooldown, so that the calls parked behind one
+	// breaker do not all come back at once.
 	RetryAt time.Time `json:"retry_at,omitzero"`
+	// AtGate is set when the breaker refused this attempt before it was
+	// made: the call made Attempt-1 leaf calls, not Attempt.
+	AtGate bool `json:"at_gate,omitempty"`
 }
 
 // RetryStore is the shared state the hook pays with: the ledger in
@@ -145,9 +149,9 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	if gate.State == budget.BreakerOpen {
 		h.observe(plan, budget.DenyCircuitOpen)
 		// The call was not made: as expected as the failures that opened it.
-		f := failure{attempt: attempt, errType: budget.DenyCircuitOpen, benign: true,
+		f := failure{attempt: attempt, errType: budget.DenyCircuitOpen, benign: true, atGate: true,
 			message: fmt.Sprintf("circuit breaker for %s is open; the call was not made", plan.Dependency),
-			retryAt: gate.RetryAt.Add(time.Duration(h.cfg.Random() * float64(h.cfg.Breaker.Cooldown/2)))}
+			retryAt: gate.RetryAt.Add(h.releaseJitter())}
 		return nil, i.deny(ctx, f, budget.DenyCircuitOpen)
 	}
 	probe := gate.State == ledger.BreakerProbe
@@ -212,6 +216,11 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
 	}
 	h.observe(plan, decision)
+	if decision == budget.DenyCircuitOpen {
+		// The failures that opened the breaker include this one, so its
+		// next probe is at most a cooldown away.
+		f.retryAt = h.cfg.Now().Add(h.cfg.Breaker.Cooldown + h.releaseJitter())
+	}
 	if decision != budget.Granted {
 		return nil, i.deny(ctx, f, decision)
 	}
@@ -232,13 +241,14 @@ type failure struct {
 	payErr    error
 	denial    string    // the budget that refused a retry: the error's type
 	retryAt   time.Time // when a call refused by an open breaker may go out
+	atGate    bool      // the breaker refused the attempt before it was made
 }
 
 // fail logs the attempt's one line and returns its error, with the attempt
 // in its details and benign when the failure was expected.
 func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.ApplicationErrorOptions) error {
 	i.report(ctx, f)
-	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt}}
+	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate}}
 	if f.benign {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
 	}
@@ -362,6 +372,13 @@ func (h *RetryHook) observe(plan RetryPlan, decision string) {
 	if h.cfg.Observe != nil {
 		h.cfg.Observe(plan, decision)
 	}
+}
+
+// releaseJitter spreads the calls parked behind one breaker over half its
+// cooldown after the probe, so that a closing breaker does not release
+// them in one wave.
+func (h *RetryHook) releaseJitter() time.Duration {
+	return time.Duration(h.cfg.Random() * float64(h.cfg.Breaker.Cooldown/2))
 }
 
 // gate asks the dependency's breaker whether the call may go out. A closed

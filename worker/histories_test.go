@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -54,7 +55,18 @@ type recorder struct {
 	url   string // the payments server
 	// refundsBroken makes /refund answer 500 while set.
 	refundsBroken atomic.Bool
+	// crmDownUntil is when /crm, down since its first request, recovers
+	// (unix nanoseconds; 0 before the first request).
+	crmDownUntil atomic.Int64
 }
+
+// crmOutage is how long /crm stays down after its first request: long
+// enough to open its breaker (breakerQueue's workers) and outlast a probe.
+const crmOutage = 3 * time.Second
+
+// breakerQueue's worker opens a breaker after 3 failures and probes every
+// second, so that the breaker-open scenario opens one in a few calls.
+var breakerConfig = budget.BreakerConfig{Threshold: 3, Window: 30 * time.Second, Cooldown: time.Second}
 
 // scenario is one path the workflow can take.
 type scenario struct {
@@ -65,6 +77,9 @@ type scenario struct {
 	act func(ctx context.Context, r *recorder, id string)
 	// brokenRefunds makes refunds fail until act mends them.
 	brokenRefunds bool
+	// breakers runs the scenario on the worker whose breakers open after a
+	// few failures (breakerConfig).
+	breakers bool
 }
 
 func TestRecordHistories(t *testing.T) {
@@ -79,6 +94,15 @@ func TestRecordHistories(t *testing.T) {
 	refunds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/refund" && r.refundsBroken.Load() {
 			http.Error(w, `{"error":"refunds are down"}`, http.StatusInternalServerError)
+			return
+		}
+		if req.URL.Path == "/crm" {
+			r.crmDownUntil.CompareAndSwap(0, time.Now().Add(crmOutage).UnixNano())
+			if time.Now().UnixNano() < r.crmDownUntil.Load() {
+				http.Error(w, `{"error":"the CRM is down"}`, http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprint(w, `{"updated": true}`)
 			return
 		}
 		if req.URL.Path == "/refund" && strings.HasPrefix(req.Header.Get("Idempotency-Key"), "corpus-failed-together/") {
@@ -97,6 +121,10 @@ func TestRecordHistories(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
+	breakers, err := worker.New(ctx, temporalClient, r.store, worker.Options{TaskQueue: r.queue + "-breakers", Toolbox: box, Breaker: breakerConfig})
+	require.NoError(t, err)
+	require.NoError(t, breakers.Start())
+	defer breakers.Stop()
 	r.dir = filepath.Join(corpusDir, *recordSet)
 	require.NoError(t, os.MkdirAll(r.dir, 0o755))
 	only := map[string]bool{}
@@ -121,7 +149,11 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 	require.NoError(t, err, sc.name)
 	id := "corpus-" + sc.name
 	r.refundsBroken.Store(sc.brokenRefunds)
-	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: r.queue}, workflows.AgentRun, spec)
+	queue := r.queue
+	if sc.breakers {
+		queue += "-breakers"
+	}
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err, sc.name)
 	first := run.GetRunID()
 	if sc.act != nil {
@@ -197,6 +229,10 @@ tools:
     timeout_seconds: 3
   - {name: page, kind: go, parameters: {type: object, properties: {page: {type: number}}, required: [page]}}
   - {name: helper, kind: agent}
+  - name: crm
+    kind: http
+    url: %[1]s/crm
+    timeout_seconds: 3
 agents:
   helper: {tools: [page], share: 0.5}
 `
@@ -256,6 +292,30 @@ func corpusScenarios() []scenario {
 			act: func(ctx context.Context, r *recorder, id string) {
 				r.waitStatus(ctx, id, ledger.RunEscalated)
 				require.NoError(r.t, temporalClient.CancelWorkflow(ctx, id, ""))
+			}},
+		// Three calls to a CRM that is down for a few seconds open its
+		// breaker. Before park-on-open-breaker the run escalated at the
+		// first refusal, and a human resumed it; since, the refused calls
+		// wait for the breaker and the run completes on its own.
+		{name: "breaker-open", breakers: true, spec: "goal: update the CRM\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" +
+			"    - tool_calls: [{name: crm, arguments: {field: a}}, {name: crm, arguments: {field: b}}, {name: crm, arguments: {field: c}}]\n" +
+			"    - content: updated\n" + corpusTools,
+			act: func(ctx context.Context, r *recorder, id string) {
+				for {
+					run, err := r.store.GetRun(ctx, id)
+					if err == nil && run.Status == ledger.RunEscalated {
+						r.update(ctx, id, workflows.UpdateResume, workflows.ResumeInput{Message: "the CRM is back", AddSteps: 1})
+						return
+					}
+					if err == nil && run.Status != ledger.RunRunning {
+						return
+					}
+					select {
+					case <-ctx.Done():
+						r.t.Fatalf("%s never escalated or ended", id)
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
 			}},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},

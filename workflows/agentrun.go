@@ -447,6 +447,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 	entries := make([]TraceEntry, len(calls))
 	reservations := make([]*budget.Usage, len(calls))
 	reads := make([]bool, len(calls))
+	requests := make([]activities.ToolCallRequest, len(calls))
 	// Each call's result takes its place in the conversation in call
 	// order, whichever finishes first.
 	first := r.seq
@@ -506,6 +507,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			entries[i].ActivityID, entries[i].Error = "", errorText(err)
 			continue
 		}
+		requests[i] = request
 		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
 	}
 	// A call that failed is given up (its key fenced) before the model
@@ -514,6 +516,10 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 	settle := func(ctx workflow.Context, i int) {
 		s := &settled[i]
 		s.err = futures[i].Get(ctx, &s.result)
+		if _, refused := openBreakerRefusal(s.err); refused && r.versions.parkOnOpenBreaker && !reads[i] {
+			tool, _ := r.spec.tool(calls[i].Name)
+			s.err, s.parked = r.waitOutBreaker(ctx, entries[i].ActivityID, tool, calls[i], requests[i], s.err, &s.result)
+		}
 		if s.err != nil && !reads[i] && mayHaveClaimed(s.err) && ctx.Err() == nil {
 			// A late attempt that did it after all makes it a success.
 			s.gaveUp = r.giveUp(ctx, entries[i].ActivityID, calls[i])
@@ -554,17 +560,20 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			if !r.versions.giveUpsTogether {
 				settle(ctx, i) // the old path: one call after another
 			}
-			result, err, gaveUp := settled[i].result, settled[i].err, settled[i].gaveUp
+			result, err, gaveUp, parked := settled[i].result, settled[i].err, settled[i].gaveUp, settled[i].parked
 			if err != nil {
 				entries[i].Error = errorText(err)
 				entries[i].Attempts, entries[i].Denial = callFailure(err)
+				if r.versions.parkOnOpenBreaker && entries[i].Denial == budget.DenyCircuitOpen {
+					entries[i].Attempts = parked.leafCalls // a refusal at the gate was not a call
+				}
 				// A timed-out attempt reports nothing; the ledger counted it.
 				entries[i].Attempts = max(entries[i].Attempts, gaveUp.LeafCalls)
-				if why := r.escalationFor(call.Name, err, entries[i].Denial); why != "" && escalation == "" {
+				if why := r.escalationFor(call.Name, err, entries[i].Denial, parked.escalation); why != "" && escalation == "" {
 					escalation = why
 				}
 			} else {
-				entries[i].Output, entries[i].Digest, entries[i].Replayed, entries[i].Attempts = result.Output, result.Digest, result.Replayed, result.Attempt
+				entries[i].Output, entries[i].Digest, entries[i].Replayed, entries[i].Attempts = result.Output, result.Digest, result.Replayed, result.Attempt+parked.leafCalls
 			}
 			r.charge(call.Name, &entries[i])
 			r.budget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(call.Name, entries[i].Attempts)})
@@ -585,6 +594,7 @@ type settledCall struct {
 	result activities.ToolResult
 	err    error
 	gaveUp activities.GaveUp
+	parked parkedCall
 }
 
 // readResult reads a shortened output back whole into the conversation, as
@@ -640,9 +650,11 @@ func (r *run) giveUp(ctx workflow.Context, activityID string, call activities.To
 }
 
 // escalationFor says why a failed tool call should bring in a human: a
-// refusal, a permission error, an open breaker, or too many failures of
-// one tool. Anything else goes back to the model as an error to work with.
-func (r *run) escalationFor(tool string, err error, denial string) string {
+// refusal, a permission error, an open breaker (at once on the old path;
+// once the call has waited as long as it may, parkEscalation, on the new),
+// or too many failures of one tool. Anything else goes back to the model
+// as an error to work with.
+func (r *run) escalationFor(tool string, err error, denial, parkEscalation string) string {
 	if temporal.IsCanceledError(err) {
 		return ""
 	}
@@ -654,6 +666,8 @@ func (r *run) escalationFor(tool string, err error, denial string) string {
 		return fmt.Sprintf("Tool %s refused: %s", tool, appErr.Message())
 	case appErr != nil && appErr.Type() == activities.ErrTypePermission:
 		return fmt.Sprintf("Tool %s was denied permission: %s", tool, appErr.Message())
+	case denial == budget.DenyCircuitOpen && r.versions.parkOnOpenBreaker:
+		return parkEscalation
 	case denial == budget.DenyCircuitOpen:
 		return fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", tool)
 	case r.spec.Escalate.AfterToolFailures > 0 && r.toolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
@@ -664,7 +678,9 @@ func (r *run) escalationFor(tool string, err error, denial string) string {
 
 // charge books a finished call's leaf calls and retries against the run.
 func (r *run) charge(tool string, entry *TraceEntry) {
-	entry.Attempts = max(entry.Attempts, 1)
+	if !r.versions.parkOnOpenBreaker || entry.Denial != budget.DenyCircuitOpen {
+		entry.Attempts = max(entry.Attempts, 1)
+	}
 	r.budget.Spend(budget.Usage{LeafCalls: entry.Attempts})
 	if retries := entry.Attempts - 1; retries > 0 {
 		r.stats.Retries += retries

@@ -12,7 +12,11 @@ import (
 // does. A spec of version 0 was not resolved (a run started before
 // versioned specs, or by a caller that passed a spec straight to Temporal):
 // the workflow validates and resolves it as it always did.
-const SpecVersion = 1
+//
+// Version 2 added escalate.after_breaker_open_seconds: a spec of version 1
+// carries 0 there, and its run escalates at a breaker's first refusal, as
+// it did when it was resolved.
+const SpecVersion = 2
 
 // Resolve validates s and returns it with every default written out, at
 // SpecVersion: what the client hands the workflow. Call it before the run
@@ -45,6 +49,9 @@ func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
 	}
 	if r.Watchdog.OnFire == "" {
 		r.Watchdog.OnFire = WatchdogFinish
+	}
+	if r.Escalate.AfterBreakerOpenSeconds == 0 {
+		r.Escalate.AfterBreakerOpenSeconds = DefaultBreakerOpenEscalation
 	}
 	if r.History.MaxEvents == 0 {
 		r.History.MaxEvents = DefaultMaxEvents

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"sigs.k8s.io/yaml"
@@ -90,6 +91,11 @@ type EscalationSpec struct {
 	// AfterToolFailures escalates when one tool has failed this many
 	// times in the run; zero means never for this reason.
 	AfterToolFailures int `json:"after_tool_failures,omitempty"`
+	// AfterBreakerOpenSeconds is how long a call waits, parked, behind its
+	// dependency's open circuit breaker before the run asks a human
+	// (default 300). A spec resolved before parking existed carries 0 and
+	// keeps escalating at the first refusal.
+	AfterBreakerOpenSeconds int `json:"after_breaker_open_seconds,omitempty"`
 }
 
 // OnBudgetExhausted values.
@@ -165,6 +171,10 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 	case "", OnBudgetKeep, OnBudgetCompensate:
 	default:
 		return fmt.Errorf("on_budget_exhausted: %q is not %q or %q", s.OnBudgetExhausted, OnBudgetKeep, OnBudgetCompensate)
+	}
+	if s.Escalate.AfterBreakerOpenSeconds < 0 {
+		return fmt.Errorf("escalate.after_breaker_open_seconds: %d must not be negative (it is how long a call waits behind an open breaker; default %d)",
+			s.Escalate.AfterBreakerOpenSeconds, DefaultBreakerOpenEscalation)
 	}
 	if s.Escalate.AfterToolFailures < 0 || s.CompensationAttempts < 0 {
 		return fmt.Errorf("escalate.after_tool_failures and compensation_attempts must not be negative")
@@ -303,4 +313,16 @@ func (s RunSpec) finishAt() float64 {
 		return s.FinishAt
 	}
 	return 0.2
+}
+
+// breakerOpenEscalation is how long a call may wait behind an open breaker.
+// A spec the client did not resolve (version 0) gets the default here, as
+// it gets every other; a resolved spec carries its own, and one resolved
+// at version 1, before parking, carries 0: escalate at the first refusal.
+func (s RunSpec) breakerOpenEscalation() time.Duration {
+	seconds := s.Escalate.AfterBreakerOpenSeconds
+	if s.Version == 0 && seconds == 0 {
+		seconds = DefaultBreakerOpenEscalation
+	}
+	return time.Duration(seconds) * time.Second
 }

@@ -31,18 +31,24 @@ const (
 	// schedule the bare names, which a worker with runs from before the
 	// change still registers (activities.Registration.LegacyNames).
 	changeNamespacedActivities = "namespaced-activities"
+	// changeParkOnOpenBreaker waits out a dependency's open circuit breaker
+	// on a durable timer (waitOutBreaker) rather than escalating the run at
+	// the first refusal: a short outage is not a human's business.
+	changeParkOnOpenBreaker = "park-on-open-breaker"
 )
 
 // versions are the paths this execution takes.
 type versions struct {
 	giveUpsTogether      bool
 	namespacedActivities bool
+	parkOnOpenBreaker    bool
 }
 
 func readVersions(ctx workflow.Context) versions {
 	return versions{
 		giveUpsTogether:      workflow.GetVersion(ctx, changeGiveUpsTogether, workflow.DefaultVersion, 1) >= 1,
 		namespacedActivities: workflow.GetVersion(ctx, changeNamespacedActivities, workflow.DefaultVersion, 1) >= 1,
+		parkOnOpenBreaker:    workflow.GetVersion(ctx, changeParkOnOpenBreaker, workflow.DefaultVersion, 1) >= 1,
 	}
 }
 

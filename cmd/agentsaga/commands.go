@@ -412,8 +412,13 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	fmt.Fprintf(out, "steps used: %d, tokens: %d, usd: %.4f\n", run.StepsUsed, run.TokensUsed, run.USDSpent)
 	fmt.Fprintf(out, "calls: %d, leaf calls: %d, retries: %d %s, amplification: %.2f\n",
 		counters.Calls, counters.LeafCalls, counters.Retries, perTool(counters.ToolRetries), counters.Amplification)
-	if run.StatusDetail != "" && (run.Status == ledger.RunEscalated || run.Status == ledger.RunNeedsAttention) {
+	switch {
+	case run.StatusDetail == "":
+	case run.Status == ledger.RunEscalated || run.Status == ledger.RunNeedsAttention:
 		fmt.Fprintf(out, "waiting for a human: %s\n", run.StatusDetail)
+	case run.Status == ledger.RunRunning:
+		// e.g. a call parked behind an open circuit breaker
+		fmt.Fprintf(out, "now: %s\n", run.StatusDetail)
 	}
 	printActions(out, actions)
 	stack, err := store.CompensationStack(ctx, id)

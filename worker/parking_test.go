@@ -1,0 +1,250 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// outage is a CRM that answers 503 until it is told to recover, and then
+// applies each Idempotency-Key once. It counts every request per key.
+type outage struct {
+	mu        sync.Mutex
+	down      bool
+	requests  map[string]int
+	applied   map[string]int
+	firstSeen chan struct{}
+	once      sync.Once
+}
+
+func newOutage() *outage {
+	return &outage{down: true, requests: map[string]int{}, applied: map[string]int{}, firstSeen: make(chan struct{})}
+}
+
+func (o *outage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get("Idempotency-Key")
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.requests[key]++
+	o.once.Do(func() { close(o.firstSeen) })
+	if o.down {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	o.applied[key]++
+	fmt.Fprintf(w, `{"updated": %q}`, key)
+}
+
+func (o *outage) recover() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.down = false
+}
+
+func (o *outage) counts() (requests, applied map[string]int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	requests, applied = map[string]int{}, map[string]int{}
+	for k, v := range o.requests {
+		requests[k] = v
+	}
+	for k, v := range o.applied {
+		applied[k] = v
+	}
+	return requests, applied
+}
+
+// crmSpec is a run that updates the CRM twice, in two turns.
+func crmSpec(t *testing.T, url string, escalateAfter int) workflows.RunSpec {
+	t.Helper()
+	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+goal: update the CRM twice
+budget: {steps: 6}
+escalate: {after_breaker_open_seconds: %d}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: crm, arguments: {field: a}}]
+    - tool_calls: [{name: crm, arguments: {field: b}}]
+    - content: both updated
+tools:
+  - name: crm
+    kind: http
+    url: %s
+    timeout_seconds: 30
+    parameters: {type: object, properties: {field: {type: string}}, required: [field]}
+`, escalateAfter, url)))
+	require.NoError(t, err)
+	resolved, err := spec.Resolve()
+	require.NoError(t, err)
+	return resolved
+}
+
+// parkingBreaker opens after 3 failures and probes every second, so that a
+// test's outage of a few seconds opens it and outlives a few probes.
+var parkingBreaker = budget.BreakerConfig{Threshold: 3, Window: 30 * time.Second, Cooldown: time.Second}
+
+// An outage shorter than escalate.after_breaker_open_seconds is waited
+// out: the calls the open breaker refuses are parked on durable timers and
+// go out once it closes. No run asks a human; each effect happens once;
+// no refused call reached the CRM; the wait shows in the UI's current
+// details and in the ledger (agentsaga show) while it lasts.
+func TestShortOutageIsWaitedOutWithoutEscalation(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	store := ledgertest.NewStore(t)
+	crm := newOutage()
+	server := httptest.NewServer(crm)
+	defer server.Close()
+	queue := "parking-" + t.Name()
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, Breaker: parkingBreaker})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	const runs = 6
+	var handles []client.WorkflowRun
+	for i := range runs {
+		run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: fmt.Sprintf("short-outage-%d", i), TaskQueue: queue,
+		}, workflows.AgentRun, crmSpec(t, server.URL, 120))
+		require.NoError(t, err)
+		handles = append(handles, run)
+	}
+	<-crm.firstSeen
+
+	// While the CRM is down, some run waits, and says so.
+	var details, statusDetail string
+	require.Eventually(t, func() bool {
+		for i := range runs {
+			id := fmt.Sprintf("short-outage-%d", i)
+			if stored, err := store.GetRun(ctx, id); err == nil && strings.Contains(stored.StatusDetail, "waiting for tool crm") {
+				statusDetail = stored.StatusDetail
+				details = currentDetails(ctx, t, id)
+				return strings.Contains(details, "waiting for tool crm")
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "no run showed that it waits for the breaker")
+	t.Logf("ledger status detail while parked: %s", statusDetail)
+	assert.Contains(t, details, "Open breakers:** crm")
+	time.Sleep(3 * time.Second) // an outage that outlives a few probes
+	crm.recover()
+
+	escalations := 0
+	for i, run := range handles {
+		var result workflows.RunResult
+		require.NoError(t, run.Get(ctx, &result), "run %d", i)
+		if result.Status != ledger.RunCompleted {
+			escalations++
+		}
+		assert.Equal(t, ledger.RunCompleted, result.Status, "run %d: %s", i, result.Reason)
+		assert.Equal(t, 2, countTool(result.Trace, "crm"), "run %d", i)
+		stored, err := store.GetRun(ctx, run.GetID())
+		require.NoError(t, err)
+		assert.Empty(t, stored.StatusDetail, "run %d: the wait is cleared once it ends", i)
+	}
+	requests, applied := crm.counts()
+	duplicates := 0
+	for key, n := range applied {
+		duplicates += n - 1
+		assert.Equal(t, 1, n, key)
+	}
+	assert.Len(t, applied, 2*runs, "every update applied")
+	total := 0
+	for _, n := range requests {
+		total += n
+	}
+	t.Logf("escalations %d, duplicate effects %d, requests at the CRM %d for %d calls", escalations, duplicates, total, 2*runs)
+	assert.Zero(t, escalations)
+
+	// The leaf calls the runs booked are the requests the CRM saw: a call
+	// refused at the gate cost none.
+	leaves := 0
+	for _, run := range handles {
+		stored, err := store.ListLeafCalls(ctx, run.GetID())
+		require.NoError(t, err)
+		for _, l := range stored {
+			if l.Kind == ledger.LeafTool {
+				leaves++
+			}
+		}
+	}
+	assert.Equal(t, total, leaves, "leaf calls booked = requests the CRM received")
+}
+
+// An outage longer than escalate.after_breaker_open_seconds escalates the
+// run once the call has waited that long, with a reason that says so, and
+// the refused call never reached the CRM after the breaker opened.
+func TestLongOutageEscalatesAfterTheThreshold(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store := ledgertest.NewStore(t)
+	crm := newOutage()
+	server := httptest.NewServer(crm)
+	defer server.Close()
+	queue := "parking-" + t.Name()
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, Breaker: parkingBreaker})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	const runs = 3
+	started := time.Now()
+	for i := range runs {
+		_, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: fmt.Sprintf("long-outage-%d", i), TaskQueue: queue,
+		}, workflows.AgentRun, crmSpec(t, server.URL, 4))
+		require.NoError(t, err)
+	}
+	for i := range runs {
+		id := fmt.Sprintf("long-outage-%d", i)
+		var stored ledger.Run
+		require.Eventually(t, func() bool {
+			stored, err = store.GetRun(ctx, id)
+			return err == nil && stored.Status == ledger.RunEscalated
+		}, time.Minute, 200*time.Millisecond, "run %d never escalated", i)
+		assert.Contains(t, stored.StatusDetail, "after_breaker_open_seconds", "run %d", i)
+		assert.GreaterOrEqual(t, time.Since(started), 4*time.Second, "nobody is asked before the threshold")
+		require.NoError(t, temporalClient.TerminateWorkflow(ctx, id, "", "test: done"))
+	}
+}
+
+// currentDetails is the run's current details, as the UI's User Metadata
+// tab shows them.
+func currentDetails(ctx context.Context, t *testing.T, id string) string {
+	t.Helper()
+	value, err := temporalClient.QueryWorkflow(ctx, id, "", "__temporal_workflow_metadata")
+	require.NoError(t, err)
+	var metadata sdkpb.WorkflowMetadata
+	require.NoError(t, value.Get(&metadata))
+	return metadata.GetCurrentDetails()
+}
+
+func countTool(trace []workflows.TraceEntry, tool string) int {
+	n := 0
+	for _, e := range trace {
+		if e.Kind == "tool" && e.Tool == tool && e.Error == "" {
+			n++
+		}
+	}
+	return n
+}

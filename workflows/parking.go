@@ -35,70 +35,140 @@ type parkedCall struct {
 	escalation string
 }
 
-// waitOutBreaker parks a call that an open breaker refused: it waits on a
-// durable timer until the breaker lets its next probe out (with the jitter
-// the retry hook drew, so that parked calls do not come back together),
-// then sends the call again under its first key, as often as the breaker
-// refuses it, for at most escalate.after_breaker_open_seconds in all and
-// never past what the run's budget can afford. A parked call costs no leaf
-// call and no retry: the breaker's refusal was not a call. It returns the
-// last outcome, and err stays a CircuitOpen denial when the run should ask
-// a human instead of waiting longer.
-func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activities.ToolSpec, call activities.ToolCall,
-	request activities.ToolCallRequest, err error, result *activities.ToolResult) (error, parkedCall) {
-	var parked parkedCall
-	limit := r.spec.breakerOpenEscalation()
-	since := workflow.Now(ctx)
-	request.Key = r.workflowID + "/" + activityID
+// BreakerWait is how long a tool call may wait behind its dependency's open
+// circuit breaker, and who hears of each wait.
+type BreakerWait struct {
+	// Limit bounds the whole wait (escalate.after_breaker_open_seconds in
+	// an agent run); zero means the call does not wait.
+	Limit time.Duration
+	// Affordable, when set, says whether the caller can afford to wait
+	// until back (a run's budget); nil means it can.
+	Affordable func(back time.Time) bool
+	// Parked, when set, is told of each wait (n counts from 1) before it
+	// starts.
+	Parked func(n int, since, back time.Time)
+	// Summary names the wait's timer in the Temporal UI.
+	Summary string
+}
+
+// Why a call stopped waiting behind an open breaker (BreakerOutcome.Stopped).
+const (
+	StoppedNoWait = "no-wait" // BreakerWait.Limit is zero
+	StoppedLimit  = "limit"   // the wait would pass BreakerWait.Limit
+	StoppedBudget = "budget"  // the caller cannot afford it
+)
+
+// BreakerOutcome is how a call's wait behind an open breaker went.
+type BreakerOutcome struct {
+	// LeafCalls are the calls the refused sends made: an attempt refused
+	// at the gate was not one.
+	LeafCalls int
+	// Parks counts the waits.
+	Parks int
+	// Stopped, when the call is still refused, is why it stopped waiting
+	// (Stopped*): the caller should ask a human. Empty otherwise.
+	Stopped string
+	// Since is when the first refusal was seen; Back is when the refused
+	// call would have gone out again, had it waited once more.
+	Since, Back time.Time
+}
+
+// WaitOutBreaker is how every tool call of an agent run meets an open
+// circuit breaker, for workflows that schedule CallTool themselves. err is
+// the outcome of the call's first send. While it is the retry hook's
+// CircuitOpen denial, the call waits on a durable timer until the breaker
+// lets its next probe out (with the jitter the hook drew, so that the calls
+// parked behind one breaker do not come back together) and send(ctx, n)
+// sends it again, the n-th time, under its first idempotency key, writing
+// its outcome into what the returned future's Get fills. It waits at most
+// w.Limit in all, and never past what the caller can afford. A wait costs
+// no leaf call and no retry: the breaker's refusal was not a call. It
+// returns the last send's error.
+func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ctx workflow.Context, n int) workflow.Future, result any) (error, BreakerOutcome) {
+	out := BreakerOutcome{Since: workflow.Now(ctx)}
 	for n := 1; ; n++ {
-		failure, ok := openBreakerRefusal(err)
-		if !ok {
-			if n > 1 {
-				r.setStatus(ctx, ledger.RunRunning, "") // no longer waiting
-			}
-			return err, parked
+		failure, refused := openBreakerRefusal(err)
+		if !refused {
+			return err, out
 		}
-		parked.leafCalls += failure.Attempt
+		out.LeafCalls += failure.Attempt
 		if failure.AtGate {
-			parked.leafCalls--
+			out.LeafCalls--
 		}
-		r.open[call.Name] = true
 		now := workflow.Now(ctx)
 		wait := parkWithoutProbeTime
 		if !failure.RetryAt.IsZero() {
 			wait = max(failure.RetryAt.Sub(now), minimumPark)
 		}
-		back := now.Add(wait)
+		out.Back = now.Add(wait)
 		switch {
-		case limit <= 0:
-			parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", call.Name)
-		case back.Sub(since) > limit:
-			parked.escalation = fmt.Sprintf("The circuit breaker for tool %s has been open for %s, and the call waits at most %s (escalate.after_breaker_open_seconds)",
-				call.Name, now.Sub(since).Round(time.Second), limit)
-		case r.budget.ShouldFinish(back):
-			parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open until %s, and the run's budget cannot afford the wait",
-				call.Name, back.UTC().Format(time.RFC3339))
+		case w.Limit <= 0:
+			out.Stopped = StoppedNoWait
+		case out.Back.Sub(out.Since) > w.Limit:
+			out.Stopped = StoppedLimit
+		case w.Affordable != nil && !w.Affordable(out.Back):
+			out.Stopped = StoppedBudget
 		}
-		if parked.escalation != "" {
-			return err, parked
+		if out.Stopped != "" {
+			return err, out
 		}
-		waiting := fmt.Sprintf("waiting for tool %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
-			call.Name, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
-		r.showProgress(ctx, ledger.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(now, r.openBreakers()))
-		if n == 1 {
-			r.setStatus(ctx, ledger.RunRunning, waiting)
+		if w.Parked != nil {
+			w.Parked(n, out.Since, out.Back)
 		}
-		timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: clip("parked: "+call.Name+"'s breaker is open", 100)})
+		out.Parks++
+		timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: w.Summary})
 		if err := timer.Get(ctx, nil); err != nil {
-			return err, parked // cancelled while parked: nothing was sent
+			return err, out // cancelled while parked: nothing was sent
 		}
+		err = send(ctx, n).Get(ctx, result)
+	}
+}
+
+// waitOutBreaker is WaitOutBreaker for one of the run's tool calls: the
+// wait is bounded by escalate.after_breaker_open_seconds and the run's
+// budget, shows in the UI and the ledger while it lasts, and a call that
+// stops waiting carries why a human is asked.
+func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activities.ToolSpec, call activities.ToolCall,
+	request activities.ToolCallRequest, err error, result *activities.ToolResult) (error, parkedCall) {
+	request.Key = r.workflowID + "/" + activityID
+	r.open[call.Name] = true
+	limit := r.spec.breakerOpenEscalation()
+	err, out := WaitOutBreaker(ctx, err, BreakerWait{
+		Limit:      limit,
+		Affordable: func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
+		Summary:    clip("parked: "+call.Name+"'s breaker is open", 100),
+		Parked: func(n int, since, back time.Time) {
+			waiting := fmt.Sprintf("waiting for tool %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
+				call.Name, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
+			r.showProgress(ctx, ledger.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+			if n == 1 {
+				r.setStatus(ctx, ledger.RunRunning, waiting)
+			}
+		},
+	}, func(ctx workflow.Context, n int) workflow.Future {
 		again := fmt.Sprintf("%s/after-breaker-%d", activityID, n)
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
 		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, again, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
 		actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(tool.Timeout()))
 		*result = activities.ToolResult{}
-		err = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request).Get(ctx, result)
+		return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
+	}, result)
+	parked := parkedCall{leafCalls: out.LeafCalls}
+	switch out.Stopped {
+	case StoppedNoWait:
+		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", call.Name)
+	case StoppedLimit:
+		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s has been open for %s, and the call waits at most %s (escalate.after_breaker_open_seconds)",
+			call.Name, workflow.Now(ctx).Sub(out.Since).Round(time.Second), limit)
+	case StoppedBudget:
+		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open until %s, and the run's budget cannot afford the wait",
+			call.Name, out.Back.UTC().Format(time.RFC3339))
+	default:
+		if out.Parks > 0 && !temporal.IsCanceledError(err) {
+			r.setStatus(ctx, ledger.RunRunning, "") // no longer waiting
+		}
 	}
+	return err, parked
 }
 
 // openBreakerRefusal is the retry hook's CircuitOpen denial in err, when

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -17,16 +18,19 @@ var runStatuses = []string{
 // read from the ledger so that every worker reports the same numbers and
 // they survive restarts.
 type FleetFigures struct {
-	// LeafCalls counts every attempt that left a process (leaf_calls rows).
+	// LeafCalls counts every attempt that left a process (leaf_calls rows,
+	// pruned ones included: it is a counter).
 	LeafCalls int64
-	// LogicalCalls counts the distinct (workflow_id, activity_id) pairs
-	// among them: the calls the workflows asked for, retries not counted.
+	// LogicalCalls counts their first attempts: the calls the workflows
+	// asked for, retries not counted.
 	LogicalCalls int64
-	// RunsByStatus holds every status a run can have (zero included) and any
-	// other status found in the table.
+	// RunsByStatus holds how many runs are in each status now: every status
+	// a run can have (zero included) and any other found. Pruned runs are
+	// gone from it.
 	RunsByStatus map[string]int64
 	// USDSpent and TokensSpent are summed over finished runs (finished_at
-	// set); a running run's spend is not written until it ends.
+	// set), pruned ones included; a running run's spend is not written
+	// until it ends.
 	USDSpent    float64
 	TokensSpent int64
 	// Buckets and Breakers are every retry bucket and circuit breaker row,
@@ -58,45 +62,47 @@ type BreakerFigure struct {
 	State      string
 }
 
-// FleetFigures reads every figure in one round trip (a batch of four
-// read-only queries). It writes nothing: a bucket's level is computed, not
-// settled.
+// FleetFigures reads every figure in one round trip (a batch of three
+// read-only queries). The counts come from fleet_counters, which triggers
+// keep as leaf calls and runs are written (migration 00013), so a scrape
+// reads a few rows however large the ledger is. It writes nothing: a
+// bucket's level is computed, not settled.
 func (s *Store) FleetFigures(ctx context.Context) (FleetFigures, error) {
 	batch := &pgx.Batch{}
-	batch.Queue(`
-		SELECT (SELECT count(*) FROM leaf_calls),
-		       (SELECT count(*) FROM (SELECT DISTINCT workflow_id, activity_id FROM leaf_calls) AS logical),
-		       coalesce(sum(usd_spent), 0)::float8,
-		       coalesce(sum(tokens_used), 0)::bigint
-		FROM runs WHERE finished_at IS NOT NULL`)
-	batch.Queue(`SELECT status, count(*) FROM runs GROUP BY status`)
+	batch.Queue(`SELECT name, sum(value)::float8 FROM fleet_counters GROUP BY name`)
 	batch.Queue(`SELECT name, coalesce(agentsaga_bucket_level(name), 0), capacity FROM retry_buckets ORDER BY name`)
 	batch.Queue(`SELECT dependency, state FROM circuit_breakers ORDER BY dependency`)
 	results := s.pool.SendBatch(ctx, batch)
 	defer results.Close()
 
-	var f FleetFigures
-	if err := results.QueryRow().Scan(&f.LeafCalls, &f.LogicalCalls, &f.USDSpent, &f.TokensSpent); err != nil {
-		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: calls and spend: %w", err)
-	}
-
-	f.RunsByStatus = make(map[string]int64, len(runStatuses))
+	f := FleetFigures{RunsByStatus: make(map[string]int64, len(runStatuses))}
 	for _, status := range runStatuses {
 		f.RunsByStatus[status] = 0
 	}
 	rows, err := results.Query()
 	if err != nil {
-		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: runs by status: %w", err)
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: counters: %w", err)
 	}
 	var (
-		status string
-		count  int64
+		name  string
+		value float64
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&status, &count}, func() error {
-		f.RunsByStatus[status] = count
+	if _, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error {
+		switch {
+		case name == "leaf_calls":
+			f.LeafCalls = int64(value)
+		case name == "logical_calls":
+			f.LogicalCalls = int64(value)
+		case name == "usd_spent":
+			f.USDSpent = value
+		case name == "tokens_spent":
+			f.TokensSpent = int64(value)
+		case strings.HasPrefix(name, "runs:"):
+			f.RunsByStatus[strings.TrimPrefix(name, "runs:")] = int64(value)
+		}
 		return nil
 	}); err != nil {
-		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: runs by status: %w", err)
+		return FleetFigures{}, fmt.Errorf("ledger: fleet figures: counters: %w", err)
 	}
 
 	rows, err = results.Query()

@@ -1,0 +1,64 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// The fleet figures are counters kept by triggers as rows are written: a
+// scrape agrees with counting the tables whole, leaf calls and spend stay
+// counted after their rows are pruned, and a run's status moves between
+// the gauges as it changes.
+func TestFleetFiguresAreKeptAsRowsChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	pool := store.Pool()
+	for i := range 3 {
+		_, err := pool.Exec(ctx, `INSERT INTO runs (workflow_id, run_id, goal, spec) VALUES ($1, 'r', 'g', '{}')`, fmt.Sprintf("wf-%d", i))
+		require.NoError(t, err)
+	}
+	// Two logical calls, one of them retried twice; one statement inserts
+	// two rows, as a batch would.
+	_, err := pool.Exec(ctx, `INSERT INTO leaf_calls (workflow_id, activity_id, idempotency_key, attempt, kind, target)
+		VALUES ('wf-0', 'a', 'wf-0/a', 1, 'tool', 't'), ('wf-0', 'a', 'wf-0/a', 2, 'tool', 't')`)
+	require.NoError(t, err)
+	for attempt, activity := range []string{"b", "a"} {
+		_, err := pool.Exec(ctx, `INSERT INTO leaf_calls (workflow_id, activity_id, idempotency_key, attempt, kind, target)
+			VALUES ('wf-1', $1, 'wf-1/' || $1, $2, 'model', 'm')`, activity, attempt+1)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `UPDATE runs SET status = 'completed', finished_at = clock_timestamp(), usd_spent = 0.25, tokens_used = 100 WHERE workflow_id = 'wf-0'`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE runs SET status = 'escalated' WHERE workflow_id = 'wf-2'`)
+	require.NoError(t, err)
+
+	figures, err := store.FleetFigures(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), figures.LeafCalls)
+	assert.Equal(t, int64(2), figures.LogicalCalls, "first attempts: wf-0/a and wf-1/b")
+	assert.InDelta(t, 0.25, figures.USDSpent, 1e-9)
+	assert.Equal(t, int64(100), figures.TokensSpent)
+	assert.Equal(t, int64(1), figures.RunsByStatus[ledger.RunRunning])
+	assert.Equal(t, int64(1), figures.RunsByStatus[ledger.RunCompleted])
+	assert.Equal(t, int64(1), figures.RunsByStatus[ledger.RunEscalated])
+	assert.Equal(t, int64(0), figures.RunsByStatus[ledger.RunFailed], "every status is reported")
+
+	// Pruning a finished run lowers its gauge, not the counters.
+	_, err = pool.Exec(ctx, `DELETE FROM leaf_calls WHERE workflow_id = 'wf-0'`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `DELETE FROM runs WHERE workflow_id = 'wf-0'`)
+	require.NoError(t, err)
+	figures, err = store.FleetFigures(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), figures.LeafCalls)
+	assert.InDelta(t, 0.25, figures.USDSpent, 1e-9)
+	assert.Equal(t, int64(0), figures.RunsByStatus[ledger.RunCompleted])
+}

@@ -63,13 +63,14 @@ type BreakerFigure struct {
 }
 
 // FleetFigures reads every figure in one round trip (a batch of three
-// read-only queries). The counts come from fleet_counters, which triggers
-// keep as leaf calls and runs are written (migration 00013), so a scrape
-// reads a few rows however large the ledger is. It writes nothing: a
-// bucket's level is computed, not settled.
+// queries). The counts come from fleet_counters, which triggers keep as
+// leaf calls and runs are written (migration 00013), so a scrape reads a
+// few rows however large the ledger is. Its one write folds the deltas the
+// triggers appended since the last scrape; a bucket's level is computed,
+// not settled.
 func (s *Store) FleetFigures(ctx context.Context) (FleetFigures, error) {
 	batch := &pgx.Batch{}
-	batch.Queue(`SELECT name, sum(value)::float8 FROM fleet_counters GROUP BY name`)
+	batch.Queue(`SELECT name, value FROM agentsaga_fleet_counters()`)
 	batch.Queue(`SELECT name, coalesce(agentsaga_bucket_level(name), 0), capacity FROM retry_buckets ORDER BY name`)
 	batch.Queue(`SELECT dependency, state FROM circuit_breakers ORDER BY dependency`)
 	results := s.pool.SendBatch(ctx, batch)

@@ -3,8 +3,10 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -61,4 +63,54 @@ func TestFleetFiguresAreKeptAsRowsChange(t *testing.T) {
 	assert.Equal(t, int64(4), figures.LeafCalls)
 	assert.InDelta(t, 0.25, figures.USDSpent, 1e-9)
 	assert.Equal(t, int64(0), figures.RunsByStatus[ledger.RunCompleted])
+}
+
+// Concurrent transactions that each write several leaf calls, in separate
+// statements, never wait on one another for the counters (the triggers only
+// append), and every call is counted once, however many scrapes fold the
+// deltas meanwhile.
+func TestFleetCountersUnderConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	pool := store.Pool()
+	const writers, transactions, perTransaction = 8, 20, 3
+	var wg sync.WaitGroup
+	errs := make(chan error, writers+1)
+	for w := range writers {
+		wg.Go(func() {
+			for n := range transactions {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					for c := range perTransaction {
+						if _, err := tx.Exec(ctx, `INSERT INTO leaf_calls (workflow_id, activity_id, idempotency_key, attempt, kind, target)
+							VALUES ($1, $2, $1 || '/' || $2, 1, 'tool', 't')`, fmt.Sprintf("wf-%d", w), fmt.Sprintf("a-%d-%d", n, c)); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			if _, err := store.FleetFigures(ctx); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	figures, err := store.FleetFigures(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(writers*transactions*perTransaction), figures.LeafCalls)
+	assert.Equal(t, int64(writers*transactions*perTransaction), figures.LogicalCalls)
 }

@@ -22,18 +22,22 @@ import (
 )
 
 // A call refused by an open breaker says when it may go out again: the
-// breaker's next probe, plus a jitter of at most half the cooldown.
+// release slot the gate handed it, as it is. The gate's slots already
+// spread the parked calls one per release interval; a jitter on top would
+// bunch some of them together again. It also says since when the outage
+// has kept the breaker open, which is what the run's wait is measured by.
 func TestOpenBreakerSaysWhenToComeBack(t *testing.T) {
 	t.Parallel()
-	probeAt := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
-	store := &fakeRetryStore{breaker: budget.BreakerOpen, retryAt: probeAt}
+	slot := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
+	opened := slot.Add(-40 * time.Second)
+	store := &fakeRetryStore{breaker: budget.BreakerOpen, retryAt: slot, openSince: opened}
 	for _, random := range []float64{0, 0.5, 0.999} {
 		failure := callThroughHook(t, store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker,
 			Random: func() float64 { return random }}, "http://127.0.0.1:1/never")
 		assert.Equal(t, budget.DenyCircuitOpen, failure.Denial)
 		assert.True(t, failure.AtGate, "the refused attempt was not made")
-		jitter := time.Duration(random * float64(budget.DefaultBreaker.Cooldown/2))
-		assert.WithinDuration(t, probeAt.Add(jitter), failure.RetryAt, time.Millisecond, "random %v", random)
+		assert.WithinDuration(t, slot, failure.RetryAt, time.Millisecond, "random %v", random)
+		assert.WithinDuration(t, opened, failure.OpenSince, time.Millisecond)
 	}
 }
 

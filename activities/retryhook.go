@@ -48,14 +48,18 @@ type CallFailure struct {
 	Attempt int    `json:"attempt"`
 	Denial  string `json:"denial,omitempty"`
 	// RetryAt, on a budget.DenyCircuitOpen denial, is when the call may go
-	// out again: the breaker's next probe (at most a cooldown away, when a
-	// retry was refused because the breaker had just opened), plus a jitter
-	// of up to half the cooldown, so that the calls parked behind one
-	// breaker do not all come back at once.
+	// out again. Refused at the gate, it is the release slot the gate
+	// handed this call (ledger.Gate.RetryAt): the parked calls come back
+	// one per budget.BreakerConfig.ReleaseInterval, not in one wave. A
+	// retry refused because the breaker had just opened comes back a
+	// cooldown later, jittered by up to half of it, and takes a slot then.
 	RetryAt time.Time `json:"retry_at,omitzero"`
 	// AtGate is set when the breaker refused this attempt before it was
 	// made: the call made Attempt-1 leaf calls, not Attempt.
 	AtGate bool `json:"at_gate,omitempty"`
+	// OpenSince, on a refusal at the gate, is when this outage opened the
+	// breaker (ledger.Gate.OpenSince); zero when the hook could not tell.
+	OpenSince time.Time `json:"open_since,omitzero"`
 }
 
 // RetryStore is the shared state the hook pays with: the ledger in
@@ -149,9 +153,12 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	if gate.State == budget.BreakerOpen {
 		h.observe(plan, budget.DenyCircuitOpen)
 		// The call was not made: as expected as the failures that opened it.
+		// Its release slot is its own (the gate hands out one per refusal),
+		// so it needs no jitter: the slots already spread the calls parked
+		// behind this breaker.
 		f := failure{attempt: attempt, errType: budget.DenyCircuitOpen, benign: true, atGate: true,
 			message: fmt.Sprintf("circuit breaker for %s is open; the call was not made", plan.Dependency),
-			retryAt: gate.RetryAt.Add(h.releaseJitter())}
+			retryAt: gate.RetryAt, openSince: gate.OpenSince}
 		return nil, i.deny(ctx, f, budget.DenyCircuitOpen)
 	}
 	probe := gate.State == ledger.BreakerProbe
@@ -241,6 +248,7 @@ type failure struct {
 	payErr    error
 	denial    string    // the budget that refused a retry: the error's type
 	retryAt   time.Time // when a call refused by an open breaker may go out
+	openSince time.Time // when the outage opened the breaker that refused it
 	atGate    bool      // the breaker refused the attempt before it was made
 }
 
@@ -248,7 +256,7 @@ type failure struct {
 // in its details and benign when the failure was expected.
 func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.ApplicationErrorOptions) error {
 	i.report(ctx, f)
-	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate}}
+	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate, OpenSince: f.openSince}}
 	if f.benign {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
 	}
@@ -374,9 +382,9 @@ func (h *RetryHook) observe(plan RetryPlan, decision string) {
 	}
 }
 
-// releaseJitter spreads the calls parked behind one breaker over half its
-// cooldown after the probe, so that a closing breaker does not release
-// them in one wave.
+// releaseJitter spreads the retries an opening breaker refused (the calls
+// that were in flight when it opened) over half its cooldown after the
+// probe; at the gate they take release slots like every parked call.
 func (h *RetryHook) releaseJitter() time.Duration {
 	return time.Duration(h.cfg.Random() * float64(h.cfg.Breaker.Cooldown/2))
 }

@@ -28,6 +28,7 @@ import (
 type fakeRetryStore struct {
 	breaker   string
 	retryAt   time.Time // the open breaker's next probe
+	openSince time.Time // when the outage opened it
 	gates     atomic.Int32
 	decision  string
 	err       error
@@ -48,7 +49,7 @@ func (f *fakeRetryStore) BreakerGate(context.Context, string, budget.BreakerConf
 	f.gates.Add(1)
 	gate := ledger.Gate{State: f.breaker}
 	if f.breaker == budget.BreakerOpen {
-		gate.RetryAt = f.retryAt
+		gate.RetryAt, gate.OpenSince = f.retryAt, f.openSince
 	}
 	return gate, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -50,11 +51,14 @@ func Amplification(ctx context.Context, c client.Client, databaseURL string, cfg
 		target float64
 		run    func(ctx context.Context, url, queue string) error
 	}{
-		{"agentsaga (shared bucket, run ratio)", 1.2 + float64(floor)/float64(cfg.Calls), func(ctx context.Context, url, queue string) error {
-			return runAgents(ctx, c, databaseURL, cfg, url, queue, false)
+		{"agentsaga (breakers and parking, shared bucket, run ratio)", BreakerAmplificationTarget, func(ctx context.Context, url, queue string) error {
+			return runAgents(ctx, c, databaseURL, cfg, url, queue, agentOptions{breakers: true})
 		}},
-		{"per-worker buckets, not shared", 0, func(ctx context.Context, url, queue string) error {
-			return runAgents(ctx, c, databaseURL, cfg, url, queue, true)
+		{"budgets alone (agentsaga, breakers off: shared bucket, run ratio)", 1.2 + float64(floor)/float64(cfg.Calls), func(ctx context.Context, url, queue string) error {
+			return runAgents(ctx, c, databaseURL, cfg, url, queue, agentOptions{})
+		}},
+		{"per-worker buckets, no breakers (not shared)", 0, func(ctx context.Context, url, queue string) error {
+			return runAgents(ctx, c, databaseURL, cfg, url, queue, agentOptions{perWorker: true})
 		}},
 		{"stacked layers (SDK 2 x wrapper 3 x step 3)", 0, func(ctx context.Context, url, queue string) error {
 			return runBaselines(ctx, c, cfg, queue, BaselineInput{URL: url, Calls: cfg.Calls, ClientRetries: 1, WrapperRetries: 2, MaxAttempts: 3, ScheduleToClose: time.Minute})
@@ -83,43 +87,83 @@ func Amplification(ctx context.Context, c client.Client, databaseURL string, cfg
 	return rows, nil
 }
 
-// runAgents runs cfg.Runs agentsaga runs on cfg.Workers workers; with
-// perWorker, each worker pays from a bucket of its own.
-func runAgents(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig, url, queue string, perWorker bool) error {
-	return runAgentsInto(ctx, c, databaseURL, cfg, url, queue, perWorker, func(int, client.WorkflowRun) error { return nil })
+// BreakerAmplificationTarget is the amplification agentsaga promises under
+// a 100% outage with its breakers on: the breaker opens after its threshold
+// of failures fleet-wide, and every call after that is parked at its gate
+// without a request, so the requests are the first attempts, the few
+// retries granted before it opened, and one probe per cooldown.
+const BreakerAmplificationTarget = 1.1
+
+// BreakerOpenEscalation is escalate.after_breaker_open_seconds in the
+// amplification runs with breakers on: their calls wait behind the open
+// breaker, and at the first refusal after it has been open that long the
+// runs escalate; the harness, which has no human, lets their deadline
+// (breakerRunSeconds) end them.
+const BreakerOpenEscalation = 10
+
+// breakerRunSeconds is the deadline of those runs. It leaves room for the
+// parked calls' release slots (the queue of all the scenario's calls, one
+// slot per release interval) before the graceful finish is due (finish_at,
+// written into the spec), so that a run can afford to wait for its slot
+// and is escalated for the outage, not for its budget.
+func breakerRunSeconds(calls int, finishAt float64) int {
+	queue := float64(calls) * budget.DefaultBreaker.ReleaseInterval().Seconds()
+	return int(math.Ceil((BreakerOpenEscalation+queue)/(1-finishAt))) + 5
 }
 
-func runAgentsInto(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig, url, queue string, perWorker bool,
+// agentOptions says how the agentsaga runs of a scenario are set up.
+type agentOptions struct {
+	// breakers on: the default breaker, and the runs park behind it (for
+	// BreakerOpenEscalation seconds). Off: a threshold no outage reaches,
+	// so that the figure measures the retry budgets alone.
+	breakers bool
+	// perWorker gives each worker a bucket of its own.
+	perWorker bool
+}
+
+// runAgents runs cfg.Runs agentsaga runs on cfg.Workers workers.
+func runAgents(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig, url, queue string, opts agentOptions) error {
+	return runAgentsInto(ctx, c, databaseURL, cfg, url, queue, opts, func(int, client.WorkflowRun) error { return nil })
+}
+
+func runAgentsInto(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig, url, queue string, opts agentOptions,
 	collect func(int, client.WorkflowRun) error) error {
+	// The tool's name is the breaker's (tool:NAME), which lives in the
+	// ledger: one of its own keeps a breaker an earlier row opened from
+	// refusing this row's calls.
+	tool := "down_" + nonce()
 	var calls []string
 	for i := range cfg.Calls {
-		calls = append(calls, fmt.Sprintf("{name: down, arguments: {n: %d}}", i))
+		calls = append(calls, fmt.Sprintf("{name: %s, arguments: {n: %d}}", tool, i))
+	}
+	budgetLine, breaker := "budget: {steps: 4, seconds: 120}", budget.BreakerConfig{Threshold: 1 << 30, Window: time.Minute, Cooldown: time.Minute}
+	if opts.breakers {
+		const finishAt = 0.2
+		budgetLine = fmt.Sprintf("budget: {steps: 4, seconds: %d}\nfinish_at: %g\nescalate: {after_breaker_open_seconds: %d}",
+			breakerRunSeconds(cfg.Runs*cfg.Calls, finishAt), finishAt, BreakerOpenEscalation)
+		breaker = budget.BreakerConfig{} // the worker's default
 	}
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
 goal: call the downstream service
-budget: {steps: 4, seconds: 120}
+%s
 model:
   provider: scripted
   script:
     - tool_calls: [%s]
     - content: the service is down
 tools:
-  - {name: down, kind: http, url: %q}
-`, strings.Join(calls, ", "), url)))
+  - {name: %s, kind: http, url: %q}
+`, budgetLine, strings.Join(calls, ", "), tool, url)))
 	if err != nil {
 		return err
 	}
 	bucket := "bench-" + nonce()
 	stop, err := startWorkers(ctx, cfg.Workers, func(i int, store *ledger.Store) (sdkworker.Worker, error) {
-		// The breakers are off here (a threshold no outage reaches), so the
-		// figure measures the retry budgets alone; an open breaker would
-		// also escalate the runs to a human.
-		opts := worker.Options{TaskQueue: queue, Bucket: bucket,
-			Breaker: budget.BreakerConfig{Threshold: 1 << 30, Window: time.Minute, Cooldown: time.Minute}}
-		if perWorker {
-			opts.Bucket = fmt.Sprintf("%s-worker-%d", bucket, i)
+		wopts := worker.Options{TaskQueue: queue, Bucket: bucket, Breaker: breaker}
+		if opts.perWorker {
+			wopts.Bucket = fmt.Sprintf("%s-worker-%d", bucket, i)
 		}
-		return worker.New(ctx, c, store, opts)
+		return worker.New(ctx, c, store, wopts)
 	}, databaseURL)
 	if err != nil {
 		return err

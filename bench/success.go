@@ -27,8 +27,9 @@ type SuccessRow struct {
 	Requests int     `json:"requests"`
 }
 
-// successTargets are the targets in DESIGN.md.
-var successTargets = map[float64]float64{0.05: 0.999, 0.20: 0.985}
+// successTargets are the targets in DESIGN.md, with p = 20% raised from
+// 98.5% to issue 15's 99.0% (the ideal 1-p^3 is 99.2%).
+var successTargets = map[float64]float64{0.05: 0.999, 0.20: 0.990}
 
 // Success runs every contender against independent failures at each rate,
 // with 3 attempts per call, and reports the share of logical calls that
@@ -45,7 +46,7 @@ func Success(ctx context.Context, c client.Client, databaseURL string, cfg Ampli
 		}
 		var mu sync.Mutex
 		succeeded := 0
-		err = runAgentsInto(ctx, c, databaseURL, cfg, down.URL(), fmt.Sprintf("bench-success-a-%s", nonce()), false,
+		err = runAgentsInto(ctx, c, databaseURL, cfg, down.URL(), fmt.Sprintf("bench-success-a-%s", nonce()), agentOptions{},
 			func(_ int, run client.WorkflowRun) error {
 				var result workflows.RunResult
 				if err := run.Get(ctx, &result); err != nil {

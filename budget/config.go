@@ -29,8 +29,14 @@ type BucketConfig struct {
 }
 
 // DefaultBucket admits bursts of 40 retries and then one retry per second,
-// plus one for every ten successes, fleet-wide.
-var DefaultBucket = BucketConfig{Capacity: 40, RefillPerSecond: 1, SuccessBonus: 0.1}
+// plus one for every five successes, fleet-wide. The bonus is the fleet's
+// share of retries under partial failure, and it matches a run's own ratio
+// (0.2, RetryPolicy): at one for every ten, a fleet at 20% independent
+// failure, which needs 0.24 retries a call, ran the bucket dry in `agentsaga
+// bench success` and lost calls its runs' budgets would have retried. An
+// outage is bounded as before: it has no successes, so the bonus adds
+// nothing to the burst and the refill, and the breaker parks the calls.
+var DefaultBucket = BucketConfig{Capacity: 40, RefillPerSecond: 1, SuccessBonus: 0.2}
 
 // Validate rejects a bucket that could never grant a retry, or negative
 // numbers.
@@ -62,6 +68,17 @@ type BreakerConfig struct {
 // benchmark showed a 15 s cooldown leaving it dark for 10 s after a 6 s
 // outage); a probe every 5 s is no load on a dependency that is down.
 var DefaultBreaker = BreakerConfig{Threshold: 10, Window: 30 * time.Second, Cooldown: 5 * time.Second}
+
+// ReleaseInterval is the time between two of the calls an open breaker
+// parked coming back, at its gate: a threshold's worth per cooldown (500 ms
+// for DefaultBreaker). Were the dependency still failing when its probe
+// passed, the released calls would re-open the breaker in one cooldown, no
+// sooner than its own failures opened it; and a dependency just back from an
+// outage meets its backlog spread out, beside the calls that keep coming,
+// rather than in one wave that knocks it over again.
+func (c BreakerConfig) ReleaseInterval() time.Duration {
+	return c.Cooldown / time.Duration(max(c.Threshold, 1))
+}
 
 // Validate rejects a breaker that could not work.
 func (c BreakerConfig) Validate() error {

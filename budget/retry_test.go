@@ -16,12 +16,12 @@ import (
 
 func TestRetryPolicyWithDefaults(t *testing.T) {
 	assert.Equal(t, budget.RetryPolicy{
-		MaxAttempts: 3, ToolRetryCap: 6, Ratio: 0.2, Floor: 5, BackoffBaseSeconds: 0.5, BackoffCapSeconds: 8,
+		MaxAttempts: 3, ToolRetryCap: 10, Ratio: 0.2, Floor: 10, BackoffBaseSeconds: 0.5, BackoffCapSeconds: 8,
 	}, budget.RetryPolicy{}.WithDefaults())
 
-	written := budget.RetryPolicy{MaxAttempts: 5, Floor: 10, BackoffCapSeconds: 2}
+	written := budget.RetryPolicy{MaxAttempts: 5, Floor: 4, BackoffCapSeconds: 2}
 	assert.Equal(t, budget.RetryPolicy{
-		MaxAttempts: 5, ToolRetryCap: 6, Ratio: 0.2, Floor: 10, BackoffBaseSeconds: 0.5, BackoffCapSeconds: 2,
+		MaxAttempts: 5, ToolRetryCap: 10, Ratio: 0.2, Floor: 4, BackoffBaseSeconds: 0.5, BackoffCapSeconds: 2,
 	}, written.WithDefaults(), "written fields are kept")
 }
 
@@ -63,7 +63,7 @@ func TestRetryPolicyToolCap(t *testing.T) {
 	p := budget.RetryPolicy{ToolRetryCaps: map[string]int{"search": 2, "charge": 0}}
 	assert.Equal(t, 2, p.ToolCap("search"))
 	assert.Equal(t, 0, p.ToolCap("charge"), "a listed 0 is a cap of 0, not the default")
-	assert.Equal(t, 6, p.ToolCap("lookup"), "unlisted tools get the default cap")
+	assert.Equal(t, 10, p.ToolCap("lookup"), "unlisted tools get the default cap")
 	assert.Equal(t, 4, budget.RetryPolicy{ToolRetryCap: 4}.ToolCap("lookup"))
 }
 
@@ -72,7 +72,7 @@ func TestRetryPolicyRunAllowance(t *testing.T) {
 	for _, tc := range []struct {
 		calls int
 		want  float64
-	}{{0, 5}, {1, 5}, {25, 5}, {26, 5.2}, {100, 20}} {
+	}{{0, 10}, {1, 10}, {50, 10}, {51, 10.2}, {100, 20}} {
 		assert.InDelta(t, tc.want, p.RunAllowance(tc.calls), 1e-9, "calls %d", tc.calls)
 	}
 	assert.InDelta(t, 5.0, budget.RetryPolicy{Ratio: 0.5, Floor: 1}.RunAllowance(10), 1e-9)

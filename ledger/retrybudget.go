@@ -152,26 +152,37 @@ type Gate struct {
 	// State is budget.BreakerClosed, BreakerProbe (this call is the one
 	// probe; report it with probe true) or budget.BreakerOpen.
 	State string
-	// RetryAt, when the breaker is open, is when it may let a probe out:
-	// the end of its cooldown, or soon after, while another call's probe
-	// is in flight. A call refused at the gate is parked until then.
+	// RetryAt, when the breaker is open, is the refused call's own release
+	// slot: the breaker's next probe (the end of its cooldown, or soon
+	// after, while another call's probe is in flight), or the slot after
+	// the last one handed out, whichever is later; slots are
+	// cfg.ReleaseInterval() apart. A call refused at the gate is parked
+	// until then.
 	RetryAt time.Time
+	// OpenSince, when the breaker is open, is when this outage opened it
+	// (failed probes do not move it): the outage, not a long queue of
+	// slots, is what escalate.after_breaker_open_seconds measures.
+	OpenSince time.Time
 }
 
 // BreakerGate asks the dependency's breaker whether a call may go out, in
-// one statement that reads a closed breaker without a lock.
+// one statement that reads a closed breaker without a lock, and hands a
+// refused call its release slot (see migration 00012).
 func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
 	var gate Gate
-	var retryAt *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at FROM agentsaga_breaker_gate($1, $2)`,
-		dependency, float64(cfg.Cooldown.Microseconds())/1000).Scan(&gate.State, &retryAt); err != nil {
+	var retryAt, openSince *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since FROM agentsaga_breaker_gate($1, $2, $3)`,
+		dependency, float64(cfg.Cooldown.Microseconds())/1000, float64(cfg.ReleaseInterval().Microseconds())/1000).Scan(&gate.State, &retryAt, &openSince); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
 	if retryAt != nil {
 		gate.RetryAt = *retryAt
+	}
+	if openSince != nil {
+		gate.OpenSince = *openSince
 	}
 	return gate, nil
 }

@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -371,8 +373,11 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	gate, err = store.BreakerGate(ctx, "openai", cfg)
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, gate.State, "the probe is in flight")
-	assert.WithinDuration(t, time.Now().Add(time.Second), gate.RetryAt, 500*time.Millisecond,
-		"while the probe is out, a parked call looks again within a second, not a cooldown later")
+	// While the probe is out, the first parked call looks again within a
+	// second, not a cooldown later; the 19 refused beside the probe took
+	// the slots before this one.
+	assert.WithinDuration(t, time.Now().Add(time.Second+19*cfg.ReleaseInterval()), gate.RetryAt, time.Second,
+		"the call refused after 19 others takes the slot after theirs")
 	open, err = store.OpenBreakers(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"openai"}, open, "half-open counts as open")
@@ -430,6 +435,84 @@ func concurrentAllows(t *testing.T, store *ledger.Store, dependency string, cfg 
 		counts[states[i]]++
 	}
 	return counts
+}
+
+// The calls an open breaker refuses form a queue: each takes its own
+// release slot, the first at the breaker's next probe and each later one a
+// release interval after the last, however many ask at once. A queue that
+// has drained does not delay the next outage's calls.
+func TestOpenBreakerHandsOutReleaseSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	cfg := budget.BreakerConfig{Threshold: 10, Window: time.Minute, Cooldown: time.Second}
+	interval := cfg.ReleaseInterval()
+	require.Equal(t, 100*time.Millisecond, interval, "a threshold's worth of calls per cooldown")
+	open := func() time.Time {
+		t.Helper()
+		for range cfg.Threshold {
+			_, err := store.BreakerRecord(ctx, "crm", false, false, cfg)
+			require.NoError(t, err)
+		}
+		return time.Now()
+	}
+	opened := open()
+
+	const parked = 12
+	slots := make([]time.Time, parked)
+	errs := make([]error, parked)
+	var wg sync.WaitGroup
+	for i := range parked {
+		wg.Go(func() {
+			var gate ledger.Gate
+			gate, errs[i] = store.BreakerGate(context.Background(), "crm", cfg)
+			if errs[i] == nil && gate.State != budget.BreakerOpen {
+				errs[i] = fmt.Errorf("call %d: the open breaker answered %s", i, gate.State)
+			}
+			slots[i] = gate.RetryAt
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	assert.WithinDuration(t, opened.Add(cfg.Cooldown), slots[0], 500*time.Millisecond, "the first slot is the next probe")
+	for i := 1; i < parked; i++ {
+		assert.Equal(t, interval, slots[i].Sub(slots[i-1]), "slot %d is one interval after slot %d", i, i-1)
+	}
+	first, err := store.BreakerGate(ctx, "crm", cfg)
+	require.NoError(t, err)
+	assert.WithinDuration(t, opened, first.OpenSince, 500*time.Millisecond, "a refusal says since when the outage has kept it open")
+
+	// The probe fails: open for another cooldown, in the same outage.
+	time.Sleep(time.Until(first.RetryAt) + 50*time.Millisecond)
+	state, err := stateOf(store.BreakerGate(ctx, "crm", cfg))
+	require.NoError(t, err)
+	require.Equal(t, ledger.BreakerProbe, state)
+	state, err = store.BreakerRecord(ctx, "crm", false, true, cfg)
+	require.NoError(t, err)
+	require.Equal(t, budget.BreakerOpen, state)
+	gate, err := store.BreakerGate(ctx, "crm", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, first.OpenSince, gate.OpenSince, "a failed probe does not start a new outage")
+
+	// The next probe passes and closes the breaker; the queue has drained.
+	// The next outage's first call gets the next probe, not a slot behind
+	// the old queue, and its own start.
+	time.Sleep(time.Until(gate.RetryAt) + 50*time.Millisecond)
+	state, err = stateOf(store.BreakerGate(ctx, "crm", cfg))
+	require.NoError(t, err)
+	require.Equal(t, ledger.BreakerProbe, state)
+	state, err = store.BreakerRecord(ctx, "crm", true, true, cfg)
+	require.NoError(t, err)
+	require.Equal(t, budget.BreakerClosed, state)
+	opened = open()
+	gate, err = store.BreakerGate(ctx, "crm", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, budget.BreakerOpen, gate.State)
+	assert.WithinDuration(t, opened.Add(cfg.Cooldown), gate.RetryAt, 500*time.Millisecond, "a drained queue delays no one")
+	assert.WithinDuration(t, opened, gate.OpenSince, 500*time.Millisecond, "a new outage starts its own clock")
 }
 
 func TestBreakerWindowAndLostProbe(t *testing.T) {

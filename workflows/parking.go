@@ -71,6 +71,9 @@ type BreakerOutcome struct {
 	// Since is when the first refusal was seen; Back is when the refused
 	// call would have gone out again, had it waited once more.
 	Since, Back time.Time
+	// OpenSince, when the last refusal said so, is when the outage opened
+	// the breaker; zero from a hook that does not say.
+	OpenSince time.Time
 }
 
 // WaitOutBreaker is how every tool call of an agent run meets an open
@@ -80,10 +83,14 @@ type BreakerOutcome struct {
 // lets its next probe out (with the jitter the hook drew, so that the calls
 // parked behind one breaker do not come back together) and send(ctx, n)
 // sends it again, the n-th time, under its first idempotency key, writing
-// its outcome into what the returned future's Get fills. It waits at most
-// w.Limit in all, and never past what the caller can afford. A wait costs
-// no leaf call and no retry: the breaker's refusal was not a call. It
-// returns the last send's error.
+// its outcome into what the returned future's Get fills. It stops waiting
+// once the breaker has been open for more than w.Limit (when the refusal
+// says since when: the breaker hands out release slots, and a call at the
+// end of a long queue waits past w.Limit for its slot after a short
+// outage), or once its own wait would pass w.Limit (when it does not say),
+// and never waits past what the caller can afford. A wait costs no leaf
+// call and no retry: the breaker's refusal was not a call. It returns the
+// last send's error.
 func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ctx workflow.Context, n int) workflow.Future, result any) (error, BreakerOutcome) {
 	out := BreakerOutcome{Since: workflow.Now(ctx)}
 	for n := 1; ; n++ {
@@ -101,10 +108,15 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 			wait = max(failure.RetryAt.Sub(now), minimumPark)
 		}
 		out.Back = now.Add(wait)
+		out.OpenSince = failure.OpenSince
 		switch {
 		case w.Limit <= 0:
 			out.Stopped = StoppedNoWait
-		case out.Back.Sub(out.Since) > w.Limit:
+		case !failure.OpenSince.IsZero() && now.Sub(failure.OpenSince) > w.Limit:
+			out.Stopped = StoppedLimit
+		case failure.OpenSince.IsZero() && out.Back.Sub(out.Since) > w.Limit:
+			// A refusal recorded before the hook said since when (a
+			// history in flight): decided as it was then.
 			out.Stopped = StoppedLimit
 		case w.Affordable != nil && !w.Affordable(out.Back):
 			out.Stopped = StoppedBudget
@@ -158,8 +170,12 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activ
 	case StoppedNoWait:
 		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", call.Name)
 	case StoppedLimit:
+		since := out.Since
+		if !out.OpenSince.IsZero() {
+			since = out.OpenSince
+		}
 		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s has been open for %s, and the call waits at most %s (escalate.after_breaker_open_seconds)",
-			call.Name, workflow.Now(ctx).Sub(out.Since).Round(time.Second), limit)
+			call.Name, workflow.Now(ctx).Sub(since).Round(time.Second), limit)
 	case StoppedBudget:
 		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open until %s, and the run's budget cannot afford the wait",
 			call.Name, out.Back.UTC().Format(time.RFC3339))

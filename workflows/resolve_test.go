@@ -45,7 +45,7 @@ model:
 	assert.Equal(t, workflows.DefaultSystemPrompt, resolved.System)
 	assert.Equal(t, 0.2, resolved.FinishAt)
 	assert.Equal(t, 3, resolved.Retry.MaxAttempts)
-	assert.Equal(t, 5, resolved.Retry.Floor)
+	assert.Equal(t, 10, resolved.Retry.Floor)
 	assert.Equal(t, 5, resolved.CompensationAttempts)
 	assert.Equal(t, workflows.OnBudgetKeep, resolved.OnBudgetExhausted)
 	assert.Equal(t, 3, resolved.Watchdog.NoProgressTurns)

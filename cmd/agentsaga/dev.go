@@ -60,8 +60,10 @@ type devStack struct {
 	serverDone chan struct{}
 }
 
-func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (stack *devStack, err error) {
-	stack = &devStack{cfg: worker.ConfigFromEnv()}
+func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (_ *devStack, err error) {
+	// Every error path returns a nil stack; what it had started is closed
+	// here, on this variable, not on the nil result.
+	stack := &devStack{cfg: worker.ConfigFromEnv()}
 	defer func() {
 		if err != nil {
 			stack.Close()

@@ -98,4 +98,5 @@ bench: bin/temporal postgres build
 	$(BENCH) storm --out bench/results/storm.json --chart bench/storm.png
 	$(BENCH) ledger --out bench/results/ledger.json
 	$(BENCH) long --out bench/results/long.json --chart bench/long.png
+	$(BENCH) fleet --out bench/results/fleet.json
 	$(MAKE) chaos

@@ -10,7 +10,7 @@ import (
 	"embed"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -22,11 +22,14 @@ var files embed.FS
 // Apply brings the database at databaseURL up to the newest schema and
 // returns the versions it applied (none when it was already current).
 func Apply(ctx context.Context, databaseURL string) ([]int64, error) {
-	config, err := pgx.ParseConfig(databaseURL)
+	// pgxpool's parser takes the pool_* keys (pool_max_conns) out of the
+	// URL, which the worker's pool reads; pgx's own would send them to the
+	// server as settings, and the server refuses to connect.
+	config, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: parse DATABASE_URL: %w", err)
 	}
-	db := stdlib.OpenDB(*config)
+	db := stdlib.OpenDB(*config.ConnConfig)
 	defer db.Close()
 	return apply(ctx, db)
 }

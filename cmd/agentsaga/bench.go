@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/worker"
 )
 
 // scenarioResult is what one scenario measured: the JSON it saves and the
@@ -30,8 +31,9 @@ func benchCommand() *cobra.Command {
 	cfg := bench.DefaultAmplification
 	long := bench.DefaultLong
 	outputKiB := long.OutputBytes >> 10
+	fleet := bench.DefaultFleet
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|ledger|long [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000]",
+		Use:   "bench amplification|success|overhead|storm|ledger|long|fleet [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -40,9 +42,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "ledger", "long":
+			case "amplification", "success", "overhead", "storm", "ledger", "long", "fleet":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger, long; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger, long, fleet; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -59,13 +61,23 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 			if asJSON {
 				progress = cmd.ErrOrStderr()
 			}
-			stack, err := startDevStack(ctx, progress, temporalBin)
-			if err != nil {
-				return err
-			}
-			defer stack.Close()
-
 			var result scenarioResult
+			if scenario == "fleet" {
+				// The fleet scenario starts its own two dev servers and its
+				// worker processes; a dev stack's worker would only compete.
+				var err error
+				if result, err = fleetScenario(cmd, progress, temporalBin, fleet); err != nil {
+					return err
+				}
+			}
+			stack := &devStack{}
+			if scenario != "fleet" {
+				var err error
+				if stack, err = startDevStack(ctx, progress, temporalBin); err != nil {
+					return err
+				}
+				defer stack.Close()
+			}
 			switch scenario {
 			case "amplification":
 				rows, err := bench.Amplification(ctx, stack.client, stack.cfg.DatabaseURL, cfg)
@@ -101,9 +113,15 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 				if err != nil {
 					return err
 				}
-				result = scenarioResult{json: map[string]any{"config": storm, "budget_window_seconds": bench.BudgetWindow.Seconds(), "rows": rows},
+				// After the storm, not beside it: the two would share the machine.
+				outage, err := bench.ToolOutage(ctx, stack.client, stack.cfg.DatabaseURL, bench.DefaultToolOutage)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"config": storm, "budget_window_seconds": bench.BudgetWindow.Seconds(), "rows": rows, "tool_outage": outage},
 					print: func(w io.Writer) {
 						bench.PrintStorm(w, fmt.Sprintf("\nstorm: %g calls/s offered to a downstream serving %d/s, with an outage", storm.CallsPerSecond, storm.RatePerSecond), storm, rows)
+						bench.PrintToolOutage(w, fmt.Sprintf("\nsingle-tool outage: %d agent runs call one tool, down for their first %v", outage.Config.Runs, outage.Config.Outage), outage)
 					},
 					chart: func(path string) error { return bench.StormChart(path, storm, rows) }}
 			case "long":
@@ -159,8 +177,12 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().IntSliceVar(&long.Turns, "turns", long.Turns, "run lengths in turns, one run each (long)")
 	cmd.Flags().IntVar(&outputKiB, "output-kib", outputKiB, "size of each tool output in KiB (long)")
 	cmd.Flags().IntVar(&long.ContextTokens, "context-tokens", 0, "write model.context_tokens into the spec (long; 0 leaves it out)")
+	cmd.Flags().IntSliceVar(&fleet.Processes, "processes", fleet.Processes, "worker processes per contender, one measurement each (fleet)")
+	cmd.Flags().IntVar(&fleet.PoolMaxConns, "pool-max-conns", fleet.PoolMaxConns, "each agentsaga worker's Postgres pool (fleet)")
+	cmd.Flags().IntVar(&fleet.Rounds, "rounds", fleet.Rounds, "measure each plain/agentsaga pair this many times (fleet)")
+	cmd.Flags().StringSliceVar(&fleet.Servers, "servers", fleet.Servers, "dev servers to run on: file (--db-filename), memory, or both (fleet)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
-	cmd.AddCommand(benchServeCommand())
+	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand())
 	return cmd
 }
 
@@ -260,4 +282,53 @@ func machine() map[string]any {
 	}
 	return map[string]any{"cpus": runtime.NumCPU(), "cpu": cpu, "os": runtime.GOOS + "/" + runtime.GOARCH,
 		"go": runtime.Version(), "measured_at": time.Now().UTC().Format(time.RFC3339)}
+}
+
+// fleetScenario runs bench.Fleet with this binary as the worker processes;
+// --runs and --calls apply when given, else the fleet's own defaults.
+func fleetScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.FleetConfig) (scenarioResult, error) {
+	flags := cmd.Flags()
+	if flags.Changed("runs") {
+		cfg.Runs, _ = flags.GetInt("runs")
+	}
+	if flags.Changed("calls") {
+		cfg.Calls, _ = flags.GetInt("calls")
+	}
+	var err error
+	if cfg.TemporalBin, err = findTemporal(temporalBin); err != nil {
+		return scenarioResult{}, err
+	}
+	if cfg.Executable, err = os.Executable(); err != nil {
+		return scenarioResult{}, fmt.Errorf("bench: fleet: find this binary: %w", err)
+	}
+	cfg.DatabaseURL, cfg.Progress = worker.ConfigFromEnv().DatabaseURL, progress
+	fmt.Fprintf(progress, "fleet: two dev servers from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
+	result, err := bench.Fleet(cmd.Context(), cfg)
+	if err != nil {
+		return scenarioResult{}, err
+	}
+	return scenarioResult{json: map[string]any{"config": result.Config, "statement_source": result.StatementSource, "rows": result.Rows, "ratios": result.Ratios},
+		print: func(w io.Writer) { bench.PrintFleet(w, result) }}, nil
+}
+
+// benchFleetWorkerCommand is one plain worker process of the fleet
+// scenario, hidden: only `agentsaga bench fleet` starts it.
+func benchFleetWorkerCommand() *cobra.Command {
+	queue := bench.FleetPlainQueue
+	cmd := &cobra.Command{
+		Use:    "fleet-worker [--task-queue NAME]",
+		Short:  "A plain Temporal worker (no interceptor, no ledger) for the fleet scenario; reads TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := worker.Dial(cmd.Context(), worker.ConfigFromEnv())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return bench.RunFleetPlainWorker(cmd.Context(), cmd.OutOrStdout(), c, queue)
+		},
+	}
+	cmd.Flags().StringVar(&queue, "task-queue", queue, "the task queue to poll")
+	return cmd
 }

@@ -1,0 +1,1023 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/procfs"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/migrations"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// The two dev servers of the fleet scenario.
+const (
+	// FleetFileServer keeps its state in a SQLite file (--db-filename), as
+	// `agentsaga dev` does: its own disk writes share the machine.
+	FleetFileServer = "file"
+	// FleetMemoryServer keeps its state in memory, so that the engine's
+	// cost is not hidden behind the server's disk.
+	FleetMemoryServer = "memory"
+)
+
+// FleetPlainQueue is the plain baseline's task queue; the agentsaga side
+// uses `agentsaga worker`'s own, workflows.TaskQueue.
+const FleetPlainQueue = "bench-fleet-plain"
+
+// FleetWorkerReady is what `agentsaga bench fleet-worker` prints once its
+// worker polls.
+const FleetWorkerReady = "fleet-worker: polling"
+
+// The contenders' names in the rows.
+const (
+	FleetPlainContender     = "plain Temporal activities"
+	FleetAgentsagaContender = "agentsaga tool calls"
+)
+
+// FleetConfig sizes the fleet scenario: for each server and each process
+// count, Runs runs of Calls tool calls each, on that many worker processes
+// of each contender in turn.
+type FleetConfig struct {
+	Processes []int `json:"processes"`
+	Runs      int   `json:"runs"`
+	Calls     int   `json:"calls"`
+	// PoolMaxConns is each agentsaga worker's Postgres pool (pool_max_conns
+	// in its DATABASE_URL), so that the largest fleet stays well below
+	// Postgres' max_connections on a server other work shares.
+	PoolMaxConns int      `json:"pool_max_conns"`
+	Servers      []string `json:"servers"`
+	// Rounds repeats every measurement pair, plain then agentsaga, so that
+	// a busy neighbour on the machine shows as spread, not as a figure.
+	Rounds int `json:"rounds"`
+	// Settle is how long the agentsaga workers idle before the statements
+	// are first read: Postgres 15 flushes an idle backend's counters 10 s
+	// after its last transaction, so the warm-up's must be in before the
+	// window opens.
+	Settle time.Duration `json:"settle"`
+
+	// TemporalBin is the Temporal CLI that serves both dev servers.
+	TemporalBin string `json:"-"`
+	// DatabaseURL names the Postgres server (a postgres:// URL); the
+	// scenario creates a database of its own beside the one it names, so
+	// that every transaction counted in it is the workers', and drops it.
+	DatabaseURL string `json:"-"`
+	// Executable is the agentsaga binary: `worker` and `bench fleet-worker`.
+	Executable string `json:"-"`
+	// Progress, when set, gets a line as each measurement ends.
+	Progress io.Writer `json:"-"`
+}
+
+// DefaultFleet fits the 2-core machine in about four minutes.
+var DefaultFleet = FleetConfig{Processes: []int{2, 4}, Runs: 40, Calls: 10, PoolMaxConns: 10,
+	Servers: []string{FleetFileServer, FleetMemoryServer}, Rounds: 1, Settle: 11 * time.Second}
+
+// FleetRow is one contender on one server with one process count.
+type FleetRow struct {
+	Server    string `json:"server"`
+	Contender string `json:"contender"`
+	Processes int    `json:"processes"`
+	Round     int    `json:"round"`
+	Runs      int    `json:"runs"`
+	// Calls is the tool calls made (runs x calls per run); Requests is what
+	// the downstream received in the window, which equals it when no call
+	// was retried.
+	Calls       int     `json:"calls"`
+	Requests    int     `json:"downstream_requests"`
+	Seconds     float64 `json:"seconds"`
+	CallsPerSec float64 `json:"calls_per_second"`
+	// Ratio is calls/s over the plain side's at the same server and
+	// process count.
+	Ratio float64 `json:"ratio"`
+	// Statements is what Postgres counted in the scenario's database over
+	// the window; StatementsPerCall is the agentsaga side's, less the
+	// plain side's count (its baseline, nothing uses Postgres there), over
+	// the tool calls: a run's model turns and bookkeeping included.
+	Statements        int64   `json:"postgres_statements"`
+	StatementsPerCall float64 `json:"postgres_statements_per_call"`
+	// BucketCommitsPerSec is the updates of the retry_buckets rows (one
+	// row, the fleet bucket) over the window, per second.
+	BucketCommitsPerSec float64 `json:"bucket_row_commits_per_second"`
+	// ActivitiesPerCall is every activity the runs scheduled over their
+	// tool calls; the latencies are of the tool calls alone, from their
+	// histories: waiting in the task queue, then running.
+	ActivitiesPerCall float64 `json:"activities_per_call"`
+	// WorkflowTasksPerCall and EventsPerCall are the runs' completed
+	// workflow tasks and history events over their tool calls: with the
+	// activities, the work the Temporal server does for them.
+	WorkflowTasksPerCall float64 `json:"workflow_tasks_per_call"`
+	EventsPerCall        float64 `json:"history_events_per_call"`
+	// Workers is how many of the processes ran tool calls in the window,
+	// by the worker identity (PID@host) in the histories.
+	Workers           int     `json:"workers_that_ran_calls"`
+	ScheduleToStartMs float64 `json:"mean_schedule_to_start_ms"`
+	StartToCloseMs    float64 `json:"mean_start_to_close_ms"`
+	// The CPU the window cost, per tool call, in milliseconds: the worker
+	// processes, the dev server, and the Postgres backends serving the
+	// scenario's database. On a machine of few cores, calls/s follows their
+	// sum. Read from /proc; 0 where there is none.
+	WorkerCPUMs   float64 `json:"worker_cpu_ms_per_call"`
+	ServerCPUMs   float64 `json:"server_cpu_ms_per_call"`
+	PostgresCPUMs float64 `json:"postgres_cpu_ms_per_call"`
+	// CPURatio is the plain side's CPU per call over this row's: the ratio
+	// calls/s would have on a machine where CPU is all that limits them,
+	// steadier than the measured one when other work shares the machine.
+	CPURatio float64 `json:"cpu_ratio"`
+	// Deadlocks is what Postgres detected in the scenario's database in
+	// the window (pg_stat_database.deadlocks).
+	Deadlocks int64 `json:"postgres_deadlocks"`
+	// Writes is the rows each table had written in the window, from
+	// pg_stat_user_tables: where the statements went.
+	Writes map[string]TableWrites `json:"table_writes,omitempty"`
+	// LoadAverage is the machine's 1-minute load average as the window
+	// opened: above its core count, other work was competing.
+	LoadAverage float64 `json:"load_average_1m"`
+}
+
+func (r FleetRow) cpuMs() float64 { return r.WorkerCPUMs + r.ServerCPUMs + r.PostgresCPUMs }
+
+// FleetResult is the scenario's figures and how its statements were counted.
+type FleetResult struct {
+	Config FleetConfig `json:"config"`
+	// StatementSource names the Postgres view the statements come from.
+	StatementSource string     `json:"statement_source"`
+	Rows            []FleetRow `json:"rows"`
+	// Ratios sums the rows up, one per server and process count.
+	Ratios []FleetRatio `json:"ratios"`
+}
+
+// Fleet compares agentsaga's tool calls with plain Temporal activities
+// making the same HTTP call, each side on real worker processes of its
+// own, on dev servers started for the scenario from cfg.TemporalBin.
+func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
+	result := FleetResult{Config: cfg}
+	if cfg.Runs < 1 || cfg.Calls < 1 || cfg.PoolMaxConns < 1 || cfg.Rounds < 1 || len(cfg.Processes) == 0 || len(cfg.Servers) == 0 {
+		return result, fmt.Errorf("bench: fleet: runs %d, calls %d, pool %d, rounds %d, processes %v and servers %v must be positive and not empty",
+			cfg.Runs, cfg.Calls, cfg.PoolMaxConns, cfg.Rounds, cfg.Processes, cfg.Servers)
+	}
+	for _, n := range cfg.Processes {
+		if n < 1 {
+			return result, fmt.Errorf("bench: fleet: --processes %v: every count must be positive", cfg.Processes)
+		}
+	}
+	for _, s := range cfg.Servers {
+		if s != FleetFileServer && s != FleetMemoryServer {
+			return result, fmt.Errorf("bench: fleet: server %q: want %q or %q", s, FleetFileServer, FleetMemoryServer)
+		}
+	}
+	dir, err := os.MkdirTemp("", "agentsaga-fleet-")
+	if err != nil {
+		return result, fmt.Errorf("bench: fleet: temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return result, err
+	}
+	defer db.drop()
+	result.StatementSource = db.source()
+	down, err := StartDownstream(Faults{}, 1)
+	if err != nil {
+		return result, err
+	}
+	defer down.Close()
+	for _, kind := range cfg.Servers {
+		rows, err := fleetOnServer(ctx, cfg, kind, dir, db, down)
+		if err != nil {
+			return result, err
+		}
+		result.Rows = append(result.Rows, rows...)
+	}
+	result.Ratios = fleetRatios(result.Rows)
+	return result, nil
+}
+
+// FleetRatio is agentsaga's ratio at one server and process count over the
+// rounds: each round's agentsaga calls/s over the plain side's measured
+// just before it.
+type FleetRatio struct {
+	Server    string  `json:"server"`
+	Processes int     `json:"processes"`
+	Median    float64 `json:"median"`
+	Min       float64 `json:"min"`
+	Max       float64 `json:"max"`
+	// CPUMedian is the median of the rows' CPU ratios.
+	CPUMedian float64 `json:"cpu_median"`
+}
+
+func fleetRatios(rows []FleetRow) []FleetRatio {
+	type key struct {
+		server    string
+		processes int
+	}
+	var order []key
+	ratios, cpu := map[key][]float64{}, map[key][]float64{}
+	for _, r := range rows {
+		if r.Contender != FleetAgentsagaContender {
+			continue
+		}
+		k := key{r.Server, r.Processes}
+		if ratios[k] == nil {
+			order = append(order, k)
+		}
+		ratios[k] = append(ratios[k], r.Ratio)
+		cpu[k] = append(cpu[k], r.CPURatio)
+	}
+	var out []FleetRatio
+	for _, k := range order {
+		rs := ratios[k]
+		out = append(out, FleetRatio{Server: k.server, Processes: k.processes, Median: median(rs), Min: slices.Min(rs), Max: slices.Max(rs),
+			CPUMedian: median(cpu[k])})
+	}
+	return out
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Sorted(slices.Values(xs))
+	if len(xs)%2 == 0 {
+		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+	}
+	return xs[len(xs)/2]
+}
+
+// fleetSide is one contender: its worker processes and how it starts a run.
+type fleetSide struct {
+	contender string
+	args, env []string
+	// ready is what a process writes once its worker polls.
+	ready string
+	// usesPostgres makes the measurement wait for the workers' Postgres
+	// counters to settle before its window opens.
+	usesPostgres bool
+	toolActivity string
+	// start starts one run of the configured calls; wait waits for its end.
+	start func(ctx context.Context, id string) (wait func(context.Context) error, err error)
+}
+
+func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *fleetDatabase, down *Downstream) ([]FleetRow, error) {
+	logPath := filepath.Join(dir, "temporal-"+kind+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("bench: fleet: %w", err)
+	}
+	defer logFile.Close()
+	options := testsuite.DevServerOptions{ExistingPath: cfg.TemporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
+		SearchAttributes: workflows.SearchAttributes(),
+		ClientOptions: &client.Options{Namespace: "default",
+			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}}
+	if kind == FleetFileServer {
+		options.DBFilename = filepath.Join(dir, "temporal.db")
+	}
+	server, err := testsuite.StartDevServer(ctx, options)
+	if err != nil {
+		return nil, fmt.Errorf("bench: fleet: start the %s dev server from %s: %w (log: %s)", kind, cfg.TemporalBin, err, tail(logPath))
+	}
+	defer server.Stop()
+	c := server.Client()
+	_, port, _ := strings.Cut(server.FrontendHostPort(), ":")
+	common := []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
+		// Nothing but the workers themselves: no metrics server, no trace
+		// export, no deployment.
+		"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}
+
+	spec, err := fleetSpec(down.URL(), cfg.Calls)
+	if err != nil {
+		return nil, err
+	}
+	retry := spec.Retry.WithDefaults()
+	plainInput := FleetPlainInput{URL: down.URL(), Calls: cfg.Calls, StartToClose: spec.Tools[0].Timeout(),
+		InitialInterval: retry.Backoff().Base, MaximumInterval: retry.Backoff().Cap, MaximumAttempts: int32(retry.MaxAttempts)}
+	plain := fleetSide{contender: FleetPlainContender, ready: FleetWorkerReady,
+		args: []string{"bench", "fleet-worker", "--task-queue", FleetPlainQueue}, env: common, toolActivity: "BaselineCall",
+		start: func(ctx context.Context, id string) (func(context.Context) error, error) {
+			run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: FleetPlainQueue}, FleetPlainWorkflow, plainInput)
+			if err != nil {
+				return nil, fmt.Errorf("bench: fleet: start %s: %w", id, err)
+			}
+			return func(ctx context.Context) error { return run.Get(ctx, nil) }, nil
+		}}
+	saga := fleetSide{contender: FleetAgentsagaContender, ready: "agentsaga worker running",
+		// The cleaner stays off: it would prune in the window.
+		args: []string{"worker", "--retention", "-1s"}, env: append(slices.Clip(common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)),
+		usesPostgres: true, toolActivity: "agentsaga.CallTool",
+		start: func(ctx context.Context, id string) (func(context.Context) error, error) {
+			run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("bench: fleet: start %s: %w", id, err)
+			}
+			return func(ctx context.Context) error {
+				result, err := run.Result(ctx)
+				if err != nil {
+					return fmt.Errorf("bench: fleet: run %s: %w", id, err)
+				}
+				if result.Status != ledger.RunCompleted {
+					return fmt.Errorf("bench: fleet: run %s ended %s, not completed: %s", id, result.Status, result.Reason)
+				}
+				return nil
+			}, nil
+		}}
+
+	var rows []FleetRow
+	for round := range cfg.Rounds {
+		for _, n := range cfg.Processes {
+			m := fleetMeasurement{cfg: cfg, serverPort: port, c: c, db: db, down: down, dir: dir, server: kind, processes: n}
+			base, err := m.measure(ctx, plain)
+			if err != nil {
+				return nil, err
+			}
+			row, err := m.measure(ctx, saga)
+			if err != nil {
+				return nil, err
+			}
+			base.Round, row.Round = round+1, round+1
+			base.Ratio, row.Ratio = 1, row.CallsPerSec/base.CallsPerSec
+			if row.cpuMs() > 0 {
+				base.CPURatio, row.CPURatio = 1, base.cpuMs()/row.cpuMs()
+			}
+			row.StatementsPerCall = float64(row.Statements-base.Statements) / float64(row.Calls)
+			base.StatementsPerCall = float64(base.Statements) / float64(base.Calls)
+			rows = append(rows, base, row)
+		}
+	}
+	return rows, nil
+}
+
+// fleetSpec is a run whose scripted model (no network) asks for calls
+// HTTP tool calls in one turn, then answers.
+func fleetSpec(url string, calls int) (agentsaga.RunSpec, error) {
+	var list []string
+	for i := range calls {
+		list = append(list, fmt.Sprintf("{name: down, arguments: {n: %d}}", i))
+	}
+	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+goal: call the downstream service
+budget: {steps: 4, seconds: 600}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [%s]
+    - content: done
+tools:
+  - {name: down, kind: http, url: %q}
+`, strings.Join(list, ", "), url)))
+	if err != nil {
+		return spec, fmt.Errorf("bench: fleet: spec: %w", err)
+	}
+	// The dev servers have them registered; a fleet's starter checks once,
+	// not at every start.
+	spec.SearchAttributes = true
+	return spec, nil
+}
+
+type fleetMeasurement struct {
+	cfg FleetConfig
+	// serverPort finds the dev server's process.
+	serverPort string
+	c          client.Client
+	db         *fleetDatabase
+	down       *Downstream
+	dir        string
+	server     string
+	processes  int
+}
+
+// measure runs one side: its processes start and poll, a warm-up round of
+// the same size opens their connections and prepares their statements
+// (pgx prepares a statement once per connection, and Postgres counts that
+// as a transaction of its own), then the measured round, then the
+// processes stop (which flushes their Postgres counters) and the counters
+// are read.
+func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow, error) {
+	row := FleetRow{Server: m.server, Contender: side.contender, Processes: m.processes, Runs: m.cfg.Runs, Calls: m.cfg.Runs * m.cfg.Calls}
+	label := fmt.Sprintf("%s server, %d processes, %s", m.server, m.processes, side.contender)
+	prefix := fmt.Sprintf("fleet-%s-%s-%d-%s", m.server, strings.Fields(side.contender)[0], m.processes, nonce())
+	procs := make([]*fleetProcess, 0, m.processes)
+	defer func() {
+		for _, p := range procs {
+			_ = p.stop()
+		}
+	}()
+	for i := range m.processes {
+		p, err := startFleetProcess(m.cfg.Executable, side.args, side.env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
+		if err != nil {
+			return row, err
+		}
+		procs = append(procs, p)
+	}
+	if err := waitForReady(ctx, procs, side.ready); err != nil {
+		return row, fmt.Errorf("bench: fleet: %s: %w", label, err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if _, _, err := runFleet(runCtx, prefix+"-warm", m.cfg.Runs, side.start); err != nil {
+		return row, fmt.Errorf("bench: fleet: %s: warm-up: %w%s", label, err, logs(procs))
+	}
+	if side.usesPostgres {
+		select {
+		case <-ctx.Done():
+			return row, ctx.Err()
+		case <-time.After(m.cfg.Settle):
+		}
+	}
+	before, err := m.db.read(ctx)
+	if err != nil {
+		return row, err
+	}
+	requests := m.down.Counts().Requests
+	cpuBefore := m.sampleCPU(procs)
+	row.LoadAverage = loadAverage()
+	elapsed, ids, err := runFleet(runCtx, prefix, m.cfg.Runs, side.start)
+	if err != nil {
+		return row, fmt.Errorf("bench: fleet: %s: %w%s", label, err, logs(procs))
+	}
+	cpu := m.sampleCPU(procs).since(cpuBefore)
+	row.Requests = m.down.Counts().Requests - requests
+	row.WorkerCPUMs, row.ServerCPUMs, row.PostgresCPUMs = 1000*cpu.workers/float64(row.Calls), 1000*cpu.server/float64(row.Calls), 1000*cpu.postgres/float64(row.Calls)
+	for _, p := range procs {
+		if err := p.stop(); err != nil {
+			return row, fmt.Errorf("bench: fleet: %s: %w", label, err)
+		}
+	}
+	if err := m.db.waitForNoClients(ctx); err != nil {
+		return row, err
+	}
+	after, err := m.db.read(ctx)
+	if err != nil {
+		return row, err
+	}
+	row.Seconds = elapsed.Seconds()
+	row.CallsPerSec = float64(row.Calls) / row.Seconds
+	row.Statements = after.statements - before.statements
+	row.BucketCommitsPerSec = float64(after.bucketUpdates-before.bucketUpdates) / row.Seconds
+	row.Deadlocks = after.deadlocks - before.deadlocks
+	for table, w := range after.writes {
+		was := before.writes[table]
+		if w != was {
+			if row.Writes == nil {
+				row.Writes = map[string]TableWrites{}
+			}
+			row.Writes[table] = TableWrites{w.Inserted - was.Inserted, w.Updated - was.Updated, w.Deleted - was.Deleted}
+		}
+	}
+	lat, err := toolLatencies(ctx, m.c, ids, side.toolActivity)
+	if err != nil {
+		return row, err
+	}
+	row.ActivitiesPerCall = float64(lat.activities) / float64(row.Calls)
+	row.WorkflowTasksPerCall = float64(lat.workflowTasks) / float64(row.Calls)
+	row.EventsPerCall = float64(lat.events) / float64(row.Calls)
+	row.Workers = len(lat.workers)
+	if lat.calls > 0 {
+		row.ScheduleToStartMs = float64(lat.queued.Milliseconds()) / float64(lat.calls)
+		row.StartToCloseMs = float64(lat.running.Milliseconds()) / float64(lat.calls)
+	}
+	if m.cfg.Progress != nil {
+		fmt.Fprintf(m.cfg.Progress, "fleet: %s: %d calls in %.1f s, %.0f calls/s\n", label, row.Calls, row.Seconds, row.CallsPerSec)
+	}
+	return row, nil
+}
+
+// runFleet starts runs runs and waits for all of them; the time is from
+// the first start to the last completion.
+func runFleet(ctx context.Context, prefix string, runs int,
+	start func(context.Context, string) (func(context.Context) error, error)) (time.Duration, []string, error) {
+	began := time.Now()
+	ids := make([]string, runs)
+	waits := make([]func(context.Context) error, runs)
+	for i := range runs {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		wait, err := start(ctx, ids[i])
+		if err != nil {
+			return 0, nil, err
+		}
+		waits[i] = wait
+	}
+	errs := make([]error, runs)
+	var wg sync.WaitGroup
+	for i, wait := range waits {
+		wg.Go(func() { errs[i] = wait(ctx) })
+	}
+	wg.Wait()
+	return time.Since(began), ids, errors.Join(errs...)
+}
+
+// FleetPlainInput is one run of FleetPlainWorkflow: the HTTP call and the
+// timeout and retry policy agentsaga's AgentRun gives a tool call.
+type FleetPlainInput struct {
+	URL             string        `json:"url"`
+	Calls           int           `json:"calls"`
+	StartToClose    time.Duration `json:"start_to_close"`
+	InitialInterval time.Duration `json:"initial_interval"`
+	MaximumInterval time.Duration `json:"maximum_interval"`
+	MaximumAttempts int32         `json:"maximum_attempts"`
+}
+
+// FleetPlainWorkflow is the plain side of the fleet scenario: what a team
+// without agentsaga would write for one turn of Calls tool calls. The
+// calls start together, as the agentsaga run's one turn starts them, and
+// the run fails if one does.
+func FleetPlainWorkflow(ctx workflow.Context, in FleetPlainInput) error {
+	futures := make([]workflow.Future, in.Calls)
+	for i := range in.Calls {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			ActivityID:          fmt.Sprintf("call-%d", i+1),
+			StartToCloseTimeout: in.StartToClose,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: in.InitialInterval, BackoffCoefficient: 2,
+				MaximumInterval: in.MaximumInterval, MaximumAttempts: in.MaximumAttempts},
+		})
+		futures[i] = workflow.ExecuteActivity(actx, BaselineCall, BaselineInput{URL: in.URL})
+	}
+	var errs []error
+	for _, f := range futures {
+		errs = append(errs, f.Get(ctx, nil))
+	}
+	return errors.Join(errs...)
+}
+
+// RunFleetPlainWorker is one process of the plain side (`agentsaga bench
+// fleet-worker`): a worker with the SDK's default options, as `agentsaga
+// worker` has, and no interceptor or ledger, until ctx ends.
+func RunFleetPlainWorker(ctx context.Context, out io.Writer, c client.Client, queue string) error {
+	w := sdkworker.New(c, queue, sdkworker.Options{})
+	w.RegisterWorkflow(FleetPlainWorkflow)
+	w.RegisterActivity(BaselineCall)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("bench: fleet-worker: start on task queue %q: %w", queue, err)
+	}
+	fmt.Fprintf(out, "%s task queue %q\n", FleetWorkerReady, queue)
+	<-ctx.Done()
+	w.Stop()
+	return nil
+}
+
+// fleetProcess is one worker process, its output in a log file so that a
+// full pipe never blocks it.
+type fleetProcess struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+func startFleetProcess(executable string, args, env []string, logPath string) (*fleetProcess, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("bench: fleet: %w", err)
+	}
+	cmd := exec.Command(executable, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("bench: fleet: start %s %s: %w", executable, strings.Join(args, " "), err)
+	}
+	p := &fleetProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// stop ends the process as an operator would (SIGTERM: the worker drains
+// and closes its pool), killing it if it is still there after 30 s.
+func (p *fleetProcess) stop() error {
+	select {
+	case <-p.done:
+		return p.exitError()
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.exitError()
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("worker process %d did not stop within 30 s of SIGTERM; log: %s", p.cmd.Process.Pid, tail(p.log))
+	}
+}
+
+func (p *fleetProcess) exitError() error {
+	if p.err != nil {
+		return fmt.Errorf("worker process %d: %w; log: %s", p.cmd.Process.Pid, p.err, tail(p.log))
+	}
+	return nil
+}
+
+func logs(procs []*fleetProcess) string {
+	var b strings.Builder
+	for _, p := range procs {
+		fmt.Fprintf(&b, "\nworker process %d: %s", p.cmd.Process.Pid, tail(p.log))
+	}
+	return b.String()
+}
+
+// tail is the end of a log file, for an error message.
+func tail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	if len(data) > 2000 {
+		data = data[len(data)-2000:]
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// waitForReady waits until every process has written ready to its log:
+// its worker has started polling. (DescribeTaskQueue cannot tell: it lists
+// the pollers of one partition of the queue, and a process's few pollers
+// may all be on others until their long polls end, a minute later.)
+func waitForReady(ctx context.Context, procs []*fleetProcess, ready string) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		polling := 0
+		for _, p := range procs {
+			if data, err := os.ReadFile(p.log); err == nil && strings.Contains(string(data), ready) {
+				polling++
+			}
+		}
+		if polling == len(procs) {
+			return nil
+		}
+		for _, p := range procs {
+			select {
+			case <-p.done:
+				return fmt.Errorf("worker process %d exited before it polled (%v); log: %s", p.cmd.Process.Pid, p.err, tail(p.log))
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the workers did not all start within 90 s%s", logs(procs))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// cpuSample is the CPU seconds each process had used, by PID, in the three
+// groups a row reports.
+type cpuSample struct{ workers, server, postgres map[int]float64 }
+
+// sampleCPU reads the CPU time of the worker processes, of the dev server
+// (the process started with --port serverPort) and of the Postgres backends
+// whose process title names the scenario's database.
+func (m fleetMeasurement) sampleCPU(procs []*fleetProcess) cpuSample {
+	sample := cpuSample{workers: map[int]float64{}, server: map[int]float64{}, postgres: map[int]float64{}}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return sample
+	}
+	all, err := fs.AllProcs()
+	if err != nil {
+		return sample
+	}
+	workers := map[int]bool{}
+	for _, p := range procs {
+		workers[p.cmd.Process.Pid] = true
+	}
+	for _, proc := range all {
+		group := sample.workers
+		if !workers[proc.PID] {
+			args, err := proc.CmdLine()
+			if err != nil || len(args) == 0 {
+				continue
+			}
+			switch title := strings.Join(args, " "); {
+			case strings.Contains(title, "start-dev") && strings.Contains(title, "--port "+m.serverPort+" "):
+				group = sample.server
+			case strings.HasPrefix(title, "postgres: ") && strings.Contains(title, " "+m.db.name+" "):
+				group = sample.postgres
+			default:
+				continue
+			}
+		}
+		if stat, err := proc.Stat(); err == nil {
+			group[proc.PID] = stat.CPUTime()
+		}
+	}
+	return sample
+}
+
+// loadAverage is the 1-minute load average, 0 where there is no /proc.
+func loadAverage() float64 {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0
+	}
+	load, err := fs.LoadAvg()
+	if err != nil {
+		return 0
+	}
+	return load.Load1
+}
+
+// since is the CPU seconds used from before to s, by group; a process
+// that began in between counts from zero.
+func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgres float64 }) {
+	delta := func(now, then map[int]float64) (sum float64) {
+		for pid, cpu := range now {
+			sum += cpu - then[pid]
+		}
+		return sum
+	}
+	used.workers, used.server, used.postgres = delta(s.workers, before.workers), delta(s.server, before.server), delta(s.postgres, before.postgres)
+	return used
+}
+
+// latencies are the tool calls' times from the runs' histories.
+type latencies struct {
+	activities, calls, events, workflowTasks int
+	queued, running                          time.Duration
+	workers                                  map[string]bool
+}
+
+func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActivity string) (latencies, error) {
+	l := latencies{workers: map[string]bool{}}
+	for _, id := range ids {
+		scheduled := map[int64]time.Time{}
+		started := map[int64]time.Time{}
+		identity := map[int64]string{}
+		iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			event, err := iter.Next()
+			if err != nil {
+				return l, fmt.Errorf("bench: fleet: history of %s: %w", id, err)
+			}
+			at := event.GetEventTime().AsTime()
+			l.events++
+			switch {
+			case event.GetWorkflowTaskCompletedEventAttributes() != nil:
+				l.workflowTasks++
+			case event.GetActivityTaskScheduledEventAttributes() != nil:
+				l.activities++
+				if event.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == toolActivity {
+					scheduled[event.GetEventId()] = at
+				}
+			case event.GetActivityTaskStartedEventAttributes() != nil:
+				attrs := event.GetActivityTaskStartedEventAttributes()
+				started[attrs.GetScheduledEventId()], identity[attrs.GetScheduledEventId()] = at, attrs.GetIdentity()
+			case event.GetActivityTaskCompletedEventAttributes() != nil:
+				id := event.GetActivityTaskCompletedEventAttributes().GetScheduledEventId()
+				if s, ok := scheduled[id]; ok {
+					l.calls++
+					l.workers[identity[id]] = true
+					l.queued += started[id].Sub(s)
+					l.running += at.Sub(started[id])
+				}
+			}
+		}
+	}
+	return l, nil
+}
+
+// fleetDatabase is the scenario's own database, so that what Postgres
+// counts in it is the agentsaga workers' alone.
+type fleetDatabase struct {
+	url, adminURL, name string
+	// statementsView is set when pg_stat_statements is loaded: statements
+	// are then counted as statements, not as transactions.
+	statementsView bool
+}
+
+func newFleetDatabase(ctx context.Context, serverURL string) (*fleetDatabase, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return nil, fmt.Errorf("bench: fleet: DATABASE_URL must be a postgres:// URL (got %q): %v", serverURL, err)
+	}
+	base := strings.TrimPrefix(u.Path, "/")
+	if base == "" {
+		base = "agentsaga"
+	}
+	db := &fleetDatabase{name: base + "_fleet_" + nonce()}
+	u.Path = "/" + db.name
+	db.url = u.String()
+	u.Path = "/postgres"
+	db.adminURL = u.String()
+	admin, err := pgx.Connect(ctx, db.adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: fleet: connect to postgres: %w", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("bench: fleet: create database %s: %w", db.name, err)
+	}
+	if _, err := migrations.Apply(ctx, db.url); err != nil {
+		db.drop()
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, db.url)
+	if err != nil {
+		db.drop()
+		return nil, fmt.Errorf("bench: fleet: connect to %s: %w", db.name, err)
+	}
+	defer conn.Close(ctx)
+	// The view answers only when the library is in shared_preload_libraries.
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err == nil {
+		var n int64
+		db.statementsView = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_statements").Scan(&n) == nil
+	}
+	return db, nil
+}
+
+func (db *fleetDatabase) source() string {
+	if db.statementsView {
+		return "pg_stat_statements (calls, in the scenario's database)"
+	}
+	return "pg_stat_database (xact_commit + xact_rollback of the scenario's database: one per autocommit statement, once for a batch or an explicit transaction; pg_stat_statements is not loaded)"
+}
+
+// workerURL is the database's URL with the workers' pool size.
+func (db *fleetDatabase) workerURL(poolMaxConns int) string {
+	u, _ := url.Parse(db.url)
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(poolMaxConns))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+type pgCounters struct {
+	statements, bucketUpdates, deadlocks int64
+	// writes is the rows each table had inserted, updated and deleted.
+	writes map[string]TableWrites
+}
+
+// TableWrites is a table's rows inserted, updated and deleted.
+type TableWrites struct {
+	Inserted int64 `json:"inserted"`
+	Updated  int64 `json:"updated"`
+	Deleted  int64 `json:"deleted"`
+}
+
+// read takes the counters on fresh connections, so that no cached stats
+// snapshot answers. The database-wide count is read from the postgres
+// database, and the bucket's on a connection to the scenario's, whose own
+// query the window counts: one, on both sides, so the plain side's
+// baseline takes it back out.
+func (db *fleetDatabase) read(ctx context.Context) (pgCounters, error) {
+	var c pgCounters
+	admin, err := connectSimple(ctx, db.adminURL)
+	if err != nil {
+		return c, fmt.Errorf("bench: fleet: read counters: %w", err)
+	}
+	defer admin.Close(ctx)
+	if err := admin.QueryRow(ctx, "SELECT xact_commit + xact_rollback, deadlocks FROM pg_stat_database WHERE datname = $1", db.name).Scan(&c.statements, &c.deadlocks); err != nil {
+		return c, fmt.Errorf("bench: fleet: read pg_stat_database: %w", err)
+	}
+	conn, err := connectSimple(ctx, db.url)
+	if err != nil {
+		return c, fmt.Errorf("bench: fleet: read counters: %w", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables")
+	if err != nil {
+		return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
+	}
+	c.writes = map[string]TableWrites{}
+	for rows.Next() {
+		var table string
+		var w TableWrites
+		if err := rows.Scan(&table, &w.Inserted, &w.Updated, &w.Deleted); err != nil {
+			return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
+		}
+		c.writes[table] = w
+	}
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
+	}
+	c.bucketUpdates = c.writes["retry_buckets"].Updated
+	if db.statementsView {
+		// The view counts as it goes; this scenario's own reads are left out.
+		err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%'`).Scan(&c.statements)
+		if err != nil {
+			return c, fmt.Errorf("bench: fleet: read pg_stat_statements: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// connectSimple connects with the simple protocol: a query is then one
+// transaction, where pgx's default would first prepare it in another.
+func connectSimple(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
+	config, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	config.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	return pgx.ConnectConfig(ctx, config)
+}
+
+// waitForNoClients waits until no client is connected to the database: a
+// backend flushes its counters as it exits, so they are all in.
+func (db *fleetDatabase) waitForNoClients(ctx context.Context) error {
+	admin, err := pgx.Connect(ctx, db.adminURL)
+	if err != nil {
+		return fmt.Errorf("bench: fleet: %w", err)
+	}
+	defer admin.Close(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var clients int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", db.name).Scan(&clients); err != nil {
+			return fmt.Errorf("bench: fleet: read pg_stat_activity: %w", err)
+		}
+		if clients == 0 {
+			// A leaving backend drops out of pg_stat_activity a moment
+			// before its last counters are flushed.
+			time.Sleep(200 * time.Millisecond)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: fleet: %d clients still connected to %s 30 s after the workers stopped", clients, db.name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (db *fleetDatabase) drop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, db.adminURL)
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
+}
+
+// PrintFleet writes one table per server.
+func PrintFleet(out io.Writer, result FleetResult) {
+	cfg := result.Config
+	fmt.Fprintf(out, "\nfleet: %d runs x %d tool calls to a healthy downstream, on 1 task queue per side, worker processes with the SDK's default options\n",
+		cfg.Runs, cfg.Calls)
+	fmt.Fprintf(out, "  agentsaga: each run is an AgentRun whose scripted model (no network) asks for its %d calls in one turn, then answers;\n", cfg.Calls)
+	fmt.Fprintln(out, "    its model turns and bookkeeping activities count in its time, not as calls; each worker is `agentsaga worker`")
+	fmt.Fprintf(out, "    with a pool of %d Postgres connections\n", cfg.PoolMaxConns)
+	fmt.Fprintf(out, "  plain: each run starts its %d HTTP activities at once, with the same timeout and retry policy, no interceptor, no ledger\n", cfg.Calls)
+	fmt.Fprintf(out, "  calls/s: tool calls over the time from the first start to the last completion; statements: %s\n", result.StatementSource)
+	for _, server := range cfg.Servers {
+		title := "dev server in memory (no --db-filename)"
+		if server == FleetFileServer {
+			title = "dev server with --db-filename"
+		}
+		fmt.Fprintf(out, "\n%s\n", title)
+		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tRATIO\tTARGET\tSTATEMENTS/CALL\tBUCKET COMMITS/S\tACTIVITIES/CALL\tEVENTS/CALL\tQUEUED\tRUNNING\tCPU MS/CALL\tDEADLOCKS\tLOAD")
+		for _, r := range result.Rows {
+			if r.Server != server {
+				continue
+			}
+			target := "-"
+			if r.Contender != FleetPlainContender {
+				verdict := "met"
+				if r.Ratio < 0.9 {
+					verdict = "MISSED"
+				}
+				target = ">= 0.90 (" + verdict + ")"
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.0f ms\t%.0f ms\t%.1f+%.1f+%.1f\t%d\t%.1f\n",
+				r.Round, r.Contender, r.Processes, r.Calls, r.Seconds, r.CallsPerSec, r.Ratio, target, r.StatementsPerCall, r.BucketCommitsPerSec,
+				r.ActivitiesPerCall, r.EventsPerCall, r.ScheduleToStartMs, r.StartToCloseMs, r.WorkerCPUMs, r.ServerCPUMs, r.PostgresCPUMs, r.Deadlocks, r.LoadAverage)
+		}
+		tw.Flush()
+		for _, r := range result.Ratios {
+			if r.Server == server {
+				fmt.Fprintf(out, "  %d processes: ratio %.2f (median of %d rounds; %.2f-%.2f); target >= 0.90; by CPU per call %.2f\n",
+					r.Processes, r.Median, cfg.Rounds, r.Min, r.Max, r.CPUMedian)
+			}
+		}
+	}
+	fmt.Fprintln(out, "\n  QUEUED and RUNNING are a tool call's mean time from scheduled to started and from started to completed, from the runs' histories;")
+	fmt.Fprintln(out, "  CPU MS/CALL is the window's CPU per tool call: worker processes + dev server + Postgres backends of the scenario's database;")
+	fmt.Fprintf(out, "  LOAD is the machine's 1-minute load average as the window opened (%d cores)\n", runtime.NumCPU())
+}

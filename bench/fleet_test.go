@@ -1,0 +1,67 @@
+package bench_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/worker/workertest"
+)
+
+// A tiny fleet on real processes: the built binary's `agentsaga worker` and
+// `bench fleet-worker`, two of each, on the in-memory dev server. The
+// figures must add up; their speed is not asserted.
+func TestFleetSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agentsaga binary and runs worker processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	temporalBin, err := workertest.TemporalBinary()
+	require.NoError(t, err)
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err, "the fleet test builds the agentsaga binary and needs the go tool on PATH")
+	bin := filepath.Join(t.TempDir(), "agentsaga")
+	// Without -race: the worker processes are measured, not the test.
+	out, err := exec.CommandContext(ctx, goTool, "build", "-ldflags=-s -w", "-o", bin, "github.com/agentsaga/agentsaga/cmd/agentsaga").CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
+
+	cfg := bench.DefaultFleet
+	cfg.Processes, cfg.Runs, cfg.Calls, cfg.Servers = []int{2}, 2, 2, []string{bench.FleetMemoryServer}
+	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = temporalBin, bin, worker.ConfigFromEnv().DatabaseURL
+	result, err := bench.Fleet(ctx, cfg)
+	require.NoError(t, err)
+	var table strings.Builder
+	bench.PrintFleet(&table, result)
+	t.Log(table.String())
+
+	require.Len(t, result.Rows, 2)
+	plain, saga := result.Rows[0], result.Rows[1]
+	assert.Equal(t, bench.FleetPlainContender, plain.Contender)
+	assert.Equal(t, bench.FleetAgentsagaContender, saga.Contender)
+	for _, row := range result.Rows {
+		assert.Equal(t, 2, row.Processes)
+		assert.Equal(t, 4, row.Calls, "%s: runs x calls", row.Contender)
+		assert.Equal(t, row.Calls, row.Requests, "%s: the downstream saw every call once", row.Contender)
+		assert.Positive(t, row.CallsPerSec, row.Contender)
+		assert.Positive(t, row.StartToCloseMs, "%s: latencies read from the histories", row.Contender)
+		assert.Positive(t, row.EventsPerCall, row.Contender)
+		assert.LessOrEqual(t, row.Workers, 2, "%s: only the scenario's processes ran calls", row.Contender)
+	}
+	assert.Equal(t, 1.0, plain.Ratio)
+	assert.Positive(t, saga.Ratio)
+	assert.InDelta(t, saga.CallsPerSec/plain.CallsPerSec, saga.Ratio, 1e-9)
+	assert.Equal(t, 1.0, plain.ActivitiesPerCall, "the plain side runs its calls and nothing else")
+	assert.Greater(t, saga.ActivitiesPerCall, 1.0, "a run also makes its model turns and bookkeeping")
+	assert.Positive(t, saga.StatementsPerCall, "the ledger's statements were counted")
+	assert.Less(t, plain.Statements, saga.Statements)
+	assert.NotEmpty(t, result.StatementSource)
+}

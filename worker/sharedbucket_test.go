@@ -65,7 +65,10 @@ func TestTwoWorkersShareOneBucket(t *testing.T) {
 		defer store.Close()
 		w, err := worker.New(ctx, temporalClient, store, worker.Options{
 			TaskQueue: queue, Bucket: "shared", Observe: observe,
-			BucketConfig: budget.BucketConfig{Capacity: capacity, RefillPerSecond: 0, SuccessBonus: 0.1},
+			// No refill and no bonus: the runs' model turns succeed, and
+			// their bonuses would let a run whose retries come late take
+			// a token another run's success earned.
+			BucketConfig: budget.BucketConfig{Capacity: capacity, RefillPerSecond: 0, SuccessBonus: 0},
 			Breaker:      budget.BreakerConfig{Threshold: 1000, Window: time.Minute, Cooldown: time.Minute},
 		})
 		require.NoError(t, err)
@@ -117,7 +120,7 @@ tools:
 	}
 
 	// Demand was 6 runs x 3 calls x 4 retries = 72 retries; one bucket of
-	// 6 tokens with no refill and no successes grants exactly 6.
+	// 6 tokens with no refill and no success bonus grants exactly 6.
 	assert.Equal(t, int32(capacity), granted.Load(), "two workers were granted what one bucket holds")
 	assert.Equal(t, runs*3, int(fleetDenied.Load()), "every flaky call ended on an empty fleet bucket")
 	assert.Equal(t, runs*3, denied)

@@ -173,9 +173,6 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	for i, m := range conv.Append {
 		appended[i] = m.toLedger()
 	}
-	if err := a.Ledger.AppendMessages(ctx, conv.WorkflowID, appended); err != nil {
-		return ModelTurn{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
-	}
 	target := call.Model.Provider
 	if call.Model.Name != "" {
 		target += ":" + call.Model.Name
@@ -183,14 +180,19 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	info := activity.GetInfo(ctx)
 	markCall(ctx)
 	arguments, _ := json.Marshal(map[string]any{"through": conv.Through, "finish": call.Finish})
+	trailing := turnTrailing(call)
+	defs, _ := json.Marshal(call.Tools)
+	defTokens := count(string(defs))
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
 	output, _, err := a.once(ctx, keyedCall{
 		action: ledger.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: "model:" + target, Arguments: string(arguments), Kind: ledger.ActionModel},
 		kind: ledger.LeafModel, target: target,
-		run: func(ctx context.Context) (string, *ledger.Message, error) {
-			turn, err := a.modelTurn(ctx, model, call)
+		turn: &ledger.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
+			Fit: fitRequest(trailing, defTokens, call.Model.ContextTokens())},
+		run: func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error) {
+			turn, err := a.modelTurn(ctx, model, call, fitClaimed(claim, trailing), defTokens)
 			if err != nil {
 				return "", nil, err
 			}
@@ -217,8 +219,9 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	return turn, nil
 }
 
-// modelTurn assembles the request from the ledger and calls the model.
-func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall) (ModelTurn, error) {
+// turnTrailing is what a request sends after the conversation: the budget
+// note, and a finish call's instructions.
+func turnTrailing(call ModelCall) []Message {
 	var trailing []Message
 	if call.Note != "" {
 		trailing = append(trailing, Message{Role: "system", Content: call.Note})
@@ -226,12 +229,11 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall)
 	if call.Finish && call.FinishInstructions != "" {
 		trailing = append(trailing, Message{Role: "system", Content: call.FinishInstructions})
 	}
-	defs, _ := json.Marshal(call.Tools)
-	defTokens := count(string(defs))
-	fit, err := a.fitConversation(ctx, call.Conversation, trailing, defTokens, call.Model.ContextTokens())
-	if err != nil {
-		return ModelTurn{}, fmt.Errorf("%w: %w", errLedgerUnavailable, err)
-	}
+	return trailing
+}
+
+// modelTurn calls the model with the conversation its claim read, fitted.
+func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall, fit fitted, defTokens int) (ModelTurn, error) {
 	// The attempt's lease keeper heartbeats while the model answers.
 	spanCtx, span := startModelSpan(ctx, call.Model)
 	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
@@ -308,7 +310,7 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
 		kind: ledger.LeafTool, target: req.Tool.Name,
-		run: func(ctx context.Context) (string, *ledger.Message, error) {
+		run: func(ctx context.Context, _ ledger.Claim) (string, *ledger.Message, error) {
 			spanCtx, span := startToolSpan(ctx, req)
 			output, err := run(spanCtx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
 			endSpan(span, err)
@@ -374,10 +376,6 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 // and becomes a protobuf string, which must be valid UTF-8.
 func toActivityError(err error) error {
 	err = cleanError{err}
-	if errors.Is(err, errLedgerUnavailable) {
-		// Nothing left the process: the dependency is not to blame.
-		return temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
-	}
 	if isToolConfig(err) {
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolConfig, nil)
 	}

@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -99,146 +98,52 @@ type fitted struct {
 	Omitted   int
 }
 
-// fitPlan is what a request leaves out to fit its budget, as seq bounds:
-// every tool output before CutBefore (unpinned, longer than a preview) is
-// sent as a preview, and every unpinned message before OmitBefore not at
-// all.
-type fitPlan struct {
-	CutBefore  int
-	OmitBefore int
-	// Omitted counts the turns left out.
-	Omitted int
-}
-
-// fitConversation reads the conversation conv sends and fits it, with
-// trailing and extraTokens of tool definitions, to budget tokens: the sizes first, then only the messages it
-// sends, the ones it shortens read only in part, so a turn costs the same
-// however long the run.
-func (a *Activities) fitConversation(ctx context.Context, conv Conversation, trailing []Message, extraTokens, budget int) (fitted, error) {
-	sizes, err := a.Ledger.MessageSizes(ctx, conv.WorkflowID, conv.Through)
-	if err != nil {
-		return fitted{}, err
-	}
+// fitRequest says how a request fits its conversation, with trailing and
+// extraTokens of tool definitions, to budget tokens. The model turn's claim
+// makes the plan in the ledger from the messages' sizes alone
+// (agentsaga_fit_plan) and reads only what the request sends, the outputs
+// it shortens only in part, so a turn costs the same however long the run.
+// First the oldest tool outputs and failed attempts shrink to previews,
+// oldest first; the last keptTurns turns' outputs are kept whole while the
+// rest can make room, then only the last turn's. When the previews still do
+// not fit (a run of a thousand turns), the oldest turns are left out whole,
+// their outputs still in the ledger for read_result. Only then does the last
+// turn's output shrink too. Pinned messages (the system prompt, the goal, a
+// human's instructions) are always sent, and so is the last turn. The plan
+// is made from estimates of what previews will cost; a twentieth of slack
+// keeps the request under the budget itself.
+func fitRequest(trailing []Message, extraTokens, budget int) ledger.FitRequest {
 	trailingTokens := 0
 	for _, m := range trailing {
 		trailingTokens += estimateTokens(m)
 	}
-	// The plan is made from estimates of what previews will cost; a
-	// twentieth of slack keeps the request under the budget itself.
-	plan := planFit(sizes, trailingTokens+extraTokens, budget-budget/20)
-	rows, err := a.Ledger.Messages(ctx, conv.WorkflowID, conv.Through, ledger.MessageWindow{
-		From: plan.OmitBefore, CutBefore: plan.CutBefore, CutBytes: shortenedPreviewBytes})
-	if err != nil {
-		return fitted{}, err
-	}
-	msgs := make([]Message, len(rows))
-	bytes := make(map[int]int, len(rows))
-	for i, row := range rows {
+	return ledger.FitRequest{Budget: budget - budget/20, Trailing: trailingTokens + extraTokens, KeptTurns: keptTurns,
+		CutBytes: shortenedPreviewBytes, CutTokens: shortenedTokens, NoteTokens: noteTokens}
+}
+
+// fitClaimed is the request a model turn's claim read the conversation
+// for, with trailing after it.
+func fitClaimed(claim ledger.Claim, trailing []Message) fitted {
+	msgs := make([]Message, len(claim.Conversation))
+	bytes := make(map[int]int, len(claim.Conversation))
+	for i, row := range claim.Conversation {
 		msgs[i] = fromLedger(row)
 		bytes[row.Seq] = row.Bytes
 	}
-	return assemble(msgs, bytes, plan, trailing), nil
+	return assemble(msgs, bytes, claim.Plan, trailing)
 }
 
 // shortenedTokens bounds what a shortened output costs in a request.
 const shortenedTokens = 250
 
-// shortens says whether a request sends m as a preview when it is before
-// the plan's CutBefore.
-func shortens(m ledger.MessageSize) bool {
-	return !m.Pinned && m.Role == "tool" && m.Bytes > shortenedPreviewBytes
-}
-
-// planFit decides what a request leaves out to fit budget tokens, from the
-// messages' sizes alone. First the oldest tool outputs and failed attempts
-// shrink to previews, oldest first; the last keptTurns turns' outputs are
-// kept whole while the rest can make room, then only the last turn's. When
-// the previews still do not fit (a run of a thousand turns), the oldest
-// turns are left out whole, their outputs still in the ledger for
-// read_result. Only then does the last turn's output shrink too. Pinned
-// messages (the system prompt, the goal, a human's instructions) are always
-// sent, and so is the last turn. trailing is the
-// size of what follows the conversation (the budget note, finish
-// instructions). budget <= 0 means no budget.
-func planFit(sizes []ledger.MessageSize, trailing, budget int) fitPlan {
-	tokens := make([]int, len(sizes))
-	total := trailing + noteTokens
-	for i, m := range sizes {
-		tokens[i] = sizeTokens(m)
-		total += tokens[i]
-	}
-	var plan fitPlan
-	from := 0
-	cut := func(kept int) {
-		protectedFrom := turnsFrom(sizes, kept)
-		for i := from; i < protectedFrom && budget > 0 && total > budget; i++ {
-			plan.CutBefore = sizes[i].Seq + 1
-			if shortens(sizes[i]) {
-				short := min(shortenedTokens, tokens[i])
-				total += short - tokens[i]
-				tokens[i] = short
-			}
-		}
-		from = max(from, protectedFrom)
-	}
-	cut(keptTurns)
-	cut(1)
-	// Then whole turns, oldest first, never the last.
-	last := turnsFrom(sizes, 1)
-	for i := 0; i < last && budget > 0 && total > budget; {
-		if sizes[i].Role != "assistant" {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(sizes) && sizes[j].Role == "tool" {
-			j++
-		}
-		if j > last {
-			break
-		}
-		for k := i; k < j; k++ {
-			if !sizes[k].Pinned {
-				total -= tokens[k]
-			}
-		}
-		plan.OmitBefore, plan.Omitted = sizes[j-1].Seq+1, plan.Omitted+1
-		i = j
-	}
-	// Last, the last turn's own outputs.
-	cut(0)
-	return plan
-}
-
-// turnsFrom is the index where the last n assistant turns begin.
-func turnsFrom(sizes []ledger.MessageSize, n int) int {
-	i := len(sizes)
-	for turns := 0; i > 0 && turns < n; {
-		i--
-		if sizes[i].Role == "assistant" {
-			turns++
-		}
-	}
-	return i
-}
-
 // noteTokens is room for the note that says what was shortened.
 const noteTokens = 80
-
-// sizeTokens is a message's size in tokens: its writer's estimate, or one
-// token a byte when it has none (high, never low).
-func sizeTokens(m ledger.MessageSize) int {
-	if m.Tokens > 0 {
-		return m.Tokens
-	}
-	return m.Bytes + 8
-}
 
 // assemble builds the request from the messages read (the omitted ones not
 // read, the cut ones read only in part, whole holding each one's whole
 // length): it shortens the cut ones, says what was left out where it was,
 // and appends trailing.
-func assemble(msgs []Message, whole map[int]int, plan fitPlan, trailing []Message) fitted {
+func assemble(msgs []Message, whole map[int]int, plan ledger.FitPlan, trailing []Message) fitted {
 	out := make([]Message, 0, len(msgs)+1+len(trailing))
 	shortened, told := 0, false
 	var note *Message

@@ -1,14 +1,18 @@
 package activities
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // longConversation is a run of turns, each an assistant message calling a
@@ -31,31 +35,27 @@ func longConversation(turns, outputBytes int) []Message {
 	return msgs
 }
 
-// fit runs the same two steps CallModel does, from in-memory rows: plan
-// from the sizes, then read what the plan sends.
-func fit(msgs []Message, trailing []Message, budget int) (fitted, fitPlan) {
-	sizes := make([]ledger.MessageSize, len(msgs))
-	whole := map[int]int{}
+// fit runs what a model turn does, through the ledger: msgs are written as
+// the run's conversation, the turn's claim plans from their sizes and reads
+// what the plan sends, and the request is assembled. budget is the plan's
+// own (CallModel's fitRequest keeps a twentieth of slack besides).
+func fit(t *testing.T, msgs []Message, trailing []Message, budget int) (fitted, ledger.FitPlan) {
+	t.Helper()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	rows := make([]ledger.Message, len(msgs))
 	for i, m := range msgs {
-		sizes[i] = ledger.MessageSize{Seq: m.Seq, Role: m.Role, Pinned: m.Pinned, Key: m.Key, Tokens: estimateTokens(m), Bytes: len(m.Content)}
-		whole[m.Seq] = len(m.Content)
+		rows[i] = m.toLedger()
 	}
-	trailingTokens := 0
-	for _, m := range trailing {
-		trailingTokens += estimateTokens(m)
-	}
-	plan := planFit(sizes, trailingTokens, budget)
-	var read []Message
-	for _, m := range msgs {
-		if m.Seq < plan.OmitBefore && !m.Pinned {
-			continue
-		}
-		if m.Seq < plan.CutBefore && m.Role == "tool" && !m.Pinned && len(m.Content) > shortenedPreviewBytes {
-			m.Content, _ = cutAtRune(m.Content, shortenedPreviewBytes)
-		}
-		read = append(read, m)
-	}
-	return assemble(read, whole, plan, trailing), plan
+	req := fitRequest(trailing, 0, 0)
+	req.Budget = budget
+	claim, err := store.ClaimTurn(ctx, ledger.ActionRequest{Key: "wf/step-999-model", WorkflowID: "wf", ActivityID: "step-999-model",
+		Tool: "model:scripted", Arguments: "{}", Kind: ledger.ActionModel},
+		ledger.LeafCall{Attempt: 1, Kind: ledger.LeafModel, Target: "scripted"}, time.Minute,
+		ledger.TurnRead{WorkflowID: "wf", Append: rows, Through: len(msgs), Fit: req})
+	require.NoError(t, err)
+	require.True(t, claim.Execute)
+	return fitClaimed(claim, trailing), claim.Plan
 }
 
 func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
@@ -63,7 +63,7 @@ func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
 	msgs := longConversation(40, 50<<10)
 	note := []Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}
 	const budget = 32000
-	got, plan := fit(msgs, note, budget)
+	got, plan := fit(t, msgs, note, budget)
 
 	require.Positive(t, plan.CutBefore)
 	assert.Zero(t, plan.Omitted, "previews were enough")
@@ -99,14 +99,14 @@ func TestContextBudgetCollapsesFailedAttemptsToOneLine(t *testing.T) {
 	for t := 0; t < 3; t++ {
 		msgs = append(msgs, Message{Seq: len(msgs), Role: "assistant", Content: "next"})
 	}
-	got, _ := fit(msgs, nil, 1500)
+	got, _ := fit(t, msgs, nil, 1500)
 	assert.Equal(t, "error: HTTP 503", got.Messages[3].Content, "after the system prompt, the note and the call")
 }
 
 func TestNoShorteningWhenItFits(t *testing.T) {
 	t.Parallel()
 	msgs := longConversation(3, 1000)
-	got, plan := fit(msgs, nil, 100000)
+	got, plan := fit(t, msgs, nil, 100000)
 	assert.Zero(t, plan.CutBefore)
 	assert.Zero(t, got.Shortened)
 	assert.Len(t, got.Messages, len(msgs))
@@ -136,7 +136,7 @@ func TestContextBudgetLeavesOutTheOldestTurnsOfAVeryLongRun(t *testing.T) {
 	t.Parallel()
 	msgs := longConversation(1000, 2<<10)
 	const budget = 27904
-	got, plan := fit(msgs, []Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}, budget)
+	got, plan := fit(t, msgs, []Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}, budget)
 	require.Positive(t, plan.Omitted)
 	assert.LessOrEqual(t, got.Tokens, budget)
 	assert.Equal(t, plan.Omitted, got.Omitted)
@@ -160,4 +160,124 @@ func TestContextBudgetLeavesOutTheOldestTurnsOfAVeryLongRun(t *testing.T) {
 	}
 	assert.Contains(t, note, "oldest turns are left out")
 	assert.Equal(t, msgs[len(msgs)-2].Content, got.Messages[len(got.Messages)-3].Content, "the last turn's output is whole")
+}
+
+// referencePlan is the plan agentsaga_fit_plan makes, written in Go as
+// the model the SQL must match (it was the engine's own planner before the
+// plan moved into the turn's claim statement).
+func referencePlan(sizes []ledger.MessageSize, trailing, budget int) ledger.FitPlan {
+	shortens := func(m ledger.MessageSize) bool {
+		return !m.Pinned && m.Role == "tool" && m.Bytes > shortenedPreviewBytes
+	}
+	turnsFrom := func(n int) int { // the index where the last n assistant turns begin
+		i := len(sizes)
+		for turns := 0; i > 0 && turns < n; {
+			i--
+			if sizes[i].Role == "assistant" {
+				turns++
+			}
+		}
+		return i
+	}
+	tokens := make([]int, len(sizes))
+	total := trailing + noteTokens
+	for i, m := range sizes {
+		tokens[i] = m.Tokens
+		if m.Tokens <= 0 {
+			tokens[i] = m.Bytes + 8
+		}
+		total += tokens[i]
+	}
+	var plan ledger.FitPlan
+	from := 0
+	cut := func(kept int) {
+		protectedFrom := turnsFrom(kept)
+		for i := from; i < protectedFrom && budget > 0 && total > budget; i++ {
+			plan.CutBefore = sizes[i].Seq + 1
+			if shortens(sizes[i]) {
+				short := min(shortenedTokens, tokens[i])
+				total += short - tokens[i]
+				tokens[i] = short
+			}
+		}
+		from = max(from, protectedFrom)
+	}
+	cut(keptTurns)
+	cut(1)
+	last := turnsFrom(1)
+	for i := 0; i < last && budget > 0 && total > budget; {
+		if sizes[i].Role != "assistant" {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(sizes) && sizes[j].Role == "tool" {
+			j++
+		}
+		if j > last {
+			break
+		}
+		for k := i; k < j; k++ {
+			if !sizes[k].Pinned {
+				total -= tokens[k]
+			}
+		}
+		plan.OmitBefore, plan.Omitted = sizes[j-1].Seq+1, plan.Omitted+1
+		i = j
+	}
+	cut(0)
+	return plan
+}
+
+// The ledger's planner makes the reference plan on random conversations:
+// any roles in any order, pinned or not, estimated or not, outputs either
+// side of the preview length, budgets from none to roomy.
+func TestFitPlanInTheLedgerMatchesTheReference(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	random := rand.New(rand.NewPCG(15, 3))
+	roles := []string{"assistant", "tool", "tool", "user", "system"}
+	var cut, omitted int
+	for n := range 400 {
+		sizes := make([]ledger.MessageSize, random.IntN(60))
+		seqs, tokens, bytes := make([]int32, len(sizes)), make([]int32, len(sizes)), make([]int32, len(sizes))
+		assistant, tool, pinned := make([]bool, len(sizes)), make([]bool, len(sizes)), make([]bool, len(sizes))
+		seq := 0
+		total := 0
+		for i := range sizes {
+			seq += 1 + random.IntN(2) // seqs need not be dense
+			m := ledger.MessageSize{Seq: seq, Role: roles[random.IntN(len(roles))], Pinned: random.IntN(6) == 0,
+				Bytes: random.IntN(2 * shortenedPreviewBytes), Tokens: random.IntN(400) - 100}
+			if m.Tokens < 0 {
+				m.Tokens = 0 // not estimated
+			}
+			sizes[i] = m
+			seqs[i], tokens[i], bytes[i] = int32(m.Seq), int32(m.Tokens), int32(m.Bytes)
+			assistant[i], tool[i], pinned[i] = m.Role == "assistant", m.Role == "tool", m.Pinned
+			if m.Tokens > 0 {
+				total += m.Tokens
+			} else {
+				total += m.Bytes + 8
+			}
+		}
+		trailing := random.IntN(300)
+		budget := random.IntN(total*3/2+2) - 1 // sometimes none, sometimes ample
+		want := referencePlan(sizes, trailing, budget)
+		var got ledger.FitPlan
+		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT * FROM agentsaga_fit_plan($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			seqs, assistant, tool, pinned, tokens, bytes, trailing, budget, shortenedPreviewBytes, shortenedTokens, noteTokens, keptTurns).
+			Scan(&got.CutBefore, &got.OmitBefore, &got.Omitted))
+		require.Equal(t, want, got, "case %d: %d messages, trailing %d, budget %d: %+v", n, len(sizes), trailing, budget, sizes)
+		if got.CutBefore > 0 {
+			cut++
+		}
+		if got.Omitted > 0 {
+			omitted++
+		}
+	}
+	t.Logf("%d plans shortened outputs, %d left turns out", cut, omitted)
+	assert.Greater(t, cut, 100, "the cases exercise the cuts")
+	assert.Greater(t, omitted, 50, "and the omissions")
+	assert.Less(t, cut, 350, "and plans that leave nothing out")
 }

@@ -17,9 +17,13 @@ import (
 type keyedCall struct {
 	action       ledger.ActionRequest
 	kind, target string // the leaf call's
-	// run makes the call under the attempt's lease. It returns the output
-	// to store and, optionally, the conversation message to record with it.
-	run func(ctx context.Context) (string, *ledger.Message, error)
+	// turn, for a model turn, is what its claim writes and reads: the
+	// messages the workflow appends, and the conversation it sends.
+	turn *ledger.TurnRead
+	// run makes the call under the attempt's lease, given the claim (for a
+	// model turn, the conversation it read). It returns the output to store
+	// and, optionally, the conversation message to record with it.
+	run func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error)
 	// refused, when set, reads a successful output as a refusal: a 200
 	// whose meaning is "no", stored like a 4xx and never retried.
 	refused func(output string) (string, bool)
@@ -29,13 +33,21 @@ type keyedCall struct {
 // heartbeating, while another attempt's lease is live), holds the lease
 // while the call runs, and stores the outcome, or returns what an earlier
 // attempt stored (replayed). Its errors are activity errors, typed.
+//
+// A successful attempt costs two statements: the claim, which also records
+// the attempt's leaf call (and, for a model turn, writes the appended
+// messages and reads the conversation), and the completion, which also ends
+// the leaf call (and records the conversation message). A call that
+// outlives a third of its lease adds one renewal per third.
 func (a *Activities) once(ctx context.Context, c keyedCall) (output string, replayed bool, err error) {
 	info := activity.GetInfo(ctx)
 	log := activity.GetLogger(ctx)
 	key := c.action.Key
 	lease := leaseLength(info)
+	leaf := ledger.LeafCall{WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: key,
+		Attempt: int(info.Attempt), Kind: c.kind, Target: c.target}
 	claimedAt := time.Now()
-	claim, err := a.claim(ctx, c.action, lease)
+	claim, err := a.claim(ctx, c, leaf, lease)
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, nil)
@@ -56,20 +68,21 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 	defer held.stop()
 	if err := held.confirm(); err != nil {
 		// Paused between the claim and the call for longer than the lease:
-		// another attempt may hold the key now, so nothing is sent.
+		// another attempt may hold the key now, so nothing is sent, and the
+		// leaf call the claim recorded did not happen.
 		log.Warn("call: the attempt lost its key before the call; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := a.Ledger.DropLeafCall(dctx, claim.LeafCallID); err != nil {
+			log.Warn("ledger: could not drop the leaf call of an attempt that sent nothing", "key", key, "error", err)
+		}
+		cancel()
 		if errors.Is(err, ledger.ErrLeaseLost) {
 			return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
 		}
 		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
 	}
 
-	var msg *ledger.Message
-	callErr := a.leafCall(ctx, c.kind, c.target, func() error {
-		var err error
-		output, msg, err = c.run(held.ctx)
-		return err
-	})
+	output, msg, callErr := c.run(held.ctx, claim)
 	if callErr != nil {
 		if cause := context.Cause(held.ctx); held.ctx.Err() != nil && ctx.Err() == nil && cause != nil {
 			callErr = fmt.Errorf("%w (the attempt stopped: %w)", callErr, cause)
@@ -82,15 +95,19 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 		}
 		// Recorded even when the attempt was cancelled, so the next attempt
 		// can claim the key at once instead of waiting out the lease.
-		if _, err := a.Ledger.FailAction(context.WithoutCancel(ctx), key, claim.Action.Attempts, callErr.Error(), errType, permanent); err != nil {
+		end := ledger.FailedAttempt(callErr.Error(), errType, permanent)
+		end.LeafCallID, end.CallErr = claim.LeafCallID, callErr
+		if _, err := a.Ledger.SettleAttempt(context.WithoutCancel(ctx), key, claim.Action.Attempts, end); err != nil {
 			logRefusedWrite(log, key, err)
 		}
 		return "", false, activityErr
 	}
 	if c.refused != nil {
 		if message, refused := c.refused(output); refused {
+			end := ledger.FailedAttempt(message, ErrTypeRefusal, true)
+			end.LeafCallID = claim.LeafCallID // the call itself succeeded
 			if err := a.recordAfterEffect(ctx, key, func(ctx context.Context) error {
-				_, err := a.Ledger.FailAction(ctx, key, claim.Action.Attempts, message, ErrTypeRefusal, true)
+				_, err := a.Ledger.SettleAttempt(ctx, key, claim.Action.Attempts, end)
 				return err
 			}); err != nil {
 				logRefusedWrite(log, key, err)
@@ -100,11 +117,8 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 	}
 	var stored ledger.Action
 	err = a.recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
-		if msg != nil {
-			stored, err = a.Ledger.CompleteActionAndRecord(ctx, key, claim.Action.Attempts, output, *msg)
-		} else {
-			stored, err = a.Ledger.CompleteAction(ctx, key, claim.Action.Attempts, output)
-		}
+		stored, err = a.Ledger.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
+			Status: ledger.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID})
 		return err
 	})
 	switch {
@@ -183,11 +197,18 @@ func (a *Activities) recordAfterEffect(ctx context.Context, key string, write fu
 // it waits, so Temporal knows the attempt is alive, and a waiting attempt
 // that Temporal has given up on (a heartbeat answered "not found", a paused
 // worker that woke past its deadline) has its context cancelled and stops
-// at once, with ErrInFlight.
-func (a *Activities) claim(ctx context.Context, req ledger.ActionRequest, lease time.Duration) (ledger.Claim, error) {
+// at once, with ErrInFlight. The claim records leaf, and a model turn's
+// claim writes and reads its conversation (c.turn), in the same statement.
+func (a *Activities) claim(ctx context.Context, c keyedCall, leaf ledger.LeafCall, lease time.Duration) (ledger.Claim, error) {
 	const poll = 250 * time.Millisecond
 	for {
-		claim, err := a.Ledger.ClaimAction(ctx, req, lease)
+		var claim ledger.Claim
+		var err error
+		if c.turn != nil {
+			claim, err = a.Ledger.ClaimTurn(ctx, c.action, leaf, lease, *c.turn)
+		} else {
+			claim, err = a.Ledger.ClaimCall(ctx, c.action, leaf, lease)
+		}
 		if !errors.Is(err, ledger.ErrInFlight) || ctx.Err() != nil {
 			return claim, err
 		}
@@ -198,25 +219,4 @@ func (a *Activities) claim(ctx context.Context, req ledger.ActionRequest, lease 
 		case <-time.After(poll):
 		}
 	}
-}
-
-// errLedgerUnavailable marks an attempt that failed on a ledger write before
-// anything left the process.
-var errLedgerUnavailable = errors.New("the ledger is unavailable")
-
-// leafCall records one attempt that leaves the process around do.
-func (a *Activities) leafCall(ctx context.Context, kind, target string, do func() error) error {
-	info := activity.GetInfo(ctx)
-	id, err := a.Ledger.BeginLeafCall(ctx, ledger.LeafCall{
-		WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: IdempotencyKey(ctx),
-		Attempt: int(info.Attempt), Kind: kind, Target: target,
-	})
-	if err != nil {
-		return fmt.Errorf("%w: %w", errLedgerUnavailable, err)
-	}
-	callErr := do()
-	if err := a.Ledger.EndLeafCall(context.WithoutCancel(ctx), id, callErr); err != nil {
-		activity.GetLogger(ctx).Warn("ledger: could not record end of leaf call", "key", IdempotencyKey(ctx), "error", err)
-	}
-	return callErr
 }

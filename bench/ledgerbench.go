@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -17,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/migrations"
 )
 
 // LedgerRow is one side of the ledger scenario.
@@ -28,29 +31,92 @@ type LedgerRow struct {
 	Ratio        float64 `json:"ratio"`
 }
 
-// Ledger measures idempotent action writes per second (a claim and a
-// completion per key, as every tool call makes) beside pgbench running a
-// plain insert on the same server with the same number of clients, for
-// duration each.
+// LedgerRounds is how many alternating rounds the ledger scenario splits
+// its time into (fewer for a run shorter than that many seconds): on a
+// machine with other work on it, a contender measured after the other
+// would be measured under a different load.
+const LedgerRounds = 5
+
+// Ledger measures idempotent action writes per second as the engine makes
+// them for every tool call: the claim, which also records the attempt's leaf
+// call, and the completion, which also ends it (two statements, two
+// commits). Each client is a run of its own, with its row in runs (every
+// claim reads it FOR SHARE, as the fence requires), making one call after
+// another. Beside it, pgbench runs a plain insert on the same server with
+// the same number of clients. Each side gets duration in all, in up to
+// LedgerRounds alternating rounds of whole seconds (pgbench counts in
+// seconds).
 func Ledger(ctx context.Context, databaseURL string, clients int, duration time.Duration) ([]LedgerRow, error) {
-	store, err := ledger.Open(ctx, databaseURL)
+	// A database of its own: its runs must not be taken for abandoned ones
+	// by a worker's reconciler, and the scenario's rows go with it.
+	db, err := newScratchDatabase(ctx, databaseURL, "ledger")
+	if err != nil {
+		return nil, err
+	}
+	defer db.drop(context.WithoutCancel(ctx))
+	store, err := ledger.Open(ctx, db.url)
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
 	prefix := "bench-ledger-" + nonce()
+	for g := range clients {
+		if err := store.StartRun(ctx, ledger.Run{WorkflowID: fmt.Sprintf("%s-%d", prefix, g), RunID: prefix, Goal: "bench"}); err != nil {
+			return nil, fmt.Errorf("bench: ledger: %w", err)
+		}
+	}
+	pgbench, err := newPGBench(ctx, db.plainURL)
+	if err != nil {
+		return nil, err
+	}
+	defer pgbench.close(context.WithoutCancel(ctx))
+
+	rounds := max(1, min(LedgerRounds, int(duration/time.Second)))
+	round := max(time.Second, (duration / time.Duration(rounds)).Round(time.Second))
+	var sagaWrites, plainWrites float64
+	var sagaSeconds, plainSeconds float64
+	for r := range rounds {
+		began := time.Now()
+		writes, err := ledgerCalls(ctx, store, prefix, r, clients, began.Add(round))
+		if err != nil {
+			return nil, fmt.Errorf("bench: ledger: %w", err)
+		}
+		sagaWrites += float64(writes)
+		sagaSeconds += time.Since(began).Seconds()
+		tps, err := pgbench.insert(ctx, clients, round)
+		if err != nil {
+			return nil, err
+		}
+		plainWrites += tps * round.Seconds()
+		plainSeconds += round.Seconds()
+	}
+	plain := LedgerRow{Contender: "pgbench: one plain INSERT per transaction", Clients: clients, Seconds: plainSeconds,
+		WritesPerSec: plainWrites / plainSeconds, Ratio: 1}
+	saga := LedgerRow{Contender: "agentsaga call (claim + leaf call, completion + leaf end)", Clients: clients, Seconds: sagaSeconds,
+		WritesPerSec: sagaWrites / sagaSeconds}
+	saga.Ratio = saga.WritesPerSec / plain.WritesPerSec
+	return []LedgerRow{plain, saga}, nil
+}
+
+// ledgerCalls makes calls from clients goroutines, each in its own run,
+// until deadline, as the engine makes a successful tool call's writes, and
+// returns how many it completed.
+func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round, clients int, deadline time.Time) (int64, error) {
 	var writes atomic.Int64
 	var firstErr error
 	var once sync.Once
-	deadline := time.Now().Add(duration)
 	var wg sync.WaitGroup
 	for g := range clients {
 		wg.Go(func() {
+			run := fmt.Sprintf("%s-%d", prefix, g)
 			for i := 0; time.Now().Before(deadline); i++ {
-				key := fmt.Sprintf("%s/%d/%d", prefix, g, i)
-				claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: prefix, ActivityID: key, Tool: "bench", Arguments: `{}`}, time.Minute)
+				activityID := fmt.Sprintf("step-%03d-call-%d-bench", i, round)
+				key := run + "/" + activityID
+				claim, err := store.ClaimCall(ctx, ledger.ActionRequest{Key: key, WorkflowID: run, ActivityID: activityID, Tool: "bench", Arguments: `{}`},
+					ledger.LeafCall{Attempt: 1, Kind: ledger.LeafTool, Target: "bench"}, time.Minute)
 				if err == nil && claim.Execute {
-					_, err = store.CompleteAction(ctx, key, claim.Action.Attempts, `{"ok":true}`)
+					_, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
+						Status: ledger.ActionCompleted, Result: `{"ok":true}`, LeafCallID: claim.LeafCallID})
 				}
 				if err != nil {
 					once.Do(func() { firstErr = err })
@@ -61,55 +127,102 @@ func Ledger(ctx context.Context, databaseURL string, clients int, duration time.
 		})
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, fmt.Errorf("bench: ledger: %w", firstErr)
-	}
-	saga := LedgerRow{Contender: "agentsaga action (claim + complete)", Clients: clients, Seconds: duration.Seconds(),
-		WritesPerSec: float64(writes.Load()) / duration.Seconds()}
-	if _, err := store.Pool().Exec(ctx, `DELETE FROM actions WHERE workflow_id = $1`, prefix); err != nil {
-		return nil, fmt.Errorf("bench: ledger: clean up: %w", err)
-	}
+	return writes.Load(), firstErr
+}
 
-	tps, err := pgbenchInsert(ctx, databaseURL, clients, duration)
+// scratchDatabase is a migrated database for one scenario, on the server
+// databaseURL names. url keeps databaseURL's settings; plainURL drops the
+// pool_* ones, which only pgxpool reads (libpq and pgx's own parser would
+// send them to the server).
+type scratchDatabase struct{ url, plainURL, adminURL, name string }
+
+func newScratchDatabase(ctx context.Context, databaseURL, scenario string) (*scratchDatabase, error) {
+	u, err := url.Parse(databaseURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return nil, fmt.Errorf("bench: %s: DATABASE_URL must be a postgres:// URL (got %q): %v", scenario, databaseURL, err)
+	}
+	base := strings.TrimPrefix(u.Path, "/")
+	if base == "" {
+		base = "agentsaga"
+	}
+	db := &scratchDatabase{name: base + "_" + scenario + "_" + nonce()}
+	u.Path = "/" + db.name
+	db.url = u.String()
+	q := u.Query()
+	for key := range q {
+		if strings.HasPrefix(key, "pool_") {
+			q.Del(key)
+		}
+	}
+	u.RawQuery = q.Encode()
+	db.plainURL = u.String()
+	u.Path = "/postgres"
+	db.adminURL = u.String()
+	admin, err := pgx.Connect(ctx, db.adminURL)
 	if err != nil {
+		return nil, fmt.Errorf("bench: %s: connect to postgres: %w", scenario, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("bench: %s: create database %s: %w", scenario, db.name, err)
+	}
+	if _, err := migrations.Apply(ctx, db.plainURL); err != nil {
+		db.drop(ctx)
 		return nil, err
 	}
-	plain := LedgerRow{Contender: "pgbench: one plain INSERT per transaction", Clients: clients, Seconds: duration.Seconds(), WritesPerSec: tps, Ratio: 1}
-	saga.Ratio = saga.WritesPerSec / tps
-	return []LedgerRow{plain, saga}, nil
+	return db, nil
+}
+
+func (db *scratchDatabase) drop(ctx context.Context) {
+	admin, err := pgx.Connect(ctx, db.adminURL)
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
 }
 
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)
 
-// pgbenchInsert runs pgbench with a one-statement insert script against a
-// scratch table, and returns its transactions per second.
-func pgbenchInsert(ctx context.Context, databaseURL string, clients int, duration time.Duration) (float64, error) {
+// pgBench runs pgbench's one-statement insert into a scratch table with a
+// unique key.
+type pgBench struct {
+	databaseURL, dir, script string
+	conn                     *pgx.Conn
+}
+
+func newPGBench(ctx context.Context, databaseURL string) (*pgBench, error) {
 	config, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, config)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer conn.Close(ctx)
+	p := &pgBench{databaseURL: databaseURL, conn: conn}
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_pgbench_insert (id bigserial PRIMARY KEY, k text UNIQUE, v text)`); err != nil {
-		return 0, fmt.Errorf("bench: pgbench table: %w", err)
+		conn.Close(ctx)
+		return nil, fmt.Errorf("bench: pgbench table: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS bench_pgbench_insert`) //nolint:errcheck
+	if p.dir, err = os.MkdirTemp("", "agentsaga-pgbench"); err != nil {
+		p.close(ctx)
+		return nil, err
+	}
+	p.script = filepath.Join(p.dir, "insert.sql")
+	body := "\\set r random(1, 9000000000000000000)\nINSERT INTO bench_pgbench_insert (k, v) VALUES (:client_id || '-' || :r, '{\"ok\":true}');\n"
+	if err := os.WriteFile(p.script, []byte(body), 0o644); err != nil {
+		p.close(ctx)
+		return nil, err
+	}
+	return p, nil
+}
 
-	dir, err := os.MkdirTemp("", "agentsaga-pgbench")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	script := filepath.Join(dir, "insert.sql")
-	body := "\\set r random(1, 2000000000)\nINSERT INTO bench_pgbench_insert (k, v) VALUES (:client_id || '-' || :r, '{\"ok\":true}');\n"
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		return 0, err
-	}
+// insert runs the script from clients clients for d, and returns its
+// transactions per second.
+func (p *pgBench) insert(ctx context.Context, clients int, d time.Duration) (float64, error) {
 	cmd := exec.CommandContext(ctx, "pgbench", "-n", "-c", strconv.Itoa(clients), "-j", "2",
-		"-T", strconv.Itoa(int(duration.Seconds())), "-f", script, databaseURL)
+		"-T", strconv.Itoa(int(d.Seconds())), "-f", p.script, p.databaseURL)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("bench: pgbench: %w: %s", err, out)
@@ -119,6 +232,14 @@ func pgbenchInsert(ctx context.Context, databaseURL string, clients int, duratio
 		return 0, fmt.Errorf("bench: pgbench printed no tps: %s", out)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+func (p *pgBench) close(ctx context.Context) {
+	_, _ = p.conn.Exec(ctx, `DROP TABLE IF EXISTS bench_pgbench_insert`)
+	p.conn.Close(ctx)
+	if p.dir != "" {
+		os.RemoveAll(p.dir)
+	}
 }
 
 // PrintLedger writes the ledger scenario's table.

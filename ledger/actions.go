@@ -127,6 +127,15 @@ type Claim struct {
 	// When false, Action holds the stored outcome (completed or rejected)
 	// and the action must not run again.
 	Execute bool
+	// LeafCallID is the leaf call the claim recorded for the attempt
+	// (ClaimCall, ClaimTurn), to be ended by SettleAttempt; 0 when none.
+	LeafCallID int64
+	// Conversation is what a model turn's claim read for its request
+	// (ClaimTurn, when Execute): the messages it sends, in order, each cut
+	// output read only in part (Bytes holds its whole length), and the plan
+	// that chose them.
+	Conversation []Message
+	Plan         FitPlan
 }
 
 // actionColumns lists an action's columns, for a query that names the
@@ -161,72 +170,9 @@ func scanAction(row pgx.Row) (Action, error) {
 // The claim reads the run's row FOR SHARE, so it serializes with CloseRun
 // and FinishRun: a claim either commits before the run is closed (and the
 // rollback sees and waits for it) or sees the close and is refused.
+// ClaimCall is the same claim that also records the attempt's leaf call.
 func (s *Store) ClaimAction(ctx context.Context, req ActionRequest, lease time.Duration) (Claim, error) {
-	fingerprint := req.Fingerprint()
-	var compTool, compArgs string
-	if req.Compensation != nil {
-		compTool, compArgs = req.Compensation.Tool, req.Compensation.ArgumentsTemplate
-	}
-	row := s.pool.QueryRow(ctx, `
-		WITH run AS (
-			SELECT finished_at, closing_at FROM runs WHERE workflow_id = $2 FOR SHARE
-		), open AS (
-			SELECT NOT EXISTS (SELECT 1 FROM run WHERE finished_at IS NOT NULL OR (closing_at IS NOT NULL AND $10 = '')) AS ok
-		), claimed AS (
-			INSERT INTO actions AS a (idempotency_key, workflow_id, activity_id, tool, arguments, request_fingerprint,
-			                     status, locked_until, compensates, kind)
-			SELECT $1, $2, $3, $4, $5, $6, 'started', clock_timestamp() + $7 * interval '1 millisecond', NULLIF($10, ''),
-			       coalesce(NULLIF($11, ''), 'tool')
-			FROM open WHERE open.ok
-			ON CONFLICT (idempotency_key) DO UPDATE
-			SET status = 'started', attempts = a.attempts + 1, error = '', error_type = '',
-			    locked_until = EXCLUDED.locked_until, updated_at = clock_timestamp()
-			WHERE a.request_fingerprint = EXCLUDED.request_fingerprint
-			  AND a.fenced_at IS NULL
-			  AND (a.status = 'failed' OR (a.status = 'started' AND a.locked_until < clock_timestamp()))
-			RETURNING `+actionColumns+`
-		), registered AS (
-			INSERT INTO compensations (forward_key, workflow_id, forward_activity_id, tool, arguments_template)
-			SELECT idempotency_key, workflow_id, activity_id, $8, $9 FROM claimed WHERE $8 <> ''
-			ON CONFLICT (forward_key) DO NOTHING
-		), lost AS (
-			UPDATE leaf_calls SET outcome = 'lost', finished_at = clock_timestamp(),
-			       error = 'the attempt was lost: a later attempt took its key over'
-			WHERE idempotency_key = $1 AND outcome = 'in-flight' AND EXISTS (SELECT 1 FROM claimed)
-		)
-		SELECT * FROM claimed`,
-		req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, fingerprint, lease.Milliseconds(), compTool, compArgs,
-		req.Compensates, req.Kind)
-	action, err := scanAction(row)
-	if err == nil {
-		return Claim{Action: action, Execute: true}, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, err)
-	}
-	// Nothing was claimed: say why.
-	existing, err := s.GetAction(ctx, req.Key)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, err)
-	}
-	found := err == nil
-	switch {
-	case found && existing.Fingerprint != fingerprint:
-		return Claim{}, fmt.Errorf("ledger: claim %s (stored %s %s, got %s %s): %w",
-			req.Key, existing.Tool, existing.Arguments, req.Tool, req.Arguments, ErrConflict)
-	case found && (existing.Status == ActionCompleted || existing.Status == ActionRejected):
-		// Handing back a stored outcome executes nothing, fenced or not.
-		return Claim{Action: existing}, nil
-	case found && existing.FencedAt != nil:
-		return Claim{}, fmt.Errorf("ledger: claim %s: %w (%s)", req.Key, ErrFenced, fenceText[existing.FenceReason])
-	}
-	if why, err := s.runFence(ctx, req.WorkflowID, req.Compensates != ""); err != nil {
-		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, err)
-	} else if why != "" {
-		return Claim{}, fmt.Errorf("ledger: claim %s: %w (%s)", req.Key, ErrFenced, why)
-	}
-	// A live lease (or a row that appeared between the two reads).
-	return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, ErrInFlight)
+	return s.ClaimCall(ctx, req, LeafCall{}, lease)
 }
 
 var fenceText = map[string]string{
@@ -275,14 +221,14 @@ func (s *Store) RenewLease(ctx context.Context, key string, attempt int, lease t
 // action is returned with ErrLeaseLost, and the first stored result (if
 // another attempt completed) stays.
 func (s *Store) CompleteAction(ctx context.Context, key string, attempt int, result string) (Action, error) {
-	return s.settle(ctx, key, attempt, ActionCompleted, result, "", "", nil)
+	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: ActionCompleted, Result: result})
 }
 
 // CompleteActionAndRecord is CompleteAction that also writes msg into the
 // run's conversation, in the same statement: a tool's output (or a model's
 // reply) is in the conversation exactly when its action is completed.
 func (s *Store) CompleteActionAndRecord(ctx context.Context, key string, attempt int, result string, msg Message) (Action, error) {
-	return s.settle(ctx, key, attempt, ActionCompleted, result, "", "", &msg)
+	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: ActionCompleted, Result: result, Message: &msg})
 }
 
 // FailAction records a failed attempt and the error type it failed with.
@@ -290,16 +236,46 @@ func (s *Store) CompleteActionAndRecord(ctx context.Context, key string, attempt
 // attempt; otherwise the key is freed for the next attempt. An attempt
 // that lost the key gets ErrLeaseLost, as for CompleteAction.
 func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, errType string, permanent bool) (Action, error) {
+	return s.SettleAttempt(ctx, key, attempt, FailedAttempt(cause, errType, permanent))
+}
+
+// FailedAttempt is how a failed attempt settles its action, for
+// SettleAttempt: rejected (stored and returned to every later attempt) when
+// the failure is permanent, failed (the key freed for the next attempt)
+// otherwise.
+func FailedAttempt(cause, errType string, permanent bool) AttemptEnd {
 	status := ActionFailed
 	if permanent {
 		status = ActionRejected
 	}
-	return s.settle(ctx, key, attempt, status, "", cause, errType, nil)
+	return AttemptEnd{Status: status, Cause: cause, ErrorType: errType}
 }
 
-func (s *Store) settle(ctx context.Context, key string, attempt int, status, result, cause, errType string, msg *Message) (Action, error) {
+// AttemptEnd is how one attempt ended, as SettleAttempt writes it.
+type AttemptEnd struct {
+	// Status is ActionCompleted, ActionFailed or ActionRejected.
+	Status    string
+	Result    string
+	Cause     string // the error of a failed or rejected attempt
+	ErrorType string
+	// Message, when set, is written into the run's conversation with the
+	// action's outcome: a tool's output or a model's reply.
+	Message *Message
+	// LeafCallID is the attempt's leaf call (Claim.LeafCallID), ended in the
+	// same statement: ok when CallErr is nil, error with its text
+	// otherwise. 0: none.
+	LeafCallID int64
+	CallErr    error
+}
+
+// SettleAttempt writes how the attempt holding key under claim number
+// attempt ended, and the end of its leaf call, in one statement. An attempt
+// that no longer holds the key gets the stored action and ErrLeaseLost;
+// its leaf call is ended all the same (it did leave the process).
+func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end AttemptEnd) (Action, error) {
 	var m Message
 	var toolCalls *string
+	msg := end.Message
 	if msg != nil {
 		m = *msg
 		if len(m.ToolCalls) > 0 {
@@ -311,9 +287,14 @@ func (s *Store) settle(ctx context.Context, key string, attempt int, status, res
 	// model's reply, the text the workflow's conversation shows.
 	content := m.Content
 	if msg != nil && content == "" {
-		content = result
+		content = end.Result
 	}
-	action, err := scanAction(s.pool.QueryRow(ctx, `
+	leafOutcome, leafError := "ok", ""
+	if end.CallErr != nil {
+		leafOutcome, leafError = "error", storable(end.CallErr.Error())
+	}
+	status := end.Status
+	action, err := coalesced(ctx, s.calls, key, `
 		WITH settled AS (
 			UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
 			       updated_at = clock_timestamp(),
@@ -324,9 +305,14 @@ func (s *Store) settle(ctx context.Context, key string, attempt int, status, res
 			INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, source_key, tokens)
 			SELECT settled.workflow_id, $8, $9, $10, $11::jsonb, $12, $13, $1, $14 FROM settled WHERE $7
 			ON CONFLICT (workflow_id, seq) DO NOTHING
+		), ended AS (
+			UPDATE leaf_calls SET outcome = $16, error = $17, finished_at = clock_timestamp() WHERE id = $15
 		)
-		SELECT * FROM settled`, key, attempt, status, storable(result), storable(cause), errType,
-		msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name, m.Tokens))
+		SELECT * FROM settled`,
+		[]any{key, attempt, status, storable(end.Result), storable(end.Cause), end.ErrorType,
+			msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name, m.Tokens,
+			end.LeafCallID, leafOutcome, leafError},
+		scanAction)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over, or a rollback settled it.
 		stored, err := s.GetAction(ctx, key)

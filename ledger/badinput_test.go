@@ -283,7 +283,7 @@ func TestLongTextIsCappedWithAMarker(t *testing.T) {
 
 // sqlMethods are the pgx calls that take SQL, with the index of their SQL
 // argument.
-var sqlMethods = map[string]int{"Exec": 1, "Query": 1, "QueryRow": 1, "Queue": 0}
+var sqlMethods = map[string]int{"Exec": 1, "Query": 1, "QueryRow": 1, "Queue": 0, "coalesced": 3}
 
 // TestLedgerSQLIsConstant is a cheap guard that every statement the ledger
 // sends is a constant: string literals and package constants joined with
@@ -325,6 +325,10 @@ func TestLedgerSQLIsConstant(t *testing.T) {
 			return consts[e.Name]
 		case *ast.ParenExpr:
 			return constant(e.X)
+		case *ast.SelectorExpr:
+			// A statement the coalescer forwards was checked where it
+			// was queued: coalesced is one of sqlMethods.
+			return e.Sel.Name == "checkedSQL"
 		case *ast.BinaryExpr:
 			return e.Op == token.ADD && constant(e.X) && constant(e.Y)
 		case *ast.CallExpr:
@@ -349,17 +353,22 @@ func TestLedgerSQLIsConstant(t *testing.T) {
 			if !ok {
 				return true
 			}
-			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok {
+			var name string
+			switch fun := call.Fun.(type) {
+			case *ast.SelectorExpr:
+				name = fun.Sel.Name
+			case *ast.Ident: // the ledger's own coalesced
+				name = fun.Name
+			default:
 				return true
 			}
-			i, ok := sqlMethods[sel.Sel.Name]
+			i, ok := sqlMethods[name]
 			if !ok || len(call.Args) <= i {
 				return true
 			}
 			statements++
 			assert.True(t, constant(call.Args[i]), "%s: the SQL of %s is not a constant; pass values as parameters",
-				fset.Position(call.Pos()), sel.Sel.Name)
+				fset.Position(call.Pos()), name)
 			return true
 		})
 	}
@@ -369,9 +378,12 @@ func TestLedgerSQLIsConstant(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, migrations)
 	dynamic := regexp.MustCompile(`(?i)\bEXECUTE\b|\bformat\s*\(`)
+	// A trigger names the function it runs with EXECUTE FUNCTION: no SQL
+	// is built there.
+	trigger := regexp.MustCompile(`(?i)\bEXECUTE\s+(FUNCTION|PROCEDURE)\b`)
 	for _, path := range migrations {
 		data, err := os.ReadFile(path)
 		require.NoError(t, err)
-		assert.False(t, dynamic.Match(data), "%s builds SQL at run time", path)
+		assert.False(t, dynamic.Match(trigger.ReplaceAll(data, nil)), "%s builds SQL at run time", path)
 	}
 }

@@ -23,6 +23,8 @@ var ErrNotFound = errors.New("not found")
 // concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	// calls sends the claims and completions of concurrent calls together.
+	calls *coalescer
 }
 
 // Open connects to databaseURL and checks that Postgres answers. An
@@ -48,7 +50,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		return nil, fmt.Errorf("ledger: postgres at %s (database %q) is unreachable: %w",
 			Address(config.ConnConfig.Host, config.ConnConfig.Port), config.ConnConfig.Database, err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, calls: newCoalescer(pool)}, nil
 }
 
 // New makes a store on a pool the caller already has (its own settings,
@@ -59,7 +61,7 @@ func New(pool *pgxpool.Pool) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("ledger: the pool is nil")
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, calls: newCoalescer(pool)}, nil
 }
 
 // DefaultMaxConns is the pool size Open uses when DATABASE_URL sets no
@@ -83,10 +85,13 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // EnsureDatabase creates the database databaseURL names when the server is
 // up but the database is not there yet, as on a fresh machine.
 func EnsureDatabase(ctx context.Context, databaseURL string) error {
-	config, err := pgx.ParseConfig(databaseURL)
+	// pgxpool's parser takes the pool_* keys (pool_max_conns) out of the
+	// URL; pgx's own would send them to the server, which refuses them.
+	poolConfig, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return fmt.Errorf("ledger: parse DATABASE_URL: %w", err)
 	}
+	config := poolConfig.ConnConfig
 	address := Address(config.Host, config.Port)
 	conn, err := pgx.ConnectConfig(ctx, config)
 	if err == nil {

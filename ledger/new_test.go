@@ -11,6 +11,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/migrations"
 )
 
 // A store on the caller's own pool works like one Open made.
@@ -41,6 +42,9 @@ func TestOpenSizesThePool(t *testing.T) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
+	require.NoError(t, ledger.EnsureDatabase(ctx, url+sep+"pool_max_conns=7"), "a pool setting is not sent to the server")
+	_, err = migrations.Apply(ctx, url+sep+"pool_max_conns=7")
+	require.NoError(t, err, "a pool setting is not sent to the server")
 	sized, err := ledger.Open(ctx, url+sep+"pool_max_conns=7")
 	require.NoError(t, err)
 	defer sized.Close()

@@ -109,22 +109,14 @@ func TestShortOutageIsWaitedOutWithoutEscalation(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
-	crm := newOutage()
-	server := httptest.NewServer(crm)
-	defer server.Close()
-	queue := "parking-" + t.Name()
-	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, Breaker: parkingBreaker})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	store, crm, url, queue := startOutage(ctx, t)
 
 	const runs = 6
 	var handles []client.WorkflowRun
 	for i := range runs {
 		run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: fmt.Sprintf("short-outage-%d", i), TaskQueue: queue,
-		}, workflows.AgentRun, crmSpec(t, server.URL, 120))
+		}, workflows.AgentRun, crmSpec(t, url, 120))
 		require.NoError(t, err)
 		handles = append(handles, run)
 	}
@@ -191,34 +183,27 @@ func TestShortOutageIsWaitedOutWithoutEscalation(t *testing.T) {
 }
 
 // An outage longer than escalate.after_breaker_open_seconds escalates the
-// run once the call has waited that long, with a reason that says so, and
-// the refused call never reached the CRM after the breaker opened.
+// run once the breaker has been open that long, and not before, with a
+// reason that says so.
 func TestLongOutageEscalatesAfterTheThreshold(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
-	crm := newOutage()
-	server := httptest.NewServer(crm)
-	defer server.Close()
-	queue := "parking-" + t.Name()
-	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, Breaker: parkingBreaker})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	defer w.Stop()
+	store, _, url, queue := startOutage(ctx, t)
 
 	const runs = 3
 	started := time.Now()
 	for i := range runs {
 		_, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: fmt.Sprintf("long-outage-%d", i), TaskQueue: queue,
-		}, workflows.AgentRun, crmSpec(t, server.URL, 4))
+		}, workflows.AgentRun, crmSpec(t, url, 4))
 		require.NoError(t, err)
 	}
 	for i := range runs {
 		id := fmt.Sprintf("long-outage-%d", i)
 		var stored ledger.Run
 		require.Eventually(t, func() bool {
+			var err error
 			stored, err = store.GetRun(ctx, id)
 			return err == nil && stored.Status == ledger.RunEscalated
 		}, time.Minute, 200*time.Millisecond, "run %d never escalated", i)
@@ -226,6 +211,23 @@ func TestLongOutageEscalatesAfterTheThreshold(t *testing.T) {
 		assert.GreaterOrEqual(t, time.Since(started), 4*time.Second, "nobody is asked before the threshold")
 		require.NoError(t, temporalClient.TerminateWorkflow(ctx, id, "", "test: done"))
 	}
+}
+
+// startOutage starts a CRM that is down, and a worker whose breakers open
+// after a few failures (parkingBreaker) on a queue of the test's own; both
+// stop with the test.
+func startOutage(ctx context.Context, t *testing.T) (*ledger.Store, *outage, string, string) {
+	t.Helper()
+	store := ledgertest.NewStore(t)
+	crm := newOutage()
+	server := httptest.NewServer(crm)
+	t.Cleanup(server.Close)
+	queue := "parking-" + t.Name()
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, Breaker: parkingBreaker})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+	return store, crm, server.URL, queue
 }
 
 // currentDetails is the run's current details, as the UI's User Metadata

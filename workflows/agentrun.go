@@ -811,12 +811,21 @@ func listOrNone(items []string) string {
 // refused it, from the details the retry hook attaches. A failure the hook
 // never saw (a timeout of a lost worker) counts one attempt.
 func callFailure(err error) (attempts int, denial string) {
-	var appErr *temporal.ApplicationError
-	var failure activities.CallFailure
-	if errors.As(err, &appErr) && appErr.HasDetails() && appErr.Details(&failure) == nil {
+	if failure, ok := callFailureIn(err); ok {
 		return max(failure.Attempt, 1), failure.Denial
 	}
 	return 1, ""
+}
+
+// callFailureIn is the activities.CallFailure the retry hook put in err's
+// details, when err carries one.
+func callFailureIn(err error) (activities.CallFailure, bool) {
+	var appErr *temporal.ApplicationError
+	var failure activities.CallFailure
+	if err == nil || !errors.As(err, &appErr) || !appErr.HasDetails() || appErr.Details(&failure) != nil {
+		return activities.CallFailure{}, false
+	}
+	return failure, true
 }
 
 // errorText is the application error's message when there is one: the

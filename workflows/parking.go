@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -79,9 +78,10 @@ type BreakerOutcome struct {
 // WaitOutBreaker is how every tool call of an agent run meets an open
 // circuit breaker, for workflows that schedule CallTool themselves. err is
 // the outcome of the call's first send. While it is the retry hook's
-// CircuitOpen denial, the call waits on a durable timer until the breaker
-// lets its next probe out (with the jitter the hook drew, so that the calls
-// parked behind one breaker do not come back together) and send(ctx, n)
+// CircuitOpen denial, the call waits on a durable timer until the release
+// slot the breaker handed it (CallFailure.RetryAt: slots are a release
+// interval apart, so the calls parked behind one breaker come back one by
+// one, not together) and send(ctx, n)
 // sends it again, the n-th time, under its first idempotency key, writing
 // its outcome into what the returned future's Get fills. It stops waiting
 // once the breaker has been open for more than w.Limit (when the refusal
@@ -190,10 +190,6 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activ
 // openBreakerRefusal is the retry hook's CircuitOpen denial in err, when
 // that is what err is.
 func openBreakerRefusal(err error) (activities.CallFailure, bool) {
-	var appErr *temporal.ApplicationError
-	var failure activities.CallFailure
-	if err == nil || !errors.As(err, &appErr) || !appErr.HasDetails() || appErr.Details(&failure) != nil {
-		return failure, false
-	}
-	return failure, failure.Denial == budget.DenyCircuitOpen
+	failure, ok := callFailureIn(err)
+	return failure, ok && failure.Denial == budget.DenyCircuitOpen
 }

@@ -274,6 +274,13 @@ type run struct {
 }
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
+	if r.versions.localBookkeeping {
+		// One idempotent statement: run in the workflow task, it needs no
+		// task of its own. A local activity takes no ID; its marker is
+		// named after the activity type.
+		ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 30 * time.Second})
+		return workflow.ExecuteLocalActivity(ctx, r.versions.activity(fn), arg).Get(ctx, nil)
+	}
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityID, StartToCloseTimeout: 30 * time.Second})
 	return workflow.ExecuteActivity(ctx, r.versions.activity(fn), arg).Get(ctx, nil)
 }

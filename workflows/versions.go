@@ -35,6 +35,12 @@ const (
 	// on a durable timer (waitOutBreaker) rather than escalating the run at
 	// the first refusal: a short outage is not a human's business.
 	changeParkOnOpenBreaker = "park-on-open-breaker"
+	// changeLocalBookkeeping records the run's start and finish in the
+	// ledger as local activities (run.bookkeeping), not as activity tasks:
+	// each is one short Postgres statement, and as a task it cost the
+	// server a dispatch and the run a workflow task of its own, 2 of the
+	// 14 activities and a sixth of the events of a 10-call run.
+	changeLocalBookkeeping = "local-bookkeeping"
 )
 
 // versions are the paths this execution takes.
@@ -42,6 +48,7 @@ type versions struct {
 	giveUpsTogether      bool
 	namespacedActivities bool
 	parkOnOpenBreaker    bool
+	localBookkeeping     bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -49,6 +56,7 @@ func readVersions(ctx workflow.Context) versions {
 		giveUpsTogether:      workflow.GetVersion(ctx, changeGiveUpsTogether, workflow.DefaultVersion, 1) >= 1,
 		namespacedActivities: workflow.GetVersion(ctx, changeNamespacedActivities, workflow.DefaultVersion, 1) >= 1,
 		parkOnOpenBreaker:    workflow.GetVersion(ctx, changeParkOnOpenBreaker, workflow.DefaultVersion, 1) >= 1,
+		localBookkeeping:     workflow.GetVersion(ctx, changeLocalBookkeeping, workflow.DefaultVersion, 1) >= 1,
 	}
 }
 

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/procfs"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 )
@@ -28,11 +31,52 @@ import (
 // runs nothing (no heartbeats, no lease renewals) until resume. A worker
 // paused by a long GC, a frozen VM or a laptop lid is the real zombie: it
 // wakes up later believing it still holds what it held.
+//
+// It returns once every thread of the process has stopped: the signal is
+// delivered to each thread as it next enters the kernel, and an answer
+// released a moment after the kill could otherwise still be read and
+// recorded by a thread that had not stopped yet, moving the fault past the
+// boundary it was meant to hit.
 func (p *process) pause() error {
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("SIGSTOP %s: %w", p.name, err)
 	}
-	return nil
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		running, err := runningThreads(p.cmd.Process.Pid)
+		if err != nil {
+			return fmt.Errorf("SIGSTOP %s: read its threads: %w", p.name, err)
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("SIGSTOP %s: %d threads still not stopped after 5 s", p.name, running)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of pid not in the stopped state (T).
+func runningThreads(pid int) (int, error) {
+	threads, err := procfs.AllThreads(pid)
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, thread := range threads {
+		stat, err := thread.Stat()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread has exited
+		}
+		if err != nil {
+			return 0, err
+		}
+		if stat.State != "T" {
+			running++
+		}
+	}
+	return running, nil
 }
 
 // resume sends SIGCONT to a paused process.

@@ -89,6 +89,10 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 	if len(summary) > 200 {
 		summary = summary[:200] + "..."
 	}
+	var attributes temporal.SearchAttributes
+	if resolved.SearchAttributes {
+		attributes = workflows.InitialSearchAttributes()
+	}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: id,
 		// A run's idempotency keys are its workflow ID plus each activity
@@ -98,6 +102,7 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TaskQueue:                                opts.TaskQueue,
+		TypedSearchAttributes:                    attributes,
 		StaticSummary:                            summary,
 		StaticDetails: fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v",
 			resolved.Goal, resolved.Model.Provider, resolved.Model.Name, resolved.Budget),

@@ -26,7 +26,9 @@ import (
 // a turn's failed calls are given up together. Both halves are checked on
 // the same scenario, two refunds of one turn that both fail: the history
 // recorded on the old code still replays and shows the old path, and a
-// run started today records the version and takes the new one.
+// run started today records the version that implies it (today's
+// executions record one change ID, agentsaga-commands, for every change)
+// and takes the new one.
 func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 	t.Parallel()
 	const scenario = "failed-together"
@@ -38,9 +40,10 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		defer f.Close()
 		history, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 		require.NoError(t, err)
-		version, ahead := giveUpPath(t, history.Events)
+		version, err := workertest.RecordedVersion(history.Events, "give-ups-together")
+		require.NoError(t, err)
 		require.Equal(t, workflow.DefaultVersion, version)
-		require.False(t, ahead, "the old code gave the calls up in order")
+		require.False(t, giveUpAhead(t, history.Events), "the old code gave the calls up in order")
 		replay(t, history, "corpus-"+scenario)
 	})
 
@@ -75,24 +78,26 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 
 		history, err := workertest.History(ctx, temporalClient, queue, run.GetRunID())
 		require.NoError(t, err)
-		version, ahead := giveUpPath(t, history.Events)
-		require.Equal(t, workflow.Version(1), version)
-		require.True(t, ahead, "the second call was given up while the first still ran")
+		version, err := workertest.RecordedVersion(history.Events, "agentsaga-commands")
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, version, workflow.Version(1))
+		legacy, err := workertest.RecordedVersion(history.Events, "give-ups-together")
+		require.NoError(t, err)
+		require.Equal(t, workflow.DefaultVersion, legacy, "a new run records no marker of its own for the older change")
+		require.True(t, giveUpAhead(t, history.Events), "the second call was given up while the first still ran")
 		replay(t, history, queue)
 	})
 }
 
-// giveUpPath checks that an execution gave up two calls, and returns the
-// give-ups-together version it recorded and whether it gave a call up
-// while an earlier one still ran (workertest.GiveUps): version 1 gives
-// each call up as it fails, DefaultVersion in call order.
-func giveUpPath(t *testing.T, events []*historypb.HistoryEvent) (workflow.Version, bool) {
+// giveUpAhead checks that an execution gave up two calls, and returns
+// whether it gave a call up while an earlier one still ran
+// (workertest.GiveUps): the new path gives each call up as it fails, the
+// old one in call order.
+func giveUpAhead(t *testing.T, events []*historypb.HistoryEvent) bool {
 	t.Helper()
-	version, err := workertest.RecordedVersion(events, "give-ups-together")
-	require.NoError(t, err)
 	scheduled, ahead := workertest.GiveUps(events)
 	require.Equal(t, 2, scheduled, "the scenario gives up two calls")
-	return version, ahead
+	return ahead
 }
 
 // replay replays a history on today's workflow code; a non-determinism

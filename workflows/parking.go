@@ -48,6 +48,13 @@ type BreakerWait struct {
 	Parked func(n int, since, back time.Time)
 	// Summary names the wait's timer in the Temporal UI.
 	Summary string
+	// ForgetOpenSince decides a refusal that does not say since when the
+	// breaker has been open by the call's own wait, even after an earlier
+	// refusal of the same wait said it: how agent runs before
+	// agentsaga-commands 1 decided (their histories replay it). It made a
+	// failed probe, whose refusal does not say, escalate the run before
+	// the outage had lasted the limit.
+	ForgetOpenSince bool
 }
 
 // Why a call stopped waiting behind an open breaker (BreakerOutcome.Stopped).
@@ -98,6 +105,12 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 		if !refused {
 			return err, out
 		}
+		if failure.OpenSince.IsZero() && !w.ForgetOpenSince {
+			// A failed probe's refusal comes from the failure that reopened
+			// the breaker, not from the gate, and does not say since when:
+			// the outage is the one an earlier refusal of this wait named.
+			failure.OpenSince = out.OpenSince
+		}
 		out.LeafCalls += failure.Attempt
 		if failure.AtGate {
 			out.LeafCalls--
@@ -146,9 +159,10 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activ
 	r.open[call.Name] = true
 	limit := r.spec.breakerOpenEscalation()
 	err, out := WaitOutBreaker(ctx, err, BreakerWait{
-		Limit:      limit,
-		Affordable: func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
-		Summary:    clip("parked: "+call.Name+"'s breaker is open", 100),
+		Limit:           limit,
+		Affordable:      func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
+		ForgetOpenSince: !r.versions.keepOpenSince,
+		Summary:         clip("parked: "+call.Name+"'s breaker is open", 100),
 		Parked: func(n int, since, back time.Time) {
 			waiting := fmt.Sprintf("waiting for tool %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
 				call.Name, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))

@@ -25,6 +25,12 @@ import (
 // waited in workflow time.
 func waitOut(t *testing.T, limit time.Duration, refusals ...activities.CallFailure) (workflows.BreakerOutcome, time.Duration) {
 	t.Helper()
+	return waitOutWith(t, workflows.BreakerWait{Limit: limit}, refusals...)
+}
+
+// waitOutWith is waitOut with the whole of BreakerWait.
+func waitOutWith(t *testing.T, wait workflows.BreakerWait, refusals ...activities.CallFailure) (workflows.BreakerOutcome, time.Duration) {
+	t.Helper()
 	sends := 0
 	callCRM := func(ctx context.Context) (string, error) {
 		sends++
@@ -44,7 +50,7 @@ func waitOut(t *testing.T, limit time.Duration, refusals ...activities.CallFailu
 		}
 		start := workflow.Now(ctx)
 		err := send(ctx, "crm").Get(ctx, nil)
-		_, outcome := workflows.WaitOutBreaker(ctx, err, workflows.BreakerWait{Limit: limit},
+		_, outcome := workflows.WaitOutBreaker(ctx, err, wait,
 			func(ctx workflow.Context, n int) workflow.Future {
 				return send(ctx, fmt.Sprintf("crm/after-breaker-%d", n))
 			}, nil)
@@ -96,4 +102,29 @@ func TestWaitOutBreakerMeasuresTheOutageNotTheQueue(t *testing.T) {
 	assert.Equal(t, workflows.StoppedLimit, outcome.Stopped, "without OpenSince, the call's own wait is the measure")
 	assert.Zero(t, outcome.Parks)
 	assert.Zero(t, waited)
+}
+
+// A call released at its slot as the breaker's probe, which fails and
+// reopens the breaker, is refused by that failure rather than at the gate,
+// and the refusal does not say since when the breaker has been open. The
+// wait keeps the outage's start that the gate's refusal gave: the run asks
+// a human once the outage has lasted the threshold, not once its own wait
+// would. Runs from before agentsaga-commands 1 (ForgetOpenSince) decided
+// by the wait, and asked early.
+func TestWaitOutBreakerKeepsTheOutageStartAcrossAFailedProbe(t *testing.T) {
+	t.Parallel()
+	limit := 4 * time.Second
+	opened := parkStart.Add(-500 * time.Millisecond)
+	atGate := refusal(parkStart.Add(2*time.Second), opened)
+	failedProbe := activities.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, RetryAt: parkStart.Add(5 * time.Second)}
+
+	outcome, waited := waitOut(t, limit, atGate, failedProbe)
+	assert.Empty(t, outcome.Stopped, "the outage had lasted 2.5 s of the 4 s when the probe failed")
+	assert.Equal(t, 2, outcome.Parks)
+	assert.Equal(t, 5*time.Second, waited, "waited for the gate's slot, then for the next probe")
+
+	outcome, waited = waitOutWith(t, workflows.BreakerWait{Limit: limit, ForgetOpenSince: true}, atGate, failedProbe)
+	assert.Equal(t, workflows.StoppedLimit, outcome.Stopped, "the old rule measured the call's own wait, 5 s")
+	assert.Equal(t, 1, outcome.Parks)
+	assert.Equal(t, 2*time.Second, waited)
 }

@@ -6,6 +6,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // The typed search attributes a run keeps up to date, for the Temporal
@@ -94,12 +96,51 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 	if !r.spec.SearchAttributes {
 		return
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx,
-		AgentStatusKey.ValueSet(status), StepsUsedKey.ValueSet(int64(r.budget.Used.Steps)),
-		LeafCallsKey.ValueSet(int64(r.budget.Used.LeafCalls)), USDSpentKey.ValueSet(r.budget.Used.USD),
-		AmplificationKey.ValueSet(stats.Amplification)); err != nil {
+	progress := searchProgress{status: status, steps: int64(r.budget.Used.Steps), leafCalls: int64(r.budget.Used.LeafCalls),
+		usd: r.budget.Used.USD, amplification: stats.Amplification}
+	if current, set := searchProgressOf(workflow.GetTypedSearchAttributes(ctx)); r.versions.quietSearchAttributes && set && current == progress {
+		// Each upsert is an event and a visibility write on the server.
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, progress.updates()...); err != nil {
 		workflow.GetLogger(ctx).Warn("could not update search attributes", "error", err)
 	}
+}
+
+// searchProgress is what a run's search attributes say of it.
+type searchProgress struct {
+	status             string
+	steps, leafCalls   int64
+	usd, amplification float64
+}
+
+// searchProgressOf reads it from the execution's search attributes, and
+// whether they have it: a run started without them gets them at its first
+// step.
+func searchProgressOf(attributes temporal.SearchAttributes) (searchProgress, bool) {
+	var p searchProgress
+	status, ok := attributes.GetKeyword(AgentStatusKey)
+	if !ok {
+		return p, false
+	}
+	p.status = status
+	p.steps, _ = attributes.GetInt64(StepsUsedKey)
+	p.leafCalls, _ = attributes.GetInt64(LeafCallsKey)
+	p.usd, _ = attributes.GetFloat64(USDSpentKey)
+	p.amplification, _ = attributes.GetFloat64(AmplificationKey)
+	return p, true
+}
+
+func (p searchProgress) updates() []temporal.SearchAttributeUpdate {
+	return []temporal.SearchAttributeUpdate{AgentStatusKey.ValueSet(p.status), StepsUsedKey.ValueSet(p.steps),
+		LeafCallsKey.ValueSet(p.leafCalls), USDSpentKey.ValueSet(p.usd), AmplificationKey.ValueSet(p.amplification)}
+}
+
+// InitialSearchAttributes are a run's search attributes as its first step
+// would set them: a starter that sets them (agentsaga.Start does) shows the
+// run as running from its start, and saves the run that upsert.
+func InitialSearchAttributes() temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(searchProgress{status: ledger.RunRunning}.updates()...)
 }
 
 func (r *run) lastError() string {

@@ -13,12 +13,20 @@ import (
 // The changes to the commands AgentRun emits, each behind
 // workflow.GetVersion so that a run in flight replays on new code exactly
 // as it ran on the old (the replay corpus in testdata/histories checks
-// it). Each version is read once, when an execution starts, and kept on
+// it). The versions are read once, when an execution starts, and kept on
 // the run: an execution that began on old code keeps the old path until
 // it ends or continues as new, and every new execution takes the newest.
 //
-// A new change adds its ID and a field here, and a corpus scenario that
-// takes the old path, recorded on the old code before the change.
+// Every change since the first three is a version of one change ID,
+// changeCommands. Each GetVersion a new execution calls costs it a marker
+// and an upsert of the TemporalChangeVersion search attribute (two
+// events, and a visibility write on the server), so a new execution calls
+// one, not one per change. The three
+// older IDs are read only by executions that recorded them.
+//
+// A new change raises latestCommands by one, adds a field here set from
+// it, and records a corpus set on the new path (`make record-histories
+// SET=commands-N`); the sets before it hold the old paths.
 const (
 	// changeGiveUpsTogether fences the keys of a turn's failed calls as
 	// each fails, all at once, rather than one after another after every
@@ -35,12 +43,23 @@ const (
 	// on a durable timer (waitOutBreaker) rather than escalating the run at
 	// the first refusal: a short outage is not a human's business.
 	changeParkOnOpenBreaker = "park-on-open-breaker"
-	// changeLocalBookkeeping records the run's start and finish in the
-	// ledger as local activities (run.bookkeeping), not as activity tasks:
-	// each is one short Postgres statement, and as a task it cost the
-	// server a dispatch and the run a workflow task of its own, 2 of the
-	// 14 activities and a sixth of the events of a 10-call run.
-	changeLocalBookkeeping = "local-bookkeeping"
+
+	// changeCommands is the one change ID of the later changes; its
+	// version is the newest change the execution takes, and implies the
+	// three above.
+	changeCommands = "agentsaga-commands"
+	// commandsVersion1 records the run's start and finish in the ledger
+	// as local activities (run.bookkeeping), not as activity tasks: each is
+	// one short Postgres statement, and as a task it cost the server a
+	// dispatch and the run a workflow task of its own. It leaves out a
+	// search-attribute upsert that would change nothing (run.showProgress),
+	// such as the first step's, whose values the starter sets
+	// (agentsaga.Start). And a call parked behind an open breaker keeps the
+	// outage's start across a failed probe, whose refusal does not say it,
+	// instead of escalating before the outage has lasted the limit
+	// (BreakerWait.ForgetOpenSince).
+	commandsVersion1 workflow.Version = 1
+	latestCommands                    = commandsVersion1
 )
 
 // versions are the paths this execution takes.
@@ -48,15 +67,26 @@ type versions struct {
 	giveUpsTogether      bool
 	namespacedActivities bool
 	parkOnOpenBreaker    bool
-	localBookkeeping     bool
+	// localBookkeeping, quietSearchAttributes and keepOpenSince came with
+	// commandsVersion1.
+	localBookkeeping      bool
+	quietSearchAttributes bool
+	keepOpenSince         bool
 }
 
 func readVersions(ctx workflow.Context) versions {
+	if commands := workflow.GetVersion(ctx, changeCommands, workflow.DefaultVersion, latestCommands); commands != workflow.DefaultVersion {
+		return versions{giveUpsTogether: true, namespacedActivities: true, parkOnOpenBreaker: true,
+			localBookkeeping:      commands >= commandsVersion1,
+			quietSearchAttributes: commands >= commandsVersion1,
+			keepOpenSince:         commands >= commandsVersion1}
+	}
+	// An execution that began before changeCommands existed (in replay: a
+	// new one has its marker).
 	return versions{
 		giveUpsTogether:      workflow.GetVersion(ctx, changeGiveUpsTogether, workflow.DefaultVersion, 1) >= 1,
 		namespacedActivities: workflow.GetVersion(ctx, changeNamespacedActivities, workflow.DefaultVersion, 1) >= 1,
 		parkOnOpenBreaker:    workflow.GetVersion(ctx, changeParkOnOpenBreaker, workflow.DefaultVersion, 1) >= 1,
-		localBookkeeping:     workflow.GetVersion(ctx, changeLocalBookkeeping, workflow.DefaultVersion, 1) >= 1,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/ledger"
 )
@@ -344,6 +345,13 @@ type TerminatedRun struct {
 // ReadTerminatedRun reads the run a RollbackRun walks.
 func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (TerminatedRun, error) {
 	run, err := r.Ledger.GetRun(ctx, workflowID)
+	if errors.Is(err, ledger.ErrNotFound) {
+		// No retry brings the row back (it was pruned, or the run never
+		// started): a rollback started by hand for such an ID would
+		// otherwise retry forever.
+		return TerminatedRun{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("the ledger has no run %s, so there is no compensation stack to walk", workflowID), ErrTypeRunNotFound, err)
+	}
 	if err != nil {
 		return TerminatedRun{}, err
 	}
@@ -357,6 +365,9 @@ func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID strin
 			Calls: counters.Calls, Retries: counters.Retries},
 	}, nil
 }
+
+// ErrTypeRunNotFound marks a rollback of a run the ledger has no row for.
+const ErrTypeRunNotFound = "RunNotFound"
 
 // SubRunsFinish is the input of FinishSubRuns.
 type SubRunsFinish struct {

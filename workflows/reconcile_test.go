@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
@@ -159,6 +160,20 @@ func TestRollbackRunLeavesARunThatIsNotMarked(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ledger.RunRunning, run.Status)
 	assert.Nil(t, run.FinishedAt)
+}
+
+// A rollback of a run the ledger has no row for (pruned, or never
+// started) fails at once, saying so, instead of retrying the read forever.
+func TestRollbackRunOfARunTheLedgerDoesNotHaveFails(t *testing.T) {
+	t.Parallel()
+	env := rollbackEnv(t, ledgertest.NewStore(t))
+	env.ExecuteWorkflow(workflows.RollbackRun, activities.RollbackRequest{Reason: terminatedReason})
+	require.True(t, env.IsWorkflowCompleted())
+	err := env.GetWorkflowError()
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr)
+	assert.Equal(t, activities.ErrTypeRunNotFound, appErr.Type())
+	assert.Contains(t, appErr.Error(), "the ledger has no run "+terminatedID)
 }
 
 // A terminated run whose spec cannot be read cannot be walked (the

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -80,6 +81,10 @@ type scenario struct {
 	// breakers runs the scenario on the worker whose breakers open after a
 	// few failures (breakerConfig).
 	breakers bool
+	// viaStart starts the run as agentsaga.Start does (the spec resolved,
+	// search attributes on, where the namespace has them), not with the
+	// parsed spec as it is.
+	viaStart bool
 }
 
 func TestRecordHistories(t *testing.T) {
@@ -153,9 +158,16 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 	if sc.breakers {
 		queue += "-breakers"
 	}
-	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
-	require.NoError(t, err, sc.name)
-	first := run.GetRunID()
+	var first string
+	if sc.viaStart {
+		run, err := agentsaga.Start(ctx, temporalClient, id, spec, agentsaga.StartOptions{TaskQueue: queue})
+		require.NoError(t, err, sc.name)
+		first = run.RunID
+	} else {
+		run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
+		require.NoError(t, err, sc.name)
+		first = run.GetRunID()
+	}
 	if sc.act != nil {
 		sc.act(ctx, r, id)
 	}
@@ -297,6 +309,10 @@ func corpusScenarios() []scenario {
 		// breaker. Before park-on-open-breaker the run escalated at the
 		// first refusal, and a human resumed it; since, the refused calls
 		// wait for the breaker and the run completes on its own.
+		// Started as `agentsaga run` starts it, with the search attributes
+		// the UI lists runs by: the upserts that keep them are commands.
+		{name: "search-attributes", viaStart: true, spec: "goal: charge ann, then read\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" +
+			charge + "    - tool_calls: [{name: page, arguments: {page: 1}}]\n    - content: charged and read\n" + corpusTools},
 		{name: "breaker-open", breakers: true, spec: "goal: update the CRM\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" +
 			"    - tool_calls: [{name: crm, arguments: {field: a}}, {name: crm, arguments: {field: b}}, {name: crm, arguments: {field: c}}]\n" +
 			"    - content: updated\n" + corpusTools,

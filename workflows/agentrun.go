@@ -152,6 +152,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
 		open:       map[string]bool{}, toolFailures: map[string]int{},
 		watch: newWatchdog(spec.Watchdog), step: 1,
+		progressShown: workflow.GetInfo(ctx).WorkflowStartTime,
 	}
 	if carried != nil {
 		r.resume(*carried)
@@ -271,6 +272,10 @@ type run struct {
 	// versions says which side of each GetVersion change this execution
 	// takes (versions.go).
 	versions versions
+	// progressShown is when the search attributes last got the run's
+	// progress: this execution's start (a starter sets them, and
+	// continue-as-new carries them), then each upsert (showProgress).
+	progressShown time.Time
 }
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {

@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -98,13 +99,36 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 	}
 	progress := searchProgress{status: status, steps: int64(r.budget.Used.Steps), leafCalls: int64(r.budget.Used.LeafCalls),
 		usd: r.budget.Used.USD, amplification: stats.Amplification}
-	if current, set := searchProgressOf(workflow.GetTypedSearchAttributes(ctx)); r.versions.quietSearchAttributes && set && current == progress {
-		// Each upsert is an event and a visibility write on the server.
+	now := workflow.Now(ctx)
+	if current, set := searchProgressOf(workflow.GetTypedSearchAttributes(ctx)); r.versions.quietSearchAttributes &&
+		!progressDue(current, set, progress, now.Sub(r.progressShown)) {
 		return
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, progress.updates()...); err != nil {
 		workflow.GetLogger(ctx).Warn("could not update search attributes", "error", err)
 	}
+	r.progressShown = now
+}
+
+// SearchProgressInterval is how often a run's search attributes follow its
+// steps, leaf calls and spend while its status stays the same. Each upsert
+// is an event in the run's history and a write to the server's visibility
+// store, so a fleet of long runs upserting every step would load it for
+// figures the current details already show every step. A change of status
+// (escalated, completed, ...) is upserted at once.
+const SearchProgressInterval = 10 * time.Second
+
+// progressDue says whether the search attributes, which say current (set:
+// they say anything), should now say next, sinceShown after the run last
+// upserted them (or started with them).
+func progressDue(current searchProgress, set bool, next searchProgress, sinceShown time.Duration) bool {
+	switch {
+	case !set || current.status != next.status:
+		return true
+	case current == next:
+		return false
+	}
+	return sinceShown >= SearchProgressInterval
 }
 
 // searchProgress is what a run's search attributes say of it.

@@ -51,10 +51,10 @@ const (
 	// commandsVersion1 records the run's start and finish in the ledger
 	// as local activities (run.bookkeeping), not as activity tasks: each is
 	// one short Postgres statement, and as a task it cost the server a
-	// dispatch and the run a workflow task of its own. It leaves out a
-	// search-attribute upsert that would change nothing (run.showProgress),
-	// such as the first step's, whose values the starter sets
-	// (agentsaga.Start). And a call parked behind an open breaker keeps the
+	// dispatch and the run a workflow task of its own. It upserts the
+	// search attributes only when the status changes, or when the progress
+	// changed and SearchProgressInterval has passed (run.showProgress); the
+	// first step's values are the starter's (agentsaga.Start). And a call parked behind an open breaker keeps the
 	// outage's start across a failed probe, whose refusal does not say it,
 	// instead of escalating before the outage has lasted the limit
 	// (BreakerWait.ForgetOpenSince).

@@ -281,8 +281,8 @@ type run struct {
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
 	if r.versions.localBookkeeping {
 		// One idempotent statement: run in the workflow task, it needs no
-		// task of its own. A local activity takes no ID; its marker is
-		// named after the activity type.
+		// task of its own. A local activity takes no ID of ours; its
+		// marker in the history names the activity type.
 		ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 30 * time.Second})
 		return workflow.ExecuteLocalActivity(ctx, r.versions.activity(fn), arg).Get(ctx, nil)
 	}

@@ -21,8 +21,8 @@ import (
 // changeCommands. Each GetVersion a new execution calls costs it a marker
 // and an upsert of the TemporalChangeVersion search attribute (two
 // events, and a visibility write on the server), so a new execution calls
-// one, not one per change. The three
-// older IDs are read only by executions that recorded them.
+// one, not one per change. The three older IDs are read only by
+// executions that recorded them.
 //
 // A new change raises latestCommands by one, adds a field here set from
 // it, and records a corpus set on the new path (`make record-histories
@@ -54,10 +54,10 @@ const (
 	// dispatch and the run a workflow task of its own. It upserts the
 	// search attributes only when the status changes, or when the progress
 	// changed and SearchProgressInterval has passed (run.showProgress); the
-	// first step's values are the starter's (agentsaga.Start). And a call parked behind an open breaker keeps the
-	// outage's start across a failed probe, whose refusal does not say it,
-	// instead of escalating before the outage has lasted the limit
-	// (BreakerWait.ForgetOpenSince).
+	// first step's values are the starter's (agentsaga.Start). And a call
+	// parked behind an open breaker keeps the outage's start across a
+	// failed probe, whose refusal does not say it, instead of escalating
+	// before the outage has lasted the limit (BreakerWait.ForgetOpenSince).
 	commandsVersion1 workflow.Version = 1
 	latestCommands                    = commandsVersion1
 )

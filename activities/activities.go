@@ -84,6 +84,10 @@ type ModelCall struct {
 	// FinishInstructions are the switched instructions of a finish call.
 	FinishInstructions string    `json:"finish_instructions,omitempty"`
 	Retry              RetryPlan `json:"retry"`
+	// Key, when set, is the turn's idempotency key in place of the
+	// activity's own: a turn sent again after waiting for the model's
+	// breaker keeps the key of its first activity.
+	Key string `json:"key,omitempty"`
 }
 
 // ToolCallRequest is the input of CallTool.
@@ -149,7 +153,7 @@ func IdempotencyKey(ctx context.Context) string {
 type callKeyContext struct{}
 
 // withCallKey makes key the attempt's idempotency key when the request
-// names one.
+// names one (ToolCallRequest.Key, ModelCall.Key).
 func withCallKey(ctx context.Context, key string) context.Context {
 	if key == "" {
 		return ctx
@@ -164,6 +168,7 @@ func withCallKey(ctx context.Context, key string) context.Context {
 // A later attempt of a turn whose reply is stored returns it without calling
 // the provider again: a worker lost after the reply costs no second bill.
 func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, error) {
+	ctx = withCallKey(ctx, call.Key)
 	model, err := a.model(call.Model)
 	if err != nil {
 		return ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeModelConfig, nil)

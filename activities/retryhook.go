@@ -41,6 +41,13 @@ type planned interface{ retryPlan() RetryPlan }
 func (c ModelCall) retryPlan() RetryPlan       { return c.Retry }
 func (r ToolCallRequest) retryPlan() RetryPlan { return r.Retry }
 
+// keyed is a request that may carry the idempotency key of its first
+// activity (a call sent again after waiting for a breaker).
+type keyed interface{ callKey() string }
+
+func (c ModelCall) callKey() string       { return c.Key }
+func (r ToolCallRequest) callKey() string { return r.Key }
+
 // CallFailure travels as the details of every error the retry hook
 // returns, so the workflow learns how many leaf calls a failed call took
 // and which budget, if any, refused it.
@@ -133,8 +140,8 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		if p, ok := arg.(planned); ok {
 			plan, found = p.retryPlan(), true
 		}
-		if req, ok := arg.(ToolCallRequest); ok {
-			ctx = withCallKey(ctx, req.Key)
+		if req, ok := arg.(keyed); ok {
+			ctx = withCallKey(ctx, req.callKey())
 		}
 	}
 	if !found || plan.Dependency == "" {
@@ -195,6 +202,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		f.decision = "not retryable"
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
+	breakerOpen := false
 	if blamesDependency(f.errType) {
 		state, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker)
 		if err != nil {
@@ -203,6 +211,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		if state != budget.BreakerClosed {
 			h.closed.forget(plan.Dependency) // this worker's next call asks the ledger
 		}
+		breakerOpen = state == budget.BreakerOpen
 	}
 	if ctx.Err() != nil {
 		// The attempt timed out. Temporal's policy retries it (the SDK
@@ -212,7 +221,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{})
 	}
 
-	decision, delay, payErr := i.pay(ctx, plan, attempt, chargeKey, retryAfter)
+	decision, delay, payErr := i.pay(ctx, plan, attempt, chargeKey, retryAfter, breakerOpen)
 	if payErr != nil {
 		// The shared state is unreachable, so nobody can pay. The attempt
 		// fails retryably: while the ledger is down no later attempt can
@@ -337,9 +346,15 @@ func blamesDependency(errType string) bool {
 // the backoff (checked before paying, so a refused nap costs no token),
 // then in one atomic ledger call the per-tool cap, the run ratio, the open
 // breaker and the fleet bucket.
-func (i *retryInbound) pay(ctx context.Context, plan RetryPlan, attempt int, chargeKey string, retryAfter time.Duration) (string, time.Duration, error) {
+func (i *retryInbound) pay(ctx context.Context, plan RetryPlan, attempt int, chargeKey string, retryAfter time.Duration, breakerOpen bool) (string, time.Duration, error) {
 	h := i.hook
 	if attempt >= plan.MaxAttempts {
+		if breakerOpen {
+			// The dependency is down (these failures opened its breaker):
+			// the caller can wait for it, which a spent attempt cap would
+			// not tell it.
+			return budget.DenyCircuitOpen, 0, nil
+		}
 		return budget.DenyCallAttempts, 0, nil
 	}
 	backoff := budget.Backoff{Base: plan.BackoffBase, Cap: plan.BackoffCap}

@@ -26,7 +26,10 @@ import (
 // fakeRetryStore answers the hook's questions from fixed values and counts
 // what it was asked.
 type fakeRetryStore struct {
-	breaker   string
+	breaker string
+	// recorded, when set, is the state a failure leaves the breaker in
+	// (else breaker).
+	recorded  string
 	retryAt   time.Time // the open breaker's next probe
 	openSince time.Time // when the outage opened it
 	gates     atomic.Int32
@@ -55,6 +58,9 @@ func (f *fakeRetryStore) BreakerGate(context.Context, string, budget.BreakerConf
 }
 func (f *fakeRetryStore) BreakerRecord(context.Context, string, bool, bool, budget.BreakerConfig) (string, error) {
 	f.failures.Add(1)
+	if f.recorded != "" {
+		return f.recorded, nil
+	}
 	return f.breaker, nil
 }
 
@@ -87,6 +93,10 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 			wantType: budget.DenyRunRatio, wantCalls: 1, wantPayment: 1},
 		{name: "per-call cap", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
 			plan: func(p *activities.RetryPlan) { p.MaxAttempts = 1 }, wantType: budget.DenyCallAttempts, wantCalls: 1},
+		// The dependency is down and this failure opened its breaker: the
+		// caller is told to wait for it, not that its attempts are spent.
+		{name: "last attempt opens the breaker", path: "/down", store: &fakeRetryStore{breaker: "closed", recorded: "open", decision: budget.Granted},
+			plan: func(p *activities.RetryPlan) { p.MaxAttempts = 1 }, wantType: budget.DenyCircuitOpen, wantCalls: 1},
 		{name: "deadline", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
 			plan: func(p *activities.RetryPlan) { p.Deadline = time.Now().Add(-time.Second) }, wantType: budget.DenyDeadline, wantCalls: 1},
 		{name: "breaker open: not called", path: "/down", store: &fakeRetryStore{breaker: "open"},

@@ -85,6 +85,9 @@ type scenario struct {
 	// search attributes on, where the namespace has them), not with the
 	// parsed spec as it is.
 	viaStart bool
+	// modelOutage points MODEL_URL in the spec at an OpenAI-compatible
+	// model server that is down for its first crmOutage (downModel).
+	modelOutage bool
 }
 
 func TestRecordHistories(t *testing.T) {
@@ -150,7 +153,14 @@ func TestRecordHistories(t *testing.T) {
 
 func (r *recorder) record(ctx context.Context, sc scenario) {
 	t := r.t
-	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(sc.spec, r.url)))
+	text := fmt.Sprintf(sc.spec, r.url)
+	if sc.modelOutage {
+		var model downModel
+		server := model.serve(crmOutage)
+		defer server.Close()
+		text = strings.ReplaceAll(text, "MODEL_URL", server.URL+"/v1")
+	}
+	spec, err := workflows.ParseSpec([]byte(text))
 	require.NoError(t, err, sc.name)
 	id := "corpus-" + sc.name
 	r.refundsBroken.Store(sc.brokenRefunds)
@@ -313,6 +323,12 @@ func corpusScenarios() []scenario {
 		// the UI lists runs by: the upserts that keep them are commands.
 		{name: "search-attributes", viaStart: true, spec: "goal: charge ann, then read\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" +
 			charge + "    - tool_calls: [{name: page, arguments: {page: 1}}]\n    - content: charged and read\n" + corpusTools},
+		// The model provider is down for a few seconds: its breaker opens
+		// on the turn's third failure. Before agentsaga-commands 1 the run
+		// failed; since, the turn waits for the breaker and the run
+		// completes.
+		{name: "model-outage", breakers: true, modelOutage: true,
+			spec: "goal: answer\nbudget: {steps: 4}\nmodel: {provider: openai, name: gpt-4o-mini, base_url: MODEL_URL}\n" + corpusTools},
 		{name: "breaker-open", breakers: true, spec: "goal: update the CRM\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" +
 			"    - tool_calls: [{name: crm, arguments: {field: a}}, {name: crm, arguments: {field: b}}, {name: crm, arguments: {field: c}}]\n" +
 			"    - content: updated\n" + corpusTools,

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -249,4 +251,75 @@ func countTool(trace []workflows.TraceEntry, tool string) int {
 		}
 	}
 	return n
+}
+
+// downModel is an OpenAI-compatible model server that answers 503 for
+// outage after its first request, then answers every turn "all done".
+type downModel struct {
+	downUntil          atomic.Int64
+	requests, refusals atomic.Int32
+}
+
+func (m *downModel) serve(outage time.Duration) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.requests.Add(1)
+		m.downUntil.CompareAndSwap(0, time.Now().Add(outage).UnixNano())
+		if time.Now().UnixNano() < m.downUntil.Load() {
+			m.refusals.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"error":{"message":"the model is overloaded","type":"server_error"}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
+			`"choices":[{"index":0,"message":{"role":"assistant","content":"all done"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`)
+	}))
+}
+
+// A short outage of the model provider is waited out as a tool's is: the
+// turn the model's open breaker refuses waits on a durable timer and goes
+// out again under its first key, and the run completes without a human.
+// Before agentsaga-commands 1 the run failed and rolled back.
+func TestShortModelOutageIsWaitedOut(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, _, _, queue := startOutage(ctx, t)
+	var model downModel
+	server := model.serve(3 * time.Second)
+	defer server.Close()
+	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+goal: answer
+budget: {steps: 4}
+escalate: {after_breaker_open_seconds: 60}
+model: {provider: openai, name: gpt-4o-mini, base_url: %q}
+`, server.URL+"/v1")))
+	require.NoError(t, err)
+	spec, err = spec.Resolve()
+	require.NoError(t, err)
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "model-outage", TaskQueue: queue}, workflows.AgentRun, spec)
+	require.NoError(t, err)
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "all done", result.Answer)
+
+	history, err := workertest.History(ctx, temporalClient, "model-outage", run.GetRunID())
+	require.NoError(t, err)
+	timers := 0
+	for _, event := range history.Events {
+		if event.GetTimerStartedEventAttributes() != nil {
+			timers++
+		}
+	}
+	assert.Positive(t, timers, "the refused turn was parked on a timer")
+	stored, err := store.GetRun(ctx, "model-outage")
+	require.NoError(t, err)
+	assert.Empty(t, stored.StatusDetail, "the wait is cleared once it ends")
+	// The breaker (3 failures, 1 s cooldown) let through the failures that
+	// opened it and about one probe a second, not a retry storm.
+	t.Logf("model requests %d, refused by the provider %d, parks %d", model.requests.Load(), model.refusals.Load(), timers)
+	assert.LessOrEqual(t, int(model.refusals.Load()), parkingBreaker.Threshold+5)
 }

@@ -319,9 +319,17 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 			offered = append(slices.Clone(defs), activities.ReadResultDef)
 		}
 		turn, err := r.modelTurn(ctx, step, offered, false)
+		var parked *modelParkedError
 		switch {
 		case ctx.Err() != nil:
 			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+		case errors.As(err, &parked):
+			// Nothing of the turn was done: once a human resumes the run,
+			// the next step makes it again.
+			if result := r.escalate(ctx, parked.why); result != nil {
+				return *result, nil
+			}
+			continue
 		case err != nil:
 			r.failed = true
 			return r.rollback(ctx, fmt.Sprintf("model call at step %d failed: %s", step, errorText(err)), r.lastContent, ""), nil
@@ -409,6 +417,23 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	if err == nil {
 		err = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallModel), call).Get(ctx, &turn)
 	}
+	var parked parkedCall
+	if _, refused := openBreakerRefusal(err); refused && r.versions.parkModelTurns {
+		// The provider is down: the turn waits for its breaker, as a tool
+		// call does, and goes out again under its first key.
+		call.Key = r.workflowID + "/" + activityID
+		what := "the model " + strings.TrimSpace(model.Provider+" "+model.Name)
+		err, parked = r.parkBehindBreaker(ctx, what, "the model's", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+			call.Retry = r.plan("model", call.Retry.Dependency)
+			actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, again, 2*time.Minute, summary))
+			actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
+			turn = activities.ModelTurn{}
+			return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallModel), call)
+		}, &turn)
+		if err != nil && parked.escalation != "" {
+			err = &modelParkedError{why: parked.escalation, err: err}
+		}
+	}
 	if err == nil {
 		// The reply is message r.seq now; what was pending is written.
 		r.pending = nil
@@ -417,10 +442,13 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	}
 
 	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: activities.Preview(turn.Content), Note: note}
-	entry.Attempts, entry.Denial = turn.Attempt, ""
+	entry.Attempts, entry.Denial = turn.Attempt+parked.leafCalls, ""
 	if err != nil {
 		entry.Error = errorText(err)
 		entry.Attempts, entry.Denial = callFailure(err)
+		if r.versions.parkModelTurns && entry.Denial == budget.DenyCircuitOpen {
+			entry.Attempts = parked.leafCalls // a refusal at the gate was not a call
+		}
 	}
 	if turn.Refusal != "" {
 		entry.Error = "refusal: " + turn.Refusal
@@ -434,6 +462,17 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	r.record(entry)
 	return turn, err
 }
+
+// modelParkedError is a model turn that waited for the model's open
+// breaker until it could wait no longer: the run asks a human (why)
+// instead of failing.
+type modelParkedError struct {
+	why string
+	err error
+}
+
+func (e *modelParkedError) Error() string { return e.err.Error() }
+func (e *modelParkedError) Unwrap() error { return e.err }
 
 // record adds an entry to the trace, keeping the last traceTail.
 func (r *run) record(entries ...TraceEntry) {

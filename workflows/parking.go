@@ -157,42 +157,51 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activ
 	request activities.ToolCallRequest, err error, result *activities.ToolResult) (error, parkedCall) {
 	request.Key = r.workflowID + "/" + activityID
 	r.open[call.Name] = true
-	limit := r.spec.breakerOpenEscalation()
-	err, out := WaitOutBreaker(ctx, err, BreakerWait{
-		Limit:           limit,
-		Affordable:      func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
-		ForgetOpenSince: !r.versions.keepOpenSince,
-		Summary:         clip("parked: "+call.Name+"'s breaker is open", 100),
-		Parked: func(n int, since, back time.Time) {
-			waiting := fmt.Sprintf("waiting for tool %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
-				call.Name, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
-			r.showProgress(ctx, ledger.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
-			if n == 1 {
-				r.setStatus(ctx, ledger.RunRunning, waiting)
-			}
-		},
-	}, func(ctx workflow.Context, n int) workflow.Future {
-		again := fmt.Sprintf("%s/after-breaker-%d", activityID, n)
+	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
 		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, again, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
 		actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(tool.Timeout()))
 		*result = activities.ToolResult{}
 		return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
 	}, result)
+}
+
+// parkBehindBreaker waits out the open breaker that refused one of the
+// run's calls (what names it in the UI and to a human, whose its timer),
+// sending it again under activity ID <activityID>/after-breaker-N.
+func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, activityID string, err error,
+	send func(ctx workflow.Context, again string) workflow.Future, result any) (error, parkedCall) {
+	limit := r.spec.breakerOpenEscalation()
+	err, out := WaitOutBreaker(ctx, err, BreakerWait{
+		Limit:           limit,
+		Affordable:      func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
+		ForgetOpenSince: !r.versions.keepOpenSince,
+		Summary:         clip("parked: "+whose+" breaker is open", 100),
+		Parked: func(n int, since, back time.Time) {
+			waiting := fmt.Sprintf("waiting for %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
+				what, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
+			r.showProgress(ctx, ledger.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+			if n == 1 {
+				r.setStatus(ctx, ledger.RunRunning, waiting)
+			}
+		},
+	}, func(ctx workflow.Context, n int) workflow.Future {
+		return send(ctx, fmt.Sprintf("%s/after-breaker-%d", activityID, n))
+	}, result)
 	parked := parkedCall{leafCalls: out.LeafCalls}
 	switch out.Stopped {
 	case StoppedNoWait:
-		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", call.Name)
+		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open: the dependency is down", what)
 	case StoppedLimit:
 		since := out.Since
 		if !out.OpenSince.IsZero() {
 			since = out.OpenSince
 		}
-		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s has been open for %s, and the call waits at most %s (escalate.after_breaker_open_seconds)",
-			call.Name, workflow.Now(ctx).Sub(since).Round(time.Second), limit)
+		parked.escalation = fmt.Sprintf("The circuit breaker for %s has been open for %s, and the call waits at most %s (escalate.after_breaker_open_seconds)",
+			what, workflow.Now(ctx).Sub(since).Round(time.Second), limit)
 	case StoppedBudget:
-		parked.escalation = fmt.Sprintf("The circuit breaker for tool %s is open until %s, and the run's budget cannot afford the wait",
-			call.Name, out.Back.UTC().Format(time.RFC3339))
+		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open until %s, and the run's budget cannot afford the wait",
+			what, out.Back.UTC().Format(time.RFC3339))
 	default:
 		if out.Parks > 0 && !temporal.IsCanceledError(err) {
 			r.setStatus(ctx, ledger.RunRunning, "") // no longer waiting

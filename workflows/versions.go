@@ -58,6 +58,8 @@ const (
 	// parked behind an open breaker keeps the outage's start across a
 	// failed probe, whose refusal does not say it, instead of escalating
 	// before the outage has lasted the limit (BreakerWait.ForgetOpenSince).
+	// A model turn whose breaker is open waits for it as a tool call does,
+	// and asks a human past the limit, where the run used to fail.
 	commandsVersion1 workflow.Version = 1
 	latestCommands                    = commandsVersion1
 )
@@ -67,11 +69,11 @@ type versions struct {
 	giveUpsTogether      bool
 	namespacedActivities bool
 	parkOnOpenBreaker    bool
-	// localBookkeeping, quietSearchAttributes and keepOpenSince came with
-	// commandsVersion1.
+	// The fields below came with commandsVersion1.
 	localBookkeeping      bool
 	quietSearchAttributes bool
 	keepOpenSince         bool
+	parkModelTurns        bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -79,7 +81,8 @@ func readVersions(ctx workflow.Context) versions {
 		return versions{giveUpsTogether: true, namespacedActivities: true, parkOnOpenBreaker: true,
 			localBookkeeping:      commands >= commandsVersion1,
 			quietSearchAttributes: commands >= commandsVersion1,
-			keepOpenSince:         commands >= commandsVersion1}
+			keepOpenSince:         commands >= commandsVersion1,
+			parkModelTurns:        commands >= commandsVersion1}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

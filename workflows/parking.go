@@ -167,8 +167,9 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activ
 }
 
 // parkBehindBreaker waits out the open breaker that refused one of the
-// run's calls (what names it in the UI and to a human, whose its timer),
-// sending it again under activity ID <activityID>/after-breaker-N.
+// run's calls, sending it again under activity ID
+// <activityID>/after-breaker-N. what names the call in the UI and to a
+// human ("tool crm"), whose the breaker in its timer's summary ("crm's").
 func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, activityID string, err error,
 	send func(ctx workflow.Context, again string) workflow.Future, result any) (error, parkedCall) {
 	limit := r.spec.breakerOpenEscalation()

@@ -43,9 +43,10 @@ func TestFleetSmoke(t *testing.T) {
 	bench.PrintFleet(&table, result)
 	t.Log(table.String())
 
-	require.Len(t, result.Rows, 2)
-	plain, saga := result.Rows[0], result.Rows[1]
+	require.Len(t, result.Rows, 3)
+	plain, loop, saga := result.Rows[0], result.Rows[1], result.Rows[2]
 	assert.Equal(t, bench.FleetPlainContender, plain.Contender)
+	assert.Equal(t, bench.FleetPlainLoopContender, loop.Contender)
 	assert.Equal(t, bench.FleetAgentsagaContender, saga.Contender)
 	for _, row := range result.Rows {
 		assert.Equal(t, 2, row.Processes)
@@ -60,6 +61,9 @@ func TestFleetSmoke(t *testing.T) {
 	assert.Positive(t, saga.Ratio)
 	assert.InDelta(t, saga.CallsPerSec/plain.CallsPerSec, saga.Ratio, 1e-9)
 	assert.Equal(t, 1.0, plain.ActivitiesPerCall, "the plain side runs its calls and nothing else")
+	assert.Equal(t, 2.0, loop.ActivitiesPerCall, "the plain agent loop adds two model turns to a run's two calls")
+	assert.InDelta(t, saga.CallsPerSec/loop.CallsPerSec, saga.LoopRatio, 1e-9)
+	assert.Less(t, loop.Statements, saga.Statements, "the plain agent loop uses no Postgres")
 	assert.Greater(t, saga.ActivitiesPerCall, 1.0, "a run also makes its model turns and bookkeeping")
 	assert.Positive(t, saga.StatementsPerCall, "the ledger's statements were counted")
 	assert.Less(t, plain.Statements, saga.Statements)

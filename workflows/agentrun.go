@@ -404,31 +404,27 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		call.Tools, call.FinishInstructions = nil, FinishInstructions
 	}
 	model := r.spec.Model
-	summary := fmt.Sprintf("model turn %d (%s)", step, strings.TrimSpace(model.Provider+" "+model.Name))
+	modelName := strings.TrimSpace(model.Provider + " " + model.Name)
+	summary := fmt.Sprintf("model turn %d (%s)", step, modelName)
 	activityID := ModelActivityID(step)
 	if finish {
 		summary += ": graceful finish"
 		activityID = FinishActivityID(step)
 	}
-	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
-	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
 	var turn activities.ModelTurn
 	err := activities.CheckPayload("model call "+activityID, call)
 	if err == nil {
-		err = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallModel), call).Get(ctx, &turn)
+		err = r.sendModelTurn(ctx, activityID, summary, call).Get(ctx, &turn)
 	}
 	var parked parkedCall
 	if _, refused := openBreakerRefusal(err); refused && r.versions.parkModelTurns {
 		// The provider is down: the turn waits for its breaker, as a tool
 		// call does, and goes out again under its first key.
 		call.Key = r.workflowID + "/" + activityID
-		what := "the model " + strings.TrimSpace(model.Provider+" "+model.Name)
-		err, parked = r.parkBehindBreaker(ctx, what, "the model's", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+		err, parked = r.parkBehindBreaker(ctx, "the model "+modelName, "the model's", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 			call.Retry = r.plan("model", call.Retry.Dependency)
-			actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, again, 2*time.Minute, summary))
-			actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
 			turn = activities.ModelTurn{}
-			return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallModel), call)
+			return r.sendModelTurn(ctx, again, summary, call)
 		}, &turn)
 		if err != nil && parked.escalation != "" {
 			err = &modelParkedError{why: parked.escalation, err: err}
@@ -461,6 +457,23 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		USD: r.spec.Prices.ModelUSD(model.Name, turn.Usage.InputTokens, turn.Usage.OutputTokens)})
 	r.record(entry)
 	return turn, err
+}
+
+// sendModelTurn schedules a model turn under activityID: its first send
+// and each send after waiting for the model's breaker.
+func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call activities.ModelCall) workflow.Future {
+	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
+	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
+	return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallModel), call)
+}
+
+// sendToolCall schedules a tool call under activityID: its first send and
+// each send after waiting for the tool's breaker.
+func (r *run) sendToolCall(ctx workflow.Context, activityID string, call activities.ToolCall, request activities.ToolCallRequest) workflow.Future {
+	timeout := request.Tool.Timeout()
+	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, timeout, clip(call.Name+" "+call.Arguments, 100)))
+	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(timeout))
+	return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
 }
 
 // modelParkedError is a model turn that waited for the model's open
@@ -548,8 +561,6 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			futures[i] = r.startChild(ctx, activityID, spec)
 			continue
 		}
-		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
-		actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(tool.Timeout()))
 		request := activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: record}
 		if tool.Compensate != nil {
 			request.Compensation = &ledger.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
@@ -559,7 +570,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			continue
 		}
 		requests[i] = request
-		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
+		futures[i] = r.sendToolCall(ctx, activityID, call, request)
 	}
 	// A call that failed is given up (its key fenced) before the model
 	// hears of it. The give-ups of calls that failed together run together.

@@ -159,10 +159,8 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activ
 	r.open[call.Name] = true
 	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
-		actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, again, tool.Timeout(), clip(call.Name+" "+call.Arguments, 100)))
-		actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(tool.Timeout()))
 		*result = activities.ToolResult{}
-		return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
+		return r.sendToolCall(ctx, again, call, request)
 	}, result)
 }
 

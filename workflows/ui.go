@@ -30,8 +30,7 @@ var (
 // SearchAttributes lists the attributes with zero values, for registering
 // them on a dev server.
 func SearchAttributes() temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(AgentStatusKey.ValueSet(""), StepsUsedKey.ValueSet(0), LeafCallsKey.ValueSet(0),
-		USDSpentKey.ValueSet(0), AmplificationKey.ValueSet(0))
+	return temporal.NewSearchAttributes(searchProgress{}.updates()...)
 }
 
 // Queries a run answers while a worker is up.

@@ -11,6 +11,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,8 +87,18 @@ type ModelCall struct {
 	Retry              RetryPlan `json:"retry"`
 	// Key, when set, is the turn's idempotency key in place of the
 	// activity's own: a turn sent again after waiting for the model's
-	// breaker keeps the key of its first activity.
+	// breaker, or sent to a fallback model, keeps the key of its first
+	// activity.
 	Key string `json:"key,omitempty"`
+	// TurnOf, on a turn sent to a fallback model, is the spec's first
+	// model (ModelSpec.Target). The key names the turn, the reply at its
+	// place in the conversation, not one provider's request: the ledger
+	// records the turn's action under the first model whichever model
+	// answers it, so the key's request never changes, a reply already
+	// stored for the turn is returned to every later attempt from either
+	// model, and no second reply can be stored for it. The providers never
+	// see the key.
+	TurnOf string `json:"turn_of,omitempty"`
 }
 
 // ToolCallRequest is the input of CallTool.
@@ -178,10 +189,7 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	for i, m := range conv.Append {
 		appended[i] = m.toLedger()
 	}
-	target := call.Model.Provider
-	if call.Model.Name != "" {
-		target += ":" + call.Model.Name
-	}
+	target, turnOf := call.Model.Target(), cmp.Or(call.TurnOf, call.Model.Target())
 	info := activity.GetInfo(ctx)
 	markCall(ctx)
 	arguments, _ := json.Marshal(map[string]any{"through": conv.Through, "finish": call.Finish})
@@ -192,7 +200,7 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	// once, because it sees the turn once.
 	output, _, err := a.once(ctx, keyedCall{
 		action: ledger.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
-			Tool: "model:" + target, Arguments: string(arguments), Kind: ledger.ActionModel},
+			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledger.ActionModel},
 		kind: ledger.LeafModel, target: target,
 		turn: &ledger.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
 			Fit: fitRequest(trailing, defTokens, call.Model.ContextTokens())},
@@ -201,6 +209,7 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 			if err != nil {
 				return "", nil, err
 			}
+			turn.AnsweredBy = target
 			stored, _ := json.Marshal(turn)
 			reply := Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
 			if turn.Refusal != "" {

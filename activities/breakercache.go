@@ -13,31 +13,42 @@ import (
 const BreakerStaleness = time.Second
 
 // closedBreakers remembers, per dependency, when the ledger last answered
-// that its breaker was closed.
+// that its breaker was closed, and whether the dependency was then in a
+// streak of failures (ledger.Gate.Failures), which the next success must
+// end by reporting itself.
 type closedBreakers struct {
 	ttl time.Duration
 	now func() time.Time
 
 	mu   sync.Mutex
-	seen map[string]time.Time
+	seen map[string]closedAnswer
+}
+
+type closedAnswer struct {
+	at     time.Time
+	streak bool
 }
 
 func newClosedBreakers(ttl time.Duration, now func() time.Time) *closedBreakers {
-	return &closedBreakers{ttl: ttl, now: now, seen: map[string]time.Time{}}
+	return &closedBreakers{ttl: ttl, now: now, seen: map[string]closedAnswer{}}
 }
 
-// fresh says whether the dependency's breaker was seen closed within ttl.
-func (c *closedBreakers) fresh(dependency string) bool {
+// fresh says whether the dependency's breaker was seen closed within ttl,
+// and whether it was in a streak of failures then.
+func (c *closedBreakers) fresh(dependency string) (fresh, streak bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.seen[dependency]
-	return ok && c.now().Sub(at) < c.ttl
+	answer, ok := c.seen[dependency]
+	if !ok || c.now().Sub(answer.at) >= c.ttl {
+		return false, false
+	}
+	return true, answer.streak
 }
 
-func (c *closedBreakers) remember(dependency string) {
+func (c *closedBreakers) remember(dependency string, streak bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seen[dependency] = c.now()
+	c.seen[dependency] = closedAnswer{at: c.now(), streak: streak}
 }
 
 func (c *closedBreakers) forget(dependency string) {

@@ -72,6 +72,10 @@ type ModelTurn struct {
 	Usage   Usage  `json:"usage"`
 	// Model is the model name the provider reports having used.
 	Model string `json:"model,omitempty"`
+	// AnsweredBy is the model the turn was sent to, as ModelSpec.Target:
+	// the spec's model or one of its fallbacks. It is stored with the
+	// reply, so a turn read back from the ledger says who answered it.
+	AnsweredBy string `json:"answered_by,omitempty"`
 	// Attempt is the attempt that produced this turn (set by CallModel).
 	Attempt int `json:"attempt,omitempty"`
 	// RequestTokens is the estimated size of the request, after fitting it
@@ -130,6 +134,20 @@ type ModelSpec struct {
 	// ScriptFinish is what a scripted model answers to the graceful-finish
 	// call; without it, it writes a generic partial answer.
 	ScriptFinish *ScriptedTurn `json:"script_finish,omitempty"`
+	// Fallbacks are the models that answer a turn, in order, when the ones
+	// before them are down (their circuit breakers are open): an Anthropic
+	// model behind an OpenAI one, say. A fallback has none of its own.
+	Fallbacks []ModelSpec `json:"fallbacks,omitempty"`
+}
+
+// Target names the model as "provider:name" (the provider alone when the
+// spec names no model): its circuit breaker's key after "model:", a leaf
+// call's target, and who answered a turn (ModelTurn.AnsweredBy).
+func (m ModelSpec) Target() string {
+	if m.Name == "" {
+		return m.Provider
+	}
+	return m.Provider + ":" + m.Name
 }
 
 // Validate reports the first thing wrong with the spec, naming the field.
@@ -171,6 +189,19 @@ func (m ModelSpec) ValidateFor(custom ...string) error {
 	}
 	if m.ContextWindow < 0 || (m.ContextWindow > 0 && m.ContextWindow < 1024) {
 		return fmt.Errorf("model.context_tokens: %d is too small a context window (at least 1024, or omit it for the model's known window)", m.ContextWindow)
+	}
+	seen := map[string]bool{m.Target(): true}
+	for i, fallback := range m.Fallbacks {
+		switch {
+		case len(fallback.Fallbacks) > 0:
+			return fmt.Errorf("model.fallbacks[%d].fallbacks: a fallback has no fallbacks of its own; list them all under model.fallbacks", i)
+		case seen[fallback.Target()]:
+			return fmt.Errorf("model.fallbacks[%d]: %s is already the model or an earlier fallback", i, fallback.Target())
+		}
+		seen[fallback.Target()] = true
+		if err := fallback.ValidateFor(custom...); err != nil {
+			return fmt.Errorf("model.fallbacks[%d]: %w", i, err)
+		}
 	}
 	return nil
 }

@@ -173,11 +173,15 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	result, err := i.Next.ExecuteActivity(ctx, in)
 	if err == nil {
 		h.deposits.add(h.cfg.Bucket, h.cfg.BucketConfig.SuccessBonus)
-		if probe {
-			// The probe's success closes the breaker: at once, not with
-			// the deposits.
-			if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, true, true, h.cfg.Breaker); err != nil {
-				activity.GetLogger(ctx).Warn("retry hook: could not report the probe's success to the breaker", "key", chargeKey, "error", err)
+		if probe || gate.Failures > 0 {
+			// The probe's success closes the breaker, and any success ends
+			// a streak of failures that would otherwise judge a flapping
+			// dependency down: at once, not with the deposits. A healthy
+			// dependency's successes cost no statement.
+			if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, true, probe, h.cfg.Breaker); err != nil {
+				activity.GetLogger(ctx).Warn("retry hook: could not report a success to the breaker", "key", chargeKey, "error", err)
+			} else {
+				h.closed.remember(plan.Dependency, false)
 			}
 		}
 		return result, nil
@@ -208,7 +212,13 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		if err != nil {
 			activity.GetLogger(ctx).Warn("retry hook: could not report a failure to the breaker", "dependency", plan.Dependency, "error", err)
 		}
-		if state != budget.BreakerClosed {
+		switch {
+		case err != nil:
+		case state == budget.BreakerClosed:
+			// A streak of failures has begun or grown: this worker's next
+			// success ends it.
+			h.closed.remember(plan.Dependency, true)
+		default:
 			h.closed.forget(plan.Dependency) // this worker's next call asks the ledger
 		}
 		breakerOpen = state == budget.BreakerOpen
@@ -345,16 +355,17 @@ func blamesDependency(errType string) bool {
 // pay asks each budget in order: the per-call cap, the deadline against
 // the backoff (checked before paying, so a refused nap costs no token),
 // then in one atomic ledger call the per-tool cap, the run ratio, the open
-// breaker and the fleet bucket.
+// breaker and the fleet bucket. A dependency that is down (this failure
+// opened its breaker, or found it open) comes before all of them: the call
+// waits for the dependency (the workflow parks it) instead of failing
+// against it, whatever its attempts or the run's ratio would have said, and
+// waiting costs no retry token.
 func (i *retryInbound) pay(ctx context.Context, plan RetryPlan, attempt int, chargeKey string, retryAfter time.Duration, breakerOpen bool) (string, time.Duration, error) {
 	h := i.hook
+	if breakerOpen {
+		return budget.DenyCircuitOpen, 0, nil
+	}
 	if attempt >= plan.MaxAttempts {
-		if breakerOpen {
-			// The dependency is down (these failures opened its breaker):
-			// the caller can wait for it, which a spent attempt cap would
-			// not tell it.
-			return budget.DenyCircuitOpen, 0, nil
-		}
 		return budget.DenyCallAttempts, 0, nil
 	}
 	backoff := budget.Backoff{Base: plan.BackoffBase, Cap: plan.BackoffCap}
@@ -407,14 +418,19 @@ func (h *RetryHook) releaseJitter() time.Duration {
 // gate asks the dependency's breaker whether the call may go out. A closed
 // answer is remembered for BreakerStaleness, so that the calls of a healthy
 // dependency cost no statement for it; an open or probing breaker is asked
-// every time.
+// every time. A closed breaker whose dependency is in a streak of failures
+// is remembered as such, so that the next success here ends the streak.
 func (h *RetryHook) gate(ctx context.Context, dependency string) (ledger.Gate, error) {
-	if h.closed.fresh(dependency) {
-		return ledger.Gate{State: budget.BreakerClosed}, nil
+	if fresh, streak := h.closed.fresh(dependency); fresh {
+		gate := ledger.Gate{State: budget.BreakerClosed}
+		if streak {
+			gate.Failures = 1 // at least: enough to report the next success
+		}
+		return gate, nil
 	}
 	gate, err := h.store.BreakerGate(ctx, dependency, h.cfg.Breaker)
 	if err == nil && gate.State == budget.BreakerClosed {
-		h.closed.remember(dependency)
+		h.closed.remember(dependency, gate.Failures > 0)
 	}
 	return gate, err
 }

@@ -17,8 +17,8 @@ type Breaker struct {
 
 	mu          sync.Mutex
 	state       string    // BreakerClosed, BreakerOpen or BreakerHalfOpen
-	failures    int       // failures counted in the current window (closed)
-	windowStart time.Time // when the current failure window began (closed)
+	failures    int       // failures in a row in the current window (closed)
+	windowStart time.Time // when the current streak of failures began (closed)
 	since       time.Time // when the cooldown began (open) or the probe left (half-open)
 }
 
@@ -57,9 +57,10 @@ func (b *Breaker) Allow() (allowed, probe bool) {
 }
 
 // Record reports a call's outcome; probe says whether Allow made it the
-// probe. While closed, failures within Window are counted and the
-// Threshold-th opens the breaker; successes do not reset the count, so a
-// dependency failing half the time still trips it. While half-open only
+// probe. While closed, failures in a row within Window are counted and the
+// Threshold-th opens the breaker; a success ends the streak, so a dependency
+// that flaps (some calls succeed) never trips it: it is not down (see
+// BreakerConfig). While half-open only
 // the probe is heard: its success closes the breaker and its failure opens
 // it for a fresh Cooldown. Reports from calls allowed before the breaker
 // opened are stale evidence and are ignored once it is not closed.
@@ -78,6 +79,7 @@ func (b *Breaker) Record(success, probe bool) {
 		b.state, b.since = BreakerOpen, b.now()
 	case BreakerClosed:
 		if success {
+			b.failures = 0
 			return
 		}
 		now := b.now()

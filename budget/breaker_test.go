@@ -52,12 +52,17 @@ func TestBreakerOpensAtThreshold(t *testing.T) {
 	assert.Equal(t, deny, allow(b))
 }
 
-func TestBreakerSuccessDoesNotResetTheWindow(t *testing.T) {
+// A dependency that flaps is not down: seed 002's search fails two
+// requests of every three, for ever, and its breaker stays closed; the
+// retry budget deals with it.
+func TestBreakerFlappingDependencyIsNotDown(t *testing.T) {
 	b, _ := newTestBreaker(t)
-	for range 3 {
-		b.Record(false, false)
-		b.Record(true, false) // a dependency failing half the time still trips
+	for range 10 {
+		fail(b, 2)
+		b.Record(true, false)
 	}
+	assert.Equal(t, budget.BreakerClosed, b.State())
+	fail(b, 3) // down: three in a row
 	assert.Equal(t, budget.BreakerOpen, b.State())
 }
 

@@ -51,8 +51,11 @@ func (c BucketConfig) Validate() error {
 	return nil
 }
 
-// BreakerConfig shapes a circuit breaker: it opens after Threshold
-// retryable failures within Window, stays open for Cooldown, then lets
+// BreakerConfig shapes a circuit breaker. It opens when its dependency is
+// down: Threshold retryable failures in a row, with no success between them,
+// within Window of the first (DESIGN decision 12). A dependency that flaps,
+// some requests failing and some not, never opens it: its failures are the
+// retry budget's business. Open, it refuses calls for Cooldown, then lets
 // exactly one probe through.
 type BreakerConfig struct {
 	Threshold int           `json:"threshold"`
@@ -60,24 +63,36 @@ type BreakerConfig struct {
 	Cooldown  time.Duration `json:"cooldown"`
 }
 
-// DefaultBreaker opens after 10 retryable failures in 30 s and probes
-// every 5 s: tolerant enough that one flaky run's retries (which its
-// budgets already bound) do not trip it, quick enough to stop a fleet
-// from calling a dependency that is down. The short cooldown bounds how
-// long a dependency back from an outage waits for traffic (the storm
-// benchmark showed a 15 s cooldown leaving it dark for 10 s after a 6 s
-// outage); a probe every 5 s is no load on a dependency that is down.
-var DefaultBreaker = BreakerConfig{Threshold: 10, Window: 30 * time.Second, Cooldown: 5 * time.Second}
+// DefaultBreaker judges a dependency down after 3 failures in a row within
+// 30 s, and probes it every 5 s.
+//
+// Three, because one run must be able to tell on its own: a call makes 3
+// attempts by default, so a single run's call that fails all of them
+// against a dependency that answers nothing opens the breaker and waits for
+// it, instead of failing. And three, not two, because a flapping dependency
+// fails two requests in a row often (seed 002's search fails 2 of every 3)
+// and is not down. Since a success ends the streak, independent failures at
+// rate p open it only after p^3 bad luck (0.8% of streaks at p = 20%), and
+// then the call waits a cooldown rather than failing.
+//
+// The short cooldown bounds how long a dependency back from an outage waits
+// for traffic (the storm benchmark showed a 15 s cooldown leaving it dark
+// for 10 s after a 6 s outage); a probe every 5 s is no load on a
+// dependency that is down.
+var DefaultBreaker = BreakerConfig{Threshold: 3, Window: 30 * time.Second, Cooldown: 5 * time.Second}
+
+// releasesPerCooldown is how many of the calls an open breaker parked come
+// back in one cooldown.
+const releasesPerCooldown = 10
 
 // ReleaseInterval is the time between two of the calls an open breaker
-// parked coming back, at its gate: a threshold's worth per cooldown (500 ms
-// for DefaultBreaker). Were the dependency still failing when its probe
-// passed, the released calls would re-open the breaker in one cooldown, no
-// sooner than its own failures opened it; and a dependency just back from an
-// outage meets its backlog spread out, beside the calls that keep coming,
-// rather than in one wave that knocks it over again.
+// parked coming back, at its gate: a tenth of a cooldown (500 ms for
+// DefaultBreaker). A dependency just back from an outage meets its backlog
+// spread out, beside the calls that keep coming, rather than in one wave
+// that knocks it over again; were it still failing when its probe passed,
+// the first Threshold released calls would open the breaker again.
 func (c BreakerConfig) ReleaseInterval() time.Duration {
-	return c.Cooldown / time.Duration(max(c.Threshold, 1))
+	return c.Cooldown / releasesPerCooldown
 }
 
 // Validate rejects a breaker that could not work.

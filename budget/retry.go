@@ -48,8 +48,8 @@ func DefaultRetryPolicy() RetryPolicy { return defaultRetryPolicy }
 // floor of 5 left about one run in 24 short of a retry (`agentsaga bench
 // success` ended 97.25-99.50% against an ideal 1-p^3 of 99.2%); a tool cap
 // of 6 does the same to a run that calls one tool. An outage no longer needs
-// them: the dependency's circuit breaker opens after its threshold of
-// failures (10, DefaultBreaker) fleet-wide and parks the calls after that,
+// them: the dependency's circuit breaker opens once it is down (3 failures
+// in a row, DefaultBreaker) and parks the calls after that,
 // and the fleet bucket caps the retries that all runs together get before
 // it opens. With a floor of 10 a 10-call run runs short of a retry about
 // once in 10,000 runs, and a run alone in a total outage still retries no

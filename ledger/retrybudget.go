@@ -163,19 +163,25 @@ type Gate struct {
 	// (failed probes do not move it): the outage, not a long queue of
 	// slots, is what escalate.after_breaker_open_seconds measures.
 	OpenSince time.Time
+	// Failures, when the breaker is closed, is the dependency's current
+	// streak of failures with no success between (see migration 00014):
+	// while it is not 0, a caller reports its success, which ends the
+	// streak.
+	Failures int
 }
 
 // BreakerGate asks the dependency's breaker whether a call may go out, in
 // one statement that reads a closed breaker without a lock, and hands a
-// refused call its release slot (see migration 00012).
+// refused call its release slot (see migrations 00012 and 00014).
 func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
 	var gate Gate
 	var retryAt, openSince *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since FROM agentsaga_breaker_gate($1, $2, $3)`,
-		dependency, float64(cfg.Cooldown.Microseconds())/1000, float64(cfg.ReleaseInterval().Microseconds())/1000).Scan(&gate.State, &retryAt, &openSince); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since, failures FROM agentsaga_breaker_gate($1, $2, $3, $4)`,
+		dependency, milliseconds(cfg.Cooldown), milliseconds(cfg.ReleaseInterval()), milliseconds(cfg.Window)).Scan(
+		&gate.State, &retryAt, &openSince, &gate.Failures); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
 	if retryAt != nil {
@@ -189,14 +195,15 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 
 // BreakerRecord reports a call's outcome to the dependency's breaker and
 // returns its new state (budget.BreakerClosed, BreakerOpen or
-// BreakerHalfOpen).
+// BreakerHalfOpen). While closed, cfg.Threshold failures in a row within
+// cfg.Window open it, and a success ends the streak (migration 00014).
 func (s *Store) BreakerRecord(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (string, error) {
 	if err := cfg.Validate(); err != nil {
 		return "", fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
 	var state string
-	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_breaker_record($1, $2, $3, $4, $5)`,
-		dependency, success, probe, cfg.Threshold, float64(cfg.Window.Microseconds())/1000).Scan(&state); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT state FROM agentsaga_breaker_report($1, $2, $3, $4, $5)`,
+		dependency, success, probe, cfg.Threshold, milliseconds(cfg.Window)).Scan(&state); err != nil {
 		return "", fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
 	return state, nil
@@ -236,3 +243,6 @@ func (s *Store) OpenBreakers(ctx context.Context) ([]string, error) {
 	}
 	return deps, nil
 }
+
+// milliseconds is d as the float8 milliseconds the breaker functions take.
+func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -344,20 +344,34 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state, "an unknown dependency's breaker is closed")
 
+	// A dependency that flaps is not down: a success ends the streak, so
+	// two failures, a success and two more failures leave it closed.
 	for i := range 2 {
 		state, err := store.BreakerRecord(ctx, "openai", false, false, cfg)
 		require.NoError(t, err)
 		assert.Equal(t, budget.BreakerClosed, state, "failure %d of 3", i+1)
 	}
+	gate, err := store.BreakerGate(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Equal(t, 2, gate.Failures, "the gate says a streak is on, so the next success is reported")
 	state, err = store.BreakerRecord(ctx, "openai", true, false, cfg)
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state)
+	gate, err = store.BreakerGate(ctx, "openai", cfg)
+	require.NoError(t, err)
+	assert.Zero(t, gate.Failures, "the success ended the streak")
+	for range 2 {
+		state, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
+		require.NoError(t, err)
+		assert.Equal(t, budget.BreakerClosed, state, "two in a row after a success are not three")
+	}
+	// Down: the third failure in a row opens it.
 	state, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
 	require.NoError(t, err)
-	assert.Equal(t, budget.BreakerOpen, state, "the third failure within the window opens it")
+	assert.Equal(t, budget.BreakerOpen, state, "the third failure in a row within the window opens it")
 
 	opened := time.Now()
-	gate, err := store.BreakerGate(ctx, "openai", cfg)
+	gate, err = store.BreakerGate(ctx, "openai", cfg)
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, gate.State)
 	assert.WithinDuration(t, opened.Add(cfg.Cooldown), gate.RetryAt, time.Second,

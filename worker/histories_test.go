@@ -59,6 +59,9 @@ type recorder struct {
 	// crmDownUntil is when /crm, down since its first request, recovers
 	// (unix nanoseconds; 0 before the first request).
 	crmDownUntil atomic.Int64
+	// fetchDownUntil is the same for /fetch, which one scenario alone
+	// calls, on the worker with the default breaker.
+	fetchDownUntil atomic.Int64
 }
 
 // crmOutage is how long /crm stays down after its first request: long
@@ -104,10 +107,10 @@ func TestRecordHistories(t *testing.T) {
 			http.Error(w, `{"error":"refunds are down"}`, http.StatusInternalServerError)
 			return
 		}
-		if req.URL.Path == "/crm" {
-			r.crmDownUntil.CompareAndSwap(0, time.Now().Add(crmOutage).UnixNano())
-			if time.Now().UnixNano() < r.crmDownUntil.Load() {
-				http.Error(w, `{"error":"the CRM is down"}`, http.StatusServiceUnavailable)
+		if downUntil := map[string]*atomic.Int64{"/crm": &r.crmDownUntil, "/fetch": &r.fetchDownUntil}[req.URL.Path]; downUntil != nil {
+			downUntil.CompareAndSwap(0, time.Now().Add(crmOutage).UnixNano())
+			if time.Now().UnixNano() < downUntil.Load() {
+				http.Error(w, `{"error":"the service is down"}`, http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprint(w, `{"updated": true}`)
@@ -255,6 +258,10 @@ tools:
     kind: http
     url: %[1]s/crm
     timeout_seconds: 3
+  - name: fetch
+    kind: http
+    url: %[1]s/fetch
+    timeout_seconds: 3
 agents:
   helper: {tools: [page], share: 0.5}
 `
@@ -349,6 +356,19 @@ func corpusScenarios() []scenario {
 					}
 				}
 			}},
+		// One run alone meets a tool that is down for a few seconds, on a
+		// worker with the default breaker: its call's three attempts fail,
+		// the third opens the breaker (three in a row: down), and the call
+		// waits for it instead of failing. Before agentsaga-commands 2 the
+		// hook failed such a call on its attempt cap.
+		{name: "tool-down-waits", spec: "goal: fetch two items\nbudget: {steps: 4}\nretry: {max_attempts: 3, ratio: 0.2, floor: 5}\nmodel:\n  provider: scripted\n  script:\n" +
+			"    - tool_calls: [{name: fetch, arguments: {item: 1}}]\n    - tool_calls: [{name: fetch, arguments: {item: 2}}]\n    - content: fetched\n" + corpusTools},
+		// The model provider is down for a few seconds and the spec names a
+		// fallback: the turn its open breaker refuses goes to the fallback
+		// at once (model.fallbacks, agentsaga-commands 2).
+		{name: "model-fallback", breakers: true, modelOutage: true,
+			spec: "goal: answer\nbudget: {steps: 4}\nmodel:\n  provider: openai\n  name: gpt-4o-mini\n  base_url: MODEL_URL\n" +
+				"  fallbacks: [{provider: scripted, script: [{content: answered by the fallback}]}]\n" + corpusTools},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,

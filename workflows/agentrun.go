@@ -7,6 +7,7 @@
 package workflows
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,6 +95,13 @@ type TraceEntry struct {
 	Denial string `json:"denial,omitempty"`
 	// Note is the budget note the model read on this turn.
 	Note string `json:"note,omitempty"`
+	// Model, on a model turn that was answered, is the model that
+	// answered it (activities.ModelSpec.Target): the spec's model or a
+	// fallback.
+	Model string `json:"model,omitempty"`
+	// Parks counts the times the call waited behind its dependency's open
+	// circuit breaker.
+	Parks int `json:"parks,omitempty"`
 }
 
 // BudgetView is what the budget query returns.
@@ -150,7 +158,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget,
 		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-		open:       map[string]bool{}, toolFailures: map[string]int{},
+		open:       map[string]time.Time{}, toolFailures: map[string]int{},
 		watch: newWatchdog(spec.Watchdog), step: 1,
 		progressShown: workflow.GetInfo(ctx).WorkflowStartTime,
 	}
@@ -237,8 +245,13 @@ type run struct {
 	budget     *budget.RunBudget
 	workflowID string
 	stats      RetryStats
-	// open holds the tools whose breaker was seen open, for the note.
-	open map[string]bool
+	// open holds the dependencies whose breaker was seen open (a tool's
+	// name, "model", or "model <provider:name>"), for the note, with since
+	// when the outage has lasted when a refusal said it (else zero).
+	open map[string]time.Time
+	// answeredBy is the model that answered the last turn
+	// (activities.ModelSpec.Target), for the UI.
+	answeredBy string
 	// trace holds the last traceTail entries; traced counts them all.
 	trace  []TraceEntry
 	traced int
@@ -398,7 +411,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		Model:        r.spec.Model,
 		Conversation: activities.Conversation{WorkflowID: r.workflowID, Append: r.pending, Through: r.seq},
 		Tools:        defs, Note: note, Finish: finish,
-		Retry: r.plan("model", "model:"+r.spec.Model.Provider+":"+r.spec.Model.Name),
+		Retry: r.plan("model", modelDependency(r.spec.Model)),
 	}
 	if finish {
 		call.Tools, call.FinishInstructions = nil, FinishInstructions
@@ -412,19 +425,35 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		activityID = FinishActivityID(step)
 	}
 	var turn activities.ModelTurn
+	var refusedLeafCalls int // leaf calls of the turn's sends that a down model refused
 	err := activities.CheckPayload("model call "+activityID, call)
 	if err == nil {
-		err = r.sendModelTurn(ctx, activityID, summary, call).Get(ctx, &turn)
+		refusedLeafCalls, err = r.askModels(ctx, activityID, summary, call, &turn)
 	}
 	var parked parkedCall
 	if _, refused := openBreakerRefusal(err); refused && r.versions.parkModelTurns {
-		// The provider is down: the turn waits for its breaker, as a tool
-		// call does, and goes out again under its first key.
+		// The provider is down (every model of the turn, with fallbacks):
+		// the turn waits for its breaker, as a tool call does, and goes
+		// out again under its first key.
 		call.Key = r.workflowID + "/" + activityID
-		err, parked = r.parkBehindBreaker(ctx, "the model "+modelName, "the model's", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+		what := "the model " + modelName
+		if models := r.turnModels(); len(models) > 1 {
+			what = fmt.Sprintf("the models %s", modelTargets(models))
+		}
+		err, parked = r.parkBehindBreaker(ctx, what, "the model's", "model", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 			call.Retry = r.plan("model", call.Retry.Dependency)
 			turn = activities.ModelTurn{}
-			return r.sendModelTurn(ctx, again, summary, call)
+			if len(r.turnModels()) == 1 {
+				return r.sendModelTurn(ctx, again, summary, call)
+			}
+			asked, answered := workflow.NewFuture(ctx)
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				var reply activities.ModelTurn
+				refused, err := r.askModels(ctx, again, summary, call, &reply)
+				refusedLeafCalls += refused
+				answered.Set(reply, err)
+			})
+			return asked
 		}, &turn)
 		if err != nil && parked.escalation != "" {
 			err = &modelParkedError{why: parked.escalation, err: err}
@@ -438,13 +467,19 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 	}
 
 	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: activities.Preview(turn.Content), Note: note}
-	entry.Attempts, entry.Denial = turn.Attempt+parked.leafCalls, ""
-	if err != nil {
+	entry.Attempts, entry.Denial, entry.Parks = turn.Attempt+parked.leafCalls+refusedLeafCalls, "", parked.parks
+	if err == nil {
+		// A reply stored earlier says who answered it; one from before
+		// AnsweredBy existed was the spec's model's.
+		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
+		r.answeredBy = entry.Model
+	} else {
 		entry.Error = errorText(err)
 		entry.Attempts, entry.Denial = callFailure(err)
 		if r.versions.parkModelTurns && entry.Denial == budget.DenyCircuitOpen {
 			entry.Attempts = parked.leafCalls // a refusal at the gate was not a call
 		}
+		entry.Attempts += refusedLeafCalls
 	}
 	if turn.Refusal != "" {
 		entry.Error = "refusal: " + turn.Refusal
@@ -453,10 +488,85 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		entry.Output += fmt.Sprintf("\n-> %s %s", c.Name, clip(c.Arguments, 200))
 	}
 	r.charge("model", &entry)
+	// The turn is priced at the model that answered it.
 	r.budget.Spend(budget.Usage{Steps: 1, Tokens: turn.Usage.Total(),
-		USD: r.spec.Prices.ModelUSD(model.Name, turn.Usage.InputTokens, turn.Usage.OutputTokens)})
+		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage.InputTokens, turn.Usage.OutputTokens)})
 	r.record(entry)
 	return turn, err
+}
+
+// turnModels are the models a turn may go to, in order: the spec's model,
+// then its fallbacks (model.fallbacks, from agentsaga-commands 2).
+func (r *run) turnModels() []activities.ModelSpec {
+	models := []activities.ModelSpec{r.spec.Model}
+	if r.versions.modelFallbacks {
+		models = append(models, r.spec.Model.Fallbacks...)
+	}
+	return models
+}
+
+// modelNamed is the turn model whose Target is target; the spec's model
+// when none is (a turn answered before AnsweredBy was stored).
+func (r *run) modelNamed(target string) activities.ModelSpec {
+	for _, m := range r.turnModels() {
+		if m.Target() == target {
+			return m
+		}
+	}
+	return r.spec.Model
+}
+
+// askModels sends a turn to the first of its models whose circuit breaker
+// does not refuse it: the spec's model, then each fallback in order, each
+// under activity ID <activityID>/fallback-N but all under the turn's first
+// key (ModelCall.TurnOf says why that is safe). A model that is down costs
+// the turn no wait: it goes to the next one at once. It returns the leaf
+// calls that the sends refused by a down model made before they were
+// refused, and the last send's outcome: a refusal only when every model
+// refused the turn.
+func (r *run) askModels(ctx workflow.Context, activityID, summary string, call activities.ModelCall, turn *activities.ModelTurn) (refusedLeafCalls int, err error) {
+	models := r.turnModels()
+	for i, model := range models {
+		id, send := activityID, call
+		if i > 0 {
+			id = fmt.Sprintf("%s/fallback-%d", activityID, i)
+			send.Model, send.TurnOf = model, r.spec.Model.Target()
+			send.Key = cmp.Or(call.Key, r.workflowID+"/"+activityID)
+			send.Retry = r.plan("model", modelDependency(model))
+			summary = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
+		}
+		*turn = activities.ModelTurn{}
+		err = r.sendModelTurn(ctx, id, summary, send).Get(ctx, turn)
+		failure, refused := openBreakerRefusal(err)
+		if len(models) > 1 {
+			// The note names each model that is down, and since when.
+			if refused {
+				r.markOpen("model "+model.Target(), failure.OpenSince)
+			} else {
+				r.markClosed("model " + model.Target())
+			}
+		}
+		if !refused || i == len(models)-1 {
+			return refusedLeafCalls, err
+		}
+		refusedLeafCalls += failure.Attempt
+		if failure.AtGate {
+			refusedLeafCalls-- // refused before it was made
+		}
+	}
+	return refusedLeafCalls, err
+}
+
+// modelDependency is a model's circuit breaker's key.
+func modelDependency(m activities.ModelSpec) string { return "model:" + m.Target() }
+
+// modelTargets lists models as "a, then b".
+func modelTargets(models []activities.ModelSpec) string {
+	targets := make([]string, len(models))
+	for i, m := range models {
+		targets[i] = m.Target()
+	}
+	return strings.Join(targets, ", then ")
 }
 
 // sendModelTurn schedules a model turn under activityID: its first send
@@ -637,6 +747,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			} else {
 				entries[i].Output, entries[i].Digest, entries[i].Replayed, entries[i].Attempts = result.Output, result.Digest, result.Replayed, result.Attempt+parked.leafCalls
 			}
+			entries[i].Parks = parked.parks
 			r.charge(call.Name, &entries[i])
 			r.budget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(call.Name, entries[i].Attempts)})
 		}
@@ -648,7 +759,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		}
 	}
 	r.record(entries...)
-	return escalation, r.watch.endTurn(entries)
+	return escalation, r.watch.endTurn(entries, r.versions.outageAwareWatchdog)
 }
 
 // settledCall is how one tool call of a turn ended.
@@ -753,11 +864,23 @@ func (r *run) charge(tool string, entry *TraceEntry) {
 	}
 	switch {
 	case entry.Denial == budget.DenyCircuitOpen:
-		r.open[tool] = true
+		r.markOpen(tool, time.Time{})
 	case entry.Error == "":
-		delete(r.open, tool)
+		r.markClosed(tool)
 	}
 }
+
+// markOpen notes that dependency's breaker was seen open, since when the
+// outage has lasted when that is known (a zero since keeps what was known).
+func (r *run) markOpen(dependency string, since time.Time) {
+	if known := r.open[dependency]; since.IsZero() || (!known.IsZero() && known.Before(since)) {
+		since = known
+	}
+	r.open[dependency] = since
+}
+
+// markClosed notes that a call to dependency went through.
+func (r *run) markClosed(dependency string) { delete(r.open, dependency) }
 
 // plan is the retry allowance handed to one call. The run allowance counts
 // the logical calls scheduled so far, this turn's included, so parallel
@@ -796,10 +919,24 @@ func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout t
 	}
 }
 
+// openBreakers names the dependencies whose breaker is open, for the
+// model's note and the UI: each is down, since when when that is known.
 func (r *run) openBreakers() []string {
 	open := make([]string, 0, len(r.open))
-	for tool := range r.open {
-		open = append(open, tool)
+	for _, dependency := range r.openDependencies() {
+		if since := r.open[dependency]; !since.IsZero() {
+			dependency += " (down since " + since.UTC().Format("15:04:05") + " UTC)"
+		}
+		open = append(open, dependency)
+	}
+	return open
+}
+
+// openDependencies are the keys of r.open, sorted.
+func (r *run) openDependencies() []string {
+	open := make([]string, 0, len(r.open))
+	for dependency := range r.open {
+		open = append(open, dependency)
 	}
 	sort.Strings(open)
 	return open

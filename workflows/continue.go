@@ -25,15 +25,17 @@ type Carried struct {
 	Limits budget.Limits `json:"limits"`
 	Used   budget.Usage  `json:"used"`
 	Stats  RetryStats    `json:"stats"`
-	// Open lists the tools whose breaker was seen open.
-	Open         []string       `json:"open,omitempty"`
-	ToolFailures map[string]int `json:"tool_failures,omitempty"`
-	Escalations  int            `json:"escalations,omitempty"`
-	Watchdog     watchdogState  `json:"watchdog"`
-	LastContent  string         `json:"last_content,omitempty"`
-	ReadBack     bool           `json:"read_back,omitempty"`
-	Trace        []TraceEntry   `json:"trace,omitempty"`
-	Traced       int            `json:"traced"`
+	// Open lists the dependencies whose breaker was seen open, and
+	// OpenSince since when, where that is known.
+	Open         []string             `json:"open,omitempty"`
+	OpenSince    map[string]time.Time `json:"open_since,omitempty"`
+	ToolFailures map[string]int       `json:"tool_failures,omitempty"`
+	Escalations  int                  `json:"escalations,omitempty"`
+	Watchdog     watchdogState        `json:"watchdog"`
+	LastContent  string               `json:"last_content,omitempty"`
+	ReadBack     bool                 `json:"read_back,omitempty"`
+	Trace        []TraceEntry         `json:"trace,omitempty"`
+	Traced       int                  `json:"traced"`
 	// Continued counts the executions before this one.
 	Continued int `json:"continued"`
 }
@@ -55,7 +57,7 @@ func (r *run) carry() Carried {
 	return Carried{
 		Step: r.step, Seq: r.seq, Pending: r.pending,
 		Start: r.budget.Start, Limits: r.budget.Limits, Used: r.budget.Used, Stats: r.stats,
-		Open: r.openBreakers(), ToolFailures: r.toolFailures, Escalations: r.escalations,
+		Open: r.openDependencies(), OpenSince: r.openSince(), ToolFailures: r.toolFailures, Escalations: r.escalations,
 		Watchdog: r.watch.state(), LastContent: r.lastContent, ReadBack: r.readBack,
 		Trace: r.trace, Traced: r.traced, Continued: r.continued + 1,
 	}
@@ -72,8 +74,8 @@ func (r *run) resume(c Carried) {
 	if r.stats.Denials == nil {
 		r.stats.Denials = map[string]int{}
 	}
-	for _, tool := range c.Open {
-		r.open[tool] = true
+	for _, dependency := range c.Open {
+		r.open[dependency] = c.OpenSince[dependency]
 	}
 	for tool, n := range c.ToolFailures {
 		r.toolFailures[tool] = n
@@ -82,4 +84,19 @@ func (r *run) resume(c Carried) {
 	r.watch.restore(c.Watchdog)
 	r.lastContent, r.readBack = c.LastContent, c.ReadBack
 	r.trace, r.traced, r.continued = c.Trace, c.Traced, c.Continued
+}
+
+// openSince is what is known of since when each open breaker's outage has
+// lasted, for continue-as-new.
+func (r *run) openSince() map[string]time.Time {
+	var since map[string]time.Time
+	for dependency, at := range r.open {
+		if !at.IsZero() {
+			if since == nil {
+				since = map[string]time.Time{}
+			}
+			since[dependency] = at
+		}
+	}
+	return since
 }

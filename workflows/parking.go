@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -30,6 +31,8 @@ type parkedCall struct {
 	// leafCalls are the attempts made before the breaker refused one: an
 	// attempt refused at the gate was not made.
 	leafCalls int
+	// parks counts the waits.
+	parks int
 	// escalation, when the call stopped waiting, is why a human is asked.
 	escalation string
 }
@@ -44,7 +47,8 @@ type BreakerWait struct {
 	// until back (a run's budget); nil means it can.
 	Affordable func(back time.Time) bool
 	// Parked, when set, is told of each wait (n counts from 1) before it
-	// starts.
+	// starts: since is when the outage opened the breaker, when a refusal
+	// said so, else when the call was first refused.
 	Parked func(n int, since, back time.Time)
 	// Summary names the wait's timer in the Temporal UI.
 	Summary string
@@ -138,7 +142,7 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 			return err, out
 		}
 		if w.Parked != nil {
-			w.Parked(n, out.Since, out.Back)
+			w.Parked(n, cmp.Or(out.OpenSince, out.Since), out.Back)
 		}
 		out.Parks++
 		timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: w.Summary})
@@ -156,8 +160,8 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activities.ToolSpec, call activities.ToolCall,
 	request activities.ToolCallRequest, err error, result *activities.ToolResult) (error, parkedCall) {
 	request.Key = r.workflowID + "/" + activityID
-	r.open[call.Name] = true
-	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+	r.markOpen(call.Name, time.Time{})
+	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
 		*result = activities.ToolResult{}
 		return r.sendToolCall(ctx, again, call, request)
@@ -167,8 +171,9 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activ
 // parkBehindBreaker waits out the open breaker that refused one of the
 // run's calls, sending it again under activity ID
 // <activityID>/after-breaker-N. what names the call in the UI and to a
-// human ("tool crm"), whose the breaker in its timer's summary ("crm's").
-func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, activityID string, err error,
+// human ("tool crm"), whose the breaker in its timer's summary ("crm's"),
+// and dependency its entry in the model's note of open breakers.
+func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, activityID string, err error,
 	send func(ctx workflow.Context, again string) workflow.Future, result any) (error, parkedCall) {
 	limit := r.spec.breakerOpenEscalation()
 	err, out := WaitOutBreaker(ctx, err, BreakerWait{
@@ -177,6 +182,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, activityID st
 		ForgetOpenSince: !r.versions.keepOpenSince,
 		Summary:         clip("parked: "+whose+" breaker is open", 100),
 		Parked: func(n int, since, back time.Time) {
+			r.markOpen(dependency, since)
 			waiting := fmt.Sprintf("waiting for %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
 				what, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
 			r.showProgress(ctx, ledger.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
@@ -187,7 +193,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, activityID st
 	}, func(ctx workflow.Context, n int) workflow.Future {
 		return send(ctx, fmt.Sprintf("%s/after-breaker-%d", activityID, n))
 	}, result)
-	parked := parkedCall{leafCalls: out.LeafCalls}
+	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
 	switch out.Stopped {
 	case StoppedNoWait:
 		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open: the dependency is down", what)

@@ -220,7 +220,7 @@ func rollbackState(ctx workflow.Context, workflowID string, specJSON []byte) (*r
 	return &run{
 		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget, workflowID: workflowID,
 		stats: RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-		open:  map[string]bool{}, toolFailures: map[string]int{},
+		open:  map[string]time.Time{}, toolFailures: map[string]int{},
 		watch: newWatchdog(spec.Watchdog),
 	}, nil
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/agentsaga/agentsaga/activities"
 )
@@ -81,6 +82,12 @@ func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
 func resolveModel(m activities.ModelSpec) activities.ModelSpec {
 	if m.ContextWindow == 0 {
 		m.ContextWindow = m.KnownContextWindow()
+	}
+	if len(m.Fallbacks) > 0 {
+		m.Fallbacks = slices.Clone(m.Fallbacks)
+		for i, fallback := range m.Fallbacks {
+			m.Fallbacks[i] = resolveModel(fallback)
+		}
 	}
 	return m
 }

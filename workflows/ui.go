@@ -86,6 +86,9 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 	if open := r.openBreakers(); len(open) > 0 {
 		fmt.Fprintf(&details, "**Open breakers:** %s\n\n", strings.Join(open, ", "))
 	}
+	if r.answeredBy != "" && r.answeredBy != r.spec.Model.Target() {
+		fmt.Fprintf(&details, "**Last turn answered by:** %s (fallback for %s)\n\n", r.answeredBy, r.spec.Model.Target())
+	}
 	if last := r.lastError(); last != "" {
 		fmt.Fprintf(&details, "**Last error:** %s\n\n", clip(last, 300))
 	}

@@ -61,7 +61,13 @@ const (
 	// A model turn whose breaker is open waits for it as a tool call does,
 	// and asks a human past the limit, where the run used to fail.
 	commandsVersion1 workflow.Version = 1
-	latestCommands                    = commandsVersion1
+	// commandsVersion2 keeps the watchdog from taking an outage for a
+	// loop: a call that waited behind an open breaker, or was refused by
+	// one, never makes its turn "nothing new" (watchdog.endTurn). And a
+	// model turn refused by the model's open breaker goes to the spec's
+	// fallback models in order (model.fallbacks) before it waits.
+	commandsVersion2 workflow.Version = 2
+	latestCommands                    = commandsVersion2
 )
 
 // versions are the paths this execution takes.
@@ -74,6 +80,9 @@ type versions struct {
 	quietSearchAttributes bool
 	keepOpenSince         bool
 	parkModelTurns        bool
+	// The fields below came with commandsVersion2.
+	outageAwareWatchdog bool
+	modelFallbacks      bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -82,7 +91,9 @@ func readVersions(ctx workflow.Context) versions {
 			localBookkeeping:      commands >= commandsVersion1,
 			quietSearchAttributes: commands >= commandsVersion1,
 			keepOpenSince:         commands >= commandsVersion1,
-			parkModelTurns:        commands >= commandsVersion1}
+			parkModelTurns:        commands >= commandsVersion1,
+			outageAwareWatchdog:   commands >= commandsVersion2,
+			modelFallbacks:        commands >= commandsVersion2}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/agentsaga/agentsaga/budget"
 )
 
 // WatchdogSpec configures the no-progress watchdog.
@@ -127,15 +129,20 @@ func (w *watchdog) totalVoluntary() int {
 }
 
 // endTurn looks at one turn's tool calls and results and returns why the
-// watchdog fires, or "".
-func (w *watchdog) endTurn(entries []TraceEntry) string {
+// watchdog fires, or "". With outageAware (agentsaga-commands 2), a call
+// that waited behind its dependency's open breaker, or was refused by it,
+// is a wait, not a loop: its result counts when it is new, and never makes
+// the turn "nothing new". A turn of waits alone leaves the count as it was.
+func (w *watchdog) endTurn(entries []TraceEntry, outageAware bool) string {
 	if len(entries) == 0 {
 		return ""
 	}
 	calls := make([]string, 0, len(entries))
-	learned := false
+	learned, judged := false, false
 	for _, e := range entries {
 		calls = append(calls, e.Tool+" "+e.Arguments)
+		waited := outageAware && (e.Parks > 0 || e.Denial == budget.DenyCircuitOpen)
+		judged = judged || !waited
 		// The digest stands for the whole output, which history never
 		// carries; a preview alone would make different outputs look alike.
 		sum := sha256.Sum256([]byte(e.Digest + "\x00" + e.Output + "\x00" + e.Error))
@@ -152,9 +159,12 @@ func (w *watchdog) endTurn(entries []TraceEntry) string {
 		w.turns = w.turns[len(w.turns)-4:]
 	}
 
-	if learned {
+	switch {
+	case learned:
 		w.stale = 0
-	} else {
+	case !judged:
+		// Only waits for a dependency that is down: an outage, not a loop.
+	default:
 		w.stale++
 		w.warnings = append(w.warnings, fmt.Sprintf("your last %d turns learned nothing new", w.stale))
 	}

@@ -40,6 +40,11 @@ type Faults struct {
 	RatePerSecond int `json:"rate_per_second,omitempty"`
 	// Latency is how long a request takes to serve.
 	Latency time.Duration `json:"latency,omitempty"`
+	// OutagesFromFirstRequest starts the downstream's clock (Outages,
+	// the per-second counts) at its first request instead of at Start: a
+	// tool that is down for its caller's first seconds, however long the
+	// caller took to reach it.
+	OutagesFromFirstRequest bool `json:"outages_from_first_request,omitempty"`
 }
 
 // Window is an interval measured from the downstream's start.
@@ -81,13 +86,25 @@ func StartDownstream(faults Faults, seed uint64) (*Downstream, error) {
 
 // ServeDownstream serves faults on addr with a seeded random source.
 func ServeDownstream(addr string, faults Faults, seed uint64) (*Downstream, error) {
+	return serveDownstream(addr, faults, seed, nil)
+}
+
+// serveDownstream is ServeDownstream with wrap, when set, around the
+// downstream's handler: a scenario that must see each request whole (its
+// body, its answer) does it there, and the downstream still decides and
+// counts the failures.
+func serveDownstream(addr string, faults Faults, seed uint64, wrap func(*Downstream) http.Handler) (*Downstream, error) {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("bench: downstream: listen on %s: %w", addr, err)
 	}
 	d := &Downstream{faults: faults, start: time.Now(), random: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		byKey: map[string]int{}, byAttempt: map[int]int{}, listener: listener}
-	d.server = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
+	var handler http.Handler = d
+	if wrap != nil {
+		handler = wrap(d)
+	}
+	d.server = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = d.server.Serve(listener) }()
 	return d, nil
 }
@@ -105,9 +122,12 @@ func (d *Downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(d.Counts())
 		return
 	}
-	now := time.Since(d.start)
 	attempt, _ := strconv.Atoi(r.Header.Get(AttemptHeader))
 	d.mu.Lock()
+	if d.total == 0 && d.faults.OutagesFromFirstRequest {
+		d.start = time.Now()
+	}
+	now := time.Since(d.start)
 	d.total++
 	d.byKey[r.Header.Get("Idempotency-Key")]++
 	d.byAttempt[attempt]++

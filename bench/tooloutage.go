@@ -57,20 +57,11 @@ func ToolOutage(ctx context.Context, c client.Client, databaseURL string, cfg To
 		return ToolOutageResult{}, fmt.Errorf("bench: tool outage: runs %d and outage %v must be positive", cfg.Runs, cfg.Outage)
 	}
 	result := ToolOutageResult{Config: cfg, ThresholdSeconds: workflows.DefaultBreakerOpenEscalation}
-	store, err := ledger.Open(ctx, databaseURL)
+	env, err := startOutageWorker(ctx, c, databaseURL, "bench-tool-outage-")
 	if err != nil {
-		return result, err
+		return result, fmt.Errorf("bench: tool outage: %w", err)
 	}
-	defer store.Close()
-	queue := "bench-tool-outage-" + nonce()
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Bucket: queue})
-	if err != nil {
-		return result, err
-	}
-	if err := w.Start(); err != nil {
-		return result, fmt.Errorf("bench: tool outage: start worker: %w", err)
-	}
-	defer w.Stop()
+	defer env.close()
 	down, err := StartDownstream(Faults{Outages: []Window{{From: 0, To: cfg.Outage}}}, 1)
 	if err != nil {
 		return result, err
@@ -97,55 +88,23 @@ tools:
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make([]error, cfg.Runs)
-	escalated := make([]bool, cfg.Runs)
 	for i := range cfg.Runs {
-		id := fmt.Sprintf("%s-%d", queue, i)
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
-		if err != nil {
-			return result, fmt.Errorf("bench: tool outage: start run %d: %w", i, err)
-		}
-		done := make(chan struct{})
-		wg.Add(2)
+		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer close(done)
-			var r workflows.RunResult
-			err := run.Get(ctx, &r)
+			run := env.run(ctx, fmt.Sprintf("%s-%d", env.queue, i), spec)
 			mu.Lock()
 			defer mu.Unlock()
-			result.LongestRunSeconds = max(result.LongestRunSeconds, time.Since(started).Seconds())
+			result.LongestRunSeconds = max(result.LongestRunSeconds, run.ended.Sub(started).Seconds())
 			switch {
-			case escalated[i]: // counted, and terminated
-			case err != nil:
-				errs[i] = fmt.Errorf("bench: tool outage: run %d: %w", i, err)
-			case r.Status == ledger.RunCompleted:
+			case run.escalated:
+				result.Escalations++
+			case run.err != nil:
+				errs[i] = fmt.Errorf("bench: tool outage: run %d: %w", i, run.err)
+			case run.result.Status == ledger.RunCompleted:
 				result.Completed++
 			default:
-				errs[i] = fmt.Errorf("bench: tool outage: run %d ended %s: %s", i, r.Status, r.Reason)
-			}
-		}()
-		// An escalated run waits for a human; the harness counts it and
-		// ends it, so that the scenario ends too.
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(250 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-done:
-					return
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				if stored, err := store.GetRun(ctx, id); err == nil && stored.Status == ledger.RunEscalated {
-					mu.Lock()
-					result.Escalations++
-					escalated[i] = true
-					mu.Unlock()
-					_ = c.TerminateWorkflow(ctx, id, "", "bench: tool outage: escalated; the harness has no human")
-					return
-				}
+				errs[i] = fmt.Errorf("bench: tool outage: run %d ended %s: %s", i, run.result.Status, run.result.Reason)
 			}
 		}()
 	}
@@ -161,6 +120,87 @@ tools:
 	counts := down.Counts()
 	result.Requests, result.Failures = counts.Requests, counts.Failures
 	return result, nil
+}
+
+// outageWorker is what the outage scenarios run their AgentRun runs on: a
+// ledger and an agentsaga worker with the default breaker and parking, on a
+// task queue (and fleet bucket) of their own, so that no other scenario's
+// retries spend from it.
+type outageWorker struct {
+	client client.Client
+	store  *ledger.Store
+	queue  string
+	close  func()
+}
+
+func startOutageWorker(ctx context.Context, c client.Client, databaseURL, queuePrefix string) (*outageWorker, error) {
+	store, err := ledger.Open(ctx, databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	queue := queuePrefix + nonce()
+	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Bucket: queue})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	if err := w.Start(); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	return &outageWorker{client: c, store: store, queue: queue, close: func() { w.Stop(); store.Close() }}, nil
+}
+
+// watchedRun is how one AgentRun run of an outage scenario ended.
+type watchedRun struct {
+	result workflows.RunResult
+	// err is the run's error: it did not start, or did not return a
+	// result (an escalated run's termination included).
+	err error
+	// escalated says the run asked a human: seen escalated in the
+	// ledger, then ended by the harness.
+	escalated bool
+	// started and ended bound the run, from its start to its result.
+	started, ended time.Time
+}
+
+// run runs spec as AgentRun id and waits for its result. An escalated run
+// waits for a human; the harness has none, so it counts the run escalated
+// and terminates it, so that the scenario ends too.
+func (o *outageWorker) run(ctx context.Context, id string, spec workflows.RunSpec) watchedRun {
+	out := watchedRun{started: time.Now()}
+	run, err := o.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: o.queue}, workflows.AgentRun, spec)
+	if err != nil {
+		out.err, out.ended = fmt.Errorf("start: %w", err), time.Now()
+		return out
+	}
+	done := make(chan struct{})
+	watched := make(chan bool, 1)
+	go func() {
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				watched <- false
+				return
+			case <-ctx.Done():
+				watched <- false
+				return
+			case <-tick.C:
+			}
+			if stored, err := o.store.GetRun(ctx, id); err == nil && stored.Status == ledger.RunEscalated {
+				watched <- true
+				_ = o.client.TerminateWorkflow(ctx, id, "", "bench: escalated; the harness has no human")
+				return
+			}
+		}
+	}()
+	out.err = run.Get(ctx, &out.result)
+	out.ended = time.Now()
+	close(done)
+	out.escalated = <-watched
+	return out
 }
 
 // PrintToolOutage writes the single-tool outage's table.

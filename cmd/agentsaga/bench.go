@@ -118,10 +118,16 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 				if err != nil {
 					return err
 				}
-				result = scenarioResult{json: map[string]any{"config": storm, "budget_window_seconds": bench.BudgetWindow.Seconds(), "rows": rows, "tool_outage": outage},
+				oneRun, err := bench.OneToolDown(ctx, stack.client, stack.cfg.DatabaseURL, bench.DefaultOneToolDown)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"config": storm, "budget_window_seconds": bench.BudgetWindow.Seconds(), "rows": rows, "tool_outage": outage,
+					"one_run_one_tool_down": oneRun},
 					print: func(w io.Writer) {
 						bench.PrintStorm(w, fmt.Sprintf("\nstorm: %g calls/s offered to a downstream serving %d/s, with an outage", storm.CallsPerSecond, storm.RatePerSecond), storm, rows)
 						bench.PrintToolOutage(w, fmt.Sprintf("\nsingle-tool outage: %d agent runs call one tool, down for their first %v", outage.Config.Runs, outage.Config.Outage), outage)
+						bench.PrintOneToolDown(w, fmt.Sprintf("\none run, one tool down %v", oneRun.Config.Outage), oneRun)
 					},
 					chart: func(path string) error { return bench.StormChart(path, storm, rows) }}
 			case "long":

@@ -249,7 +249,7 @@ func turnTrailing(call ModelCall) []Message {
 // modelTurn calls the model with the conversation its claim read, fitted.
 func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall, fit fitted, defTokens int) (ModelTurn, error) {
 	// The attempt's lease keeper heartbeats while the model answers.
-	spanCtx, span := startModelSpan(ctx, call.Model)
+	spanCtx, span := startModelSpan(ctx, call)
 	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
 	endModelSpan(span, turn, err)
 	if err != nil {

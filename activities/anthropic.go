@@ -180,11 +180,11 @@ func (m *AnthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, e
 			role = anthropic.MessageParamRoleAssistant
 			blocks = append(blocks, textBlocks(msg.Content)...)
 			for _, call := range msg.ToolCalls {
-				blocks = append(blocks, anthropic.NewToolUseBlock(call.ID, toolInput(call.Arguments), call.Name))
+				blocks = append(blocks, anthropic.NewToolUseBlock(anthropicToolID(call.ID), toolInput(call.Arguments), call.Name))
 			}
 		case "tool":
 			role = anthropic.MessageParamRoleUser
-			result := anthropic.ToolResultBlockParam{ToolUseID: msg.ToolCallID}
+			result := anthropic.ToolResultBlockParam{ToolUseID: anthropicToolID(msg.ToolCallID)}
 			// The API rejects an empty text block; a result with no
 			// content is sent without one.
 			if msg.Content != "" {
@@ -286,4 +286,18 @@ func anthropicTool(tool ToolDef) (anthropic.ToolUnionParam, error) {
 		tp.Description = anthropic.String(tool.Description)
 	}
 	return anthropic.ToolUnionParam{OfTool: &tp}, nil
+}
+
+// anthropicToolID is a tool call's ID as the Messages API accepts it
+// (letters, digits, "_" and "-"). A conversation that began on another
+// provider may carry IDs with other characters (some OpenAI-compatible
+// servers send "functions.lookup:0"); each is replaced by "_", the same way
+// in a call and in its result, so the pair still matches.
+func anthropicToolID(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '_'
+	}, id)
 }

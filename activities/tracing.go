@@ -37,6 +37,9 @@ const (
 	AttrRetryDenial = attribute.Key("agentsaga.retry.denial")
 	// AttrCompensates is the forward key a compensation undoes.
 	AttrCompensates = attribute.Key("agentsaga.compensates")
+	// AttrFallbackFor, on a model call's span, is the spec's first model
+	// (provider:name) when a fallback answers the turn for it.
+	AttrFallbackFor = attribute.Key("agentsaga.model.fallback_for")
 )
 
 // callAttributes are the key and attempt of the running activity.
@@ -68,12 +71,16 @@ func startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (c
 
 // startModelSpan starts the span of one model call, "chat <model>". A
 // spec without a model name (the scripted model) is named by its provider.
-func startModelSpan(ctx context.Context, spec ModelSpec) (context.Context, trace.Span) {
+func startModelSpan(ctx context.Context, call ModelCall) (context.Context, trace.Span) {
+	spec := call.Model
 	model := cmp.Or(spec.Name, spec.Provider)
-	return startSpan(ctx, "chat "+model,
-		semconv.GenAIOperationNameChat,
+	attrs := []attribute.KeyValue{semconv.GenAIOperationNameChat,
 		semconv.GenAIProviderNameKey.String(spec.Provider),
-		semconv.GenAIRequestModel(model))
+		semconv.GenAIRequestModel(model)}
+	if call.TurnOf != "" {
+		attrs = append(attrs, AttrFallbackFor.String(call.TurnOf))
+	}
+	return startSpan(ctx, "chat "+model, attrs...)
 }
 
 // endModelSpan records what the model call cost, or how it failed.

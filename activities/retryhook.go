@@ -75,7 +75,7 @@ type RetryStore interface {
 	DecideRetry(ctx context.Context, req ledger.RetryRequest) (string, error)
 	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
 	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledger.Gate, error)
-	BreakerRecord(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (string, error)
+	BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (ledger.BreakerReport, error)
 }
 
 // RetryHookConfig names the fleet bucket and shapes the breakers.
@@ -178,7 +178,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 			// a streak of failures that would otherwise judge a flapping
 			// dependency down: at once, not with the deposits. A healthy
 			// dependency's successes cost no statement.
-			if _, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, true, probe, h.cfg.Breaker); err != nil {
+			if _, err := h.store.BreakerReport(context.WithoutCancel(ctx), plan.Dependency, true, probe, h.cfg.Breaker); err != nil {
 				activity.GetLogger(ctx).Warn("retry hook: could not report a success to the breaker", "key", chargeKey, "error", err)
 			} else {
 				h.closed.remember(plan.Dependency, false)
@@ -208,20 +208,25 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	}
 	breakerOpen := false
 	if blamesDependency(f.errType) {
-		state, err := h.store.BreakerRecord(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker)
+		report, err := h.store.BreakerReport(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker)
 		if err != nil {
 			activity.GetLogger(ctx).Warn("retry hook: could not report a failure to the breaker", "dependency", plan.Dependency, "error", err)
 		}
 		switch {
 		case err != nil:
-		case state == budget.BreakerClosed:
+		case report.State == budget.BreakerClosed:
 			// A streak of failures has begun or grown: this worker's next
 			// success ends it.
 			h.closed.remember(plan.Dependency, true)
 		default:
 			h.closed.forget(plan.Dependency) // this worker's next call asks the ledger
 		}
-		breakerOpen = state == budget.BreakerOpen
+		breakerOpen = report.State == budget.BreakerOpen
+		// The outage's start, so that a call that waits alone (it meets
+		// only its own failed probes, never the gate) is measured against
+		// escalate.after_breaker_open_seconds by the outage, as parked
+		// calls are.
+		f.openSince = report.OpenSince
 	}
 	if ctx.Err() != nil {
 		// The attempt timed out. Temporal's policy retries it (the SDK

@@ -56,12 +56,15 @@ func (f *fakeRetryStore) BreakerGate(context.Context, string, budget.BreakerConf
 	}
 	return gate, nil
 }
-func (f *fakeRetryStore) BreakerRecord(context.Context, string, bool, bool, budget.BreakerConfig) (string, error) {
+func (f *fakeRetryStore) BreakerReport(_ context.Context, _ string, success, _ bool, _ budget.BreakerConfig) (ledger.BreakerReport, error) {
+	if success {
+		return ledger.BreakerReport{State: budget.BreakerClosed}, nil
+	}
 	f.failures.Add(1)
 	if f.recorded != "" {
-		return f.recorded, nil
+		return ledger.BreakerReport{State: f.recorded}, nil
 	}
-	return f.breaker, nil
+	return ledger.BreakerReport{State: f.breaker}, nil
 }
 
 func TestRetryHookPaysOrDeniesByName(t *testing.T) {

@@ -193,20 +193,39 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 	return gate, nil
 }
 
-// BreakerRecord reports a call's outcome to the dependency's breaker and
-// returns its new state (budget.BreakerClosed, BreakerOpen or
-// BreakerHalfOpen). While closed, cfg.Threshold failures in a row within
-// cfg.Window open it, and a success ends the streak (migration 00014).
+// BreakerRecord is BreakerReport's state alone.
 func (s *Store) BreakerRecord(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (string, error) {
+	report, err := s.BreakerReport(ctx, dependency, success, probe, cfg)
+	return report.State, err
+}
+
+// BreakerReport is what a dependency's breaker says after a call's outcome.
+type BreakerReport struct {
+	// State is budget.BreakerClosed, BreakerOpen or BreakerHalfOpen.
+	State string
+	// OpenSince, when the breaker is open, is when this outage opened it:
+	// a failed probe does not move it.
+	OpenSince time.Time
+}
+
+// BreakerReport reports a call's outcome to the dependency's breaker and
+// returns what it says now. While closed, cfg.Threshold failures in a row
+// within cfg.Window open it, and a success ends the streak (migration
+// 00014).
+func (s *Store) BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (BreakerReport, error) {
 	if err := cfg.Validate(); err != nil {
-		return "", fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
+		return BreakerReport{}, fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
-	var state string
-	if err := s.pool.QueryRow(ctx, `SELECT state FROM agentsaga_breaker_report($1, $2, $3, $4, $5)`,
-		dependency, success, probe, cfg.Threshold, milliseconds(cfg.Window)).Scan(&state); err != nil {
-		return "", fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
+	var report BreakerReport
+	var openSince *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT state, open_since FROM agentsaga_breaker_report($1, $2, $3, $4, $5)`,
+		dependency, success, probe, cfg.Threshold, milliseconds(cfg.Window)).Scan(&report.State, &openSince); err != nil {
+		return BreakerReport{}, fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
-	return state, nil
+	if openSince != nil {
+		report.OpenSince = *openSince
+	}
+	return report, nil
 }
 
 // RetryCounters is what a run has spent on retries.

@@ -382,16 +382,20 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 
 	// After the cooldown exactly one of twenty concurrent callers probes.
 	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
+	probing := time.Now()
 	probes := concurrentAllows(t, store, "openai", cfg, 20)
 	assert.Equal(t, map[string]int{ledger.BreakerProbe: 1, budget.BreakerOpen: 19}, probes)
 	gate, err = store.BreakerGate(ctx, "openai", cfg)
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, gate.State, "the probe is in flight")
 	// While the probe is out, the first parked call looks again within a
-	// second, not a cooldown later; the 19 refused beside the probe took
-	// the slots before this one.
-	assert.WithinDuration(t, time.Now().Add(time.Second+19*cfg.ReleaseInterval()), gate.RetryAt, time.Second,
-		"the call refused after 19 others takes the slot after theirs")
+	// second of the probe leaving, not a cooldown later; the 19 refused
+	// beside the probe took the slots before this one. The slots count
+	// from the probe's start, which the twenty concurrent calls on a
+	// loaded machine place anywhere between probing and now.
+	slot := time.Second + 19*cfg.ReleaseInterval()
+	assert.False(t, gate.RetryAt.Before(probing.Add(slot-100*time.Millisecond)), "the call refused after 19 others takes the slot after theirs: %v", gate.RetryAt.Sub(probing))
+	assert.False(t, gate.RetryAt.After(time.Now().Add(slot+100*time.Millisecond)), "the call refused after 19 others takes the slot after theirs: %v", gate.RetryAt.Sub(probing))
 	open, err = store.OpenBreakers(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"openai"}, open, "half-open counts as open")

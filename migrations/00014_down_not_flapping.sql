@@ -9,6 +9,11 @@
 -- requests in 3 opened its breaker after a few topics, and whether it did
 -- depended on what else had failed in the last 30 s.
 --
+-- A failure that opens the breaker, or is refused by it, also says since when
+-- the outage has lasted (open_since, as 00012's gate does for the calls it
+-- refuses): a run alone never meets the gate while it waits, only its own
+-- failed probes, and escalate.after_breaker_open_seconds measures the outage.
+--
 -- A success resets the streak. Reporting every success would cost a healthy
 -- call a statement, so workers report one only when they know of a streak:
 -- the 4-argument gate below tells them (failures > 0 while closed), as does
@@ -22,7 +27,7 @@
 -- +goose StatementBegin
 CREATE FUNCTION agentsaga_breaker_report(p_dependency text, p_success boolean, p_probe boolean,
                                          p_threshold int, p_window_ms float8,
-                                         OUT state text, OUT failures integer)
+                                         OUT state text, OUT failures integer, OUT open_since timestamptz)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -57,9 +62,11 @@ BEGIN
         END IF;
         failures := r.failures + 1;
         IF failures >= p_threshold THEN
+            open_since := v_now;
             UPDATE circuit_breakers b
             SET state = 'open', failures = agentsaga_breaker_report.failures, window_started_at = r.window_started_at,
-                opened_at = v_now, probe_in_flight = false, updated_at = v_now
+                opened_at = v_now, probe_in_flight = false, updated_at = v_now,
+                open_since = agentsaga_breaker_report.open_since
             WHERE b.dependency = p_dependency;
             state := 'open';
             RETURN;
@@ -72,8 +79,16 @@ BEGIN
     END IF;
 
     failures := 0;
+    -- An open_since older than the streak that opened the breaker is an
+    -- earlier outage's (see 00012); a breaker opened by an older worker has
+    -- none, and its last opening stands in.
+    open_since := r.open_since;
+    IF open_since IS NULL OR open_since < r.window_started_at THEN
+        open_since := coalesce(r.opened_at, v_now);
+    END IF;
     IF r.state = 'half-open' AND p_probe THEN
         IF p_success THEN
+            open_since := NULL;
             UPDATE circuit_breakers b
             SET state = 'closed', failures = 0, window_started_at = v_now, opened_at = NULL,
                 probe_in_flight = false, updated_at = v_now
@@ -82,7 +97,8 @@ BEGIN
             RETURN;
         END IF;
         UPDATE circuit_breakers b
-        SET state = 'open', opened_at = v_now, probe_in_flight = false, updated_at = v_now
+        SET state = 'open', opened_at = v_now, probe_in_flight = false, updated_at = v_now,
+            open_since = agentsaga_breaker_report.open_since
         WHERE b.dependency = p_dependency;
         state := 'open';
         RETURN;

@@ -52,6 +52,13 @@ type BreakerWait struct {
 	Parked func(n int, since, back time.Time)
 	// Summary names the wait's timer in the Temporal UI.
 	Summary string
+	// WakeAtLimit, when a refusal says since when the breaker has been
+	// open, never parks the call past the moment the outage reaches Limit:
+	// it goes out then (usually to be refused at the gate) and stops
+	// waiting, so a human is asked about when the limit says, not up to a
+	// cooldown and its jitter later. Agent runs before agentsaga-commands
+	// 2 slept to their release slot (their histories replay it).
+	WakeAtLimit bool
 	// ForgetOpenSince decides a refusal that does not say since when the
 	// breaker has been open by the call's own wait, even after an earlier
 	// refusal of the same wait said it: how agent runs before
@@ -141,6 +148,10 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 		if out.Stopped != "" {
 			return err, out
 		}
+		if limitAt := failure.OpenSince.Add(w.Limit); w.WakeAtLimit && !failure.OpenSince.IsZero() && out.Back.After(limitAt) {
+			wait = max(limitAt.Sub(now)+minimumPark, minimumPark)
+			out.Back = now.Add(wait)
+		}
 		if w.Parked != nil {
 			w.Parked(n, cmp.Or(out.OpenSince, out.Since), out.Back)
 		}
@@ -180,6 +191,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 		Limit:           limit,
 		Affordable:      func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
 		ForgetOpenSince: !r.versions.keepOpenSince,
+		WakeAtLimit:     r.versions.wakeAtLimit,
 		Summary:         clip("parked: "+whose+" breaker is open", 100),
 		Parked: func(n int, since, back time.Time) {
 			r.markOpen(dependency, since)

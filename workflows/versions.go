@@ -65,7 +65,10 @@ const (
 	// loop: a call that waited behind an open breaker, or was refused by
 	// one, never makes its turn "nothing new" (watchdog.endTurn). And a
 	// model turn refused by the model's open breaker goes to the spec's
-	// fallback models in order (model.fallbacks) before it waits.
+	// fallback models in order (model.fallbacks) before it waits. A
+	// parked call wakes when the outage reaches
+	// escalate.after_breaker_open_seconds, instead of sleeping to a release
+	// slot past it (BreakerWait.WakeAtLimit).
 	commandsVersion2 workflow.Version = 2
 	latestCommands                    = commandsVersion2
 )
@@ -83,6 +86,7 @@ type versions struct {
 	// The fields below came with commandsVersion2.
 	outageAwareWatchdog bool
 	modelFallbacks      bool
+	wakeAtLimit         bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -93,7 +97,8 @@ func readVersions(ctx workflow.Context) versions {
 			keepOpenSince:         commands >= commandsVersion1,
 			parkModelTurns:        commands >= commandsVersion1,
 			outageAwareWatchdog:   commands >= commandsVersion2,
-			modelFallbacks:        commands >= commandsVersion2}
+			modelFallbacks:        commands >= commandsVersion2,
+			wakeAtLimit:           commands >= commandsVersion2}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

@@ -413,7 +413,7 @@ func toActivityError(err error) error {
 			NextRetryDelay: httpErr.RetryAfter, Details: []any{httpErr.StatusCode},
 		})
 	}
-	return temporal.NewApplicationError(err.Error(), ErrTypeTransient)
+	return transientError(err)
 }
 
 // RecordRunStart writes the run's row to the ledger.

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -315,29 +316,45 @@ func mcpOutput(result *mcp.CallToolResult) string {
 }
 
 // mcpToolError classifies an isError result like an HTTP answer. MCP has
-// no status for a tool's failure, so the rule reads the result's
-// structuredContent:
+// no status for a tool's failure, so the rule reads three fields, status,
+// retryable and retry_after_seconds:
 //
-//   - "status", an HTTP status code (100-599): as that status; 408, 425,
-//     429 and 5xx are retryable, other 4xx are not (401/403 escalate as a
-//     permission error, 404/410 are "nothing there"); "retryable"
+//   - "status", an HTTP status code (100-599): as that status; 408, 409,
+//     425, 429 and 5xx are retryable, other 4xx are not (401/403 escalate
+//     as a permission error, 404/410 are "nothing there"); "retryable"
 //     (true/false) overrides it as x-should-retry does, and
 //     "retry_after_seconds" is Retry-After.
 //   - no status, "retryable": true: retryable.
 //   - otherwise: not retryable. The tool answered, and the model reads
 //     what it said; MCP's isError is for errors the model can correct.
+//
+// The fields are read from the first place that carries a status or a
+// retryable, in this order:
+//
+//  1. the result's structuredContent (a tool registered with
+//     Server.AddTool, or mcp.AddTool with output type any);
+//  2. the result's _meta, as "agentsaga/status", "agentsaga/retryable"
+//     and "agentsaga/retry_after_seconds";
+//  3. the result's text: "HTTP 503", "status 503", "status: 503",
+//     "status code 503", or a status with its reason phrase as Go's
+//     resp.Status writes it, "503 Service Unavailable" (the first 4xx or
+//     5xx found); "retryable: true|false" and "retry_after_seconds: N"
+//     (":" or "=").
+//
+// The text is what survives a tool written the go-sdk's usual typed way,
+// mcp.AddTool with a concrete output type: the SDK puts a handler's error
+// in the text content, and replaces whatever structuredContent the handler
+// set with the zero output value, so return
+// fmt.Errorf("inventory: %s", resp.Status) and a 503 is retried. A number
+// alone is not a status ("item 503 is out of stock").
 func mcpToolError(tool ToolSpec, result *mcp.CallToolResult, output string) error {
-	var fields map[string]any
-	if result.StructuredContent != nil {
-		encoded, _ := json.Marshal(result.StructuredContent)
-		_ = json.Unmarshal(encoded, &fields)
-	}
+	fields := mcpErrorFields(result, output)
 	var retryable *bool
 	if v, ok := fields["retryable"].(bool); ok {
 		retryable = &v
 	}
-	if status, ok := fields["status"].(float64); ok && status == math.Trunc(status) && status >= 100 && status <= 599 {
-		httpErr := &HTTPError{Op: "tool " + tool.Name + " (MCP isError)", StatusCode: int(status), ShouldRetry: retryable, Body: truncateBody([]byte(output))}
+	if status, ok := httpStatus(fields["status"]); ok {
+		httpErr := &HTTPError{Op: "tool " + tool.Name + " (MCP isError)", StatusCode: status, ShouldRetry: retryable, Body: truncateBody([]byte(output))}
 		if seconds, ok := fields["retry_after_seconds"].(float64); ok && seconds > 0 {
 			httpErr.RetryAfter = hintDuration(seconds, time.Second)
 		}
@@ -345,9 +362,102 @@ func mcpToolError(tool ToolSpec, result *mcp.CallToolResult, output string) erro
 	}
 	err := fmt.Errorf("tool %s: MCP isError: %s", tool.Name, truncateBody([]byte(output)))
 	if retryable != nil && *retryable {
-		return err
+		return reportedFailure(err) // the tool's own answer: retried, at WARN
 	}
 	return Permanent(err)
+}
+
+// The _meta keys of a result that say how its isError is classified,
+// for a tool whose structuredContent cannot say it (mcpToolError).
+const (
+	mcpMetaStatus            = "agentsaga/status"
+	mcpMetaRetryable         = "agentsaga/retryable"
+	mcpMetaRetryAfterSeconds = "agentsaga/retry_after_seconds"
+)
+
+// mcpErrorFields are the status, retryable and retry_after_seconds of an
+// isError result, from the first place that carries a status or a
+// retryable (see mcpToolError), with numbers as float64 as JSON decodes
+// them. Nil when none does.
+func mcpErrorFields(result *mcp.CallToolResult, output string) map[string]any {
+	carries := func(fields map[string]any) bool {
+		_, status := httpStatus(fields["status"])
+		_, retryable := fields["retryable"].(bool)
+		return status || retryable
+	}
+	if result.StructuredContent != nil {
+		var fields map[string]any
+		encoded, _ := json.Marshal(result.StructuredContent)
+		if json.Unmarshal(encoded, &fields) == nil && carries(fields) {
+			return fields
+		}
+	}
+	if len(result.Meta) > 0 {
+		var meta map[string]any
+		encoded, _ := json.Marshal(result.Meta)
+		if json.Unmarshal(encoded, &meta) == nil {
+			fields := map[string]any{"status": meta[mcpMetaStatus], "retryable": meta[mcpMetaRetryable],
+				"retry_after_seconds": meta[mcpMetaRetryAfterSeconds]}
+			if carries(fields) {
+				return fields
+			}
+		}
+	}
+	if fields := textErrorFields(output); carries(fields) {
+		return fields
+	}
+	return nil
+}
+
+// httpStatus is v as an HTTP status code, when it is a whole number from
+// 100 to 599.
+func httpStatus(v any) (int, bool) {
+	status, ok := v.(float64)
+	if !ok || status != math.Trunc(status) || status < 100 || status > 599 {
+		return 0, false
+	}
+	return int(status), true
+}
+
+var (
+	// "HTTP 503", "HTTP/1.1 503", "status 503", "status: 503",
+	// "status_code=503", "status code 503", `"status": 503`.
+	textStatus = regexp.MustCompile(`(?i)\b(?:http(?:/\d(?:\.\d)?)?|status(?:[ _-]?code)?)"?\s*[:=]?\s*([45]\d\d)\b`)
+	// A status code followed by a word: "503 Service Unavailable" when the
+	// word begins its reason phrase.
+	textStatusPhrase = regexp.MustCompile(`\b([45]\d\d) ([A-Za-z][A-Za-z' -]*)`)
+	textRetryable    = regexp.MustCompile(`(?i)\bretryable"?\s*[:=]\s*(true|false)\b`)
+	textRetryAfter   = regexp.MustCompile(`(?i)\bretry_after_seconds"?\s*[:=]\s*(\d+(?:\.\d+)?)`)
+)
+
+// textErrorFields reads the fields from a failed tool's text, as
+// mcpToolError documents.
+func textErrorFields(text string) map[string]any {
+	fields := map[string]any{}
+	at := -1
+	if m := textStatus.FindStringSubmatchIndex(text); m != nil {
+		status, _ := strconv.Atoi(text[m[2]:m[3]])
+		fields["status"], at = float64(status), m[0]
+	}
+	for _, m := range textStatusPhrase.FindAllStringSubmatchIndex(text, -1) {
+		if at >= 0 && m[0] > at {
+			break
+		}
+		status, _ := strconv.Atoi(text[m[2]:m[3]])
+		if phrase := http.StatusText(status); phrase != "" && strings.HasPrefix(strings.ToLower(text[m[4]:m[5]]), strings.ToLower(phrase)) {
+			fields["status"] = float64(status)
+			break
+		}
+	}
+	if m := textRetryable.FindStringSubmatch(text); m != nil {
+		fields["retryable"] = strings.EqualFold(m[1], "true")
+	}
+	if m := textRetryAfter.FindStringSubmatch(text); m != nil {
+		if seconds, err := strconv.ParseFloat(m[1], 64); err == nil {
+			fields["retry_after_seconds"] = seconds
+		}
+	}
+	return fields
 }
 
 // MCPSessions keeps one MCP client session per server (a URL, or a

@@ -141,6 +141,29 @@ func testMCPServer(fx *mcpEffects, die bool) *mcp.Server {
 		func(_ context.Context, _ *mcp.CallToolRequest, in statusArgs) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "order " + in.ID + " shipped"}}}, nil, nil
 		})
+	// reserve is written the go-sdk's usual typed way, with a concrete
+	// output type: the SDK replaces a result's structuredContent with the
+	// zero output value, and puts a handler's error in the text content.
+	type reserveArgs struct {
+		Fail string `json:"fail"`
+	}
+	type reservation struct {
+		ID string `json:"id"`
+	}
+	mcp.AddTool(server, &mcp.Tool{Name: "reserve", Description: "Reserve stock."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in reserveArgs) (*mcp.CallToolResult, reservation, error) {
+			switch in.Fail {
+			case "":
+				return nil, reservation{ID: "R-1"}, nil
+			case "structured":
+				// Lost on the wire: the SDK sends {"id":""} instead.
+				return &mcp.CallToolResult{IsError: true, StructuredContent: map[string]any{"status": 503}}, reservation{}, nil
+			case "meta":
+				return &mcp.CallToolResult{IsError: true, Meta: mcp.Meta{"agentsaga/status": 503, "agentsaga/retry_after_seconds": 2},
+					Content: []mcp.Content{&mcp.TextContent{Text: "inventory is down"}}}, reservation{}, nil
+			}
+			return nil, reservation{}, errors.New(in.Fail)
+		})
 	server.AddTool(&mcp.Tool{Name: "fail", Description: "Fail as told.",
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"structured":{"type":"object"}}}`)},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -279,7 +302,7 @@ func TestListMCPToolsFiltersByAllowAndShowsAnnotations(t *testing.T) {
 		assert.EqualValues(t, 5, tool.TimeoutSeconds)
 		assert.NoError(t, tool.Validate())
 	}
-	assert.ElementsMatch(t, []string{"shop_charge", "shop_order_status", "shop_fail"}, names)
+	assert.ElementsMatch(t, []string{"shop_charge", "shop_order_status", "shop_reserve", "shop_fail"}, names)
 
 	status := toolNamed(t, tools, "shop_order_status")
 	assert.Equal(t, "order.status", status.MCPTool, "the model's name is sanitized; the call uses the server's")
@@ -376,6 +399,61 @@ func TestMCPIsErrorIsClassifiedLikeAnHTTPStatus(t *testing.T) {
 	}
 }
 
+// A tool written the go-sdk's usual typed way (mcp.AddTool with a concrete
+// output type) keeps its error: the SDK puts a handler's error in the text
+// content and replaces structuredContent with the zero output value, so the
+// status and the retryability are read from the text, or from the result's
+// _meta, when structuredContent carries neither. Before, every such error
+// was a non-retryable Rejected, a 503 included.
+func TestMCPTypedToolErrorKeepsItsStatus(t *testing.T) {
+	t.Parallel()
+	url, _, _ := httpMCP(t)
+	for name, c := range map[string]struct {
+		fail       string
+		retryable  bool
+		errType    string
+		status     int
+		retryAfter time.Duration
+		says       string
+	}{
+		"resp.Status of a 503":       {"inventory: 503 Service Unavailable", true, ErrTypeHTTP, 503, 0, "inventory: 503 Service Unavailable"},
+		"HTTP 503":                   {"inventory answered HTTP 503", true, ErrTypeHTTP, 503, 0, "inventory answered HTTP 503"},
+		"status 429 with its wait":   {"status 429: slow down, retry_after_seconds: 3", true, ErrTypeHTTP, 429, 3 * time.Second, "slow down"},
+		"retryable without a status": {"inventory is warming up (retryable: true)", true, ErrTypeTransient, 0, 0, "warming up"},
+		"a 503 that says no retry":   {"status: 503, retryable: false", false, ErrTypeHTTP, 503, 0, "status: 503"},
+		"HTTP 400":                   {"HTTP 400: quantity must be positive", false, ErrTypeHTTP, 400, 0, "quantity must be positive"},
+		"HTTP 403":                   {"HTTP 403: not your warehouse", false, ErrTypePermission, 403, 0, "not your warehouse"},
+		"no status":                  {"no such item", false, ErrTypeRejected, 0, 0, "no such item"},
+		"a number is not a status":   {"item 503 is out of stock", false, ErrTypeRejected, 0, 0, "item 503 is out of stock"},
+		"_meta":                      {"meta", true, ErrTypeHTTP, 503, 2 * time.Second, "inventory is down"},
+		// What the SDK does not send cannot be read: the zero output value
+		// replaced it. The tool's error is a Rejected, as documented.
+		"structuredContent, lost": {"structured", false, ErrTypeRejected, 0, 0, `{"id":""}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			acts := mcpActivities(t)
+			tools, err := listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, Allow: []string{"reserve"}})
+			require.NoError(t, err)
+			arguments, _ := json.Marshal(map[string]string{"fail": c.fail})
+			_, err = callMCP(t, acts, tools[0], string(arguments))
+			var appErr *temporal.ApplicationError
+			require.ErrorAs(t, err, &appErr)
+			assert.Equal(t, c.retryable, !appErr.NonRetryable(), appErr.Error())
+			assert.Equal(t, c.errType, appErr.Type())
+			assert.Equal(t, c.retryAfter, appErr.NextRetryDelay())
+			assert.Contains(t, appErr.Message(), c.says, "the model reads what the tool said")
+			assert.Equal(t, temporal.ApplicationErrorCategoryBenign, appErr.Category(),
+				"the tool answered: a failure the run is built to meet, not an ERROR")
+			var status int
+			if c.status != 0 {
+				require.NoError(t, appErr.Details(&status))
+			}
+			assert.Equal(t, c.status, status)
+		})
+	}
+}
+
 // The rule in full, on results as the SDK decodes them.
 func TestMCPToolErrorRule(t *testing.T) {
 	t.Parallel()
@@ -385,20 +463,39 @@ func TestMCPToolErrorRule(t *testing.T) {
 		retryable  bool
 		status     int
 		retryAfter time.Duration
+		output     string // the text; "nope" when empty
+		meta       mcp.Meta
 	}{
-		"408":                      {map[string]any{"status": 408.0}, true, 408, 0},
-		"429 with retry_after":     {map[string]any{"status": 429.0, "retry_after_seconds": 7.0}, true, 429, 7 * time.Second},
-		"500":                      {map[string]any{"status": 500.0}, true, 500, 0},
-		"404":                      {map[string]any{"status": 404.0}, false, 404, 0},
-		"503 retryable false":      {map[string]any{"status": 503.0, "retryable": false}, false, 503, 0},
-		"409 retryable true":       {map[string]any{"status": 409.0, "retryable": true}, true, 409, 0},
-		"status out of range":      {map[string]any{"status": 42.0}, false, 0, 0},
-		"status not a number":      {map[string]any{"status": "503"}, false, 0, 0},
-		"fractional status":        {map[string]any{"status": 503.5}, false, 0, 0},
-		"structured is not object": {[]any{1.0}, false, 0, 0},
-		"nothing":                  {nil, false, 0, 0},
+		"408":                      {map[string]any{"status": 408.0}, true, 408, 0, "", nil},
+		"429 with retry_after":     {map[string]any{"status": 429.0, "retry_after_seconds": 7.0}, true, 429, 7 * time.Second, "", nil},
+		"500":                      {map[string]any{"status": 500.0}, true, 500, 0, "", nil},
+		"404":                      {map[string]any{"status": 404.0}, false, 404, 0, "", nil},
+		"503 retryable false":      {map[string]any{"status": 503.0, "retryable": false}, false, 503, 0, "", nil},
+		"409 retryable true":       {map[string]any{"status": 409.0, "retryable": true}, true, 409, 0, "", nil},
+		"status out of range":      {map[string]any{"status": 42.0}, false, 0, 0, "", nil},
+		"status not a number":      {map[string]any{"status": "503"}, false, 0, 0, "", nil},
+		"fractional status":        {map[string]any{"status": 503.5}, false, 0, 0, "", nil},
+		"structured is not object": {[]any{1.0}, false, 0, 0, "", nil},
+		"nothing":                  {nil, false, 0, 0, "", nil},
+		// A typed tool's structuredContent is its zero output value: the
+		// text and _meta say what it does not.
+		"zero output, text status":   {map[string]any{"id": ""}, true, 503, 0, "upstream: 503 Service Unavailable", nil},
+		"zero output, _meta":         {map[string]any{"id": ""}, true, 429, 4 * time.Second, "slow down", mcp.Meta{"agentsaga/status": 429.0, "agentsaga/retry_after_seconds": 4.0}},
+		"_meta before text":          {nil, false, 400, 0, "HTTP 503", mcp.Meta{"agentsaga/status": 400.0}},
+		"structured before text":     {map[string]any{"status": 404.0}, false, 404, 0, "HTTP 503", nil},
+		"_meta retryable false":      {nil, false, 0, 0, "HTTP 503", mcp.Meta{"agentsaga/retryable": false}}, // the first place that says, says it all
+		"a status with no number":    {nil, false, 0, 0, "status unknown; retry later", nil},
+		"a 2xx is no failure status": {nil, false, 0, 0, "upstream answered status 200 with no body; HTTP 302 Found", nil},
+		"a phrase that is not one":   {nil, false, 0, 0, "500 Internal widgets failed", nil},
+		"JSON text":                  {nil, true, 502, 0, `{"status": 502, "error": "bad gateway"}`, nil},
+		"status code":                {nil, true, 504, 0, "the call failed with status code 504", nil},
+		"retry_after without status": {nil, true, 0, 0, "retryable=true retry_after_seconds=9", nil},
 	} {
-		err := toActivityError(mcpToolError(tool, &mcp.CallToolResult{IsError: true, StructuredContent: c.structured}, "nope"))
+		output := c.output
+		if output == "" {
+			output = "nope"
+		}
+		err := toActivityError(mcpToolError(tool, &mcp.CallToolResult{IsError: true, StructuredContent: c.structured, Meta: c.meta}, output))
 		var appErr *temporal.ApplicationError
 		require.ErrorAs(t, err, &appErr, name)
 		assert.Equal(t, c.retryable, !appErr.NonRetryable(), name)

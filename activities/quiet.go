@@ -9,7 +9,11 @@ package activities
 // The category changes logs and SDK metrics only: the retry, the type and
 // the message are what they were, so workflows emit the same commands.
 
-import "go.temporal.io/sdk/temporal"
+import (
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+)
 
 // ErrTypeCancelled is the type of a cancelled attempt's error that was not
 // an ApplicationError already.
@@ -18,7 +22,8 @@ const ErrTypeCancelled = "Cancelled"
 // expectedTypes are the activity error types of expected, classified
 // failures. The rest (a ledger that cannot be reached, a tool or a model
 // the worker cannot call as configured, an unclassified error: a bug, a
-// connection refused) stay ERROR.
+// connection refused) stay ERROR, except a Transient failure a tool
+// reported itself (transientError).
 var expectedTypes = map[string]bool{
 	ErrTypeHTTP:             true, // classified by its status
 	ErrTypePermission:       true, // 401, 403: the run escalates
@@ -40,6 +45,23 @@ func categoryFor(errType string) temporal.ApplicationErrorCategory {
 		return temporal.ApplicationErrorCategoryBenign
 	}
 	return temporal.ApplicationErrorCategoryUnspecified
+}
+
+// transientError is the activity error of a retryable failure that no
+// classifier recognised (type Transient). It stays ERROR (a ledger that
+// cannot be reached, a connection refused, a bug), unless the tool
+// reported it itself: a Go tool's returned error, an MCP tool's isError
+// marked retryable (toolFailure). The tool answered and said it failed,
+// which a run is built to meet, so that one is benign: the retry hook logs
+// it at WARN and the SDK's "Activity error." goes to DEBUG. A Go tool that
+// panics returns nothing; the SDK logs "Activity panic." at ERROR.
+func transientError(err error) error {
+	var opts temporal.ApplicationErrorOptions
+	var reported *toolFailure
+	if errors.As(err, &reported) {
+		opts.Category = temporal.ApplicationErrorCategoryBenign
+	}
+	return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeTransient, opts)
 }
 
 // activityError is temporal.NewApplicationErrorWithOptions with the

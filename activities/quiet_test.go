@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -83,17 +84,26 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 	plan := activities.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 		BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}
 	box := activities.NewToolbox()
-	box.Register("buggy", func(context.Context, activities.ToolInvocation) (string, error) {
-		return "", errors.New("index out of range")
+	box.Register("flaky", func(context.Context, activities.ToolInvocation) (string, error) {
+		return "", errors.New("inventory: try again in a moment")
 	})
+	box.Register("declines", func(context.Context, activities.ToolInvocation) (string, error) {
+		return "", activities.Permanent(errors.New("no stock for that item"))
+	})
+	box.Register("buggy", func(context.Context, activities.ToolInvocation) (string, error) {
+		var stock map[string]*int
+		return fmt.Sprint(*stock["item"]), nil // a nil pointer: the tool has a bug
+	})
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // connection refused
 
 	for _, tc := range []struct {
 		name, path string
 		store      *fakeRetryStore
 		plan       activities.RetryPlan
-		kind       string
-		want       []string // in the WARN line
-		wantErrors int      // ERROR lines
+		tool       activities.ToolSpec // when set, instead of an http tool at path
+		want       []string            // in the WARN line; nil for none
+		wantErrors int                 // ERROR lines
 	}{
 		{name: "503 retried", path: "/503", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
 			want: []string{"status=503", `decision="retry in `, "type=HTTPError"}},
@@ -105,28 +115,51 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 			want: []string{"type=CircuitOpen", `decision="denied: CircuitOpen"`}},
 		{name: "a compensation finds nothing to undo", path: "/404", store: &fakeRetryStore{breaker: "closed"},
 			want: []string{"status=404", "type=NotFound", `decision="not retryable"`}},
-		{name: "unclassified stays ERROR", kind: activities.ToolKindGo, store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
-			want: []string{"type=Transient", `decision="retry in `}, wantErrors: 1},
+		// A Go tool's error is the tool's own answer: expected, retried,
+		// WARN. Before, it was an SDK "Activity error." at ERROR on every
+		// attempt.
+		{name: "a Go tool's retryable error", tool: activities.ToolSpec{Name: "flaky", Kind: activities.ToolKindGo},
+			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
+			want: []string{"type=Transient", `decision="retry in `, "try again in a moment"}},
+		{name: "a Go tool's Permanent error", tool: activities.ToolSpec{Name: "declines", Kind: activities.ToolKindGo},
+			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
+			want: []string{"type=Rejected", `decision="not retryable"`}},
+		{name: "a Go tool's panic stays ERROR", tool: activities.ToolSpec{Name: "buggy", Kind: activities.ToolKindGo},
+			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan, wantErrors: 1},
+		{name: "unclassified stays ERROR", tool: activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: closed.URL},
+			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
+			want: []string{"type=Transient", `decision="retry in `, "connection refused"}, wantErrors: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			env, logs := hookEnv(tc.store, context.Background())
 			acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 			env.RegisterActivity(acts)
-			tool := activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: ts.URL + tc.path}
-			if tc.kind == activities.ToolKindGo {
-				tool = activities.ToolSpec{Name: "buggy", Kind: activities.ToolKindGo}
+			tool := tc.tool
+			if tool.Name == "" {
+				tool = activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: ts.URL + tc.path}
 			}
 			_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{}`, Retry: tc.plan})
 			require.Error(t, err)
 
+			errorLines := logs.lines("ERROR")
+			assert.Len(t, errorLines, tc.wantErrors, "ERROR lines:\n%s", strings.Join(errorLines, "\n"))
 			warns := logs.lines("WARN")
+			if tc.want == nil {
+				// A panic unwinds through the hook: the SDK's "Activity
+				// panic." is its one line.
+				assert.Empty(t, warns)
+				require.Len(t, errorLines, 1)
+				assert.Contains(t, errorLines[0], "Activity panic.")
+				var panicErr *temporal.PanicError
+				assert.ErrorAs(t, err, &panicErr)
+				return
+			}
 			require.Len(t, warns, 1, "one WARN line per failed attempt:\n%s", strings.Join(warns, "\n"))
 			assert.Contains(t, warns[0], "key=default-test-workflow-id/")
 			for _, want := range tc.want {
 				assert.Contains(t, warns[0], want)
 			}
-			assert.Len(t, logs.lines("ERROR"), tc.wantErrors, "ERROR lines:\n%s", strings.Join(logs.lines("ERROR"), "\n"))
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(err, &appErr))
 			assert.Equal(t, tc.wantErrors == 0, appErr.Category() == temporal.ApplicationErrorCategoryBenign, "benign exactly when expected")

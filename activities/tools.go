@@ -259,7 +259,9 @@ type ToolInvocation struct {
 
 // ToolFunc is a tool written in Go. It returns the text the model reads.
 // Return an error wrapped by Permanent for a definitive "no" that another
-// attempt cannot change.
+// attempt cannot change; any other error is retried. Either is a failure
+// the run is built to meet, logged once at WARN by the retry hook and not
+// at ERROR by the SDK (quiet.go); a panic is a bug, and stays ERROR.
 type ToolFunc func(ctx context.Context, call ToolInvocation) (string, error)
 
 // Toolbox holds the Go-function tools a worker offers, by name.
@@ -275,7 +277,36 @@ func NewToolbox() *Toolbox { return &Toolbox{funcs: map[string]ToolFunc{}} }
 func (b *Toolbox) Register(name string, fn ToolFunc) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.funcs[name] = fn
+	b.funcs[name] = reportsFailures(fn)
+}
+
+// reportsFailures marks every error fn returns as the tool's own report
+// of a failure (toolFailure): expected, so quiet.go keeps it below ERROR.
+func reportsFailures(fn ToolFunc) ToolFunc {
+	return func(ctx context.Context, call ToolInvocation) (string, error) {
+		output, err := fn(ctx, call)
+		if err != nil {
+			err = reportedFailure(err)
+		}
+		return output, err
+	}
+}
+
+// toolFailure is a failure a tool reported: a Go tool's error, an MCP
+// tool's isError. It classifies as what it wraps, and a retryable one is
+// benign (see transientError): the tool answered, and said it failed.
+type toolFailure struct{ err error }
+
+func (e *toolFailure) Error() string { return e.err.Error() }
+func (e *toolFailure) Unwrap() error { return e.err }
+
+// reportedFailure marks err as a failure the tool reported.
+func reportedFailure(err error) error {
+	var reported *toolFailure
+	if errors.As(err, &reported) {
+		return err
+	}
+	return &toolFailure{err}
 }
 
 // Names lists the registered tools, sorted; a nil Toolbox has none.

@@ -25,9 +25,13 @@ func (c Class) String() string {
 	return "unknown"
 }
 
-// ClassifyStatus classifies an HTTP status code. 408, 425, 429 and 5xx are
-// retryable; every other 4xx is not. shouldRetry, from an x-should-retry
-// header, overrides the status when the server sent one.
+// ClassifyStatus classifies an HTTP status code. 408, 409, 425, 429 and
+// 5xx are retryable; every other 4xx is not. 409 is retryable as Stripe
+// means it (DESIGN decision 2): a request with the same idempotency key
+// is still in progress, and a later attempt finds it finished. shouldRetry,
+// from an x-should-retry header, overrides the status when the server sent
+// one, so a server whose 409 is a lasting conflict says so with
+// x-should-retry: false.
 func ClassifyStatus(status int, shouldRetry *bool) Class {
 	if shouldRetry != nil {
 		if *shouldRetry {
@@ -36,7 +40,7 @@ func ClassifyStatus(status int, shouldRetry *bool) Class {
 		return NonRetryable
 	}
 	switch {
-	case status == 408, status == 425, status == 429, status >= 500:
+	case status == 408, status == 409, status == 425, status == 429, status >= 500:
 		return Retryable
 	case status >= 400:
 		return NonRetryable

@@ -19,8 +19,8 @@ import (
 // and x-should-retry hint: it is deterministic, it only ever answers
 // retryable or non-retryable (a status code is never a refusal, which is a
 // 200 whose body means "no"), a hint the server sent always wins, and
-// without one the documented split holds: 408, 425, 429 and 5xx retry,
-// every other 4xx does not.
+// without one the documented split holds: 408, 409, 425, 429 and 5xx
+// retry, every other 4xx does not.
 func FuzzClassifyStatus(f *testing.F) {
 	// hint: 0 means no x-should-retry header, 1 "true", 2 "false".
 	for _, status := range []int{0, -1, 100, 200, 204, 301, 304, 399, 400, 401, 403, 404, 408, 409, 410, 422, 425, 429, 499, 500, 502, 503, 504, 529, 599, 600, 999} {
@@ -53,7 +53,7 @@ func FuzzClassifyStatus(f *testing.F) {
 			return
 		}
 		switch {
-		case status >= 500, status == 408, status == 425, status == 429:
+		case status >= 500, status == 408, status == 409, status == 425, status == 429:
 			if class != budget.Retryable {
 				t.Fatalf("ClassifyStatus(%d) = %v, want retryable", status, class)
 			}

@@ -123,7 +123,10 @@ type Action struct {
 type Claim struct {
 	Action Action
 	// Execute is true when the caller now holds the key and must run the
-	// action, then call CompleteAction or FailAction with Action.Attempts.
+	// action, then settle it with SettleAttempt under Action.Attempts, which
+	// ends the attempt's leaf call (LeafCallID) and writes its message in
+	// the same statement, as the activities do. CompleteAction and
+	// FailAction are SettleAttempt without a leaf call or a message.
 	// When false, Action holds the stored outcome (completed or rejected)
 	// and the action must not run again.
 	Execute bool

@@ -11,10 +11,22 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 )
 
-// The fleet's shared retry state lives in Postgres functions (migration
-// 00002_retry_budget.sql), which are the contract for workers in every
-// language. The methods below are thin wrappers: one round trip each, and
-// each atomic in the database.
+// The fleet's shared retry state lives in Postgres functions, which are
+// the contract for workers in every language. Each is defined, as the
+// methods below call it, in the last migration that changed it:
+//
+//   - the bucket (agentsaga_bucket_refilled, _ensure, _take, _deposit,
+//     _level) and agentsaga_retry_decide: 00002_retry_budget.sql;
+//   - agentsaga_record_success: 00005_cool_success_path.sql;
+//   - agentsaga_breaker_gate, the 4-argument gate that also counts a
+//     closed breaker's streak of failures, and agentsaga_breaker_report:
+//     00014_down_not_flapping.sql.
+//
+// Older versions stay for the workers of older builds: 00002's
+// agentsaga_breaker_allow (as 00005 redefined it) and
+// agentsaga_breaker_record, 00010's 2-argument and 00012's 3-argument
+// agentsaga_breaker_gate. The methods below are thin wrappers: one round
+// trip each, and each atomic in the database.
 
 // EnsureBucket creates the named token bucket full, or reshapes an
 // existing one (its level is settled and capped at the new capacity).

@@ -3,11 +3,21 @@
 // server's invoice tool deduplicates by the idempotency key agentsaga sends
 // in each request's _meta, so a retried call bills once.
 //
+// The tool is written the go-sdk's usual typed way (mcp.AddTool with a
+// concrete output type), so it fails the usual typed way too: its handler
+// returns an error, which the SDK sends as the result's text with isError
+// set. agentsaga reads the HTTP status from that text ("status 400",
+// "HTTP 503", or a status with its reason as resp.Status writes it, "503
+// Service Unavailable"): a 503 is retried under the same key, a 400 is
+// not. A result's structuredContent cannot carry it: the SDK replaces it
+// with the zero output value.
+//
 //	go run ./examples/mcp -addr 127.0.0.1:8765    # then a spec with kind: mcp, url: http://127.0.0.1:8765/mcp
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -21,9 +31,14 @@ import (
 
 // Billing is the team's invoicing, behind MCP.
 type Billing struct {
+	// Outage is how many calls the billing backend answers 503 before it
+	// is back.
+	Outage int
+
 	mu       sync.Mutex
 	invoices map[string]string // idempotency key -> invoice ID
 	issued   int               // invoices actually issued
+	calls    int               // calls of create_invoice
 }
 
 type InvoiceArgs struct {
@@ -42,10 +57,17 @@ func (b *Billing) Server() *mcp.Server {
 		func(ctx context.Context, req *mcp.CallToolRequest, args InvoiceArgs) (*mcp.CallToolResult, Invoice, error) {
 			key, _ := req.Params.Meta[activities.MCPMetaIdempotencyKey].(string)
 			if key == "" {
-				return &mcp.CallToolResult{IsError: true, StructuredContent: map[string]any{"status": 400, "error": "no idempotency key in _meta"}}, Invoice{}, nil
+				// Not retried: the same request would lack it again.
+				return nil, Invoice{}, errors.New("status 400: no idempotency key in _meta")
 			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
+			b.calls++
+			if b.Outage > 0 {
+				b.Outage--
+				// Retried, after the retry hook has paid for it.
+				return nil, Invoice{}, fmt.Errorf("billing backend: %d %s", http.StatusServiceUnavailable, http.StatusText(http.StatusServiceUnavailable))
+			}
 			if b.invoices == nil {
 				b.invoices = map[string]string{}
 			}
@@ -65,6 +87,13 @@ func (b *Billing) Issued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.issued
+}
+
+// Calls counts the calls of create_invoice, failed ones included.
+func (b *Billing) Calls() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls
 }
 
 // Keys lists the idempotency keys invoices were issued under.

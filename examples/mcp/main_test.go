@@ -25,9 +25,35 @@ func TestMain(m *testing.M) {
 // A run calls the team's MCP tool: the tool list comes from the server,
 // the call carries its key, the invoice is issued once.
 func TestARunInvoicesThroughMCP(t *testing.T) {
+	billing := &Billing{}
+	id, result := runInvoice(t, billing)
+	require.Equal(t, "completed", result.Status, result.Reason)
+	require.Equal(t, 1, billing.Issued())
+	require.Equal(t, []string{id + "/" + workflows.ToolActivityID(1, 1, "billing_create_invoice")}, billing.Keys(),
+		"the invoice was issued under the call's key, from _meta")
+}
+
+// The billing backend is down for the first call: the typed tool's
+// handler returns an error saying 503, the SDK sends it as text with
+// isError, and agentsaga retries it under the same key, so the invoice is
+// issued once, on the second attempt. Before, the status was lost and the
+// 503 was a non-retryable Rejected: no invoice.
+func TestATypedMCPToolsOutageIsRetried(t *testing.T) {
+	billing := &Billing{Outage: 1}
+	id, result := runInvoice(t, billing)
+	require.Equal(t, "completed", result.Status, result.Reason)
+	require.Equal(t, 2, billing.Calls(), "one 503, then the retry")
+	require.Equal(t, 1, billing.Issued())
+	require.Equal(t, []string{id + "/" + workflows.ToolActivityID(1, 1, "billing_create_invoice")}, billing.Keys(),
+		"the retry carried the same key")
+}
+
+// runInvoice serves billing over streamable HTTP and runs Spec against it
+// on an engine's worker, to its end.
+func runInvoice(t *testing.T, billing *Billing) (string, agentsaga.RunResult) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	billing := &Billing{}
 	server := httptest.NewServer(billing.Handler())
 	defer server.Close()
 
@@ -47,8 +73,5 @@ func TestARunInvoicesThroughMCP(t *testing.T) {
 	require.NoError(t, err)
 	result, err := run.Result(ctx)
 	require.NoError(t, err)
-	require.Equal(t, "completed", result.Status, result.Reason)
-	require.Equal(t, 1, billing.Issued())
-	require.Equal(t, []string{id + "/" + workflows.ToolActivityID(1, 1, "billing_create_invoice")}, billing.Keys(),
-		"the invoice was issued under the call's key, from _meta")
+	return id, result
 }

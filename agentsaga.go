@@ -1,26 +1,31 @@
 // Package agentsaga is the engine as a Go API, for a team that runs its
-// own Temporal workers. It is a facade over the rooms of DESIGN.md and
-// holds no logic of its own: the workflow (workflows), the activities and
-// the retry hook (activities), the ledger (ledger) and the budgets (budget)
-// do the work.
+// own Temporal workers. It is a facade over the rooms of the engine: the
+// workflow (workflows), the activities and the retry hook (activities),
+// the ledger (ledger) and the budgets (budget) do the work; this package
+// wires them and names them.
 //
 // A worker:
 //
 //	store, _ := ledger.New(pool)                        // or ledger.Open(ctx, url)
-//	engine, _ := agentsaga.New(ctx, store, agentsaga.Config{Tools: []agentsaga.Tool{lookup}})
+//	engine, _ := agentsaga.New(ctx, store, agentsaga.Config{Temporal: c, Tools: []agentsaga.Tool{lookup}})
+//	defer engine.Close()                                // after the worker stopped
 //	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
 //	engine.Register(w)
 //
 // A starter:
 //
-//	run, err := agentsaga.Start(ctx, c, "refund-42", spec, agentsaga.StartOptions{})
+//	run, err := agentsaga.Start(ctx, c, "refund-42", spec, agentsaga.StartOptions{Ledger: store})
 //	result, err := run.Result(ctx)
+//
+// A run waiting for a human is resumed, aborted, retried or skipped
+// through its handle (Run.Resume, Run.Abort, Run.Retry, Run.Skip).
 //
 // The schema is applied by the migrations package (migrations.Apply) or
 // `agentsaga migrate`, never implicitly.
 package agentsaga
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -59,6 +64,20 @@ type (
 	ModelTurn = activities.ModelTurn
 	// ModelFactory builds a Model from a run's ModelSpec, on the worker.
 	ModelFactory = activities.ModelFactory
+	// Message is one message of the conversation a Model is sent.
+	Message = activities.Message
+	// ToolCall is a call a model asks for (in a ModelTurn) or asked for
+	// (in an assistant Message).
+	ToolCall = activities.ToolCall
+	// ToolDef is how a tool is described to a model (ModelRequest.Tools).
+	ToolDef = activities.ToolDef
+	// Usage is what one model call cost in tokens (ModelTurn.Usage).
+	Usage = activities.Usage
+	// BudgetView is a run's budget as its Budget query shows it.
+	BudgetView = workflows.BudgetView
+	// TraceEntry is one model turn, tool call, sub-agent or compensation
+	// of a run's trace.
+	TraceEntry = workflows.TraceEntry
 )
 
 // DefaultBucket names the fleet retry bucket a Config without one pays from.
@@ -88,16 +107,23 @@ type Config struct {
 	// HTTPClient carries HTTP tools and model calls; nil means a client
 	// with no retries of its own and a five-minute timeout.
 	HTTPClient *http.Client
-	// LegacyActivityNames also registers the activities under their bare
-	// names (CallTool), for runs in flight that began on a build from
-	// before the names were namespaced. A new deployment leaves it off.
-	LegacyActivityNames bool
+	// LegacyNames also registers the workflows and activities under their
+	// bare names (AgentRun, CallTool), for runs in flight that began on a
+	// build from before the names were namespaced (`agentsaga worker` sets
+	// it). A new deployment leaves it off: with it, a workflow type
+	// AgentRun on the worker is the engine's, not the team's.
+	LegacyNames bool
 	// Observe, when set, sees every retry decision.
 	Observe func(plan activities.RetryPlan, decision string)
 	// Temporal is the client the worker polls with. With it, the
-	// reconciler's activities are registered too: they find runs that
-	// ended behind the engine's back and start their rollbacks.
+	// reconciler's activities are registered too (they find runs that
+	// ended behind the engine's back and start their rollbacks), and New
+	// makes sure the reconciler's Schedule exists, as every worker does.
 	Temporal client.Client
+	// ReconcileEvery is how often the reconciler's Schedule starts a pass
+	// when New creates it; zero means workflows.ReconcileInterval (30 s),
+	// negative leaves the Schedule alone (another process makes sure of it).
+	ReconcileEvery time.Duration
 	// TracerProvider, when set, traces the engine's runs with Temporal's
 	// OpenTelemetry interceptor (a span per run, activity and attempt) and
 	// agentsaga's own spans inside them (model calls, tool calls,
@@ -113,13 +139,14 @@ type Engine struct {
 	store      *ledger.Store
 	acts       *activities.Activities
 	reconciler *activities.Reconciliation
-	hook       interceptor.WorkerInterceptor
+	hook       *activities.RetryHook
 	tracing    []interceptor.WorkerInterceptor
 }
 
 // New builds an engine on store, making sure the fleet bucket's row
-// exists. A tool or model provider that cannot be registered is an error
-// naming it.
+// exists and, with Config.Temporal, the reconciler's Schedule (on the
+// engine's task queue). A tool or model provider that cannot be
+// registered is an error naming it.
 func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) {
 	if store == nil {
 		return nil, fmt.Errorf("agentsaga: the ledger store is nil (ledger.New(pool) or ledger.Open(ctx, url))")
@@ -180,13 +207,28 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 	}
 	if cfg.Temporal != nil {
 		e.reconciler = &activities.Reconciliation{Ledger: store, Temporal: cfg.Temporal}
+		if cfg.ReconcileEvery >= 0 {
+			every := cmp.Or(cfg.ReconcileEvery, workflows.ReconcileInterval)
+			if err := EnsureReconcilerSchedule(ctx, cfg.Temporal, cfg.TaskQueue, every); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return e, nil
 }
 
-// Close ends the engine's MCP sessions (a stdio server's stdin is closed,
-// so it exits). Stop the worker first; the ledger store is the caller's.
-func (e *Engine) Close() error { return e.acts.MCP.Close() }
+// Close sends the success bonuses the retry hook has accrued to the fleet
+// bucket (they are otherwise sent within activities.DepositLag, too late
+// for a store about to close) and ends the engine's MCP sessions (a stdio
+// server's stdin is closed, so it exits). Stop the worker first, and close
+// the ledger store, which is the caller's, after.
+func (e *Engine) Close() error {
+	e.hook.Flush()
+	if err := e.acts.MCP.Close(); err != nil {
+		return fmt.Errorf("agentsaga: close the MCP sessions: %w", err)
+	}
+	return nil
+}
 
 // TaskQueue is the queue the engine's runs go to.
 func (e *Engine) TaskQueue() string { return e.cfg.TaskQueue }
@@ -198,16 +240,18 @@ func (e *Engine) Providers() []string { return e.acts.Models.Providers() }
 // Interceptor is the retry hook: every retry of a model or tool call is
 // paid for from the fleet bucket, and denied when the budget, the breaker
 // or the deadline says so. A worker that runs the engine's activities
-// must have it; WorkerOptions adds it.
+// must have it; WorkerOptions adds it, with the other interceptors the
+// engine's workflows need.
 func (e *Engine) Interceptor() interceptor.WorkerInterceptor { return e.hook }
 
 // WorkerOptions returns opts with the engine's interceptors added: the
 // tracing interceptor first (when Config.TracerProvider is set), so that
-// everything after it runs inside the activity's span, and the retry hook
-// last.
+// everything after it runs inside the activity's span, then the one that
+// keeps a run's sub-agents and continuations under AgentRunWorkflow, and
+// the retry hook last.
 func (e *Engine) WorkerOptions(opts worker.Options) worker.Options {
 	interceptors := append([]interceptor.WorkerInterceptor(nil), e.tracing...)
-	opts.Interceptors = append(append(interceptors, opts.Interceptors...), e.hook)
+	opts.Interceptors = append(append(interceptors, opts.Interceptors...), &keepRunType{}, e.hook)
 	return opts
 }
 
@@ -218,15 +262,15 @@ type Registry interface {
 	worker.ActivityRegistry
 }
 
-// Register registers the engine's workflows (AgentRun, RollbackRun,
-// Reconciler) and its activities, under activities.NamePrefix
-// ("agentsaga.CallTool"), on r.
+// Register registers the engine's workflows (AgentRunWorkflow,
+// RollbackRunWorkflow, ReconcilerWorkflow) and its activities under
+// activities.NamePrefix ("agentsaga.AgentRun", "agentsaga.CallTool") on
+// r, and under their bare names too with Config.LegacyNames. The worker
+// must run with WorkerOptions' interceptors.
 func (e *Engine) Register(r Registry) {
-	r.RegisterWorkflow(workflows.AgentRun)
-	r.RegisterWorkflow(workflows.RollbackRun)
-	r.RegisterWorkflow(workflows.Reconciler)
-	activities.Register(r, e.acts, e.cfg.LegacyActivityNames)
+	registerWorkflows(r, e.cfg.LegacyNames)
+	activities.Register(r, e.acts, e.cfg.LegacyNames)
 	if e.reconciler != nil {
-		activities.Register(r, e.reconciler, e.cfg.LegacyActivityNames)
+		activities.Register(r, e.reconciler, e.cfg.LegacyNames)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 var devServer *testsuite.DevServer
@@ -67,7 +66,7 @@ func TestEngineRunsATypedToolInTheTestKit(t *testing.T) {
 		Tools: []agentsaga.ToolSpec{tool.Spec(), {Name: "word_count", Kind: activities.ToolKindGo}},
 	}.Resolve()
 	require.NoError(t, err)
-	env.ExecuteWorkflow(workflows.AgentRun, spec)
+	env.ExecuteWorkflow(agentsaga.AgentRunWorkflow, spec)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var result agentsaga.RunResult

@@ -2,6 +2,7 @@ package agentsaga_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.temporal.io/sdk/client"
@@ -37,27 +38,77 @@ func ExampleNewTool() {
 }
 
 // A team's own worker runs the engine beside its own workflows and
-// activities.
+// activities. With a Temporal client, New also makes sure of the
+// reconciler's Schedule; Close, after the worker stopped, sends the last
+// success bonuses before the store closes.
 func ExampleEngine_Register() {
 	ctx := context.Background()
 	c, _ := client.Dial(client.Options{})
 	store, _ := ledger.Open(ctx, "postgres://postgres@127.0.0.1:5432/agentsaga")
+	defer store.Close()
 	engine, _ := agentsaga.New(ctx, store, agentsaga.Config{Temporal: c})
+	defer engine.Close()
 	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
 	engine.Register(w)
 	_ = w.Run(worker.InterruptCh())
 }
 
-// Starting a run and waiting for how it ended.
+// The engine's workflow types are namespaced, as its activities are, so a
+// team's own workflow may be called AgentRun.
+func ExampleEngine_Register_names() {
+	fmt.Println(agentsaga.AgentRunWorkflow, agentsaga.RollbackRunWorkflow, agentsaga.ReconcilerWorkflow)
+	// Output:
+	// agentsaga.AgentRun agentsaga.RollbackRun agentsaga.Reconciler
+}
+
+// Starting a run and waiting for how it ended. With the ledger, an ID any
+// run has had is refused, even one Temporal has forgotten.
 func ExampleStart() {
 	ctx := context.Background()
 	c, _ := client.Dial(client.Options{})
+	store, _ := ledger.Open(ctx, "postgres://postgres@127.0.0.1:5432/agentsaga")
 	spec := agentsaga.RunSpec{Goal: "refund order o-1"} // and a model, a budget, tools
-	run, err := agentsaga.Start(ctx, c, "refund-o-1", spec, agentsaga.StartOptions{})
+	run, err := agentsaga.Start(ctx, c, "refund-o-1", spec, agentsaga.StartOptions{Ledger: store})
 	if err != nil {
 		fmt.Println(err) // a *RunExistsError for an ID already used
 		return
 	}
 	result, err := run.Result(ctx)
 	fmt.Println(result.Status, err)
+}
+
+// A spec that fails validation is refused before anything is asked of
+// Temporal or the ledger.
+func ExampleInvalidSpecError() {
+	_, err := agentsaga.Start(context.Background(), nil, "refund-o-1", agentsaga.RunSpec{Goal: "refund order o-1"}, agentsaga.StartOptions{})
+	var invalid *agentsaga.InvalidSpecError
+	fmt.Println(errors.As(err, &invalid))
+	fmt.Println(err)
+	// Output:
+	// true
+	// agentsaga: spec: model.provider: missing (want "scripted", "openai" or "anthropic")
+}
+
+// A decision the run cannot take now is refused at once, with the run's
+// reason; nothing changed, and it may be sent again once the run waits
+// for it.
+func ExampleRun_Resume() {
+	ctx := context.Background()
+	c, _ := client.Dial(client.Options{})
+	run := agentsaga.Get(c, "refund-o-1")
+	err := run.Resume(ctx, agentsaga.ResumeInput{Message: "refund it, the customer has the receipt", AddSteps: 2})
+	if errors.Is(err, agentsaga.ErrRefused) {
+		fmt.Println(err) // agentsaga: resume run refund-o-1: the run refused the decision: resume: the run is not waiting for a human
+	}
+}
+
+// A refused decision, as Resume, Abort, Retry and Skip return it.
+func ExampleRefusedError() {
+	var err error = &agentsaga.RefusedError{ID: "refund-o-1", Decision: "retry",
+		Reason: "retry: the run is waiting on an escalation (resume or abort), where retry does not apply"}
+	fmt.Println(errors.Is(err, agentsaga.ErrRefused))
+	fmt.Println(err)
+	// Output:
+	// true
+	// agentsaga: retry run refund-o-1: the run refused the decision: retry: the run is waiting on an escalation (resume or abort), where retry does not apply
 }

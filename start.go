@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -23,6 +24,11 @@ type StartOptions struct {
 	// ModelProviders are custom providers the workers register
 	// (Config.Models; Engine.Providers), so that a spec may name them.
 	ModelProviders []string
+	// Ledger, when set, is asked first: an ID it has a run for is refused
+	// even when Temporal has forgotten it (a dev server restarted, the
+	// retention passed), since the new run would be answered from the old
+	// one's stored results. The returned Run reads its Status from it.
+	Ledger *ledger.Store
 }
 
 // ErrRunExists is the error Start returns (wrapped in a *RunExistsError)
@@ -31,11 +37,19 @@ type StartOptions struct {
 // answered from its stored results.
 var ErrRunExists = errors.New("a run with this ID already exists")
 
-// RunExistsError names the ID Start refused.
-type RunExistsError struct{ ID string }
+// RunExistsError names the ID Start refused, and whether the ledger
+// (StartOptions.Ledger) or Temporal knew it.
+type RunExistsError struct {
+	ID       string
+	InLedger bool
+}
 
 func (e *RunExistsError) Error() string {
-	return fmt.Sprintf("agentsaga: start run %s: %v; pick a new ID", e.ID, ErrRunExists)
+	where := "in Temporal"
+	if e.InLedger {
+		where = "in the ledger"
+	}
+	return fmt.Sprintf("agentsaga: start run %s: %v (%s); pick a new ID", e.ID, ErrRunExists, where)
 }
 
 func (e *RunExistsError) Unwrap() error { return ErrRunExists }
@@ -48,23 +62,10 @@ func (e *InvalidSpecError) Error() string { return "agentsaga: " + e.Err.Error()
 
 func (e *InvalidSpecError) Unwrap() error { return e.Err }
 
-// RunFailedError is what Run.Result returns for a run that ended failed:
-// it carries the run's result (its reason, trace and saga report).
-type RunFailedError struct{ Result RunResult }
-
-func (e *RunFailedError) Error() string {
-	return fmt.Sprintf("agentsaga: the run failed: %s", e.Result.Reason)
-}
-
-// Run is a handle on a run.
-type Run struct {
-	ID    string
-	RunID string
-	c     client.Client
-}
-
 // Start validates spec, writes out its defaults (so the run keeps them
-// through deploys) and starts it under id, refusing an id already used.
+// through deploys) and starts it under id as an AgentRunWorkflow, refusing
+// an id already used: one Temporal has, and with StartOptions.Ledger one
+// the ledger has.
 func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts StartOptions) (*Run, error) {
 	if id == "" {
 		return nil, &InvalidSpecError{Err: errors.New("the run ID is empty")}
@@ -72,6 +73,15 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 	resolved, err := spec.ResolveFor(opts.ModelProviders...)
 	if err != nil {
 		return nil, &InvalidSpecError{Err: err}
+	}
+	if opts.Ledger != nil {
+		_, err := opts.Ledger.GetRun(ctx, id)
+		if err == nil {
+			return nil, &RunExistsError{ID: id, InLedger: true}
+		}
+		if !errors.Is(err, ledger.ErrNotFound) {
+			return nil, fmt.Errorf("agentsaga: start run %s: %w", id, err)
+		}
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
@@ -106,7 +116,7 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 		StaticSummary:                            summary,
 		StaticDetails: fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v",
 			resolved.Goal, resolved.Model.Provider, resolved.Model.Name, resolved.Budget),
-	}, workflows.AgentRun, resolved)
+	}, AgentRunWorkflow, resolved)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return nil, &RunExistsError{ID: id}
@@ -114,25 +124,5 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 	if err != nil {
 		return nil, fmt.Errorf("agentsaga: start run %s: %w", id, err)
 	}
-	return &Run{ID: id, RunID: run.GetRunID(), c: c}, nil
-}
-
-// Get is a handle on the run with this ID (its latest execution).
-func Get(c client.Client, id string) *Run { return &Run{ID: id, c: c} }
-
-// Result waits for the run to end and returns how it ended: completed,
-// partial, compensated, needs-attention or cancelled, with a nil error; a
-// failed run as a *RunFailedError carrying its result; anything else (the
-// run was terminated, or Temporal is unreachable) as the error it is.
-func (r *Run) Result(ctx context.Context) (RunResult, error) {
-	var result RunResult
-	err := r.c.GetWorkflow(ctx, r.ID, r.RunID).Get(ctx, &result)
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeRunFailed && appErr.Details(&result) == nil {
-		return result, &RunFailedError{Result: result}
-	}
-	if err != nil {
-		return result, fmt.Errorf("agentsaga: run %s: %w", r.ID, err)
-	}
-	return result, nil
+	return &Run{ID: id, RunID: run.GetRunID(), c: c, ledger: opts.Ledger}, nil
 }

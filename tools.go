@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"go.temporal.io/sdk/activity"
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
@@ -59,7 +60,7 @@ func NewTool[Args, Result any](name, description string, fn func(context.Context
 		if err := json.Unmarshal(in.Arguments, &args); err != nil {
 			return "", activities.Permanent(fmt.Errorf("tool %s: the arguments do not decode into %T: %w", name, args, err))
 		}
-		result, err := fn(context.WithValue(ctx, callKey{}, in.Key), args)
+		result, err := fn(ctx, args)
 		if err != nil {
 			return "", err
 		}
@@ -81,14 +82,16 @@ func MustTool(tool Tool, err error) Tool {
 	return tool
 }
 
-type callKey struct{}
-
-// CallKey is the idempotency key of the tool call ctx belongs to: the same
-// on every attempt of the call, so a downstream service that deduplicates
-// by it applies the effect once.
+// CallKey is the idempotency key of the tool call or model call ctx
+// belongs to (a Tool's function, a Model's Turn): the same on every
+// attempt of the call, so a downstream service that deduplicates by it
+// applies the effect once. In another activity it is that activity's
+// workflow ID + "/" + activity ID; outside an activity, "".
 func CallKey(ctx context.Context) string {
-	key, _ := ctx.Value(callKey{}).(string)
-	return key
+	if !activity.IsActivity(ctx) {
+		return ""
+	}
+	return activities.IdempotencyKey(ctx)
 }
 
 // Permanent marks an error as not worth retrying (bad arguments, a

@@ -12,8 +12,15 @@ import (
 // at most once a DepositLag per bucket, so the fleet's successful calls do
 // not all commit on the bucket's one row. A deposit that is late, or lost
 // with its worker, leaves the bucket lower than it would have been: it can
-// only make the bucket deny a retry it could have granted, never grant one
-// it could not.
+// only make the bucket deny a retry it could have granted.
+//
+// Deposits are not idempotent per attempt, as withdrawals are (a retry is
+// paid once per ledger.RetryRequest.ChargeKey: workflow ID, activity ID and
+// attempt). Every success the retry hook sees accrues a bonus: a second
+// delivery of an attempt that succeeded, or a later attempt that finds its
+// key completed and returns the stored result, accrues one again. The
+// overshoot is one success bonus per such delivery, and the bucket never
+// holds more than its capacity.
 const DepositLag = time.Second
 
 // depositor accrues success bonuses per bucket and flushes each sum in one
@@ -21,6 +28,9 @@ const DepositLag = time.Second
 type depositor struct {
 	deposit func(ctx context.Context, bucket string, amount float64) (bool, error)
 	lag     time.Duration
+	// sending is held while a flush sends, so that Flush returns only once
+	// a flush the timer began has sent too.
+	sending sync.Mutex
 	mu      sync.Mutex
 	pending map[string]float64
 	timer   *time.Timer // set while a flush is due
@@ -45,6 +55,8 @@ func (d *depositor) add(bucket string, amount float64) {
 }
 
 func (d *depositor) flush() {
+	d.sending.Lock()
+	defer d.sending.Unlock()
 	d.mu.Lock()
 	pending := d.pending
 	d.pending, d.timer = map[string]float64{}, nil
@@ -59,6 +71,22 @@ func (d *depositor) flush() {
 		}
 		cancel()
 	}
+}
+
+// Flush sends the success bonuses accrued so far now, rather than within
+// DepositLag, and returns once they are sent (or their loss is logged). A
+// worker that stops calls it before its ledger store closes
+// (agentsaga.Engine.Close), or the last bonuses are lost.
+func (h *RetryHook) Flush() { h.deposits.flushNow() }
+
+func (d *depositor) flushNow() {
+	d.mu.Lock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.mu.Unlock()
+	d.flush()
 }
 
 // statements is how many deposit statements the depositor has sent.

@@ -8,6 +8,7 @@ package agentsagatest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // NewLedger returns a store on a database of the test's own, migrated, on
@@ -69,8 +72,9 @@ func RunID(t testing.TB) string {
 // NewEnvironment returns a workflow test environment that runs the engine
 // as a worker does (its workflows and namespaced activities registered, its
 // retry hook installed) and the workflow ID its run will have, from RunID.
-// Execute a run with env.ExecuteWorkflow(workflows.AgentRun, spec) after
-// resolving the spec (spec.Resolve), as agentsaga.Start does.
+// Execute a run with env.ExecuteWorkflow(agentsaga.AgentRunWorkflow, spec)
+// after resolving the spec (spec.Resolve), as agentsaga.Start does; or
+// let Run do it all.
 func NewEnvironment(t testing.TB, engine *agentsaga.Engine) (*testsuite.TestWorkflowEnvironment, string) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
@@ -84,4 +88,34 @@ func NewEnvironment(t testing.TB, engine *agentsaga.Engine) (*testsuite.TestWork
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id, TaskQueue: engine.TaskQueue()})
 	engine.Register(env)
 	return env, id
+}
+
+// Run runs spec in a NewEnvironment of its own until it ends, and returns
+// how it ended. A run that ended failed returns its result too (Status
+// "failed"). A run that does not end on its own (it waits for a human: use
+// NewEnvironment and send the Update) or whose workflow fails otherwise
+// fails the test.
+func Run(t testing.TB, engine *agentsaga.Engine, spec agentsaga.RunSpec) agentsaga.RunResult {
+	t.Helper()
+	resolved, err := spec.ResolveFor(engine.Providers()...)
+	if err != nil {
+		t.Fatalf("agentsagatest: resolve the spec: %v", err)
+	}
+	env, id := NewEnvironment(t, engine)
+	env.ExecuteWorkflow(agentsaga.AgentRunWorkflow, resolved)
+	if !env.IsWorkflowCompleted() {
+		t.Fatalf("agentsagatest: run %s did not end", id)
+	}
+	var result agentsaga.RunResult
+	if err := env.GetWorkflowError(); err != nil {
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) && appErr.Type() == workflows.ErrTypeRunFailed && appErr.Details(&result) == nil {
+			return result
+		}
+		t.Fatalf("agentsagatest: run %s: %v", id, err)
+	}
+	if err := env.GetWorkflowResult(&result); err != nil {
+		t.Fatalf("agentsagatest: the result of run %s: %v", id, err)
+	}
+	return result
 }

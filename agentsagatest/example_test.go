@@ -9,7 +9,6 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // A scripted model: it calls a tool, then answers.
@@ -45,9 +44,19 @@ func TestEachRunHasItsOwnID(t *testing.T) {
 
 	spec, err := agentsaga.RunSpec{Goal: "say hi", Budget: agentsaga.Budget{Steps: 2}, Model: agentsagatest.Script(agentsagatest.Answer("hi"))}.Resolve()
 	require.NoError(t, err)
-	env.ExecuteWorkflow(workflows.AgentRun, spec)
+	env.ExecuteWorkflow(agentsaga.AgentRunWorkflow, spec)
 	require.NoError(t, env.GetWorkflowError())
 	var result agentsaga.RunResult
 	require.NoError(t, env.GetWorkflowResult(&result))
+	require.Equal(t, "hi", result.Answer)
+}
+
+// Run runs a spec to its end in the test environment, in one call.
+func TestRunInOneCall(t *testing.T) {
+	engine, err := agentsaga.New(t.Context(), agentsagatest.NewLedger(t), agentsaga.Config{})
+	require.NoError(t, err)
+	result := agentsagatest.Run(t, engine, agentsaga.RunSpec{Goal: "say hi", Budget: agentsaga.Budget{Steps: 2},
+		Model: agentsagatest.Script(agentsagatest.Answer("hi"))})
+	require.Equal(t, "completed", result.Status, result.Reason)
 	require.Equal(t, "hi", result.Answer)
 }

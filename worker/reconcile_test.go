@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -271,7 +272,7 @@ func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
 	assert.Equal(t, enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, desc.Schedule.Policy.Overlap)
 	action, ok := desc.Schedule.Action.(*client.ScheduleWorkflowAction)
 	require.True(t, ok, "%T", desc.Schedule.Action)
-	assert.Equal(t, "Reconciler", action.Workflow)
+	assert.Equal(t, agentsaga.ReconcilerWorkflow, action.Workflow)
 	assert.Equal(t, queue, action.TaskQueue)
 
 	require.NoError(t, first.Start())

@@ -1,10 +1,11 @@
 // Package worker is the CLI's worker (`agentsaga worker`, `agentsaga dev`):
 // it connects to Temporal and Postgres (naming the address when either is
 // unreachable), applies the migrations, runs the engine (agentsaga.Engine,
-// with the activities' bare names too, for runs from older builds) as a
-// build of a worker deployment when asked, serves its metrics, exports its
-// traces, prunes the ledger, and runs until its context ends. A Go team
-// embedding agentsaga uses the root package instead.
+// with the workflows' and activities' bare names too, for runs from older
+// builds) as a build of a worker deployment when asked, serves its
+// metrics, exports its traces, prunes the ledger, and runs until its
+// context ends. A Go team embedding agentsaga uses the root package
+// instead.
 package worker
 
 import (
@@ -123,8 +124,8 @@ type Options struct {
 	// with no retries of its own.
 	HTTPClient *http.Client
 	// ReconcileEvery, when set, makes New ensure the reconciler's Schedule
-	// (EnsureReconcilerSchedule) firing this often; `agentsaga worker` and
-	// `agentsaga dev` set workflows.ReconcileInterval.
+	// (agentsaga.Config.ReconcileEvery) firing this often; `agentsaga
+	// worker` and `agentsaga dev` set workflows.ReconcileInterval.
 	ReconcileEvery time.Duration
 	// Deployment, when set, makes the worker one build of a worker
 	// deployment; the zero value is unversioned.
@@ -140,13 +141,17 @@ type Options struct {
 // registers them), after making sure the fleet bucket's row exists; the
 // caller starts and stops the worker.
 func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options) (sdkworker.Worker, error) {
+	reconcileEvery := opts.ReconcileEvery
+	if reconcileEvery <= 0 {
+		reconcileEvery = -1 // the engine leaves the Schedule alone
+	}
 	engine, err := agentsaga.New(ctx, store, agentsaga.Config{
 		TaskQueue: opts.TaskQueue, Bucket: opts.Bucket, BucketConfig: opts.BucketConfig, Breaker: opts.Breaker,
 		Toolbox: opts.Toolbox, HTTPClient: opts.HTTPClient, Observe: opts.Observe, Temporal: c,
-		TracerProvider: opts.TracerProvider,
-		// This worker may have runs in flight from builds that scheduled
-		// the bare activity names.
-		LegacyActivityNames: true,
+		ReconcileEvery: reconcileEvery, TracerProvider: opts.TracerProvider,
+		// This worker may have runs in flight from builds that started
+		// the bare workflow names and scheduled the bare activity names.
+		LegacyNames: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -161,12 +166,31 @@ func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options
 	}
 	w := sdkworker.New(c, engine.TaskQueue(), engine.WorkerOptions(workerOptions))
 	engine.Register(w)
-	if opts.ReconcileEvery > 0 {
-		if err := EnsureReconcilerSchedule(ctx, c, engine.TaskQueue(), opts.ReconcileEvery); err != nil {
-			return nil, err
-		}
+	return closesEngine{Worker: w, engine: engine}, nil
+}
+
+// closesEngine is the worker New returns: once it stopped, it closes its
+// engine, so that the last success bonuses reach the bucket before the
+// caller closes the store, and MCP sessions end.
+type closesEngine struct {
+	sdkworker.Worker
+	engine *agentsaga.Engine
+}
+
+func (w closesEngine) Stop() {
+	w.Worker.Stop()
+	w.closeEngine()
+}
+
+func (w closesEngine) Run(interruptCh <-chan any) error {
+	defer w.closeEngine()
+	return w.Worker.Run(interruptCh)
+}
+
+func (w closesEngine) closeEngine() {
+	if err := w.engine.Close(); err != nil {
+		slog.Default().Warn("worker: close the engine", "error", err)
 	}
-	return w, nil
 }
 
 // Run connects, migrates and runs a worker until ctx ends.

@@ -37,7 +37,8 @@ const (
 	// their namespaced names (activities.NamePrefix + method: a team's own
 	// worker may have an activity called CallTool). Older executions
 	// schedule the bare names, which a worker with runs from before the
-	// change still registers (activities.Registration.LegacyNames).
+	// change still registers (activities.Register with legacyNames set,
+	// from agentsaga.Config.LegacyNames, which `agentsaga worker` sets).
 	changeNamespacedActivities = "namespaced-activities"
 	// changeParkOnOpenBreaker waits out a dependency's open circuit breaker
 	// on a durable timer (waitOutBreaker) rather than escalating the run at

@@ -124,10 +124,17 @@ func runCommand() *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			// The ledger remembers every ID a run has had, after Temporal
+			// forgot it (a restart, the retention): Start asks it first.
+			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
 			if id == "" {
 				id = newRunID()
 			}
-			run, err := startRun(cmd.Context(), c, cfg.Namespace, id, spec)
+			run, err := agentsaga.Start(cmd.Context(), c, id, spec, agentsaga.StartOptions{Namespace: cfg.Namespace, Ledger: store})
 			if err != nil {
 				return err
 			}
@@ -234,7 +241,8 @@ func newRunID() string {
 }
 
 // startRun starts a run the safe way (agentsaga.Start: validated, its
-// defaults written out, an ID already used refused).
+// defaults written out, an ID Temporal has refused); `run` also asks the
+// ledger.
 func startRun(ctx context.Context, c client.Client, namespace, id string, spec workflows.RunSpec) (*agentsaga.Run, error) {
 	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace})
 }

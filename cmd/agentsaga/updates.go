@@ -1,19 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
-// updateCommand sends one of the run's Updates and waits for it to be
-// accepted; a rejected Update prints the validator's reason and changes
-// nothing.
-func updateCommand(use, short, name string, args func() []any, check func() error) *cobra.Command {
+// updateCommand sends one of the run's decisions through the Run handle
+// (agentsaga.Run.Resume and the like) and waits for it to be accepted; a
+// refused decision prints the run's reason and changes nothing.
+func updateCommand(use, short string, decide func(ctx context.Context, run *agentsaga.Run) error, check func() error) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -29,27 +30,20 @@ func updateCommand(use, short, name string, args func() []any, check func() erro
 				return err
 			}
 			defer c.Close()
-			handle, err := c.UpdateWorkflow(cmd.Context(), client.UpdateWorkflowOptions{
-				WorkflowID: positional[0], UpdateName: name, Args: args(), WaitForStage: client.WorkflowUpdateStageCompleted,
-			})
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", name, positional[0], err)
+			if err := decide(cmd.Context(), agentsaga.Get(c, positional[0])); err != nil {
+				return err
 			}
-			var answer string
-			if err := handle.Get(cmd.Context(), &answer); err != nil {
-				return fmt.Errorf("%s %s: %w", name, positional[0], err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", positional[0], answer)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: accepted: %s\n", positional[0], strings.Fields(use)[0])
 			return nil
 		},
 	}
 }
 
 func resumeCommand() *cobra.Command {
-	var in workflows.ResumeInput
+	var in agentsaga.ResumeInput
 	cmd := updateCommand("resume RUN_ID --message TEXT [--add-usd X] [--add-steps N]",
-		"Resume an escalated run with an instruction the model reads next turn", workflows.UpdateResume,
-		func() []any { return []any{in} },
+		"Resume an escalated run with an instruction the model reads next turn",
+		func(ctx context.Context, run *agentsaga.Run) error { return run.Resume(ctx, in) },
 		func() error {
 			if in.Message == "" {
 				return fmt.Errorf("resume: --message is required: the instruction the model reads next turn")
@@ -62,29 +56,32 @@ func resumeCommand() *cobra.Command {
 	return cmd
 }
 
-func reasonCommand(use, short, name string) *cobra.Command {
-	var in workflows.ReasonInput
-	cmd := updateCommand(use, short, name, func() []any { return []any{in} }, func() error {
-		if in.Reason == "" {
+// reasonCommand is a decision that takes a reason: (*agentsaga.Run).Abort
+// or Skip.
+func reasonCommand(use, short string, decide func(run *agentsaga.Run, ctx context.Context, reason string) error) *cobra.Command {
+	var reason string
+	name := strings.Fields(use)[0]
+	cmd := updateCommand(use, short, func(ctx context.Context, run *agentsaga.Run) error { return decide(run, ctx, reason) }, func() error {
+		if reason == "" {
 			return fmt.Errorf("%s: --reason is required (who decided, and why)", name)
 		}
 		return nil
 	})
-	cmd.Flags().StringVar(&in.Reason, "reason", "", "who decided, and why (required)")
+	cmd.Flags().StringVar(&reason, "reason", "", "who decided, and why (required)")
 	return cmd
 }
 
 func abortCommand() *cobra.Command {
 	return reasonCommand("abort RUN_ID --reason TEXT",
-		"Abort an escalated run (it compensates) or a stalled compensation", workflows.UpdateAbort)
+		"Abort an escalated run (it compensates) or a stalled compensation", (*agentsaga.Run).Abort)
 }
 
 func skipCommand() *cobra.Command {
 	return reasonCommand("skip RUN_ID --reason TEXT",
-		"Take responsibility for a compensation that keeps failing, and let the walk go on", workflows.UpdateSkip)
+		"Take responsibility for a compensation that keeps failing, and let the walk go on", (*agentsaga.Run).Skip)
 }
 
 func retryCommand() *cobra.Command {
-	return updateCommand("retry RUN_ID", "Run a failed compensation again", workflows.UpdateRetry,
-		func() []any { return nil }, nil)
+	return updateCommand("retry RUN_ID", "Run a failed compensation again",
+		func(ctx context.Context, run *agentsaga.Run) error { return run.Retry(ctx) }, nil)
 }

@@ -131,7 +131,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 		require.NoError(t, store.RecordSuccess(ctx, key+"#2", h, 0.1, h, false), h)
 		_, err = store.BreakerGate(ctx, h, budget.DefaultBreaker)
 		require.NoError(t, err, h)
-		_, err = store.BreakerRecord(ctx, h, false, false, budget.DefaultBreaker)
+		_, err = store.BreakerReport(ctx, h, false, false, budget.DefaultBreaker)
 		require.NoError(t, err, h)
 		_, err = store.RunLiveCounters(ctx, wf)
 		require.NoError(t, err, h)

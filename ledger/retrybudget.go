@@ -205,12 +205,6 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 	return gate, nil
 }
 
-// BreakerRecord is BreakerReport's state alone.
-func (s *Store) BreakerRecord(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (string, error) {
-	report, err := s.BreakerReport(ctx, dependency, success, probe, cfg)
-	return report.State, err
-}
-
 // BreakerReport is what a dependency's breaker says after a call's outcome.
 type BreakerReport struct {
 	// State is budget.BreakerClosed, BreakerOpen or BreakerHalfOpen.

@@ -234,7 +234,7 @@ func TestDecideRetryOrderOfDenials(t *testing.T) {
 
 	// Open the breaker: the run ratio is still consulted before it.
 	cfg := budget.BreakerConfig{Threshold: 1, Window: time.Minute, Cooldown: time.Hour}
-	state, err := store.BreakerRecord(ctx, "openai", false, false, cfg)
+	state, err := reportState(store.BreakerReport(ctx, "openai", false, false, cfg))
 	require.NoError(t, err)
 	require.Equal(t, budget.BreakerOpen, state)
 	assert.Equal(t, budget.DenyRunRatio, decide(retryReq("2/3", "fetch", 5, 3)))
@@ -347,26 +347,26 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	// A dependency that flaps is not down: a success ends the streak, so
 	// two failures, a success and two more failures leave it closed.
 	for i := range 2 {
-		state, err := store.BreakerRecord(ctx, "openai", false, false, cfg)
+		state, err := reportState(store.BreakerReport(ctx, "openai", false, false, cfg))
 		require.NoError(t, err)
 		assert.Equal(t, budget.BreakerClosed, state, "failure %d of 3", i+1)
 	}
 	gate, err := store.BreakerGate(ctx, "openai", cfg)
 	require.NoError(t, err)
 	assert.Equal(t, 2, gate.Failures, "the gate says a streak is on, so the next success is reported")
-	state, err = store.BreakerRecord(ctx, "openai", true, false, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "openai", true, false, cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state)
 	gate, err = store.BreakerGate(ctx, "openai", cfg)
 	require.NoError(t, err)
 	assert.Zero(t, gate.Failures, "the success ended the streak")
 	for range 2 {
-		state, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
+		state, err = reportState(store.BreakerReport(ctx, "openai", false, false, cfg))
 		require.NoError(t, err)
 		assert.Equal(t, budget.BreakerClosed, state, "two in a row after a success are not three")
 	}
 	// Down: the third failure in a row opens it.
-	state, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "openai", false, false, cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, state, "the third failure in a row within the window opens it")
 
@@ -401,12 +401,12 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	assert.Equal(t, []string{"openai"}, open, "half-open counts as open")
 
 	// An outcome that is not the probe's changes nothing.
-	state, err = store.BreakerRecord(ctx, "openai", true, false, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "openai", true, false, cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerHalfOpen, state)
 
 	// The probe fails: open for another cooldown.
-	state, err = store.BreakerRecord(ctx, "openai", false, true, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "openai", false, true, cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, state)
 	state, err = stateOf(store.BreakerGate(ctx, "openai", cfg))
@@ -417,7 +417,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
 	probes = concurrentAllows(t, store, "openai", cfg, 20)
 	assert.Equal(t, map[string]int{ledger.BreakerProbe: 1, budget.BreakerOpen: 19}, probes)
-	state, err = store.BreakerRecord(ctx, "openai", true, true, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "openai", true, true, cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state)
 	state, err = stateOf(store.BreakerGate(ctx, "openai", cfg))
@@ -429,7 +429,7 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 
 	// Closing reset the count: it takes three failures again.
 	for range 2 {
-		state, err := store.BreakerRecord(ctx, "openai", false, false, cfg)
+		state, err := reportState(store.BreakerReport(ctx, "openai", false, false, cfg))
 		require.NoError(t, err)
 		assert.Equal(t, budget.BreakerClosed, state)
 	}
@@ -469,7 +469,7 @@ func TestOpenBreakerHandsOutReleaseSlots(t *testing.T) {
 	open := func() time.Time {
 		t.Helper()
 		for range cfg.Threshold {
-			_, err := store.BreakerRecord(ctx, "crm", false, false, cfg)
+			_, err := reportState(store.BreakerReport(ctx, "crm", false, false, cfg))
 			require.NoError(t, err)
 		}
 		return time.Now()
@@ -508,7 +508,7 @@ func TestOpenBreakerHandsOutReleaseSlots(t *testing.T) {
 	state, err := stateOf(store.BreakerGate(ctx, "crm", cfg))
 	require.NoError(t, err)
 	require.Equal(t, ledger.BreakerProbe, state)
-	state, err = store.BreakerRecord(ctx, "crm", false, true, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "crm", false, true, cfg))
 	require.NoError(t, err)
 	require.Equal(t, budget.BreakerOpen, state)
 	gate, err := store.BreakerGate(ctx, "crm", cfg)
@@ -522,7 +522,7 @@ func TestOpenBreakerHandsOutReleaseSlots(t *testing.T) {
 	state, err = stateOf(store.BreakerGate(ctx, "crm", cfg))
 	require.NoError(t, err)
 	require.Equal(t, ledger.BreakerProbe, state)
-	state, err = store.BreakerRecord(ctx, "crm", true, true, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "crm", true, true, cfg))
 	require.NoError(t, err)
 	require.Equal(t, budget.BreakerClosed, state)
 	opened = open()
@@ -539,14 +539,14 @@ func TestBreakerWindowAndLostProbe(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	cfg := budget.BreakerConfig{Threshold: 2, Window: time.Second, Cooldown: time.Second} // wide enough for a loaded machine
 
-	state, err := store.BreakerRecord(ctx, "db", false, false, cfg)
+	state, err := reportState(store.BreakerReport(ctx, "db", false, false, cfg))
 	require.NoError(t, err)
 	require.Equal(t, budget.BreakerClosed, state)
 	time.Sleep(cfg.Window + 50*time.Millisecond)
-	state, err = store.BreakerRecord(ctx, "db", false, false, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "db", false, false, cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerClosed, state, "a failure outside the window starts a new one")
-	state, err = store.BreakerRecord(ctx, "db", false, false, cfg)
+	state, err = reportState(store.BreakerReport(ctx, "db", false, false, cfg))
 	require.NoError(t, err)
 	assert.Equal(t, budget.BreakerOpen, state)
 
@@ -612,7 +612,7 @@ func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
 
 	// A probe's success closes its breaker.
 	cfg := budget.BreakerConfig{Threshold: 1, Window: time.Minute, Cooldown: 100 * time.Millisecond}
-	_, err = store.BreakerRecord(ctx, "openai", false, false, cfg)
+	_, err = reportState(store.BreakerReport(ctx, "openai", false, false, cfg))
 	require.NoError(t, err)
 	time.Sleep(cfg.Cooldown + 50*time.Millisecond)
 	state, err := stateOf(store.BreakerGate(ctx, "openai", cfg))
@@ -662,3 +662,7 @@ func TestDepositUnlessFull(t *testing.T) {
 	_, err = store.DepositUnlessFull(ctx, "fleet", -1)
 	require.ErrorContains(t, err, "must not be negative")
 }
+
+// reportState is a breaker report's state, for the tests that need only
+// that.
+func reportState(report ledger.BreakerReport, err error) (string, error) { return report.State, err }

@@ -436,14 +436,17 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		// the turn waits for its breaker, as a tool call does, and goes
 		// out again under its first key.
 		call.Key = r.workflowID + "/" + activityID
-		what := "the model " + modelName
+		what, dependency := "the model "+modelName, "model"
 		if models := r.turnModels(); len(models) > 1 {
-			what = fmt.Sprintf("the models %s", modelTargets(models))
+			// askModels notes each model as "model <target>": the wait
+			// notes the primary's under the same name.
+			what, dependency = fmt.Sprintf("the models %s", modelTargets(models)), "model "+model.Target()
 		}
-		err, parked = r.parkBehindBreaker(ctx, what, "the model's", "model", activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+		err, parked = r.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 			call.Retry = r.plan("model", call.Retry.Dependency)
 			turn = activities.ModelTurn{}
 			if len(r.turnModels()) == 1 {
+				// One model: its send, as before fallbacks existed.
 				return r.sendModelTurn(ctx, again, summary, call)
 			}
 			asked, answered := workflow.NewFuture(ctx)
@@ -527,16 +530,16 @@ func (r *run) modelNamed(target string) activities.ModelSpec {
 func (r *run) askModels(ctx workflow.Context, activityID, summary string, call activities.ModelCall, turn *activities.ModelTurn) (refusedLeafCalls int, err error) {
 	models := r.turnModels()
 	for i, model := range models {
-		id, send := activityID, call
+		id, send, what := activityID, call, summary
 		if i > 0 {
 			id = fmt.Sprintf("%s/fallback-%d", activityID, i)
 			send.Model, send.TurnOf = model, r.spec.Model.Target()
 			send.Key = cmp.Or(call.Key, r.workflowID+"/"+activityID)
 			send.Retry = r.plan("model", modelDependency(model))
-			summary = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
+			what = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
 		}
 		*turn = activities.ModelTurn{}
-		err = r.sendModelTurn(ctx, id, summary, send).Get(ctx, turn)
+		err = r.sendModelTurn(ctx, id, what, send).Get(ctx, turn)
 		failure, refused := openBreakerRefusal(err)
 		if len(models) > 1 {
 			// The note names each model that is down, and since when.

@@ -39,6 +39,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -160,7 +161,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 		if tool.fn == nil {
 			return nil, fmt.Errorf("agentsaga: tool %q was not made by NewTool", tool.spec.Name)
 		}
-		if err := tool.spec.Validate(); err != nil {
+		if err := toolcheck.Validate(tool.spec); err != nil {
 			return nil, fmt.Errorf("agentsaga: %w", err)
 		}
 		if slices.Contains(toolbox.Names(), tool.spec.Name) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 )
 
 // Tool is a Go function a run may call, with the ToolSpec the model is
@@ -52,7 +53,7 @@ func NewTool[Args, Result any](name, description string, fn func(context.Context
 			return Tool{}, fmt.Errorf("agentsaga: tool %s: %w", name, err)
 		}
 	}
-	if err := spec.Validate(); err != nil {
+	if err := toolcheck.Validate(spec); err != nil {
 		return Tool{}, fmt.Errorf("agentsaga: %w", err)
 	}
 	call := func(ctx context.Context, in activities.ToolInvocation) (string, error) {

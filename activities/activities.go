@@ -26,27 +26,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
-)
-
-// Application error types the activities return, for the workflow and for
-// operators reading failures in the UI.
-const (
-	ErrTypeInvalidArguments = "InvalidArguments"
-	ErrTypeUnknownTool      = "UnknownTool"
-	ErrTypeConflict         = "IdempotencyConflict"
-	ErrTypeInFlight         = "InFlight"
-	ErrTypeRejected         = "Rejected"
-	ErrTypeHTTP             = "HTTPError"
-	ErrTypeTransient        = "Transient"
-	ErrTypeModelConfig      = "ModelConfig"
-	ErrTypeRefusal          = "Refusal"
-	ErrTypePermission       = "PermissionDenied" // HTTP 401 or 403
-	ErrTypeNotFound         = "NotFound"         // HTTP 404 or 410: for a compensation, nothing to undo
-	// ErrTypeFenced: the key no longer accepts this attempt (the workflow
-	// gave up on the call, the run is rolling back or has ended, or another
-	// attempt took the key over). Nothing was sent.
-	ErrTypeFenced = "Fenced"
 )
 
 // Activities are the worker's activity implementations. Register a pointer
@@ -70,80 +52,9 @@ type Activities struct {
 	mcpDefault *MCPSessions
 }
 
-// ModelCall is the input of CallModel. It carries references, not the
-// conversation: the activity reads the messages from the ledger, fits them
-// to the model's context budget, and records the reply there.
-type ModelCall struct {
-	Model        ModelSpec    `json:"model"`
-	Conversation Conversation `json:"conversation"`
-	Tools        []ToolDef    `json:"tools,omitempty"`
-	// Note is the budget note the model reads last; it is not stored.
-	Note string `json:"note,omitempty"`
-	// Finish marks the graceful-finish call (FinishInstructions follow the
-	// note, and no tools are offered).
-	Finish bool `json:"finish,omitempty"`
-	// FinishInstructions are the switched instructions of a finish call.
-	FinishInstructions string    `json:"finish_instructions,omitempty"`
-	Retry              RetryPlan `json:"retry"`
-	// Key, when set, is the turn's idempotency key in place of the
-	// activity's own: a turn sent again after waiting for the model's
-	// breaker, or sent to a fallback model, keeps the key of its first
-	// activity.
-	Key string `json:"key,omitempty"`
-	// TurnOf, on a turn sent to a fallback model, is the spec's first
-	// model (ModelSpec.Target). The key names the turn, the reply at its
-	// place in the conversation, not one provider's request: the ledger
-	// records the turn's action under the first model whichever model
-	// answers it, so the key's request never changes, a reply already
-	// stored for the turn is returned to every later attempt from either
-	// model, and no second reply can be stored for it. The providers never
-	// see the key.
-	TurnOf string `json:"turn_of,omitempty"`
-}
-
-// ToolCallRequest is the input of CallTool.
-type ToolCallRequest struct {
-	Tool      ToolSpec  `json:"tool"`
-	Arguments string    `json:"arguments"`
-	Retry     RetryPlan `json:"retry"`
-	// Compensation is registered in the ledger before the tool is called.
-	Compensation *ledger.CompensationRequest `json:"compensation,omitempty"`
-	// Compensates is the forward key this call undoes, for a compensation:
-	// a rollback fences forward calls, never these.
-	Compensates string `json:"compensates,omitempty"`
-	// Record, when set, is where the output goes in the run's
-	// conversation: written in the statement that completes the action.
-	Record *MessageRef `json:"record,omitempty"`
-	// Key, when set, is the call's idempotency key in place of the
-	// activity's own: a call sent again after waiting for a breaker keeps
-	// the key of its first activity.
-	Key string `json:"key,omitempty"`
-}
-
-// ToolResult is what a tool call produced, as history carries it: a
-// preview and a digest of the output, whose whole is in the ledger.
-type ToolResult struct {
-	Output string `json:"output"`
-	// Digest identifies the whole output; Bytes is its length.
-	Digest string `json:"digest,omitempty"`
-	Bytes  int    `json:"bytes,omitempty"`
-	// Replayed is true when the ledger already held the result for this
-	// key and the tool was not called again.
-	Replayed bool `json:"replayed,omitempty"`
-	// Attempt is the attempt that produced this result: the leaf calls the
-	// call took.
-	Attempt int `json:"attempt"`
-}
-
 // toolResult is output as history carries it.
 func toolResult(output string, replayed bool, attempt int) ToolResult {
 	return ToolResult{Output: Preview(output), Digest: Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
-}
-
-// RunFinish is the input of RecordRunFinish.
-type RunFinish struct {
-	WorkflowID string            `json:"workflow_id"`
-	Outcome    ledger.RunOutcome `json:"outcome"`
 }
 
 // IdempotencyKey is the key of the running activity: workflow ID + "/" +
@@ -187,7 +98,7 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 	conv := call.Conversation
 	appended := make([]ledger.Message, len(conv.Append))
 	for i, m := range conv.Append {
-		appended[i] = m.toLedger()
+		appended[i] = toLedgerMessage(m)
 	}
 	target, turnOf := call.Model.Target(), cmp.Or(call.TurnOf, call.Model.Target())
 	info := activity.GetInfo(ctx)
@@ -215,14 +126,14 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 			if turn.Refusal != "" {
 				reply.Content = "I refused: " + turn.Refusal
 			}
-			row := reply.toLedger()
+			row := toLedgerMessage(reply)
 			return string(stored), &row, nil
 		},
 	})
 	if err != nil {
 		return ModelTurn{}, err
 	}
-	if err := CheckPayload("the model's reply to "+IdempotencyKey(ctx), json.RawMessage(output)); err != nil {
+	if err := payload.Check("the model's reply to "+IdempotencyKey(ctx), json.RawMessage(output)); err != nil {
 		return ModelTurn{}, err
 	}
 	var turn ModelTurn
@@ -304,7 +215,7 @@ func (a *Activities) apiKey(spec ModelSpec) (string, error) {
 // conversation); history gets a preview and a digest.
 func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolResult, error) {
 	ctx = withCallKey(ctx, req.Key)
-	if err := req.Tool.CheckArguments(req.Arguments); err != nil {
+	if err := toolcheck.CheckArguments(req.Tool, req.Arguments); err != nil {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidArguments, nil)
 	}
 	run, err := a.toolRunner(req.Tool)
@@ -313,13 +224,13 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 	}
 	// A header whose variable is not set fails before the ledger, as a
 	// missing API key does: nothing was attempted under the key.
-	if _, _, err := req.Tool.resolveHeaders(a.getenv); err != nil {
+	if _, _, err := resolveHeaders(req.Tool, a.getenv); err != nil {
 		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolConfig, nil)
 	}
 	info := activity.GetInfo(ctx)
 	key := IdempotencyKey(ctx)
 	markCall(ctx)
-	matcher, _ := req.Tool.refusals()
+	matcher, _ := toolcheck.Refusals(req.Tool)
 	output, replayed, err := a.once(ctx, keyedCall{
 		action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
@@ -428,27 +339,6 @@ func (a *Activities) RecordRunFinish(ctx context.Context, finish RunFinish) erro
 	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
 }
 
-// GiveUp is the input of GiveUpCall: the call the workflow gives up on.
-type GiveUp struct {
-	Key        string `json:"key"`
-	WorkflowID string `json:"workflow_id"`
-	ActivityID string `json:"activity_id"`
-	Tool       string `json:"tool"`
-	Arguments  string `json:"arguments"`
-}
-
-// GaveUp is what the ledger knew of a call once the workflow gave up on it.
-type GaveUp struct {
-	// Status is the action's status: completed means a late attempt did the
-	// call after all, and Preview and Digest are of what it returned.
-	Status  string `json:"status"`
-	Preview string `json:"preview,omitempty"`
-	Digest  string `json:"digest,omitempty"`
-	// LeafCalls counts the attempts that left the process, lost ones
-	// included.
-	LeafCalls int `json:"leaf_calls"`
-}
-
 // settlePoll is how often a fence waits for an attempt that still holds a
 // live lease.
 const settlePoll = 250 * time.Millisecond
@@ -507,13 +397,6 @@ func waitSettle(ctx context.Context) error {
 	}
 }
 
-// ReadResultRequest is the input of ReadResult.
-type ReadResultRequest struct {
-	WorkflowID string     `json:"workflow_id"`
-	Key        string     `json:"key"`
-	Record     MessageRef `json:"record"`
-}
-
 // ReadResult reads back, whole, an output of the run that was shortened in
 // the model's requests, into the conversation as the answer to the model's
 // read_result call. The key must be one of the run's (or its sub-agents').
@@ -530,37 +413,15 @@ func (a *Activities) ReadResult(ctx context.Context, req ReadResultRequest) (Too
 	return toolResult(result, true, int(activity.GetInfo(ctx).Attempt)), nil
 }
 
-// RollbackPlanRequest is the input of RollbackPlan.
-type RollbackPlanRequest struct {
-	WorkflowID string `json:"workflow_id"`
-	// IrreversibleTools are the tools whose effects cannot be undone.
-	IrreversibleTools []string `json:"irreversible_tools,omitempty"`
-}
-
 // RollbackPlan reads what a run's rollback walks: the saga stack of the run
 // and its sub-agents, newest first, and what cannot be undone.
 func (a *Activities) RollbackPlan(ctx context.Context, req RollbackPlanRequest) (ledger.RollbackPlan, error) {
 	return a.Ledger.Plan(ctx, req.WorkflowID, req.IrreversibleTools)
 }
 
-// Settlement is the input of SettleCompensation.
-type Settlement struct {
-	ForwardKey string `json:"forward_key"`
-	Status     string `json:"status"`
-	Error      string `json:"error,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-}
-
 // SettleCompensation records what became of one compensation.
 func (a *Activities) SettleCompensation(ctx context.Context, s Settlement) error {
 	return a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason)
-}
-
-// RunStatus is the input of SetRunStatus.
-type RunStatus struct {
-	WorkflowID string `json:"workflow_id"`
-	Status     string `json:"status"`
-	Detail     string `json:"detail"`
 }
 
 // SetRunStatus records a status the run passes through while it waits.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -171,7 +172,7 @@ func TestCallToolRefusalIsNeverRetried(t *testing.T) {
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	tool := activities.ToolSpec{Name: "charge", Kind: activities.ToolKindHTTP, URL: ts.URL,
 		Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
-	require.NoError(t, tool.Validate())
+	require.NoError(t, toolcheck.Validate(tool))
 	for range 2 {
 		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{"amount": 5}`})
 		var appErr *temporal.ApplicationError

@@ -14,9 +14,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 )
 
-// ProviderAnthropic names the Anthropic Messages API in a ModelSpec.
-const ProviderAnthropic = "anthropic"
-
 // opMessages names the call in every error Turn returns.
 const opMessages = "anthropic messages"
 

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -223,7 +224,7 @@ func TestToolArgumentsAgainstSchemaNeverReachToolOrLedger(t *testing.T) {
 	})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 	tool := activities.ToolSpec{Name: "charge", Kind: activities.ToolKindGo, Parameters: json.RawMessage(schema)}
-	require.NoError(t, tool.Validate())
+	require.NoError(t, toolcheck.Validate(tool))
 	before := ledgertest.Counts(t, acts.Ledger)
 
 	for name, tc := range map[string]struct{ args, field string }{

@@ -1,58 +1,18 @@
 package activities
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/tiktoken-go/tokenizer"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
-// PreviewBytes bounds the text of a tool result that workflow history
-// carries: the whole output lives in the ledger.
-const PreviewBytes = 1024
-
-// Preview is s cut to at most PreviewBytes on a character boundary, with a
-// marker saying how long the whole was.
-func Preview(s string) string {
-	if len(s) <= PreviewBytes {
-		return s
-	}
-	marker := fmt.Sprintf("... [%d bytes in all]", len(s))
-	cut, _ := cutAtRune(s, PreviewBytes-len(marker))
-	return cut + marker
-}
-
-// Digest identifies a whole output by content, for the watchdog and the
-// trace: two outputs with the same digest are the same.
-func Digest(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
-}
-
-// Conversation says which of a run's messages a model call sends: those
-// before Through, once Append (messages the workflow itself produced: the
-// system prompt, the goal, a human's instruction, a failed call's error) is
-// written. The model's reply becomes message Through.
-type Conversation struct {
-	WorkflowID string    `json:"workflow_id"`
-	Append     []Message `json:"append,omitempty"`
-	Through    int       `json:"through"`
-}
-
-// MessageRef is where a tool call's output goes in the run's conversation.
-type MessageRef struct {
-	Seq        int    `json:"seq"`
-	ToolCallID string `json:"tool_call_id,omitempty"`
-	Name       string `json:"name,omitempty"`
-}
-
 // toLedger is m as a conversation row.
-func (m Message) toLedger() ledger.Message {
+func toLedgerMessage(m Message) ledger.Message {
 	row := ledger.Message{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name,
 		Pinned: m.Pinned, SourceKey: m.Key, Tokens: estimateTokens(m)}
 	if len(m.ToolCalls) > 0 {
@@ -69,17 +29,6 @@ func fromLedger(row ledger.Message) Message {
 		_ = json.Unmarshal(row.ToolCalls, &m.ToolCalls)
 	}
 	return m
-}
-
-// ReadResultTool is the built-in tool that reads a shortened output back
-// whole, by the key its preview names.
-const ReadResultTool = "read_result"
-
-// ReadResultDef is how read_result is offered to the model.
-var ReadResultDef = ToolDef{
-	Name:        ReadResultTool,
-	Description: "Read back, whole, a tool output that was shortened to a preview. Pass the key its preview names.",
-	Parameters:  json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"],"additionalProperties":false}`),
 }
 
 // keptTurns is how many of the last assistant turns, with their tool
@@ -196,13 +145,13 @@ func assemble(msgs []Message, whole map[int]int, plan ledger.FitPlan, trailing [
 func shorten(m Message, whole int) (string, bool) {
 	if strings.HasPrefix(m.Content, "error: ") {
 		line, _, _ := strings.Cut(m.Content, "\n")
-		line, _ = cutAtRune(line, 200)
+		line, _ = agentsagatype.CutAtRune(line, 200)
 		return line, len(line) < whole
 	}
 	if whole <= shortenedPreviewBytes {
 		return "", false
 	}
-	start, _ := cutAtRune(m.Content, shortenedPreviewBytes)
+	start, _ := agentsagatype.CutAtRune(m.Content, shortenedPreviewBytes)
 	if m.Key == "" {
 		return fmt.Sprintf("%s... [shortened: %d bytes in all]", start, whole), true
 	}
@@ -244,55 +193,3 @@ func count(s string) int {
 	}
 	return n
 }
-
-// knownContextTokens are the context windows of models the README names,
-// by name prefix; the longest matching prefix wins.
-var knownContextTokens = map[string]int{
-	"gpt-4o":     128000,
-	"gpt-4.1":    1047576,
-	"gpt-5":      400000,
-	"o3":         200000,
-	"o4-mini":    200000,
-	"claude-":    200000,
-	"llama3.1":   128000,
-	"llama3.2":   128000,
-	"qwen2.5":    32768,
-	"mistral":    32768,
-	"gemma":      8192,
-	"phi3":       4096,
-	"deepseek-r": 65536,
-}
-
-// DefaultContextTokens is the budget of a model nobody told us about:
-// small enough to fit most.
-const DefaultContextTokens = 32000
-
-// ContextTokens is the spec's context budget, or the known window of its
-// model, or DefaultContextTokens; less the room its reply needs.
-func (m ModelSpec) ContextTokens() int {
-	window := m.ContextWindow
-	if window == 0 {
-		window = m.KnownContextWindow()
-	}
-	reply := int(m.MaxTokens)
-	if reply == 0 {
-		reply = defaultReplyTokens
-	}
-	return max(window-reply, window/2)
-}
-
-// KnownContextWindow is the context window of the named model as this
-// build knows it, or DefaultContextTokens.
-func (m ModelSpec) KnownContextWindow() int {
-	best, window := "", DefaultContextTokens
-	for prefix, n := range knownContextTokens {
-		if strings.HasPrefix(m.Name, prefix) && len(prefix) > len(best) {
-			best, window = prefix, n
-		}
-	}
-	return window
-}
-
-// defaultReplyTokens is the room kept for the reply when the spec sets no
-// max_tokens.
-const defaultReplyTokens = 4096

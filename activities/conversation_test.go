@@ -45,7 +45,7 @@ func fit(t *testing.T, msgs []Message, trailing []Message, budget int) (fitted, 
 	store := ledgertest.NewStore(t)
 	rows := make([]ledger.Message, len(msgs))
 	for i, m := range msgs {
-		rows[i] = m.toLedger()
+		rows[i] = toLedgerMessage(m)
 	}
 	req := fitRequest(trailing, 0, 0)
 	req.Budget = budget
@@ -110,14 +110,6 @@ func TestNoShorteningWhenItFits(t *testing.T) {
 	assert.Zero(t, plan.CutBefore)
 	assert.Zero(t, got.Shortened)
 	assert.Len(t, got.Messages, len(msgs))
-}
-
-func TestContextTokensDefaults(t *testing.T) {
-	t.Parallel()
-	assert.Equal(t, 128000-defaultReplyTokens, ModelSpec{Provider: ProviderOpenAI, Name: "gpt-4o-mini"}.ContextTokens())
-	assert.Equal(t, 200000-1024, ModelSpec{Provider: ProviderAnthropic, Name: "claude-sonnet-4-5", MaxTokens: 1024}.ContextTokens())
-	assert.Equal(t, DefaultContextTokens-defaultReplyTokens, ModelSpec{Provider: ProviderOpenAI, Name: "my-local-model"}.ContextTokens())
-	assert.Equal(t, 16000-defaultReplyTokens, ModelSpec{Provider: ProviderOpenAI, Name: "gpt-4o", ContextWindow: 16000}.ContextTokens())
 }
 
 // The estimate errs high against the tokenizer's own count.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -134,7 +135,7 @@ func TestStoredRefusalReplaysAsRefusal(t *testing.T) {
 		return `{"status":"declined"}`, nil
 	})
 	tool := activities.ToolSpec{Name: "charge", Kind: activities.ToolKindGo, Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
-	require.NoError(t, tool.Validate())
+	require.NoError(t, toolcheck.Validate(tool))
 	for i := range 2 {
 		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{}`})
 		var appErr *temporal.ApplicationError

@@ -11,31 +11,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
-	"net/textproto"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"golang.org/x/net/http/httpguts"
 )
 
-// ErrTypeToolConfig marks a tool the worker cannot call as configured (a
-// header names an environment variable that is not set): an operator must
-// act, and no retry can help.
-const ErrTypeToolConfig = "ToolConfig"
-
 // Redacted replaces a secret wherever it would leave the worker.
 const Redacted = "[redacted]"
-
-// envRef is one reference to the worker's environment in a header value.
-var envRef = regexp.MustCompile(`\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}`)
-
-// reservedHeaders are the headers agentsaga sets on every request: a spec
-// that overrode them would break deduplication by key or the body's type.
-var reservedHeaders = []string{"Idempotency-Key", "Content-Type", "Agentsaga-Attempt", "Request-Timeout"}
 
 // toolConfigError is a header that cannot be resolved on this worker. Its
 // message names the header and the variable, never a value.
@@ -43,58 +31,21 @@ type toolConfigError struct{ msg string }
 
 func (e *toolConfigError) Error() string { return e.msg }
 
-// validateHeaders checks the header templates: names are HTTP tokens and
-// not agentsaga's own headers, values carry no control characters, and
-// every "${" begins a well-formed ${env:NAME}.
-func (t ToolSpec) validateHeaders() error {
-	if len(t.Headers) == 0 {
-		return nil
-	}
-	if t.Kind != ToolKindHTTP {
-		return fmt.Errorf("tool %s: headers are for kind %q, not %q", t.Name, ToolKindHTTP, t.Kind)
-	}
-	seen := map[string]string{}
-	for _, name := range sortedHeaderNames(t.Headers) {
-		field := fmt.Sprintf("tool %s: headers.%s", t.Name, name)
-		if !httpguts.ValidHeaderFieldName(name) {
-			return fmt.Errorf("%s: %q is not a valid HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", field, name)
-		}
-		canonical := textproto.CanonicalMIMEHeaderKey(name)
-		if slices.Contains(reservedHeaders, canonical) {
-			return fmt.Errorf("%s: %s is set by agentsaga on every request and may not be overridden", field, canonical)
-		}
-		if other, dup := seen[canonical]; dup {
-			return fmt.Errorf("%s: names the same header as headers.%s", field, other)
-		}
-		seen[canonical] = name
-		value := t.Headers[name]
-		// The value is not quoted: a literal secret would be in the spec,
-		// but need not be in every error about it as well.
-		if strings.Contains(envRef.ReplaceAllString(value, ""), "${") {
-			return fmt.Errorf("%s: malformed environment reference: write ${env:NAME}, NAME of letters, digits and '_', not starting with a digit", field)
-		}
-		if !httpguts.ValidHeaderFieldValue(value) {
-			return fmt.Errorf("%s: the value holds a control character (CR, LF, NUL, ...)", field)
-		}
-	}
-	return nil
-}
-
 // resolveHeaders reads the variables the headers name, from getenv. It
 // returns the headers to send and a redactor for every value it read. An
 // unset (or empty) variable is a toolConfigError naming the header and the
 // variable.
-func (t ToolSpec) resolveHeaders(getenv func(string) string) (http.Header, *redactor, error) {
+func resolveHeaders(t ToolSpec, getenv func(string) string) (http.Header, *redactor, error) {
 	if len(t.Headers) == 0 {
 		return nil, nil, nil
 	}
 	header := make(http.Header, len(t.Headers))
 	var secrets []string
-	for _, name := range sortedHeaderNames(t.Headers) {
+	for _, name := range slices.Sorted(maps.Keys(t.Headers)) {
 		template := t.Headers[name]
 		var value strings.Builder
 		last := 0
-		for _, m := range envRef.FindAllStringSubmatchIndex(template, -1) {
+		for _, m := range toolcheck.EnvRef.FindAllStringSubmatchIndex(template, -1) {
 			variable := template[m[2]:m[3]]
 			resolved := getenv(variable)
 			if resolved == "" {
@@ -120,15 +71,6 @@ func (a *Activities) getenv(name string) string {
 		return a.Getenv(name)
 	}
 	return os.Getenv(name)
-}
-
-func sortedHeaderNames(headers map[string]string) []string {
-	names := make([]string, 0, len(headers))
-	for name := range headers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // redactor replaces the secrets a call used wherever they would leave it.

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -49,7 +50,7 @@ func TestToolHeadersAreValidated(t *testing.T) {
 		{"a line break", httpTool(map[string]string{"X-Key": "a\r\nX-Injected: 1"}), "headers.X-Key: the value holds a control character"},
 		{"on a go tool", activities.ToolSpec{Name: "wc", Kind: activities.ToolKindGo, Headers: map[string]string{"X": "y"}}, `tool wc: headers are for kind "http", not "go"`},
 	} {
-		err := tc.tool.Validate()
+		err := toolcheck.Validate(tc.tool)
 		if tc.wantErr == "" {
 			assert.NoError(t, err, tc.name)
 			continue

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // maxErrorBody caps how much of an error body an HTTPError keeps: enough to
@@ -86,6 +88,6 @@ func hintDuration(n float64, unit time.Duration) time.Duration {
 // truncateBody keeps the first maxErrorBody bytes without splitting a UTF-8
 // character, so the message stays printable.
 func truncateBody(body []byte) string {
-	s, _ := cutAtRune(strings.TrimSpace(string(body)), maxErrorBody)
+	s, _ := agentsagatype.CutAtRune(strings.TrimSpace(string(body)), maxErrorBody)
 	return s
 }

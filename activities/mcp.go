@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -20,6 +19,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.temporal.io/sdk/temporal"
@@ -34,67 +36,11 @@ const (
 	MCPMetaAttempt        = "agentsaga/attempt"
 )
 
-// ErrTypeMCPTools is the error type of a server listing the run cannot
-// use: a tool that allow names is missing, or a tool whose schema or name
-// does not fit. Listing again would get the same answer.
-const ErrTypeMCPTools = "MCPTools"
-
 // mcpImplementation is how the worker introduces itself to MCP servers.
 var mcpImplementation = &mcp.Implementation{Name: "agentsaga", Version: "1"}
 
-// validateMCP checks the fields of a kind mcp tool: a server entry, or one
-// tool of a server (mcp_tool set).
-func (t ToolSpec) validateMCP() error {
-	switch {
-	case t.URL != "" && t.Command != nil:
-		return fmt.Errorf("tool %s: an mcp tool takes url (streamable HTTP) or command (stdio), not both", t.Name)
-	case t.URL == "" && t.Command == nil:
-		return fmt.Errorf("tool %s: an mcp tool needs url (streamable HTTP) or command (stdio, [program, args...])", t.Name)
-	case t.URL != "":
-		u, err := url.Parse(t.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("tool %s: url %q is not an absolute http(s) URL", t.Name, t.URL)
-		}
-	case len(t.Command) == 0:
-		return fmt.Errorf("tool %s: command is empty (want [program, args...])", t.Name)
-	case t.Command[0] == "":
-		return fmt.Errorf("tool %s: command[0], the program, is empty", t.Name)
-	}
-	if t.Method != "" {
-		return fmt.Errorf("tool %s: method is for kind http; an mcp call is a JSON-RPC request", t.Name)
-	}
-	if t.MCPTool == "" {
-		switch {
-		case t.MCPServer != "":
-			return fmt.Errorf("tool %s: mcp_server is set without mcp_tool", t.Name)
-		case len(t.Parameters) > 0:
-			return fmt.Errorf("tool %s: parameters come from the MCP server's inputSchema; a server entry declares none", t.Name)
-		case t.Compensate != nil:
-			return fmt.Errorf("tool %s: compensate cannot apply to every tool of an MCP server (name one with mcp_tool)", t.Name)
-		}
-	} else if t.Allow != nil {
-		return fmt.Errorf("tool %s: allow is for a server entry; mcp_tool already names one tool", t.Name)
-	}
-	if t.Allow != nil && len(t.Allow) == 0 {
-		return fmt.Errorf("tool %s: allow is empty (omit it to allow every tool of the server)", t.Name)
-	}
-	for i, name := range t.Allow {
-		if name == "" {
-			return fmt.Errorf("tool %s: allow[%d] is empty", t.Name, i)
-		}
-		if slices.Index(t.Allow, name) != i {
-			return fmt.Errorf("tool %s: allow names %q twice", t.Name, name)
-		}
-	}
-	return nil
-}
-
-// IsMCPServer says whether t is a server entry the run lists at its start
-// (kind mcp, no mcp_tool), rather than a tool the model can call.
-func (t ToolSpec) IsMCPServer() bool { return t.Kind == ToolKindMCP && t.MCPTool == "" }
-
 // mcpEndpoint identifies the server t reaches, for its session.
-func (t ToolSpec) mcpEndpoint() string {
+func mcpEndpoint(t ToolSpec) string {
 	if t.URL != "" {
 		return "url " + t.URL
 	}
@@ -110,7 +56,7 @@ func (t ToolSpec) mcpEndpoint() string {
 // and with the tool's inputSchema as its parameters. A name in allow the
 // server lacks is an error naming it.
 func (a *Activities) ListMCPTools(ctx context.Context, server ToolSpec) ([]ToolSpec, error) {
-	if err := server.Validate(); err != nil {
+	if err := toolcheck.Validate(server); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError("mcp: "+err.Error(), ErrTypeMCPTools, nil)
 	}
 	if !server.IsMCPServer() {
@@ -124,7 +70,7 @@ func (a *Activities) ListMCPTools(ctx context.Context, server ToolSpec) ([]ToolS
 		}
 		return nil, toActivityError(err)
 	}
-	if err := CheckPayload("the tool list of MCP server "+server.Name, listed); err != nil {
+	if err := payload.Check("the tool list of MCP server "+server.Name, listed); err != nil {
 		return nil, err
 	}
 	return listed, nil
@@ -148,7 +94,7 @@ func (a *Activities) listMCPTools(ctx context.Context, server ToolSpec) ([]ToolS
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mcp: list tools of %s (%s): %w", server.Name, server.mcpEndpoint(), err)
+		return nil, fmt.Errorf("mcp: list tools of %s (%s): %w", server.Name, mcpEndpoint(server), err)
 	}
 	offered := make([]string, len(tools))
 	for i, tool := range tools {
@@ -191,7 +137,7 @@ func mcpToolSpec(server ToolSpec, tool *mcp.Tool) (ToolSpec, error) {
 		Refusal: server.Refusal, Irreversible: server.Irreversible,
 		MCPTool: tool.Name, MCPServer: server.Name,
 	}
-	description := clip(cleanText(strings.TrimSpace(tool.Description)), maxMCPDescription)
+	description := agentsagatype.Clip(cleanText(strings.TrimSpace(tool.Description)), maxMCPDescription)
 	if hints := mcpHints(tool.Annotations); hints != "" {
 		description = strings.TrimSpace(description + " (server says: " + hints + "; not trusted)")
 	}
@@ -205,7 +151,7 @@ func mcpToolSpec(server ToolSpec, tool *mcp.Tool) (ToolSpec, error) {
 		return ToolSpec{}, fmt.Errorf("server %s: tool %q: inputSchema does not encode: %w", server.Name, tool.Name, err)
 	}
 	spec.Parameters = params
-	if err := spec.Validate(); err != nil {
+	if err := toolcheck.Validate(spec); err != nil {
 		return ToolSpec{}, fmt.Errorf("server %s: tool %q: %w", server.Name, tool.Name, err)
 	}
 	return spec, nil
@@ -252,7 +198,7 @@ func mcpToolName(server, tool string) string {
 // the request itself is wrong is not retryable.
 func (a *Activities) callMCPTool(ctx context.Context, tool ToolSpec, call ToolInvocation) (string, error) {
 	if trimmed := strings.TrimSpace(string(call.Arguments)); !strings.HasPrefix(trimmed, "{") {
-		return "", Permanent(fmt.Errorf("tool %s: MCP arguments must be a JSON object, not %s", tool.Name, clip(trimmed, 100)))
+		return "", Permanent(fmt.Errorf("tool %s: MCP arguments must be a JSON object, not %s", tool.Name, agentsagatype.Clip(trimmed, 100)))
 	}
 	params := &mcp.CallToolParams{
 		Meta:      mcp.Meta{MCPMetaIdempotencyKey: call.Key, MCPMetaAttempt: call.Attempt},
@@ -265,7 +211,7 @@ func (a *Activities) callMCPTool(ctx context.Context, tool ToolSpec, call ToolIn
 		return err
 	})
 	if err != nil {
-		err = fmt.Errorf("tool %s: mcp call %s on %s: %w", tool.Name, tool.MCPTool, tool.mcpEndpoint(), err)
+		err = fmt.Errorf("tool %s: mcp call %s on %s: %w", tool.Name, tool.MCPTool, mcpEndpoint(tool), err)
 		var rpcErr *jsonrpc.Error
 		if errors.As(err, &rpcErr) && requestIsWrong(rpcErr.Code) {
 			return "", Permanent(err)
@@ -556,7 +502,7 @@ func (a *Activities) withMCPSession(ctx context.Context, server ToolSpec, use fu
 		// A stdio server that exited answers EOF; its session's end may
 		// not have been noticed yet, and the next call must not find it.
 		if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) {
-			sessions.drop(server.mcpEndpoint(), s)
+			sessions.drop(mcpEndpoint(server), s)
 		}
 		if !errors.Is(err, mcp.ErrSessionMissing) || try > 0 || ctx.Err() != nil {
 			return err
@@ -567,7 +513,7 @@ func (a *Activities) withMCPSession(ctx context.Context, server ToolSpec, use fu
 // get returns the server's session, connecting when it has none that is
 // usable. Only one caller connects; the others wait for it.
 func (m *MCPSessions) get(ctx context.Context, server ToolSpec) (*mcpSession, error) {
-	endpoint := server.mcpEndpoint()
+	endpoint := mcpEndpoint(server)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -638,9 +584,9 @@ func (m *MCPSessions) connect(ctx context.Context, server ToolSpec) (*mcp.Client
 	session, err := m.client.Connect(ctx, transport, nil)
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
-			return nil, Permanent(fmt.Errorf("mcp: start %s: %w", server.mcpEndpoint(), err))
+			return nil, Permanent(fmt.Errorf("mcp: start %s: %w", mcpEndpoint(server), err))
 		}
-		return nil, fmt.Errorf("mcp: connect to %s: %w", server.mcpEndpoint(), err)
+		return nil, fmt.Errorf("mcp: connect to %s: %w", mcpEndpoint(server), err)
 	}
 	return session, nil
 }

@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -300,7 +301,7 @@ func TestListMCPToolsFiltersByAllowAndShowsAnnotations(t *testing.T) {
 		assert.Equal(t, "shop", tool.MCPServer)
 		assert.Equal(t, url, tool.URL, "the call goes to the server that was listed")
 		assert.EqualValues(t, 5, tool.TimeoutSeconds)
-		assert.NoError(t, tool.Validate())
+		assert.NoError(t, toolcheck.Validate(tool))
 	}
 	assert.ElementsMatch(t, []string{"shop_charge", "shop_order_status", "shop_reserve", "shop_fail"}, names)
 
@@ -310,7 +311,7 @@ func TestListMCPToolsFiltersByAllowAndShowsAnnotations(t *testing.T) {
 	charge := toolNamed(t, tools, "shop_charge")
 	assert.Equal(t, "Charge an amount.", charge.Description, "no annotations, no claims")
 	assert.Contains(t, string(charge.Parameters), `"amount"`, "the inputSchema is the parameters")
-	assert.Error(t, charge.CheckArguments(`{"amount": "five"}`), "the schema is enforced before the call")
+	assert.Error(t, toolcheck.CheckArguments(charge, `{"amount": "five"}`), "the schema is enforced before the call")
 
 	tools, err = listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, Allow: []string{"charge"}})
 	require.NoError(t, err)
@@ -615,7 +616,7 @@ func TestMCPToolNames(t *testing.T) {
 	assert.Equal(t, "fs_read_file", mcpToolName("fs", "read/file"))
 	long := mcpToolName("shop", strings.Repeat("x", 100))
 	assert.Len(t, long, 64)
-	assert.Regexp(t, toolName, long)
+	assert.Regexp(t, `^[a-zA-Z0-9_-]{1,64}$`, long)
 	assert.NotEqual(t, long, mcpToolName("shop", strings.Repeat("x", 101)), "cut names stay distinct")
 }
 
@@ -643,7 +644,7 @@ func TestMCPSpecValidation(t *testing.T) {
 		"allow on go":         {ToolSpec{Name: "s", Kind: ToolKindGo, Allow: []string{"x"}}, `are for kind "mcp", not "go"`},
 		"bad name":            {ToolSpec{Name: "a.b", Kind: ToolKindMCP, URL: "http://a/mcp"}, `tool "a.b": name must be`},
 	} {
-		err := c.tool.Validate()
+		err := toolcheck.Validate(c.tool)
 		if assert.Error(t, err, name) {
 			assert.Contains(t, err.Error(), c.want, name)
 		}
@@ -653,7 +654,7 @@ func TestMCPSpecValidation(t *testing.T) {
 		"stdio server": {Name: "s", Kind: ToolKindMCP, Command: []string{"srv", "--stdio"}},
 		"one tool":     {Name: "s_x", Kind: ToolKindMCP, URL: "http://a/mcp", MCPTool: "x", MCPServer: "s", Parameters: json.RawMessage(`{"type":"object"}`)},
 	} {
-		assert.NoError(t, tool.Validate(), name)
+		assert.NoError(t, toolcheck.Validate(tool), name)
 	}
 	_, err := (&Activities{}).toolRunner(ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp"})
 	assert.ErrorContains(t, err, "an MCP server entry is listed at the run's start")

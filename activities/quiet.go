@@ -15,10 +15,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// ErrTypeCancelled is the type of a cancelled attempt's error that was not
-// an ApplicationError already.
-const ErrTypeCancelled = "Cancelled"
-
 // expectedTypes are the activity error types of expected, classified
 // failures. The rest (a ledger that cannot be reached, a tool or a model
 // the worker cannot call as configured, an unclassified error: a bug, a

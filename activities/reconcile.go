@@ -2,11 +2,9 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -16,17 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 )
-
-// RollbackRunWorkflow is the workflow type (workflows.RollbackRun) that walks
-// the compensation stack of a run that ended behind the engine's back. It
-// runs under the run's own workflow ID, so its compensations get the keys
-// the run's own walk would have used.
-const RollbackRunWorkflow = "RollbackRun"
-
-// AgentRunWorkflow is the workflow type of a run (workflows.AgentRun).
-const AgentRunWorkflow = "AgentRun"
 
 // reconcileParallelism bounds the runs one page asks Temporal about at once.
 const reconcileParallelism = 8
@@ -40,46 +30,6 @@ type Reconciliation struct {
 	// Temporal is the client the worker polls with: it describes
 	// workflows and starts RollbackRun.
 	Temporal client.Client
-}
-
-// FindAbandoned is the input of FindAbandonedRuns: one page of the runs
-// that have not ended.
-type FindAbandoned struct {
-	// OlderThan leaves out runs younger than this.
-	OlderThan time.Duration `json:"older_than,omitempty"`
-	// After is the last workflow ID of the previous page, "" for the first.
-	After string `json:"after,omitempty"`
-	Limit int    `json:"limit"`
-}
-
-// AbandonedRun is a run whose workflow ended outside the engine, marked
-// terminated in the ledger, whose stack is to be walked.
-type AbandonedRun struct {
-	WorkflowID string `json:"workflow_id"`
-	// Reason is Temporal's: the termination's reason, the timeout, or that
-	// the workflow vanished.
-	Reason string `json:"reason"`
-	// Marked is false when an earlier pass marked it but did not get to
-	// start its rollback.
-	Marked bool `json:"marked"`
-}
-
-// AbandonedPage is what FindAbandonedRuns found on one page.
-type AbandonedPage struct {
-	Examined int `json:"examined"`
-	// Live counts the runs whose workflow (or rollback) is still running.
-	Live int `json:"live"`
-	// Rollbacks are the runs to start a RollbackRun for.
-	Rollbacks []AbandonedRun `json:"rollbacks,omitempty"`
-	// Covered are sub-agents whose stack their parent's rollback walks.
-	Covered []string `json:"covered,omitempty"`
-	// Stalled are runs whose RollbackRun itself ended before it finished
-	// them: the ledger now says needs-attention.
-	Stalled []string `json:"stalled,omitempty"`
-	// Errors are the runs that could not be examined this time.
-	Errors []string `json:"errors,omitempty"`
-	// Next is the After of the next page, "" when this was the last.
-	Next string `json:"next,omitempty"`
 }
 
 // FindAbandonedRuns reads one page of the runs the ledger has not seen end
@@ -299,13 +249,6 @@ func (r *Reconciliation) closeReason(ctx context.Context, workflowID string, ex 
 	return fmt.Sprintf("the workflow closed in Temporal (%s) without recording its end", ex.status), nil
 }
 
-// RollbackRequest is the input of StartRollback and of the RollbackRun
-// workflow.
-type RollbackRequest struct {
-	// Reason is Temporal's reason, as marked in the ledger.
-	Reason string `json:"reason"`
-}
-
 // StartRollback starts RollbackRun for a run marked terminated, under the
 // run's own workflow ID (its execution is closed, so a new one may use it)
 // on this worker's task queue. A rollback already running under that ID is
@@ -319,7 +262,7 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run AbandonedRun) (s
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            clip("rollback of a run that ended outside the engine: "+run.Reason, 200),
+		StaticSummary:                            agentsagatype.Clip("rollback of a run that ended outside the engine: "+run.Reason, 200),
 	}, RollbackRunWorkflow, RollbackRequest{Reason: run.Reason})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
@@ -329,17 +272,6 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run AbandonedRun) (s
 		return "", fmt.Errorf("start the rollback of run %s: %w", run.WorkflowID, err)
 	}
 	return started.GetRunID(), nil
-}
-
-// TerminatedRun is what RollbackRun reads of the run it walks.
-type TerminatedRun struct {
-	Status   string `json:"status"`
-	Reason   string `json:"reason"`
-	Finished bool   `json:"finished"`
-	// Spec is the run's workflows.RunSpec, as JSON.
-	Spec json.RawMessage `json:"spec"`
-	// What the run had spent, as far as the ledger knows.
-	Outcome ledger.RunOutcome `json:"outcome"`
 }
 
 // ReadTerminatedRun reads the run a RollbackRun walks.
@@ -364,16 +296,6 @@ func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID strin
 		Outcome: ledger.RunOutcome{StepsUsed: run.StepsUsed, TokensUsed: run.TokensUsed, USDSpent: run.USDSpent,
 			Calls: counters.Calls, Retries: counters.Retries},
 	}, nil
-}
-
-// ErrTypeRunNotFound marks a rollback of a run the ledger has no row for.
-const ErrTypeRunNotFound = "RunNotFound"
-
-// SubRunsFinish is the input of FinishSubRuns.
-type SubRunsFinish struct {
-	WorkflowID string `json:"workflow_id"`
-	Status     string `json:"status"`
-	Reason     string `json:"reason"`
 }
 
 // FinishSubRuns ends the sub-agents a terminated run's rollback walked with

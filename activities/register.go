@@ -5,10 +5,6 @@ import (
 	"go.temporal.io/sdk/worker"
 )
 
-// NamePrefix namespaces agentsaga's activities in a worker's registry
-// (agentsaga.CallTool), so that they share a worker with a team's own.
-const NamePrefix = "agentsaga."
-
 // Register registers the methods of acts (an *Activities or a
 // *Reconciliation) on r under NamePrefix. With legacyNames it registers
 // them under their bare names too, for the runs in flight that began on a

@@ -11,63 +11,18 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
-// RetryPlan is what the workflow tells each model and tool call about its
-// retries. The workflow computes it when it schedules the call, so the
-// allowance reflects the run's logical calls so far, and the run's shared
-// counters (retries, per-tool retries) live in Postgres where parallel
-// calls of one turn pay against them atomically.
-type RetryPlan struct {
-	// Tool is the per-tool cap's key; model calls use "model".
-	Tool string `json:"tool"`
-	// Dependency is the circuit breaker's key, shared by the fleet.
-	Dependency   string  `json:"dependency"`
-	MaxAttempts  int     `json:"max_attempts"`
-	ToolRetryCap int     `json:"tool_retry_cap"`
-	RunAllowance float64 `json:"run_allowance"`
-	// BackoffBase and BackoffCap shape full-jitter backoff.
-	BackoffBase time.Duration `json:"backoff_base"`
-	BackoffCap  time.Duration `json:"backoff_cap"`
-	// Deadline is the run's absolute deadline; zero means none.
-	Deadline time.Time `json:"deadline,omitempty"`
-}
-
-// planned is implemented by the activity inputs that carry a RetryPlan.
-type planned interface{ retryPlan() RetryPlan }
-
-func (c ModelCall) retryPlan() RetryPlan       { return c.Retry }
-func (r ToolCallRequest) retryPlan() RetryPlan { return r.Retry }
+// planned is implemented by the activity inputs that carry a RetryPlan
+// (agentsagatype.ModelCall and ToolCallRequest).
+type planned interface{ Plan() RetryPlan }
 
 // keyed is a request that may carry the idempotency key of its first
 // activity (a call sent again after waiting for a breaker).
-type keyed interface{ callKey() string }
-
-func (c ModelCall) callKey() string       { return c.Key }
-func (r ToolCallRequest) callKey() string { return r.Key }
-
-// CallFailure travels as the details of every error the retry hook
-// returns, so the workflow learns how many leaf calls a failed call took
-// and which budget, if any, refused it.
-type CallFailure struct {
-	Attempt int    `json:"attempt"`
-	Denial  string `json:"denial,omitempty"`
-	// RetryAt, on a budget.DenyCircuitOpen denial, is when the call may go
-	// out again. Refused at the gate, it is the release slot the gate
-	// handed this call (ledger.Gate.RetryAt): the parked calls come back
-	// one per budget.BreakerConfig.ReleaseInterval, not in one wave. A
-	// retry refused because the breaker had just opened comes back a
-	// cooldown later, jittered by up to half of it, and takes a slot then.
-	RetryAt time.Time `json:"retry_at,omitzero"`
-	// AtGate is set when the breaker refused this attempt before it was
-	// made: the call made Attempt-1 leaf calls, not Attempt.
-	AtGate bool `json:"at_gate,omitempty"`
-	// OpenSince, on a refusal at the gate, is when this outage opened the
-	// breaker (ledger.Gate.OpenSince); zero when the hook could not tell.
-	OpenSince time.Time `json:"open_since,omitzero"`
-}
+type keyed interface{ FirstKey() string }
 
 // RetryStore is the shared state the hook pays with: the ledger in
 // production.
@@ -129,19 +84,15 @@ type retryInbound struct {
 	hook *RetryHook
 }
 
-// ErrTypeLedgerUnavailable marks an attempt that failed because the shared
-// retry state could not be read. No leaf call left the process for it.
-const ErrTypeLedgerUnavailable = "LedgerUnavailable"
-
 func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
 	var plan RetryPlan
 	found := false
 	for _, arg := range in.Args {
 		if p, ok := arg.(planned); ok {
-			plan, found = p.retryPlan(), true
+			plan, found = p.Plan(), true
 		}
 		if req, ok := arg.(keyed); ok {
-			ctx = withCallKey(ctx, req.callKey())
+			ctx = withCallKey(ctx, req.FirstKey())
 		}
 	}
 	if !found || plan.Dependency == "" {
@@ -300,7 +251,7 @@ func (i *retryInbound) report(ctx context.Context, f failure) {
 	if f.status != 0 {
 		fields = append(fields, "status", f.status)
 	}
-	fields = append(fields, "decision", f.decision, "error", clip(f.message, 300))
+	fields = append(fields, "decision", f.decision, "error", agentsagatype.Clip(f.message, 300))
 	log := activity.GetLogger(ctx)
 	switch {
 	case f.cancelled:

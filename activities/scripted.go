@@ -6,21 +6,6 @@ import (
 	"fmt"
 )
 
-// ScriptedTurn is one answer of a scripted model.
-type ScriptedTurn struct {
-	Content   string         `json:"content,omitempty"`
-	ToolCalls []ScriptedCall `json:"tool_calls,omitempty"`
-	Refusal   string         `json:"refusal,omitempty"`
-}
-
-// ScriptedCall is a tool call in a script. Arguments is normally a JSON
-// object; a JSON string is sent verbatim instead, as a model's raw text, so
-// a script can reproduce a model that writes broken arguments.
-type ScriptedCall struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
-}
-
 // ScriptedModel answers from a fixed list of turns: the Nth call made in a
 // conversation (counted by its assistant messages) gets turn N. It makes no
 // network call, so demos and tests are deterministic; it is one Model among

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,22 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
-	"github.com/agentsaga/agentsaga/budget"
-)
-
-// Tool kinds a ToolSpec may declare.
-const (
-	ToolKindGo   = "go"
-	ToolKindHTTP = "http"
-	// ToolKindAgent is a sub-agent: the workflow runs it as a child
-	// workflow, never as an activity.
-	ToolKindAgent = "agent"
-	// ToolKindMCP is an MCP server (url: streamable HTTP; command: stdio,
-	// started by the worker), or one tool of it once the run has listed
-	// the server (mcp_tool set): see mcp.go.
-	ToolKindMCP = "mcp"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // MaxToolOutput is how much of a tool's answer is kept, of every kind of
@@ -44,204 +28,6 @@ const MaxToolOutput = 64 << 10
 
 // TruncationMarker ends a tool answer that was cut at MaxToolOutput.
 const TruncationMarker = "\n[truncated by agentsaga: output exceeded 64 KiB]"
-
-// ToolSpec declares a tool a run may call. A "go" tool names a function
-// registered in the worker's Toolbox; an "http" tool is a URL the worker
-// calls with the arguments as a JSON body and the idempotency key in the
-// Idempotency-Key header; an "mcp" entry is an MCP server whose tools the
-// run lists at its start, each called with the key in _meta (mcp.go).
-type ToolSpec struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-	Kind        string `json:"kind"`
-	URL         string `json:"url,omitempty"`
-	Method      string `json:"method,omitempty"`
-	// Parameters is the JSON schema the arguments must match.
-	Parameters json.RawMessage `json:"parameters,omitempty"`
-	// TimeoutSeconds bounds one attempt; the default is 30.
-	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
-	// Refusal lists the answers that mean "no" although the call
-	// succeeded, such as {field: status, equals: declined}. A refusal is
-	// never retried.
-	Refusal budget.RefusalRules `json:"refusal,omitempty"`
-	// Compensate names the tool that undoes this one, with its arguments
-	// as a template: {{args.x}} and {{result.x}} are the forward call's
-	// argument and result fields, {{key}} its idempotency key.
-	Compensate *CompensationSpec `json:"compensate,omitempty"`
-	// Irreversible marks a tool whose effect cannot be undone (an email).
-	Irreversible bool `json:"irreversible,omitempty"`
-	// Headers are sent with every request of an http tool. A value may
-	// read the worker's environment, "Bearer ${env:CRM_TOKEN}", when the
-	// request is built: only the template is ever stored, and each value
-	// read is redacted from the answer and from errors (see headers.go).
-	Headers map[string]string `json:"headers,omitempty"`
-
-	// Command starts a stdio MCP server (kind mcp): the program and its
-	// arguments, run by the worker, which keeps one process per command
-	// and starts it again when it died. URL is the streamable HTTP one.
-	Command []string `json:"command,omitempty"`
-	// Allow names the server's tools a run may call (kind mcp); empty
-	// means all of them. A name the server does not offer fails the run.
-	Allow []string `json:"allow,omitempty"`
-	// MCPTool is the server's name for the tool. The run's listing sets it
-	// (with MCPServer, the entry listed) on each tool it returns; an entry
-	// that sets it in the spec names one tool and is not listed.
-	MCPTool   string `json:"mcp_tool,omitempty"`
-	MCPServer string `json:"mcp_server,omitempty"`
-}
-
-// CompensationSpec is a tool's compensating action.
-type CompensationSpec struct {
-	Tool      string          `json:"tool"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
-}
-
-var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-
-// Validate reports the first thing wrong with the tool, naming the field.
-func (t ToolSpec) Validate() error {
-	if !toolName.MatchString(t.Name) {
-		return fmt.Errorf("tool %q: name must be 1-64 letters, digits, '_' or '-'", t.Name)
-	}
-	if t.Kind != ToolKindMCP && (t.Command != nil || t.Allow != nil || t.MCPTool != "" || t.MCPServer != "") {
-		return fmt.Errorf("tool %s: command, allow, mcp_tool and mcp_server are for kind %q, not %q", t.Name, ToolKindMCP, t.Kind)
-	}
-	switch t.Kind {
-	case ToolKindMCP:
-		if err := t.validateMCP(); err != nil {
-			return err
-		}
-	case ToolKindGo, ToolKindAgent:
-		if t.URL != "" {
-			return fmt.Errorf("tool %s: url is set but kind is %q (want kind %q)", t.Name, t.Kind, ToolKindHTTP)
-		}
-	case ToolKindHTTP:
-		if t.URL == "" {
-			return fmt.Errorf("tool %s: an http tool needs a url", t.Name)
-		}
-		u, err := url.Parse(t.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("tool %s: url %q is not an absolute http(s) URL", t.Name, t.URL)
-		}
-		switch t.Method {
-		case "", http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		default:
-			return fmt.Errorf("tool %s: method %q is not one of GET, POST, PUT, PATCH, DELETE", t.Name, t.Method)
-		}
-	case "":
-		return fmt.Errorf("tool %s: kind is missing (want %q, %q, %q or %q)", t.Name, ToolKindGo, ToolKindHTTP, ToolKindMCP, ToolKindAgent)
-	default:
-		return fmt.Errorf("tool %s: unknown kind %q (want %q, %q, %q or %q)", t.Name, t.Kind, ToolKindGo, ToolKindHTTP, ToolKindMCP, ToolKindAgent)
-	}
-	if t.TimeoutSeconds < 0 {
-		return fmt.Errorf("tool %s: timeout_seconds %v is negative", t.Name, t.TimeoutSeconds)
-	}
-	if err := t.validateHeaders(); err != nil {
-		return err
-	}
-	if _, err := t.schema(); err != nil {
-		return err
-	}
-	if _, err := t.refusals(); err != nil {
-		return err
-	}
-	if t.Compensate != nil {
-		if t.Irreversible {
-			return fmt.Errorf("tool %s: declares both compensate and irreversible", t.Name)
-		}
-		if t.Compensate.Tool == "" {
-			return fmt.Errorf("tool %s: compensate.tool is missing", t.Name)
-		}
-		var object map[string]any
-		if len(t.Compensate.Arguments) > 0 && json.Unmarshal(t.Compensate.Arguments, &object) != nil {
-			return fmt.Errorf("tool %s: compensate.arguments must be a JSON object", t.Name)
-		}
-	}
-	return nil
-}
-
-var refusalCache sync.Map // tool name + rules -> *budget.RefusalMatcher
-
-// refusals compiles the tool's refusal rules once per worker.
-func (t ToolSpec) refusals() (*budget.RefusalMatcher, error) {
-	if len(t.Refusal) == 0 {
-		return nil, nil
-	}
-	cacheKey := fmt.Sprintf("%s%+v", t.Name, t.Refusal)
-	if cached, ok := refusalCache.Load(cacheKey); ok {
-		return cached.(*budget.RefusalMatcher), nil
-	}
-	matcher, err := t.Refusal.Compile()
-	if err != nil {
-		return nil, fmt.Errorf("tool %s: %w", t.Name, err)
-	}
-	refusalCache.Store(cacheKey, matcher)
-	return matcher, nil
-}
-
-// Def is how the tool is described to a model.
-func (t ToolSpec) Def() ToolDef {
-	return ToolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
-}
-
-// Timeout is the longest one attempt may take. A positive timeout_seconds
-// stays positive: one past int64 nanoseconds saturates instead of wrapping
-// negative, and one under a nanosecond is a nanosecond, not the zero
-// timeout Temporal refuses.
-func (t ToolSpec) Timeout() time.Duration {
-	if t.TimeoutSeconds <= 0 {
-		return 30 * time.Second
-	}
-	if ns := t.TimeoutSeconds * float64(time.Second); ns < math.MaxInt64 {
-		return max(time.Duration(ns), 1)
-	}
-	return math.MaxInt64
-}
-
-var schemaCache sync.Map // string(schema) -> *jsonschema.Schema
-
-func (t ToolSpec) schema() (*jsonschema.Schema, error) {
-	if len(t.Parameters) == 0 {
-		return nil, nil
-	}
-	if cached, ok := schemaCache.Load(string(t.Parameters)); ok {
-		return cached.(*jsonschema.Schema), nil
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Parameters))
-	if err != nil {
-		return nil, fmt.Errorf("tool %s: parameters is not JSON: %w", t.Name, err)
-	}
-	compiler := jsonschema.NewCompiler()
-	if err := compiler.AddResource("tool.json", doc); err != nil {
-		return nil, fmt.Errorf("tool %s: parameters: %w", t.Name, err)
-	}
-	compiled, err := compiler.Compile("tool.json")
-	if err != nil {
-		return nil, fmt.Errorf("tool %s: parameters is not a valid JSON schema: %w", t.Name, err)
-	}
-	schemaCache.Store(string(t.Parameters), compiled)
-	return compiled, nil
-}
-
-// CheckArguments reports whether arguments is a JSON object that matches
-// the tool's schema, and says what is wrong when it is not.
-func (t ToolSpec) CheckArguments(arguments string) error {
-	if !json.Valid([]byte(arguments)) {
-		return fmt.Errorf("tool %s: arguments are not valid JSON: %s", t.Name, clip(arguments, 200))
-	}
-	schema, err := t.schema()
-	if err != nil || schema == nil {
-		return err
-	}
-	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(arguments))
-	if err != nil {
-		return fmt.Errorf("tool %s: arguments: %w", t.Name, err)
-	}
-	if err := schema.Validate(inst); err != nil {
-		return fmt.Errorf("tool %s: arguments do not match its schema: %w", t.Name, err)
-	}
-	return nil
-}
 
 // ToolInvocation is what a tool receives for one attempt.
 type ToolInvocation struct {
@@ -365,7 +151,7 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call 
 	if method == "" {
 		method = http.MethodPost
 	}
-	headers, redact, err := tool.resolveHeaders(getenv)
+	headers, redact, err := resolveHeaders(tool, getenv)
 	if err != nil {
 		return "", err
 	}
@@ -424,7 +210,7 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call 
 	if redact != nil && len(data) > MaxToolOutput {
 		// Redaction may have shortened an answer that was over the cap, so
 		// it is cut and marked here, where that is still known.
-		text, _ = cutAtRune(cleanText(text), MaxToolOutput)
+		text, _ = agentsagatype.CutAtRune(cleanText(text), MaxToolOutput)
 		text += TruncationMarker
 	}
 	return text, nil
@@ -486,7 +272,7 @@ func cleanOutput(s string) string {
 		// is cut after redaction, where it is still known to be over.
 		return s
 	}
-	s, cut := cutAtRune(s, MaxToolOutput)
+	s, cut := agentsagatype.CutAtRune(s, MaxToolOutput)
 	if cut {
 		s += TruncationMarker
 	}
@@ -502,25 +288,4 @@ func cleanText(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-}
-
-// clip shortens s to about n bytes for a message, never splitting a UTF-8
-// character: a split one is invalid UTF-8 in an error's protobuf string.
-func clip(s string, n int) string {
-	if s, cut := cutAtRune(s, n); cut {
-		return s + "..."
-	}
-	return s
-}
-
-// cutAtRune keeps at most n bytes of s without splitting a UTF-8
-// character, and reports whether it cut anything.
-func cutAtRune(s string, n int) (string, bool) {
-	if len(s) <= n {
-		return s, false
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n], true
 }

@@ -10,25 +10,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
-// RefusalRule recognises a semantic refusal: a call that succeeded and
-// whose answer means "no" ("card declined", "insufficient funds"). Such an
-// answer is final, so it must never be retried; these rules let a tool's
-// configuration say what its refusals look like.
-type RefusalRule struct {
-	// Field is a dot path into a JSON body, such as "error.code"; a
-	// segment that is a number indexes an array ("errors.0.code").
-	Field string `json:"field,omitempty"`
-	// Equals compares the field's value rendered as a string: strings as
-	// they are, numbers without a trailing ".0" (2.0 is "2"), booleans as
-	// true or false, null as null, objects and arrays as compact JSON.
-	Equals string `json:"equals,omitempty"`
-	// Pattern is a Go regular expression matched against the field's
-	// value (rendered as for Equals) when Field is set, else against the
-	// whole body. With Equals, both must hold.
-	Pattern string `json:"pattern,omitempty"`
-}
+// RefusalRule is a tool's declared refusal (agentsagatype.RefusalRule).
+type RefusalRule = agentsagatype.RefusalRule
 
 // RefusalRules are a tool's refusal rules; the first that matches decides.
 type RefusalRules []RefusalRule

@@ -16,9 +16,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 const suffix = "/compensate"
@@ -47,7 +46,7 @@ func RetryActivityID(forward string, retry int) string {
 // parent's), so the compensation's key is the forward key + /compensate
 // whichever workflow runs it, and a parent and a child walking the same
 // action share one compensation.
-func ForwardActivityID(walkerWorkflowID string, c ledger.Compensation) string {
+func ForwardActivityID(walkerWorkflowID string, c agentsagatype.Compensation) string {
 	if below, ok := strings.CutPrefix(c.ForwardKey, walkerWorkflowID+"/"); ok {
 		return below
 	}
@@ -146,8 +145,8 @@ func lookup(v any, path []string) any {
 
 // Outcome of running one compensation.
 const (
-	Done      = ledger.CompensationDone
-	NotNeeded = ledger.CompensationNotNeeded
+	Done      = agentsagatype.CompensationDone
+	NotNeeded = agentsagatype.CompensationNotNeeded
 )
 
 // Runner runs compensations for Walk: the workflow provides it, as
@@ -156,17 +155,17 @@ type Runner interface {
 	// Fence closes the run for its rollback: no forward action of the run
 	// or its sub-agents may be claimed any more, and every attempt that
 	// still held one has settled. It returns the plan read after that.
-	Fence(ctx workflow.Context) (ledger.RollbackPlan, error)
+	Fence(ctx workflow.Context) (agentsagatype.RollbackPlan, error)
 	// Run executes the compensating action and reports Done or NotNeeded
 	// (the far side had nothing to undo), or the error it still failed with
 	// after its own bounded retries. retry counts the human retries before
 	// this run (0 the first time); each has its own key (RetryActivityID).
-	Run(ctx workflow.Context, c ledger.Compensation, arguments string, retry int) (string, error)
+	Run(ctx workflow.Context, c agentsagatype.Compensation, arguments string, retry int) (string, error)
 	// Settle records a compensation's status in the ledger.
-	Settle(ctx workflow.Context, c ledger.Compensation, status, cause, reason string) error
+	Settle(ctx workflow.Context, c agentsagatype.Compensation, status, cause, reason string) error
 	// Escalate hands a compensation that still fails to a human and waits
 	// for the decision.
-	Escalate(ctx workflow.Context, c ledger.Compensation, err error) Decision
+	Escalate(ctx workflow.Context, c agentsagatype.Compensation, err error) Decision
 }
 
 // Decisions a human can take about a failed compensation.
@@ -218,24 +217,24 @@ func Walk(ctx workflow.Context, runner Runner) (Report, error) {
 	report.Stack = len(stack)
 	for _, a := range plan.Irreversible {
 		what := "happened"
-		if a.Status != ledger.ActionCompleted {
+		if a.Status != agentsagatype.ActionCompleted {
 			what = "may have happened (outcome unknown)"
 		}
 		report.Irreversible = append(report.Irreversible, fmt.Sprintf("%s (%s, irreversible, %s)", a.Key, a.Tool, what))
 	}
 	for i, c := range stack {
 		switch c.Status {
-		case ledger.CompensationDone:
+		case agentsagatype.CompensationDone:
 			report.Compensated++
 			continue
-		case ledger.CompensationNotNeeded:
+		case agentsagatype.CompensationNotNeeded:
 			report.NotNeeded++
 			continue
-		case ledger.CompensationSkipped:
+		case agentsagatype.CompensationSkipped:
 			report.Skipped = append(report.Skipped, c.ForwardKey+": "+c.Reason)
 			continue
 		}
-		if c.Forward.Status == ledger.ActionRejected {
+		if c.Forward.Status == agentsagatype.ActionRejected {
 			// The far side said no: nothing took effect.
 			if err := runner.Settle(ctx, c, NotNeeded, "", "the forward action was rejected"); err != nil {
 				return report, err
@@ -260,7 +259,7 @@ func Walk(ctx workflow.Context, runner Runner) (Report, error) {
 				}
 				break
 			}
-			if err := runner.Settle(ctx, c, ledger.CompensationFailed, runErr.Error(), ""); err != nil {
+			if err := runner.Settle(ctx, c, agentsagatype.CompensationFailed, runErr.Error(), ""); err != nil {
 				return report, err
 			}
 			decision := runner.Escalate(ctx, c, runErr)
@@ -268,7 +267,7 @@ func Walk(ctx workflow.Context, runner Runner) (Report, error) {
 			case DecisionRetry:
 				continue
 			case DecisionSkip:
-				if err := runner.Settle(ctx, c, ledger.CompensationSkipped, runErr.Error(), decision.Reason); err != nil {
+				if err := runner.Settle(ctx, c, agentsagatype.CompensationSkipped, runErr.Error(), decision.Reason); err != nil {
 					return report, err
 				}
 				report.Skipped = append(report.Skipped, c.ForwardKey+": "+decision.Reason)

@@ -11,19 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Action statuses.
-const (
-	// ActionStarted: an attempt holds the key until its lease runs out.
-	ActionStarted = "started"
-	// ActionCompleted: the first completed result is stored for good.
-	ActionCompleted = "completed"
-	// ActionFailed: the last attempt failed retryably; the next may claim it.
-	ActionFailed = "failed"
-	// ActionRejected: the tool answered a definitive "no" (a 4xx); like
-	// Stripe, the answer is stored and every later attempt gets it back.
-	ActionRejected = "rejected"
-)
-
 var (
 	// ErrConflict: a different request was sent under an existing key.
 	ErrConflict = errors.New("idempotency key reused with a different request")
@@ -71,12 +58,6 @@ const (
 	ActionModel = "model"
 )
 
-// CompensationRequest pairs a forward action with the tool that undoes it.
-type CompensationRequest struct {
-	Tool              string `json:"tool"`
-	ArgumentsTemplate string `json:"arguments_template"`
-}
-
 // Fingerprint identifies the request: the tool and its arguments with JSON
 // object keys in canonical order, so re-encoding the same arguments does not
 // read as a different request, and numbers compared by value.
@@ -87,36 +68,6 @@ func (r ActionRequest) Fingerprint() string {
 	}
 	sum := sha256.Sum256([]byte(r.Tool + "\x00" + args))
 	return hex.EncodeToString(sum[:])
-}
-
-// Action is one row of the action ledger.
-type Action struct {
-	ID          int64  `json:"id"`
-	Key         string `json:"idempotency_key"`
-	WorkflowID  string `json:"workflow_id"`
-	ActivityID  string `json:"activity_id"`
-	Tool        string `json:"tool"`
-	Arguments   string `json:"arguments"`
-	Fingerprint string `json:"request_fingerprint"`
-	Status      string `json:"status"`
-	Result      string `json:"result,omitempty"`
-	Error       string `json:"error,omitempty"`
-	// ErrorType is the application error type the last attempt failed
-	// with (Rejected, Refusal, ...), so a stored failure replays as itself.
-	ErrorType string `json:"error_type,omitempty"`
-	// Attempts counts the claims of the key: the holder's claim number.
-	Attempts       int    `json:"attempts"`
-	CompensationID *int64 `json:"compensation_id,omitempty"`
-	// Compensates is the forward key, for a compensating action.
-	Compensates string `json:"compensates,omitempty"`
-	// LockedUntil is the holder's lease, while the action is started.
-	LockedUntil *time.Time `json:"locked_until,omitempty"`
-	// FencedAt is when the key stopped accepting claims, and FenceReason
-	// why (FenceGivenUp or FenceRollback).
-	FencedAt    *time.Time `json:"fenced_at,omitempty"`
-	FenceReason string     `json:"fence_reason,omitempty"`
-	CreatedAt   time.Time  `json:"created_at"`
-	CompletedAt *time.Time `json:"completed_at,omitempty"`
 }
 
 // Claim is the outcome of ClaimAction.

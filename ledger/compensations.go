@@ -3,34 +3,9 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// Compensation statuses.
-const (
-	CompensationRegistered = "registered"  // paired, not yet run
-	CompensationDone       = "compensated" // the compensating action completed
-	CompensationNotNeeded  = "not-needed"  // the forward action never took effect
-	CompensationFailed     = "failed"      // it ran out of attempts; a human is needed
-	CompensationSkipped    = "skipped"     // a human took responsibility
-)
-
-// Compensation is one entry of a run's saga stack, with the forward action
-// it undoes.
-type Compensation struct {
-	ID                int64     `json:"id"`
-	ForwardKey        string    `json:"forward_key"`
-	ForwardActivityID string    `json:"forward_activity_id"`
-	Tool              string    `json:"tool"`
-	ArgumentsTemplate string    `json:"arguments_template"`
-	Status            string    `json:"status"`
-	Error             string    `json:"error,omitempty"`
-	Reason            string    `json:"reason,omitempty"`
-	Forward           Action    `json:"forward"`
-	UpdatedAt         time.Time `json:"updated_at"`
-}
 
 // runTree is a CTE naming a run ($1) and its sub-agents, to any depth,
 // linked by parent_workflow_id.
@@ -86,13 +61,6 @@ func (s *Store) Irreversible(ctx context.Context, workflowID string, tools []str
 		return nil, fmt.Errorf("ledger: irreversible actions of %s: %w", workflowID, err)
 	}
 	return actions, nil
-}
-
-// RollbackPlan is what a run's rollback walks: its compensations and its
-// sub-agents', newest first, and the actions that cannot be undone.
-type RollbackPlan struct {
-	Stack        []Compensation `json:"stack"`
-	Irreversible []Action       `json:"irreversible,omitempty"`
 }
 
 // Plan reads a run's RollbackPlan; irreversibleTools names the tools whose

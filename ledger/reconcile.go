@@ -8,12 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// RunTerminated is the status of a run that ended behind the engine's back
-// (terminated in Temporal, timed out, or whose workflow vanished): the
-// reconciler found it and its compensation stack is being walked. The walk
-// ends it compensated or needs-attention; Reason keeps Temporal's reason.
-const RunTerminated = "terminated"
-
 const runColumns = `workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason, status_detail,
 		       steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at`
 

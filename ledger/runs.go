@@ -5,57 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// Run statuses. Every run ends in one of the non-running ones, and says why
-// in Reason.
-const (
-	RunRunning        = "running"
-	RunCompleted      = "completed"
-	RunPartial        = "partial"
-	RunEscalated      = "escalated"
-	RunCompensated    = "compensated"
-	RunNeedsAttention = "needs-attention"
-	RunFailed         = "failed"
-)
-
-// Run is a run's record in the ledger.
-type Run struct {
-	WorkflowID       string          `json:"workflow_id"`
-	RunID            string          `json:"run_id"`
-	ParentWorkflowID string          `json:"parent_workflow_id,omitempty"`
-	Goal             string          `json:"goal"`
-	Spec             json.RawMessage `json:"spec"`
-	Status           string          `json:"status"`
-	Answer           string          `json:"answer,omitempty"`
-	HandoffNote      string          `json:"handoff_note,omitempty"`
-	Reason           string          `json:"reason,omitempty"`
-	StatusDetail     string          `json:"status_detail,omitempty"`
-	StepsUsed        int             `json:"steps_used"`
-	LeafCalls        int             `json:"leaf_calls"`
-	TokensUsed       int64           `json:"tokens_used"`
-	USDSpent         float64         `json:"usd_spent"`
-	Calls            int             `json:"calls"`
-	Retries          int             `json:"retries"`
-	StartedAt        time.Time       `json:"started_at"`
-	FinishedAt       *time.Time      `json:"finished_at,omitempty"`
-}
-
-// RunOutcome is how a run ended.
-type RunOutcome struct {
-	Status      string  `json:"status"`
-	Answer      string  `json:"answer,omitempty"`
-	HandoffNote string  `json:"handoff_note,omitempty"`
-	Reason      string  `json:"reason,omitempty"`
-	StepsUsed   int     `json:"steps_used"`
-	TokensUsed  int64   `json:"tokens_used"`
-	USDSpent    float64 `json:"usd_spent"`
-	Calls       int     `json:"calls"`
-	Retries     int     `json:"retries"`
-}
 
 // StartRun records that a run began. Recording the same workflow ID again
 // is a no-op, because Temporal may deliver the recording activity twice.

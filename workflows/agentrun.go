@@ -19,10 +19,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/payload"
 )
 
 // TaskQueue is where agentsaga workers poll.
@@ -82,7 +82,7 @@ type TraceEntry struct {
 	Kind       string `json:"kind"` // "model", "tool", "agent" or "compensation"
 	Tool       string `json:"tool,omitempty"`
 	Arguments  string `json:"arguments,omitempty"`
-	// Output is a preview (at most activities.PreviewBytes); the whole
+	// Output is a preview (at most agentsagatype.PreviewBytes); the whole
 	// output is in the ledger, under the call's key.
 	Output string `json:"output,omitempty"`
 	// Digest identifies the whole output.
@@ -96,7 +96,7 @@ type TraceEntry struct {
 	// Note is the budget note the model read on this turn.
 	Note string `json:"note,omitempty"`
 	// Model, on a model turn that was answered, is the model that
-	// answered it (activities.ModelSpec.Target): the spec's model or a
+	// answered it (agentsagatype.ModelSpec.Target): the spec's model or a
 	// fallback.
 	Model string `json:"model,omitempty"`
 	// Parks counts the times the call waited behind its dependency's open
@@ -127,9 +127,6 @@ func FinishActivityID(step int) string { return fmt.Sprintf("step-%03d-finish", 
 func ToolActivityID(step, call int, tool string) string {
 	return fmt.Sprintf("step-%03d-call-%d-%s", step, call, tool)
 }
-
-// activitiesRef lets the workflow name activity methods without a value.
-var activitiesRef *activities.Activities
 
 // AgentRun runs one agent: model turn, then the tool calls that turn asked
 // for, then their results back to the model, until the model answers or the
@@ -177,11 +174,11 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if err != nil {
 			return RunResult{}, err
 		}
-		start := ledger.Run{Goal: spec.Goal, Spec: specJSON}
+		start := agentsagatype.Run{Goal: spec.Goal, Spec: specJSON}
 		if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
 			start.ParentWorkflowID = parent.ID
 		}
-		if err := r.bookkeeping(ctx, "run-start", activitiesRef.RecordRunStart, start); err != nil {
+		if err := r.bookkeeping(ctx, "run-start", agentsagatype.ActivityRecordRunStart, start); err != nil {
 			return RunResult{}, err
 		}
 		if err := r.listMCPTools(ctx, &spec); err != nil {
@@ -191,8 +188,8 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if system == "" {
 			system = DefaultSystemPrompt
 		}
-		r.say(activities.Message{Role: "system", Content: system, Pinned: true})
-		r.say(activities.Message{Role: "user", Content: spec.Goal, Pinned: true})
+		r.say(agentsagatype.Message{Role: "system", Content: system, Pinned: true})
+		r.say(agentsagatype.Message{Role: "user", Content: spec.Goal, Pinned: true})
 	}
 
 	result, next := r.loop(ctx)
@@ -203,10 +200,10 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 			return RunResult{}, err
 		}
 		spec.Carried = next
-		if activities.CheckPayload("the state carried across continue-as-new", spec) != nil {
+		if payload.Check("the state carried across continue-as-new", spec) != nil {
 			next.Trace = nil // the tail of previews is what can be spared
 		}
-		if err := activities.CheckPayload("the state carried across continue-as-new", spec); err != nil {
+		if err := payload.Check("the state carried across continue-as-new", spec); err != nil {
 			return RunResult{}, err
 		}
 		// A run pinned to its build moves to the deployment's current build
@@ -220,9 +217,9 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 
 	// The ending is recorded even when the run was cancelled.
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
-	if err := r.bookkeeping(finishCtx, "run-finish", activitiesRef.RecordRunFinish, activities.RunFinish{
+	if err := r.bookkeeping(finishCtx, "run-finish", agentsagatype.ActivityRecordRunFinish, agentsagatype.RunFinish{
 		WorkflowID: r.workflowID,
-		Outcome: ledger.RunOutcome{
+		Outcome: agentsagatype.RunOutcome{
 			Status: result.Status, Answer: result.Answer, HandoffNote: result.HandoffNote, Reason: result.Reason,
 			StepsUsed: result.Usage.Steps, TokensUsed: result.Usage.Tokens, USDSpent: result.Usage.USD,
 			Calls: result.Retries.Calls, Retries: result.Retries.Retries,
@@ -230,10 +227,10 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	}); err != nil {
 		return RunResult{}, err
 	}
-	for len(result.Trace) > 0 && activities.CheckPayload("the run's result", result) != nil {
+	for len(result.Trace) > 0 && payload.Check("the run's result", result) != nil {
 		result.Trace = result.Trace[1:] // the ledger has the whole run
 	}
-	if result.Status == ledger.RunFailed {
+	if result.Status == agentsagatype.RunFailed {
 		return result, temporal.NewNonRetryableApplicationError(result.Reason, ErrTypeRunFailed, nil, result)
 	}
 	return result, nil
@@ -250,7 +247,7 @@ type run struct {
 	// when the outage has lasted when a refusal said it (else zero).
 	open map[string]time.Time
 	// answeredBy is the model that answered the last turn
-	// (activities.ModelSpec.Target), for the UI.
+	// (agentsagatype.ModelSpec.Target), for the UI.
 	answeredBy string
 	// trace holds the last traceTail entries; traced counts them all.
 	trace  []TraceEntry
@@ -260,7 +257,7 @@ type run struct {
 	// the next model call writes to the ledger.
 	step    int
 	seq     int
-	pending []activities.Message
+	pending []agentsagatype.Message
 	// continued counts the executions of this run before this one.
 	continued int
 	// lastContent is the model's latest text, for a partial answer.
@@ -291,22 +288,22 @@ type run struct {
 	progressShown time.Time
 }
 
-func (r *run) bookkeeping(ctx workflow.Context, activityID string, fn, arg any) error {
+func (r *run) bookkeeping(ctx workflow.Context, activityID string, name string, arg any) error {
 	if r.versions.localBookkeeping {
 		// One idempotent statement: run in the workflow task, it needs no
 		// task of its own. A local activity takes no ID of ours; its
 		// marker in the history names the activity type.
 		ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 30 * time.Second})
-		return workflow.ExecuteLocalActivity(ctx, r.versions.activity(fn), arg).Get(ctx, nil)
+		return workflow.ExecuteLocalActivity(ctx, r.versions.activity(name), arg).Get(ctx, nil)
 	}
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityID, StartToCloseTimeout: 30 * time.Second})
-	return workflow.ExecuteActivity(ctx, r.versions.activity(fn), arg).Get(ctx, nil)
+	return workflow.ExecuteActivity(ctx, r.versions.activity(name), arg).Get(ctx, nil)
 }
 
 // loop runs turns until the run ends, or until its history is long enough
 // to continue as new, when it returns the state to carry.
 func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
-	var defs []activities.ToolDef
+	var defs []agentsagatype.ToolDef
 	for _, t := range r.spec.Tools {
 		defs = append(defs, t.Def())
 	}
@@ -329,7 +326,7 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		}
 		offered := defs
 		if r.readBack {
-			offered = append(slices.Clone(defs), activities.ReadResultDef)
+			offered = append(slices.Clone(defs), agentsagatype.ReadResultDef)
 		}
 		turn, err := r.modelTurn(ctx, step, offered, false)
 		var parked *modelParkedError
@@ -355,7 +352,7 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 			}
 			continue
 		case len(turn.ToolCalls) == 0:
-			return r.end(ledger.RunCompleted, turn.Content, "the model answered"), nil
+			return r.end(agentsagatype.RunCompleted, turn.Content, "the model answered"), nil
 		}
 		r.lastContent = turn.Content
 		why, stuck := r.toolCalls(ctx, step, turn.ToolCalls)
@@ -379,7 +376,7 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 // say queues a message the workflow itself produced (the goal, a human's
 // instruction, a failed call's error) at the next place in the
 // conversation; the next model call writes it to the ledger.
-func (r *run) say(m activities.Message) {
+func (r *run) say(m agentsagatype.Message) {
 	m.Seq = r.seq
 	r.seq++
 	r.pending = append(r.pending, m)
@@ -400,16 +397,16 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 	return r.outOfBudget(ctx, answer, strings.TrimSpace(note), reason)
 }
 
-func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDef, finish bool) (activities.ModelTurn, error) {
+func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
 	r.stats.Calls++
 	note := r.budget.Note(workflow.Now(ctx), r.openBreakers())
 	if warning := r.watch.note(); warning != "" {
 		note += "\n" + warning
 	}
-	r.showProgress(ctx, ledger.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.budget.Limits.Steps), note)
-	call := activities.ModelCall{
+	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.budget.Limits.Steps), note)
+	call := agentsagatype.ModelCall{
 		Model:        r.spec.Model,
-		Conversation: activities.Conversation{WorkflowID: r.workflowID, Append: r.pending, Through: r.seq},
+		Conversation: agentsagatype.Conversation{WorkflowID: r.workflowID, Append: r.pending, Through: r.seq},
 		Tools:        defs, Note: note, Finish: finish,
 		Retry: r.plan("model", modelDependency(r.spec.Model)),
 	}
@@ -424,9 +421,9 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		summary += ": graceful finish"
 		activityID = FinishActivityID(step)
 	}
-	var turn activities.ModelTurn
+	var turn agentsagatype.ModelTurn
 	var refusedLeafCalls int // leaf calls of the turn's sends that a down model refused
-	err := activities.CheckPayload("model call "+activityID, call)
+	err := payload.Check("model call "+activityID, call)
 	if err == nil {
 		refusedLeafCalls, err = r.askModels(ctx, activityID, summary, call, &turn)
 	}
@@ -444,14 +441,14 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		}
 		err, parked = r.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 			call.Retry = r.plan("model", call.Retry.Dependency)
-			turn = activities.ModelTurn{}
+			turn = agentsagatype.ModelTurn{}
 			if len(r.turnModels()) == 1 {
 				// One model: its send, as before fallbacks existed.
 				return r.sendModelTurn(ctx, again, summary, call)
 			}
 			asked, answered := workflow.NewFuture(ctx)
 			workflow.Go(ctx, func(ctx workflow.Context) {
-				var reply activities.ModelTurn
+				var reply agentsagatype.ModelTurn
 				refused, err := r.askModels(ctx, again, summary, call, &reply)
 				refusedLeafCalls += refused
 				answered.Set(reply, err)
@@ -469,7 +466,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 		r.readBack = r.readBack || turn.Shortened > 0 || turn.OmittedTurns > 0
 	}
 
-	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: activities.Preview(turn.Content), Note: note}
+	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: agentsagatype.Preview(turn.Content), Note: note}
 	entry.Attempts, entry.Denial, entry.Parks = turn.Attempt+parked.leafCalls+refusedLeafCalls, "", parked.parks
 	if err == nil {
 		// A reply stored earlier says who answered it; one from before
@@ -500,8 +497,8 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []activities.ToolDe
 
 // turnModels are the models a turn may go to, in order: the spec's model,
 // then its fallbacks (model.fallbacks, from agentsaga-commands 2).
-func (r *run) turnModels() []activities.ModelSpec {
-	models := []activities.ModelSpec{r.spec.Model}
+func (r *run) turnModels() []agentsagatype.ModelSpec {
+	models := []agentsagatype.ModelSpec{r.spec.Model}
 	if r.versions.modelFallbacks {
 		models = append(models, r.spec.Model.Fallbacks...)
 	}
@@ -510,7 +507,7 @@ func (r *run) turnModels() []activities.ModelSpec {
 
 // modelNamed is the turn model whose Target is target; the spec's model
 // when none is (a turn answered before AnsweredBy was stored).
-func (r *run) modelNamed(target string) activities.ModelSpec {
+func (r *run) modelNamed(target string) agentsagatype.ModelSpec {
 	for _, m := range r.turnModels() {
 		if m.Target() == target {
 			return m
@@ -527,7 +524,7 @@ func (r *run) modelNamed(target string) activities.ModelSpec {
 // calls that the sends refused by a down model made before they were
 // refused, and the last send's outcome: a refusal only when every model
 // refused the turn.
-func (r *run) askModels(ctx workflow.Context, activityID, summary string, call activities.ModelCall, turn *activities.ModelTurn) (refusedLeafCalls int, err error) {
+func (r *run) askModels(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall, turn *agentsagatype.ModelTurn) (refusedLeafCalls int, err error) {
 	models := r.turnModels()
 	for i, model := range models {
 		id, send, what := activityID, call, summary
@@ -538,7 +535,7 @@ func (r *run) askModels(ctx workflow.Context, activityID, summary string, call a
 			send.Retry = r.plan("model", modelDependency(model))
 			what = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
 		}
-		*turn = activities.ModelTurn{}
+		*turn = agentsagatype.ModelTurn{}
 		err = r.sendModelTurn(ctx, id, what, send).Get(ctx, turn)
 		failure, refused := openBreakerRefusal(err)
 		if len(models) > 1 {
@@ -561,10 +558,10 @@ func (r *run) askModels(ctx workflow.Context, activityID, summary string, call a
 }
 
 // modelDependency is a model's circuit breaker's key.
-func modelDependency(m activities.ModelSpec) string { return "model:" + m.Target() }
+func modelDependency(m agentsagatype.ModelSpec) string { return "model:" + m.Target() }
 
 // modelTargets lists models as "a, then b".
-func modelTargets(models []activities.ModelSpec) string {
+func modelTargets(models []agentsagatype.ModelSpec) string {
 	targets := make([]string, len(models))
 	for i, m := range models {
 		targets[i] = m.Target()
@@ -574,19 +571,19 @@ func modelTargets(models []activities.ModelSpec) string {
 
 // sendModelTurn schedules a model turn under activityID: its first send
 // and each send after waiting for the model's breaker.
-func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call activities.ModelCall) workflow.Future {
+func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall) workflow.Future {
 	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
-	return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallModel), call)
+	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityCallModel), call)
 }
 
 // sendToolCall schedules a tool call under activityID: its first send and
 // each send after waiting for the tool's breaker.
-func (r *run) sendToolCall(ctx workflow.Context, activityID string, call activities.ToolCall, request activities.ToolCallRequest) workflow.Future {
+func (r *run) sendToolCall(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, request agentsagatype.ToolCallRequest) workflow.Future {
 	timeout := request.Tool.Timeout()
 	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, timeout, clip(call.Name+" "+call.Arguments, 100)))
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(timeout))
-	return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.CallTool), request)
+	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityCallTool), request)
 }
 
 // modelParkedError is a model turn that waited for the model's open
@@ -619,21 +616,21 @@ const traceTail = 32
 // that are not JSON) never becomes an activity: the model gets the error
 // instead, and nothing reaches the ledger. It returns why the run should
 // escalate, and why the watchdog thinks it is stuck, if either.
-func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolCall) (escalation, stuck string) {
+func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) (escalation, stuck string) {
 	futures := make([]workflow.Future, len(calls))
 	entries := make([]TraceEntry, len(calls))
 	reservations := make([]*budget.Usage, len(calls))
 	reads := make([]bool, len(calls))
-	requests := make([]activities.ToolCallRequest, len(calls))
+	requests := make([]agentsagatype.ToolCallRequest, len(calls))
 	// Each call's result takes its place in the conversation in call
 	// order, whichever finishes first.
 	first := r.seq
 	r.seq += len(calls)
 	for i, call := range calls {
 		activityID := ToolActivityID(step, i+1, call.Name)
-		entries[i] = TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, activities.PreviewBytes)}
-		record := &activities.MessageRef{Seq: first + i, ToolCallID: call.ID, Name: call.Name}
-		if call.Name == activities.ReadResultTool && r.readBack {
+		entries[i] = TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, agentsagatype.PreviewBytes)}
+		record := &agentsagatype.MessageRef{Seq: first + i, ToolCallID: call.ID, Name: call.Name}
+		if call.Name == agentsagatype.ReadResultTool && r.readBack {
 			r.stats.Calls++
 			entries[i].ActivityID, reads[i] = activityID, true
 			futures[i] = r.readResult(ctx, activityID, call, *record)
@@ -655,13 +652,13 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		}
 		r.stats.Calls++
 		entries[i].ActivityID = activityID
-		if tool.Kind == activities.ToolKindAgent {
+		if tool.Kind == agentsagatype.ToolKindAgent {
 			spec, reservation, err := r.childSpec(workflow.Now(ctx), call.Name, call.Arguments)
 			if err != nil {
 				entries[i].Error = err.Error()
 				continue
 			}
-			if err := activities.CheckPayload("sub-agent "+call.Name+"'s spec", spec); err != nil {
+			if err := payload.Check("sub-agent "+call.Name+"'s spec", spec); err != nil {
 				entries[i].Error = errorText(err)
 				continue
 			}
@@ -674,11 +671,11 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			futures[i] = r.startChild(ctx, activityID, spec)
 			continue
 		}
-		request := activities.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: record}
+		request := agentsagatype.ToolCallRequest{Tool: tool, Arguments: call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: record}
 		if tool.Compensate != nil {
-			request.Compensation = &ledger.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
+			request.Compensation = &agentsagatype.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
 		}
-		if err := activities.CheckPayload("the call of tool "+call.Name, request); err != nil {
+		if err := payload.Check("the call of tool "+call.Name, request); err != nil {
 			entries[i].ActivityID, entries[i].Error = "", errorText(err)
 			continue
 		}
@@ -698,9 +695,9 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		if s.err != nil && !reads[i] && mayHaveClaimed(s.err) && ctx.Err() == nil {
 			// A late attempt that did it after all makes it a success.
 			s.gaveUp = r.giveUp(ctx, entries[i].ActivityID, calls[i])
-			if s.gaveUp.Status == ledger.ActionCompleted {
+			if s.gaveUp.Status == agentsagatype.ActionCompleted {
 				s.err = nil
-				s.result = activities.ToolResult{Output: s.gaveUp.Preview, Digest: s.gaveUp.Digest, Replayed: true, Attempt: s.gaveUp.LeafCalls}
+				s.result = agentsagatype.ToolResult{Output: s.gaveUp.Preview, Digest: s.gaveUp.Digest, Replayed: true, Attempt: s.gaveUp.LeafCalls}
 			}
 		}
 	}
@@ -723,13 +720,13 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 			var child RunResult
 			child, err := childResult(futures[i].Get(ctx, &child), child)
 			r.absorb(*reservations[i], child)
-			entries[i].Output, entries[i].Attempts = activities.Preview(childOutput(child)), 1
+			entries[i].Output, entries[i].Attempts = agentsagatype.Preview(childOutput(child)), 1
 			if err != nil {
 				entries[i].Error = errorText(err)
 			}
 			// The sub-agent's answer is its own run's; the parent's
 			// conversation gets it in a preview's length.
-			r.pending = append(r.pending, activities.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
+			r.pending = append(r.pending, agentsagatype.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
 				Content: entries[i].Output, Key: r.workflowID + "/" + entries[i].ActivityID})
 		case futures[i] != nil:
 			if !r.versions.giveUpsTogether {
@@ -757,8 +754,8 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 		if entries[i].Error != "" {
 			// A successful call's output was written by its activity; an
 			// error is the workflow's to write.
-			r.pending = append(r.pending, activities.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
-				Content: activities.Preview("error: " + entries[i].Error)})
+			r.pending = append(r.pending, agentsagatype.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
+				Content: agentsagatype.Preview("error: " + entries[i].Error)})
 		}
 	}
 	r.record(entries...)
@@ -767,15 +764,15 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []activities.ToolC
 
 // settledCall is how one tool call of a turn ended.
 type settledCall struct {
-	result activities.ToolResult
+	result agentsagatype.ToolResult
 	err    error
-	gaveUp activities.GaveUp
+	gaveUp agentsagatype.GaveUp
 	parked parkedCall
 }
 
 // readResult reads a shortened output back whole into the conversation, as
 // the result of the model's read_result call.
-func (r *run) readResult(ctx workflow.Context, activityID string, call activities.ToolCall, record activities.MessageRef) workflow.Future {
+func (r *run) readResult(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, record agentsagatype.MessageRef) workflow.Future {
 	var args struct {
 		Key string `json:"key"`
 	}
@@ -784,7 +781,7 @@ func (r *run) readResult(ctx workflow.Context, activityID string, call activitie
 		ActivityID: activityID, StartToCloseTimeout: 30 * time.Second, Summary: clip("read_result "+args.Key, 100),
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(r.policy.MaxAttempts)},
 	})
-	return workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.ReadResult), activities.ReadResultRequest{
+	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityReadResult), agentsagatype.ReadResultRequest{
 		WorkflowID: r.workflowID, Key: args.Key, Record: record})
 }
 
@@ -795,7 +792,7 @@ func mayHaveClaimed(err error) bool {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
 		switch appErr.Type() {
-		case activities.ErrTypeInvalidArguments, activities.ErrTypeUnknownTool, activities.ErrTypeConflict:
+		case agentsagatype.ErrTypeInvalidArguments, agentsagatype.ErrTypeUnknownTool, agentsagatype.ErrTypeConflict:
 			return false
 		}
 	}
@@ -807,7 +804,7 @@ func mayHaveClaimed(err error) bool {
 // key (at most that attempt's own timeout), and retries while the ledger
 // is unreachable: the model must not hear "failed" before the key is
 // fenced.
-func (r *run) giveUp(ctx workflow.Context, activityID string, call activities.ToolCall) activities.GaveUp {
+func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype.ToolCall) agentsagatype.GaveUp {
 	tool, _ := r.spec.tool(call.Name)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID:          activityID + "/give-up",
@@ -815,8 +812,8 @@ func (r *run) giveUp(ctx workflow.Context, activityID string, call activities.To
 		HeartbeatTimeout:    10 * time.Second,
 		Summary:             clip("give up on "+activityID, 100),
 	})
-	var gaveUp activities.GaveUp
-	if err := workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.GiveUpCall), activities.GiveUp{
+	var gaveUp agentsagatype.GaveUp
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityGiveUpCall), agentsagatype.GiveUp{
 		Key: r.workflowID + "/" + activityID, WorkflowID: r.workflowID, ActivityID: activityID,
 		Tool: call.Name, Arguments: call.Arguments,
 	}).Get(ctx, &gaveUp); err != nil {
@@ -838,9 +835,9 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 	var appErr *temporal.ApplicationError
 	errors.As(err, &appErr)
 	switch {
-	case appErr != nil && appErr.Type() == activities.ErrTypeRefusal:
+	case appErr != nil && appErr.Type() == agentsagatype.ErrTypeRefusal:
 		return fmt.Sprintf("Tool %s refused: %s", tool, appErr.Message())
-	case appErr != nil && appErr.Type() == activities.ErrTypePermission:
+	case appErr != nil && appErr.Type() == agentsagatype.ErrTypePermission:
 		return fmt.Sprintf("Tool %s was denied permission: %s", tool, appErr.Message())
 	case denial == budget.DenyCircuitOpen && r.versions.parkOnOpenBreaker:
 		return parkEscalation
@@ -888,12 +885,12 @@ func (r *run) markClosed(dependency string) { delete(r.open, dependency) }
 // plan is the retry allowance handed to one call. The run allowance counts
 // the logical calls scheduled so far, this turn's included, so parallel
 // calls of one turn share one allowance and pay against one counter.
-func (r *run) plan(tool, dependency string) activities.RetryPlan {
+func (r *run) plan(tool, dependency string) agentsagatype.RetryPlan {
 	p := r.policy
 	backoff := p.Backoff()
 	// Voluntary retries (the model repeating a call) were charged in the
 	// workflow, so they come off what the hook may still grant.
-	return activities.RetryPlan{
+	return agentsagatype.RetryPlan{
 		Tool: tool, Dependency: dependency, MaxAttempts: p.MaxAttempts,
 		ToolRetryCap: p.ToolCap(tool) - r.watch.voluntary[tool],
 		RunAllowance: p.RunAllowance(r.stats.Calls) - float64(r.watch.totalVoluntary()),
@@ -970,7 +967,7 @@ func (r *run) end(status, answer, reason string) RunResult {
 // note: the model's, when it wrote one, followed by the engine's record of
 // what succeeded and what failed.
 func (r *run) partial(answer, modelNote, reason string) RunResult {
-	result := r.end(ledger.RunPartial, answer, reason)
+	result := r.end(agentsagatype.RunPartial, answer, reason)
 	var done, failed []string
 	for _, e := range r.trace {
 		if e.Kind != "tool" && e.Kind != "agent" {
@@ -1019,13 +1016,13 @@ func callFailure(err error) (attempts int, denial string) {
 	return 1, ""
 }
 
-// callFailureIn is the activities.CallFailure the retry hook put in err's
+// callFailureIn is the agentsagatype.CallFailure the retry hook put in err's
 // details, when err carries one.
-func callFailureIn(err error) (activities.CallFailure, bool) {
+func callFailureIn(err error) (agentsagatype.CallFailure, bool) {
 	var appErr *temporal.ApplicationError
-	var failure activities.CallFailure
+	var failure agentsagatype.CallFailure
 	if err == nil || !errors.As(err, &appErr) || !appErr.HasDetails() || appErr.Details(&failure) != nil {
-		return activities.CallFailure{}, false
+		return agentsagatype.CallFailure{}, false
 	}
 	return failure, true
 }

@@ -5,7 +5,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 )
 
@@ -16,9 +16,9 @@ import (
 type Carried struct {
 	// Step and Seq are the next step and the next message's place: keys
 	// and the conversation go on where they were.
-	Step    int                  `json:"step"`
-	Seq     int                  `json:"seq"`
-	Pending []activities.Message `json:"pending,omitempty"`
+	Step    int                     `json:"step"`
+	Seq     int                     `json:"seq"`
+	Pending []agentsagatype.Message `json:"pending,omitempty"`
 	// Start is when the run's budget clock began; Limits and Used are its
 	// budget (with a human's additions).
 	Start  time.Time     `json:"start"`

@@ -10,6 +10,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -222,7 +223,7 @@ func toolName(s string) string {
 	if name == "" {
 		name = "t"
 	}
-	if err := (activities.ToolSpec{Name: name, Kind: activities.ToolKindGo}).Validate(); err != nil {
+	if err := toolcheck.Validate(activities.ToolSpec{Name: name, Kind: activities.ToolKindGo}); err != nil {
 		panic("toolName made an invalid name: " + err.Error())
 	}
 	return name

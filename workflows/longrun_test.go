@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/internal/payload"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -108,7 +109,7 @@ model:
 // and never ends in a termination.
 func TestPayloadGuard(t *testing.T) {
 	t.Parallel()
-	huge := strings.Repeat("x", activities.MaxPayload+1)
+	huge := strings.Repeat("x", payload.Max+1)
 
 	_, err := workflows.ParseSpec([]byte("goal: " + huge + "\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: hi}]}\n"))
 	require.Error(t, err)

@@ -5,11 +5,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // MCPToolsActivityID names the activity that lists the tools of the MCP
@@ -24,7 +22,7 @@ func MCPToolsActivityID(server string) string { return "mcp-tools-" + server }
 // gets its tools from the parent's list. A run without MCP server entries
 // schedules nothing here, so its commands are what they were before MCP.
 func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
-	if !slices.ContainsFunc(spec.Tools, activities.ToolSpec.IsMCPServer) {
+	if !slices.ContainsFunc(spec.Tools, agentsagatype.ToolSpec.IsMCPServer) {
 		return nil
 	}
 	backoff := r.policy.Backoff()
@@ -42,15 +40,15 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 				MaximumInterval: max(backoff.Cap, time.Millisecond), MaximumAttempts: int32(r.policy.MaxAttempts),
 			},
 		})
-		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.ListMCPTools), tool)
+		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityListMCPTools), tool)
 	}
-	var tools []activities.ToolSpec
+	var tools []agentsagatype.ToolSpec
 	for i, tool := range spec.Tools {
 		if futures[i] == nil {
 			tools = append(tools, tool)
 			continue
 		}
-		var listed []activities.ToolSpec
+		var listed []agentsagatype.ToolSpec
 		if err := futures[i].Get(ctx, &listed); err != nil {
 			return fmt.Errorf("MCP server %s: could not list its tools: %s", tool.Name, errorText(err))
 		}
@@ -58,7 +56,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 	}
 	seen := map[string]bool{}
 	for _, tool := range tools {
-		if seen[tool.Name] || (tool.MCPServer != "" && tool.Name == activities.ReadResultTool) {
+		if seen[tool.Name] || (tool.MCPServer != "" && tool.Name == agentsagatype.ReadResultTool) {
 			return fmt.Errorf("MCP server %s offers a tool named %s, like another tool of the run (rename the server entry or use allow)", tool.MCPServer, tool.Name)
 		}
 		seen[tool.Name] = true
@@ -70,11 +68,11 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 // failAtStart ends a run that could not begin (its MCP tools could not be
 // listed): nothing was done, so there is nothing to roll back.
 func (r *run) failAtStart(ctx workflow.Context, reason string) (RunResult, error) {
-	result := r.end(ledger.RunFailed, "", reason)
+	result := r.end(agentsagatype.RunFailed, "", reason)
 	r.showProgress(ctx, result.Status, reason, r.budget.Note(workflow.Now(ctx), nil))
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
-	if err := r.bookkeeping(finishCtx, "run-finish", activitiesRef.RecordRunFinish, activities.RunFinish{
-		WorkflowID: r.workflowID, Outcome: ledger.RunOutcome{Status: result.Status, Reason: reason},
+	if err := r.bookkeeping(finishCtx, "run-finish", agentsagatype.ActivityRecordRunFinish, agentsagatype.RunFinish{
+		WorkflowID: r.workflowID, Outcome: agentsagatype.RunOutcome{Status: result.Status, Reason: reason},
 	}); err != nil {
 		return RunResult{}, err
 	}

@@ -8,9 +8,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // DefaultBreakerOpenEscalation is how long a call waits behind an open
@@ -168,13 +167,13 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 // wait is bounded by escalate.after_breaker_open_seconds and the run's
 // budget, shows in the UI and the ledger while it lasts, and a call that
 // stops waiting carries why a human is asked.
-func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool activities.ToolSpec, call activities.ToolCall,
-	request activities.ToolCallRequest, err error, result *activities.ToolResult) (error, parkedCall) {
+func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agentsagatype.ToolSpec, call agentsagatype.ToolCall,
+	request agentsagatype.ToolCallRequest, err error, result *agentsagatype.ToolResult) (error, parkedCall) {
 	request.Key = r.workflowID + "/" + activityID
 	r.markOpen(call.Name, time.Time{})
 	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
-		*result = activities.ToolResult{}
+		*result = agentsagatype.ToolResult{}
 		return r.sendToolCall(ctx, again, call, request)
 	}, result)
 }
@@ -197,9 +196,9 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 			r.markOpen(dependency, since)
 			waiting := fmt.Sprintf("waiting for %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
 				what, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
-			r.showProgress(ctx, ledger.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
 			if n == 1 {
-				r.setStatus(ctx, ledger.RunRunning, waiting)
+				r.setStatus(ctx, agentsagatype.RunRunning, waiting)
 			}
 		},
 	}, func(ctx workflow.Context, n int) workflow.Future {
@@ -221,7 +220,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 			what, out.Back.UTC().Format(time.RFC3339))
 	default:
 		if out.Parks > 0 && !temporal.IsCanceledError(err) {
-			r.setStatus(ctx, ledger.RunRunning, "") // no longer waiting
+			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
 		}
 	}
 	return err, parked
@@ -229,7 +228,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 
 // openBreakerRefusal is the retry hook's CircuitOpen denial in err, when
 // that is what err is.
-func openBreakerRefusal(err error) (activities.CallFailure, bool) {
+func openBreakerRefusal(err error) (agentsagatype.CallFailure, bool) {
 	failure, ok := callFailureIn(err)
 	return failure, ok && failure.Denial == budget.DenyCircuitOpen
 }

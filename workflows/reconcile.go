@@ -8,9 +8,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // The reconciler finds runs that ended behind the engine's back (terminated
@@ -33,9 +32,6 @@ const (
 	// starts over.
 	reconcileMaxPages = 500
 )
-
-// reconcileRef lets the workflows name the reconciler's activities.
-var reconcileRef *activities.Reconciliation
 
 // ReconcileInput shapes one pass.
 type ReconcileInput struct {
@@ -94,8 +90,8 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 			Summary:             "find runs that ended outside the engine",
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
 		})
-		var found activities.AbandonedPage
-		if err := workflow.ExecuteActivity(actx, v.activity(reconcileRef.FindAbandonedRuns), activities.FindAbandoned{
+		var found agentsagatype.AbandonedPage
+		if err := workflow.ExecuteActivity(actx, v.activity(agentsagatype.ActivityFindAbandonedRuns), agentsagatype.FindAbandoned{
 			OlderThan: in.OlderThan, After: after, Limit: pageSize}).Get(ctx, &found); err != nil {
 			return result, err
 		}
@@ -112,7 +108,7 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 				Summary:             clip("start the rollback of "+run.WorkflowID, 100),
 				RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
 			})
-			starts[i] = workflow.ExecuteActivity(sctx, v.activity(reconcileRef.StartRollback), run)
+			starts[i] = workflow.ExecuteActivity(sctx, v.activity(agentsagatype.ActivityStartRollback), run)
 		}
 		for i, run := range found.Rollbacks {
 			var runID string
@@ -142,15 +138,15 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 // compensation waits for `agentsaga retry`, `skip` or `abort`, as in any
 // walk. A run that is not marked terminated (it ended, or another rollback
 // finished it) is left alone.
-func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult, error) {
+func RollbackRun(ctx workflow.Context, in agentsagatype.RollbackRequest) (RunResult, error) {
 	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	v := readVersions(ctx)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	var stored activities.TerminatedRun
-	if err := workflow.ExecuteActivity(actx, v.activity(reconcileRef.ReadTerminatedRun), workflowID).Get(ctx, &stored); err != nil {
+	var stored agentsagatype.TerminatedRun
+	if err := workflow.ExecuteActivity(actx, v.activity(agentsagatype.ActivityReadTerminatedRun), workflowID).Get(ctx, &stored); err != nil {
 		return RunResult{}, err
 	}
-	if stored.Finished || stored.Status != ledger.RunTerminated {
+	if stored.Finished || stored.Status != agentsagatype.RunTerminated {
 		return RunResult{Status: stored.Status,
 			Reason: fmt.Sprintf("nothing to do: the run is %s and not marked terminated; its stack is not walked again", stored.Status)}, nil
 	}
@@ -168,7 +164,7 @@ func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult
 	if err != nil {
 		// Without the spec the compensating tools are unknown: a human
 		// must undo what the run did.
-		result = RunResult{Status: ledger.RunNeedsAttention,
+		result = RunResult{Status: agentsagatype.RunNeedsAttention,
 			Reason: fmt.Sprintf("terminated: %s; its spec could not be read, so its compensations were not walked: %v", reason, err)}
 	} else {
 		if err := r.registerQueries(ctx); err != nil {
@@ -177,7 +173,7 @@ func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult
 		if err := r.registerUpdates(ctx); err != nil {
 			return RunResult{}, err
 		}
-		r.showProgress(ctx, ledger.RunTerminated, "The run ended outside the engine: "+reason, "walking its compensation stack")
+		r.showProgress(ctx, agentsagatype.RunTerminated, "The run ended outside the engine: "+reason, "walking its compensation stack")
 		result = r.rollback(ctx, "terminated: "+reason, "", "")
 	}
 	result.Usage = usage
@@ -185,7 +181,7 @@ func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult
 
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
 	finishCtx = workflow.WithActivityOptions(finishCtx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	if err := workflow.ExecuteActivity(finishCtx, v.activity(reconcileRef.FinishSubRuns), activities.SubRunsFinish{
+	if err := workflow.ExecuteActivity(finishCtx, v.activity(agentsagatype.ActivityFinishSubRuns), agentsagatype.SubRunsFinish{
 		WorkflowID: workflowID, Status: result.Status,
 		Reason: fmt.Sprintf("terminated with its parent %s; walked with its parent's stack: %s", workflowID, result.Reason),
 	}).Get(finishCtx, nil); err != nil {
@@ -193,7 +189,7 @@ func RollbackRun(ctx workflow.Context, in activities.RollbackRequest) (RunResult
 	}
 	outcome := stored.Outcome
 	outcome.Status, outcome.Reason = result.Status, result.Reason
-	if err := workflow.ExecuteActivity(finishCtx, v.activity(activitiesRef.RecordRunFinish), activities.RunFinish{
+	if err := workflow.ExecuteActivity(finishCtx, v.activity(agentsagatype.ActivityRecordRunFinish), agentsagatype.RunFinish{
 		WorkflowID: workflowID, Outcome: outcome}).Get(finishCtx, nil); err != nil {
 		return RunResult{}, err
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // SpecVersion is the version of the resolved spec Resolve writes: a run
@@ -79,7 +79,7 @@ func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
 
 // resolveModel writes out the model's context window, which the worker
 // would otherwise look up by the model's name in its own table.
-func resolveModel(m activities.ModelSpec) activities.ModelSpec {
+func resolveModel(m agentsagatype.ModelSpec) agentsagatype.ModelSpec {
 	if m.ContextWindow == 0 {
 		m.ContextWindow = m.KnownContextWindow()
 	}

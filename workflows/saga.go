@@ -9,9 +9,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/compensation"
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // Updates a run accepts while it waits for a human.
@@ -166,7 +165,7 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 	in := r.input
 	r.waiting, r.input = waitingNone, nil
 	if in != nil {
-		r.setStatus(ctx, ledger.RunRunning, "after "+in.action)
+		r.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
 	}
 	return in
 }
@@ -174,8 +173,8 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 func (r *run) setStatus(ctx workflow.Context, status, detail string) {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	if err := workflow.ExecuteActivity(actx, r.versions.activity(activitiesRef.SetRunStatus),
-		activities.RunStatus{WorkflowID: r.workflowID, Status: status, Detail: detail}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivitySetRunStatus),
+		agentsagatype.RunStatus{WorkflowID: r.workflowID, Status: status, Detail: detail}).Get(ctx, nil); err != nil {
 		if temporal.IsCanceledError(err) {
 			// Cancelled with the run or its worker: nothing for an operator.
 			workflow.GetLogger(ctx).Info("the run's status was not recorded: cancelled", "status", status, "error", err)
@@ -194,7 +193,7 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 	if deadline := r.budget.Deadline(); !deadline.IsZero() {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
 	}
-	in := r.waitForHuman(ctx, waitingEscalation, ledger.RunEscalated, why,
+	in := r.waitForHuman(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
 		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
 	switch {
 	case ctx.Err() != nil:
@@ -215,7 +214,7 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 	if r.budget.Limits.Steps > 0 {
 		r.budget.Limits.Steps += in.resume.AddSteps
 	}
-	r.say(activities.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
+	r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 	return nil
 }
 
@@ -237,25 +236,25 @@ func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) Run
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	report, err := compensation.Walk(ctx, &sagaRunner{run: r})
 	r.saga = &report
-	result := r.end(ledger.RunCompensated, answer, "")
+	result := r.end(agentsagatype.RunCompensated, answer, "")
 	result.HandoffNote = handoff
 	switch {
 	case err != nil:
-		result.Status, result.Reason = ledger.RunNeedsAttention, reason+"; compensation stopped: "+errorText(err)
+		result.Status, result.Reason = agentsagatype.RunNeedsAttention, reason+"; compensation stopped: "+errorText(err)
 	case report.Aborted:
-		result.Status = ledger.RunNeedsAttention
+		result.Status = agentsagatype.RunNeedsAttention
 		result.Reason = fmt.Sprintf("%s; a human stopped the compensation; still to undo: %s", reason, strings.Join(report.Pending, ", "))
 	case len(report.Skipped) > 0:
-		result.Status = ledger.RunNeedsAttention
+		result.Status = agentsagatype.RunNeedsAttention
 		result.Reason = fmt.Sprintf("%s; resolved by a human: compensated %d, skipped %s", reason, report.Compensated, strings.Join(report.Skipped, "; "))
 	case report.Stack == 0 && r.failed:
-		result.Status, result.Reason = ledger.RunFailed, reason+"; nothing to compensate"
+		result.Status, result.Reason = agentsagatype.RunFailed, reason+"; nothing to compensate"
 	default:
 		result.Reason = fmt.Sprintf("%s; compensated %d actions, %d needed no undoing", reason, report.Compensated, report.NotNeeded)
 	}
 	if len(report.Irreversible) > 0 {
 		// The world is changed in a way the rollback cannot undo: say so.
-		result.Status = ledger.RunNeedsAttention
+		result.Status = agentsagatype.RunNeedsAttention
 		result.Reason += "; not undone, because it cannot be: " + strings.Join(report.Irreversible, "; ")
 	}
 	result.Saga = r.saga
@@ -270,7 +269,7 @@ type sagaRunner struct{ run *run }
 // Fence closes the run in the ledger and waits for attempts still at work
 // (bounded by the longest tool timeout: no attempt outlives its own), then
 // reads the plan.
-func (s *sagaRunner) Fence(ctx workflow.Context) (ledger.RollbackPlan, error) {
+func (s *sagaRunner) Fence(ctx workflow.Context) (agentsagatype.RollbackPlan, error) {
 	longest := time.Duration(0)
 	var irreversible []string
 	for _, t := range s.run.spec.Tools {
@@ -285,20 +284,20 @@ func (s *sagaRunner) Fence(ctx workflow.Context) (ledger.RollbackPlan, error) {
 		HeartbeatTimeout:    10 * time.Second,
 		Summary:             "rollback: fence the run's actions and wait for attempts still at work",
 	})
-	if err := workflow.ExecuteActivity(closeCtx, s.run.versions.activity(activitiesRef.CloseRun), s.run.workflowID).Get(ctx, nil); err != nil {
-		return ledger.RollbackPlan{}, fmt.Errorf("the run could not be fenced for its rollback: %w", err)
+	if err := workflow.ExecuteActivity(closeCtx, s.run.versions.activity(agentsagatype.ActivityCloseRun), s.run.workflowID).Get(ctx, nil); err != nil {
+		return agentsagatype.RollbackPlan{}, fmt.Errorf("the run could not be fenced for its rollback: %w", err)
 	}
 	planCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: "rollback-plan", StartToCloseTimeout: 30 * time.Second})
-	var plan ledger.RollbackPlan
-	err := workflow.ExecuteActivity(planCtx, s.run.versions.activity(activitiesRef.RollbackPlan), activities.RollbackPlanRequest{
+	var plan agentsagatype.RollbackPlan
+	err := workflow.ExecuteActivity(planCtx, s.run.versions.activity(agentsagatype.ActivityRollbackPlan), agentsagatype.RollbackPlanRequest{
 		WorkflowID: s.run.workflowID, IrreversibleTools: irreversible}).Get(ctx, &plan)
 	if err != nil {
-		return ledger.RollbackPlan{}, fmt.Errorf("the compensation stack could not be read: %w", err)
+		return agentsagatype.RollbackPlan{}, fmt.Errorf("the compensation stack could not be read: %w", err)
 	}
 	return plan, nil
 }
 
-func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments string, retry int) (string, error) {
+func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arguments string, retry int) (string, error) {
 	tool, ok := s.run.spec.tool(c.Tool)
 	if !ok {
 		return "", fmt.Errorf("compensating tool %q is not declared in the spec", c.Tool)
@@ -314,17 +313,17 @@ func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments 
 			MaximumAttempts: int32(s.run.spec.compensationAttempts()),
 		},
 	})
-	var result activities.ToolResult
-	err := workflow.ExecuteActivity(actx, s.run.versions.activity(activitiesRef.CallTool), activities.ToolCallRequest{
+	var result agentsagatype.ToolResult
+	err := workflow.ExecuteActivity(actx, s.run.versions.activity(agentsagatype.ActivityCallTool), agentsagatype.ToolCallRequest{
 		Tool: tool, Arguments: arguments, Compensates: c.ForwardKey}).Get(ctx, &result)
 	entry := TraceEntry{Step: 0, ActivityID: activityID, Kind: "compensation", Tool: c.Tool,
-		Arguments: clip(arguments, activities.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
+		Arguments: clip(arguments, agentsagatype.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
 	var appErr *temporal.ApplicationError
 	switch {
 	case err == nil:
 		s.run.record(entry)
 		return compensation.Done, nil
-	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeNotFound:
+	case errors.As(err, &appErr) && appErr.Type() == agentsagatype.ErrTypeNotFound:
 		entry.Output = "nothing to undo: " + appErr.Message()
 		s.run.record(entry)
 		return compensation.NotNeeded, nil
@@ -334,15 +333,15 @@ func (s *sagaRunner) Run(ctx workflow.Context, c ledger.Compensation, arguments 
 	return "", err
 }
 
-func (s *sagaRunner) Settle(ctx workflow.Context, c ledger.Compensation, status, cause, reason string) error {
+func (s *sagaRunner) Settle(ctx workflow.Context, c agentsagatype.Compensation, status, cause, reason string) error {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	return workflow.ExecuteActivity(actx, s.run.versions.activity(activitiesRef.SettleCompensation), activities.Settlement{
+	return workflow.ExecuteActivity(actx, s.run.versions.activity(agentsagatype.ActivitySettleCompensation), agentsagatype.Settlement{
 		ForwardKey: c.ForwardKey, Status: status, Error: cause, Reason: reason}).Get(ctx, nil)
 }
 
-func (s *sagaRunner) Escalate(ctx workflow.Context, c ledger.Compensation, err error) compensation.Decision {
+func (s *sagaRunner) Escalate(ctx workflow.Context, c agentsagatype.Compensation, err error) compensation.Decision {
 	why := fmt.Sprintf("The compensation of `%s` (%s) still fails after its retries: %s", c.ForwardKey, c.Tool, errorText(err))
-	in := s.run.waitForHuman(ctx, waitingCompensation, ledger.RunNeedsAttention, why,
+	in := s.run.waitForHuman(ctx, waitingCompensation, agentsagatype.RunNeedsAttention, why,
 		"Update `retry`, `skip` {reason} or `abort` {reason}", 0)
 	if in == nil {
 		return compensation.Decision{Action: compensation.DecisionAbort}

@@ -14,8 +14,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"sigs.k8s.io/yaml"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/toolcheck"
 )
 
 // RunSpec is everything a run needs: the goal, the model, the tools and the
@@ -26,10 +28,10 @@ type RunSpec struct {
 	Version int    `json:"spec_version,omitempty"`
 	Goal    string `json:"goal"`
 	// System replaces the default system prompt.
-	System string                `json:"system,omitempty"`
-	Model  activities.ModelSpec  `json:"model"`
-	Tools  []activities.ToolSpec `json:"tools,omitempty"`
-	Budget budget.Limits         `json:"budget"`
+	System string                   `json:"system,omitempty"`
+	Model  agentsagatype.ModelSpec  `json:"model"`
+	Tools  []agentsagatype.ToolSpec `json:"tools,omitempty"`
+	Budget budget.Limits            `json:"budget"`
 	// FinishAt is the fraction of budget left at which the run switches to
 	// its graceful finish; the default is 0.2.
 	FinishAt float64 `json:"finish_at,omitempty"`
@@ -78,7 +80,7 @@ const DefaultMaxEvents = 1000
 type AgentSpec struct {
 	System string `json:"system,omitempty"`
 	// Model defaults to the parent's.
-	Model *activities.ModelSpec `json:"model,omitempty"`
+	Model *agentsagatype.ModelSpec `json:"model,omitempty"`
 	// Tools names the parent's tools the sub-agent may use.
 	Tools []string `json:"tools,omitempty"`
 	// Share is the fraction of the parent's remaining budget each call gets
@@ -144,7 +146,7 @@ func ReadSpec(path string) (RunSpec, error) {
 func (s RunSpec) Validate() error { return s.ValidateFor() }
 
 // ValidateFor is Validate for a fleet whose workers also register the
-// custom model providers named (activities.Models.Register).
+// custom model providers named (agentsagatype.Models.Register).
 func (s RunSpec) ValidateFor(providers ...string) error {
 	if s.Goal == "" {
 		return fmt.Errorf("goal: missing")
@@ -181,7 +183,7 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 	}
 	seen := map[string]bool{}
 	for i, tool := range s.Tools {
-		if err := tool.Validate(); err != nil {
+		if err := toolcheck.Validate(tool); err != nil {
 			return fmt.Errorf("tools[%d]: %w", i, err)
 		}
 		if seen[tool.Name] {
@@ -193,12 +195,12 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 		if tool.Compensate != nil && !seen[tool.Compensate.Tool] {
 			return fmt.Errorf("tools[%d]: tool %s: compensate.tool %q is not a declared tool", i, tool.Name, tool.Compensate.Tool)
 		}
-		if _, ok := s.Agents[tool.Name]; tool.Kind == activities.ToolKindAgent && !ok {
+		if _, ok := s.Agents[tool.Name]; tool.Kind == agentsagatype.ToolKindAgent && !ok {
 			return fmt.Errorf("tools[%d]: tool %s is of kind agent but agents.%s is not defined", i, tool.Name, tool.Name)
 		}
 	}
 	for name, agent := range s.Agents {
-		if tool, ok := s.tool(name); !ok || tool.Kind != activities.ToolKindAgent {
+		if tool, ok := s.tool(name); !ok || tool.Kind != agentsagatype.ToolKindAgent {
 			return fmt.Errorf("agents.%s: no tool of kind agent is named %s", name, name)
 		}
 		if agent.Share < 0 || agent.Share > 1 {
@@ -214,7 +216,7 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 			if !ok {
 				return fmt.Errorf("agents.%s.tools: %q is not a declared tool", name, t)
 			}
-			if tool.Kind == activities.ToolKindAgent {
+			if tool.Kind == agentsagatype.ToolKindAgent {
 				return fmt.Errorf("agents.%s.tools: %q is a sub-agent; sub-agents do not nest", name, t)
 			}
 		}
@@ -227,7 +229,7 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 	if s.Carried == nil {
 		// A spec is a workflow input: it must leave room under the payload
 		// limit for what a run carries with it.
-		if err := activities.CheckPayload("the spec", s); err != nil {
+		if err := payload.Check("the spec", s); err != nil {
 			var appErr *temporal.ApplicationError
 			if errors.As(err, &appErr) {
 				return fmt.Errorf("%s (put long instructions in a tool the model can call)", appErr.Message())
@@ -299,13 +301,13 @@ func (s RunSpec) compensationAttempts() int {
 	return 5
 }
 
-func (s RunSpec) tool(name string) (activities.ToolSpec, bool) {
+func (s RunSpec) tool(name string) (agentsagatype.ToolSpec, bool) {
 	for _, t := range s.Tools {
 		if t.Name == name {
 			return t, true
 		}
 	}
-	return activities.ToolSpec{}, false
+	return agentsagatype.ToolSpec{}, false
 }
 
 func (s RunSpec) finishAt() float64 {

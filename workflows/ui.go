@@ -5,10 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // The typed search attributes a run keeps up to date, for the Temporal
@@ -166,7 +165,7 @@ func (p searchProgress) updates() []temporal.SearchAttributeUpdate {
 // would set them: a starter that sets them (agentsaga.Start does) shows the
 // run as running from its start, and saves the run that upsert.
 func InitialSearchAttributes() temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(searchProgress{status: ledger.RunRunning}.updates()...)
+	return temporal.NewSearchAttributes(searchProgress{status: agentsagatype.RunRunning}.updates()...)
 }
 
 func (r *run) lastError() string {

@@ -1,13 +1,8 @@
 package workflows
 
 import (
-	"reflect"
-	"runtime"
-	"strings"
-
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/agentsaga/agentsaga/activities"
 )
 
 // The changes to the commands AgentRun emits, each behind
@@ -34,10 +29,10 @@ const (
 	// together waited for each straggler's lease in turn.
 	changeGiveUpsTogether = "give-ups-together"
 	// changeNamespacedActivities schedules agentsaga's activities under
-	// their namespaced names (activities.NamePrefix + method: a team's own
+	// their namespaced names (agentsagatype.NamePrefix + method: a team's own
 	// worker may have an activity called CallTool). Older executions
 	// schedule the bare names, which a worker with runs from before the
-	// change still registers (activities.Register with legacyNames set,
+	// change still registers (agentsagatype.Register with legacyNames set,
 	// from agentsaga.Config.LegacyNames, which `agentsaga worker` sets).
 	changeNamespacedActivities = "namespaced-activities"
 	// changeParkOnOpenBreaker waits out a dependency's open circuit breaker
@@ -110,14 +105,11 @@ func readVersions(ctx workflow.Context) versions {
 	}
 }
 
-// activity is the name this execution schedules an activity method under,
-// given as a method value (activitiesRef.CallTool) so that a renamed method
-// fails to compile rather than to find its activity.
-func (v versions) activity(method any) string {
-	name := runtime.FuncForPC(reflect.ValueOf(method).Pointer()).Name()
-	name = strings.TrimSuffix(name[strings.LastIndex(name, ".")+1:], "-fm")
+// activity is the name this execution schedules an activity under, given
+// as one of the agentsagatype.Activity* constants.
+func (v versions) activity(name string) string {
 	if v.namespacedActivities {
-		return activities.NamePrefix + name
+		return agentsagatype.NamePrefix + name
 	}
 	return name
 }

@@ -1,0 +1,247 @@
+package agentsagatype
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ModelCall is the input of CallModel. It carries references, not the
+// conversation: the activity reads the messages from the ledger, fits them
+// to the model's context budget, and records the reply there.
+type ModelCall struct {
+	Model        ModelSpec    `json:"model"`
+	Conversation Conversation `json:"conversation"`
+	Tools        []ToolDef    `json:"tools,omitempty"`
+	// Note is the budget note the model reads last; it is not stored.
+	Note string `json:"note,omitempty"`
+	// Finish marks the graceful-finish call (FinishInstructions follow the
+	// note, and no tools are offered).
+	Finish bool `json:"finish,omitempty"`
+	// FinishInstructions are the switched instructions of a finish call.
+	FinishInstructions string    `json:"finish_instructions,omitempty"`
+	Retry              RetryPlan `json:"retry"`
+	// Key, when set, is the turn's idempotency key in place of the
+	// activity's own: a turn sent again after waiting for the model's
+	// breaker, or sent to a fallback model, keeps the key of its first
+	// activity.
+	Key string `json:"key,omitempty"`
+	// TurnOf, on a turn sent to a fallback model, is the spec's first
+	// model (ModelSpec.Target). The key names the turn, the reply at its
+	// place in the conversation, not one provider's request: the ledger
+	// records the turn's action under the first model whichever model
+	// answers it, so the key's request never changes, a reply already
+	// stored for the turn is returned to every later attempt from either
+	// model, and no second reply can be stored for it. The providers never
+	// see the key.
+	TurnOf string `json:"turn_of,omitempty"`
+}
+
+// ToolCallRequest is the input of CallTool.
+type ToolCallRequest struct {
+	Tool      ToolSpec  `json:"tool"`
+	Arguments string    `json:"arguments"`
+	Retry     RetryPlan `json:"retry"`
+	// Compensation is registered in the ledger before the tool is called.
+	Compensation *CompensationRequest `json:"compensation,omitempty"`
+	// Compensates is the forward key this call undoes, for a compensation:
+	// a rollback fences forward calls, never these.
+	Compensates string `json:"compensates,omitempty"`
+	// Record, when set, is where the output goes in the run's
+	// conversation: written in the statement that completes the action.
+	Record *MessageRef `json:"record,omitempty"`
+	// Key, when set, is the call's idempotency key in place of the
+	// activity's own: a call sent again after waiting for a breaker keeps
+	// the key of its first activity.
+	Key string `json:"key,omitempty"`
+}
+
+// ToolResult is what a tool call produced, as history carries it: a
+// preview and a digest of the output, whose whole is in the ledger.
+type ToolResult struct {
+	Output string `json:"output"`
+	// Digest identifies the whole output; Bytes is its length.
+	Digest string `json:"digest,omitempty"`
+	Bytes  int    `json:"bytes,omitempty"`
+	// Replayed is true when the ledger already held the result for this
+	// key and the tool was not called again.
+	Replayed bool `json:"replayed,omitempty"`
+	// Attempt is the attempt that produced this result: the leaf calls the
+	// call took.
+	Attempt int `json:"attempt"`
+}
+
+// RunFinish is the input of RecordRunFinish.
+type RunFinish struct {
+	WorkflowID string     `json:"workflow_id"`
+	Outcome    RunOutcome `json:"outcome"`
+}
+
+// GiveUp is the input of GiveUpCall: the call the workflow gives up on.
+type GiveUp struct {
+	Key        string `json:"key"`
+	WorkflowID string `json:"workflow_id"`
+	ActivityID string `json:"activity_id"`
+	Tool       string `json:"tool"`
+	Arguments  string `json:"arguments"`
+}
+
+// GaveUp is what the ledger knew of a call once the workflow gave up on it.
+type GaveUp struct {
+	// Status is the action's status: completed means a late attempt did the
+	// call after all, and Preview and Digest are of what it returned.
+	Status  string `json:"status"`
+	Preview string `json:"preview,omitempty"`
+	Digest  string `json:"digest,omitempty"`
+	// LeafCalls counts the attempts that left the process, lost ones
+	// included.
+	LeafCalls int `json:"leaf_calls"`
+}
+
+// ReadResultRequest is the input of ReadResult.
+type ReadResultRequest struct {
+	WorkflowID string     `json:"workflow_id"`
+	Key        string     `json:"key"`
+	Record     MessageRef `json:"record"`
+}
+
+// RollbackPlanRequest is the input of RollbackPlan.
+type RollbackPlanRequest struct {
+	WorkflowID string `json:"workflow_id"`
+	// IrreversibleTools are the tools whose effects cannot be undone.
+	IrreversibleTools []string `json:"irreversible_tools,omitempty"`
+}
+
+// Settlement is the input of SettleCompensation.
+type Settlement struct {
+	ForwardKey string `json:"forward_key"`
+	Status     string `json:"status"`
+	Error      string `json:"error,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// RunStatus is the input of SetRunStatus.
+type RunStatus struct {
+	WorkflowID string `json:"workflow_id"`
+	Status     string `json:"status"`
+	Detail     string `json:"detail"`
+}
+
+// RetryPlan is what the workflow tells each model and tool call about its
+// retries. The workflow computes it when it schedules the call, so the
+// allowance reflects the run's logical calls so far, and the run's shared
+// counters (retries, per-tool retries) live in Postgres where parallel
+// calls of one turn pay against them atomically.
+type RetryPlan struct {
+	// Tool is the per-tool cap's key; model calls use "model".
+	Tool string `json:"tool"`
+	// Dependency is the circuit breaker's key, shared by the fleet.
+	Dependency   string  `json:"dependency"`
+	MaxAttempts  int     `json:"max_attempts"`
+	ToolRetryCap int     `json:"tool_retry_cap"`
+	RunAllowance float64 `json:"run_allowance"`
+	// BackoffBase and BackoffCap shape full-jitter backoff.
+	BackoffBase time.Duration `json:"backoff_base"`
+	BackoffCap  time.Duration `json:"backoff_cap"`
+	// Deadline is the run's absolute deadline; zero means none.
+	Deadline time.Time `json:"deadline,omitempty"`
+}
+
+// CallFailure travels as the details of every error the retry hook
+// returns, so the workflow learns how many leaf calls a failed call took
+// and which budget, if any, refused it.
+type CallFailure struct {
+	Attempt int    `json:"attempt"`
+	Denial  string `json:"denial,omitempty"`
+	// RetryAt, on a budget.DenyCircuitOpen denial, is when the call may go
+	// out again. Refused at the gate, it is the release slot the gate
+	// handed this call (ledger.Gate.RetryAt): the parked calls come back
+	// one per budget.BreakerConfig.ReleaseInterval, not in one wave. A
+	// retry refused because the breaker had just opened comes back a
+	// cooldown later, jittered by up to half of it, and takes a slot then.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// AtGate is set when the breaker refused this attempt before it was
+	// made: the call made Attempt-1 leaf calls, not Attempt.
+	AtGate bool `json:"at_gate,omitempty"`
+	// OpenSince, on a refusal at the gate, is when this outage opened the
+	// breaker (ledger.Gate.OpenSince); zero when the hook could not tell.
+	OpenSince time.Time `json:"open_since,omitzero"`
+}
+
+// FindAbandoned is the input of FindAbandonedRuns: one page of the runs
+// that have not ended.
+type FindAbandoned struct {
+	// OlderThan leaves out runs younger than this.
+	OlderThan time.Duration `json:"older_than,omitempty"`
+	// After is the last workflow ID of the previous page, "" for the first.
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit"`
+}
+
+// AbandonedRun is a run whose workflow ended outside the engine, marked
+// terminated in the ledger, whose stack is to be walked.
+type AbandonedRun struct {
+	WorkflowID string `json:"workflow_id"`
+	// Reason is Temporal's: the termination's reason, the timeout, or that
+	// the workflow vanished.
+	Reason string `json:"reason"`
+	// Marked is false when an earlier pass marked it but did not get to
+	// start its rollback.
+	Marked bool `json:"marked"`
+}
+
+// AbandonedPage is what FindAbandonedRuns found on one page.
+type AbandonedPage struct {
+	Examined int `json:"examined"`
+	// Live counts the runs whose workflow (or rollback) is still running.
+	Live int `json:"live"`
+	// Rollbacks are the runs to start a RollbackRun for.
+	Rollbacks []AbandonedRun `json:"rollbacks,omitempty"`
+	// Covered are sub-agents whose stack their parent's rollback walks.
+	Covered []string `json:"covered,omitempty"`
+	// Stalled are runs whose RollbackRun itself ended before it finished
+	// them: the ledger now says needs-attention.
+	Stalled []string `json:"stalled,omitempty"`
+	// Errors are the runs that could not be examined this time.
+	Errors []string `json:"errors,omitempty"`
+	// Next is the After of the next page, "" when this was the last.
+	Next string `json:"next,omitempty"`
+}
+
+// RollbackRequest is the input of StartRollback and of the RollbackRun
+// workflow.
+type RollbackRequest struct {
+	// Reason is Temporal's reason, as marked in the ledger.
+	Reason string `json:"reason"`
+}
+
+// TerminatedRun is what RollbackRun reads of the run it walks.
+type TerminatedRun struct {
+	Status   string `json:"status"`
+	Reason   string `json:"reason"`
+	Finished bool   `json:"finished"`
+	// Spec is the run's workflows.RunSpec, as JSON.
+	Spec json.RawMessage `json:"spec"`
+	// What the run had spent, as far as the ledger knows.
+	Outcome RunOutcome `json:"outcome"`
+}
+
+// SubRunsFinish is the input of FinishSubRuns.
+type SubRunsFinish struct {
+	WorkflowID string `json:"workflow_id"`
+	Status     string `json:"status"`
+	Reason     string `json:"reason"`
+}
+
+// Plan is the call's retry plan, for the retry hook.
+func (c ModelCall) Plan() RetryPlan { return c.Retry }
+
+// Plan is the call's retry plan, for the retry hook.
+func (r ToolCallRequest) Plan() RetryPlan { return r.Retry }
+
+// FirstKey is the idempotency key of the turn's first activity, or "" when
+// the activity's own key is the turn's.
+func (c ModelCall) FirstKey() string { return c.Key }
+
+// FirstKey is the idempotency key of the call's first activity, or "" when
+// the activity's own key is the call's.
+func (r ToolCallRequest) FirstKey() string { return r.Key }

@@ -1,0 +1,157 @@
+package agentsagatype
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"unicode/utf8"
+)
+
+// Message is one entry of the conversation the model reads. It is the
+// provider-neutral form: each Model translates it to its own wire format.
+type Message struct {
+	// Role is one of "system", "user", "assistant" or "tool".
+	Role    string `json:"role"`
+	Content string `json:"content,omitempty"`
+	// ToolCalls are the calls an assistant message asked for.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID links a tool message to the call it answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the tool's name on a tool message.
+	Name string `json:"name,omitempty"`
+	// Seq is the message's place in the run's conversation in the ledger.
+	Seq int `json:"seq,omitempty"`
+	// Pinned messages (the system prompt, the goal, a human's
+	// instruction) are never shortened to fit the context budget.
+	Pinned bool `json:"pinned,omitempty"`
+	// Key is the idempotency key of the call whose output this is.
+	Key string `json:"key,omitempty"`
+}
+
+// ToolCall is one tool invocation a model asked for. Arguments is kept as
+// the raw text the model produced, because it may not be valid JSON and the
+// workflow must be able to say so rather than fail to decode it.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Usage is what one model call cost in tokens.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Total is input plus output tokens, capped at the largest int64 rather
+// than wrapping to a negative count.
+func (u Usage) Total() int64 {
+	if u.InputTokens > 0 && u.OutputTokens > math.MaxInt64-u.InputTokens {
+		return math.MaxInt64
+	}
+	return u.InputTokens + u.OutputTokens
+}
+
+// ModelTurn is what a model answered in one call.
+type ModelTurn struct {
+	Content   string     `json:"content,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Refusal is set when the model declined to answer: a 200 whose meaning
+	// is "no". It is never retried.
+	Refusal string `json:"refusal,omitempty"`
+	Usage   Usage  `json:"usage"`
+	// Model is the model name the provider reports having used.
+	Model string `json:"model,omitempty"`
+	// AnsweredBy is the model the turn was sent to, as ModelSpec.Target:
+	// the spec's model or one of its fallbacks. It is stored with the
+	// reply, so a turn read back from the ledger says who answered it.
+	AnsweredBy string `json:"answered_by,omitempty"`
+	// Attempt is the attempt that produced this turn (set by CallModel).
+	Attempt int `json:"attempt,omitempty"`
+	// RequestTokens is the estimated size of the request, after fitting it
+	// to the context budget; Shortened counts the outputs shortened and
+	// OmittedTurns the turns left out to fit.
+	RequestTokens int `json:"request_tokens,omitempty"`
+	Shortened     int `json:"shortened,omitempty"`
+	OmittedTurns  int `json:"omitted_turns,omitempty"`
+}
+
+// ToolDef is how a tool is described to a model.
+type ToolDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// PreviewBytes bounds the text of a tool result that workflow history
+// carries: the whole output lives in the ledger.
+const PreviewBytes = 1024
+
+// Preview is s cut to at most PreviewBytes on a character boundary, with a
+// marker saying how long the whole was.
+func Preview(s string) string {
+	if len(s) <= PreviewBytes {
+		return s
+	}
+	marker := fmt.Sprintf("... [%d bytes in all]", len(s))
+	cut, _ := CutAtRune(s, PreviewBytes-len(marker))
+	return cut + marker
+}
+
+// Digest identifies a whole output by content, for the watchdog and the
+// trace: two outputs with the same digest are the same.
+func Digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Conversation says which of a run's messages a model call sends: those
+// before Through, once Append (messages the workflow itself produced: the
+// system prompt, the goal, a human's instruction, a failed call's error) is
+// written. The model's reply becomes message Through.
+type Conversation struct {
+	WorkflowID string    `json:"workflow_id"`
+	Append     []Message `json:"append,omitempty"`
+	Through    int       `json:"through"`
+}
+
+// MessageRef is where a tool call's output goes in the run's conversation.
+type MessageRef struct {
+	Seq        int    `json:"seq"`
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	Name       string `json:"name,omitempty"`
+}
+
+// ReadResultTool is the built-in tool that reads a shortened output back
+// whole, by the key its preview names.
+const ReadResultTool = "read_result"
+
+// ReadResultDef is how read_result is offered to the model.
+var ReadResultDef = ToolDef{
+	Name:        ReadResultTool,
+	Description: "Read back, whole, a tool output that was shortened to a preview. Pass the key its preview names.",
+	Parameters:  json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"],"additionalProperties":false}`),
+}
+
+// Clip shortens s to about n bytes for a message, never splitting a UTF-8
+// character: a split one is invalid UTF-8 in an error's protobuf string.
+func Clip(s string, n int) string {
+	if s, cut := CutAtRune(s, n); cut {
+		return s + "..."
+	}
+	return s
+}
+
+// CutAtRune keeps at most n bytes of s without splitting a UTF-8
+// character, and reports whether it cut anything.
+func CutAtRune(s string, n int) (string, bool) {
+	if len(s) <= n {
+		return s, false
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n], true
+}

@@ -1,0 +1,286 @@
+package agentsagatype
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Providers a ModelSpec may name.
+const (
+	ProviderScripted = "scripted"
+	ProviderOpenAI   = "openai"
+)
+
+// ModelSpec says which model a run talks to. API keys are never part of it:
+// APIKeyEnv names the environment variable the worker reads the key from,
+// so the key stays out of workflow history and the ledger.
+type ModelSpec struct {
+	Provider  string `json:"provider"`
+	Name      string `json:"name,omitempty"`
+	BaseURL   string `json:"base_url,omitempty"`
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+	MaxTokens int64  `json:"max_tokens,omitempty"`
+	// ContextWindow is the model's context window in tokens; zero means
+	// the known window of the named model (ContextTokens).
+	ContextWindow int            `json:"context_tokens,omitempty"`
+	Script        []ScriptedTurn `json:"script,omitempty"`
+	// ScriptFinish is what a scripted model answers to the graceful-finish
+	// call; without it, it writes a generic partial answer.
+	ScriptFinish *ScriptedTurn `json:"script_finish,omitempty"`
+	// Fallbacks are the models that answer a turn, in order, when the ones
+	// before them are down (their circuit breakers are open): an Anthropic
+	// model behind an OpenAI one, say. A fallback has none of its own.
+	Fallbacks []ModelSpec `json:"fallbacks,omitempty"`
+}
+
+// Target names the model as "provider:name" (the provider alone when the
+// spec names no model): its circuit breaker's key after "model:", a leaf
+// call's target, and who answered a turn (ModelTurn.AnsweredBy).
+func (m ModelSpec) Target() string {
+	if m.Name == "" {
+		return m.Provider
+	}
+	return m.Provider + ":" + m.Name
+}
+
+// Validate reports the first thing wrong with the spec, naming the field.
+// The provider must be a built-in one.
+func (m ModelSpec) Validate() error { return m.ValidateFor() }
+
+// ValidateFor is Validate for a fleet whose workers also register the
+// custom providers (Models.Register); their fields are theirs to check.
+func (m ModelSpec) ValidateFor(custom ...string) error {
+	switch m.Provider {
+	case ProviderScripted:
+		if len(m.Script) == 0 {
+			return fmt.Errorf("model.script: a scripted model needs at least one turn")
+		}
+		for i, turn := range m.Script {
+			for j, call := range turn.ToolCalls {
+				if call.Name == "" {
+					return fmt.Errorf("model.script[%d].tool_calls[%d].name: empty", i, j)
+				}
+			}
+		}
+	case ProviderOpenAI:
+		if m.Name == "" {
+			return fmt.Errorf("model.name: the openai provider needs a model name (for example gpt-4o-mini or llama3.1)")
+		}
+	case ProviderAnthropic:
+		if m.Name == "" {
+			return fmt.Errorf("model.name: the anthropic provider needs a model name (for example claude-sonnet-4-5)")
+		}
+	case "":
+		return fmt.Errorf("model.provider: missing (want %q, %q or %q)", ProviderScripted, ProviderOpenAI, ProviderAnthropic)
+	default:
+		if !slices.Contains(custom, m.Provider) {
+			return fmt.Errorf("model.provider: unknown provider %q (want %q, %q or %q%s)", m.Provider, ProviderScripted, ProviderOpenAI, ProviderAnthropic, customList(custom))
+		}
+	}
+	if m.MaxTokens < 0 {
+		return fmt.Errorf("model.max_tokens: %d is negative", m.MaxTokens)
+	}
+	if m.ContextWindow < 0 || (m.ContextWindow > 0 && m.ContextWindow < 1024) {
+		return fmt.Errorf("model.context_tokens: %d is too small a context window (at least 1024, or omit it for the model's known window)", m.ContextWindow)
+	}
+	seen := map[string]bool{m.Target(): true}
+	for i, fallback := range m.Fallbacks {
+		switch {
+		case len(fallback.Fallbacks) > 0:
+			return fmt.Errorf("model.fallbacks[%d].fallbacks: a fallback has no fallbacks of its own; list them all under model.fallbacks", i)
+		case seen[fallback.Target()]:
+			return fmt.Errorf("model.fallbacks[%d]: %s is already the model or an earlier fallback", i, fallback.Target())
+		}
+		seen[fallback.Target()] = true
+		if err := fallback.ValidateFor(custom...); err != nil {
+			return fmt.Errorf("model.fallbacks[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func customList(custom []string) string {
+	if len(custom) == 0 {
+		return ""
+	}
+	return ", or a custom one: " + strings.Join(custom, ", ")
+}
+
+// ProviderAnthropic names the Anthropic Messages API in a ModelSpec.
+const ProviderAnthropic = "anthropic"
+
+// ScriptedTurn is one answer of a scripted model.
+type ScriptedTurn struct {
+	Content   string         `json:"content,omitempty"`
+	ToolCalls []ScriptedCall `json:"tool_calls,omitempty"`
+	Refusal   string         `json:"refusal,omitempty"`
+}
+
+// ScriptedCall is a tool call in a script. Arguments is normally a JSON
+// object; a JSON string is sent verbatim instead, as a model's raw text, so
+// a script can reproduce a model that writes broken arguments.
+type ScriptedCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// knownContextTokens are the context windows of models the README names,
+// by name prefix; the longest matching prefix wins.
+var knownContextTokens = map[string]int{
+	"gpt-4o":     128000,
+	"gpt-4.1":    1047576,
+	"gpt-5":      400000,
+	"o3":         200000,
+	"o4-mini":    200000,
+	"claude-":    200000,
+	"llama3.1":   128000,
+	"llama3.2":   128000,
+	"qwen2.5":    32768,
+	"mistral":    32768,
+	"gemma":      8192,
+	"phi3":       4096,
+	"deepseek-r": 65536,
+}
+
+// DefaultContextTokens is the budget of a model nobody told us about:
+// small enough to fit most.
+const DefaultContextTokens = 32000
+
+// ContextTokens is the spec's context budget, or the known window of its
+// model, or DefaultContextTokens; less the room its reply needs.
+func (m ModelSpec) ContextTokens() int {
+	window := m.ContextWindow
+	if window == 0 {
+		window = m.KnownContextWindow()
+	}
+	reply := int(m.MaxTokens)
+	if reply == 0 {
+		reply = defaultReplyTokens
+	}
+	return max(window-reply, window/2)
+}
+
+// KnownContextWindow is the context window of the named model as this
+// build knows it, or DefaultContextTokens.
+func (m ModelSpec) KnownContextWindow() int {
+	best, window := "", DefaultContextTokens
+	for prefix, n := range knownContextTokens {
+		if strings.HasPrefix(m.Name, prefix) && len(prefix) > len(best) {
+			best, window = prefix, n
+		}
+	}
+	return window
+}
+
+// defaultReplyTokens is the room kept for the reply when the spec sets no
+// max_tokens.
+const defaultReplyTokens = 4096
+
+// Tool kinds a ToolSpec may declare.
+const (
+	ToolKindGo   = "go"
+	ToolKindHTTP = "http"
+	// ToolKindAgent is a sub-agent: the workflow runs it as a child
+	// workflow, never as an activity.
+	ToolKindAgent = "agent"
+	// ToolKindMCP is an MCP server (url: streamable HTTP; command: stdio,
+	// started by the worker), or one tool of it once the run has listed
+	// the server (mcp_tool set): see mcp.go.
+	ToolKindMCP = "mcp"
+)
+
+// ToolSpec declares a tool a run may call. A "go" tool names a function
+// registered in the worker's Toolbox; an "http" tool is a URL the worker
+// calls with the arguments as a JSON body and the idempotency key in the
+// Idempotency-Key header; an "mcp" entry is an MCP server whose tools the
+// run lists at its start, each called with the key in _meta (mcp.go).
+type ToolSpec struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Kind        string `json:"kind"`
+	URL         string `json:"url,omitempty"`
+	Method      string `json:"method,omitempty"`
+	// Parameters is the JSON schema the arguments must match.
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+	// TimeoutSeconds bounds one attempt; the default is 30.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	// Refusal lists the answers that mean "no" although the call
+	// succeeded, such as {field: status, equals: declined}. A refusal is
+	// never retried.
+	Refusal []RefusalRule `json:"refusal,omitempty"`
+	// Compensate names the tool that undoes this one, with its arguments
+	// as a template: {{args.x}} and {{result.x}} are the forward call's
+	// argument and result fields, {{key}} its idempotency key.
+	Compensate *CompensationSpec `json:"compensate,omitempty"`
+	// Irreversible marks a tool whose effect cannot be undone (an email).
+	Irreversible bool `json:"irreversible,omitempty"`
+	// Headers are sent with every request of an http tool. A value may
+	// read the worker's environment, "Bearer ${env:CRM_TOKEN}", when the
+	// request is built: only the template is ever stored, and each value
+	// read is redacted from the answer and from errors (see headers.go).
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// Command starts a stdio MCP server (kind mcp): the program and its
+	// arguments, run by the worker, which keeps one process per command
+	// and starts it again when it died. URL is the streamable HTTP one.
+	Command []string `json:"command,omitempty"`
+	// Allow names the server's tools a run may call (kind mcp); empty
+	// means all of them. A name the server does not offer fails the run.
+	Allow []string `json:"allow,omitempty"`
+	// MCPTool is the server's name for the tool. The run's listing sets it
+	// (with MCPServer, the entry listed) on each tool it returns; an entry
+	// that sets it in the spec names one tool and is not listed.
+	MCPTool   string `json:"mcp_tool,omitempty"`
+	MCPServer string `json:"mcp_server,omitempty"`
+}
+
+// CompensationSpec is a tool's compensating action.
+type CompensationSpec struct {
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// Def is how the tool is described to a model.
+func (t ToolSpec) Def() ToolDef {
+	return ToolDef{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+}
+
+// Timeout is the longest one attempt may take. A positive timeout_seconds
+// stays positive: one past int64 nanoseconds saturates instead of wrapping
+// negative, and one under a nanosecond is a nanosecond, not the zero
+// timeout Temporal refuses.
+func (t ToolSpec) Timeout() time.Duration {
+	if t.TimeoutSeconds <= 0 {
+		return 30 * time.Second
+	}
+	if ns := t.TimeoutSeconds * float64(time.Second); ns < math.MaxInt64 {
+		return max(time.Duration(ns), 1)
+	}
+	return math.MaxInt64
+}
+
+// IsMCPServer says whether t is a server entry the run lists at its start
+// (kind mcp, no mcp_tool), rather than a tool the model can call.
+func (t ToolSpec) IsMCPServer() bool { return t.Kind == ToolKindMCP && t.MCPTool == "" }
+
+// RefusalRule recognises a semantic refusal: a call that succeeded and
+// whose answer means "no" ("card declined", "insufficient funds"). Such an
+// answer is final, so it must never be retried; these rules let a tool's
+// configuration say what its refusals look like.
+type RefusalRule struct {
+	// Field is a dot path into a JSON body, such as "error.code"; a
+	// segment that is a number indexes an array ("errors.0.code").
+	Field string `json:"field,omitempty"`
+	// Equals compares the field's value rendered as a string: strings as
+	// they are, numbers without a trailing ".0" (2.0 is "2"), booleans as
+	// true or false, null as null, objects and arrays as compact JSON.
+	Equals string `json:"equals,omitempty"`
+	// Pattern is a Go regular expression matched against the field's
+	// value (rendered as for Equals) when Field is set, else against the
+	// whole body. With Equals, both must hold.
+	Pattern string `json:"pattern,omitempty"`
+}

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/payload"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
@@ -69,7 +70,7 @@ func IdempotencyKey(ctx context.Context) string {
 		return key
 	}
 	info := activity.GetInfo(ctx)
-	return info.WorkflowExecution.ID + "/" + info.ActivityID
+	return agentsagatype.CallKey(info.WorkflowExecution.ID, info.ActivityID)
 }
 
 type callKeyContext struct{}

@@ -43,3 +43,11 @@ var Activities = []string{
 	ActivitySetRunStatus, ActivitySettleCompensation, ActivityFindAbandonedRuns, ActivityFinishSubRuns,
 	ActivityReadTerminatedRun, ActivityStartRollback,
 }
+
+// CallKey is the idempotency key of a call: the run's workflow ID and the
+// activity ID the workflow gave the call's first activity. It never
+// involves the run ID or the attempt, so every attempt, retry and
+// continuation of the run that sends the call shares it.
+func CallKey(workflowID, activityID string) string {
+	return workflowID + "/" + activityID
+}

@@ -432,7 +432,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// The provider is down (every model of the turn, with fallbacks):
 		// the turn waits for its breaker, as a tool call does, and goes
 		// out again under its first key.
-		call.Key = r.workflowID + "/" + activityID
+		call.Key = agentsagatype.CallKey(r.workflowID, activityID)
 		what, dependency := "the model "+modelName, "model"
 		if models := r.turnModels(); len(models) > 1 {
 			// askModels notes each model as "model <target>": the wait
@@ -531,7 +531,7 @@ func (r *run) askModels(ctx workflow.Context, activityID, summary string, call a
 		if i > 0 {
 			id = fmt.Sprintf("%s/fallback-%d", activityID, i)
 			send.Model, send.TurnOf = model, r.spec.Model.Target()
-			send.Key = cmp.Or(call.Key, r.workflowID+"/"+activityID)
+			send.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
 			send.Retry = r.plan("model", modelDependency(model))
 			what = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
 		}
@@ -727,7 +727,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 			// The sub-agent's answer is its own run's; the parent's
 			// conversation gets it in a preview's length.
 			r.pending = append(r.pending, agentsagatype.Message{Seq: first + i, Role: "tool", ToolCallID: call.ID, Name: call.Name,
-				Content: entries[i].Output, Key: r.workflowID + "/" + entries[i].ActivityID})
+				Content: entries[i].Output, Key: agentsagatype.CallKey(r.workflowID, entries[i].ActivityID)})
 		case futures[i] != nil:
 			if !r.versions.giveUpsTogether {
 				settle(ctx, i) // the old path: one call after another
@@ -814,7 +814,7 @@ func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype
 	})
 	var gaveUp agentsagatype.GaveUp
 	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityGiveUpCall), agentsagatype.GiveUp{
-		Key: r.workflowID + "/" + activityID, WorkflowID: r.workflowID, ActivityID: activityID,
+		Key: agentsagatype.CallKey(r.workflowID, activityID), WorkflowID: r.workflowID, ActivityID: activityID,
 		Tool: call.Name, Arguments: call.Arguments,
 	}).Get(ctx, &gaveUp); err != nil {
 		workflow.GetLogger(ctx).Warn("could not fence a failed call's key", "activity_id", activityID, "error", err)

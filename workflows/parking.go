@@ -169,7 +169,7 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 // stops waiting carries why a human is asked.
 func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agentsagatype.ToolSpec, call agentsagatype.ToolCall,
 	request agentsagatype.ToolCallRequest, err error, result *agentsagatype.ToolResult) (error, parkedCall) {
-	request.Key = r.workflowID + "/" + activityID
+	request.Key = agentsagatype.CallKey(r.workflowID, activityID)
 	r.markOpen(call.Name, time.Time{})
 	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)

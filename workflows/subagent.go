@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 )
 
@@ -83,7 +84,7 @@ func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.
 // parent's and its ledger rows link to the parent run.
 func (r *run) startChild(ctx workflow.Context, activityID string, spec RunSpec) workflow.Future {
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:    r.workflowID + "/" + activityID,
+		WorkflowID:    agentsagatype.CallKey(r.workflowID, activityID), // the child is the call
 		StaticSummary: clip("sub-agent: "+spec.Goal, 200),
 	})
 	return workflow.ExecuteChildWorkflow(ctx, AgentRun, spec)

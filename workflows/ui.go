@@ -68,7 +68,7 @@ func (r *run) registerQueries(ctx workflow.Context) error {
 			if e.Error != "" {
 				outcome = "failed: " + clip(e.Error, 120)
 			}
-			entries = append(entries, LedgerEntry{Key: r.workflowID + "/" + e.ActivityID, Tool: e.Tool, Outcome: outcome, Attempts: e.Attempts})
+			entries = append(entries, LedgerEntry{Key: agentsagatype.CallKey(r.workflowID, e.ActivityID), Tool: e.Tool, Outcome: outcome, Attempts: e.Attempts})
 		}
 		return entries, nil
 	}, workflow.QueryHandlerOptions{Description: "The run's actions under their idempotency keys, as the workflow saw them."})

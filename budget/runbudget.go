@@ -24,6 +24,10 @@ type RunBudget struct {
 	Start time.Time
 	// Used is what the run has spent so far.
 	Used Usage
+	// reserved is what sub-runs still running were granted and not yet
+	// released (Reserve, Release): Grant shares out only what is left
+	// after it.
+	reserved Usage
 }
 
 // NewRunBudget returns an unspent budget. finishAt must lie strictly
@@ -41,12 +45,98 @@ func NewRunBudget(l Limits, finishAt float64, start time.Time) (*RunBudget, erro
 }
 
 // Spend adds u to what the run has used.
-func (r *RunBudget) Spend(u Usage) {
-	r.Used.Steps += u.Steps
-	r.Used.LeafCalls += u.LeafCalls
-	r.Used.Tokens += u.Tokens
-	r.Used.USD += u.USD
+func (r *RunBudget) Spend(u Usage) { r.Used = r.Used.plus(u) }
+
+func (u Usage) plus(v Usage) Usage {
+	return Usage{Steps: u.Steps + v.Steps, LeafCalls: u.LeafCalls + v.LeafCalls, Tokens: u.Tokens + v.Tokens, USD: u.USD + v.USD}
 }
+
+func (u Usage) minus(v Usage) Usage {
+	return Usage{Steps: u.Steps - v.Steps, LeafCalls: u.LeafCalls - v.LeafCalls, Tokens: u.Tokens - v.Tokens, USD: u.USD - v.USD}
+}
+
+// Raise adds more to each dimension that has a limit (a human granting
+// more budget to a run that waits for them). A dimension without a limit
+// stays without one: adding to its zero would turn it into a tiny limit.
+func (r *RunBudget) Raise(more Limits) {
+	if r.Limits.Steps > 0 {
+		r.Limits.Steps += more.Steps
+	}
+	if r.Limits.LeafCalls > 0 {
+		r.Limits.LeafCalls += more.LeafCalls
+	}
+	if r.Limits.Tokens > 0 {
+		r.Limits.Tokens += more.Tokens
+	}
+	if r.Limits.USD > 0 {
+		r.Limits.USD += more.USD
+	}
+	if r.Limits.Seconds > 0 {
+		r.Limits.Seconds += more.Seconds
+	}
+}
+
+// Restore takes up the limits and spending an earlier part of the same run
+// carried over (a workflow that continued as new): the limits as they
+// were then, a human's additions included, and everything spent so far.
+func (r *RunBudget) Restore(limits Limits, used Usage) {
+	r.Limits, r.Used = limits, used
+}
+
+// Grant carves a sub-run's limits out of r at now: share of what is left
+// after the reservations of sub-runs still running, on every dimension r
+// limits, so sub-runs side by side never add up to more than r has. The
+// seconds limit is all of r's seconds left: a sub-run shares its parent's
+// deadline rather than a part of it. A dimension r does not limit stays
+// unlimited. Grant reserves nothing: Reserve the limits once the sub-run
+// is sure to start. It fails when the carve leaves a dimension nothing to
+// spend.
+func (r *RunBudget) Grant(now time.Time, share float64) (Limits, error) {
+	left := r.Remaining(now)
+	carve := func(remaining, reserved float64) float64 { return (remaining - reserved) * share }
+	limits := Limits{Steps: int(math.Floor(carve(float64(left.Steps), float64(r.reserved.Steps))))}
+	if left.LeafCalls != Unlimited {
+		limits.LeafCalls = int(math.Floor(carve(float64(left.LeafCalls), float64(r.reserved.LeafCalls))))
+	}
+	if left.Tokens != Unlimited {
+		limits.Tokens = int64(math.Floor(carve(float64(left.Tokens), float64(r.reserved.Tokens))))
+	}
+	if left.USD != Unlimited {
+		limits.USD = carve(left.USD, r.reserved.USD)
+	}
+	if left.Seconds != Unlimited {
+		limits.Seconds = left.Seconds
+	}
+	if limits.Steps < 1 || (left.LeafCalls != Unlimited && limits.LeafCalls < 1) ||
+		(left.Tokens != Unlimited && limits.Tokens < 1) || (left.USD != Unlimited && limits.USD <= 0) ||
+		(left.Seconds != Unlimited && limits.Seconds <= 0) {
+		return Limits{}, fmt.Errorf("the budget left (%+v, %+v already handed to sub-agents) is too small to share", left, r.reserved)
+	}
+	return limits, nil
+}
+
+// Reservation is what Reserve set aside of a run's budget for one sub-run.
+type Reservation struct{ held Usage }
+
+// Reserve sets granted (a Grant) aside for a sub-run that has started:
+// later Grants share out only what is left after it. Seconds are not
+// reserved: sub-runs share the deadline.
+func (r *RunBudget) Reserve(granted Limits) Reservation {
+	held := Usage{Steps: granted.Steps, LeafCalls: granted.LeafCalls, Tokens: granted.Tokens, USD: granted.USD}
+	r.reserved = r.reserved.plus(held)
+	return Reservation{held: held}
+}
+
+// Release ends a sub-run's reservation and spends what the sub-run spent:
+// the part of its grant it did not use is r's to share again, and r's
+// spending stays the true total of the run and its sub-runs.
+func (r *RunBudget) Release(reservation Reservation, spent Usage) {
+	r.reserved = r.reserved.minus(reservation.held)
+	r.Spend(spent)
+}
+
+// Reserved is what sub-runs still running hold of r (Reserve, Release).
+func (r *RunBudget) Reserved() Usage { return r.reserved }
 
 // Unlimited is what Remaining reports for a dimension without a limit.
 const Unlimited = -1

@@ -232,3 +232,92 @@ func ExampleRunBudget_Note() {
 	// Circuit breakers open: search, shipping (do not plan around them).
 	// You are nearly out of budget. Stop exploring. Spend what is left writing the best partial answer you have plus a handoff note saying what is done, what is not, and what you would try next.
 }
+
+func TestGrantSharesWhatIsLeftAfterReservations(t *testing.T) {
+	r, err := budget.NewRunBudget(budget.Limits{Steps: 20, LeafCalls: 40, Tokens: 1000, USD: 2, Seconds: 100}, 0.2, t0)
+	require.NoError(t, err)
+	r.Spend(budget.Usage{Steps: 4, LeafCalls: 8, Tokens: 200, USD: 0.4})
+	now := t0.Add(30 * time.Second)
+
+	first, err := r.Grant(now, 0.25)
+	require.NoError(t, err)
+	assert.Equal(t, budget.Limits{Steps: 4, LeafCalls: 8, Tokens: 200, USD: 0.4, Seconds: 70}, first)
+	assert.Equal(t, budget.Usage{}, r.Reserved(), "a grant reserves nothing")
+
+	held := r.Reserve(first)
+	assert.Equal(t, budget.Usage{Steps: 4, LeafCalls: 8, Tokens: 200, USD: 0.4}, r.Reserved(), "seconds are shared, not reserved")
+	second, err := r.Grant(now, 0.25)
+	require.NoError(t, err)
+	// (16-4)*0.25, (32-8)*0.25, (800-200)*0.25, (1.6-0.4)*0.25; the same deadline.
+	assert.Equal(t, 3, second.Steps)
+	assert.Equal(t, 6, second.LeafCalls)
+	assert.Equal(t, int64(150), second.Tokens)
+	assert.InDelta(t, 0.3, second.USD, 1e-12)
+	assert.Equal(t, 70.0, second.Seconds)
+
+	// The child spent less than it was granted: the rest is free again,
+	// and what it spent is the parent's spending.
+	r.Release(held, budget.Usage{Steps: 2, LeafCalls: 3, Tokens: 50, USD: 0.1})
+	assert.Equal(t, budget.Usage{}, r.Reserved())
+	assert.Equal(t, budget.Usage{Steps: 6, LeafCalls: 11, Tokens: 250, USD: 0.5}, r.Used)
+}
+
+func TestGrantLeavesUnlimitedDimensionsUnlimited(t *testing.T) {
+	r, err := budget.NewRunBudget(budget.Limits{Steps: 9}, 0.2, t0)
+	require.NoError(t, err)
+	granted, err := r.Grant(t0, 0.5)
+	require.NoError(t, err)
+	assert.Equal(t, budget.Limits{Steps: 4}, granted, "floor of 9*0.5, and nothing else limited")
+}
+
+func TestGrantRefusesWhatIsTooSmallToShare(t *testing.T) {
+	for name, tc := range map[string]struct {
+		limits budget.Limits
+		used   budget.Usage
+		at     time.Duration
+	}{
+		"steps":      {budget.Limits{Steps: 3}, budget.Usage{}, 0},
+		"leaf calls": {budget.Limits{Steps: 100, LeafCalls: 3}, budget.Usage{}, 0},
+		"tokens":     {budget.Limits{Steps: 100, Tokens: 3}, budget.Usage{}, 0},
+		"usd":        {budget.Limits{Steps: 100, USD: 1}, budget.Usage{USD: 1}, 0},
+		"seconds":    {budget.Limits{Steps: 100, Seconds: 10}, budget.Usage{}, 10 * time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := budget.NewRunBudget(tc.limits, 0.2, t0)
+			require.NoError(t, err)
+			r.Spend(tc.used)
+			_, err = r.Grant(t0.Add(tc.at), 0.25)
+			assert.ErrorContains(t, err, "is too small to share")
+		})
+	}
+	// What is reserved counts: a second grant finds too little left.
+	r, err := budget.NewRunBudget(budget.Limits{Steps: 5}, 0.2, t0)
+	require.NoError(t, err)
+	granted, err := r.Grant(t0, 0.5)
+	require.NoError(t, err)
+	r.Reserve(granted)
+	r.Reserve(granted)
+	_, err = r.Grant(t0, 0.5)
+	assert.EqualError(t, err, "the budget left ({Steps:5 LeafCalls:-1 Tokens:-1 USD:-1 Seconds:-1}, "+
+		"{Steps:4 LeafCalls:0 Tokens:0 USD:0} already handed to sub-agents) is too small to share")
+}
+
+func TestRaiseAddsOnlyWhereThereIsALimit(t *testing.T) {
+	r, err := budget.NewRunBudget(budget.Limits{Steps: 3, USD: 1}, 0.2, t0)
+	require.NoError(t, err)
+	r.Raise(budget.Limits{Steps: 2, USD: 0.5, Tokens: 100, LeafCalls: 4, Seconds: 60})
+	assert.Equal(t, budget.Limits{Steps: 5, USD: 1.5}, r.Limits, "an unlimited dimension stays unlimited")
+
+	r, err = budget.NewRunBudget(budget.Limits{Steps: 3, LeafCalls: 2, Tokens: 10, Seconds: 5}, 0.2, t0)
+	require.NoError(t, err)
+	r.Raise(budget.Limits{LeafCalls: 1, Tokens: 5, Seconds: 5, USD: 9})
+	assert.Equal(t, budget.Limits{Steps: 3, LeafCalls: 3, Tokens: 15, Seconds: 10}, r.Limits)
+}
+
+func TestRestoreTakesUpCarriedLimitsAndSpending(t *testing.T) {
+	r, err := budget.NewRunBudget(budget.Limits{Steps: 3}, 0.2, t0)
+	require.NoError(t, err)
+	r.Restore(budget.Limits{Steps: 8, USD: 2}, budget.Usage{Steps: 5, USD: 1})
+	assert.Equal(t, budget.Limits{Steps: 8, USD: 2}, r.Limits)
+	assert.Equal(t, budget.Usage{Steps: 5, USD: 1}, r.Used)
+}

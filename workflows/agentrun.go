@@ -277,8 +277,6 @@ type run struct {
 	waiting string
 	input   *humanInput
 	watch   *watchdog
-	// reserved is what running sub-agents were handed and not yet spent.
-	reserved budget.Usage
 	// versions says which side of each GetVersion change this execution
 	// takes (versions.go).
 	versions versions
@@ -619,7 +617,7 @@ const traceTail = 32
 func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) (escalation, stuck string) {
 	futures := make([]workflow.Future, len(calls))
 	entries := make([]TraceEntry, len(calls))
-	reservations := make([]*budget.Usage, len(calls))
+	reservations := make([]*budget.Reservation, len(calls))
 	reads := make([]bool, len(calls))
 	requests := make([]agentsagatype.ToolCallRequest, len(calls))
 	// Each call's result takes its place in the conversation in call
@@ -653,7 +651,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		r.stats.Calls++
 		entries[i].ActivityID = activityID
 		if tool.Kind == agentsagatype.ToolKindAgent {
-			spec, reservation, err := r.childSpec(workflow.Now(ctx), call.Name, call.Arguments)
+			spec, granted, err := r.childSpec(workflow.Now(ctx), call.Name, call.Arguments)
 			if err != nil {
 				entries[i].Error = err.Error()
 				continue
@@ -662,10 +660,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 				entries[i].Error = errorText(err)
 				continue
 			}
-			r.reserved.Steps += reservation.Steps
-			r.reserved.LeafCalls += reservation.LeafCalls
-			r.reserved.Tokens += reservation.Tokens
-			r.reserved.USD += reservation.USD
+			reservation := r.budget.Reserve(granted)
 			reservations[i] = &reservation
 			entries[i].Kind = "agent"
 			futures[i] = r.startChild(ctx, activityID, spec)

@@ -66,7 +66,7 @@ func (r *run) carry() Carried {
 // resume takes up the state an earlier execution carried.
 func (r *run) resume(c Carried) {
 	r.step, r.seq, r.pending = c.Step, c.Seq, c.Pending
-	r.budget.Limits, r.budget.Used = c.Limits, c.Used
+	r.budget.Restore(c.Limits, c.Used)
 	r.stats = c.Stats
 	if r.stats.ToolRetries == nil {
 		r.stats.ToolRetries = map[string]int{}

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
 )
 
@@ -206,14 +207,8 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
 		return &result
 	}
-	// More budget is added only where there is a limit: adding to an
-	// unlimited dimension (0) would turn it into a tiny limit.
-	if r.budget.Limits.USD > 0 {
-		r.budget.Limits.USD += in.resume.AddUSD
-	}
-	if r.budget.Limits.Steps > 0 {
-		r.budget.Limits.Steps += in.resume.AddSteps
-	}
+	// More budget is added only where there is a limit (budget.RunBudget.Raise).
+	r.budget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
 	r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 	return nil
 }

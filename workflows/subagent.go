@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -18,36 +17,20 @@ import (
 // sub-agent call gets when its AgentSpec does not say.
 const defaultShare = 0.25
 
-// childSpec builds a sub-agent's run: its allocation is carved out of what
-// the parent has left after the allocations it already handed out, on
-// every dimension, so parallel sub-agents never add up to more than the
-// parent had; the deadline is the parent's. It returns the spec and the
-// allocation to reserve.
-func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.Usage, error) {
+// childSpec builds a sub-agent's run: its budget is granted out of what
+// the parent has left after the grants it already handed out
+// (budget.RunBudget.Grant), so parallel sub-agents never add up to more
+// than the parent had; the deadline is the parent's. It returns the spec
+// and the limits to reserve once the child starts.
+func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.Limits, error) {
 	agent := r.spec.Agents[name]
 	share := agent.Share
 	if share == 0 {
 		share = defaultShare
 	}
-	left := r.budget.Remaining(now)
-	carve := func(remaining, reserved float64) float64 { return (remaining - reserved) * share }
-	limits := budget.Limits{Steps: int(math.Floor(carve(float64(left.Steps), float64(r.reserved.Steps))))}
-	if left.LeafCalls != budget.Unlimited {
-		limits.LeafCalls = int(math.Floor(carve(float64(left.LeafCalls), float64(r.reserved.LeafCalls))))
-	}
-	if left.Tokens != budget.Unlimited {
-		limits.Tokens = int64(math.Floor(carve(float64(left.Tokens), float64(r.reserved.Tokens))))
-	}
-	if left.USD != budget.Unlimited {
-		limits.USD = carve(left.USD, r.reserved.USD)
-	}
-	if left.Seconds != budget.Unlimited {
-		limits.Seconds = left.Seconds
-	}
-	if limits.Steps < 1 || (left.LeafCalls != budget.Unlimited && limits.LeafCalls < 1) ||
-		(left.Tokens != budget.Unlimited && limits.Tokens < 1) || (left.USD != budget.Unlimited && limits.USD <= 0) ||
-		(left.Seconds != budget.Unlimited && limits.Seconds <= 0) {
-		return RunSpec{}, budget.Usage{}, fmt.Errorf("sub-agent %s: the budget left (%+v, %+v already handed to sub-agents) is too small to share", name, left, r.reserved)
+	limits, err := r.budget.Grant(now, share)
+	if err != nil {
+		return RunSpec{}, budget.Limits{}, fmt.Errorf("sub-agent %s: %w", name, err)
 	}
 
 	goal := arguments
@@ -76,7 +59,7 @@ func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.
 			child.Tools = append(child.Tools, t)
 		}
 	}
-	return child, budget.Usage{Steps: limits.Steps, LeafCalls: limits.LeafCalls, Tokens: limits.Tokens, USD: limits.USD}, nil
+	return child, limits, nil
 }
 
 // startChild starts a sub-agent as a child workflow whose ID extends the
@@ -105,12 +88,8 @@ func childResult(err error, result RunResult) (RunResult, error) {
 
 // absorb adds a finished sub-agent's spending to the parent's counters and
 // releases its reservation: the parent's counters are the true total.
-func (r *run) absorb(reservation budget.Usage, child RunResult) {
-	r.reserved.Steps -= reservation.Steps
-	r.reserved.LeafCalls -= reservation.LeafCalls
-	r.reserved.Tokens -= reservation.Tokens
-	r.reserved.USD -= reservation.USD
-	r.budget.Spend(child.Usage)
+func (r *run) absorb(reservation budget.Reservation, child RunResult) {
+	r.budget.Release(reservation, child.Usage)
 	r.stats.Calls += child.Retries.Calls
 	r.stats.Retries += child.Retries.Retries
 	for tool, n := range child.Retries.ToolRetries {

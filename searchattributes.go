@@ -5,27 +5,28 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agentsaga/agentsaga/workflows"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 )
 
-// searchAttributeTypes are the typed search attributes runs keep (see
-// workflows.AgentStatusKey and its siblings).
-var searchAttributeTypes = map[string]enums.IndexedValueType{
-	"AgentStatus":   enums.INDEXED_VALUE_TYPE_KEYWORD,
-	"StepsUsed":     enums.INDEXED_VALUE_TYPE_INT,
-	"LeafCalls":     enums.INDEXED_VALUE_TYPE_INT,
-	"USDSpent":      enums.INDEXED_VALUE_TYPE_DOUBLE,
-	"Amplification": enums.INDEXED_VALUE_TYPE_DOUBLE,
+// searchAttributeTypes are the typed search attributes runs keep, read
+// from the one list the workflow upserts (workflows.SearchAttributes).
+func searchAttributeTypes() map[string]enums.IndexedValueType {
+	types := map[string]enums.IndexedValueType{}
+	for key := range workflows.SearchAttributes().GetUntypedValues() {
+		types[key.GetName()] = key.GetValueType()
+	}
+	return types
 }
 
 // RegisterSearchAttributes adds agentsaga's search attributes to the
 // namespace; ones already there are left alone.
 func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
 	_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-		Namespace: namespace, SearchAttributes: searchAttributeTypes,
+		Namespace: namespace, SearchAttributes: searchAttributeTypes(),
 	})
 	var exists *serviceerror.AlreadyExists
 	if err != nil && !errors.As(err, &exists) {
@@ -41,7 +42,7 @@ func HasSearchAttributes(ctx context.Context, c client.Client, namespace string)
 	if err != nil {
 		return false, fmt.Errorf("agentsaga: list search attributes of %s: %w", namespace, err)
 	}
-	for name, kind := range searchAttributeTypes {
+	for name, kind := range searchAttributeTypes() {
 		if resp.GetCustomAttributes()[name] != kind {
 			return false, nil
 		}

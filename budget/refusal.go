@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/jsonpath"
 )
 
 // RefusalRule is a tool's declared refusal (agentsagatype.RefusalRule).
@@ -92,7 +93,7 @@ func (m *RefusalMatcher) Match(body string) (reason string, refused bool) {
 		if !parsed {
 			continue
 		}
-		value, ok := lookup(doc, rule.path)
+		value, ok := jsonpath.Lookup(doc, rule.path)
 		if !ok {
 			continue
 		}
@@ -128,29 +129,6 @@ func parseJSON(body string) (any, bool) {
 	// Trailing data means the body was not one JSON document.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, false
-	}
-	return doc, true
-}
-
-// lookup follows path through objects, and through arrays by index.
-func lookup(doc any, path []string) (any, bool) {
-	for _, seg := range path {
-		switch node := doc.(type) {
-		case map[string]any:
-			next, ok := node[seg]
-			if !ok {
-				return nil, false
-			}
-			doc = next
-		case []any:
-			i, err := strconv.Atoi(seg)
-			if err != nil || i < 0 || i >= len(node) {
-				return nil, false
-			}
-			doc = node[i]
-		default:
-			return nil, false
-		}
 	}
 	return doc, true
 }

@@ -13,10 +13,11 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/jsonpath"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -117,28 +118,9 @@ func fill(v, args, result any, key string) any {
 			return v
 		}
 		source := map[string]any{"key": key, "args": args, "result": result}[m[1]]
-		return lookup(source, strings.Split(strings.TrimPrefix(m[2], "."), "."))
-	}
-	return v
-}
-
-func lookup(v any, path []string) any {
-	for _, step := range path {
-		if step == "" {
-			continue
-		}
-		switch node := v.(type) {
-		case map[string]any:
-			v = node[step]
-		case []any:
-			i, err := strconv.Atoi(step)
-			if err != nil || i < 0 || i >= len(node) {
-				return nil
-			}
-			v = node[i]
-		default:
-			return nil
-		}
+		// An empty step ("args..x") is skipped, and a missing value is null.
+		value, _ := jsonpath.Lookup(source, slices.DeleteFunc(strings.Split(m[2], "."), func(step string) bool { return step == "" }))
+		return value
 	}
 	return v
 }

@@ -687,7 +687,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 			tool, _ := r.spec.tool(calls[i].Name)
 			s.err, s.parked = r.waitOutBreaker(ctx, entries[i].ActivityID, tool, calls[i], requests[i], s.err, &s.result)
 		}
-		if s.err != nil && !reads[i] && mayHaveClaimed(s.err) && ctx.Err() == nil {
+		if s.err != nil && !reads[i] && classify(s.err).mayHaveClaimed() && ctx.Err() == nil {
 			// A late attempt that did it after all makes it a success.
 			s.gaveUp = r.giveUp(ctx, entries[i].ActivityID, calls[i])
 			if s.gaveUp.Status == agentsagatype.ActionCompleted {
@@ -780,20 +780,6 @@ func (r *run) readResult(ctx workflow.Context, activityID string, call agentsaga
 		WorkflowID: r.workflowID, Key: args.Key, Record: record})
 }
 
-// mayHaveClaimed says whether some attempt of a failed call may have
-// claimed its key: every failure but a cancellation (the rollback fences
-// those) and the checks every attempt fails alike before the ledger.
-func mayHaveClaimed(err error) bool {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		switch appErr.Type() {
-		case agentsagatype.ErrTypeInvalidArguments, agentsagatype.ErrTypeUnknownTool, agentsagatype.ErrTypeConflict:
-			return false
-		}
-	}
-	return !temporal.IsCanceledError(err)
-}
-
 // giveUp fences a failed call's key in the ledger and returns what the
 // ledger knows of it. It waits while a straggling attempt still holds the
 // key (at most that attempt's own timeout), and retries while the ledger
@@ -823,23 +809,20 @@ func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype
 // or too many failures of one tool. Anything else goes back to the model
 // as an error to work with.
 func (r *run) escalationFor(tool string, err error, denial, parkEscalation string) string {
-	if temporal.IsCanceledError(err) {
+	failed := classify(err)
+	if failed.cancelled {
 		return ""
 	}
 	r.toolFailures[tool]++
-	var appErr *temporal.ApplicationError
-	errors.As(err, &appErr)
 	switch {
-	case appErr != nil && appErr.Type() == agentsagatype.ErrTypeRefusal:
-		return fmt.Sprintf("Tool %s refused: %s", tool, appErr.Message())
-	case appErr != nil && appErr.Type() == agentsagatype.ErrTypePermission:
-		return fmt.Sprintf("Tool %s was denied permission: %s", tool, appErr.Message())
+	case failed.asksHuman != "":
+		return fmt.Sprintf(failed.asksHuman, tool, failed.message)
 	case denial == budget.DenyCircuitOpen && r.versions.parkOnOpenBreaker:
 		return parkEscalation
 	case denial == budget.DenyCircuitOpen:
 		return fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", tool)
 	case r.spec.Escalate.AfterToolFailures > 0 && r.toolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
-		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.toolFailures[tool], errorText(err))
+		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.toolFailures[tool], failed.message)
 	}
 	return ""
 }
@@ -999,37 +982,6 @@ func listOrNone(items []string) string {
 		return "none"
 	}
 	return strings.Join(items, ", ")
-}
-
-// callFailure reads how many attempts a failed call took and which budget
-// refused it, from the details the retry hook attaches. A failure the hook
-// never saw (a timeout of a lost worker) counts one attempt.
-func callFailure(err error) (attempts int, denial string) {
-	if failure, ok := callFailureIn(err); ok {
-		return max(failure.Attempt, 1), failure.Denial
-	}
-	return 1, ""
-}
-
-// callFailureIn is the agentsagatype.CallFailure the retry hook put in err's
-// details, when err carries one.
-func callFailureIn(err error) (agentsagatype.CallFailure, bool) {
-	var appErr *temporal.ApplicationError
-	var failure agentsagatype.CallFailure
-	if err == nil || !errors.As(err, &appErr) || !appErr.HasDetails() || appErr.Details(&failure) != nil {
-		return agentsagatype.CallFailure{}, false
-	}
-	return failure, true
-}
-
-// errorText is the application error's message when there is one: the
-// part that says what went wrong, without the activity wrapper around it.
-func errorText(err error) string {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return appErr.Message()
-	}
-	return err.Error()
 }
 
 func clip(s string, n int) string {

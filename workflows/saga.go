@@ -313,13 +313,12 @@ func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arg
 		Tool: tool, Arguments: arguments, Compensates: c.ForwardKey}).Get(ctx, &result)
 	entry := TraceEntry{Step: 0, ActivityID: activityID, Kind: "compensation", Tool: c.Tool,
 		Arguments: clip(arguments, agentsagatype.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
-	var appErr *temporal.ApplicationError
-	switch {
+	switch failed := classify(err); {
 	case err == nil:
 		s.run.record(entry)
 		return compensation.Done, nil
-	case errors.As(err, &appErr) && appErr.Type() == agentsagatype.ErrTypeNotFound:
-		entry.Output = "nothing to undo: " + appErr.Message()
+	case failed.nothingToUndo:
+		entry.Output = "nothing to undo: " + failed.message
 		s.run.record(entry)
 		return compensation.NotNeeded, nil
 	}

@@ -31,13 +31,13 @@
 -- agentsaga_bucket_take runs about 1,700 a second on the development
 -- machine; an admission (row lock, refill of four buckets, update) ran at
 -- about 0.6 of agentsaga_bucket_take's rate beside it under pgbench, so
--- about 1,000 a second. A turn costs two (admit and settle; learn writes
--- only when it corrects something, though it takes the row lock), so one key admits some 500 turns a
--- second, 30,000 a minute: above the request limits providers give one key
--- for one model, except their largest tiers. There are no per-worker
--- leased chunks, so there is no overshoot beyond the bound above; if a
--- key's limit ever comes near this ceiling, chunks leased per worker (each
--- worker's unused chunk is the overshoot, bounded by workers x chunk) are
+-- about 1,000 a second. A turn costs two writes (admit and settle; learn
+-- takes the row lock but writes only when it corrects something), so one
+-- key admits some 500 turns a second, 30,000 a minute: above the request
+-- limits providers give one key for one model, except their largest tiers.
+-- There are no per-worker leased chunks, so there is no overshoot beyond
+-- the bound above; if a key's limit ever comes near this ceiling, chunks
+-- leased per worker (the overshoot then bounded by workers x chunk) are
 -- the next step.
 
 CREATE TABLE quota_limits (

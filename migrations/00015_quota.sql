@@ -32,9 +32,9 @@
 -- machine; an admission (row lock, refill of four buckets, update) ran at
 -- about 0.6 of agentsaga_bucket_take's rate beside it under pgbench, so
 -- about 1,000 a second. A turn costs two writes (admit and settle; learn
--- takes the row lock but writes only when it corrects something), so one
--- key admits some 500 turns a second, 30,000 a minute: above the request
--- limits providers give one key for one model, except their largest tiers.
+-- locks and writes only when it corrects something), so one key admits
+-- some 500 turns a second, 30,000 a minute: above the request limits
+-- providers give one key for one model, except their largest tiers.
 -- There are no per-worker leased chunks, so there is no overshoot beyond
 -- the bound above; if a key's limit ever comes near this ceiling, chunks
 -- leased per worker (the overshoot then bounded by workers x chunk) are
@@ -333,34 +333,17 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- Learns what a response's headers say (NULL: not said): a limit replaces
--- the learned one (the lower of declared and learned is in force), and a
--- remaining count lowers the bucket's level to it when the provider has
--- less left than the row thinks (it also counts traffic the fleet does not
--- see). A remaining count never raises a level: the row also counts calls
--- admitted but not yet seen by the provider. The row is written only when
--- something changes, so the usual response, which says what the row
--- already knows, costs no write (it does take the row's lock).
---   SELECT agentsaga_quota_learn('openai:gpt-4o:0a1b2c3d4e5f', 500, 499, 200000, 198000, NULL, NULL, NULL, NULL);
-CREATE FUNCTION agentsaga_quota_learn(p_key text,
-                                      p_rpm float8, p_requests_remaining float8,
-                                      p_tpm float8, p_tokens_remaining float8,
-                                      p_itpm float8, p_input_remaining float8,
-                                      p_otpm float8, p_output_remaining float8)
-RETURNS void
-LANGUAGE plpgsql
+-- The row r with what a response's headers say applied (NULL: not said):
+-- see agentsaga_quota_learn. Internal helper.
+CREATE FUNCTION agentsaga_quota_learned(r quota_limits,
+                                        p_rpm float8, p_requests_remaining float8,
+                                        p_tpm float8, p_tokens_remaining float8,
+                                        p_itpm float8, p_input_remaining float8,
+                                        p_otpm float8, p_output_remaining float8)
+RETURNS quota_limits
+LANGUAGE plpgsql IMMUTABLE
 AS $$
-DECLARE
-    r      quota_limits%ROWTYPE;
-    v_old  quota_limits%ROWTYPE;
 BEGIN
-    IF p_rpm <= 0 OR p_tpm <= 0 OR p_itpm <= 0 OR p_otpm <= 0
-       OR p_requests_remaining < 0 OR p_tokens_remaining < 0 OR p_input_remaining < 0 OR p_output_remaining < 0 THEN
-        RAISE EXCEPTION 'agentsaga_quota_learn: limits must be positive and remaining counts not negative'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    r := agentsaga_quota_lock(p_key);
-    v_old := r;
     r.learned_rpm  := coalesce(p_rpm, r.learned_rpm);
     r.learned_tpm  := coalesce(p_tpm, r.learned_tpm);
     r.learned_itpm := coalesce(p_itpm, r.learned_itpm);
@@ -372,12 +355,53 @@ BEGIN
     r.tokens        := CASE WHEN r.tokens IS NOT NULL THEN least(r.tokens, p_tokens_remaining) END;
     r.input_tokens  := CASE WHEN r.input_tokens IS NOT NULL THEN least(r.input_tokens, p_input_remaining) END;
     r.output_tokens := CASE WHEN r.output_tokens IS NOT NULL THEN least(r.output_tokens, p_output_remaining) END;
-    IF (r.learned_rpm, r.learned_tpm, r.learned_itpm, r.learned_otpm, r.requests, r.tokens, r.input_tokens, r.output_tokens)
-       IS DISTINCT FROM
-       (v_old.learned_rpm, v_old.learned_tpm, v_old.learned_itpm, v_old.learned_otpm,
-        v_old.requests, v_old.tokens, v_old.input_tokens, v_old.output_tokens) THEN
-        PERFORM agentsaga_quota_store(r);
+    RETURN r;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Learns what a response's headers say (NULL: not said): a limit replaces
+-- the learned one (the lower of declared and learned is in force), and a
+-- remaining count lowers the bucket's level to it when the provider has
+-- less left than the row thinks (it also counts traffic the fleet does not
+-- see). A remaining count never raises a level: the row also counts calls
+-- admitted but not yet seen by the provider.
+--
+-- Most responses say what the row already knows. Those cost no write and
+-- no lock: an unlocked read decides first. It may read a row a concurrent
+-- admission has since lowered; then a remaining count that was not below
+-- the older level is not below the newer one either, so skipping is right.
+-- (A learned limit that a concurrent response has just changed to another
+-- value stays as that one said: both are the provider's word.)
+--   SELECT agentsaga_quota_learn('openai:gpt-4o:0a1b2c3d4e5f', 500, 499, 200000, 198000, NULL, NULL, NULL, NULL);
+CREATE FUNCTION agentsaga_quota_learn(p_key text,
+                                      p_rpm float8, p_requests_remaining float8,
+                                      p_tpm float8, p_tokens_remaining float8,
+                                      p_itpm float8, p_input_remaining float8,
+                                      p_otpm float8, p_output_remaining float8)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    r quota_limits%ROWTYPE;
+BEGIN
+    IF p_rpm <= 0 OR p_tpm <= 0 OR p_itpm <= 0 OR p_otpm <= 0
+       OR p_requests_remaining < 0 OR p_tokens_remaining < 0 OR p_input_remaining < 0 OR p_output_remaining < 0 THEN
+        RAISE EXCEPTION 'agentsaga_quota_learn: limits must be positive and remaining counts not negative'
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    SELECT * INTO r FROM quota_limits q WHERE q.key = p_key;
+    IF FOUND THEN
+        r := agentsaga_quota_refilled(r, greatest(clock_timestamp(), r.updated_at));
+        IF agentsaga_quota_learned(r, p_rpm, p_requests_remaining, p_tpm, p_tokens_remaining,
+                                   p_itpm, p_input_remaining, p_otpm, p_output_remaining) IS NOT DISTINCT FROM r THEN
+            RETURN;
+        END IF;
+    END IF;
+    r := agentsaga_quota_lock(p_key);
+    PERFORM agentsaga_quota_store(agentsaga_quota_learned(r, p_rpm, p_requests_remaining, p_tpm, p_tokens_remaining,
+                                                          p_itpm, p_input_remaining, p_otpm, p_output_remaining));
 END
 $$;
 -- +goose StatementEnd
@@ -406,6 +430,7 @@ $$;
 -- +goose Down
 DROP FUNCTION agentsaga_quota_state(text);
 DROP FUNCTION agentsaga_quota_learn(text, float8, float8, float8, float8, float8, float8, float8, float8);
+DROP FUNCTION agentsaga_quota_learned(quota_limits, float8, float8, float8, float8, float8, float8, float8, float8);
 DROP FUNCTION agentsaga_quota_close(text, timestamptz);
 DROP FUNCTION agentsaga_quota_settle(text, bigint, bigint, bigint, bigint);
 DROP FUNCTION agentsaga_quota_admit(text, integer, bigint, bigint, float8);

@@ -38,6 +38,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -53,27 +54,27 @@ type (
 	// Budget is a run's limits: steps, leaf calls, tokens, USD, seconds.
 	Budget = budget.Limits
 	// ToolSpec declares a tool a run may call.
-	ToolSpec = activities.ToolSpec
+	ToolSpec = agentsagatype.ToolSpec
 	// ModelSpec names the model a run talks to.
-	ModelSpec = activities.ModelSpec
+	ModelSpec = agentsagatype.ModelSpec
 	// Model is a chat model that can ask for tool calls; one attempt per
 	// call (Temporal's retry is the only retry loop).
 	Model = activities.Model
 	// ModelRequest is one turn's input to a Model.
 	ModelRequest = activities.ModelRequest
 	// ModelTurn is a Model's answer.
-	ModelTurn = activities.ModelTurn
+	ModelTurn = agentsagatype.ModelTurn
 	// ModelFactory builds a Model from a run's ModelSpec, on the worker.
 	ModelFactory = activities.ModelFactory
 	// Message is one message of the conversation a Model is sent.
-	Message = activities.Message
+	Message = agentsagatype.Message
 	// ToolCall is a call a model asks for (in a ModelTurn) or asked for
 	// (in an assistant Message).
-	ToolCall = activities.ToolCall
+	ToolCall = agentsagatype.ToolCall
 	// ToolDef is how a tool is described to a model (ModelRequest.Tools).
-	ToolDef = activities.ToolDef
+	ToolDef = agentsagatype.ToolDef
 	// Usage is what one model call cost in tokens (ModelTurn.Usage).
-	Usage = activities.Usage
+	Usage = agentsagatype.Usage
 	// BudgetView is a run's budget as its Budget query shows it.
 	BudgetView = workflows.BudgetView
 	// TraceEntry is one model turn, tool call, sub-agent or compensation
@@ -115,7 +116,7 @@ type Config struct {
 	// AgentRun on the worker is the engine's, not the team's.
 	LegacyNames bool
 	// Observe, when set, sees every retry decision.
-	Observe func(plan activities.RetryPlan, decision string)
+	Observe func(plan agentsagatype.RetryPlan, decision string)
 	// Temporal is the client the worker polls with. With it, the
 	// reconciler's activities are registered too (they find runs that
 	// ended behind the engine's back and start their rollbacks), and New

@@ -5,7 +5,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -15,13 +15,13 @@ import (
 const (
 	// AgentRunWorkflow is the type of a run: Start starts it, and a run's
 	// sub-agents and continuations keep it.
-	AgentRunWorkflow = activities.NamePrefix + "AgentRun"
+	AgentRunWorkflow = agentsagatype.NamePrefix + "AgentRun"
 	// RollbackRunWorkflow walks the stack of a run that ended behind the
 	// engine's back.
-	RollbackRunWorkflow = activities.NamePrefix + "RollbackRun"
+	RollbackRunWorkflow = agentsagatype.NamePrefix + "RollbackRun"
 	// ReconcilerWorkflow is a reconciler pass; the reconciler's Schedule
 	// starts it.
-	ReconcilerWorkflow = activities.NamePrefix + "Reconciler"
+	ReconcilerWorkflow = agentsagatype.NamePrefix + "Reconciler"
 )
 
 // agentRun is workflows.AgentRun under a Go name of its own. The SDK maps

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -62,13 +63,13 @@ func (r *Run) Result(ctx context.Context) (RunResult, error) {
 // Status is the run's row in the ledger: its status (running, escalated,
 // completed, ...), why, and what it used. It is there after the workflow
 // has ended, and after Temporal has forgotten it.
-func (r *Run) Status(ctx context.Context) (ledger.Run, error) {
+func (r *Run) Status(ctx context.Context) (agentsagatype.Run, error) {
 	if r.ledger == nil {
-		return ledger.Run{}, fmt.Errorf("agentsaga: status of run %s: the handle has no ledger (StartOptions.Ledger, Run.WithLedger)", r.ID)
+		return agentsagatype.Run{}, fmt.Errorf("agentsaga: status of run %s: the handle has no ledger (StartOptions.Ledger, Run.WithLedger)", r.ID)
 	}
 	run, err := r.ledger.GetRun(ctx, r.ID)
 	if err != nil {
-		return ledger.Run{}, fmt.Errorf("agentsaga: status of run %s: %w", r.ID, err)
+		return agentsagatype.Run{}, fmt.Errorf("agentsaga: status of run %s: %w", r.ID, err)
 	}
 	return run, nil
 }

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 )
@@ -19,7 +20,7 @@ import (
 // offered. Make one with NewTool; an Engine registers it beside the
 // built-in tools, and a RunSpec offers it by listing Spec().
 type Tool struct {
-	spec activities.ToolSpec
+	spec agentsagatype.ToolSpec
 	fn   activities.ToolFunc
 }
 
@@ -27,7 +28,7 @@ type Tool struct {
 func (t Tool) Spec() ToolSpec { return t.spec }
 
 // ToolOption shapes a Tool.
-type ToolOption func(*activities.ToolSpec) error
+type ToolOption func(*agentsagatype.ToolSpec) error
 
 // NewTool makes a typed Go tool. The JSON schema of its arguments is
 // derived from Args (its json tags name the fields; a field without
@@ -47,7 +48,7 @@ func NewTool[Args, Result any](name, description string, fn func(context.Context
 	if err != nil {
 		return Tool{}, fmt.Errorf("agentsaga: tool %s: encode its schema: %w", name, err)
 	}
-	spec := activities.ToolSpec{Name: name, Description: description, Kind: activities.ToolKindGo, Parameters: parameters}
+	spec := agentsagatype.ToolSpec{Name: name, Description: description, Kind: agentsagatype.ToolKindGo, Parameters: parameters}
 	for _, opt := range opts {
 		if err := opt(&spec); err != nil {
 			return Tool{}, fmt.Errorf("agentsaga: tool %s: %w", name, err)
@@ -107,7 +108,7 @@ func IsPermanent(err error) bool {
 
 // WithTimeout bounds one attempt of the tool (the default is 30 s).
 func WithTimeout(d time.Duration) ToolOption {
-	return func(s *activities.ToolSpec) error {
+	return func(s *agentsagatype.ToolSpec) error {
 		if d <= 0 {
 			return fmt.Errorf("timeout %s is not positive", d)
 		}
@@ -120,12 +121,12 @@ func WithTimeout(d time.Duration) ToolOption {
 // arguments as a template ({{args.x}}, {{result.x}}, {{key}}): a failed
 // run calls it, backwards, under the key <forward key>/compensate.
 func WithCompensation(tool string, arguments map[string]string) ToolOption {
-	return func(s *activities.ToolSpec) error {
+	return func(s *agentsagatype.ToolSpec) error {
 		raw, err := json.Marshal(arguments)
 		if err != nil {
 			return fmt.Errorf("compensation arguments: %w", err)
 		}
-		s.Compensate = &activities.CompensationSpec{Tool: tool, Arguments: raw}
+		s.Compensate = &agentsagatype.CompensationSpec{Tool: tool, Arguments: raw}
 		return nil
 	}
 }
@@ -133,7 +134,7 @@ func WithCompensation(tool string, arguments map[string]string) ToolOption {
 // Irreversible marks a tool whose effect cannot be undone: a rollback past
 // it ends needs-attention, naming it.
 func Irreversible() ToolOption {
-	return func(s *activities.ToolSpec) error {
+	return func(s *agentsagatype.ToolSpec) error {
 		s.Irreversible = true
 		return nil
 	}
@@ -143,7 +144,7 @@ func Irreversible() ToolOption {
 // succeeded (a field equal to a value, say): a refusal is never retried and
 // brings in a human.
 func WithRefusal(rules ...budget.RefusalRule) ToolOption {
-	return func(s *activities.ToolSpec) error {
+	return func(s *agentsagatype.ToolSpec) error {
 		s.Refusal = append(s.Refusal, rules...)
 		return nil
 	}

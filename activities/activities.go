@@ -54,8 +54,8 @@ type Activities struct {
 }
 
 // toolResult is output as history carries it.
-func toolResult(output string, replayed bool, attempt int) ToolResult {
-	return ToolResult{Output: Preview(output), Digest: Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
+func toolResult(output string, replayed bool, attempt int) agentsagatype.ToolResult {
+	return agentsagatype.ToolResult{Output: agentsagatype.Preview(output), Digest: agentsagatype.Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
 }
 
 // IdempotencyKey is the key of the running activity: workflow ID + "/" +
@@ -90,11 +90,11 @@ func withCallKey(ctx context.Context, key string) context.Context {
 // stored under the call's idempotency key and recorded as message Through.
 // A later attempt of a turn whose reply is stored returns it without calling
 // the provider again: a worker lost after the reply costs no second bill.
-func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, error) {
+func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall) (agentsagatype.ModelTurn, error) {
 	ctx = withCallKey(ctx, call.Key)
 	model, err := a.model(call.Model)
 	if err != nil {
-		return ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeModelConfig, nil)
+		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeModelConfig, nil)
 	}
 	conv := call.Conversation
 	appended := make([]ledger.Message, len(conv.Append))
@@ -123,7 +123,7 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 			}
 			turn.AnsweredBy = target
 			stored, _ := json.Marshal(turn)
-			reply := Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
+			reply := agentsagatype.Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
 			if turn.Refusal != "" {
 				reply.Content = "I refused: " + turn.Refusal
 			}
@@ -132,14 +132,14 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 		},
 	})
 	if err != nil {
-		return ModelTurn{}, err
+		return agentsagatype.ModelTurn{}, err
 	}
 	if err := payload.Check("the model's reply to "+IdempotencyKey(ctx), json.RawMessage(output)); err != nil {
-		return ModelTurn{}, err
+		return agentsagatype.ModelTurn{}, err
 	}
-	var turn ModelTurn
+	var turn agentsagatype.ModelTurn
 	if err := json.Unmarshal([]byte(output), &turn); err != nil {
-		return ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), ErrTypeModelConfig, nil)
+		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), agentsagatype.ErrTypeModelConfig, nil)
 	}
 	turn.Attempt = int(info.Attempt)
 	return turn, nil
@@ -147,25 +147,25 @@ func (a *Activities) CallModel(ctx context.Context, call ModelCall) (ModelTurn, 
 
 // turnTrailing is what a request sends after the conversation: the budget
 // note, and a finish call's instructions.
-func turnTrailing(call ModelCall) []Message {
-	var trailing []Message
+func turnTrailing(call agentsagatype.ModelCall) []agentsagatype.Message {
+	var trailing []agentsagatype.Message
 	if call.Note != "" {
-		trailing = append(trailing, Message{Role: "system", Content: call.Note})
+		trailing = append(trailing, agentsagatype.Message{Role: "system", Content: call.Note})
 	}
 	if call.Finish && call.FinishInstructions != "" {
-		trailing = append(trailing, Message{Role: "system", Content: call.FinishInstructions})
+		trailing = append(trailing, agentsagatype.Message{Role: "system", Content: call.FinishInstructions})
 	}
 	return trailing
 }
 
 // modelTurn calls the model with the conversation its claim read, fitted.
-func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall, fit fitted, defTokens int) (ModelTurn, error) {
+func (a *Activities) modelTurn(ctx context.Context, model Model, call agentsagatype.ModelCall, fit fitted, defTokens int) (agentsagatype.ModelTurn, error) {
 	// The attempt's lease keeper heartbeats while the model answers.
 	spanCtx, span := startModelSpan(ctx, call)
 	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
 	endModelSpan(span, turn, err)
 	if err != nil {
-		return ModelTurn{}, err
+		return agentsagatype.ModelTurn{}, err
 	}
 	// A model's text is untrusted data like a tool's: it reaches history,
 	// trace entries and the run's answer in the ledger.
@@ -177,7 +177,7 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call ModelCall,
 	return turn, nil
 }
 
-func (a *Activities) model(spec ModelSpec) (Model, error) {
+func (a *Activities) model(spec agentsagatype.ModelSpec) (Model, error) {
 	models := a.Models
 	if models == nil {
 		models = defaultModels
@@ -191,7 +191,7 @@ func (a *Activities) model(spec ModelSpec) (Model, error) {
 
 // apiKey reads the model's key on the worker, from the variable the spec
 // names; a local server may need none.
-func (a *Activities) apiKey(spec ModelSpec) (string, error) {
+func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 	if spec.APIKeyEnv == "" {
 		return "", nil
 	}
@@ -214,19 +214,19 @@ func (a *Activities) apiKey(spec ModelSpec) (string, error) {
 // or do not match the schema fail at once, before the ledger is touched.
 // The whole output goes to the ledger (and, with req.Record, into the run's
 // conversation); history gets a preview and a digest.
-func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolResult, error) {
+func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallRequest) (agentsagatype.ToolResult, error) {
 	ctx = withCallKey(ctx, req.Key)
 	if err := toolcheck.CheckArguments(req.Tool, req.Arguments); err != nil {
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidArguments, nil)
+		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeInvalidArguments, nil)
 	}
 	run, err := a.toolRunner(req.Tool)
 	if err != nil {
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnknownTool, nil)
+		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeUnknownTool, nil)
 	}
 	// A header whose variable is not set fails before the ledger, as a
 	// missing API key does: nothing was attempted under the key.
 	if _, _, err := resolveHeaders(req.Tool, a.getenv); err != nil {
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolConfig, nil)
+		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
 	}
 	info := activity.GetInfo(ctx)
 	key := IdempotencyKey(ctx)
@@ -248,7 +248,7 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 			}
 			return output, &ledger.Message{Seq: req.Record.Seq, Role: "tool", Content: output,
 				ToolCallID: req.Record.ToolCallID, Name: req.Record.Name, SourceKey: key,
-				Tokens: estimateTokens(Message{Content: output})}, nil
+				Tokens: estimateTokens(agentsagatype.Message{Content: output})}, nil
 		},
 		refused: func(output string) (string, bool) {
 			if matcher == nil {
@@ -259,14 +259,14 @@ func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (ToolRes
 		},
 	})
 	if err != nil {
-		return ToolResult{}, err
+		return agentsagatype.ToolResult{}, err
 	}
 	return toolResult(output, replayed, int(info.Attempt)), nil
 }
 
-func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvocation) (string, error), error) {
+func (a *Activities) toolRunner(tool agentsagatype.ToolSpec) (func(context.Context, ToolInvocation) (string, error), error) {
 	switch tool.Kind {
-	case ToolKindHTTP:
+	case agentsagatype.ToolKindHTTP:
 		client := a.HTTPClient
 		if client == nil {
 			client = http.DefaultClient
@@ -274,14 +274,14 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 		return func(ctx context.Context, call ToolInvocation) (string, error) {
 			return callHTTPTool(ctx, client, tool, call, a.getenv)
 		}, nil
-	case ToolKindMCP:
+	case agentsagatype.ToolKindMCP:
 		if tool.MCPTool == "" {
 			return nil, fmt.Errorf("tool %s: an MCP server entry is listed at the run's start; only its tools are called", tool.Name)
 		}
 		return func(ctx context.Context, call ToolInvocation) (string, error) {
 			return a.callMCPTool(ctx, tool, call)
 		}, nil
-	case ToolKindGo:
+	case agentsagatype.ToolKindGo:
 		if a.Toolbox != nil {
 			if fn, ok := a.Toolbox.lookup(tool.Name); ok {
 				return fn, nil
@@ -303,25 +303,25 @@ func (a *Activities) toolRunner(tool ToolSpec) (func(context.Context, ToolInvoca
 func toActivityError(err error) error {
 	err = cleanError{err}
 	if isToolConfig(err) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolConfig, nil)
+		return temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
 	}
 	var permanent *PermanentError
 	if errors.As(err, &permanent) {
-		return activityError(err.Error(), ErrTypeRejected, temporal.ApplicationErrorOptions{NonRetryable: true})
+		return activityError(err.Error(), agentsagatype.ErrTypeRejected, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
 	var httpErr *HTTPError
 	if errors.As(err, &httpErr) {
 		if budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry) != budget.Retryable {
-			errType := ErrTypeHTTP
+			errType := agentsagatype.ErrTypeHTTP
 			switch httpErr.StatusCode {
 			case http.StatusUnauthorized, http.StatusForbidden:
-				errType = ErrTypePermission
+				errType = agentsagatype.ErrTypePermission
 			case http.StatusNotFound, http.StatusGone:
-				errType = ErrTypeNotFound
+				errType = agentsagatype.ErrTypeNotFound
 			}
 			return activityError(err.Error(), errType, temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{httpErr.StatusCode}})
 		}
-		return activityError(err.Error(), ErrTypeHTTP, temporal.ApplicationErrorOptions{
+		return activityError(err.Error(), agentsagatype.ErrTypeHTTP, temporal.ApplicationErrorOptions{
 			NextRetryDelay: httpErr.RetryAfter, Details: []any{httpErr.StatusCode},
 		})
 	}
@@ -329,14 +329,14 @@ func toActivityError(err error) error {
 }
 
 // RecordRunStart writes the run's row to the ledger.
-func (a *Activities) RecordRunStart(ctx context.Context, run ledger.Run) error {
+func (a *Activities) RecordRunStart(ctx context.Context, run agentsagatype.Run) error {
 	info := activity.GetInfo(ctx)
 	run.WorkflowID, run.RunID = info.WorkflowExecution.ID, info.WorkflowExecution.RunID
 	return a.Ledger.StartRun(ctx, run)
 }
 
 // RecordRunFinish writes how the run ended.
-func (a *Activities) RecordRunFinish(ctx context.Context, finish RunFinish) error {
+func (a *Activities) RecordRunFinish(ctx context.Context, finish agentsagatype.RunFinish) error {
 	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
 }
 
@@ -348,22 +348,22 @@ const settlePoll = 250 * time.Millisecond
 // the call failed: from now on no attempt may claim it. If an attempt still
 // holds a live lease, it waits (heartbeating) until that attempt settles,
 // so the answer is what happened, not a guess made while it was at work.
-func (a *Activities) GiveUpCall(ctx context.Context, g GiveUp) (GaveUp, error) {
+func (a *Activities) GiveUpCall(ctx context.Context, g agentsagatype.GiveUp) (agentsagatype.GaveUp, error) {
 	req := ledger.ActionRequest{Key: g.Key, WorkflowID: g.WorkflowID, ActivityID: g.ActivityID, Tool: g.Tool, Arguments: g.Arguments}
 	for {
 		fenced, err := a.Ledger.FenceAction(ctx, req, ledger.FenceGivenUp)
 		if err != nil {
-			return GaveUp{}, err
+			return agentsagatype.GaveUp{}, err
 		}
 		if !fenced.Live {
-			gaveUp := GaveUp{Status: fenced.Action.Status, LeafCalls: fenced.LeafCalls}
-			if gaveUp.Status == ledger.ActionCompleted {
-				gaveUp.Preview, gaveUp.Digest = Preview(fenced.Action.Result), Digest(fenced.Action.Result)
+			gaveUp := agentsagatype.GaveUp{Status: fenced.Action.Status, LeafCalls: fenced.LeafCalls}
+			if gaveUp.Status == agentsagatype.ActionCompleted {
+				gaveUp.Preview, gaveUp.Digest = agentsagatype.Preview(fenced.Action.Result), agentsagatype.Digest(fenced.Action.Result)
 			}
 			return gaveUp, nil
 		}
 		if err := waitSettle(ctx); err != nil {
-			return GaveUp{}, fmt.Errorf("give up on %s: %w", g.Key, err)
+			return agentsagatype.GaveUp{}, fmt.Errorf("give up on %s: %w", g.Key, err)
 		}
 	}
 }
@@ -401,32 +401,32 @@ func waitSettle(ctx context.Context) error {
 // ReadResult reads back, whole, an output of the run that was shortened in
 // the model's requests, into the conversation as the answer to the model's
 // read_result call. The key must be one of the run's (or its sub-agents').
-func (a *Activities) ReadResult(ctx context.Context, req ReadResultRequest) (ToolResult, error) {
+func (a *Activities) ReadResult(ctx context.Context, req agentsagatype.ReadResultRequest) (agentsagatype.ToolResult, error) {
 	result, err := a.Ledger.RecordResultMessage(ctx, req.WorkflowID, req.Key, ledger.Message{
 		Seq: req.Record.Seq, ToolCallID: req.Record.ToolCallID, Name: req.Record.Name})
 	if errors.Is(err, ledger.ErrNotFound) {
-		return ToolResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("read_result: %q is not the key of a completed call of this run", req.Key), ErrTypeNotFound, nil)
+		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("read_result: %q is not the key of a completed call of this run", req.Key), agentsagatype.ErrTypeNotFound, nil)
 	}
 	if err != nil {
-		return ToolResult{}, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+		return agentsagatype.ToolResult{}, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
 	}
 	return toolResult(result, true, int(activity.GetInfo(ctx).Attempt)), nil
 }
 
 // RollbackPlan reads what a run's rollback walks: the saga stack of the run
 // and its sub-agents, newest first, and what cannot be undone.
-func (a *Activities) RollbackPlan(ctx context.Context, req RollbackPlanRequest) (ledger.RollbackPlan, error) {
+func (a *Activities) RollbackPlan(ctx context.Context, req agentsagatype.RollbackPlanRequest) (agentsagatype.RollbackPlan, error) {
 	return a.Ledger.Plan(ctx, req.WorkflowID, req.IrreversibleTools)
 }
 
 // SettleCompensation records what became of one compensation.
-func (a *Activities) SettleCompensation(ctx context.Context, s Settlement) error {
+func (a *Activities) SettleCompensation(ctx context.Context, s agentsagatype.Settlement) error {
 	return a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason)
 }
 
 // SetRunStatus records a status the run passes through while it waits.
-func (a *Activities) SetRunStatus(ctx context.Context, s RunStatus) error {
+func (a *Activities) SetRunStatus(ctx context.Context, s agentsagatype.RunStatus) error {
 	return a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail)
 }
 

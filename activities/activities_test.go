@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -54,8 +55,8 @@ func TestCallToolStoresResultAndNeverRunsAKeyTwice(t *testing.T) {
 	defer ts.Close()
 
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-	req := activities.ToolCallRequest{
-		Tool:      activities.ToolSpec{Name: "charge", Kind: activities.ToolKindHTTP, URL: ts.URL},
+	req := agentsagatype.ToolCallRequest{
+		Tool:      agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
 		Arguments: `{"amount": 5}`,
 	}
 
@@ -65,7 +66,7 @@ func TestCallToolStoresResultAndNeverRunsAKeyTwice(t *testing.T) {
 	for i := range 2 {
 		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, req)
 		require.NoError(t, err)
-		var result activities.ToolResult
+		var result agentsagatype.ToolResult
 		require.NoError(t, val.Get(&result))
 		assert.Contains(t, result.Output, `"ok":true`)
 		assert.Equal(t, i == 1, result.Replayed, "execution %d", i)
@@ -86,7 +87,7 @@ func TestCallToolRejectsBadArgumentsBeforeTheLedger(t *testing.T) {
 	t.Parallel()
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	env := newEnv(t, acts)
-	tool := activities.ToolSpec{Name: "search", Kind: activities.ToolKindHTTP, URL: "http://127.0.0.1:1/",
+	tool := agentsagatype.ToolSpec{Name: "search", Kind: agentsagatype.ToolKindHTTP, URL: "http://127.0.0.1:1/",
 		Parameters: []byte(`{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}`)}
 
 	for args, want := range map[string]string{
@@ -94,7 +95,7 @@ func TestCallToolRejectsBadArgumentsBeforeTheLedger(t *testing.T) {
 		`{"q": 7}`: "do not match its schema",
 		`{}`:       "do not match its schema",
 	} {
-		_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: args})
+		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: args})
 		require.Error(t, err, args)
 		assert.Contains(t, err.Error(), want)
 		var appErr *temporal.ApplicationError
@@ -113,8 +114,8 @@ func TestCallToolClassifiesHTTPFailures(t *testing.T) {
 		ts := httptest.NewServer(server)
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 		env := newEnv(t, acts)
-		_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-			Tool: activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: ts.URL}, Arguments: `{}`})
+		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+			Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL}, Arguments: `{}`})
 		ts.Close()
 		var appErr *temporal.ApplicationError
 		require.True(t, errors.As(err, &appErr), "status %d", status)
@@ -142,15 +143,15 @@ func TestGoToolAndLeafCalls(t *testing.T) {
 	})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 	env := newEnv(t, acts)
-	val, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-		Tool: activities.ToolSpec{Name: "add", Kind: activities.ToolKindGo}, Arguments: `{"a":2,"b":3}`})
+	val, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		Tool: agentsagatype.ToolSpec{Name: "add", Kind: agentsagatype.ToolKindGo}, Arguments: `{"a":2,"b":3}`})
 	require.NoError(t, err)
-	var result activities.ToolResult
+	var result agentsagatype.ToolResult
 	require.NoError(t, val.Get(&result))
 	assert.Contains(t, result.Output, "5 for default-test-workflow-id/")
 
-	_, err = env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-		Tool: activities.ToolSpec{Name: "missing", Kind: activities.ToolKindGo}, Arguments: `{}`})
+	_, err = env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		Tool: agentsagatype.ToolSpec{Name: "missing", Kind: agentsagatype.ToolKindGo}, Arguments: `{}`})
 	assert.ErrorContains(t, err, "no Go function of that name")
 
 	leaves, err := acts.Ledger.ListLeafCalls(context.Background(), "default-test-workflow-id")
@@ -170,11 +171,11 @@ func TestCallToolRefusalIsNeverRetried(t *testing.T) {
 	}))
 	defer ts.Close()
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-	tool := activities.ToolSpec{Name: "charge", Kind: activities.ToolKindHTTP, URL: ts.URL,
+	tool := agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL,
 		Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
 	require.NoError(t, toolcheck.Validate(tool))
 	for range 2 {
-		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{"amount": 5}`})
+		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{"amount": 5}`})
 		var appErr *temporal.ApplicationError
 		require.True(t, errors.As(err, &appErr))
 		assert.True(t, appErr.NonRetryable())

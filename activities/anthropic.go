@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
 )
@@ -28,7 +29,7 @@ const defaultAnthropicMaxTokens = 1024
 // AnthropicModel is a Model served by the Anthropic Messages API.
 type AnthropicModel struct {
 	client    anthropic.Client
-	spec      ModelSpec
+	spec      agentsagatype.ModelSpec
 	maxTokens int64
 	apiKey    string // kept only to redact it from error bodies
 }
@@ -41,9 +42,9 @@ var _ Model = (*AnthropicModel)(nil)
 // profile file or extra headers, and could send a key the spec never named,
 // or send it somewhere the spec does not say. The SDK's own retries are off:
 // Temporal's activity retry is the only retry loop.
-func NewAnthropicModel(spec ModelSpec, apiKey string, httpClient *http.Client) (*AnthropicModel, error) {
-	if spec.Provider != ProviderAnthropic {
-		return nil, fmt.Errorf("anthropic model: provider is %q, want %q", spec.Provider, ProviderAnthropic)
+func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (*AnthropicModel, error) {
+	if spec.Provider != agentsagatype.ProviderAnthropic {
+		return nil, fmt.Errorf("anthropic model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderAnthropic)
 	}
 	if spec.Name == "" {
 		return nil, fmt.Errorf("anthropic model: model name is empty")
@@ -86,10 +87,10 @@ func NewAnthropicModel(spec ModelSpec, apiKey string, httpClient *http.Client) (
 // *HTTPError so the retry classifier can read the status and retry hints
 // (529 overloaded_error is a 5xx and so retryable); anything else is wrapped
 // with the op.
-func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn, error) {
+func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
-		return ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
+		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
 	}
 	var raw *http.Response
 	resp, err := m.client.Messages.New(ctx, params, option.WithResponseInto(&raw))
@@ -97,20 +98,20 @@ func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn,
 		var apiErr *anthropic.Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Response != nil:
-			return ModelTurn{}, m.httpError(apiErr.Response)
+			return agentsagatype.ModelTurn{}, m.httpError(apiErr.Response)
 		case raw != nil && raw.StatusCode >= 400:
 			// An error body the SDK cannot decode still has a status, and
 			// the status must decide retries.
-			return ModelTurn{}, m.httpError(raw)
+			return agentsagatype.ModelTurn{}, m.httpError(raw)
 		default:
-			return ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
+			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
 		}
 	}
 	if resp == nil {
 		// The SDK turns a body of `null` into no response and no error.
-		return ModelTurn{}, fmt.Errorf("%s: response body is null", opMessages)
+		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: response body is null", opMessages)
 	}
-	turn := ModelTurn{
+	turn := agentsagatype.ModelTurn{
 		Model: string(resp.Model),
 		Usage: reportedUsage(resp.Usage.InputTokens, resp.Usage.OutputTokens),
 	}
@@ -124,7 +125,7 @@ func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn,
 			if args == "" || args == "null" {
 				args = "{}"
 			}
-			turn.ToolCalls = append(turn.ToolCalls, ToolCall{ID: block.ID, Name: block.Name, Arguments: args})
+			turn.ToolCalls = append(turn.ToolCalls, agentsagatype.ToolCall{ID: block.ID, Name: block.Name, Arguments: args})
 		}
 	}
 	turn.Content = text.String()
@@ -241,7 +242,7 @@ func toolInput(arguments string) json.RawMessage {
 
 // anthropicTool describes tool with its parameters as input_schema, which
 // must be an object schema; no parameters means an object with none.
-func anthropicTool(tool ToolDef) (anthropic.ToolUnionParam, error) {
+func anthropicTool(tool agentsagatype.ToolDef) (anthropic.ToolUnionParam, error) {
 	// Type is set although it defaults to "object": the SDK omits a zero
 	// input_schema altogether, and the API requires one.
 	schema := anthropic.ToolInputSchemaParam{Type: "object"}

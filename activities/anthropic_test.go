@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 )
 
@@ -59,8 +60,8 @@ func newMessagesServer(t *testing.T, status int, headers map[string]string, body
 
 func newAnthropic(t *testing.T, baseURL, apiKey string) *activities.AnthropicModel {
 	t.Helper()
-	m, err := activities.NewAnthropicModel(activities.ModelSpec{
-		Provider: activities.ProviderAnthropic,
+	m, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
+		Provider: agentsagatype.ProviderAnthropic,
 		Name:     "claude-sonnet-4-5",
 		BaseURL:  baseURL,
 	}, apiKey, &http.Client{Timeout: 10 * time.Second})
@@ -83,9 +84,9 @@ func TestAnthropicModelPlainAnswer(t *testing.T) {
 	srv := newMessagesServer(t, http.StatusOK, nil, anthropicPlainAnswer)
 	turn, err := newAnthropic(t, srv.URL, testAPIKey).Turn(context.Background(), userAsks("hi"))
 	require.NoError(t, err)
-	assert.Equal(t, activities.ModelTurn{
+	assert.Equal(t, agentsagatype.ModelTurn{
 		Content: "Hello there.",
-		Usage:   activities.Usage{InputTokens: 9, OutputTokens: 12},
+		Usage:   agentsagatype.Usage{InputTokens: 9, OutputTokens: 12},
 		Model:   "claude-sonnet-4-5-20250929",
 	}, turn)
 	assert.EqualValues(t, 1, srv.requests.Load())
@@ -117,7 +118,7 @@ func TestAnthropicModelToolUse(t *testing.T) {
 	assert.Equal(t, "toolu_01B", turn.ToolCalls[1].ID)
 	assert.Equal(t, "now", turn.ToolCalls[1].Name)
 	assert.JSONEq(t, `{}`, turn.ToolCalls[1].Arguments)
-	assert.Equal(t, activities.Usage{InputTokens: 50, OutputTokens: 20}, turn.Usage)
+	assert.Equal(t, agentsagatype.Usage{InputTokens: 50, OutputTokens: 20}, turn.Usage)
 	assert.Empty(t, turn.Refusal)
 }
 
@@ -126,8 +127,8 @@ func TestAnthropicModelRequestTranslation(t *testing.T) {
 	t.Setenv("ANTHROPIC_AUTH_TOKEN", "token-from-env")
 	t.Setenv("ANTHROPIC_CUSTOM_HEADERS", "X-Leak: yes")
 	srv := newMessagesServer(t, http.StatusOK, nil, anthropicPlainAnswer)
-	m, err := activities.NewAnthropicModel(activities.ModelSpec{
-		Provider:  activities.ProviderAnthropic,
+	m, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
+		Provider:  agentsagatype.ProviderAnthropic,
 		Name:      "claude-haiku-4-5",
 		BaseURL:   srv.URL,
 		MaxTokens: 256,
@@ -135,10 +136,10 @@ func TestAnthropicModelRequestTranslation(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = m.Turn(context.Background(), activities.ModelRequest{
-		Messages: []activities.Message{
+		Messages: []agentsagatype.Message{
 			{Role: "system", Content: "Be brief."},
 			{Role: "user", Content: "Weather in Paris and the time?"},
-			{Role: "assistant", Content: "Checking.", ToolCalls: []activities.ToolCall{
+			{Role: "assistant", Content: "Checking.", ToolCalls: []agentsagatype.ToolCall{
 				{ID: "toolu_1", Name: "weather", Arguments: `{"city":"Paris"}`},
 				{ID: "toolu_2", Name: "now", Arguments: `{"tz": "Europe/Pa`},
 			}},
@@ -148,7 +149,7 @@ func TestAnthropicModelRequestTranslation(t *testing.T) {
 			// message on every turn.
 			{Role: "system", Content: "Budget: 2 steps left."},
 		},
-		Tools: []activities.ToolDef{
+		Tools: []agentsagatype.ToolDef{
 			{
 				Name:        "weather",
 				Description: "Current weather for a city.",
@@ -276,7 +277,7 @@ func TestAnthropicModelRefusal(t *testing.T) {
 			assert.Equal(t, tc.want, turn.Refusal)
 			assert.Empty(t, turn.Content)
 			assert.Empty(t, turn.ToolCalls)
-			assert.Equal(t, activities.Usage{InputTokens: 5, OutputTokens: 7}, turn.Usage)
+			assert.Equal(t, agentsagatype.Usage{InputTokens: 5, OutputTokens: 7}, turn.Usage)
 		})
 	}
 }
@@ -367,7 +368,7 @@ func TestAnthropicModelConnectionRefused(t *testing.T) {
 func TestAnthropicModelUnknownRole(t *testing.T) {
 	srv := newMessagesServer(t, http.StatusOK, nil, anthropicPlainAnswer)
 	_, err := newAnthropic(t, srv.URL, testAPIKey).Turn(context.Background(), activities.ModelRequest{
-		Messages: []activities.Message{{Role: "narrator", Content: "meanwhile"}},
+		Messages: []agentsagatype.Message{{Role: "narrator", Content: "meanwhile"}},
 	})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `messages[0]: unknown role "narrator"`)
@@ -382,8 +383,8 @@ func TestAnthropicModelBadToolSchema(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := newAnthropic(t, srv.URL, testAPIKey).Turn(context.Background(), activities.ModelRequest{
-				Messages: []activities.Message{{Role: "user", Content: "hi"}},
-				Tools:    []activities.ToolDef{{Name: "broken", Parameters: json.RawMessage(schema)}},
+				Messages: []agentsagatype.Message{{Role: "user", Content: "hi"}},
+				Tools:    []agentsagatype.ToolDef{{Name: "broken", Parameters: json.RawMessage(schema)}},
 			})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "tools[0] (broken)")
@@ -393,28 +394,28 @@ func TestAnthropicModelBadToolSchema(t *testing.T) {
 }
 
 func TestNewAnthropicModelRejectsBadSpec(t *testing.T) {
-	_, err := activities.NewAnthropicModel(activities.ModelSpec{Provider: activities.ProviderOpenAI, Name: "x"}, "", nil)
+	_, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "x"}, "", nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "provider")
 
-	_, err = activities.NewAnthropicModel(activities.ModelSpec{Provider: activities.ProviderAnthropic}, "", nil)
+	_, err = activities.NewAnthropicModel(agentsagatype.ModelSpec{Provider: agentsagatype.ProviderAnthropic}, "", nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "model name")
 
 	// The SDK refuses such a request before sending it, on every attempt.
-	_, err = activities.NewAnthropicModel(activities.ModelSpec{
-		Provider: activities.ProviderAnthropic, Name: "claude-sonnet-4-5", MaxTokens: 64000,
+	_, err = activities.NewAnthropicModel(agentsagatype.ModelSpec{
+		Provider: agentsagatype.ProviderAnthropic, Name: "claude-sonnet-4-5", MaxTokens: 64000,
 	}, "", nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "max_tokens 64000")
 }
 
 func TestAnthropicModelSpecValidate(t *testing.T) {
-	assert.NoError(t, activities.ModelSpec{Provider: activities.ProviderAnthropic, Name: "claude-sonnet-4-5"}.Validate())
-	err := activities.ModelSpec{Provider: activities.ProviderAnthropic}.Validate()
+	assert.NoError(t, agentsagatype.ModelSpec{Provider: agentsagatype.ProviderAnthropic, Name: "claude-sonnet-4-5"}.Validate())
+	err := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderAnthropic}.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "model.name")
-	err = activities.ModelSpec{Provider: "gemini"}.Validate()
+	err = agentsagatype.ModelSpec{Provider: "gemini"}.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"anthropic"`)
 }
@@ -430,8 +431,8 @@ func ExampleNewAnthropicModel() {
 	}))
 	defer srv.Close()
 
-	model, err := activities.NewAnthropicModel(activities.ModelSpec{
-		Provider:  activities.ProviderAnthropic,
+	model, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
+		Provider:  agentsagatype.ProviderAnthropic,
 		Name:      "claude-haiku-4-5",
 		BaseURL:   srv.URL,
 		APIKeyEnv: "ANTHROPIC_API_KEY", // the worker reads the key from here
@@ -441,7 +442,7 @@ func ExampleNewAnthropicModel() {
 		return
 	}
 	turn, err := model.Turn(context.Background(), activities.ModelRequest{
-		Messages: []activities.Message{
+		Messages: []agentsagatype.Message{
 			{Role: "system", Content: "Answer in one word."},
 			{Role: "user", Content: "Capital of France?"},
 		},
@@ -475,8 +476,8 @@ func TestAnthropicModelIgnoresEnvironment(t *testing.T) {
 			Request:    r,
 		}, nil
 	})}
-	m, err := activities.NewAnthropicModel(activities.ModelSpec{
-		Provider: activities.ProviderAnthropic,
+	m, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
+		Provider: agentsagatype.ProviderAnthropic,
 		Name:     "claude-sonnet-4-5",
 	}, "", client)
 	require.NoError(t, err)

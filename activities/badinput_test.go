@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -81,7 +82,7 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 		"huge and invalid":          {output: manyInvalid, truncated: true},
 		"JSON with control escapes": {output: `{"q":"a\u0000b"}`, want: `{"q":"a\u0000b"}`},
 	} {
-		for _, kind := range []string{activities.ToolKindGo, activities.ToolKindHTTP} {
+		for _, kind := range []string{agentsagatype.ToolKindGo, agentsagatype.ToolKindHTTP} {
 			t.Run(name+"/"+kind, func(t *testing.T) {
 				t.Parallel()
 				var calls atomic.Int32
@@ -95,15 +96,15 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 					_, _ = w.Write([]byte(tc.output))
 				}))
 				defer ts.Close()
-				tool := activities.ToolSpec{Name: "dump", Kind: kind}
-				if kind == activities.ToolKindHTTP {
+				tool := agentsagatype.ToolSpec{Name: "dump", Kind: kind}
+				if kind == agentsagatype.ToolKindHTTP {
 					tool.URL = ts.URL
 				}
 				acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 
-				val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{}`})
+				val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`})
 				require.NoError(t, err)
-				var result activities.ToolResult
+				var result agentsagatype.ToolResult
 				require.NoError(t, val.Get(&result))
 				requireStorable(t, result.Output)
 				assert.Equal(t, int32(1), calls.Load(), "the tool ran once: storing its answer did not fail and force a retry")
@@ -111,7 +112,7 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 				actions, err := acts.Ledger.ListActions(context.Background(), testWorkflowID)
 				require.NoError(t, err)
 				require.Len(t, actions, 1)
-				assert.Equal(t, ledger.ActionCompleted, actions[0].Status)
+				assert.Equal(t, agentsagatype.ActionCompleted, actions[0].Status)
 				stored := actions[0].Result
 				requireStorable(t, stored)
 				assert.LessOrEqual(t, len(stored), ledger.MaxStoredText)
@@ -124,15 +125,15 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 				}
 				// History carries a preview and a digest of exactly what the
 				// ledger holds (and the model reads), so a replay matches.
-				assert.Equal(t, activities.Preview(stored), result.Output)
-				assert.LessOrEqual(t, len(result.Output), activities.PreviewBytes)
-				assert.Equal(t, activities.Digest(stored), result.Digest)
+				assert.Equal(t, agentsagatype.Preview(stored), result.Output)
+				assert.LessOrEqual(t, len(result.Output), agentsagatype.PreviewBytes)
+				assert.Equal(t, agentsagatype.Digest(stored), result.Digest)
 				assert.Equal(t, len(stored), result.Bytes)
 
 				// A second delivery of the key replays the stored text.
-				val, err = newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{}`})
+				val, err = newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`})
 				require.NoError(t, err)
-				var replay activities.ToolResult
+				var replay agentsagatype.ToolResult
 				require.NoError(t, val.Get(&replay))
 				assert.True(t, replay.Replayed)
 				assert.Equal(t, result.Output, replay.Output)
@@ -149,27 +150,27 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 func TestToolErrorWithBadBytesIsRecorded(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
-		tool     func(ts *httptest.Server) activities.ToolSpec
+		tool     func(ts *httptest.Server) agentsagatype.ToolSpec
 		status   string
 		contains string
 	}{
 		"go tool, permanent": {
-			tool: func(*httptest.Server) activities.ToolSpec {
-				return activities.ToolSpec{Name: "bad", Kind: activities.ToolKindGo}
+			tool: func(*httptest.Server) agentsagatype.ToolSpec {
+				return agentsagatype.ToolSpec{Name: "bad", Kind: agentsagatype.ToolKindGo}
 			},
-			status: ledger.ActionRejected, contains: "declined \uFFFD",
+			status: agentsagatype.ActionRejected, contains: "declined \uFFFD",
 		},
 		"http tool, 400": {
-			tool: func(ts *httptest.Server) activities.ToolSpec {
-				return activities.ToolSpec{Name: "bad", Kind: activities.ToolKindHTTP, URL: ts.URL + "/400"}
+			tool: func(ts *httptest.Server) agentsagatype.ToolSpec {
+				return agentsagatype.ToolSpec{Name: "bad", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + "/400"}
 			},
-			status: ledger.ActionRejected, contains: "HTTP 400",
+			status: agentsagatype.ActionRejected, contains: "HTTP 400",
 		},
 		"http tool, 503": {
-			tool: func(ts *httptest.Server) activities.ToolSpec {
-				return activities.ToolSpec{Name: "bad", Kind: activities.ToolKindHTTP, URL: ts.URL + "/503"}
+			tool: func(ts *httptest.Server) agentsagatype.ToolSpec {
+				return agentsagatype.ToolSpec{Name: "bad", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + "/503"}
 			},
-			status: ledger.ActionFailed, contains: "HTTP 503",
+			status: agentsagatype.ActionFailed, contains: "HTTP 503",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -189,7 +190,7 @@ func TestToolErrorWithBadBytesIsRecorded(t *testing.T) {
 			defer ts.Close()
 			acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 
-			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tc.tool(ts), Arguments: `{}`})
+			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tc.tool(ts), Arguments: `{}`})
 			require.Error(t, err)
 			message := appError(t, err).Message()
 			requireStorable(t, message)
@@ -223,7 +224,7 @@ func TestToolArgumentsAgainstSchemaNeverReachToolOrLedger(t *testing.T) {
 		return "charged", nil
 	})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
-	tool := activities.ToolSpec{Name: "charge", Kind: activities.ToolKindGo, Parameters: json.RawMessage(schema)}
+	tool := agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindGo, Parameters: json.RawMessage(schema)}
 	require.NoError(t, toolcheck.Validate(tool))
 	before := ledgertest.Counts(t, acts.Ledger)
 
@@ -241,10 +242,10 @@ func TestToolArgumentsAgainstSchemaNeverReachToolOrLedger(t *testing.T) {
 		"trailing garbage":       {`{"amount": 5, "currency": "eur"} DROP`, "not valid JSON"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: tc.args})
+			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: tc.args})
 			require.Error(t, err)
 			appErr := appError(t, err)
-			assert.Equal(t, activities.ErrTypeInvalidArguments, appErr.Type())
+			assert.Equal(t, agentsagatype.ErrTypeInvalidArguments, appErr.Type())
 			assert.True(t, appErr.NonRetryable(), "no attempt can fix the arguments")
 			assert.Contains(t, appErr.Message(), "tool charge")
 			assert.Contains(t, appErr.Message(), tc.field)
@@ -265,19 +266,19 @@ func TestUnknownToolOnTheWorkerNeverReachesTheLedger(t *testing.T) {
 	before := ledgertest.Counts(t, acts.Ledger)
 
 	for name, tc := range map[string]struct {
-		tool activities.ToolSpec
+		tool agentsagatype.ToolSpec
 		want []string
 	}{
-		"unregistered go tool": {activities.ToolSpec{Name: "delete_everything", Kind: activities.ToolKindGo},
+		"unregistered go tool": {agentsagatype.ToolSpec{Name: "delete_everything", Kind: agentsagatype.ToolKindGo},
 			[]string{"delete_everything", "registered: add, word_count"}},
-		"unknown kind": {activities.ToolSpec{Name: "sh", Kind: "shell"}, []string{"tool sh", `unknown kind "shell"`}},
-		"agent kind":   {activities.ToolSpec{Name: "helper", Kind: activities.ToolKindAgent}, []string{"tool helper", `unknown kind "agent"`}},
+		"unknown kind": {agentsagatype.ToolSpec{Name: "sh", Kind: "shell"}, []string{"tool sh", `unknown kind "shell"`}},
+		"agent kind":   {agentsagatype.ToolSpec{Name: "helper", Kind: agentsagatype.ToolKindAgent}, []string{"tool helper", `unknown kind "agent"`}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tc.tool, Arguments: `{}`})
+			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tc.tool, Arguments: `{}`})
 			require.Error(t, err)
 			appErr := appError(t, err)
-			assert.Equal(t, activities.ErrTypeUnknownTool, appErr.Type())
+			assert.Equal(t, agentsagatype.ErrTypeUnknownTool, appErr.Type())
 			assert.True(t, appErr.NonRetryable())
 			for _, want := range tc.want {
 				assert.Contains(t, appErr.Message(), want)
@@ -332,10 +333,10 @@ func TestModelOutputWithBadBytes(t *testing.T) {
 			t.Parallel()
 			ts := fakeChat(t, tc.status, tc.body)
 			acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-			val, err := newEnv(t, acts).ExecuteActivity(acts.CallModel, activities.ModelCall{
-				Model: activities.ModelSpec{Provider: activities.ProviderOpenAI, Name: "m", BaseURL: ts.URL},
-				Conversation: activities.Conversation{WorkflowID: testWorkflowID, Through: 1,
-					Append: []activities.Message{{Seq: 0, Role: "user", Content: "hi", Pinned: true}}},
+			val, err := newEnv(t, acts).ExecuteActivity(acts.CallModel, agentsagatype.ModelCall{
+				Model: agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "m", BaseURL: ts.URL},
+				Conversation: agentsagatype.Conversation{WorkflowID: testWorkflowID, Through: 1,
+					Append: []agentsagatype.Message{{Seq: 0, Role: "user", Content: "hi", Pinned: true}}},
 			})
 			if len(tc.errWant) > 0 {
 				require.Error(t, err)
@@ -346,7 +347,7 @@ func TestModelOutputWithBadBytes(t *testing.T) {
 				}
 			} else {
 				require.NoError(t, err)
-				var turn activities.ModelTurn
+				var turn agentsagatype.ModelTurn
 				require.NoError(t, val.Get(&turn))
 				requireStorable(t, turn.Content)
 				requireStorable(t, turn.Refusal)

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -95,18 +96,18 @@ func TestClosedBreakerIsAskedOncePerStaleness(t *testing.T) {
 }
 
 // executeWithHook runs one CallTool of an HTTP tool at url through hook.
-func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (activities.ToolResult, error) {
+func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (agentsagatype.ToolResult, error) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{hook}})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	env.RegisterActivity(acts)
-	value, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-		Tool: activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: url}, Arguments: `{}`,
-		Retry: activities.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+	value, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: url}, Arguments: `{}`,
+		Retry: agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 			BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}})
-	var result activities.ToolResult
+	var result agentsagatype.ToolResult
 	if err == nil {
 		require.NoError(t, value.Get(&result))
 	}
@@ -115,12 +116,12 @@ func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (acti
 
 // callThroughHook makes one call that the hook refuses or fails, and
 // returns what the failure told the workflow.
-func callThroughHook(t *testing.T, store *fakeRetryStore, cfg activities.RetryHookConfig, url string) activities.CallFailure {
+func callThroughHook(t *testing.T, store *fakeRetryStore, cfg activities.RetryHookConfig, url string) agentsagatype.CallFailure {
 	t.Helper()
 	_, err := executeWithHook(t, activities.NewRetryHook(store, cfg), url)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%v", err)
-	var failure activities.CallFailure
+	var failure agentsagatype.CallFailure
 	require.NoError(t, appErr.Details(&failure))
 	return failure
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // toLedger is m as a conversation row.
-func toLedgerMessage(m Message) ledger.Message {
+func toLedgerMessage(m agentsagatype.Message) ledger.Message {
 	row := ledger.Message{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name,
 		Pinned: m.Pinned, SourceKey: m.Key, Tokens: estimateTokens(m)}
 	if len(m.ToolCalls) > 0 {
@@ -22,8 +22,8 @@ func toLedgerMessage(m Message) ledger.Message {
 }
 
 // fromLedger is a conversation row as a Message.
-func fromLedger(row ledger.Message) Message {
-	m := Message{Seq: row.Seq, Role: row.Role, Content: row.Content, ToolCallID: row.ToolCallID, Name: row.Name,
+func fromLedger(row ledger.Message) agentsagatype.Message {
+	m := agentsagatype.Message{Seq: row.Seq, Role: row.Role, Content: row.Content, ToolCallID: row.ToolCallID, Name: row.Name,
 		Pinned: row.Pinned, Key: row.SourceKey}
 	if len(row.ToolCalls) > 0 {
 		_ = json.Unmarshal(row.ToolCalls, &m.ToolCalls)
@@ -41,7 +41,7 @@ const shortenedPreviewBytes = 400
 // fitted is a request's conversation after fitting it to the context
 // budget.
 type fitted struct {
-	Messages  []Message
+	Messages  []agentsagatype.Message
 	Tokens    int
 	Shortened int
 	Omitted   int
@@ -61,7 +61,7 @@ type fitted struct {
 // human's instructions) are always sent, and so is the last turn. The plan
 // is made from estimates of what previews will cost; a twentieth of slack
 // keeps the request under the budget itself.
-func fitRequest(trailing []Message, extraTokens, budget int) ledger.FitRequest {
+func fitRequest(trailing []agentsagatype.Message, extraTokens, budget int) ledger.FitRequest {
 	trailingTokens := 0
 	for _, m := range trailing {
 		trailingTokens += estimateTokens(m)
@@ -72,8 +72,8 @@ func fitRequest(trailing []Message, extraTokens, budget int) ledger.FitRequest {
 
 // fitClaimed is the request a model turn's claim read the conversation
 // for, with trailing after it.
-func fitClaimed(claim ledger.Claim, trailing []Message) fitted {
-	msgs := make([]Message, len(claim.Conversation))
+func fitClaimed(claim ledger.Claim, trailing []agentsagatype.Message) fitted {
+	msgs := make([]agentsagatype.Message, len(claim.Conversation))
 	bytes := make(map[int]int, len(claim.Conversation))
 	for i, row := range claim.Conversation {
 		msgs[i] = fromLedger(row)
@@ -92,15 +92,15 @@ const noteTokens = 80
 // read, the cut ones read only in part, whole holding each one's whole
 // length): it shortens the cut ones, says what was left out where it was,
 // and appends trailing.
-func assemble(msgs []Message, whole map[int]int, plan ledger.FitPlan, trailing []Message) fitted {
-	out := make([]Message, 0, len(msgs)+1+len(trailing))
+func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledger.FitPlan, trailing []agentsagatype.Message) fitted {
+	out := make([]agentsagatype.Message, 0, len(msgs)+1+len(trailing))
 	shortened, told := 0, false
-	var note *Message
+	var note *agentsagatype.Message
 	leftOut := plan.Omitted > 0 || plan.CutBefore > 0
 	for _, m := range msgs {
 		if !told && !m.Pinned && leftOut {
 			// Where what was left out begins.
-			out = append(out, Message{Role: "system"})
+			out = append(out, agentsagatype.Message{Role: "system"})
 			note, told = &out[len(out)-1], true
 		}
 		if m.Seq < plan.CutBefore && !m.Pinned && m.Role == "tool" {
@@ -124,11 +124,11 @@ func assemble(msgs []Message, whole map[int]int, plan ledger.FitPlan, trailing [
 	if len(what) > 0 {
 		text := fmt.Sprintf("CONTEXT: to fit the context budget, %s. Every output is kept: call %s with a call's key "+
 			"(the run's workflow ID, \"/\", and its activity ID, such as step-003-call-1-search) to read one back whole.",
-			strings.Join(what, " and "), ReadResultTool)
+			strings.Join(what, " and "), agentsagatype.ReadResultTool)
 		if note != nil {
 			note.Content = text
 		} else {
-			out = append(out, Message{Role: "system", Content: text})
+			out = append(out, agentsagatype.Message{Role: "system", Content: text})
 		}
 	}
 	out = append(out, trailing...)
@@ -142,7 +142,7 @@ func assemble(msgs []Message, whole map[int]int, plan ledger.FitPlan, trailing [
 // shorten is a tool message's content (of which only the start may have
 // been read; whole is the whole's length) as a preview: a failed attempt in
 // one line, an output as its start and where the whole is.
-func shorten(m Message, whole int) (string, bool) {
+func shorten(m agentsagatype.Message, whole int) (string, bool) {
 	if strings.HasPrefix(m.Content, "error: ") {
 		line, _, _ := strings.Cut(m.Content, "\n")
 		line, _ = agentsagatype.CutAtRune(line, 200)
@@ -156,7 +156,7 @@ func shorten(m Message, whole int) (string, bool) {
 		return fmt.Sprintf("%s... [shortened: %d bytes in all]", start, whole), true
 	}
 	return fmt.Sprintf("%s... [shortened: %d bytes in all; %s {\"key\": %q} reads it whole]",
-		start, whole, ReadResultTool, m.Key), true
+		start, whole, agentsagatype.ReadResultTool, m.Key), true
 }
 
 // codec is the tokenizer the estimate counts with: o200k, OpenAI's current
@@ -175,7 +175,7 @@ func mustCodec() tokenizer.Codec {
 // estimateTokens is a message's size in tokens, erring high: the tokenizer's
 // count plus a fifth, and a few tokens of framing a message costs on the
 // wire.
-func estimateTokens(m Message) int {
+func estimateTokens(m agentsagatype.Message) int {
 	n := count(m.Content)
 	for _, c := range m.ToolCalls {
 		n += count(c.Name) + count(c.Arguments) + 8

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -18,20 +19,20 @@ import (
 // longConversation is a run of turns, each an assistant message calling a
 // tool and the tool's output of outputBytes, after the system prompt and
 // the goal; a human's long instruction sits in the middle.
-func longConversation(turns, outputBytes int) []Message {
-	msgs := []Message{
+func longConversation(turns, outputBytes int) []agentsagatype.Message {
+	msgs := []agentsagatype.Message{
 		{Seq: 0, Role: "system", Content: "You are an agent.", Pinned: true},
 		{Seq: 1, Role: "user", Content: "Read the report.", Pinned: true},
 	}
 	for t := 1; t <= turns; t++ {
-		msgs = append(msgs, Message{Seq: len(msgs), Role: "assistant", ToolCalls: []ToolCall{{ID: fmt.Sprint(t), Name: "page", Arguments: fmt.Sprintf(`{"turn":%d}`, t)}}})
+		msgs = append(msgs, agentsagatype.Message{Seq: len(msgs), Role: "assistant", ToolCalls: []agentsagatype.ToolCall{{ID: fmt.Sprint(t), Name: "page", Arguments: fmt.Sprintf(`{"turn":%d}`, t)}}})
 		page := strings.Repeat(fmt.Sprintf("page %d says something new. ", t), outputBytes/26+1)[:outputBytes]
-		msgs = append(msgs, Message{Seq: len(msgs), Role: "tool", Content: page, Key: fmt.Sprintf("wf/step-%03d-call-1-page", t)})
+		msgs = append(msgs, agentsagatype.Message{Seq: len(msgs), Role: "tool", Content: page, Key: fmt.Sprintf("wf/step-%03d-call-1-page", t)})
 		if t == turns/2 {
-			msgs = append(msgs, Message{Seq: len(msgs), Role: "user", Content: "Instruction from a human: " + strings.Repeat("keep going ", 200), Pinned: true})
+			msgs = append(msgs, agentsagatype.Message{Seq: len(msgs), Role: "user", Content: "Instruction from a human: " + strings.Repeat("keep going ", 200), Pinned: true})
 		}
 	}
-	msgs = append(msgs, Message{Seq: len(msgs), Role: "tool", Content: "error: HTTP 503 from page\nstack trace\nmore lines", Key: ""})
+	msgs = append(msgs, agentsagatype.Message{Seq: len(msgs), Role: "tool", Content: "error: HTTP 503 from page\nstack trace\nmore lines", Key: ""})
 	return msgs
 }
 
@@ -39,7 +40,7 @@ func longConversation(turns, outputBytes int) []Message {
 // the run's conversation, the turn's claim plans from their sizes and reads
 // what the plan sends, and the request is assembled. budget is the plan's
 // own (CallModel's fitRequest keeps a twentieth of slack besides).
-func fit(t *testing.T, msgs []Message, trailing []Message, budget int) (fitted, ledger.FitPlan) {
+func fit(t *testing.T, msgs []agentsagatype.Message, trailing []agentsagatype.Message, budget int) (fitted, ledger.FitPlan) {
 	t.Helper()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
@@ -61,7 +62,7 @@ func fit(t *testing.T, msgs []Message, trailing []Message, budget int) (fitted, 
 func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
 	t.Parallel()
 	msgs := longConversation(40, 50<<10)
-	note := []Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}
+	note := []agentsagatype.Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}
 	const budget = 32000
 	got, plan := fit(t, msgs, note, budget)
 
@@ -91,13 +92,13 @@ func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
 
 func TestContextBudgetCollapsesFailedAttemptsToOneLine(t *testing.T) {
 	t.Parallel()
-	msgs := []Message{
+	msgs := []agentsagatype.Message{
 		{Seq: 0, Role: "system", Content: "s", Pinned: true},
-		{Seq: 1, Role: "assistant", ToolCalls: []ToolCall{{ID: "1", Name: "page", Arguments: "{}"}}},
+		{Seq: 1, Role: "assistant", ToolCalls: []agentsagatype.ToolCall{{ID: "1", Name: "page", Arguments: "{}"}}},
 		{Seq: 2, Role: "tool", Content: "error: HTTP 503\n" + strings.Repeat("trace line\n", 2000)},
 	}
 	for t := 0; t < 3; t++ {
-		msgs = append(msgs, Message{Seq: len(msgs), Role: "assistant", Content: "next"})
+		msgs = append(msgs, agentsagatype.Message{Seq: len(msgs), Role: "assistant", Content: "next"})
 	}
 	got, _ := fit(t, msgs, nil, 1500)
 	assert.Equal(t, "error: HTTP 503", got.Messages[3].Content, "after the system prompt, the note and the call")
@@ -118,7 +119,7 @@ func TestEstimateErrsHigh(t *testing.T) {
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog. 12345 ", 100)
 	exact, err := codec.Count(text)
 	require.NoError(t, err)
-	assert.Greater(t, estimateTokens(Message{Content: text}), exact)
+	assert.Greater(t, estimateTokens(agentsagatype.Message{Content: text}), exact)
 }
 
 // A thousand turns do not fit even as previews: the oldest turns are left
@@ -128,7 +129,7 @@ func TestContextBudgetLeavesOutTheOldestTurnsOfAVeryLongRun(t *testing.T) {
 	t.Parallel()
 	msgs := longConversation(1000, 2<<10)
 	const budget = 27904
-	got, plan := fit(t, msgs, []Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}, budget)
+	got, plan := fit(t, msgs, []agentsagatype.Message{{Role: "system", Content: "BUDGET LEFT: 9 steps"}}, budget)
 	require.Positive(t, plan.Omitted)
 	assert.LessOrEqual(t, got.Tokens, budget)
 	assert.Equal(t, plan.Omitted, got.Omitted)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // TestConversationCarriesOverBetweenProviders guarantees issue 20 item 4:
@@ -27,31 +28,31 @@ import (
 // lost, changes a line of the expected wire and fails the test.
 func TestConversationCarriesOverBetweenProviders(t *testing.T) {
 	ctx := context.Background()
-	tools := []activities.ToolDef{
+	tools := []agentsagatype.ToolDef{
 		{Name: "lookup", Description: "An order's status.", Parameters: json.RawMessage(`{"type":"object","properties":{"order_id":{"type":"integer"}},"required":["order_id"]}`)},
 		{Name: "owner", Description: "Who placed an order.", Parameters: json.RawMessage(`{"type":"object","properties":{"order_id":{"type":"integer"}},"required":["order_id"]}`)},
 	}
-	conversation := []activities.Message{
+	conversation := []agentsagatype.Message{
 		{Role: "system", Content: "You are an order assistant."},
 		{Role: "user", Content: "What is the status of order 42, and who placed it?"},
 	}
 	// reply is a turn as the conversation keeps it, as CallModel writes it.
-	reply := func(turn activities.ModelTurn) activities.Message {
-		return activities.Message{Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
+	reply := func(turn agentsagatype.ModelTurn) agentsagatype.Message {
+		return agentsagatype.Message{Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
 	}
 
 	// Turn 1, OpenAI: asks for lookup.
 	openai1 := newChatServer(t, http.StatusOK, nil, crossOpenAIToolCall)
 	turn, err := newModel(t, openai1.URL, testAPIKey).Turn(ctx, activities.ModelRequest{Messages: conversation, Tools: tools})
 	require.NoError(t, err)
-	assert.Equal(t, activities.ModelTurn{
-		ToolCalls: []activities.ToolCall{{ID: "call_abc123", Name: "lookup", Arguments: `{"order_id":42}`}},
-		Usage:     activities.Usage{InputTokens: 31, OutputTokens: 18},
+	assert.Equal(t, agentsagatype.ModelTurn{
+		ToolCalls: []agentsagatype.ToolCall{{ID: "call_abc123", Name: "lookup", Arguments: `{"order_id":42}`}},
+		Usage:     agentsagatype.Usage{InputTokens: 31, OutputTokens: 18},
 		Model:     "gpt-4o-mini-2024-07-18",
 	}, turn)
 	conversation = append(conversation,
 		reply(turn),
-		activities.Message{Role: "tool", ToolCallID: "call_abc123", Name: "lookup", Content: `{"status":"shipped"}`},
+		agentsagatype.Message{Role: "tool", ToolCallID: "call_abc123", Name: "lookup", Content: `{"status":"shipped"}`},
 	)
 
 	// Turn 2, Anthropic: reads OpenAI's call and its result, asks for owner.
@@ -65,15 +66,15 @@ func TestConversationCarriesOverBetweenProviders(t *testing.T) {
 		"1 assistant tool_use call_abc123 lookup {\"order_id\":42}",
 		"2 user tool_result call_abc123: {\"status\":\"shipped\"}",
 	}, got, "Anthropic received OpenAI's tool call and its result")
-	assert.Equal(t, activities.ModelTurn{
+	assert.Equal(t, agentsagatype.ModelTurn{
 		Content:   "Order 42 has shipped. Let me find who placed it.",
-		ToolCalls: []activities.ToolCall{{ID: "toolu_01A09q90qw90lq917835lq9", Name: "owner", Arguments: `{"order_id":42}`}},
-		Usage:     activities.Usage{InputTokens: 120, OutputTokens: 45},
+		ToolCalls: []agentsagatype.ToolCall{{ID: "toolu_01A09q90qw90lq917835lq9", Name: "owner", Arguments: `{"order_id":42}`}},
+		Usage:     agentsagatype.Usage{InputTokens: 120, OutputTokens: 45},
 		Model:     "claude-sonnet-4-5-20250929",
 	}, turn)
 	conversation = append(conversation,
 		reply(turn),
-		activities.Message{Role: "tool", ToolCallID: "toolu_01A09q90qw90lq917835lq9", Name: "owner", Content: `{"name":"Ada Lovelace"}`},
+		agentsagatype.Message{Role: "tool", ToolCallID: "toolu_01A09q90qw90lq917835lq9", Name: "owner", Content: `{"name":"Ada Lovelace"}`},
 	)
 
 	// Turn 3, OpenAI again: reads both calls and both results, answers.
@@ -89,9 +90,9 @@ func TestConversationCarriesOverBetweenProviders(t *testing.T) {
 		"4 assistant tool_call toolu_01A09q90qw90lq917835lq9 owner {\"order_id\":42}",
 		"5 tool toolu_01A09q90qw90lq917835lq9: {\"name\":\"Ada Lovelace\"}",
 	}, openAIWire(t, *openai2.lastBody.Load()), "OpenAI received both providers' tool calls and their results")
-	assert.Equal(t, activities.ModelTurn{
+	assert.Equal(t, agentsagatype.ModelTurn{
 		Content: "Order 42 has shipped; Ada Lovelace placed it.",
-		Usage:   activities.Usage{InputTokens: 210, OutputTokens: 25},
+		Usage:   agentsagatype.Usage{InputTokens: 210, OutputTokens: 25},
 		Model:   "gpt-4o-mini-2024-07-18",
 	}, turn)
 }

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -25,28 +26,28 @@ import (
 // callToolWorkflow runs one CallTool with a heartbeat timeout, one attempt,
 // as the AgentRun workflow would: the activity test environment cannot set
 // a heartbeat timeout.
-func callToolWorkflow(ctx workflow.Context, req activities.ToolCallRequest, heartbeat time.Duration) (activities.ToolResult, error) {
+func callToolWorkflow(ctx workflow.Context, req agentsagatype.ToolCallRequest, heartbeat time.Duration) (agentsagatype.ToolResult, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID: "step-001-call-1-slow", StartToCloseTimeout: time.Minute, HeartbeatTimeout: heartbeat,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	var acts *activities.Activities
-	var result activities.ToolResult
+	var result agentsagatype.ToolResult
 	err := workflow.ExecuteActivity(ctx, acts.CallTool, req).Get(ctx, &result)
 	return result, err
 }
 
-func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbeat time.Duration) (activities.ToolResult, error) {
+func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbeat time.Duration) (agentsagatype.ToolResult, error) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(time.Minute)
 	env.RegisterWorkflow(callToolWorkflow)
 	env.RegisterActivity(acts)
-	env.ExecuteWorkflow(callToolWorkflow, activities.ToolCallRequest{
-		Tool: activities.ToolSpec{Name: tool, Kind: activities.ToolKindGo}, Arguments: `{}`}, heartbeat)
+	env.ExecuteWorkflow(callToolWorkflow, agentsagatype.ToolCallRequest{
+		Tool: agentsagatype.ToolSpec{Name: tool, Kind: agentsagatype.ToolKindGo}, Arguments: `{}`}, heartbeat)
 	require.True(t, env.IsWorkflowCompleted())
-	var result activities.ToolResult
+	var result agentsagatype.ToolResult
 	err := env.GetWorkflowError()
 	if err == nil {
 		require.NoError(t, env.GetWorkflowResult(&result))
@@ -98,7 +99,7 @@ func TestSupersededAttemptStopsAndCannotWrite(t *testing.T) {
 	assert.ErrorIs(t, got, ledger.ErrLeaseLost)
 	action, err := store.GetAction(context.Background(), slowKey)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionStarted, action.Status, "the superseded attempt's failure did not overwrite the holder's claim")
+	assert.Equal(t, agentsagatype.ActionStarted, action.Status, "the superseded attempt's failure did not overwrite the holder's claim")
 	assert.Equal(t, 2, action.Attempts)
 }
 
@@ -134,13 +135,13 @@ func TestStoredRefusalReplaysAsRefusal(t *testing.T) {
 	acts.Toolbox.Register("charge", func(context.Context, activities.ToolInvocation) (string, error) {
 		return `{"status":"declined"}`, nil
 	})
-	tool := activities.ToolSpec{Name: "charge", Kind: activities.ToolKindGo, Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
+	tool := agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindGo, Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
 	require.NoError(t, toolcheck.Validate(tool))
 	for i := range 2 {
-		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{}`})
+		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`})
 		var appErr *temporal.ApplicationError
 		require.True(t, errors.As(err, &appErr))
-		assert.Equal(t, activities.ErrTypeRefusal, appErr.Type(), "delivery %d", i+1)
+		assert.Equal(t, agentsagatype.ErrTypeRefusal, appErr.Type(), "delivery %d", i+1)
 	}
 }
 
@@ -159,13 +160,13 @@ func TestLedgerErrorDoesNotCountAgainstTheBreaker(t *testing.T) {
 	acts := &activities.Activities{Ledger: store, Toolbox: activities.NewToolbox()}
 	acts.Toolbox.Register("t", func(context.Context, activities.ToolInvocation) (string, error) { return "ok", nil })
 	env.RegisterActivity(acts)
-	_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-		Tool: activities.ToolSpec{Name: "t", Kind: activities.ToolKindGo}, Arguments: `{}`,
-		Retry: activities.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
+		Retry: agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 			BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%v", err)
-	assert.Equal(t, activities.ErrTypeLedgerUnavailable, appErr.Type())
+	assert.Equal(t, agentsagatype.ErrTypeLedgerUnavailable, appErr.Type())
 	assert.True(t, !appErr.NonRetryable(), "retried once the ledger is back")
 	assert.Zero(t, retry.failures.Load(), "no failure reported to the tool's breaker")
 }

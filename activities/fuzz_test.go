@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 )
 
@@ -83,7 +84,7 @@ func validHeaderValue(v string) bool {
 // status for the retry classifier; a 2xx is never one; every error names
 // the call and never holds the API key; and a turn never reports negative
 // tokens, which would hand the run budget back.
-func checkTurn(t *testing.T, op string, resp cannedTransport, turn activities.ModelTurn, err error) {
+func checkTurn(t *testing.T, op string, resp cannedTransport, turn agentsagatype.ModelTurn, err error) {
 	t.Helper()
 	var httpErr *activities.HTTPError
 	isHTTP := errors.As(err, &httpErr)
@@ -111,7 +112,7 @@ func checkTurn(t *testing.T, op string, resp cannedTransport, turn activities.Mo
 		if strings.Contains(err.Error(), fuzzAPIKey) {
 			t.Fatalf("error leaks the API key: %q", err)
 		}
-		if turn.Content != "" || turn.Refusal != "" || len(turn.ToolCalls) > 0 || turn.Model != "" || turn.Usage != (activities.Usage{}) {
+		if turn.Content != "" || turn.Refusal != "" || len(turn.ToolCalls) > 0 || turn.Model != "" || turn.Usage != (agentsagatype.Usage{}) {
 			t.Fatalf("an error came with a turn: %+v", turn)
 		}
 		return
@@ -124,7 +125,7 @@ func checkTurn(t *testing.T, op string, resp cannedTransport, turn activities.Mo
 // sameOutcome checks that one answer always maps to the same turn: the
 // workflow may replay a call's result, and a retry of the same answer must
 // not read differently.
-func sameOutcome(t *testing.T, turn1, turn2 activities.ModelTurn, err1, err2 error) {
+func sameOutcome(t *testing.T, turn1, turn2 agentsagatype.ModelTurn, err1, err2 error) {
 	t.Helper()
 	if (err1 == nil) != (err2 == nil) || (err1 != nil && err1.Error() != err2.Error()) {
 		t.Fatalf("the same answer gave %v, then %v", err1, err2)
@@ -167,8 +168,8 @@ func FuzzOpenAITurn(f *testing.F) {
 	f.Add(200, "", "", false, []byte(plainAnswer))
 	f.Fuzz(func(t *testing.T, status int, retryAfter, shouldRetry string, jsonType bool, body []byte) {
 		resp := fuzzResponse(status, retryAfter, shouldRetry, jsonType, body)
-		m, err := activities.NewOpenAIModel(activities.ModelSpec{
-			Provider: activities.ProviderOpenAI, Name: "gpt-4o-mini", BaseURL: "http://fuzz.invalid/v1",
+		m, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{
+			Provider: agentsagatype.ProviderOpenAI, Name: "gpt-4o-mini", BaseURL: "http://fuzz.invalid/v1",
 		}, fuzzAPIKey, &http.Client{Transport: resp, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("NewOpenAIModel: %v", err)
@@ -212,8 +213,8 @@ func FuzzAnthropicTurn(f *testing.F) {
 	f.Add(502, "Inf", "", false, []byte(`<html>502 Bad Gateway</html>`))
 	f.Fuzz(func(t *testing.T, status int, retryAfter, shouldRetry string, jsonType bool, body []byte) {
 		resp := fuzzResponse(status, retryAfter, shouldRetry, jsonType, body)
-		m, err := activities.NewAnthropicModel(activities.ModelSpec{
-			Provider: activities.ProviderAnthropic, Name: "claude-sonnet-4-5", BaseURL: "http://fuzz.invalid",
+		m, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
+			Provider: agentsagatype.ProviderAnthropic, Name: "claude-sonnet-4-5", BaseURL: "http://fuzz.invalid",
 		}, fuzzAPIKey, &http.Client{Transport: resp, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("NewAnthropicModel: %v", err)

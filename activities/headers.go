@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"golang.org/x/net/http/httpguts"
 )
@@ -35,7 +36,7 @@ func (e *toolConfigError) Error() string { return e.msg }
 // returns the headers to send and a redactor for every value it read. An
 // unset (or empty) variable is a toolConfigError naming the header and the
 // variable.
-func resolveHeaders(t ToolSpec, getenv func(string) string) (http.Header, *redactor, error) {
+func resolveHeaders(t agentsagatype.ToolSpec, getenv func(string) string) (http.Header, *redactor, error) {
 	if len(t.Headers) == 0 {
 		return nil, nil, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -25,12 +26,12 @@ const headerSecret = "crm-Tq7wVn2LpX9sKd4RbZ8mYh3J/e"
 
 func TestToolHeadersAreValidated(t *testing.T) {
 	t.Parallel()
-	httpTool := func(headers map[string]string) activities.ToolSpec {
-		return activities.ToolSpec{Name: "crm", Kind: activities.ToolKindHTTP, URL: "https://crm.internal/q", Headers: headers}
+	httpTool := func(headers map[string]string) agentsagatype.ToolSpec {
+		return agentsagatype.ToolSpec{Name: "crm", Kind: agentsagatype.ToolKindHTTP, URL: "https://crm.internal/q", Headers: headers}
 	}
 	for _, tc := range []struct {
 		name    string
-		tool    activities.ToolSpec
+		tool    agentsagatype.ToolSpec
 		wantErr string // empty: valid
 	}{
 		{"a reference", httpTool(map[string]string{"Authorization": "Bearer ${env:CRM_TOKEN}"}), ""},
@@ -48,7 +49,7 @@ func TestToolHeadersAreValidated(t *testing.T) {
 		{"a digit first", httpTool(map[string]string{"X-Key": "${env:1TOKEN}"}), "headers.X-Key: malformed environment reference"},
 		{"a dash in the name", httpTool(map[string]string{"X-Key": "${env:CRM-TOKEN}"}), "headers.X-Key: malformed environment reference"},
 		{"a line break", httpTool(map[string]string{"X-Key": "a\r\nX-Injected: 1"}), "headers.X-Key: the value holds a control character"},
-		{"on a go tool", activities.ToolSpec{Name: "wc", Kind: activities.ToolKindGo, Headers: map[string]string{"X": "y"}}, `tool wc: headers are for kind "http", not "go"`},
+		{"on a go tool", agentsagatype.ToolSpec{Name: "wc", Kind: agentsagatype.ToolKindGo, Headers: map[string]string{"X": "y"}}, `tool wc: headers are for kind "http", not "go"`},
 	} {
 		err := toolcheck.Validate(tc.tool)
 		if tc.wantErr == "" {
@@ -115,8 +116,8 @@ func TestToolHeadersComeFromTheWorkersEnvironmentAndAreRedacted(t *testing.T) {
 		}
 		return ""
 	}
-	tool := func(path string) activities.ToolSpec {
-		return activities.ToolSpec{Name: "crm", Kind: activities.ToolKindHTTP, URL: ts.URL + path,
+	tool := func(path string) agentsagatype.ToolSpec {
+		return agentsagatype.ToolSpec{Name: "crm", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + path,
 			Headers: map[string]string{"Authorization": "Bearer ${env:CRM_TOKEN}"}}
 	}
 
@@ -131,7 +132,7 @@ func TestToolHeadersComeFromTheWorkersEnvironmentAndAreRedacted(t *testing.T) {
 	} {
 		store := ledgertest.NewStore(t)
 		acts := &activities.Activities{Ledger: store, Getenv: getenv}
-		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool(tc.path), Arguments: `{}`})
+		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool(tc.path), Arguments: `{}`})
 		var seen strings.Builder
 		if tc.wantErr != "" {
 			require.Error(t, err, tc.path)
@@ -139,7 +140,7 @@ func TestToolHeadersComeFromTheWorkersEnvironmentAndAreRedacted(t *testing.T) {
 			seen.WriteString(err.Error())
 		} else {
 			require.NoError(t, err, tc.path)
-			var result activities.ToolResult
+			var result agentsagatype.ToolResult
 			require.NoError(t, val.Get(&result))
 			assert.Contains(t, result.Output, tc.want)
 			seen.WriteString(result.Output)
@@ -172,12 +173,12 @@ func TestAnUnsetHeaderVariableFailsBeforeTheLedger(t *testing.T) {
 	defer ts.Close()
 	store := ledgertest.NewStore(t)
 	acts := &activities.Activities{Ledger: store, Getenv: func(string) string { return "" }}
-	_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Arguments: `{}`,
-		Tool: activities.ToolSpec{Name: "crm", Kind: activities.ToolKindHTTP, URL: ts.URL,
+	_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Arguments: `{}`,
+		Tool: agentsagatype.ToolSpec{Name: "crm", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL,
 			Headers: map[string]string{"X-Api-Key": "${env:CRM_KEY_NOT_SET}"}}})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%v", err)
-	assert.Equal(t, activities.ErrTypeToolConfig, appErr.Type())
+	assert.Equal(t, agentsagatype.ErrTypeToolConfig, appErr.Type())
 	assert.True(t, appErr.NonRetryable())
 	assert.Contains(t, appErr.Message(), "tool crm: header X-Api-Key: environment variable CRM_KEY_NOT_SET is not set on the worker")
 	assert.Empty(t, server.requests(), "nothing was sent")
@@ -208,12 +209,12 @@ func TestToolHeadersDoNotFollowARedirectToAnotherHost(t *testing.T) {
 	getenv := func(string) string { return headerSecret }
 	for path, want := range map[string]string{"/same": `{"same_host":true}`, "/away": "HTTP 302"} {
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Getenv: getenv}
-		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Arguments: `{}`,
-			Tool: activities.ToolSpec{Name: "crm", Kind: activities.ToolKindHTTP, URL: redirector.URL + path,
+		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Arguments: `{}`,
+			Tool: agentsagatype.ToolSpec{Name: "crm", Kind: agentsagatype.ToolKindHTTP, URL: redirector.URL + path,
 				Headers: map[string]string{"X-Api-Key": "${env:CRM_TOKEN}"}}})
 		if path == "/same" {
 			require.NoError(t, err)
-			var result activities.ToolResult
+			var result agentsagatype.ToolResult
 			require.NoError(t, val.Get(&result))
 			assert.Equal(t, want, result.Output)
 			continue

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -50,15 +51,15 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 	claim, err := a.claim(ctx, c, leaf, lease)
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
-		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, nil)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeConflict, nil)
 	case errors.Is(err, ledger.ErrFenced):
 		// The retry hook logs the refusal at WARN, once, with its decision.
 		log.Debug("call: the key is fenced; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
-		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
 	case errors.Is(err, ledger.ErrInFlight):
-		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeInFlight)
+		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeInFlight)
 	case err != nil:
-		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
 	}
 	if !claim.Execute {
 		return storedOutcome(claim.Action)
@@ -77,9 +78,9 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 		}
 		cancel()
 		if errors.Is(err, ledger.ErrLeaseLost) {
-			return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+			return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
 		}
-		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
 	}
 
 	output, msg, callErr := c.run(held.ctx, claim)
@@ -104,7 +105,7 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 	}
 	if c.refused != nil {
 		if message, refused := c.refused(output); refused {
-			end := ledger.FailedAttempt(message, ErrTypeRefusal, true)
+			end := ledger.FailedAttempt(message, agentsagatype.ErrTypeRefusal, true)
 			end.LeafCallID = claim.LeafCallID // the call itself succeeded
 			if err := a.recordAfterEffect(ctx, key, func(ctx context.Context) error {
 				_, err := a.Ledger.SettleAttempt(ctx, key, claim.Action.Attempts, end)
@@ -112,28 +113,28 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 			}); err != nil {
 				logRefusedWrite(log, key, err)
 			}
-			return "", false, temporal.NewNonRetryableApplicationError(message, ErrTypeRefusal, nil)
+			return "", false, temporal.NewNonRetryableApplicationError(message, agentsagatype.ErrTypeRefusal, nil)
 		}
 	}
-	var stored ledger.Action
+	var stored agentsagatype.Action
 	err = a.recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
 		stored, err = a.Ledger.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
-			Status: ledger.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID})
+			Status: agentsagatype.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID})
 		return err
 	})
 	switch {
-	case errors.Is(err, ledger.ErrLeaseLost) && stored.Status == ledger.ActionCompleted:
+	case errors.Is(err, ledger.ErrLeaseLost) && stored.Status == agentsagatype.ActionCompleted:
 		// Another attempt completed the key first: its result is the one.
 		logRefusedWrite(log, key, err)
 		return stored.Result, true, nil
 	case errors.Is(err, ledger.ErrLeaseLost):
 		logRefusedWrite(log, key, err)
-		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeFenced, nil)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
 	case err != nil:
 		// The call ran but its result is not stored. The next attempt waits
 		// out this lease and runs it again under the same key, which an
 		// HTTP tool deduplicates by its Idempotency-Key header.
-		return "", false, temporal.NewApplicationError(err.Error(), ErrTypeLedgerUnavailable)
+		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
 	}
 	return stored.Result, false, nil
 }
@@ -141,11 +142,11 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 // storedOutcome is what the first attempt that settled a key returned: its
 // result, or its definitive error with the type it had (a refusal replays
 // as a Refusal, so a duplicate delivery escalates too).
-func storedOutcome(action ledger.Action) (string, bool, error) {
-	if action.Status == ledger.ActionRejected {
+func storedOutcome(action agentsagatype.Action) (string, bool, error) {
+	if action.Status == agentsagatype.ActionRejected {
 		errType := action.ErrorType
 		if errType == "" {
-			errType = ErrTypeRejected
+			errType = agentsagatype.ErrTypeRejected
 		}
 		return "", false, temporal.NewNonRetryableApplicationError(action.Error, errType, nil)
 	}

@@ -40,7 +40,7 @@ const (
 var mcpImplementation = &mcp.Implementation{Name: "agentsaga", Version: "1"}
 
 // mcpEndpoint identifies the server t reaches, for its session.
-func mcpEndpoint(t ToolSpec) string {
+func mcpEndpoint(t agentsagatype.ToolSpec) string {
 	if t.URL != "" {
 		return "url " + t.URL
 	}
@@ -55,18 +55,18 @@ func mcpEndpoint(t ToolSpec) string {
 // server's readOnlyHint and idempotentHint shown as claims, not trusted,
 // and with the tool's inputSchema as its parameters. A name in allow the
 // server lacks is an error naming it.
-func (a *Activities) ListMCPTools(ctx context.Context, server ToolSpec) ([]ToolSpec, error) {
+func (a *Activities) ListMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
 	if err := toolcheck.Validate(server); err != nil {
-		return nil, temporal.NewNonRetryableApplicationError("mcp: "+err.Error(), ErrTypeMCPTools, nil)
+		return nil, temporal.NewNonRetryableApplicationError("mcp: "+err.Error(), agentsagatype.ErrTypeMCPTools, nil)
 	}
 	if !server.IsMCPServer() {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("mcp: tool %s is not an MCP server entry (kind mcp without mcp_tool)", server.Name), ErrTypeMCPTools, nil)
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("mcp: tool %s is not an MCP server entry (kind mcp without mcp_tool)", server.Name), agentsagatype.ErrTypeMCPTools, nil)
 	}
 	listed, err := a.listMCPTools(ctx, server)
 	if err != nil {
 		var unusable *mcpListingError
 		if errors.As(err, &unusable) {
-			return nil, temporal.NewNonRetryableApplicationError(cleanText(err.Error()), ErrTypeMCPTools, nil)
+			return nil, temporal.NewNonRetryableApplicationError(cleanText(err.Error()), agentsagatype.ErrTypeMCPTools, nil)
 		}
 		return nil, toActivityError(err)
 	}
@@ -81,7 +81,7 @@ type mcpListingError struct{ msg string }
 
 func (e *mcpListingError) Error() string { return e.msg }
 
-func (a *Activities) listMCPTools(ctx context.Context, server ToolSpec) ([]ToolSpec, error) {
+func (a *Activities) listMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
 	var tools []*mcp.Tool
 	err := a.withMCPSession(ctx, server, func(session *mcp.ClientSession) error {
 		tools = tools[:0]
@@ -106,7 +106,7 @@ func (a *Activities) listMCPTools(ctx context.Context, server ToolSpec) ([]ToolS
 				server.Name, name, strings.Join(offered, ", "))}
 		}
 	}
-	var out []ToolSpec
+	var out []agentsagatype.ToolSpec
 	names := map[string]string{}
 	for _, tool := range tools {
 		if server.Allow != nil && !slices.Contains(server.Allow, tool.Name) {
@@ -130,9 +130,9 @@ func (a *Activities) listMCPTools(ctx context.Context, server ToolSpec) ([]ToolS
 const maxMCPDescription = 4 << 10
 
 // mcpToolSpec is the ToolSpec of one tool of server.
-func mcpToolSpec(server ToolSpec, tool *mcp.Tool) (ToolSpec, error) {
-	spec := ToolSpec{
-		Name: mcpToolName(server.Name, tool.Name), Kind: ToolKindMCP,
+func mcpToolSpec(server agentsagatype.ToolSpec, tool *mcp.Tool) (agentsagatype.ToolSpec, error) {
+	spec := agentsagatype.ToolSpec{
+		Name: mcpToolName(server.Name, tool.Name), Kind: agentsagatype.ToolKindMCP,
 		URL: server.URL, Command: server.Command, TimeoutSeconds: server.TimeoutSeconds,
 		Refusal: server.Refusal, Irreversible: server.Irreversible,
 		MCPTool: tool.Name, MCPServer: server.Name,
@@ -148,11 +148,11 @@ func mcpToolSpec(server ToolSpec, tool *mcp.Tool) (ToolSpec, error) {
 	}
 	params, err := json.Marshal(schema)
 	if err != nil {
-		return ToolSpec{}, fmt.Errorf("server %s: tool %q: inputSchema does not encode: %w", server.Name, tool.Name, err)
+		return agentsagatype.ToolSpec{}, fmt.Errorf("server %s: tool %q: inputSchema does not encode: %w", server.Name, tool.Name, err)
 	}
 	spec.Parameters = params
 	if err := toolcheck.Validate(spec); err != nil {
-		return ToolSpec{}, fmt.Errorf("server %s: tool %q: %w", server.Name, tool.Name, err)
+		return agentsagatype.ToolSpec{}, fmt.Errorf("server %s: tool %q: %w", server.Name, tool.Name, err)
 	}
 	return spec, nil
 }
@@ -196,7 +196,7 @@ func mcpToolName(server, tool string) string {
 // is retryable, and the next attempt reconnects if the session ended; an
 // isError result is classified by mcpToolError; a JSON-RPC error that says
 // the request itself is wrong is not retryable.
-func (a *Activities) callMCPTool(ctx context.Context, tool ToolSpec, call ToolInvocation) (string, error) {
+func (a *Activities) callMCPTool(ctx context.Context, tool agentsagatype.ToolSpec, call ToolInvocation) (string, error) {
 	if trimmed := strings.TrimSpace(string(call.Arguments)); !strings.HasPrefix(trimmed, "{") {
 		return "", Permanent(fmt.Errorf("tool %s: MCP arguments must be a JSON object, not %s", tool.Name, agentsagatype.Clip(trimmed, 100)))
 	}
@@ -293,7 +293,7 @@ func mcpOutput(result *mcp.CallToolResult) string {
 // set with the zero output value, so return
 // fmt.Errorf("inventory: %s", resp.Status) and a 503 is retried. A number
 // alone is not a status ("item 503 is out of stock").
-func mcpToolError(tool ToolSpec, result *mcp.CallToolResult, output string) error {
+func mcpToolError(tool agentsagatype.ToolSpec, result *mcp.CallToolResult, output string) error {
 	fields := mcpErrorFields(result, output)
 	var retryable *bool
 	if v, ok := fields["retryable"].(bool); ok {
@@ -488,7 +488,7 @@ func (a *Activities) mcpSessions() *MCPSessions {
 // server restarted, or expired it) answers 404 before any tool runs, so
 // use runs once more on a new session; any other failure that ended the
 // session drops it, and the next call connects again.
-func (a *Activities) withMCPSession(ctx context.Context, server ToolSpec, use func(*mcp.ClientSession) error) error {
+func (a *Activities) withMCPSession(ctx context.Context, server agentsagatype.ToolSpec, use func(*mcp.ClientSession) error) error {
 	sessions := a.mcpSessions()
 	for try := 0; ; try++ {
 		s, err := sessions.get(ctx, server)
@@ -512,7 +512,7 @@ func (a *Activities) withMCPSession(ctx context.Context, server ToolSpec, use fu
 
 // get returns the server's session, connecting when it has none that is
 // usable. Only one caller connects; the others wait for it.
-func (m *MCPSessions) get(ctx context.Context, server ToolSpec) (*mcpSession, error) {
+func (m *MCPSessions) get(ctx context.Context, server agentsagatype.ToolSpec) (*mcpSession, error) {
 	endpoint := mcpEndpoint(server)
 	m.mu.Lock()
 	if m.closed {
@@ -565,7 +565,7 @@ func (m *MCPSessions) drop(endpoint string, s *mcpSession) {
 	}
 }
 
-func (m *MCPSessions) connect(ctx context.Context, server ToolSpec) (*mcp.ClientSession, error) {
+func (m *MCPSessions) connect(ctx context.Context, server agentsagatype.ToolSpec) (*mcp.ClientSession, error) {
 	var transport mcp.Transport
 	if server.URL != "" {
 		transport = &mcp.StreamableClientTransport{

@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -253,29 +254,29 @@ func mcpEnv(acts *Activities) *testsuite.TestActivityEnvironment {
 	return env
 }
 
-func listMCP(t *testing.T, acts *Activities, server ToolSpec) ([]ToolSpec, error) {
+func listMCP(t *testing.T, acts *Activities, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
 	t.Helper()
 	val, err := mcpEnv(acts).ExecuteActivity(acts.ListMCPTools, server)
 	if err != nil {
 		return nil, err
 	}
-	var tools []ToolSpec
+	var tools []agentsagatype.ToolSpec
 	require.NoError(t, val.Get(&tools))
 	return tools, nil
 }
 
-func callMCP(t *testing.T, acts *Activities, tool ToolSpec, arguments string) (ToolResult, error) {
+func callMCP(t *testing.T, acts *Activities, tool agentsagatype.ToolSpec, arguments string) (agentsagatype.ToolResult, error) {
 	t.Helper()
-	val, err := mcpEnv(acts).ExecuteActivity(acts.CallTool, ToolCallRequest{Tool: tool, Arguments: arguments})
+	val, err := mcpEnv(acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: arguments})
 	if err != nil {
-		return ToolResult{}, err
+		return agentsagatype.ToolResult{}, err
 	}
-	var result ToolResult
+	var result agentsagatype.ToolResult
 	require.NoError(t, val.Get(&result))
 	return result, nil
 }
 
-func toolNamed(t *testing.T, tools []ToolSpec, name string) ToolSpec {
+func toolNamed(t *testing.T, tools []agentsagatype.ToolSpec, name string) agentsagatype.ToolSpec {
 	t.Helper()
 	for _, tool := range tools {
 		if tool.Name == name {
@@ -283,21 +284,21 @@ func toolNamed(t *testing.T, tools []ToolSpec, name string) ToolSpec {
 		}
 	}
 	t.Fatalf("no tool %s among %+v", name, tools)
-	return ToolSpec{}
+	return agentsagatype.ToolSpec{}
 }
 
 func TestListMCPToolsFiltersByAllowAndShowsAnnotations(t *testing.T) {
 	t.Parallel()
 	url, _, _ := httpMCP(t)
 	acts := mcpActivities(t)
-	server := ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, TimeoutSeconds: 5}
+	server := agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url, TimeoutSeconds: 5}
 
 	tools, err := listMCP(t, acts, server)
 	require.NoError(t, err)
 	names := []string{}
 	for _, tool := range tools {
 		names = append(names, tool.Name)
-		assert.Equal(t, ToolKindMCP, tool.Kind)
+		assert.Equal(t, agentsagatype.ToolKindMCP, tool.Kind)
 		assert.Equal(t, "shop", tool.MCPServer)
 		assert.Equal(t, url, tool.URL, "the call goes to the server that was listed")
 		assert.EqualValues(t, 5, tool.TimeoutSeconds)
@@ -313,16 +314,16 @@ func TestListMCPToolsFiltersByAllowAndShowsAnnotations(t *testing.T) {
 	assert.Contains(t, string(charge.Parameters), `"amount"`, "the inputSchema is the parameters")
 	assert.Error(t, toolcheck.CheckArguments(charge, `{"amount": "five"}`), "the schema is enforced before the call")
 
-	tools, err = listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, Allow: []string{"charge"}})
+	tools, err = listMCP(t, acts, agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url, Allow: []string{"charge"}})
 	require.NoError(t, err)
 	require.Len(t, tools, 1)
 	assert.Equal(t, "shop_charge", tools[0].Name)
 
-	_, err = listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, Allow: []string{"charge", "refund"}})
+	_, err = listMCP(t, acts, agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url, Allow: []string{"charge", "refund"}})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.True(t, appErr.NonRetryable())
-	assert.Equal(t, ErrTypeMCPTools, appErr.Type())
+	assert.Equal(t, agentsagatype.ErrTypeMCPTools, appErr.Type())
 	assert.Contains(t, appErr.Message(), `allow names "refund", which the server does not offer`)
 }
 
@@ -334,11 +335,11 @@ func TestMCPCallSendsTheKeyInMetaOnBothTransports(t *testing.T) {
 	url, httpFx, _ := httpMCP(t)
 	command, stdioFx := stdioMCP(t, false)
 	for name, c := range map[string]struct {
-		server ToolSpec
+		server agentsagatype.ToolSpec
 		fx     *mcpEffects
 	}{
-		"http":  {ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url}, httpFx},
-		"stdio": {ToolSpec{Name: "shop", Kind: ToolKindMCP, Command: command}, stdioFx},
+		"http":  {agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url}, httpFx},
+		"stdio": {agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, Command: command}, stdioFx},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -374,16 +375,16 @@ func TestMCPIsErrorIsClassifiedLikeAnHTTPStatus(t *testing.T) {
 		retryable  bool
 		errType    string
 	}{
-		"503 is retryable":           {`{"status": 503}`, true, ErrTypeHTTP},
-		"400 is not":                 {`{"status": 400}`, false, ErrTypeHTTP},
-		"403 is a permission error":  {`{"status": 403}`, false, ErrTypePermission},
-		"no status is not retryable": {`{}`, false, ErrTypeRejected},
-		"retryable without a status": {`{"retryable": true}`, true, ErrTypeTransient},
+		"503 is retryable":           {`{"status": 503}`, true, agentsagatype.ErrTypeHTTP},
+		"400 is not":                 {`{"status": 400}`, false, agentsagatype.ErrTypeHTTP},
+		"403 is a permission error":  {`{"status": 403}`, false, agentsagatype.ErrTypePermission},
+		"no status is not retryable": {`{}`, false, agentsagatype.ErrTypeRejected},
+		"retryable without a status": {`{"retryable": true}`, true, agentsagatype.ErrTypeTransient},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			acts := mcpActivities(t)
-			tools, err := listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, Allow: []string{"fail"}})
+			tools, err := listMCP(t, acts, agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url, Allow: []string{"fail"}})
 			require.NoError(t, err)
 			_, err = callMCP(t, acts, tools[0], `{"structured": `+c.structured+`}`)
 			var appErr *temporal.ApplicationError
@@ -417,24 +418,24 @@ func TestMCPTypedToolErrorKeepsItsStatus(t *testing.T) {
 		retryAfter time.Duration
 		says       string
 	}{
-		"resp.Status of a 503":       {"inventory: 503 Service Unavailable", true, ErrTypeHTTP, 503, 0, "inventory: 503 Service Unavailable"},
-		"HTTP 503":                   {"inventory answered HTTP 503", true, ErrTypeHTTP, 503, 0, "inventory answered HTTP 503"},
-		"status 429 with its wait":   {"status 429: slow down, retry_after_seconds: 3", true, ErrTypeHTTP, 429, 3 * time.Second, "slow down"},
-		"retryable without a status": {"inventory is warming up (retryable: true)", true, ErrTypeTransient, 0, 0, "warming up"},
-		"a 503 that says no retry":   {"status: 503, retryable: false", false, ErrTypeHTTP, 503, 0, "status: 503"},
-		"HTTP 400":                   {"HTTP 400: quantity must be positive", false, ErrTypeHTTP, 400, 0, "quantity must be positive"},
-		"HTTP 403":                   {"HTTP 403: not your warehouse", false, ErrTypePermission, 403, 0, "not your warehouse"},
-		"no status":                  {"no such item", false, ErrTypeRejected, 0, 0, "no such item"},
-		"a number is not a status":   {"item 503 is out of stock", false, ErrTypeRejected, 0, 0, "item 503 is out of stock"},
-		"_meta":                      {"meta", true, ErrTypeHTTP, 503, 2 * time.Second, "inventory is down"},
+		"resp.Status of a 503":       {"inventory: 503 Service Unavailable", true, agentsagatype.ErrTypeHTTP, 503, 0, "inventory: 503 Service Unavailable"},
+		"HTTP 503":                   {"inventory answered HTTP 503", true, agentsagatype.ErrTypeHTTP, 503, 0, "inventory answered HTTP 503"},
+		"status 429 with its wait":   {"status 429: slow down, retry_after_seconds: 3", true, agentsagatype.ErrTypeHTTP, 429, 3 * time.Second, "slow down"},
+		"retryable without a status": {"inventory is warming up (retryable: true)", true, agentsagatype.ErrTypeTransient, 0, 0, "warming up"},
+		"a 503 that says no retry":   {"status: 503, retryable: false", false, agentsagatype.ErrTypeHTTP, 503, 0, "status: 503"},
+		"HTTP 400":                   {"HTTP 400: quantity must be positive", false, agentsagatype.ErrTypeHTTP, 400, 0, "quantity must be positive"},
+		"HTTP 403":                   {"HTTP 403: not your warehouse", false, agentsagatype.ErrTypePermission, 403, 0, "not your warehouse"},
+		"no status":                  {"no such item", false, agentsagatype.ErrTypeRejected, 0, 0, "no such item"},
+		"a number is not a status":   {"item 503 is out of stock", false, agentsagatype.ErrTypeRejected, 0, 0, "item 503 is out of stock"},
+		"_meta":                      {"meta", true, agentsagatype.ErrTypeHTTP, 503, 2 * time.Second, "inventory is down"},
 		// What the SDK does not send cannot be read: the zero output value
 		// replaced it. The tool's error is a Rejected, as documented.
-		"structuredContent, lost": {"structured", false, ErrTypeRejected, 0, 0, `{"id":""}`},
+		"structuredContent, lost": {"structured", false, agentsagatype.ErrTypeRejected, 0, 0, `{"id":""}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			acts := mcpActivities(t)
-			tools, err := listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, Allow: []string{"reserve"}})
+			tools, err := listMCP(t, acts, agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url, Allow: []string{"reserve"}})
 			require.NoError(t, err)
 			arguments, _ := json.Marshal(map[string]string{"fail": c.fail})
 			_, err = callMCP(t, acts, tools[0], string(arguments))
@@ -458,7 +459,7 @@ func TestMCPTypedToolErrorKeepsItsStatus(t *testing.T) {
 // The rule in full, on results as the SDK decodes them.
 func TestMCPToolErrorRule(t *testing.T) {
 	t.Parallel()
-	tool := ToolSpec{Name: "shop_fail"}
+	tool := agentsagatype.ToolSpec{Name: "shop_fail"}
 	for name, c := range map[string]struct {
 		structured any
 		retryable  bool
@@ -516,7 +517,7 @@ func TestMCPStdioServerDiesMidCall(t *testing.T) {
 	t.Parallel()
 	command, fx := stdioMCP(t, true)
 	acts := mcpActivities(t)
-	tools, err := listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, Command: command, TimeoutSeconds: 10})
+	tools, err := listMCP(t, acts, agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, Command: command, TimeoutSeconds: 10})
 	require.NoError(t, err)
 	charge := toolNamed(t, tools, "shop_charge")
 
@@ -546,7 +547,7 @@ func TestMCPHTTPServerDropsTheConnection(t *testing.T) {
 	t.Parallel()
 	url, fx, drop := httpMCP(t)
 	acts := mcpActivities(t)
-	tools, err := listMCP(t, acts, ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, TimeoutSeconds: 10})
+	tools, err := listMCP(t, acts, agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url, TimeoutSeconds: 10})
 	require.NoError(t, err)
 	charge := toolNamed(t, tools, "shop_charge")
 
@@ -575,11 +576,11 @@ func TestMCPSessionsAreSharedUnderConcurrentCalls(t *testing.T) {
 	command, stdioFx := stdioMCP(t, false)
 	acts := mcpActivities(t)
 	for name, c := range map[string]struct {
-		server ToolSpec
+		server agentsagatype.ToolSpec
 		fx     *mcpEffects
 	}{
-		"http":  {ToolSpec{Name: "shop", Kind: ToolKindMCP, URL: url, TimeoutSeconds: 10}, httpFx},
-		"stdio": {ToolSpec{Name: "shop", Kind: ToolKindMCP, Command: command, TimeoutSeconds: 10}, stdioFx},
+		"http":  {agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, URL: url, TimeoutSeconds: 10}, httpFx},
+		"stdio": {agentsagatype.ToolSpec{Name: "shop", Kind: agentsagatype.ToolKindMCP, Command: command, TimeoutSeconds: 10}, stdioFx},
 	} {
 		charge := c.server
 		charge.Name, charge.MCPTool, charge.MCPServer = "shop_charge", "charge", "shop"
@@ -623,39 +624,39 @@ func TestMCPToolNames(t *testing.T) {
 func TestMCPSpecValidation(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
-		tool ToolSpec
+		tool agentsagatype.ToolSpec
 		want string
 	}{
-		"both":                {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", Command: []string{"srv"}}, "tool s: an mcp tool takes url (streamable HTTP) or command (stdio), not both"},
-		"neither":             {ToolSpec{Name: "s", Kind: ToolKindMCP}, "tool s: an mcp tool needs url (streamable HTTP) or command"},
-		"relative url":        {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "/mcp"}, `tool s: url "/mcp" is not an absolute http(s) URL`},
-		"ws url":              {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "ws://a/mcp"}, `tool s: url "ws://a/mcp" is not an absolute http(s) URL`},
-		"empty command":       {ToolSpec{Name: "s", Kind: ToolKindMCP, Command: []string{}}, "tool s: command is empty"},
-		"empty program":       {ToolSpec{Name: "s", Kind: ToolKindMCP, Command: []string{"", "x"}}, "tool s: command[0], the program, is empty"},
-		"method":              {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", Method: "GET"}, "tool s: method is for kind http"},
-		"parameters":          {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", Parameters: json.RawMessage(`{}`)}, "tool s: parameters come from the MCP server's inputSchema"},
-		"compensate":          {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", Compensate: &CompensationSpec{Tool: "r"}}, "tool s: compensate cannot apply to every tool"},
-		"empty allow":         {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", Allow: []string{}}, "tool s: allow is empty"},
-		"empty allowed name":  {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", Allow: []string{"a", ""}}, "tool s: allow[1] is empty"},
-		"allow twice":         {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", Allow: []string{"a", "a"}}, `tool s: allow names "a" twice`},
-		"allow with mcp_tool": {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", MCPTool: "a", Allow: []string{"a"}}, "tool s: allow is for a server entry"},
-		"server alone":        {ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp", MCPServer: "x"}, "tool s: mcp_server is set without mcp_tool"},
-		"command on http":     {ToolSpec{Name: "s", Kind: ToolKindHTTP, URL: "http://a/", Command: []string{"x"}}, `tool s: command, allow, mcp_tool and mcp_server are for kind "mcp", not "http"`},
-		"allow on go":         {ToolSpec{Name: "s", Kind: ToolKindGo, Allow: []string{"x"}}, `are for kind "mcp", not "go"`},
-		"bad name":            {ToolSpec{Name: "a.b", Kind: ToolKindMCP, URL: "http://a/mcp"}, `tool "a.b": name must be`},
+		"both":                {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", Command: []string{"srv"}}, "tool s: an mcp tool takes url (streamable HTTP) or command (stdio), not both"},
+		"neither":             {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP}, "tool s: an mcp tool needs url (streamable HTTP) or command"},
+		"relative url":        {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "/mcp"}, `tool s: url "/mcp" is not an absolute http(s) URL`},
+		"ws url":              {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "ws://a/mcp"}, `tool s: url "ws://a/mcp" is not an absolute http(s) URL`},
+		"empty command":       {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, Command: []string{}}, "tool s: command is empty"},
+		"empty program":       {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, Command: []string{"", "x"}}, "tool s: command[0], the program, is empty"},
+		"method":              {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", Method: "GET"}, "tool s: method is for kind http"},
+		"parameters":          {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", Parameters: json.RawMessage(`{}`)}, "tool s: parameters come from the MCP server's inputSchema"},
+		"compensate":          {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", Compensate: &agentsagatype.CompensationSpec{Tool: "r"}}, "tool s: compensate cannot apply to every tool"},
+		"empty allow":         {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", Allow: []string{}}, "tool s: allow is empty"},
+		"empty allowed name":  {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", Allow: []string{"a", ""}}, "tool s: allow[1] is empty"},
+		"allow twice":         {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", Allow: []string{"a", "a"}}, `tool s: allow names "a" twice`},
+		"allow with mcp_tool": {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", MCPTool: "a", Allow: []string{"a"}}, "tool s: allow is for a server entry"},
+		"server alone":        {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", MCPServer: "x"}, "tool s: mcp_server is set without mcp_tool"},
+		"command on http":     {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindHTTP, URL: "http://a/", Command: []string{"x"}}, `tool s: command, allow, mcp_tool and mcp_server are for kind "mcp", not "http"`},
+		"allow on go":         {agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindGo, Allow: []string{"x"}}, `are for kind "mcp", not "go"`},
+		"bad name":            {agentsagatype.ToolSpec{Name: "a.b", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp"}, `tool "a.b": name must be`},
 	} {
 		err := toolcheck.Validate(c.tool)
 		if assert.Error(t, err, name) {
 			assert.Contains(t, err.Error(), c.want, name)
 		}
 	}
-	for name, tool := range map[string]ToolSpec{
-		"http server":  {Name: "s", Kind: ToolKindMCP, URL: "https://a.example/mcp", Allow: []string{"x"}, TimeoutSeconds: 5},
-		"stdio server": {Name: "s", Kind: ToolKindMCP, Command: []string{"srv", "--stdio"}},
-		"one tool":     {Name: "s_x", Kind: ToolKindMCP, URL: "http://a/mcp", MCPTool: "x", MCPServer: "s", Parameters: json.RawMessage(`{"type":"object"}`)},
+	for name, tool := range map[string]agentsagatype.ToolSpec{
+		"http server":  {Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "https://a.example/mcp", Allow: []string{"x"}, TimeoutSeconds: 5},
+		"stdio server": {Name: "s", Kind: agentsagatype.ToolKindMCP, Command: []string{"srv", "--stdio"}},
+		"one tool":     {Name: "s_x", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp", MCPTool: "x", MCPServer: "s", Parameters: json.RawMessage(`{"type":"object"}`)},
 	} {
 		assert.NoError(t, toolcheck.Validate(tool), name)
 	}
-	_, err := (&Activities{}).toolRunner(ToolSpec{Name: "s", Kind: ToolKindMCP, URL: "http://a/mcp"})
+	_, err := (&Activities{}).toolRunner(agentsagatype.ToolSpec{Name: "s", Kind: agentsagatype.ToolKindMCP, URL: "http://a/mcp"})
 	assert.ErrorContains(t, err, "an MCP server entry is listed at the run's start")
 }

@@ -2,20 +2,22 @@ package activities
 
 import (
 	"context"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // reportedUsage is the token counts a provider reported, as the run is
 // charged for them: a negative count, which no real call has but a broken
 // or hostile server can send, counts as zero, since it would hand tokens
 // back to the run's budget.
-func reportedUsage(input, output int64) Usage {
-	return Usage{InputTokens: max(input, 0), OutputTokens: max(output, 0)}
+func reportedUsage(input, output int64) agentsagatype.Usage {
+	return agentsagatype.Usage{InputTokens: max(input, 0), OutputTokens: max(output, 0)}
 }
 
 // ModelRequest is one call to a model.
 type ModelRequest struct {
-	Messages []Message `json:"messages"`
-	Tools    []ToolDef `json:"tools,omitempty"`
+	Messages []agentsagatype.Message `json:"messages"`
+	Tools    []agentsagatype.ToolDef `json:"tools,omitempty"`
 	// Finish marks the graceful-finish call: the budget is nearly spent,
 	// the instructions have switched, and no tools are offered.
 	Finish bool `json:"finish,omitempty"`
@@ -28,5 +30,5 @@ type ModelRequest struct {
 // exactly one attempt per call: Temporal's activity retry is the only retry
 // loop, so client-side retries stay off.
 type Model interface {
-	Turn(ctx context.Context, req ModelRequest) (ModelTurn, error)
+	Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error)
 }

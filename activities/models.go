@@ -7,12 +7,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // ModelFactory builds the Model a run's ModelSpec names, on the worker, for
 // one call. apiKey is what the worker read from spec.APIKeyEnv ("" when the
 // spec names none); httpClient is the worker's, with no retries of its own.
-type ModelFactory func(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error)
+type ModelFactory func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error)
 
 // Models maps provider names to the factories of the models a worker can
 // call. NewModels registers the built-in providers; a team adds its own.
@@ -27,13 +29,13 @@ var providerName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 // openai (any OpenAI-compatible server) and anthropic.
 func NewModels() *Models {
 	m := &Models{factories: map[string]ModelFactory{}}
-	m.factories[ProviderScripted] = func(spec ModelSpec, _ string, _ *http.Client) (Model, error) {
+	m.factories[agentsagatype.ProviderScripted] = func(spec agentsagatype.ModelSpec, _ string, _ *http.Client) (Model, error) {
 		return ScriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
 	}
-	m.factories[ProviderOpenAI] = func(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+	m.factories[agentsagatype.ProviderOpenAI] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 		return NewOpenAIModel(spec, apiKey, httpClient)
 	}
-	m.factories[ProviderAnthropic] = func(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+	m.factories[agentsagatype.ProviderAnthropic] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 		return NewAnthropicModel(spec, apiKey, httpClient)
 	}
 	return m
@@ -66,7 +68,7 @@ func (m *Models) Providers() []string {
 	return names
 }
 
-func (m *Models) build(spec ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+func (m *Models) build(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	m.mu.RLock()
 	factory, ok := m.factories[spec.Provider]
 	m.mu.RUnlock()

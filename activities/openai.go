@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
@@ -27,7 +28,7 @@ const defaultOpenAIBaseURL = "https://api.openai.com/v1"
 // server that speaks it (Ollama, vLLM, llama.cpp).
 type OpenAIModel struct {
 	client openai.Client
-	spec   ModelSpec
+	spec   agentsagatype.ModelSpec
 	apiKey string // kept only to redact it from error bodies
 }
 
@@ -37,9 +38,9 @@ var _ Model = (*OpenAIModel)(nil)
 // servers that need none; httpClient may be nil to use the SDK's default.
 // The SDK's own retries are off: Temporal's activity retry is the only retry
 // loop, and a second one would multiply attempts and hide failures.
-func NewOpenAIModel(spec ModelSpec, apiKey string, httpClient *http.Client) (*OpenAIModel, error) {
-	if spec.Provider != ProviderOpenAI {
-		return nil, fmt.Errorf("openai model: provider is %q, want %q", spec.Provider, ProviderOpenAI)
+func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (*OpenAIModel, error) {
+	if spec.Provider != agentsagatype.ProviderOpenAI {
+		return nil, fmt.Errorf("openai model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderOpenAI)
 	}
 	if spec.Name == "" {
 		return nil, fmt.Errorf("openai model: model name is empty")
@@ -65,10 +66,10 @@ func NewOpenAIModel(spec ModelSpec, apiKey string, httpClient *http.Client) (*Op
 // Turn makes exactly one chat.completions request and maps its first choice.
 // A non-2xx answer is returned as *HTTPError so the retry classifier can read
 // the status and retry hints; anything else is wrapped with the op.
-func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn, error) {
+func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
-		return ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
+		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
 	}
 	var raw *http.Response
 	resp, err := m.client.Chat.Completions.New(ctx, params, option.WithResponseInto(&raw))
@@ -76,29 +77,29 @@ func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (ModelTurn, er
 		var apiErr *openai.Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Response != nil:
-			return ModelTurn{}, m.httpError(apiErr.Response)
+			return agentsagatype.ModelTurn{}, m.httpError(apiErr.Response)
 		case raw != nil && raw.StatusCode >= 400:
 			// The SDK fails to decode an error body like {"error":"not
 			// found"}, which some compatible servers send, and returns the
 			// decode error instead; the status must still decide retries.
-			return ModelTurn{}, m.httpError(raw)
+			return agentsagatype.ModelTurn{}, m.httpError(raw)
 		default:
-			return ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
+			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
 		}
 	}
 	// The SDK turns a body of `null` into no response and no error.
 	if resp == nil || len(resp.Choices) == 0 {
-		return ModelTurn{}, fmt.Errorf("%s: response has no choices", opChatCompletions)
+		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: response has no choices", opChatCompletions)
 	}
 	msg := resp.Choices[0].Message
-	turn := ModelTurn{
+	turn := agentsagatype.ModelTurn{
 		Content: msg.Content,
 		Refusal: msg.Refusal,
 		Model:   resp.Model,
 		Usage:   reportedUsage(resp.Usage.PromptTokens, resp.Usage.CompletionTokens),
 	}
 	for _, call := range msg.ToolCalls {
-		tc := ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments}
+		tc := agentsagatype.ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments}
 		// Type is checked loosely because some compatible servers omit it
 		// on function calls.
 		if call.Type == "custom" {
@@ -145,7 +146,7 @@ func (m *OpenAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, 
 	return p, nil
 }
 
-func messageParam(msg Message) (openai.ChatCompletionMessageParamUnion, error) {
+func messageParam(msg agentsagatype.Message) (openai.ChatCompletionMessageParamUnion, error) {
 	switch msg.Role {
 	case "system":
 		return openai.SystemMessage(msg.Content), nil
@@ -176,7 +177,7 @@ func messageParam(msg Message) (openai.ChatCompletionMessageParamUnion, error) {
 	}
 }
 
-func toolParam(tool ToolDef) (openai.ChatCompletionToolUnionParam, error) {
+func toolParam(tool agentsagatype.ToolDef) (openai.ChatCompletionToolUnionParam, error) {
 	// OpenAI rejects a function tool without an object schema, and a tool
 	// that takes no arguments is still an object with no properties.
 	schema := shared.FunctionParameters{"type": "object"}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 const testAPIKey = "sk-test-secret-123"
@@ -59,8 +60,8 @@ func newChatServer(t *testing.T, status int, headers map[string]string, body str
 
 func newModel(t *testing.T, baseURL, apiKey string) *activities.OpenAIModel {
 	t.Helper()
-	m, err := activities.NewOpenAIModel(activities.ModelSpec{
-		Provider: activities.ProviderOpenAI,
+	m, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{
+		Provider: agentsagatype.ProviderOpenAI,
 		Name:     "gpt-4o-mini",
 		BaseURL:  baseURL,
 	}, apiKey, &http.Client{Timeout: 10 * time.Second})
@@ -69,7 +70,7 @@ func newModel(t *testing.T, baseURL, apiKey string) *activities.OpenAIModel {
 }
 
 func userAsks(q string) activities.ModelRequest {
-	return activities.ModelRequest{Messages: []activities.Message{{Role: "user", Content: q}}}
+	return activities.ModelRequest{Messages: []agentsagatype.Message{{Role: "user", Content: q}}}
 }
 
 const plainAnswer = `{
@@ -91,9 +92,9 @@ func TestOpenAIModelPlainAnswer(t *testing.T) {
 	srv := newChatServer(t, http.StatusOK, nil, plainAnswer)
 	turn, err := newModel(t, srv.URL, testAPIKey).Turn(context.Background(), userAsks("hi"))
 	require.NoError(t, err)
-	assert.Equal(t, activities.ModelTurn{
+	assert.Equal(t, agentsagatype.ModelTurn{
 		Content: "Hello there.",
-		Usage:   activities.Usage{InputTokens: 9, OutputTokens: 12},
+		Usage:   agentsagatype.Usage{InputTokens: 9, OutputTokens: 12},
 		Model:   "gpt-4o-mini-2024-07-18",
 	}, turn)
 }
@@ -126,17 +127,17 @@ func TestOpenAIModelToolCalls(t *testing.T) {
 	turn, err := newModel(t, srv.URL, testAPIKey).Turn(context.Background(), userAsks("find it"))
 	require.NoError(t, err)
 	assert.Empty(t, turn.Content)
-	assert.Equal(t, []activities.ToolCall{
+	assert.Equal(t, []agentsagatype.ToolCall{
 		{ID: "call_a", Name: "search", Arguments: `{"q": "temporal",  "n": 3}`},
 		{ID: "call_b", Name: "fetch", Arguments: `{"url": "http://exa`},
 	}, turn.ToolCalls)
-	assert.Equal(t, activities.Usage{InputTokens: 50, OutputTokens: 20}, turn.Usage)
+	assert.Equal(t, agentsagatype.Usage{InputTokens: 50, OutputTokens: 20}, turn.Usage)
 }
 
 func TestOpenAIModelRequestTranslation(t *testing.T) {
 	srv := newChatServer(t, http.StatusOK, nil, plainAnswer)
-	m, err := activities.NewOpenAIModel(activities.ModelSpec{
-		Provider:  activities.ProviderOpenAI,
+	m, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{
+		Provider:  agentsagatype.ProviderOpenAI,
 		Name:      "llama3.1",
 		BaseURL:   srv.URL,
 		MaxTokens: 256,
@@ -144,15 +145,15 @@ func TestOpenAIModelRequestTranslation(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = m.Turn(context.Background(), activities.ModelRequest{
-		Messages: []activities.Message{
+		Messages: []agentsagatype.Message{
 			{Role: "system", Content: "Be brief."},
 			{Role: "user", Content: "Weather in Paris?"},
-			{Role: "assistant", ToolCalls: []activities.ToolCall{
+			{Role: "assistant", ToolCalls: []agentsagatype.ToolCall{
 				{ID: "call_1", Name: "weather", Arguments: `{"city":"Paris"}`},
 			}},
 			{Role: "tool", ToolCallID: "call_1", Name: "weather", Content: "18C, cloudy"},
 		},
-		Tools: []activities.ToolDef{
+		Tools: []agentsagatype.ToolDef{
 			{
 				Name:        "weather",
 				Description: "Current weather for a city.",
@@ -354,7 +355,7 @@ func TestOpenAIModelConnectionRefused(t *testing.T) {
 func TestOpenAIModelUnknownRole(t *testing.T) {
 	srv := newChatServer(t, http.StatusOK, nil, plainAnswer)
 	_, err := newModel(t, srv.URL, testAPIKey).Turn(context.Background(), activities.ModelRequest{
-		Messages: []activities.Message{{Role: "narrator", Content: "meanwhile"}},
+		Messages: []agentsagatype.Message{{Role: "narrator", Content: "meanwhile"}},
 	})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `messages[0]: unknown role "narrator"`)
@@ -364,8 +365,8 @@ func TestOpenAIModelUnknownRole(t *testing.T) {
 func TestOpenAIModelBadToolSchema(t *testing.T) {
 	srv := newChatServer(t, http.StatusOK, nil, plainAnswer)
 	_, err := newModel(t, srv.URL, testAPIKey).Turn(context.Background(), activities.ModelRequest{
-		Messages: []activities.Message{{Role: "user", Content: "hi"}},
-		Tools:    []activities.ToolDef{{Name: "broken", Parameters: json.RawMessage(`[1,2]`)}},
+		Messages: []agentsagatype.Message{{Role: "user", Content: "hi"}},
+		Tools:    []agentsagatype.ToolDef{{Name: "broken", Parameters: json.RawMessage(`[1,2]`)}},
 	})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "tools[0] (broken)")
@@ -373,11 +374,11 @@ func TestOpenAIModelBadToolSchema(t *testing.T) {
 }
 
 func TestNewOpenAIModelRejectsBadSpec(t *testing.T) {
-	_, err := activities.NewOpenAIModel(activities.ModelSpec{Provider: activities.ProviderScripted, Name: "x"}, "", nil)
+	_, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{Provider: agentsagatype.ProviderScripted, Name: "x"}, "", nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "provider")
 
-	_, err = activities.NewOpenAIModel(activities.ModelSpec{Provider: activities.ProviderOpenAI}, "", nil)
+	_, err = activities.NewOpenAIModel(agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI}, "", nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "model name")
 }
@@ -441,8 +442,8 @@ func ExampleNewOpenAIModel() {
 	}))
 	defer srv.Close()
 
-	model, err := activities.NewOpenAIModel(activities.ModelSpec{
-		Provider: activities.ProviderOpenAI,
+	model, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{
+		Provider: agentsagatype.ProviderOpenAI,
 		Name:     "llama3.1",
 		BaseURL:  srv.URL + "/v1",
 	}, "", nil) // local servers need no key
@@ -451,7 +452,7 @@ func ExampleNewOpenAIModel() {
 		return
 	}
 	turn, err := model.Turn(context.Background(), activities.ModelRequest{
-		Messages: []activities.Message{{Role: "user", Content: "Capital of France?"}},
+		Messages: []agentsagatype.Message{{Role: "user", Content: "Capital of France?"}},
 	})
 	if err != nil {
 		fmt.Println(err)

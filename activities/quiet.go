@@ -12,6 +12,7 @@ package activities
 import (
 	"errors"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -21,14 +22,14 @@ import (
 // connection refused) stay ERROR, except a Transient failure a tool
 // reported itself (transientError).
 var expectedTypes = map[string]bool{
-	ErrTypeHTTP:             true, // classified by its status
-	ErrTypePermission:       true, // 401, 403: the run escalates
-	ErrTypeNotFound:         true, // 404, 410: for a compensation, nothing to undo
-	ErrTypeRefusal:          true,
-	ErrTypeRejected:         true, // a Go tool's definitive "no"
-	ErrTypeFenced:           true,
-	ErrTypeInFlight:         true, // another attempt holds the key: nothing was sent
-	ErrTypeInvalidArguments: true, // the model's mistake; it is told
+	agentsagatype.ErrTypeHTTP:             true, // classified by its status
+	agentsagatype.ErrTypePermission:       true, // 401, 403: the run escalates
+	agentsagatype.ErrTypeNotFound:         true, // 404, 410: for a compensation, nothing to undo
+	agentsagatype.ErrTypeRefusal:          true,
+	agentsagatype.ErrTypeRejected:         true, // a Go tool's definitive "no"
+	agentsagatype.ErrTypeFenced:           true,
+	agentsagatype.ErrTypeInFlight:         true, // another attempt holds the key: nothing was sent
+	agentsagatype.ErrTypeInvalidArguments: true, // the model's mistake; it is told
 }
 
 // expected reports whether a failure of errType is one a run is built to
@@ -57,7 +58,7 @@ func transientError(err error) error {
 	if errors.As(err, &reported) {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
 	}
-	return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeTransient, opts)
+	return temporal.NewApplicationErrorWithOptions(err.Error(), agentsagatype.ErrTypeTransient, opts)
 }
 
 // activityError is temporal.NewApplicationErrorWithOptions with the
@@ -97,7 +98,7 @@ func quiet(err error, cancelled bool) error {
 	if !cancelled {
 		return err
 	}
-	return temporal.NewApplicationErrorWithOptions(err.Error(), ErrTypeCancelled, temporal.ApplicationErrorOptions{
+	return temporal.NewApplicationErrorWithOptions(err.Error(), agentsagatype.ErrTypeCancelled, temporal.ApplicationErrorOptions{
 		Cause: err, Category: temporal.ApplicationErrorCategoryBenign,
 	})
 }

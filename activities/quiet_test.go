@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -81,7 +82,7 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 		}
 	}))
 	t.Cleanup(ts.Close)
-	plan := activities.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+	plan := agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 		BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}
 	box := activities.NewToolbox()
 	box.Register("flaky", func(context.Context, activities.ToolInvocation) (string, error) {
@@ -100,10 +101,10 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 	for _, tc := range []struct {
 		name, path string
 		store      *fakeRetryStore
-		plan       activities.RetryPlan
-		tool       activities.ToolSpec // when set, instead of an http tool at path
-		want       []string            // in the WARN line; nil for none
-		wantErrors int                 // ERROR lines
+		plan       agentsagatype.RetryPlan
+		tool       agentsagatype.ToolSpec // when set, instead of an http tool at path
+		want       []string               // in the WARN line; nil for none
+		wantErrors int                    // ERROR lines
 	}{
 		{name: "503 retried", path: "/503", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
 			want: []string{"status=503", `decision="retry in `, "type=HTTPError"}},
@@ -118,15 +119,15 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 		// A Go tool's error is the tool's own answer: expected, retried,
 		// WARN. Before, it was an SDK "Activity error." at ERROR on every
 		// attempt.
-		{name: "a Go tool's retryable error", tool: activities.ToolSpec{Name: "flaky", Kind: activities.ToolKindGo},
+		{name: "a Go tool's retryable error", tool: agentsagatype.ToolSpec{Name: "flaky", Kind: agentsagatype.ToolKindGo},
 			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
 			want: []string{"type=Transient", `decision="retry in `, "try again in a moment"}},
-		{name: "a Go tool's Permanent error", tool: activities.ToolSpec{Name: "declines", Kind: activities.ToolKindGo},
+		{name: "a Go tool's Permanent error", tool: agentsagatype.ToolSpec{Name: "declines", Kind: agentsagatype.ToolKindGo},
 			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
 			want: []string{"type=Rejected", `decision="not retryable"`}},
-		{name: "a Go tool's panic stays ERROR", tool: activities.ToolSpec{Name: "buggy", Kind: activities.ToolKindGo},
+		{name: "a Go tool's panic stays ERROR", tool: agentsagatype.ToolSpec{Name: "buggy", Kind: agentsagatype.ToolKindGo},
 			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan, wantErrors: 1},
-		{name: "unclassified stays ERROR", tool: activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: closed.URL},
+		{name: "unclassified stays ERROR", tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: closed.URL},
 			store: &fakeRetryStore{breaker: "closed", decision: budget.Granted}, plan: plan,
 			want: []string{"type=Transient", `decision="retry in `, "connection refused"}, wantErrors: 1},
 	} {
@@ -137,9 +138,9 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 			env.RegisterActivity(acts)
 			tool := tc.tool
 			if tool.Name == "" {
-				tool = activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: ts.URL + tc.path}
+				tool = agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + tc.path}
 			}
-			_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: `{}`, Retry: tc.plan})
+			_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`, Retry: tc.plan})
 			require.Error(t, err)
 
 			errorLines := logs.lines("ERROR")
@@ -191,9 +192,9 @@ func TestACancelledAttemptLogsNothingAtError(t *testing.T) {
 	env, logs := hookEnv(store, ctx)
 	acts := &activities.Activities{Ledger: store}
 	env.RegisterActivity(acts)
-	_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{Arguments: `{}`,
-		Tool:  activities.ToolSpec{Name: "slow", Kind: activities.ToolKindHTTP, URL: ts.URL},
-		Retry: activities.RetryPlan{Tool: "slow", Dependency: "tool:slow", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5, BackoffBase: time.Second, BackoffCap: time.Second}})
+	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Arguments: `{}`,
+		Tool:  agentsagatype.ToolSpec{Name: "slow", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
+		Retry: agentsagatype.RetryPlan{Tool: "slow", Dependency: "tool:slow", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5, BackoffBase: time.Second, BackoffCap: time.Second}})
 	require.Error(t, err)
 	assert.Empty(t, logs.lines("ERROR"), "a cancel is not an operator's problem")
 	assert.Empty(t, logs.lines("WARN"))

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -33,13 +34,13 @@ func TestSameKeyDeliveredTwiceAtOnceExecutesOnce(t *testing.T) {
 	defer tool.Close()
 
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-	req := activities.ToolCallRequest{
-		Tool:      activities.ToolSpec{Name: "charge", Kind: activities.ToolKindHTTP, URL: tool.URL},
+	req := agentsagatype.ToolCallRequest{
+		Tool:      agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: tool.URL},
 		Arguments: `{"amount": 5}`,
 	}
 	// Each test environment numbers its activities from zero under the same
 	// workflow ID, so the two deliveries carry the same key.
-	results := make([]activities.ToolResult, 2)
+	results := make([]agentsagatype.ToolResult, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {

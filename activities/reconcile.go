@@ -37,12 +37,12 @@ type Reconciliation struct {
 // whose workflow was terminated, timed out, vanished or closed without
 // recording its end is marked terminated with Temporal's reason and
 // returned for its rollback. A run the engine ended itself is never read.
-func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in FindAbandoned) (AbandonedPage, error) {
+func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in agentsagatype.FindAbandoned) (agentsagatype.AbandonedPage, error) {
 	candidates, err := r.Ledger.AbandonedCandidates(ctx, in.OlderThan, in.After, in.Limit)
 	if err != nil {
-		return AbandonedPage{}, err
+		return agentsagatype.AbandonedPage{}, err
 	}
-	page := AbandonedPage{Examined: len(candidates)}
+	page := agentsagatype.AbandonedPage{Examined: len(candidates)}
 	if len(candidates) == in.Limit && in.Limit > 0 {
 		page.Next = candidates[len(candidates)-1].WorkflowID
 	}
@@ -89,7 +89,7 @@ func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in FindAbandoned
 // verdict is what examining one run decided.
 type verdict struct {
 	live, covered, stalled bool
-	rollback               *AbandonedRun
+	rollback               *agentsagatype.AbandonedRun
 	err                    error
 }
 
@@ -122,7 +122,7 @@ func (r *Reconciliation) describe(ctx context.Context, workflowID string) (execu
 	}, nil
 }
 
-func (r *Reconciliation) examine(ctx context.Context, run ledger.Run) verdict {
+func (r *Reconciliation) examine(ctx context.Context, run agentsagatype.Run) verdict {
 	ex, err := r.describe(ctx, run.WorkflowID)
 	switch {
 	case err != nil:
@@ -130,7 +130,7 @@ func (r *Reconciliation) examine(ctx context.Context, run ledger.Run) verdict {
 	case ex.running:
 		// The run, or the rollback walking its stack, is still at work.
 		return verdict{live: true}
-	case ex.kind == RollbackRunWorkflow:
+	case ex.kind == agentsagatype.RollbackRunWorkflow:
 		// Its rollback ran and closed without ending the run: terminated or
 		// timed out itself. It is not walked again; a human takes over.
 		why, err := r.closeReason(ctx, run.WorkflowID, ex)
@@ -139,7 +139,7 @@ func (r *Reconciliation) examine(ctx context.Context, run ledger.Run) verdict {
 		}
 		reason := fmt.Sprintf("%s; its rollback (RollbackRun) ended before it finished: %s; `agentsaga show %s` lists what is still to undo",
 			run.Reason, why, run.WorkflowID)
-		err = r.Ledger.FinishRun(ctx, run.WorkflowID, ledger.RunOutcome{Status: ledger.RunNeedsAttention, Reason: reason,
+		err = r.Ledger.FinishRun(ctx, run.WorkflowID, agentsagatype.RunOutcome{Status: agentsagatype.RunNeedsAttention, Reason: reason,
 			StepsUsed: run.StepsUsed, TokensUsed: run.TokensUsed, USDSpent: run.USDSpent, Calls: run.Calls, Retries: run.Retries})
 		if err != nil {
 			return verdict{err: err}
@@ -173,12 +173,12 @@ func (r *Reconciliation) examine(ctx context.Context, run ledger.Run) verdict {
 		if err != nil {
 			return verdict{err: err}
 		}
-		if current.FinishedAt != nil || current.Status != ledger.RunTerminated {
+		if current.FinishedAt != nil || current.Status != agentsagatype.RunTerminated {
 			return verdict{live: current.FinishedAt == nil}
 		}
 		reason = current.Reason
 	}
-	return verdict{rollback: &AbandonedRun{WorkflowID: run.WorkflowID, Reason: reason, Marked: marked}}
+	return verdict{rollback: &agentsagatype.AbandonedRun{WorkflowID: run.WorkflowID, Reason: reason, Marked: marked}}
 }
 
 // coveredByParent says whether a sub-agent whose workflow closed is walked
@@ -201,7 +201,7 @@ func (r *Reconciliation) coveredByParent(ctx context.Context, parentID string) (
 	if err != nil {
 		return false, err
 	}
-	return !ex.running || ex.kind == RollbackRunWorkflow, nil
+	return !ex.running || ex.kind == agentsagatype.RollbackRunWorkflow, nil
 }
 
 // closeReason is Temporal's account of how an execution closed, from its
@@ -254,7 +254,7 @@ func (r *Reconciliation) closeReason(ctx context.Context, workflowID string, ex 
 // on this worker's task queue. A rollback already running under that ID is
 // left to its work. RollbackRun itself does nothing for a run that is no
 // longer marked terminated, so a rollback is never walked twice.
-func (r *Reconciliation) StartRollback(ctx context.Context, run AbandonedRun) (string, error) {
+func (r *Reconciliation) StartRollback(ctx context.Context, run agentsagatype.AbandonedRun) (string, error) {
 	info := activity.GetInfo(ctx)
 	started, err := r.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       run.WorkflowID,
@@ -263,7 +263,7 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run AbandonedRun) (s
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            agentsagatype.Clip("rollback of a run that ended outside the engine: "+run.Reason, 200),
-	}, RollbackRunWorkflow, RollbackRequest{Reason: run.Reason})
+	}, agentsagatype.RollbackRunWorkflow, agentsagatype.RollbackRequest{Reason: run.Reason})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return "", nil
@@ -275,31 +275,31 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run AbandonedRun) (s
 }
 
 // ReadTerminatedRun reads the run a RollbackRun walks.
-func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (TerminatedRun, error) {
+func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (agentsagatype.TerminatedRun, error) {
 	run, err := r.Ledger.GetRun(ctx, workflowID)
 	if errors.Is(err, ledger.ErrNotFound) {
 		// No retry brings the row back (it was pruned, or the run never
 		// started): a rollback started by hand for such an ID would
 		// otherwise retry forever.
-		return TerminatedRun{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("the ledger has no run %s, so there is no compensation stack to walk", workflowID), ErrTypeRunNotFound, err)
+		return agentsagatype.TerminatedRun{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("the ledger has no run %s, so there is no compensation stack to walk", workflowID), agentsagatype.ErrTypeRunNotFound, err)
 	}
 	if err != nil {
-		return TerminatedRun{}, err
+		return agentsagatype.TerminatedRun{}, err
 	}
 	counters, err := r.Ledger.RunLiveCounters(ctx, workflowID)
 	if err != nil {
-		return TerminatedRun{}, err
+		return agentsagatype.TerminatedRun{}, err
 	}
-	return TerminatedRun{
+	return agentsagatype.TerminatedRun{
 		Status: run.Status, Reason: run.Reason, Finished: run.FinishedAt != nil, Spec: run.Spec,
-		Outcome: ledger.RunOutcome{StepsUsed: run.StepsUsed, TokensUsed: run.TokensUsed, USDSpent: run.USDSpent,
+		Outcome: agentsagatype.RunOutcome{StepsUsed: run.StepsUsed, TokensUsed: run.TokensUsed, USDSpent: run.USDSpent,
 			Calls: counters.Calls, Retries: counters.Retries},
 	}, nil
 }
 
 // FinishSubRuns ends the sub-agents a terminated run's rollback walked with
 // its own stack, when they never recorded their end.
-func (r *Reconciliation) FinishSubRuns(ctx context.Context, in SubRunsFinish) (int, error) {
+func (r *Reconciliation) FinishSubRuns(ctx context.Context, in agentsagatype.SubRunsFinish) (int, error) {
 	return r.Ledger.FinishSubRuns(ctx, in.WorkflowID, in.Status, in.Reason)
 }

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
 )
@@ -12,7 +13,7 @@ import (
 // namespaced-activities): a worker that has run agentsaga before needs
 // them until those runs have ended.
 func Register(r worker.ActivityRegistry, acts any, legacyNames bool) {
-	r.RegisterActivityWithOptions(acts, activity.RegisterOptions{Name: NamePrefix})
+	r.RegisterActivityWithOptions(acts, activity.RegisterOptions{Name: agentsagatype.NamePrefix})
 	if legacyNames {
 		r.RegisterActivity(acts)
 	}

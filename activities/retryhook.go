@@ -18,7 +18,9 @@ import (
 
 // planned is implemented by the activity inputs that carry a RetryPlan
 // (agentsagatype.ModelCall and ToolCallRequest).
-type planned interface{ Plan() RetryPlan }
+type planned interface {
+	Plan() agentsagatype.RetryPlan
+}
 
 // keyed is a request that may carry the idempotency key of its first
 // activity (a call sent again after waiting for a breaker).
@@ -44,7 +46,7 @@ type RetryHookConfig struct {
 	// closed breaker's answer; nil means time.Now.
 	Now func() time.Time
 	// Observe, when set, is told every decision (for metrics and tests).
-	Observe func(plan RetryPlan, decision string)
+	Observe func(plan agentsagatype.RetryPlan, decision string)
 }
 
 // RetryHook is the activity interceptor that makes every retry pay. It is
@@ -85,7 +87,7 @@ type retryInbound struct {
 }
 
 func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
-	var plan RetryPlan
+	var plan agentsagatype.RetryPlan
 	found := false
 	for _, arg := range in.Args {
 		if p, ok := arg.(planned); ok {
@@ -105,7 +107,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 
 	gate, err := h.gate(ctx, plan.Dependency)
 	if err != nil {
-		f := failure{attempt: attempt, errType: ErrTypeLedgerUnavailable, message: err.Error(), decision: "retry: the circuit breaker could not be read"}
+		f := failure{attempt: attempt, errType: agentsagatype.ErrTypeLedgerUnavailable, message: err.Error(), decision: "retry: the circuit breaker could not be read"}
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{})
 	}
 	if gate.State == budget.BreakerOpen {
@@ -138,7 +140,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return result, nil
 	}
 
-	f := failure{attempt: attempt, errType: ErrTypeTransient, message: err.Error()}
+	f := failure{attempt: attempt, errType: agentsagatype.ErrTypeTransient, message: err.Error()}
 	var retryAfter time.Duration
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
@@ -193,7 +195,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		// fails retryably: while the ledger is down no later attempt can
 		// leave the process either (the breaker gate and the action claim
 		// come first), so this retry adds no load downstream.
-		f.errType, f.benign, f.decision = ErrTypeLedgerUnavailable, false, "retry: the retry budget could not be read"
+		f.errType, f.benign, f.decision = agentsagatype.ErrTypeLedgerUnavailable, false, "retry: the retry budget could not be read"
 		f.payErr = payErr
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
 	}
@@ -231,7 +233,7 @@ type failure struct {
 // in its details and benign when the failure was expected.
 func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.ApplicationErrorOptions) error {
 	i.report(ctx, f)
-	opts.Details = []any{CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate, OpenSince: f.openSince}}
+	opts.Details = []any{agentsagatype.CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate, OpenSince: f.openSince}}
 	if f.benign {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
 	}
@@ -273,7 +275,7 @@ func (i *retryInbound) unpaid(ctx context.Context, call bool, err error) error {
 	}
 	cancelled := errors.Is(ctx.Err(), context.Canceled)
 	if call || cancelled {
-		f := failure{attempt: int(activity.GetInfo(ctx).Attempt), errType: ErrTypeTransient, message: err.Error(), cancelled: cancelled}
+		f := failure{attempt: int(activity.GetInfo(ctx).Attempt), errType: agentsagatype.ErrTypeTransient, message: err.Error(), cancelled: cancelled}
 		f.decision = "retry by the activity's retry policy"
 		var appErr *temporal.ApplicationError
 		if errors.As(err, &appErr) {
@@ -305,7 +307,7 @@ func statusOf(appErr *temporal.ApplicationError) int {
 // or a key held by another attempt says nothing about the tool: nothing
 // was sent to it.
 func blamesDependency(errType string) bool {
-	return errType != ErrTypeLedgerUnavailable && errType != ErrTypeInFlight
+	return errType != agentsagatype.ErrTypeLedgerUnavailable && errType != agentsagatype.ErrTypeInFlight
 }
 
 // pay asks each budget in order: the per-call cap, the deadline against
@@ -316,7 +318,7 @@ func blamesDependency(errType string) bool {
 // waits for the dependency (the workflow parks it) instead of failing
 // against it, whatever its attempts or the run's ratio would have said, and
 // waiting costs no retry token.
-func (i *retryInbound) pay(ctx context.Context, plan RetryPlan, attempt int, chargeKey string, retryAfter time.Duration, breakerOpen bool) (string, time.Duration, error) {
+func (i *retryInbound) pay(ctx context.Context, plan agentsagatype.RetryPlan, attempt int, chargeKey string, retryAfter time.Duration, breakerOpen bool) (string, time.Duration, error) {
 	h := i.hook
 	if breakerOpen {
 		return budget.DenyCircuitOpen, 0, nil
@@ -358,7 +360,7 @@ func (i *retryInbound) deny(ctx context.Context, f failure, reason string) error
 	return i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: true})
 }
 
-func (h *RetryHook) observe(plan RetryPlan, decision string) {
+func (h *RetryHook) observe(plan agentsagatype.RetryPlan, decision string) {
 	if h.cfg.Observe != nil {
 		h.cfg.Observe(plan, decision)
 	}

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -77,37 +78,37 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close) // after the parallel subtests, not when this function returns
 
-	plan := activities.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+	plan := agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 		BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}
 	cases := []struct {
 		name, path  string
 		store       *fakeRetryStore
-		plan        func(*activities.RetryPlan)
+		plan        func(*agentsagatype.RetryPlan)
 		wantType    string
 		retryable   bool
 		wantCalls   int32
 		wantPayment int32
 	}{
 		{name: "granted", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
-			wantType: activities.ErrTypeHTTP, retryable: true, wantCalls: 1, wantPayment: 1},
+			wantType: agentsagatype.ErrTypeHTTP, retryable: true, wantCalls: 1, wantPayment: 1},
 		{name: "fleet bucket empty", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.DenyFleetBucket},
 			wantType: budget.DenyFleetBucket, wantCalls: 1, wantPayment: 1},
 		{name: "run ratio spent", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.DenyRunRatio},
 			wantType: budget.DenyRunRatio, wantCalls: 1, wantPayment: 1},
 		{name: "per-call cap", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
-			plan: func(p *activities.RetryPlan) { p.MaxAttempts = 1 }, wantType: budget.DenyCallAttempts, wantCalls: 1},
+			plan: func(p *agentsagatype.RetryPlan) { p.MaxAttempts = 1 }, wantType: budget.DenyCallAttempts, wantCalls: 1},
 		// The dependency is down and this failure opened its breaker: the
 		// caller is told to wait for it, not that its attempts are spent.
 		{name: "last attempt opens the breaker", path: "/down", store: &fakeRetryStore{breaker: "closed", recorded: "open", decision: budget.Granted},
-			plan: func(p *activities.RetryPlan) { p.MaxAttempts = 1 }, wantType: budget.DenyCircuitOpen, wantCalls: 1},
+			plan: func(p *agentsagatype.RetryPlan) { p.MaxAttempts = 1 }, wantType: budget.DenyCircuitOpen, wantCalls: 1},
 		{name: "deadline", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
-			plan: func(p *activities.RetryPlan) { p.Deadline = time.Now().Add(-time.Second) }, wantType: budget.DenyDeadline, wantCalls: 1},
+			plan: func(p *agentsagatype.RetryPlan) { p.Deadline = time.Now().Add(-time.Second) }, wantType: budget.DenyDeadline, wantCalls: 1},
 		{name: "breaker open: not called", path: "/down", store: &fakeRetryStore{breaker: "open"},
 			wantType: budget.DenyCircuitOpen, wantCalls: 0},
 		{name: "400 is not paid for", path: "/bad", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
-			wantType: activities.ErrTypeHTTP, wantCalls: 1},
+			wantType: agentsagatype.ErrTypeHTTP, wantCalls: 1},
 		{name: "ledger down", path: "/down", store: &fakeRetryStore{breaker: "closed", err: errors.New("connection refused")},
-			wantType: activities.ErrTypeLedgerUnavailable, retryable: true, wantCalls: 1, wantPayment: 1},
+			wantType: agentsagatype.ErrTypeLedgerUnavailable, retryable: true, wantCalls: 1, wantPayment: 1},
 	}
 	for _, tc := range cases {
 		requests[tc.name] = &atomic.Int32{}
@@ -129,21 +130,21 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 			}})
 			acts := &activities.Activities{Ledger: store}
 			env.RegisterActivity(acts)
-			_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-				Tool: activities.ToolSpec{Name: "t", Kind: activities.ToolKindHTTP, URL: ts.URL + tc.path + "?case=" + url.QueryEscape(tc.name)}, Arguments: `{}`, Retry: p})
+			_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+				Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + tc.path + "?case=" + url.QueryEscape(tc.name)}, Arguments: `{}`, Retry: p})
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(err, &appErr), "%v", err)
 			assert.Equal(t, tc.wantType, appErr.Type())
 			assert.Equal(t, tc.retryable, !appErr.NonRetryable())
 			assert.Equal(t, tc.wantCalls, requests[tc.name].Load(), "requests downstream")
 			assert.Equal(t, tc.wantPayment, tc.store.decisions.Load(), "payments asked of the ledger")
-			var failure activities.CallFailure
+			var failure agentsagatype.CallFailure
 			require.NoError(t, appErr.Details(&failure))
 			assert.Equal(t, 1, failure.Attempt)
 			if tc.retryable {
 				assert.Greater(t, appErr.NextRetryDelay(), time.Duration(0))
 				assert.Less(t, appErr.NextRetryDelay(), 500*time.Millisecond, "full jitter under base*2^0 for the first retry")
-			} else if tc.wantType != activities.ErrTypeHTTP {
+			} else if tc.wantType != agentsagatype.ErrTypeHTTP {
 				assert.Equal(t, tc.wantType, failure.Denial)
 				assert.Contains(t, appErr.Message(), "retry denied")
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // ScriptedModel answers from a fixed list of turns: the Nth call made in a
@@ -11,12 +13,12 @@ import (
 // network call, so demos and tests are deterministic; it is one Model among
 // others, not a stand-in for them.
 type ScriptedModel struct {
-	Turns  []ScriptedTurn
-	Finish *ScriptedTurn
+	Turns  []agentsagatype.ScriptedTurn
+	Finish *agentsagatype.ScriptedTurn
 }
 
 // Turn returns the script's answer for this point of the conversation.
-func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (ModelTurn, error) {
+func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	n := req.OmittedTurns
 	for _, msg := range req.Messages {
 		if msg.Role == "assistant" {
@@ -24,20 +26,20 @@ func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (ModelTurn, err
 		}
 	}
 	if req.Finish {
-		finish := ScriptedTurn{Content: "PARTIAL ANSWER: what the tool results above show.\nHANDOFF NOTE: the budget ran low before the goal was reached."}
+		finish := agentsagatype.ScriptedTurn{Content: "PARTIAL ANSWER: what the tool results above show.\nHANDOFF NOTE: the budget ran low before the goal was reached."}
 		if m.Finish != nil {
 			finish = *m.Finish
 		}
 		return m.answer(req, finish, n), nil
 	}
 	if n >= len(m.Turns) {
-		return ModelTurn{}, Permanent(fmt.Errorf("scripted model: the script has %d turns and this is turn %d", len(m.Turns), n+1))
+		return agentsagatype.ModelTurn{}, Permanent(fmt.Errorf("scripted model: the script has %d turns and this is turn %d", len(m.Turns), n+1))
 	}
 	return m.answer(req, m.Turns[n], n), nil
 }
 
-func (m ScriptedModel) answer(req ModelRequest, turn ScriptedTurn, n int) ModelTurn {
-	out := ModelTurn{Content: turn.Content, Refusal: turn.Refusal, Model: ProviderScripted}
+func (m ScriptedModel) answer(req ModelRequest, turn agentsagatype.ScriptedTurn, n int) agentsagatype.ModelTurn {
+	out := agentsagatype.ModelTurn{Content: turn.Content, Refusal: turn.Refusal, Model: agentsagatype.ProviderScripted}
 	for i, call := range turn.ToolCalls {
 		args := string(call.Arguments)
 		var verbatim string
@@ -47,7 +49,7 @@ func (m ScriptedModel) answer(req ModelRequest, turn ScriptedTurn, n int) ModelT
 		if args == "" {
 			args = "{}"
 		}
-		out.ToolCalls = append(out.ToolCalls, ToolCall{ID: fmt.Sprintf("call_%d_%d", n+1, i+1), Name: call.Name, Arguments: args})
+		out.ToolCalls = append(out.ToolCalls, agentsagatype.ToolCall{ID: fmt.Sprintf("call_%d_%d", n+1, i+1), Name: call.Name, Arguments: args})
 	}
 	// Rough token counts keep budgets meaningful without a tokenizer.
 	for _, msg := range req.Messages {

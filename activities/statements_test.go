@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -47,8 +48,8 @@ func countingHook(t *testing.T, store *ledger.Store) *activities.RetryHook {
 		Breaker: budget.DefaultBreaker, Now: func() time.Time { return now }})
 }
 
-func toolPlan(tool string) activities.RetryPlan {
-	return activities.RetryPlan{Tool: tool, Dependency: "tool:" + tool, MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+func toolPlan(tool string) agentsagatype.RetryPlan {
+	return agentsagatype.RetryPlan{Tool: tool, Dependency: "tool:" + tool, MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 		BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}
 }
 
@@ -92,20 +93,20 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	acts := &activities.Activities{Ledger: store, Toolbox: toolbox}
 	env.RegisterActivity(acts)
 	const wf = "default-test-workflow-id" // the test environment's
-	lookup := func(record int) activities.ToolCallRequest {
-		return activities.ToolCallRequest{Tool: activities.ToolSpec{Name: "lookup", Kind: activities.ToolKindGo},
+	lookup := func(record int) agentsagatype.ToolCallRequest {
+		return agentsagatype.ToolCallRequest{Tool: agentsagatype.ToolSpec{Name: "lookup", Kind: agentsagatype.ToolKindGo},
 			Arguments: `{"order":"o-1"}`, Retry: toolPlan("lookup"),
-			Record: &activities.MessageRef{Seq: record, ToolCallID: "call_1_1", Name: "lookup"}}
+			Record: &agentsagatype.MessageRef{Seq: record, ToolCallID: "call_1_1", Name: "lookup"}}
 	}
-	model := activities.ModelSpec{Provider: activities.ProviderScripted, Script: []activities.ScriptedTurn{
-		{ToolCalls: []activities.ScriptedCall{{Name: "lookup", Arguments: []byte(`{"order":"o-1"}`)}}},
+	model := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderScripted, Script: []agentsagatype.ScriptedTurn{
+		{ToolCalls: []agentsagatype.ScriptedCall{{Name: "lookup", Arguments: []byte(`{"order":"o-1"}`)}}},
 		{Content: "Order o-1 has shipped."},
 	}}
-	modelPlan := activities.RetryPlan{Tool: "model", Dependency: "model:scripted", MaxAttempts: 3, ToolRetryCap: 6,
+	modelPlan := agentsagatype.RetryPlan{Tool: "model", Dependency: "model:scripted", MaxAttempts: 3, ToolRetryCap: 6,
 		RunAllowance: 5, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}
-	turn := func(through int, appended ...activities.Message) activities.ModelCall {
-		return activities.ModelCall{Model: model, Retry: modelPlan, Note: "BUDGET LEFT: 9 steps",
-			Conversation: activities.Conversation{WorkflowID: wf, Through: through, Append: appended}}
+	turn := func(through int, appended ...agentsagatype.Message) agentsagatype.ModelCall {
+		return agentsagatype.ModelCall{Model: model, Retry: modelPlan, Note: "BUDGET LEFT: 9 steps",
+			Conversation: agentsagatype.Conversation{WorkflowID: wf, Through: through, Append: appended}}
 	}
 	run := func(what string, fn any, arg any) int {
 		t.Helper()
@@ -117,8 +118,8 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 
 	// The run's first turn and a call: cold, each pays its breaker's gate.
 	coldTurn := run("model turn, cold worker", acts.CallModel, turn(2,
-		activities.Message{Seq: 0, Role: "system", Content: "You look orders up.", Pinned: true},
-		activities.Message{Seq: 1, Role: "user", Content: "Where is order o-1?", Pinned: true}))
+		agentsagatype.Message{Seq: 0, Role: "system", Content: "You look orders up.", Pinned: true},
+		agentsagatype.Message{Seq: 1, Role: "user", Content: "Where is order o-1?", Pinned: true}))
 	coldCall := run("tool call, cold worker", acts.CallTool, lookup(3))
 	assert.LessOrEqual(t, coldTurn, 3, "a cold model turn: the gate, the claim, the completion")
 	assert.LessOrEqual(t, coldCall, 3, "a cold tool call: the gate, the claim, the completion")
@@ -156,7 +157,7 @@ func longCallWorkflow(ctx workflow.Context, heartbeat time.Duration) error {
 		tool := id[strings.LastIndex(id, "-")+1:]
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: id, StartToCloseTimeout: time.Minute,
 			HeartbeatTimeout: heartbeat, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
-		req := activities.ToolCallRequest{Tool: activities.ToolSpec{Name: tool, Kind: activities.ToolKindGo}, Arguments: `{}`,
+		req := agentsagatype.ToolCallRequest{Tool: agentsagatype.ToolSpec{Name: tool, Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
 			Retry: toolPlan("shared")}
 		if err := workflow.ExecuteActivity(actx, acts.CallTool, req).Get(ctx, nil); err != nil {
 			return err

@@ -146,7 +146,7 @@ func Permanent(err error) error { return &PermanentError{Err: err} }
 // key and the time left travel as headers, so the far side can deduplicate
 // and give up when the caller would. The spec's headers are resolved from
 // getenv here, and every value read is redacted from the answer and errors.
-func callHTTPTool(ctx context.Context, client *http.Client, tool ToolSpec, call ToolInvocation, getenv func(string) string) (string, error) {
+func callHTTPTool(ctx context.Context, client *http.Client, tool agentsagatype.ToolSpec, call ToolInvocation, getenv func(string) string) (string, error) {
 	method := tool.Method
 	if method == "" {
 		method = http.MethodPost

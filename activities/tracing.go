@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -71,7 +72,7 @@ func startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (c
 
 // startModelSpan starts the span of one model call, "chat <model>". A
 // spec without a model name (the scripted model) is named by its provider.
-func startModelSpan(ctx context.Context, call ModelCall) (context.Context, trace.Span) {
+func startModelSpan(ctx context.Context, call agentsagatype.ModelCall) (context.Context, trace.Span) {
 	spec := call.Model
 	model := cmp.Or(spec.Name, spec.Provider)
 	attrs := []attribute.KeyValue{semconv.GenAIOperationNameChat,
@@ -84,7 +85,7 @@ func startModelSpan(ctx context.Context, call ModelCall) (context.Context, trace
 }
 
 // endModelSpan records what the model call cost, or how it failed.
-func endModelSpan(span trace.Span, turn ModelTurn, err error) {
+func endModelSpan(span trace.Span, turn agentsagatype.ModelTurn, err error) {
 	if err == nil {
 		span.SetAttributes(
 			semconv.GenAIUsageInputTokens(int(turn.Usage.InputTokens)),
@@ -98,7 +99,7 @@ func endModelSpan(span trace.Span, turn ModelTurn, err error) {
 
 // startToolSpan starts the span of one tool execution: "execute_tool
 // <name>", or "compensate <name>" for a compensation.
-func startToolSpan(ctx context.Context, req ToolCallRequest) (context.Context, trace.Span) {
+func startToolSpan(ctx context.Context, req agentsagatype.ToolCallRequest) (context.Context, trace.Span) {
 	name := "execute_tool " + req.Tool.Name
 	attrs := []attribute.KeyValue{semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(req.Tool.Name)}
 	if req.Compensates != "" {
@@ -115,7 +116,7 @@ func startToolSpan(ctx context.Context, req ToolCallRequest) (context.Context, t
 // type the UI and the retry hook see) as error.type.
 func endSpan(span trace.Span, err error) {
 	if err != nil {
-		errType := ErrTypeTransient
+		errType := agentsagatype.ErrTypeTransient
 		var appErr *temporal.ApplicationError
 		if errors.As(toActivityError(err), &appErr) {
 			errType = appErr.Type()

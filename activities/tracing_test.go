@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -75,9 +76,9 @@ func TestToolCallSpanCarriesKeyAttemptAndDenial(t *testing.T) {
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	env, exporter := tracedEnv(t, acts, &fakeRetryStore{breaker: "closed", decision: budget.DenyRunRatio})
 
-	_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-		Tool: activities.ToolSpec{Name: "charge", Kind: activities.ToolKindHTTP, URL: ts.URL}, Arguments: `{}`,
-		Retry: activities.RetryPlan{Tool: "charge", Dependency: "tool:charge", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
+	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		Tool: agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL}, Arguments: `{}`,
+		Retry: agentsagatype.RetryPlan{Tool: "charge", Dependency: "tool:charge", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 			BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}})
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
@@ -98,7 +99,7 @@ func TestToolCallSpanCarriesKeyAttemptAndDenial(t *testing.T) {
 	assert.Equal(t, "charge", toolAttrs["gen_ai.tool.name"].AsString())
 	assert.Equal(t, key, toolAttrs[activities.AttrIdempotencyKey].AsString())
 	assert.Equal(t, int64(1), toolAttrs[activities.AttrAttempt].AsInt64())
-	assert.Equal(t, activities.ErrTypeHTTP, toolAttrs["error.type"].AsString())
+	assert.Equal(t, agentsagatype.ErrTypeHTTP, toolAttrs["error.type"].AsString())
 	assert.Equal(t, codes.Error, tool.Status.Code)
 	_, denied := toolAttrs[activities.AttrRetryDenial]
 	assert.False(t, denied, "the denial belongs to the attempt, not to the request that failed")
@@ -112,8 +113,8 @@ func TestCompensationSpan(t *testing.T) {
 	acts.Toolbox.Register("refund", func(context.Context, activities.ToolInvocation) (string, error) { return `{"refunded": true}`, nil })
 	env, exporter := tracedEnv(t, acts, &fakeRetryStore{breaker: "closed", decision: budget.Granted})
 
-	_, err := env.ExecuteActivity(acts.CallTool, activities.ToolCallRequest{
-		Tool: activities.ToolSpec{Name: "refund", Kind: activities.ToolKindGo}, Arguments: `{}`,
+	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		Tool: agentsagatype.ToolSpec{Name: "refund", Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
 		Compensates: "default-test-workflow-id/step-001-call-1-charge"})
 	require.NoError(t, err)
 

@@ -21,7 +21,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -36,12 +36,12 @@ func NewLedger(t testing.TB) *ledger.Store {
 }
 
 // Turn is one turn of a scripted model.
-type Turn = activities.ScriptedTurn
+type Turn = agentsagatype.ScriptedTurn
 
 // Script is a scripted model that plays turns in order, for a RunSpec's
 // Model.
 func Script(turns ...Turn) agentsaga.ModelSpec {
-	return agentsaga.ModelSpec{Provider: activities.ProviderScripted, Script: turns}
+	return agentsaga.ModelSpec{Provider: agentsagatype.ProviderScripted, Script: turns}
 }
 
 // Call is a turn that asks for one tool call; args is encoded as JSON.
@@ -50,7 +50,7 @@ func Call(tool string, args any) Turn {
 	if err != nil {
 		panic(fmt.Sprintf("agentsagatest: encode the arguments of %s: %v", tool, err))
 	}
-	return Turn{ToolCalls: []activities.ScriptedCall{{Name: tool, Arguments: raw}}}
+	return Turn{ToolCalls: []agentsagatype.ScriptedCall{{Name: tool, Arguments: raw}}}
 }
 
 // Answer is a turn that answers, ending the run.

@@ -30,7 +30,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -353,7 +353,7 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 				if err != nil {
 					return fmt.Errorf("bench: fleet: run %s: %w", id, err)
 				}
-				if result.Status != ledger.RunCompleted {
+				if result.Status != agentsagatype.RunCompleted {
 					return fmt.Errorf("bench: fleet: run %s ended %s, not completed: %s", id, result.Status, result.Reason)
 				}
 				return nil

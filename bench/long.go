@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -513,7 +514,7 @@ func LongTargets(cfg LongConfig, rows []LongRow) []LongTarget {
 	var targets []LongTarget
 	targets = append(targets, LongTarget{
 		Target: fmt.Sprintf("the %s-turn run completes", thousands(longest.Turns)),
-		Figure: longest.Outcome, Verdict: verdict(longest.Status == ledger.RunCompleted && longest.TurnsDone == longest.Turns)})
+		Figure: longest.Outcome, Verdict: verdict(longest.Status == agentsagatype.RunCompleted && longest.TurnsDone == longest.Turns)})
 	if len(rows) > 1 && shortest.Turns != longest.Turns {
 		ratio := longest.BytesPerTurn / shortest.BytesPerTurn
 		targets = append(targets, LongTarget{
@@ -585,7 +586,7 @@ func PrintLong(out io.Writer, title string, cfg LongConfig, rows []LongRow) {
 	}
 	tw.Flush()
 	for _, r := range rows {
-		if r.Status != ledger.RunCompleted && r.Reason != "" {
+		if r.Status != agentsagatype.RunCompleted && r.Reason != "" {
 			fmt.Fprintf(out, "  %s turns: %s\n", thousands(r.Turns), clipText(r.Reason, 300))
 		}
 	}
@@ -964,7 +965,7 @@ func LongChart(path string, rows []LongRow) error {
 		end.Color = colorOf(i)
 		end.Radius = vg.Points(4)
 		end.Shape = draw.CircleGlyph{}
-		if r.Status != ledger.RunCompleted {
+		if r.Status != agentsagatype.RunCompleted {
 			end.Shape = draw.CrossGlyph{}
 			end.Radius = vg.Points(6)
 		}

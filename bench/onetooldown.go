@@ -15,8 +15,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -226,14 +226,14 @@ func PrintOneToolDown(out io.Writer, title string, r OneToolDownResult) {
 	fmt.Fprintln(tw, "  STATUS\tTIME TO COMPLETION\tITEMS FETCHED\tREQUESTS\tDURING THE OUTAGE\tFIRST FAILURES\tPROBES\tESCALATIONS\tTARGET")
 	bound := OneToolDownRequestBound(r.Config)
 	verdict := "met"
-	if r.Status != ledger.RunCompleted || r.ItemsFetched != r.Config.Items || r.Escalations > 0 || r.OutageRequests > bound {
+	if r.Status != agentsagatype.RunCompleted || r.ItemsFetched != r.Config.Items || r.Escalations > 0 || r.OutageRequests > bound {
 		verdict = "MISSED"
 	}
 	fmt.Fprintf(tw, "  %s\t%.1f s\t%d of %d\t%d\t%d\t%d\t%d\t%d\tcompleted, %d of %d, 0 escalations, <= %d requests in the outage (%s)\n",
 		r.Status, r.Seconds, r.ItemsFetched, r.Config.Items, r.Requests, r.OutageRequests, r.FirstFailures, r.Probes, r.Escalations,
 		r.Config.Items, r.Config.Items, bound, verdict)
 	tw.Flush()
-	if r.Status != ledger.RunCompleted && r.Reason != "" {
+	if r.Status != agentsagatype.RunCompleted && r.Reason != "" {
 		fmt.Fprintf(out, "  the run ended %s: %s\n", r.Status, r.Reason)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -28,7 +28,7 @@ func TestOneToolDownSmoke(t *testing.T) {
 	var out strings.Builder
 	bench.PrintOneToolDown(&out, "one run, one tool down 4s", r)
 	t.Log("\n" + out.String())
-	assert.Equal(t, ledger.RunCompleted, r.Status, "the run waits the outage out instead of ending: %s", r.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, r.Status, "the run waits the outage out instead of ending: %s", r.Reason)
 	assert.Equal(t, cfg.Items, r.ItemsFetched)
 	assert.Zero(t, r.Escalations, "an outage shorter than escalate.after_breaker_open_seconds pages no one")
 	assert.GreaterOrEqual(t, r.Seconds, cfg.Outage.Seconds(), "the first item could not be fetched before the tool was back")

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
@@ -175,9 +176,9 @@ func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key stri
 		ActivityID: activityID, StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(policy.MaxAttempts)},
 	})
-	tool := activities.ToolSpec{Name: "echo", Kind: activities.ToolKindHTTP, URL: url}
-	return workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
-		Retry: activities.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
+	tool := agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: url}
+	return workflow.ExecuteActivity(actx, acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
+		Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
 			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),
 			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second}})
 }

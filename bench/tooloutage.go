@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -101,7 +102,7 @@ tools:
 				result.Escalations++
 			case run.err != nil:
 				errs[i] = fmt.Errorf("bench: tool outage: run %d: %w", i, run.err)
-			case run.result.Status == ledger.RunCompleted:
+			case run.result.Status == agentsagatype.RunCompleted:
 				result.Completed++
 			default:
 				errs[i] = fmt.Errorf("bench: tool outage: run %d ended %s: %s", i, run.result.Status, run.result.Reason)
@@ -189,7 +190,7 @@ func (o *outageWorker) run(ctx context.Context, id string, spec workflows.RunSpe
 				return
 			case <-tick.C:
 			}
-			if stored, err := o.store.GetRun(ctx, id); err == nil && stored.Status == ledger.RunEscalated {
+			if stored, err := o.store.GetRun(ctx, id); err == nil && stored.Status == agentsagatype.RunEscalated {
 				watched <- true
 				_ = o.client.TerminateWorkflow(ctx, id, "", "bench: escalated; the harness has no human")
 				return

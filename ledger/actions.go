@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -43,7 +44,7 @@ type ActionRequest struct {
 	Arguments  string
 	// Compensation, when set, is registered in the same statement that
 	// first claims the key: before the action is attempted.
-	Compensation *CompensationRequest
+	Compensation *agentsagatype.CompensationRequest
 	// Compensates is the forward key this action undoes, for a
 	// compensating action. A rollback fences forward actions, not these.
 	Compensates string
@@ -72,7 +73,7 @@ func (r ActionRequest) Fingerprint() string {
 
 // Claim is the outcome of ClaimAction.
 type Claim struct {
-	Action Action
+	Action agentsagatype.Action
 	// Execute is true when the caller now holds the key and must run the
 	// action, then settle it with SettleAttempt under Action.Attempts, which
 	// ends the attempt's leaf call (LeafCallID) and writes its message in
@@ -100,14 +101,14 @@ const actionColumns = `a.id, a.idempotency_key, a.workflow_id, a.activity_id, a.
 
 // actionFields are scanAction's destinations, for queries that scan an
 // action beside other columns.
-func actionFields(a *Action) []any {
+func actionFields(a *agentsagatype.Action) []any {
 	return []any{&a.ID, &a.Key, &a.WorkflowID, &a.ActivityID, &a.Tool, &a.Arguments, &a.Fingerprint,
 		&a.Status, &a.Result, &a.Error, &a.ErrorType, &a.Attempts, &a.CompensationID, &a.Compensates,
 		&a.LockedUntil, &a.FencedAt, &a.FenceReason, &a.CreatedAt, &a.CompletedAt}
 }
 
-func scanAction(row pgx.Row) (Action, error) {
-	var a Action
+func scanAction(row pgx.Row) (agentsagatype.Action, error) {
+	var a agentsagatype.Action
 	err := row.Scan(actionFields(&a)...)
 	return a, err
 }
@@ -174,22 +175,22 @@ func (s *Store) RenewLease(ctx context.Context, key string, attempt int, lease t
 // that attempt lost the key meanwhile, the write is refused: the stored
 // action is returned with ErrLeaseLost, and the first stored result (if
 // another attempt completed) stays.
-func (s *Store) CompleteAction(ctx context.Context, key string, attempt int, result string) (Action, error) {
-	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: ActionCompleted, Result: result})
+func (s *Store) CompleteAction(ctx context.Context, key string, attempt int, result string) (agentsagatype.Action, error) {
+	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: agentsagatype.ActionCompleted, Result: result})
 }
 
 // CompleteActionAndRecord is CompleteAction that also writes msg into the
 // run's conversation, in the same statement: a tool's output (or a model's
 // reply) is in the conversation exactly when its action is completed.
-func (s *Store) CompleteActionAndRecord(ctx context.Context, key string, attempt int, result string, msg Message) (Action, error) {
-	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: ActionCompleted, Result: result, Message: &msg})
+func (s *Store) CompleteActionAndRecord(ctx context.Context, key string, attempt int, result string, msg Message) (agentsagatype.Action, error) {
+	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: agentsagatype.ActionCompleted, Result: result, Message: &msg})
 }
 
 // FailAction records a failed attempt and the error type it failed with.
 // A permanent failure is stored as rejected and returned to every later
 // attempt; otherwise the key is freed for the next attempt. An attempt
 // that lost the key gets ErrLeaseLost, as for CompleteAction.
-func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, errType string, permanent bool) (Action, error) {
+func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, errType string, permanent bool) (agentsagatype.Action, error) {
 	return s.SettleAttempt(ctx, key, attempt, FailedAttempt(cause, errType, permanent))
 }
 
@@ -198,9 +199,9 @@ func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, 
 // the failure is permanent, failed (the key freed for the next attempt)
 // otherwise.
 func FailedAttempt(cause, errType string, permanent bool) AttemptEnd {
-	status := ActionFailed
+	status := agentsagatype.ActionFailed
 	if permanent {
-		status = ActionRejected
+		status = agentsagatype.ActionRejected
 	}
 	return AttemptEnd{Status: status, Cause: cause, ErrorType: errType}
 }
@@ -226,7 +227,7 @@ type AttemptEnd struct {
 // attempt ended, and the end of its leaf call, in one statement. An attempt
 // that no longer holds the key gets the stored action and ErrLeaseLost;
 // its leaf call is ended all the same (it did leave the process).
-func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end AttemptEnd) (Action, error) {
+func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end AttemptEnd) (agentsagatype.Action, error) {
 	var m Message
 	var toolCalls *string
 	msg := end.Message
@@ -271,20 +272,20 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		// Another attempt took the key over, or a rollback settled it.
 		stored, err := s.GetAction(ctx, key)
 		if err != nil {
-			return Action{}, fmt.Errorf("ledger: record %s as %s: %w", key, status, err)
+			return agentsagatype.Action{}, fmt.Errorf("ledger: record %s as %s: %w", key, status, err)
 		}
 		return stored, fmt.Errorf("ledger: record %s as %s (claim %d; the ledger holds claim %d, %s): %w",
 			key, status, attempt, stored.Attempts, stored.Status, ErrLeaseLost)
 	}
 	if err != nil {
-		return Action{}, fmt.Errorf("ledger: record %s as %s: %w", key, status, err)
+		return agentsagatype.Action{}, fmt.Errorf("ledger: record %s as %s: %w", key, status, err)
 	}
 	return action, nil
 }
 
 // Fenced is what FenceAction found.
 type Fenced struct {
-	Action Action
+	Action agentsagatype.Action
 	// Live reports that an attempt still holds a live lease: the caller
 	// waits and asks again, so that what it reports (or compensates) is
 	// what that attempt did.
@@ -325,7 +326,7 @@ func (s *Store) FenceAction(ctx context.Context, req ActionRequest, reason strin
 	if err := row.Scan(append(actionFields(&f.Action), &f.LeafCalls)...); err != nil {
 		return Fenced{}, fmt.Errorf("ledger: fence %s: %w", req.Key, err)
 	}
-	f.Live = f.Action.Status == ActionStarted
+	f.Live = f.Action.Status == agentsagatype.ActionStarted
 	return f, nil
 }
 
@@ -335,25 +336,25 @@ const lapsed = `(a.status = 'started' AND a.locked_until < clock_timestamp())`
 const lapsedError = `the attempt holding the key was lost (its lease lapsed): outcome unknown`
 
 // GetAction reads one action by idempotency key.
-func (s *Store) GetAction(ctx context.Context, key string) (Action, error) {
+func (s *Store) GetAction(ctx context.Context, key string) (agentsagatype.Action, error) {
 	action, err := scanAction(s.pool.QueryRow(ctx, `SELECT `+actionColumns+` FROM actions a WHERE idempotency_key = $1`, key))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Action{}, fmt.Errorf("ledger: get action %s: %w", key, ErrNotFound)
+		return agentsagatype.Action{}, fmt.Errorf("ledger: get action %s: %w", key, ErrNotFound)
 	}
 	if err != nil {
-		return Action{}, fmt.Errorf("ledger: get action %s: %w", key, err)
+		return agentsagatype.Action{}, fmt.Errorf("ledger: get action %s: %w", key, err)
 	}
 	return action, nil
 }
 
 // ListModelTurns returns a run's model turns, each stored under its key,
 // in the order they were first claimed.
-func (s *Store) ListModelTurns(ctx context.Context, workflowID string) ([]Action, error) {
+func (s *Store) ListModelTurns(ctx context.Context, workflowID string) ([]agentsagatype.Action, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions a WHERE workflow_id = $1 AND kind = 'model' ORDER BY id`, workflowID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list model turns of %s: %w", workflowID, err)
 	}
-	turns, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Action, error) { return scanAction(row) })
+	turns, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Action, error) { return scanAction(row) })
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list model turns of %s: %w", workflowID, err)
 	}
@@ -362,12 +363,12 @@ func (s *Store) ListModelTurns(ctx context.Context, workflowID string) ([]Action
 
 // ListActions returns a run's actions on the outside world (not its model
 // turns) in the order they were first claimed.
-func (s *Store) ListActions(ctx context.Context, workflowID string) ([]Action, error) {
+func (s *Store) ListActions(ctx context.Context, workflowID string) ([]agentsagatype.Action, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions a WHERE workflow_id = $1 AND kind = 'tool' ORDER BY id`, workflowID)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list actions of %s: %w", workflowID, err)
 	}
-	actions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Action, error) { return scanAction(row) })
+	actions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Action, error) { return scanAction(row) })
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list actions of %s: %w", workflowID, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/migrations"
@@ -32,7 +33,7 @@ func TestClaimCompleteReplay(t *testing.T) {
 
 	done, err := store.CompleteAction(ctx, claim.Action.Key, claim.Action.Attempts, `{"id":"ch_1"}`)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionCompleted, done.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, done.Status)
 
 	// The same request with its keys in another order is the same request.
 	again := request("step-001-call-1-charge")
@@ -82,7 +83,7 @@ func TestFailedAttemptIsReclaimedAndRejectedIsStored(t *testing.T) {
 	third, err := store.ClaimAction(ctx, request("k"), time.Minute)
 	require.NoError(t, err)
 	assert.False(t, third.Execute)
-	assert.Equal(t, ledger.ActionRejected, third.Action.Status)
+	assert.Equal(t, agentsagatype.ActionRejected, third.Action.Status)
 	assert.Equal(t, "HTTP 400: bad currency", third.Action.Error)
 	assert.Equal(t, "HTTPError", third.Action.ErrorType, "a stored failure replays as the type it failed with")
 }
@@ -160,7 +161,7 @@ func TestRunLifecycle(t *testing.T) {
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
 
-	run := ledger.Run{WorkflowID: "wf-1", RunID: "r-1", Goal: "find the refund policy", Spec: []byte(`{"goal":"x"}`)}
+	run := agentsagatype.Run{WorkflowID: "wf-1", RunID: "r-1", Goal: "find the refund policy", Spec: []byte(`{"goal":"x"}`)}
 	require.NoError(t, store.StartRun(ctx, run))
 	require.NoError(t, store.StartRun(ctx, run), "recording a start twice is a no-op")
 
@@ -168,17 +169,17 @@ func TestRunLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, store.EndLeafCall(ctx, id, nil))
 
-	require.NoError(t, store.FinishRun(ctx, "wf-1", ledger.RunOutcome{Status: ledger.RunCompleted, Answer: "30 days", StepsUsed: 2, TokensUsed: 40}))
+	require.NoError(t, store.FinishRun(ctx, "wf-1", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted, Answer: "30 days", StepsUsed: 2, TokensUsed: 40}))
 	got, err := store.GetRun(ctx, "wf-1")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, got.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, got.Status)
 	assert.Equal(t, "30 days", got.Answer)
 	assert.Equal(t, 1, got.LeafCalls)
 	assert.NotNil(t, got.FinishedAt)
 
 	_, err = store.GetRun(ctx, "nope")
 	assert.ErrorIs(t, err, ledger.ErrNotFound)
-	assert.ErrorIs(t, store.FinishRun(ctx, "nope", ledger.RunOutcome{Status: ledger.RunFailed}), ledger.ErrNotFound)
+	assert.ErrorIs(t, store.FinishRun(ctx, "nope", agentsagatype.RunOutcome{Status: agentsagatype.RunFailed}), ledger.ErrNotFound)
 }
 
 func TestMigrationsTwiceIsNoop(t *testing.T) {

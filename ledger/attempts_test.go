@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -48,9 +49,9 @@ func TestClaimRecordsTheLeafCallAndTheCompletionEndsIt(t *testing.T) {
 	assert.Equal(t, "charge", calls[0].Target)
 
 	done, err := store.SettleAttempt(ctx, req.Key, claim.Action.Attempts, ledger.AttemptEnd{
-		Status: ledger.ActionCompleted, Result: `{"id":"ch_1"}`, LeafCallID: claim.LeafCallID})
+		Status: agentsagatype.ActionCompleted, Result: `{"id":"ch_1"}`, LeafCallID: claim.LeafCallID})
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionCompleted, done.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, done.Status)
 	calls = leafCalls(t, store, "wf-1")
 	assert.Equal(t, "ok", calls[0].Outcome)
 	assert.NotNil(t, calls[0].FinishedAt)
@@ -74,7 +75,7 @@ func TestLeafCallsOfFailedLostAndSupersededAttempts(t *testing.T) {
 
 	first, err := store.ClaimCall(ctx, req, leafOf(req, 1), time.Minute)
 	require.NoError(t, err)
-	_, err = store.SettleAttempt(ctx, req.Key, first.Action.Attempts, ledger.AttemptEnd{Status: ledger.ActionFailed,
+	_, err = store.SettleAttempt(ctx, req.Key, first.Action.Attempts, ledger.AttemptEnd{Status: agentsagatype.ActionFailed,
 		Cause: "HTTP 503", ErrorType: "HTTPError", LeafCallID: first.LeafCallID, CallErr: errors.New("HTTP 503")})
 	require.NoError(t, err)
 
@@ -94,12 +95,12 @@ func TestLeafCallsOfFailedLostAndSupersededAttempts(t *testing.T) {
 	assert.Equal(t, "in-flight", calls[2].Outcome)
 
 	_, err = store.SettleAttempt(ctx, req.Key, lost.Action.Attempts, ledger.AttemptEnd{
-		Status: ledger.ActionCompleted, Result: "late", LeafCallID: lost.LeafCallID})
+		Status: agentsagatype.ActionCompleted, Result: "late", LeafCallID: lost.LeafCallID})
 	require.ErrorIs(t, err, ledger.ErrLeaseLost)
 	assert.Equal(t, "ok", leafCalls(t, store, "wf-1")[1].Outcome, "the late attempt's call did happen")
 	action, err := store.GetAction(ctx, req.Key)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionStarted, action.Status, "the holder's claim stands")
+	assert.Equal(t, agentsagatype.ActionStarted, action.Status, "the holder's claim stands")
 
 	require.NoError(t, store.DropLeafCall(ctx, takeover.LeafCallID))
 	assert.Len(t, leafCalls(t, store, "wf-1"), 2, "an attempt that sent nothing leaves no leaf call")
@@ -117,7 +118,7 @@ func TestClaimCallRefusedByItsRun(t *testing.T) {
 	_, err := store.ClaimCall(ctx, claimed, leafOf(claimed, 1), 20*time.Millisecond)
 	require.NoError(t, err)
 	time.Sleep(50 * time.Millisecond)
-	require.NoError(t, store.FinishRun(ctx, "ended", ledger.RunOutcome{Status: ledger.RunFailed, Reason: "gave up"}))
+	require.NoError(t, store.FinishRun(ctx, "ended", agentsagatype.RunOutcome{Status: agentsagatype.RunFailed, Reason: "gave up"}))
 	_, err = store.CloseRun(ctx, "closing")
 	require.NoError(t, err)
 
@@ -182,7 +183,7 @@ func TestClaimTurnWritesThenReadsTheConversation(t *testing.T) {
 	require.Len(t, calls, 1)
 	assert.Equal(t, ledger.LeafModel, calls[0].Kind)
 
-	_, err = store.SettleAttempt(ctx, req.Key, claim.Action.Attempts, ledger.AttemptEnd{Status: ledger.ActionCompleted,
+	_, err = store.SettleAttempt(ctx, req.Key, claim.Action.Attempts, ledger.AttemptEnd{Status: agentsagatype.ActionCompleted,
 		Result: `{"content":"done"}`, LeafCallID: claim.LeafCallID,
 		Message: &ledger.Message{Seq: 6, Role: "assistant", Content: "done"}})
 	require.NoError(t, err)
@@ -246,7 +247,7 @@ func TestCallsMadeTogetherShareARoundTrip(t *testing.T) {
 			claim = claims[keys]
 		}
 		_, errs[i] = store.SettleAttempt(ctx, claim.Action.Key, claim.Action.Attempts, ledger.AttemptEnd{
-			Status: ledger.ActionCompleted, Result: fmt.Sprint(i), LeafCallID: claim.LeafCallID})
+			Status: agentsagatype.ActionCompleted, Result: fmt.Sprint(i), LeafCallID: claim.LeafCallID})
 	})
 	sent = statements.Take()
 	assert.Equal(t, 1, ledgertest.RoundTrips(sent), "one batch")
@@ -328,7 +329,7 @@ func TestConcurrentCallsKeepTheirAnswers(t *testing.T) {
 			}
 			executed.Add(1)
 			_, err = store.SettleAttempt(ctx, req.Key, claim.Action.Attempts, ledger.AttemptEnd{
-				Status: ledger.ActionCompleted, Result: "ok", LeafCallID: claim.LeafCallID})
+				Status: agentsagatype.ActionCompleted, Result: "ok", LeafCallID: claim.LeafCallID})
 			assert.NoError(t, err)
 		})
 	}
@@ -338,7 +339,7 @@ func TestConcurrentCallsKeepTheirAnswers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, actions, calls/2)
 	for _, a := range actions {
-		assert.Equal(t, ledger.ActionCompleted, a.Status, a.Key)
+		assert.Equal(t, agentsagatype.ActionCompleted, a.Status, a.Key)
 	}
 	leaves := leafCalls(t, store, "wf-1")
 	assert.Len(t, leaves, calls/2)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -62,7 +63,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 		require.NoError(t, err)
 
 		// Runs.
-		require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: wf, RunID: h, ParentWorkflowID: h, Goal: h, Spec: spec}), h)
+		require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: wf, RunID: h, ParentWorkflowID: h, Goal: h, Spec: spec}), h)
 		run, err := store.GetRun(ctx, wf)
 		require.NoError(t, err, h)
 		assert.Equal(t, []string{wf, h, h, h}, []string{run.WorkflowID, run.RunID, run.ParentWorkflowID, run.Goal})
@@ -70,7 +71,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 
 		// Actions, their compensation, and a rejected one.
 		claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: wf, ActivityID: h, Tool: h,
-			Arguments: string(args), Compensation: &ledger.CompensationRequest{Tool: h, ArgumentsTemplate: h}}, time.Minute)
+			Arguments: string(args), Compensation: &agentsagatype.CompensationRequest{Tool: h, ArgumentsTemplate: h}}, time.Minute)
 		require.NoError(t, err, h)
 		require.True(t, claim.Execute)
 		done, err := store.CompleteAction(ctx, key, claim.Action.Attempts, h)
@@ -78,7 +79,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 		assert.Equal(t, h, done.Result)
 		got, err := store.GetAction(ctx, key)
 		require.NoError(t, err, h)
-		assert.Equal(t, []string{key, wf, h, h, string(args), h, ledger.ActionCompleted},
+		assert.Equal(t, []string{key, wf, h, h, string(args), h, agentsagatype.ActionCompleted},
 			[]string{got.Key, got.WorkflowID, got.ActivityID, got.Tool, got.Arguments, got.Result, got.Status})
 		replay, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: wf, ActivityID: h, Tool: h, Arguments: string(args)}, time.Minute)
 		require.NoError(t, err, h)
@@ -98,7 +99,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 		require.NoError(t, err, h)
 		require.Len(t, stack, 1, h)
 		assert.Equal(t, []string{key, h, h, h}, []string{stack[0].ForwardKey, stack[0].Tool, stack[0].ArgumentsTemplate, stack[0].Forward.Result})
-		require.NoError(t, store.SettleCompensation(ctx, key, ledger.CompensationFailed, h, h), h)
+		require.NoError(t, store.SettleCompensation(ctx, key, agentsagatype.CompensationFailed, h, h), h)
 		stack, err = store.CompensationStack(ctx, wf)
 		require.NoError(t, err, h)
 		assert.Equal(t, []string{h, h}, []string{stack[0].Error, stack[0].Reason})
@@ -137,8 +138,8 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 		require.NoError(t, err, h)
 
 		// The run's status and its end.
-		require.NoError(t, store.SetRunStatus(ctx, wf, ledger.RunEscalated, h), h)
-		require.NoError(t, store.FinishRun(ctx, wf, ledger.RunOutcome{Status: ledger.RunCompleted, Answer: h, HandoffNote: h, Reason: h}), h)
+		require.NoError(t, store.SetRunStatus(ctx, wf, agentsagatype.RunEscalated, h), h)
+		require.NoError(t, store.FinishRun(ctx, wf, agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted, Answer: h, HandoffNote: h, Reason: h}), h)
 		run, err = store.GetRun(ctx, wf)
 		require.NoError(t, err, h)
 		assert.Equal(t, []string{h, h, h, h}, []string{run.StatusDetail, run.Answer, run.HandoffNote, run.Reason})
@@ -149,7 +150,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 	figures, err := store.FleetFigures(ctx)
 	require.NoError(t, err)
 	n := int64(len(hostileText))
-	assert.Equal(t, n, figures.RunsByStatus[ledger.RunCompleted])
+	assert.Equal(t, n, figures.RunsByStatus[agentsagatype.RunCompleted])
 	assert.Len(t, figures.Buckets, len(hostileText))
 	assert.Len(t, figures.Breakers, len(hostileText))
 
@@ -172,7 +173,7 @@ func TestNULAndInvalidUTF8(t *testing.T) {
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
 	const wf, key = "wf-bytes", "wf-bytes/step-001-call-1-t"
-	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: wf, RunID: "r", Goal: "g"}))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: wf, RunID: "r", Goal: "g"}))
 	before := ledgertest.Counts(t, store)
 
 	// Identifiers and arguments are refused.
@@ -189,13 +190,13 @@ func TestNULAndInvalidUTF8(t *testing.T) {
 			return err
 		}, "ledger: claim"},
 		"NUL in workflow ID": {func() error {
-			return store.StartRun(ctx, ledger.Run{WorkflowID: "wf\x00", RunID: "r", Goal: "g"})
+			return store.StartRun(ctx, agentsagatype.Run{WorkflowID: "wf\x00", RunID: "r", Goal: "g"})
 		}, "ledger: start run"},
 		"NUL in goal": {func() error {
-			return store.StartRun(ctx, ledger.Run{WorkflowID: "wf-2", RunID: "r", Goal: "g\x00"})
+			return store.StartRun(ctx, agentsagatype.Run{WorkflowID: "wf-2", RunID: "r", Goal: "g\x00"})
 		}, "ledger: start run"},
 		"NUL escape in spec": {func() error {
-			return store.StartRun(ctx, ledger.Run{WorkflowID: "wf-3", RunID: "r", Goal: "g", Spec: []byte(`{"goal":"\u0000"}`)})
+			return store.StartRun(ctx, agentsagatype.Run{WorkflowID: "wf-3", RunID: "r", Goal: "g", Spec: []byte(`{"goal":"\u0000"}`)})
 		}, "ledger: start run"},
 		"NUL in leaf target": {func() error {
 			_, err := store.BeginLeafCall(ctx, ledger.LeafCall{WorkflowID: wf, ActivityID: "a", Key: key, Attempt: 1, Kind: ledger.LeafTool, Target: "t\x00"})
@@ -225,7 +226,7 @@ func TestNULAndInvalidUTF8(t *testing.T) {
 	failed, err := store.FailAction(ctx, key+"-2", claim.Action.Attempts, bad, "HTTPError", false)
 	require.NoError(t, err)
 	assert.Equal(t, clean, failed.Error)
-	assert.Equal(t, ledger.ActionFailed, failed.Status, "recorded, so the next attempt can claim the key at once")
+	assert.Equal(t, agentsagatype.ActionFailed, failed.Status, "recorded, so the next attempt can claim the key at once")
 
 	id, err := store.BeginLeafCall(ctx, ledger.LeafCall{WorkflowID: wf, ActivityID: "a", Key: key, Attempt: 1, Kind: ledger.LeafTool, Target: "t"})
 	require.NoError(t, err)
@@ -236,8 +237,8 @@ func TestNULAndInvalidUTF8(t *testing.T) {
 	assert.Equal(t, "error", leaves[0].Outcome, "the leaf call was closed, not left in flight")
 	assert.Equal(t, clean, leaves[0].Error)
 
-	require.NoError(t, store.SetRunStatus(ctx, wf, ledger.RunEscalated, bad))
-	require.NoError(t, store.FinishRun(ctx, wf, ledger.RunOutcome{Status: ledger.RunFailed, Answer: bad, HandoffNote: bad, Reason: bad}),
+	require.NoError(t, store.SetRunStatus(ctx, wf, agentsagatype.RunEscalated, bad))
+	require.NoError(t, store.FinishRun(ctx, wf, agentsagatype.RunOutcome{Status: agentsagatype.RunFailed, Answer: bad, HandoffNote: bad, Reason: bad}),
 		"a run's last write must not fail on its text: it would be retried forever")
 	run, err := store.GetRun(ctx, wf)
 	require.NoError(t, err)
@@ -251,7 +252,7 @@ func TestLongTextIsCappedWithAMarker(t *testing.T) {
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
 	const wf = "wf-long"
-	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: wf, RunID: "r", Goal: "g"}))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: wf, RunID: "r", Goal: "g"}))
 	long := strings.Repeat("é", ledger.MaxStoredText) // two bytes each: twice the cap
 	checkCapped := func(t *testing.T, s string) {
 		t.Helper()
@@ -274,7 +275,7 @@ func TestLongTextIsCappedWithAMarker(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, exact, done.Result, "text at the cap is stored whole")
 
-	require.NoError(t, store.FinishRun(ctx, wf, ledger.RunOutcome{Status: ledger.RunCompleted, Answer: long, Reason: "ok"}))
+	require.NoError(t, store.FinishRun(ctx, wf, agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted, Answer: long, Reason: "ok"}))
 	run, err := store.GetRun(ctx, wf)
 	require.NoError(t, err)
 	checkCapped(t, run.Answer)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -17,7 +18,7 @@ const runTree = `RECURSIVE tree AS (
 
 // CompensationStack returns the compensations of a run and of its
 // sub-agents, newest first: the order they are walked in.
-func (s *Store) CompensationStack(ctx context.Context, workflowID string) ([]Compensation, error) {
+func (s *Store) CompensationStack(ctx context.Context, workflowID string) ([]agentsagatype.Compensation, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH `+runTree+`
 		SELECT c.id, c.forward_key, c.forward_activity_id, c.tool, c.arguments_template, c.status, c.error, c.reason,
@@ -27,8 +28,8 @@ func (s *Store) CompensationStack(ctx context.Context, workflowID string) ([]Com
 	if err != nil {
 		return nil, fmt.Errorf("ledger: compensation stack of %s: %w", workflowID, err)
 	}
-	stack, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Compensation, error) {
-		var c Compensation
+	stack, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Compensation, error) {
+		var c agentsagatype.Compensation
 		err := row.Scan(append([]any{&c.ID, &c.ForwardKey, &c.ForwardActivityID, &c.Tool, &c.ArgumentsTemplate, &c.Status,
 			&c.Error, &c.Reason, &c.UpdatedAt}, actionFields(&c.Forward)...)...)
 		return c, err
@@ -43,7 +44,7 @@ func (s *Store) CompensationStack(ctx context.Context, workflowID string) ([]Com
 // first, made with one of tools (the ones that cannot be undone) that
 // happened or may have happened: completed, or attempted with an unknown
 // outcome. A rejected action took no effect and is left out.
-func (s *Store) Irreversible(ctx context.Context, workflowID string, tools []string) ([]Action, error) {
+func (s *Store) Irreversible(ctx context.Context, workflowID string, tools []string) ([]agentsagatype.Action, error) {
 	if len(tools) == 0 {
 		return nil, nil
 	}
@@ -56,7 +57,7 @@ func (s *Store) Irreversible(ctx context.Context, workflowID string, tools []str
 	if err != nil {
 		return nil, fmt.Errorf("ledger: irreversible actions of %s: %w", workflowID, err)
 	}
-	actions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Action, error) { return scanAction(row) })
+	actions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Action, error) { return scanAction(row) })
 	if err != nil {
 		return nil, fmt.Errorf("ledger: irreversible actions of %s: %w", workflowID, err)
 	}
@@ -65,16 +66,16 @@ func (s *Store) Irreversible(ctx context.Context, workflowID string, tools []str
 
 // Plan reads a run's RollbackPlan; irreversibleTools names the tools whose
 // effects cannot be undone.
-func (s *Store) Plan(ctx context.Context, workflowID string, irreversibleTools []string) (RollbackPlan, error) {
+func (s *Store) Plan(ctx context.Context, workflowID string, irreversibleTools []string) (agentsagatype.RollbackPlan, error) {
 	stack, err := s.CompensationStack(ctx, workflowID)
 	if err != nil {
-		return RollbackPlan{}, err
+		return agentsagatype.RollbackPlan{}, err
 	}
 	irreversible, err := s.Irreversible(ctx, workflowID, irreversibleTools)
 	if err != nil {
-		return RollbackPlan{}, err
+		return agentsagatype.RollbackPlan{}, err
 	}
-	return RollbackPlan{Stack: stack, Irreversible: irreversible}, nil
+	return agentsagatype.RollbackPlan{Stack: stack, Irreversible: irreversible}, nil
 }
 
 // CloseRun begins a run's rollback: the run and its sub-agents refuse

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -22,7 +23,7 @@ func fencedRequest(workflowID, activityID string) ledger.ActionRequest {
 
 func startRun(t *testing.T, store *ledger.Store, workflowID, parent string) {
 	t.Helper()
-	require.NoError(t, store.StartRun(context.Background(), ledger.Run{WorkflowID: workflowID, RunID: "r", ParentWorkflowID: parent, Goal: "g"}))
+	require.NoError(t, store.StartRun(context.Background(), agentsagatype.Run{WorkflowID: workflowID, RunID: "r", ParentWorkflowID: parent, Goal: "g"}))
 }
 
 // The workflow gave up on a call: no attempt may claim its key afterwards,
@@ -37,7 +38,7 @@ func TestGivenUpKeyRefusesEveryLaterClaim(t *testing.T) {
 	fenced, err := store.FenceAction(ctx, never, ledger.FenceGivenUp)
 	require.NoError(t, err)
 	assert.False(t, fenced.Live)
-	assert.Equal(t, ledger.ActionFailed, fenced.Action.Status)
+	assert.Equal(t, agentsagatype.ActionFailed, fenced.Action.Status)
 	assert.Zero(t, fenced.LeafCalls)
 	_, err = store.ClaimAction(ctx, never, time.Minute)
 	require.ErrorIs(t, err, ledger.ErrFenced)
@@ -63,7 +64,7 @@ func TestGivenUpKeyRefusesEveryLaterClaim(t *testing.T) {
 	require.NoError(t, err)
 	fenced, err = store.FenceAction(ctx, done, ledger.FenceGivenUp)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionCompleted, fenced.Action.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, fenced.Action.Status)
 	assert.Equal(t, `{"id":"ch_3"}`, fenced.Action.Result)
 	replay, err := store.ClaimAction(ctx, done, time.Minute)
 	require.NoError(t, err)
@@ -90,7 +91,7 @@ func TestFenceWaitsForALiveHolderAndSettlesALapsedOne(t *testing.T) {
 	fenced, err = store.FenceAction(ctx, live, ledger.FenceGivenUp)
 	require.NoError(t, err)
 	assert.False(t, fenced.Live)
-	assert.Equal(t, ledger.ActionCompleted, fenced.Action.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, fenced.Action.Status)
 	assert.Equal(t, ledger.FenceGivenUp, fenced.Action.FenceReason)
 
 	lost := fencedRequest("wf", "step-002-call-1-charge")
@@ -102,7 +103,7 @@ func TestFenceWaitsForALiveHolderAndSettlesALapsedOne(t *testing.T) {
 	fenced, err = store.FenceAction(ctx, lost, ledger.FenceGivenUp)
 	require.NoError(t, err)
 	assert.False(t, fenced.Live)
-	assert.Equal(t, ledger.ActionFailed, fenced.Action.Status)
+	assert.Equal(t, agentsagatype.ActionFailed, fenced.Action.Status)
 	assert.Contains(t, fenced.Action.Error, "outcome unknown")
 	assert.Equal(t, 1, fenced.LeafCalls, "the lost attempt counts as a leaf call")
 	_, err = store.CompleteAction(ctx, lost.Key, zombie.Action.Attempts, "zombie")
@@ -139,7 +140,7 @@ func TestLostAttemptsLeafCallsEnd(t *testing.T) {
 	assert.Equal(t, "lost", calls[0].Outcome)
 	assert.Equal(t, "in-flight", calls[1].Outcome)
 
-	require.NoError(t, store.FinishRun(ctx, "wf", ledger.RunOutcome{Status: ledger.RunCompleted}))
+	require.NoError(t, store.FinishRun(ctx, "wf", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted}))
 	calls, err = store.ListLeafCalls(ctx, "wf")
 	require.NoError(t, err)
 	assert.Equal(t, "lost", calls[1].Outcome)
@@ -150,10 +151,10 @@ func TestEndedRunRefusesClaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	for _, status := range []string{ledger.RunCompleted, ledger.RunCompensated, ledger.RunNeedsAttention, ledger.RunPartial} {
+	for _, status := range []string{agentsagatype.RunCompleted, agentsagatype.RunCompensated, agentsagatype.RunNeedsAttention, agentsagatype.RunPartial} {
 		wf := "wf-" + status
 		startRun(t, store, wf, "")
-		require.NoError(t, store.FinishRun(ctx, wf, ledger.RunOutcome{Status: status}))
+		require.NoError(t, store.FinishRun(ctx, wf, agentsagatype.RunOutcome{Status: status}))
 		_, err := store.ClaimAction(ctx, fencedRequest(wf, "step-001-call-1-charge"), time.Minute)
 		require.ErrorIs(t, err, ledger.ErrFenced, status)
 		assert.ErrorContains(t, err, "the run has ended")

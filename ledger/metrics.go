@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/jackc/pgx/v5"
 )
 
 // runStatuses lists every status a run can have (the runs table's CHECK
 // constraint), so a report can show zero for the ones no run is in.
 var runStatuses = []string{
-	RunRunning, RunCompleted, RunPartial, RunEscalated, RunCompensated, RunNeedsAttention, RunFailed, RunTerminated,
+	agentsagatype.RunRunning, agentsagatype.RunCompleted, agentsagatype.RunPartial, agentsagatype.RunEscalated, agentsagatype.RunCompensated, agentsagatype.RunNeedsAttention, agentsagatype.RunFailed, agentsagatype.RunTerminated,
 }
 
 // FleetFigures are the fleet-wide figures the metrics endpoint reports,

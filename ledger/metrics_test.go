@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -48,10 +48,10 @@ func TestFleetFiguresAreKeptAsRowsChange(t *testing.T) {
 	assert.Equal(t, int64(2), figures.LogicalCalls, "first attempts: wf-0/a and wf-1/b")
 	assert.InDelta(t, 0.25, figures.USDSpent, 1e-9)
 	assert.Equal(t, int64(100), figures.TokensSpent)
-	assert.Equal(t, int64(1), figures.RunsByStatus[ledger.RunRunning])
-	assert.Equal(t, int64(1), figures.RunsByStatus[ledger.RunCompleted])
-	assert.Equal(t, int64(1), figures.RunsByStatus[ledger.RunEscalated])
-	assert.Equal(t, int64(0), figures.RunsByStatus[ledger.RunFailed], "every status is reported")
+	assert.Equal(t, int64(1), figures.RunsByStatus[agentsagatype.RunRunning])
+	assert.Equal(t, int64(1), figures.RunsByStatus[agentsagatype.RunCompleted])
+	assert.Equal(t, int64(1), figures.RunsByStatus[agentsagatype.RunEscalated])
+	assert.Equal(t, int64(0), figures.RunsByStatus[agentsagatype.RunFailed], "every status is reported")
 
 	// Pruning a finished run lowers its gauge, not the counters.
 	_, err = pool.Exec(ctx, `DELETE FROM leaf_calls WHERE workflow_id = 'wf-0'`)
@@ -62,7 +62,7 @@ func TestFleetFiguresAreKeptAsRowsChange(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), figures.LeafCalls)
 	assert.InDelta(t, 0.25, figures.USDSpent, 1e-9)
-	assert.Equal(t, int64(0), figures.RunsByStatus[ledger.RunCompleted])
+	assert.Equal(t, int64(0), figures.RunsByStatus[agentsagatype.RunCompleted])
 }
 
 // Concurrent transactions that each write several leaf calls, in separate

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // Retention defaults: what Prune keeps unless told otherwise.
@@ -48,7 +50,7 @@ type PruneReport struct {
 
 // prunedStates are the statuses of runs whose rows may go: runs that ended
 // and need nobody.
-var prunedStates = []string{RunCompleted, RunPartial, RunCompensated, RunFailed, RunTerminated}
+var prunedStates = []string{agentsagatype.RunCompleted, agentsagatype.RunPartial, agentsagatype.RunCompensated, agentsagatype.RunFailed, agentsagatype.RunTerminated}
 
 // Prune deletes what the ledger no longer needs, in bounded batches, under
 // an advisory lock so that one pruner in the fleet works at a time (a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -19,20 +20,20 @@ import (
 // finish back by age.
 func seedRun(ctx context.Context, t *testing.T, store *ledger.Store, id, status string, age time.Duration) {
 	t.Helper()
-	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: id, RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
 	key := id + "/step-001-call-1-charge"
 	_, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: id, ActivityID: "step-001-call-1-charge", Tool: "charge",
-		Arguments: `{}`, Compensation: &ledger.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{}`}}, time.Minute)
+		Arguments: `{}`, Compensation: &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{}`}}, time.Minute)
 	require.NoError(t, err)
 	_, err = store.CompleteAction(ctx, key, 1, `{"id":"ch"}`)
 	require.NoError(t, err)
 	_, err = store.BeginLeafCall(ctx, ledger.LeafCall{WorkflowID: id, ActivityID: "step-001-call-1-charge", Key: key, Attempt: 1, Kind: "tool", Target: "charge"})
 	require.NoError(t, err)
 	require.NoError(t, store.AppendMessages(ctx, id, []ledger.Message{{Seq: 0, Role: "user", Content: "g"}}))
-	if status == ledger.RunRunning {
+	if status == agentsagatype.RunRunning {
 		return
 	}
-	require.NoError(t, store.FinishRun(ctx, id, ledger.RunOutcome{Status: status}))
+	require.NoError(t, store.FinishRun(ctx, id, agentsagatype.RunOutcome{Status: status}))
 	_, err = store.Pool().Exec(ctx, `UPDATE runs SET finished_at = now() - $2::interval WHERE workflow_id = $1`, id, fmt.Sprintf("%d seconds", int(age.Seconds())))
 	require.NoError(t, err)
 }
@@ -58,12 +59,12 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	old, recent := 40*24*time.Hour, time.Hour
 	for i := range 3 {
-		seedRun(ctx, t, store, fmt.Sprintf("old-completed-%d", i), ledger.RunCompleted, old)
+		seedRun(ctx, t, store, fmt.Sprintf("old-completed-%d", i), agentsagatype.RunCompleted, old)
 	}
-	seedRun(ctx, t, store, "old-compensated", ledger.RunCompensated, old)
-	seedRun(ctx, t, store, "old-needs-attention", ledger.RunNeedsAttention, old)
-	seedRun(ctx, t, store, "recent-completed", ledger.RunCompleted, recent)
-	seedRun(ctx, t, store, "still-running", ledger.RunRunning, 0)
+	seedRun(ctx, t, store, "old-compensated", agentsagatype.RunCompensated, old)
+	seedRun(ctx, t, store, "old-needs-attention", agentsagatype.RunNeedsAttention, old)
+	seedRun(ctx, t, store, "recent-completed", agentsagatype.RunCompleted, recent)
+	seedRun(ctx, t, store, "still-running", agentsagatype.RunRunning, 0)
 	_, err := store.Pool().Exec(ctx, `INSERT INTO retry_charges (charge_key, kind, created_at) VALUES
 		('old-1', 'withdraw', now() - interval '2 days'), ('old-2', 'deposit', now() - interval '25 hours'),
 		('new-1', 'withdraw', now() - interval '1 hour')`)
@@ -94,7 +95,7 @@ func TestPrunersTakeTurns(t *testing.T) {
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
 	for i := range 20 {
-		seedRun(ctx, t, store, fmt.Sprintf("old-%d", i), ledger.RunCompleted, 40*24*time.Hour)
+		seedRun(ctx, t, store, fmt.Sprintf("old-%d", i), agentsagatype.RunCompleted, 40*24*time.Hour)
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -5,14 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/jackc/pgx/v5"
 )
 
 const runColumns = `workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason, status_detail,
 		       steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at`
 
-func scanRun(row pgx.Row) (Run, error) {
-	var r Run
+func scanRun(row pgx.Row) (agentsagatype.Run, error) {
+	var r agentsagatype.Run
 	var parent *string
 	err := row.Scan(&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Spec, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason, &r.StatusDetail,
 		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt)
@@ -27,7 +28,7 @@ func scanRun(row pgx.Row) (Run, error) {
 // by workflow ID, after the workflow ID after ("" for the first page): the
 // runs the reconciler asks Temporal about. A run the engine ended itself is
 // never among them.
-func (s *Store) AbandonedCandidates(ctx context.Context, olderThan time.Duration, after string, limit int) ([]Run, error) {
+func (s *Store) AbandonedCandidates(ctx context.Context, olderThan time.Duration, after string, limit int) ([]agentsagatype.Run, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+`
 		FROM runs
@@ -37,7 +38,7 @@ func (s *Store) AbandonedCandidates(ctx context.Context, olderThan time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list runs that have not ended: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Run, error) { return scanRun(row) })
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list runs that have not ended: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -36,9 +37,9 @@ func TestAbandonedCandidatesAreTheRunsThatHaveNotEnded(t *testing.T) {
 		}
 		startRun(t, store, id, parent)
 	}
-	require.NoError(t, store.FinishRun(ctx, "run-b", ledger.RunOutcome{Status: ledger.RunCompleted, Reason: "the model answered"}))
-	require.NoError(t, store.SetRunStatus(ctx, "run-c", ledger.RunEscalated, "waiting"))
-	require.NoError(t, store.SetRunStatus(ctx, "run-d", ledger.RunNeedsAttention, "waiting"))
+	require.NoError(t, store.FinishRun(ctx, "run-b", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted, Reason: "the model answered"}))
+	require.NoError(t, store.SetRunStatus(ctx, "run-c", agentsagatype.RunEscalated, "waiting"))
+	require.NoError(t, store.SetRunStatus(ctx, "run-d", agentsagatype.RunNeedsAttention, "waiting"))
 	_, err := store.MarkTerminated(ctx, "run-e", "the workflow was terminated")
 	require.NoError(t, err)
 
@@ -52,7 +53,7 @@ func TestAbandonedCandidatesAreTheRunsThatHaveNotEnded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	assert.Equal(t, "run-a", runs[0].ParentWorkflowID)
-	assert.Equal(t, ledger.RunRunning, runs[0].Status)
+	assert.Equal(t, agentsagatype.RunRunning, runs[0].Status)
 }
 
 // Marking is the gate: a run is marked terminated once, never after it
@@ -64,10 +65,10 @@ func TestMarkTerminatedMarksOnceAndClosesTheRun(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	startRun(t, store, "wf", "")
 	startRun(t, store, "done", "")
-	require.NoError(t, store.FinishRun(ctx, "done", ledger.RunOutcome{Status: ledger.RunCompleted, Reason: "the model answered"}))
+	require.NoError(t, store.FinishRun(ctx, "done", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted, Reason: "the model answered"}))
 
 	charge := fencedRequest("wf", "step-001-call-1-charge")
-	charge.Compensation = &ledger.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"key": "{{key}}"}`}
+	charge.Compensation = &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"key": "{{key}}"}`}
 	claim, err := store.ClaimAction(ctx, charge, time.Minute)
 	require.NoError(t, err)
 	_, err = store.CompleteAction(ctx, charge.Key, claim.Action.Attempts, `{"id": "ch_1"}`)
@@ -79,7 +80,7 @@ func TestMarkTerminatedMarksOnceAndClosesTheRun(t *testing.T) {
 	assert.True(t, marked)
 	run, err := store.GetRun(ctx, "wf")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunTerminated, run.Status)
+	assert.Equal(t, agentsagatype.RunTerminated, run.Status)
 	assert.Equal(t, reason, run.Reason)
 	assert.Nil(t, run.FinishedAt, "marked, not ended: the walk ends it")
 
@@ -95,7 +96,7 @@ func TestMarkTerminatedMarksOnceAndClosesTheRun(t *testing.T) {
 	assert.False(t, marked, "a run the engine ended is never marked")
 	done, err := store.GetRun(ctx, "done")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, done.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, done.Status)
 
 	_, err = store.MarkTerminated(ctx, "nobody", "x")
 	require.ErrorIs(t, err, ledger.ErrNotFound)
@@ -121,25 +122,25 @@ func TestFinishSubRunsEndsTheTreeBelowARun(t *testing.T) {
 	startRun(t, store, "p/step-001-call-1-helper/step-001-call-1-helper", "p/step-001-call-1-helper")
 	startRun(t, store, "p/step-002-call-1-helper", "p")
 	startRun(t, store, "other", "")
-	require.NoError(t, store.FinishRun(ctx, "p/step-002-call-1-helper", ledger.RunOutcome{Status: ledger.RunCompleted, Reason: "answered"}))
+	require.NoError(t, store.FinishRun(ctx, "p/step-002-call-1-helper", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted, Reason: "answered"}))
 	_, err := store.BeginLeafCall(ctx, ledger.LeafCall{WorkflowID: "p/step-001-call-1-helper", ActivityID: "step-001-model",
 		Attempt: 1, Kind: ledger.LeafModel, Target: "scripted"})
 	require.NoError(t, err)
 
-	n, err := store.FinishSubRuns(ctx, "p", ledger.RunCompensated, "terminated with its parent p")
+	n, err := store.FinishSubRuns(ctx, "p", agentsagatype.RunCompensated, "terminated with its parent p")
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
 	for id, want := range map[string]string{
-		"p":                        ledger.RunRunning,
-		"p/step-001-call-1-helper": ledger.RunCompensated,
-		"p/step-001-call-1-helper/step-001-call-1-helper": ledger.RunCompensated,
-		"p/step-002-call-1-helper":                        ledger.RunCompleted,
-		"other":                                           ledger.RunRunning,
+		"p":                        agentsagatype.RunRunning,
+		"p/step-001-call-1-helper": agentsagatype.RunCompensated,
+		"p/step-001-call-1-helper/step-001-call-1-helper": agentsagatype.RunCompensated,
+		"p/step-002-call-1-helper":                        agentsagatype.RunCompleted,
+		"other":                                           agentsagatype.RunRunning,
 	} {
 		run, err := store.GetRun(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, want, run.Status, id)
-		if want == ledger.RunCompensated {
+		if want == agentsagatype.RunCompensated {
 			assert.NotNil(t, run.FinishedAt, id)
 			assert.Equal(t, "terminated with its parent p", run.Reason)
 		}
@@ -152,7 +153,7 @@ func TestFinishSubRunsEndsTheTreeBelowARun(t *testing.T) {
 	require.Len(t, leaves, 1)
 	assert.Equal(t, "lost", leaves[0].Outcome)
 
-	n, err = store.FinishSubRuns(ctx, "p", ledger.RunCompensated, "again")
+	n, err = store.FinishSubRuns(ctx, "p", agentsagatype.RunCompensated, "again")
 	require.NoError(t, err)
 	assert.Zero(t, n, "ended runs stay as they ended")
 }

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/jackc/pgx/v5"
 )
 
 // StartRun records that a run began. Recording the same workflow ID again
 // is a no-op, because Temporal may deliver the recording activity twice.
-func (s *Store) StartRun(ctx context.Context, run Run) error {
+func (s *Store) StartRun(ctx context.Context, run agentsagatype.Run) error {
 	spec := run.Spec
 	if len(spec) == 0 {
 		spec = json.RawMessage("{}")
@@ -31,7 +32,7 @@ func (s *Store) StartRun(ctx context.Context, run Run) error {
 // leaf_calls table so that it counts every attempt, not just the ones the
 // workflow saw; a leaf call still in flight then was lost (its worker
 // died) and is marked so. From now on no claim of the run is accepted.
-func (s *Store) FinishRun(ctx context.Context, workflowID string, out RunOutcome) error {
+func (s *Store) FinishRun(ctx context.Context, workflowID string, out agentsagatype.RunOutcome) error {
 	tag, err := s.pool.Exec(ctx, `
 		WITH lost AS (
 			UPDATE leaf_calls SET outcome = 'lost', finished_at = clock_timestamp(),
@@ -55,8 +56,8 @@ func (s *Store) FinishRun(ctx context.Context, workflowID string, out RunOutcome
 }
 
 // GetRun reads one run.
-func (s *Store) GetRun(ctx context.Context, workflowID string) (Run, error) {
-	var r Run
+func (s *Store) GetRun(ctx context.Context, workflowID string) (agentsagatype.Run, error) {
+	var r agentsagatype.Run
 	var parent *string
 	err := s.pool.QueryRow(ctx, `
 		SELECT workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason, status_detail,
@@ -65,10 +66,10 @@ func (s *Store) GetRun(ctx context.Context, workflowID string) (Run, error) {
 		&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Spec, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason, &r.StatusDetail,
 		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, ErrNotFound)
+		return agentsagatype.Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, ErrNotFound)
 	}
 	if err != nil {
-		return Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, err)
+		return agentsagatype.Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, err)
 	}
 	if parent != nil {
 		r.ParentWorkflowID = *parent

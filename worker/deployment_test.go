@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -69,7 +69,7 @@ func TestWorkerVersioningAcrossADeploy(t *testing.T) {
 			id := name + "-run"
 			run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
 			require.NoError(t, err)
-			waitForStatus(ctx, t, store, id, ledger.RunEscalated)
+			waitForStatus(ctx, t, store, id, agentsagatype.RunEscalated)
 
 			start("B")
 			update, err := temporalClient.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.UpdateResume,
@@ -78,7 +78,7 @@ func TestWorkerVersioningAcrossADeploy(t *testing.T) {
 			require.NoError(t, update.Get(ctx, nil))
 			var result workflows.RunResult
 			require.NoError(t, run.Get(ctx, &result))
-			require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+			require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 
 			builds := workflowTaskBuilds(ctx, t, id, run.GetRunID())
 			want := map[string]string{worker.VersioningAutoUpgrade: "B", worker.VersioningPinned: "A"}[versioning]
@@ -141,12 +141,12 @@ func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: name, TaskQueue: name}, workflows.AgentRun, spec)
 	require.NoError(t, err)
 	first := run.GetRunID()
-	waitForStatus(ctx, t, store, name, ledger.RunRunning)
+	waitForStatus(ctx, t, store, name, agentsagatype.RunRunning)
 	start("B")
 	close(deployed)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 
 	executions, err := workertest.Executions(ctx, temporalClient, name, first)
 	require.NoError(t, err)

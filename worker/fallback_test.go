@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -199,7 +200,7 @@ func TestTurnsGoToTheFallbackWhileThePrimaryIsDown(t *testing.T) {
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
 	took := time.Since(started)
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "finished", result.Answer)
 	assert.Less(t, took, 40*time.Second, "the run finished on the fallback, well within the primary's 60 s outage")
 	assert.EqualValues(t, 2, naps.Load())
@@ -247,7 +248,7 @@ func TestTurnsReturnToThePrimaryOnceItIsBack(t *testing.T) {
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
 	took := time.Since(started)
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "finished", result.Answer)
 	assert.EqualValues(t, naps, napped.Load())
 

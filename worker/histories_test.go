@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -280,16 +281,16 @@ func corpusScenarios() []scenario {
 	charge := "    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 10}}]\n"
 	refuse := "    - refusal: I need a human's go-ahead\n"
 	resume := func(ctx context.Context, r *recorder, id string) {
-		r.waitStatus(ctx, id, ledger.RunEscalated)
+		r.waitStatus(ctx, id, agentsagatype.RunEscalated)
 		r.update(ctx, id, workflows.UpdateResume, workflows.ResumeInput{Message: "go ahead", AddSteps: 1})
 	}
 	abort := func(ctx context.Context, r *recorder, id string) {
-		r.waitStatus(ctx, id, ledger.RunEscalated)
+		r.waitStatus(ctx, id, agentsagatype.RunEscalated)
 		r.update(ctx, id, workflows.UpdateAbort, workflows.ReasonInput{Reason: "corpus: stop"})
 	}
 	failingRefund := func(decision string) func(ctx context.Context, r *recorder, id string) {
 		return func(ctx context.Context, r *recorder, id string) {
-			r.waitStatus(ctx, id, ledger.RunNeedsAttention)
+			r.waitStatus(ctx, id, agentsagatype.RunNeedsAttention)
 			r.refundsBroken.Store(false)
 			if decision == workflows.UpdateSkip {
 				r.update(ctx, id, workflows.UpdateSkip, workflows.ReasonInput{Reason: "corpus: refunded by hand"})
@@ -319,7 +320,7 @@ func corpusScenarios() []scenario {
 			"    - tool_calls: [{name: helper, arguments: {task: read page 1}}]\n    - content: delegated\n" + corpusTools},
 		{name: "cancelled", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,
 			act: func(ctx context.Context, r *recorder, id string) {
-				r.waitStatus(ctx, id, ledger.RunEscalated)
+				r.waitStatus(ctx, id, agentsagatype.RunEscalated)
 				require.NoError(r.t, temporalClient.CancelWorkflow(ctx, id, ""))
 			}},
 		// Three calls to a CRM that is down for a few seconds open its
@@ -342,11 +343,11 @@ func corpusScenarios() []scenario {
 			act: func(ctx context.Context, r *recorder, id string) {
 				for {
 					run, err := r.store.GetRun(ctx, id)
-					if err == nil && run.Status == ledger.RunEscalated {
+					if err == nil && run.Status == agentsagatype.RunEscalated {
 						r.update(ctx, id, workflows.UpdateResume, workflows.ResumeInput{Message: "the CRM is back", AddSteps: 1})
 						return
 					}
-					if err == nil && run.Status != ledger.RunRunning {
+					if err == nil && run.Status != agentsagatype.RunRunning {
 						return
 					}
 					select {
@@ -373,13 +374,13 @@ func corpusScenarios() []scenario {
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,
 			act: func(ctx context.Context, r *recorder, id string) {
-				r.waitStatus(ctx, id, ledger.RunEscalated)
+				r.waitStatus(ctx, id, agentsagatype.RunEscalated)
 				require.NoError(r.t, temporalClient.TerminateWorkflow(ctx, id, "", "corpus: pulled the plug"))
 				marked, err := r.store.MarkTerminated(ctx, id, "terminated: corpus: pulled the plug")
 				require.NoError(r.t, err)
 				require.True(r.t, marked)
 				rollback, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: r.queue},
-					workflows.RollbackRun, activities.RollbackRequest{Reason: "terminated: corpus: pulled the plug"})
+					workflows.RollbackRun, agentsagatype.RollbackRequest{Reason: "terminated: corpus: pulled the plug"})
 				require.NoError(r.t, err)
 				require.NoError(r.t, rollback.Get(ctx, nil))
 				r.save(ctx, "terminated.rollback", id, rollback.GetRunID())

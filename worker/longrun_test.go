@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -84,7 +85,7 @@ tools:
 	firstRun := run.GetRunID()
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "read them all", result.Answer)
 	assert.Equal(t, turns+1, result.Usage.Steps)
 
@@ -116,7 +117,7 @@ tools:
 	assert.Len(t, msgs, 2+2*turns+1, "the conversation is whole in the ledger")
 	stored, err := store.GetRun(ctx, id)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, stored.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 }
 
 // A run that waits for a human across continue-as-new boundaries: its
@@ -169,7 +170,7 @@ model:
 
 	for {
 		stored, err := store.GetRun(ctx, id)
-		if err == nil && stored.Status == ledger.RunEscalated {
+		if err == nil && stored.Status == agentsagatype.RunEscalated {
 			break
 		}
 		require.True(t, err == nil || errors.Is(err, ledger.ErrNotFound), "%v", err)
@@ -197,7 +198,7 @@ model:
 
 	var result workflows.RunResult
 	require.NoError(t, c.GetWorkflow(ctx, id, "").Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "read all 35", result.Answer)
 
 	msgs, err := store.Messages(ctx, id, 1<<30, ledger.MessageWindow{})

@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -105,7 +105,7 @@ tools:
 	firstRun := run.GetRunID() // Get follows the chain to its last execution
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "all charged", result.Answer)
 
 	chain, err := workertest.Executions(ctx, temporalClient, id, firstRun)
@@ -130,7 +130,7 @@ tools:
 	require.Len(t, actions, turns)
 	want := map[string]int{}
 	for i, action := range actions {
-		assert.Equal(t, ledger.ActionCompleted, action.Status, action.Key)
+		assert.Equal(t, agentsagatype.ActionCompleted, action.Status, action.Key)
 		assert.Equal(t, "shop_charge", action.Tool)
 		assert.Equal(t, fmt.Sprintf("charged %d", i+1), action.Result)
 		want[action.Key] = 1

@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdktally "go.temporal.io/sdk/contrib/tally"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 )
@@ -130,7 +130,7 @@ func onceByMessage(log func(error)) func(error) {
 
 // ObserveRetry counts one retry decision; it has the signature of
 // Options.Observe.
-func (m *Metrics) ObserveRetry(plan activities.RetryPlan, decision string) {
+func (m *Metrics) ObserveRetry(plan agentsagatype.RetryPlan, decision string) {
 	if c, err := m.retries.GetMetricWithLabelValues(plan.Tool, decision); err == nil { // err: invalid UTF-8
 		c.Inc()
 	}

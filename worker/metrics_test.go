@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -110,7 +110,7 @@ tools:
 	require.NoError(t, err)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	require.Equal(t, ledger.RunCompleted, result.Status)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status)
 	require.Equal(t, int32(2), requests.Load(), "one 503, one retry")
 
 	serveCtx, stopServing := context.WithCancel(ctx)

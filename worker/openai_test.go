@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -82,7 +82,7 @@ tools:
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
 
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, `the tool said {"words": 3}`, result.Answer)
 	assert.Equal(t, int64(120), result.Usage.Tokens)
 	require.Len(t, *requests, 2)

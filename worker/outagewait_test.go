@@ -13,6 +13,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -85,7 +86,7 @@ func escalationsIn(events []*historypb.HistoryEvent) int {
 			continue
 		}
 		for _, p := range a.GetInput().GetPayloads() {
-			if strings.Contains(string(p.GetData()), `"status":"`+ledger.RunEscalated+`"`) {
+			if strings.Contains(string(p.GetData()), `"status":"`+agentsagatype.RunEscalated+`"`) {
 				n++
 			}
 		}
@@ -95,15 +96,15 @@ func escalationsIn(events []*historypb.HistoryEvent) int {
 
 // waitForEscalation waits until the run is escalated, and fails the test
 // at once if it ends (or its context does) before.
-func waitForEscalation(ctx context.Context, t *testing.T, store *ledger.Store, id string) ledger.Run {
+func waitForEscalation(ctx context.Context, t *testing.T, store *ledger.Store, id string) agentsagatype.Run {
 	t.Helper()
 	for {
 		run, err := store.GetRun(ctx, id)
 		if err == nil {
 			switch run.Status {
-			case ledger.RunEscalated:
+			case agentsagatype.RunEscalated:
 				return run
-			case ledger.RunRunning:
+			case agentsagatype.RunRunning:
 			default:
 				t.Fatalf("run %s ended %s before it escalated: %s", id, run.Status, run.Reason)
 			}
@@ -180,10 +181,10 @@ func TestOutageOfAToolIsWaitedOutByTheDefaultBreaker(t *testing.T) {
 	took := time.Since(started)
 	<-recovered
 
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	stored, err := store.GetRun(ctx, id)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, stored.Status, stored.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, stored.Status, stored.Reason)
 
 	// Every item fetched, once, under its first key.
 	requests, applied := tool.counts()
@@ -203,7 +204,7 @@ func TestOutageOfAToolIsWaitedOutByTheDefaultBreaker(t *testing.T) {
 	actions, err := store.ListActions(ctx, id)
 	require.NoError(t, err)
 	for _, a := range actions {
-		if a.Tool == "fetch" && a.Status == ledger.ActionCompleted {
+		if a.Tool == "fetch" && a.Status == agentsagatype.ActionCompleted {
 			fetched++
 		}
 	}
@@ -295,13 +296,13 @@ model:
 	require.NoError(t, update.Get(ctx, nil))
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	if assert.NotNil(t, result.Saga) {
 		assert.Equal(t, 1, result.Saga.Compensated)
 	}
 	stored, err = store.GetRun(ctx, id)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompensated, stored.Status)
+	assert.Equal(t, agentsagatype.RunCompensated, stored.Status)
 	assert.Equal(t, 1, escalationsIn(runEvents(ctx, t, id, run.GetRunID())), "the run asked a human once")
 
 	refundKey := id + "/" + workflows.ToolActivityID(1, 1, "charge") + "/compensate"
@@ -340,14 +341,14 @@ model: {provider: openai, name: gpt-4o-mini, base_url: %q}
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
 	took := time.Since(started)
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "all done", result.Answer)
 
 	turns, err := store.ListModelTurns(ctx, id)
 	require.NoError(t, err)
 	keys := map[string]bool{}
 	for _, turn := range turns {
-		assert.Equal(t, ledger.ActionCompleted, turn.Status, turn.Key)
+		assert.Equal(t, agentsagatype.ActionCompleted, turn.Status, turn.Key)
 		assert.False(t, keys[turn.Key], "turn %s stored twice", turn.Key)
 		keys[turn.Key] = true
 		assert.NotContains(t, turn.Key, "after-breaker", "a turn sent again after a wait keeps its first key")
@@ -358,7 +359,7 @@ model: {provider: openai, name: gpt-4o-mini, base_url: %q}
 	assert.Equal(t, int64(12*answered), result.Usage.Tokens, "the run paid for the turns that answered, once each")
 	stored, err := store.GetRun(ctx, id)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, stored.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 	assert.Equal(t, result.Usage.Tokens, stored.TokensUsed)
 
 	events := runEvents(ctx, t, id, run.GetRunID())

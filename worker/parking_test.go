@@ -16,6 +16,7 @@ import (
 	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -146,10 +147,10 @@ func TestShortOutageIsWaitedOutWithoutEscalation(t *testing.T) {
 	for i, run := range handles {
 		var result workflows.RunResult
 		require.NoError(t, run.Get(ctx, &result), "run %d", i)
-		if result.Status != ledger.RunCompleted {
+		if result.Status != agentsagatype.RunCompleted {
 			escalations++
 		}
-		assert.Equal(t, ledger.RunCompleted, result.Status, "run %d: %s", i, result.Reason)
+		assert.Equal(t, agentsagatype.RunCompleted, result.Status, "run %d: %s", i, result.Reason)
 		assert.Equal(t, 2, countTool(result.Trace, "crm"), "run %d", i)
 		stored, err := store.GetRun(ctx, run.GetID())
 		require.NoError(t, err)
@@ -203,11 +204,11 @@ func TestLongOutageEscalatesAfterTheThreshold(t *testing.T) {
 	}
 	for i := range runs {
 		id := fmt.Sprintf("long-outage-%d", i)
-		var stored ledger.Run
+		var stored agentsagatype.Run
 		require.Eventually(t, func() bool {
 			var err error
 			stored, err = store.GetRun(ctx, id)
-			return err == nil && stored.Status == ledger.RunEscalated
+			return err == nil && stored.Status == agentsagatype.RunEscalated
 		}, time.Minute, 200*time.Millisecond, "run %d never escalated", i)
 		assert.Contains(t, stored.StatusDetail, "after_breaker_open_seconds", "run %d", i)
 		assert.GreaterOrEqual(t, time.Since(started), 4*time.Second, "nobody is asked before the threshold")
@@ -303,7 +304,7 @@ model: {provider: openai, name: gpt-4o-mini, base_url: %q}
 	require.NoError(t, err)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "all done", result.Answer)
 
 	history, err := workertest.History(ctx, temporalClient, "model-outage", run.GetRunID())

@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -58,7 +58,7 @@ model:
 	require.NoError(t, c.CancelWorkflow(ctx, id, ""))
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	require.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	select {
 	case <-pay.closedByPeer:
 	case <-time.After(10 * time.Second):
@@ -121,7 +121,7 @@ tools:
 	require.NoError(t, err)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	require.EqualValues(t, 2, calls.Load(), "failed once, then retried")
 
 	text := logs.String()

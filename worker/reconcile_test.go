@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -61,12 +62,12 @@ func stageVanishedRun(ctx context.Context, t *testing.T, store *ledger.Store, wo
 	t.Helper()
 	specJSON, err := json.Marshal(spec)
 	require.NoError(t, err)
-	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: workflowID, RunID: "lost", Goal: spec.Goal, Spec: specJSON}))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: workflowID, RunID: "lost", Goal: spec.Goal, Spec: specJSON}))
 	charge := spec.Tools[0]
 	activityID := workflows.ToolActivityID(1, 1, "charge")
 	claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: workflowID + "/" + activityID, WorkflowID: workflowID, ActivityID: activityID,
 		Tool: "charge", Arguments: `{"customer": "bob", "amount": 20}`,
-		Compensation: &ledger.CompensationRequest{Tool: charge.Compensate.Tool, ArgumentsTemplate: string(charge.Compensate.Arguments)}}, time.Minute)
+		Compensation: &agentsagatype.CompensationRequest{Tool: charge.Compensate.Tool, ArgumentsTemplate: string(charge.Compensate.Arguments)}}, time.Minute)
 	require.NoError(t, err)
 	_, err = store.CompleteAction(ctx, workflowID+"/"+activityID, claim.Action.Attempts, `{"id": "ch_bob"}`)
 	require.NoError(t, err)
@@ -115,13 +116,13 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	require.NoError(t, err)
 	stageVanishedRun(ctx, t, store, vanished, paymentSpec(t, url, "bob"))
 
-	waitForStatus(ctx, t, store, terminated, ledger.RunEscalated)
+	waitForStatus(ctx, t, store, terminated, agentsagatype.RunEscalated)
 	require.NoError(t, temporalClient.TerminateWorkflow(ctx, terminated, "", "operator pulled the plug"))
 	require.Error(t, timing.Get(ctx, nil), "the run times out while it waits for a human")
 	for _, id := range []string{terminated, timedOut} {
 		run, err := store.GetRun(ctx, id)
 		require.NoError(t, err)
-		assert.Equal(t, ledger.RunEscalated, run.Status, "%s: the ledger does not know yet", id)
+		assert.Equal(t, agentsagatype.RunEscalated, run.Status, "%s: the ledger does not know yet", id)
 	}
 
 	first := reconcilePass(ctx, t, queue, "reconcile-pass-1")
@@ -132,7 +133,7 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 		require.NotEmpty(t, r.RollbackRunID, r.WorkflowID)
 		var result workflows.RunResult
 		require.NoError(t, temporalClient.GetWorkflow(ctx, r.WorkflowID, r.RollbackRunID).Get(ctx, &result), r.WorkflowID)
-		assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+		assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 		assert.Contains(t, result.Reason, "terminated: "+r.Reason+"; compensated 1 actions")
 	}
 	require.Len(t, reasons, 3, "%+v", first)
@@ -143,13 +144,13 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	for id, reason := range reasons {
 		run, err := store.GetRun(ctx, id)
 		require.NoError(t, err)
-		assert.Equal(t, ledger.RunCompensated, run.Status, id)
+		assert.Equal(t, agentsagatype.RunCompensated, run.Status, id)
 		assert.Contains(t, run.Reason, "terminated: "+reason, id)
 		assert.NotNil(t, run.FinishedAt, id)
 		stack, err := store.CompensationStack(ctx, id)
 		require.NoError(t, err)
 		require.Len(t, stack, 1, id)
-		assert.Equal(t, ledger.CompensationDone, stack[0].Status, id)
+		assert.Equal(t, agentsagatype.CompensationDone, stack[0].Status, id)
 	}
 
 	second := reconcilePass(ctx, t, queue, "reconcile-pass-2")
@@ -169,7 +170,7 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 
 	run, err := store.GetRun(ctx, "reconcile-completed")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, run.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, run.Status)
 	assert.Equal(t, "the model answered", run.Reason)
 	t.Logf("reasons: %q", reasons)
 	t.Logf("three runs reconciled and compensated, and a second pass, in %s", time.Since(started).Round(time.Millisecond))
@@ -214,7 +215,7 @@ agents:
 	child := parent + "/" + workflows.ToolActivityID(1, 1, "helper")
 	_, err = temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: parent, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
-	waitForStatus(ctx, t, store, child, ledger.RunEscalated)
+	waitForStatus(ctx, t, store, child, agentsagatype.RunEscalated)
 	require.NoError(t, temporalClient.TerminateWorkflow(ctx, parent, "", "operator pulled the plug on the tree"))
 
 	first := reconcilePass(ctx, t, queue, "reconcile-tree-pass-1")
@@ -222,13 +223,13 @@ agents:
 	assert.Equal(t, parent, first.Reconciled[0].WorkflowID, "the sub-agent is walked with its parent, not on its own")
 	var result workflows.RunResult
 	require.NoError(t, temporalClient.GetWorkflow(ctx, parent, first.Reconciled[0].RollbackRunID).Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	assert.Contains(t, result.Reason, "operator pulled the plug on the tree; compensated 1 actions")
 
 	for _, id := range []string{parent, child} {
 		run, err := store.GetRun(ctx, id)
 		require.NoError(t, err)
-		assert.Equal(t, ledger.RunCompensated, run.Status, id)
+		assert.Equal(t, agentsagatype.RunCompensated, run.Status, id)
 		assert.NotNil(t, run.FinishedAt, id)
 		assert.Contains(t, run.Reason, "operator pulled the plug on the tree", id)
 	}
@@ -281,7 +282,7 @@ func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
 	assert.Equal(t, vanished, pass.Reconciled[0].WorkflowID)
 	var result workflows.RunResult
 	require.NoError(t, temporalClient.GetWorkflow(ctx, vanished, pass.Reconciled[0].RollbackRunID).Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	assert.Contains(t, result.Reason, "terminated: the workflow vanished")
 	first.Stop()
 
@@ -299,7 +300,7 @@ func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
 	assert.Equal(t, 1, pay.requests[vanished+"/step-001-call-1-charge/compensate"])
 	run, err := store.GetRun(ctx, vanished)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompensated, run.Status)
+	assert.Equal(t, agentsagatype.RunCompensated, run.Status)
 }
 
 // triggerPass triggers the Schedule and returns the result of its nth pass.
@@ -362,9 +363,9 @@ agents:
 	child := parent + "/" + workflows.ToolActivityID(1, 1, "helper")
 	parentRun, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: parent, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
-	waitForStatus(ctx, t, store, child, ledger.RunEscalated)
+	waitForStatus(ctx, t, store, child, agentsagatype.RunEscalated)
 	require.NoError(t, temporalClient.TerminateWorkflow(ctx, child, "", "operator stopped the helper"))
-	waitForStatus(ctx, t, store, parent, ledger.RunEscalated)
+	waitForStatus(ctx, t, store, parent, agentsagatype.RunEscalated)
 
 	first := reconcilePass(ctx, t, queue, "reconcile-alone-pass-1")
 	require.Len(t, first.Reconciled, 1, "%+v", first)
@@ -372,7 +373,7 @@ agents:
 	assert.Equal(t, 1, first.Live, "the parent runs on")
 	var result workflows.RunResult
 	require.NoError(t, temporalClient.GetWorkflow(ctx, child, first.Reconciled[0].RollbackRunID).Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	assert.Contains(t, result.Reason, "operator stopped the helper; compensated 1 actions")
 
 	update, err := temporalClient.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: parent, UpdateName: workflows.UpdateAbort,
@@ -381,7 +382,7 @@ agents:
 	require.NoError(t, update.Get(ctx, nil))
 	var parentResult workflows.RunResult
 	require.NoError(t, parentRun.Get(ctx, &parentResult))
-	assert.Equal(t, ledger.RunCompensated, parentResult.Status, parentResult.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, parentResult.Status, parentResult.Reason)
 	second := reconcilePass(ctx, t, queue, "reconcile-alone-pass-2")
 	assert.Zero(t, second.Examined, "%+v", second)
 

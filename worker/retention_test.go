@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -18,8 +18,8 @@ func TestTheWorkersCleanerPrunesOldRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	store := ledgertest.NewStore(t)
-	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: "old", RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
-	require.NoError(t, store.FinishRun(ctx, "old", ledger.RunOutcome{Status: ledger.RunCompleted}))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: "old", RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
+	require.NoError(t, store.FinishRun(ctx, "old", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted}))
 
 	done := make(chan struct{})
 	go func() {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -154,7 +154,7 @@ model:
 
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	assert.Contains(t, result.Reason, "model call at step 4 failed")
 	require.NotNil(t, result.Saga)
 	assert.Equal(t, 3, result.Saga.Compensated)
@@ -174,11 +174,11 @@ model:
 	require.NoError(t, err)
 	require.Len(t, stack, 3)
 	for _, c := range stack {
-		assert.Equal(t, ledger.CompensationDone, c.Status, c.ForwardKey)
+		assert.Equal(t, agentsagatype.CompensationDone, c.Status, c.ForwardKey)
 	}
 	stored, err := store.GetRun(ctx, "saga-run")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompensated, stored.Status)
+	assert.Equal(t, agentsagatype.RunCompensated, stored.Status)
 }
 
 // A run cancelled while a tool call is in flight abandons the call (the
@@ -216,7 +216,7 @@ model:
 
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	assert.Contains(t, result.Reason, "cancelled")
 	select {
 	case <-pay.closedByPeer:
@@ -234,6 +234,6 @@ model:
 	require.NoError(t, err)
 	require.Len(t, stack, 2)
 	for _, c := range stack {
-		assert.Equal(t, ledger.CompensationDone, c.Status, c.ForwardKey)
+		assert.Equal(t, agentsagatype.CompensationDone, c.Status, c.ForwardKey)
 	}
 }

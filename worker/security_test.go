@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -188,7 +189,7 @@ tools:
 		runErr := run.Get(ctx, &result)
 		if path == "ok" {
 			require.NoError(t, runErr)
-			assert.Equal(t, ledger.RunCompleted, result.Status)
+			assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 		} else {
 			require.Error(t, runErr, path)
 			// Every layer of the error, and the result it carries.
@@ -198,7 +199,7 @@ tools:
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(runErr, &appErr), path)
 			require.NoError(t, appErr.Details(&result))
-			assert.Equal(t, ledger.RunFailed, result.Status, path)
+			assert.Equal(t, agentsagatype.RunFailed, result.Status, path)
 		}
 		encoded, err := json.Marshal(result)
 		require.NoError(t, err)
@@ -310,7 +311,7 @@ tools:
 	require.NoError(t, err)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 
 	// The header was sent, so its absence below means something: once to
 	// /ok, twice to /fail (retried), once to /bad; never for crm_unset.
@@ -382,7 +383,7 @@ func TestIdempotencyKeysAreNamespacedByWorkflow(t *testing.T) {
 	for _, run := range runs {
 		var result workflows.RunResult
 		require.NoError(t, run.Get(ctx, &result))
-		assert.Equal(t, ledger.RunCompleted, result.Status)
+		assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	}
 
 	seen, applied := tool.counts()
@@ -399,7 +400,7 @@ func TestIdempotencyKeysAreNamespacedByWorkflow(t *testing.T) {
 		require.Len(t, actions, 2, id)
 		for _, a := range actions {
 			assert.True(t, strings.HasPrefix(a.Key, id+"/"), "%s is under its workflow", a.Key)
-			assert.Equal(t, ledger.ActionCompleted, a.Status)
+			assert.Equal(t, agentsagatype.ActionCompleted, a.Status)
 		}
 	}
 	assert.ElementsMatch(t, want, keysOf(applied), "four distinct keys for four calls")

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -48,7 +48,7 @@ func TestTwoWorkersShareOneBucket(t *testing.T) {
 
 	const capacity = 6
 	var granted, fleetDenied atomic.Int32
-	observe := func(_ activities.RetryPlan, decision string) {
+	observe := func(_ agentsagatype.RetryPlan, decision string) {
 		switch decision {
 		case budget.Granted:
 			granted.Add(1)
@@ -107,7 +107,7 @@ tools:
 	for _, run := range handles {
 		var result workflows.RunResult
 		require.NoError(t, run.Get(ctx, &result))
-		assert.Equal(t, ledger.RunCompleted, result.Status)
+		assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 		denied += result.Retries.Denials[budget.DenyFleetBucket]
 		for _, e := range result.Trace {
 			if e.Tool == "bad" {

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -134,7 +134,7 @@ model:
 	require.NoError(t, err)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	require.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	pay.mu.Lock()
 	require.Equal(t, []string{"ann"}, pay.refundOrder)
 	pay.mu.Unlock()

@@ -16,7 +16,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -73,7 +73,7 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		require.NoError(t, err)
 		var result workflows.RunResult
 		require.NoError(t, run.Get(ctx, &result))
-		require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+		require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 		require.Equal(t, "there was nothing to refund", result.Answer)
 
 		history, err := workertest.History(ctx, temporalClient, queue, run.GetRunID())

@@ -24,6 +24,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
@@ -117,7 +118,7 @@ type Options struct {
 	// Breaker shapes the circuit breakers; zero means budget.DefaultBreaker.
 	Breaker budget.BreakerConfig
 	// Observe, when set, sees every retry decision.
-	Observe func(plan activities.RetryPlan, decision string)
+	Observe func(plan agentsagatype.RetryPlan, decision string)
 	// Toolbox holds Go tools added to the built-in ones.
 	Toolbox *activities.Toolbox
 	// HTTPClient carries HTTP tools and model calls; nil means a client
@@ -206,7 +207,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer store.Close()
-	var observe func(activities.RetryPlan, string)
+	var observe func(agentsagatype.RetryPlan, string)
 	if cfg.MetricsAddr != "" {
 		m, err := NewMetrics(store)
 		if err != nil {

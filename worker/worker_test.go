@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -145,7 +146,7 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "charged 1 and 2", result.Answer)
 
 	seen, applied := tool.counts()
@@ -158,11 +159,11 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, actions, 2)
 	for _, a := range actions {
-		assert.Equal(t, ledger.ActionCompleted, a.Status, a.Key)
+		assert.Equal(t, agentsagatype.ActionCompleted, a.Status, a.Key)
 	}
 	assert.GreaterOrEqual(t, actions[1].Attempts, 2)
 
 	stored, err := store.GetRun(ctx, "lost-worker-run")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, stored.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 }

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/compensation"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -861,7 +862,7 @@ func (r *chaosRun) abortWhenWaiting(ctx context.Context, ended <-chan struct{}) 
 		}
 		stored, err := r.ledger.run(ctx, r.wf)
 		if err != nil || stored.FinishedAt != nil ||
-			(stored.Status != ledger.RunEscalated && stored.Status != ledger.RunNeedsAttention) {
+			(stored.Status != agentsagatype.RunEscalated && stored.Status != agentsagatype.RunNeedsAttention) {
 			continue
 		}
 		updateCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -923,7 +924,7 @@ func (r *chaosRun) check(ctx context.Context, result workflows.RunResult) chaosO
 		}
 	}
 	switch stored.Status {
-	case ledger.RunCompensated, ledger.RunFailed, ledger.RunNeedsAttention:
+	case agentsagatype.RunCompensated, agentsagatype.RunFailed, agentsagatype.RunNeedsAttention:
 		named := stored.Reason + "\n" + result.Reason
 		if result.Saga != nil {
 			named += "\n" + strings.Join(result.Saga.Pending, "\n") + "\n" + strings.Join(result.Saga.Skipped, "\n")
@@ -932,7 +933,7 @@ func (r *chaosRun) check(ctx context.Context, result workflows.RunResult) chaosO
 			if st.refunds[key] > 0 {
 				continue
 			}
-			if stored.Status == ledger.RunNeedsAttention && strings.Contains(named, key) {
+			if stored.Status == agentsagatype.RunNeedsAttention && strings.Contains(named, key) {
 				continue
 			}
 			refund := "no refund request"
@@ -952,7 +953,7 @@ func (r *chaosRun) check(ctx context.Context, result workflows.RunResult) chaosO
 			continue
 		}
 		key := prefix + entry.ActivityID
-		if action, ok := actions[key]; ok && action.Status == ledger.ActionCompleted {
+		if action, ok := actions[key]; ok && action.Status == agentsagatype.ActionCompleted {
 			completed := "?"
 			if action.CompletedAt != nil {
 				completed = r.clock(*action.CompletedAt)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -91,7 +92,7 @@ tools:
 	require.NoError(t, err, out)
 	var result workflows.RunResult
 	require.NoError(t, json.Unmarshal([]byte(out), &result), out)
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "refunded order 7", result.Answer)
 	assert.Equal(t, []string{"cli-run/step-001-call-1-refund"}, refunds[:1])
 
@@ -122,8 +123,8 @@ tools:
 	out, err = runCLI(t, "show", "cli-run", "--json")
 	require.NoError(t, err, out)
 	var shown struct {
-		Run     ledger.Run      `json:"run"`
-		Actions []ledger.Action `json:"actions"`
+		Run     agentsagatype.Run      `json:"run"`
+		Actions []agentsagatype.Action `json:"actions"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &shown))
 	require.Len(t, shown.Actions, 1)
@@ -189,7 +190,7 @@ model:
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		run, err := store.GetRun(context.Background(), "cli-escalated")
-		return err == nil && run.Status == ledger.RunEscalated
+		return err == nil && run.Status == agentsagatype.RunEscalated
 	}, 30*time.Second, 100*time.Millisecond, "the refusal escalates the run")
 
 	out, err := runCLI(t, "show", "cli-escalated")
@@ -207,7 +208,7 @@ model:
 	assert.Contains(t, out, "accepted: resume")
 	var result workflows.RunResult
 	require.NoError(t, devServer.Client().GetWorkflow(context.Background(), "cli-escalated", "").Get(context.Background(), &result))
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "I archived it instead, as instructed.", result.Answer)
 
 	_, err = runCLI(t, "abort", "cli-escalated", "--reason", "too late")

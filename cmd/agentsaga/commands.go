@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/worker"
@@ -422,9 +423,9 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 		counters.Calls, counters.LeafCalls, counters.Retries, perTool(counters.ToolRetries), counters.Amplification)
 	switch {
 	case run.StatusDetail == "":
-	case run.Status == ledger.RunEscalated || run.Status == ledger.RunNeedsAttention:
+	case run.Status == agentsagatype.RunEscalated || run.Status == agentsagatype.RunNeedsAttention:
 		fmt.Fprintf(out, "waiting for a human: %s\n", run.StatusDetail)
-	case run.Status == ledger.RunRunning:
+	case run.Status == agentsagatype.RunRunning:
 		// e.g. a call parked behind an open circuit breaker
 		fmt.Fprintf(out, "now: %s\n", run.StatusDetail)
 	}
@@ -465,7 +466,7 @@ func perTool(retries map[string]int) string {
 	return "(" + strings.Join(parts, ", ") + ")"
 }
 
-func printActions(out io.Writer, actions []ledger.Action) {
+func printActions(out io.Writer, actions []agentsagatype.Action) {
 	fmt.Fprintf(out, "\nactions (%d):\n", len(actions))
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  KEY\tSTATUS\tATTEMPTS\tARGUMENTS\tRESULT")

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -141,7 +142,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	}
 	for _, r := range runs {
 		if r.waits {
-			waitForLedgerStatus(ctx, t, store, r.id, ledger.RunEscalated)
+			waitForLedgerStatus(ctx, t, store, r.id, agentsagatype.RunEscalated)
 		}
 	}
 	charges.waitHeld(ctx, t)
@@ -174,7 +175,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	for _, r := range runs {
 		var result workflows.RunResult
 		require.NoError(t, handles[r.id].Get(ctx, &result), "%s\n%s", r.id, workerB.log())
-		require.Equal(t, ledger.RunCompleted, result.Status, "%s: %s", r.id, result.Reason)
+		require.Equal(t, agentsagatype.RunCompleted, result.Status, "%s: %s", r.id, result.Reason)
 
 		history, err := workertest.History(ctx, c, r.id, handles[r.id].GetRunID())
 		require.NoError(t, err)

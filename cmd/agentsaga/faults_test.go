@@ -17,6 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -138,14 +139,14 @@ func killedBySIGKILL(p *process) bool {
 }
 
 // storedActions reads the run's ledger rows by key.
-func storedActions(ctx context.Context, t *testing.T, databaseURL, workflowID string) (map[string]ledger.Action, ledger.Run) {
+func storedActions(ctx context.Context, t *testing.T, databaseURL, workflowID string) (map[string]agentsagatype.Action, agentsagatype.Run) {
 	t.Helper()
 	store, err := ledger.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 	actions, err := store.ListActions(ctx, workflowID)
 	require.NoError(t, err)
-	byKey := map[string]ledger.Action{}
+	byKey := map[string]agentsagatype.Action{}
 	for _, a := range actions {
 		byKey[a.Key] = a
 	}
@@ -173,7 +174,7 @@ func testWorkerKilledInToolCall(t *testing.T, bin string, temporal *temporalServ
 	run := startFaultRun(ctx, t, c, id, faultSpec(t, chargeTwice, tool.URL, 3))
 
 	result, takeover := killAndTakeOver(ctx, t, bin, temporal, nsKillInToolCall, databaseURL, first, tool, run)
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "charged ann and bob", result.Answer)
 
 	counts := tool.counts()
@@ -184,10 +185,10 @@ func testWorkerKilledInToolCall(t *testing.T, bin string, temporal *temporalServ
 
 	actions, stored := storedActions(ctx, t, databaseURL, id)
 	require.Len(t, actions, 2)
-	assert.Equal(t, ledger.ActionCompleted, actions[ann].Status)
-	assert.Equal(t, ledger.ActionCompleted, actions[bob].Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, actions[ann].Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, actions[bob].Status)
 	assert.GreaterOrEqual(t, actions[bob].Attempts, 2, "the ledger saw the lost attempt and the one that finished")
-	assert.Equal(t, ledger.RunCompleted, stored.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 
 	t.Logf("runs=1 completed=1 kills=1 (SIGKILL mid-call) requests=%d executions=%d duplicates=%d replayed=%d; "+
 		"held key %s: requests=%d executions=%d ledger attempts=%d; takeover after kill %s; total %s",
@@ -224,7 +225,7 @@ model:
 `, tool.URL, 3))
 
 	result, takeover := killAndTakeOver(ctx, t, bin, temporal, nsKillInCompensation, databaseURL, first, tool, run)
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	require.NotNil(t, result.Saga)
 	assert.Equal(t, 3, result.Saga.Compensated)
 
@@ -244,11 +245,11 @@ model:
 	require.NoError(t, err)
 	require.Len(t, stack, 3)
 	for _, comp := range stack {
-		assert.Equal(t, ledger.CompensationDone, comp.Status, comp.ForwardKey)
+		assert.Equal(t, agentsagatype.CompensationDone, comp.Status, comp.ForwardKey)
 	}
 	stored, err := store.GetRun(ctx, id)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompensated, stored.Status)
+	assert.Equal(t, agentsagatype.RunCompensated, stored.Status)
 
 	t.Logf("runs=1 compensated=1 kills=1 (SIGKILL mid-refund) requests=%d executions=%d duplicates=%d replayed=%d; "+
 		"held key %s: requests=%d executions=%d; refunds executed=%d; takeover after kill %s; total %s",
@@ -299,7 +300,7 @@ func testPostgresRestart(t *testing.T, bin string, temporal *temporalServer) {
 
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result), "the run finishes after Postgres is back:\n%s", w.log())
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "charged ann and bob", result.Answer)
 	assert.False(t, w.exited(), "the worker rides out the outage: %v", w.err)
 
@@ -310,9 +311,9 @@ func testPostgresRestart(t *testing.T, bin string, temporal *temporalServer) {
 
 	actions, stored := storedActions(ctx, t, databaseURL, id)
 	require.Len(t, actions, 2)
-	assert.Equal(t, ledger.ActionCompleted, actions[ann].Status)
-	assert.Equal(t, ledger.ActionCompleted, actions[bob].Status)
-	assert.Equal(t, ledger.RunCompleted, stored.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, actions[ann].Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, actions[bob].Status)
+	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 	attempts := startedAttempts(ctx, t, c, id)
 	assert.EqualValues(t, 1, attempts[activityID], "the charge finished on its first attempt")
 
@@ -378,7 +379,7 @@ func testTemporalRestart(t *testing.T, bin string) {
 
 	var result workflows.RunResult
 	require.NoError(t, c.GetWorkflow(ctx, id, run.GetRunID()).Get(ctx, &result), "the run finishes after the restart:\n%s", w.log())
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "charged ann and bob", result.Answer)
 	assert.False(t, w.exited(), "one worker process did the whole run: %v", w.err)
 
@@ -387,9 +388,9 @@ func testTemporalRestart(t *testing.T, bin string) {
 	assert.Equal(t, map[string]int{ann: 1, bob: 1}, counts.executions, "each charge executed exactly once")
 	actions, stored := storedActions(ctx, t, databaseURL, id)
 	require.Len(t, actions, 2)
-	assert.Equal(t, ledger.ActionCompleted, actions[ann].Status)
-	assert.Equal(t, ledger.ActionCompleted, actions[bob].Status)
-	assert.Equal(t, ledger.RunCompleted, stored.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, actions[ann].Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, actions[bob].Status)
+	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 	attempts := startedAttempts(ctx, t, c, id)
 
 	t.Logf("runs=1 completed=1 temporal restarts=%d (SIGTERM exit %s, down %s, worker polling again %s after) "+

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -20,8 +21,8 @@ func TestPruneFromTheCLI(t *testing.T) {
 	require.NoError(t, err)
 	defer store.Close()
 	for _, id := range []string{"old", "recent"} {
-		require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: id, RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
-		require.NoError(t, store.FinishRun(ctx, id, ledger.RunOutcome{Status: ledger.RunCompleted}))
+		require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
+		require.NoError(t, store.FinishRun(ctx, id, agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted}))
 	}
 	_, err = store.Pool().Exec(ctx, `UPDATE runs SET finished_at = now() - interval '90 days' WHERE workflow_id = 'old'`)
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -95,7 +96,7 @@ func playSeed002(t *testing.T, store *ledger.Store, workflowID string) {
 
 	// The run wraps up early, with budget left, with a partial result and
 	// a handoff note, instead of dying mid-thought.
-	assert.Equal(t, ledger.RunPartial, result.Status)
+	assert.Equal(t, agentsagatype.RunPartial, result.Status)
 	assert.Contains(t, result.Reason, "graceful finish")
 	assert.Len(t, searches, 4, "warranty terms is never reached: the run wrapped up first")
 	assert.Less(t, result.Usage.LeafCalls, 18, "budget was left when the run wrapped up")
@@ -115,7 +116,7 @@ func playSeed002(t *testing.T, store *ledger.Store, workflowID string) {
 	assert.Equal(t, 5, counters.Retries)
 	stored, err := store.GetRun(t.Context(), workflowID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunPartial, stored.Status)
+	assert.Equal(t, agentsagatype.RunPartial, stored.Status)
 	assert.InDelta(t, 0.02*10, stored.USDSpent, 1e-9, "ten tool attempts at 0.02 USD")
 }
 

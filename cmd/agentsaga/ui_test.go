@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -102,7 +102,7 @@ tools:
 	require.NoError(t, err)
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
-	require.Equal(t, ledger.RunCompleted, result.Status)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status)
 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(chromiumPath),

@@ -41,11 +41,12 @@ const DefaultSystemPrompt = "You are an agent working toward the user's goal. Ca
 	"you have left: plan within it."
 
 // FinishInstructions replace the usual ones once the budget is nearly
-// spent: a hard switch, not a hint.
-const FinishInstructions = "You are nearly out of budget and no tools are available any more. Stop exploring. " +
+// spent: a hard switch, not a hint. They are the budget note's finish
+// instruction (budget.FinishInstruction, one text for both) and the shape
+// the reply must take, which the workflow reads back.
+const FinishInstructions = budget.FinishInstruction + " No tools are available any more. " +
 	"Reply in exactly two parts. First a line starting with \"PARTIAL ANSWER:\" followed by the best answer the " +
-	"results so far support. Then a line starting with \"HANDOFF NOTE:\" saying what is done, what is not, and " +
-	"what you would try next."
+	"results so far support. Then a line starting with \"HANDOFF NOTE:\"."
 
 // RunResult is how a run ended.
 type RunResult struct {

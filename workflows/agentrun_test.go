@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -97,7 +98,7 @@ model:
 `+addTool)
 	result, err, store := runAgent(t, spec)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "2 + 3 = 5", result.Answer)
 	assert.Equal(t, 2, result.Usage.Steps)
 
@@ -109,7 +110,7 @@ model:
 
 	run, err := store.GetRun(context.Background(), workflowID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, run.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, run.Status)
 	assert.Equal(t, 2, run.StepsUsed)
 	assert.Equal(t, 3, run.LeafCalls, "two model calls and one tool call left the process")
 }
@@ -128,13 +129,13 @@ model:
 `+addTool)
 	result, err, store := runAgent(t, spec)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunPartial, result.Status)
+	assert.Equal(t, agentsagatype.RunPartial, result.Status)
 	assert.Equal(t, "then I add again", result.Answer)
 	assert.Contains(t, result.HandoffNote, "steps budget is spent")
 	assert.Contains(t, result.HandoffNote, `succeeded: add {"a":1,"b":1}, add {"a":2,"b":2}`)
 	run, err := store.GetRun(context.Background(), workflowID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunPartial, run.Status)
+	assert.Equal(t, agentsagatype.RunPartial, run.Status)
 	assert.Equal(t, result.HandoffNote, run.HandoffNote)
 }
 
@@ -153,7 +154,7 @@ model:
 `+addTool)
 	result, err, store := runAgent(t, spec)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	var errs []string
 	for _, e := range result.Trace {
 		if e.Kind == "tool" {
@@ -199,7 +200,7 @@ model:
 	require.Error(t, *rejected)
 	assert.Contains(t, (*rejected).Error(), "a message for the model is required")
 	require.NoError(t, *accepted)
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "done, with approval", result.Answer)
 	assert.Equal(t, 2, result.Usage.Steps, "the budget was left intact while escalated")
 	last := result.Trace[len(result.Trace)-1]

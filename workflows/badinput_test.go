@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -119,7 +120,7 @@ func TestAgentRunRefusesMalformedSpecBeforeTheLedger(t *testing.T) {
 	t.Parallel()
 	good := func() workflows.RunSpec {
 		return workflows.RunSpec{Goal: "g", Budget: budget.Limits{Steps: 3},
-			Model: activities.ModelSpec{Provider: activities.ProviderScripted, Script: []activities.ScriptedTurn{{Content: "x"}}}}
+			Model: agentsagatype.ModelSpec{Provider: agentsagatype.ProviderScripted, Script: []agentsagatype.ScriptedTurn{{Content: "x"}}}}
 	}
 	for name, tc := range map[string]struct {
 		mutate func(*workflows.RunSpec)
@@ -133,7 +134,7 @@ func TestAgentRunRefusesMalformedSpecBeforeTheLedger(t *testing.T) {
 		"no steps":          {func(s *workflows.RunSpec) { s.Budget.Steps = 0 }, "budget.steps: 0", true},
 		"negative usd":      {func(s *workflows.RunSpec) { s.Budget.USD = -1 }, "budget.usd: -1", true},
 		"no goal":           {func(s *workflows.RunSpec) { s.Goal = "" }, "goal: missing", false},
-		"unknown tool kind": {func(s *workflows.RunSpec) { s.Tools = []activities.ToolSpec{{Name: "a", Kind: "shell"}} }, `tools[0]: tool a: unknown kind "shell"`, false},
+		"unknown tool kind": {func(s *workflows.RunSpec) { s.Tools = []agentsagatype.ToolSpec{{Name: "a", Kind: "shell"}} }, `tools[0]: tool a: unknown kind "shell"`, false},
 		"NUL in goal":       {func(s *workflows.RunSpec) { s.Goal = "refund\x00" }, "goal: contains a NUL character", false},
 		"finish_at":         {func(s *workflows.RunSpec) { s.FinishAt = 2 }, "finish_at: 2", false},
 	} {
@@ -206,7 +207,7 @@ tools:
 			require.NoError(t, env.GetWorkflowError())
 			var result workflows.RunResult
 			require.NoError(t, env.GetWorkflowResult(&result))
-			assert.Equal(t, ledger.RunCompleted, result.Status, "the model read the error and answered")
+			assert.Equal(t, agentsagatype.RunCompleted, result.Status, "the model read the error and answered")
 			var toolErrors []string
 			for _, e := range result.Trace {
 				if e.Kind == "tool" {
@@ -266,8 +267,8 @@ func TestBadBytesFromTheModelStillEndTheRun(t *testing.T) {
 		wantStatus string
 		want       string // in the answer or the reason
 	}{
-		"NUL and invalid UTF-8 in the answer": {200, answer, ledger.RunCompleted, "refund \uFFFD sent \uFFFD ok"},
-		"NUL and invalid UTF-8 in a 400 body": {400, "{\"error\":\"bad \x00 request \xff\"}", ledger.RunFailed, "HTTP 400"},
+		"NUL and invalid UTF-8 in the answer": {200, answer, agentsagatype.RunCompleted, "refund \uFFFD sent \uFFFD ok"},
+		"NUL and invalid UTF-8 in a 400 body": {400, "{\"error\":\"bad \x00 request \xff\"}", agentsagatype.RunFailed, "HTTP 400"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -288,7 +289,7 @@ model: {provider: openai, name: m, base_url: %q}
 			}
 			assert.Contains(t, run.Answer+run.Reason, tc.want)
 
-			if tc.wantStatus == ledger.RunCompleted {
+			if tc.wantStatus == agentsagatype.RunCompleted {
 				require.NoError(t, env.GetWorkflowError())
 				var result workflows.RunResult
 				require.NoError(t, env.GetWorkflowResult(&result))

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
@@ -223,7 +223,7 @@ func toolName(s string) string {
 	if name == "" {
 		name = "t"
 	}
-	if err := toolcheck.Validate(activities.ToolSpec{Name: name, Kind: activities.ToolKindGo}); err != nil {
+	if err := toolcheck.Validate(agentsagatype.ToolSpec{Name: name, Kind: agentsagatype.ToolKindGo}); err != nil {
 		panic("toolName made an invalid name: " + err.Error())
 	}
 	return name

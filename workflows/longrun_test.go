@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/payload"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -69,10 +70,10 @@ model:
 	require.NoError(t, env.GetWorkflowError())
 	var result workflows.RunResult
 	require.NoError(t, env.GetWorkflowResult(&result))
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 
 	for _, e := range result.Trace {
-		assert.LessOrEqual(t, len(e.Output), activities.PreviewBytes+300, "trace entry %s carries a preview", e.ActivityID)
+		assert.LessOrEqual(t, len(e.Output), agentsagatype.PreviewBytes+300, "trace entry %s carries a preview", e.ActivityID)
 	}
 	read := traceEntry(t, result, "step-005-call-1-read_result")
 	assert.Empty(t, read.Error)
@@ -81,7 +82,7 @@ model:
 	require.Len(t, turns, 6)
 	shortened := 0
 	for _, turn := range turns {
-		var stored activities.ModelTurn
+		var stored agentsagatype.ModelTurn
 		require.NoError(t, json.Unmarshal([]byte(turn.Result), &stored))
 		assert.LessOrEqual(t, stored.RequestTokens, spec.Model.ContextTokens(), "%s fits the context budget", turn.Key)
 		shortened = max(shortened, stored.Shortened)
@@ -134,5 +135,5 @@ model: {provider: openai, name: m, base_url: "`+server.URL+`"}
 	assert.Contains(t, err.Error(), "model call at step 1 failed: payload: the model's reply to default-test-workflow-id/step-001-model is 257 KiB")
 	run, err := store.GetRun(context.Background(), "default-test-workflow-id")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunFailed, run.Status, "the ledger says how it ended")
+	assert.Equal(t, agentsagatype.RunFailed, run.Status, "the ledger says how it ended")
 }

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -36,7 +36,7 @@ tools:
 	assert.Contains(t, appErr.Message(), "MCP server shop: could not list its tools")
 	run, err := store.GetRun(context.Background(), workflowID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunFailed, run.Status)
+	assert.Equal(t, agentsagatype.RunFailed, run.Status)
 	assert.Contains(t, run.Reason, "MCP server shop")
 	assert.Zero(t, run.StepsUsed, "no model turn was made")
 }
@@ -92,7 +92,7 @@ tools:
 `, ts.URL))
 	result, err, store := runAgent(t, spec)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "done", result.Answer)
 
 	child := workflowID + "/" + workflows.ToolActivityID(1, 1, "helper")

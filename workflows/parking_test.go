@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -27,7 +27,7 @@ func ExampleWaitOutBreaker() {
 		sends++
 		if sends == 1 {
 			return "", temporal.NewNonRetryableApplicationError("circuit breaker for tool:crm is open", budget.DenyCircuitOpen, nil,
-				activities.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, AtGate: true,
+				agentsagatype.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, AtGate: true,
 					RetryAt: time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)})
 		}
 		return "updated", nil

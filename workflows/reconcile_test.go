@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -36,11 +37,11 @@ func stageTerminatedRun(t *testing.T, store *ledger.Store, url string) {
 	spec := mustSpec(t, fmt.Sprintf(failingRunSpec, url))
 	specJSON, err := json.Marshal(spec)
 	require.NoError(t, err)
-	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: terminatedID, RunID: "r1", Goal: spec.Goal, Spec: specJSON}))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: terminatedID, RunID: "r1", Goal: spec.Goal, Spec: specJSON}))
 	key := terminatedID + "/" + workflows.ToolActivityID(1, 1, "charge")
 	claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: terminatedID, ActivityID: workflows.ToolActivityID(1, 1, "charge"),
 		Tool: "charge", Arguments: `{"amount": 10}`,
-		Compensation: &ledger.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"charge_id": "{{result.id}}"}`}}, time.Minute)
+		Compensation: &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"charge_id": "{{result.id}}"}`}}, time.Minute)
 	require.NoError(t, err)
 	_, err = store.CompleteAction(ctx, key, claim.Action.Attempts, `{"id": "ch_1"}`)
 	require.NoError(t, err)
@@ -78,7 +79,7 @@ func rollbackEnv(t *testing.T, store *ledger.Store) *testsuite.TestWorkflowEnvir
 
 func runRollback(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.RunResult {
 	t.Helper()
-	env.ExecuteWorkflow(workflows.RollbackRun, activities.RollbackRequest{Reason: terminatedReason})
+	env.ExecuteWorkflow(workflows.RollbackRun, agentsagatype.RollbackRequest{Reason: terminatedReason})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var result workflows.RunResult
@@ -99,17 +100,17 @@ func TestRollbackRunCompensatesATerminatedRunOnce(t *testing.T) {
 	stageTerminatedRun(t, store, server.URL)
 
 	result := runRollback(t, rollbackEnv(t, store))
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	assert.Equal(t, "terminated: "+terminatedReason+"; compensated 1 actions, 0 needed no undoing", result.Reason)
 	assert.Equal(t, map[string]int{terminatedID + "/step-001-call-1-charge/compensate": 1}, desk.refunds)
 	run, err := store.GetRun(t.Context(), terminatedID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompensated, run.Status)
+	assert.Equal(t, agentsagatype.RunCompensated, run.Status)
 	assert.Equal(t, result.Reason, run.Reason)
 	assert.NotNil(t, run.FinishedAt)
 
 	again := runRollback(t, rollbackEnv(t, store))
-	assert.Equal(t, ledger.RunCompensated, again.Status)
+	assert.Equal(t, agentsagatype.RunCompensated, again.Status)
 	assert.Contains(t, again.Reason, "nothing to do")
 	assert.Equal(t, map[string]int{terminatedID + "/step-001-call-1-charge/compensate": 1}, desk.refunds, "no second refund")
 }
@@ -137,13 +138,13 @@ func TestRollbackRunEscalatesAFailingCompensation(t *testing.T) {
 	}, time.Hour)
 	result := runRollback(t, env)
 	require.NoError(t, *skip)
-	assert.Equal(t, ledger.RunNeedsAttention, status, "the ledger said it waits for a human")
-	assert.Equal(t, ledger.RunNeedsAttention, result.Status)
+	assert.Equal(t, agentsagatype.RunNeedsAttention, status, "the ledger said it waits for a human")
+	assert.Equal(t, agentsagatype.RunNeedsAttention, result.Status)
 	assert.Contains(t, result.Reason, "terminated: "+terminatedReason)
 	assert.Contains(t, result.Reason, "alice refunded ch_1 by hand")
 	run, err := store.GetRun(t.Context(), terminatedID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunNeedsAttention, run.Status)
+	assert.Equal(t, agentsagatype.RunNeedsAttention, run.Status)
 	assert.Contains(t, run.Reason, terminatedReason)
 }
 
@@ -152,13 +153,13 @@ func TestRollbackRunEscalatesAFailingCompensation(t *testing.T) {
 func TestRollbackRunLeavesARunThatIsNotMarked(t *testing.T) {
 	t.Parallel()
 	store := ledgertest.NewStore(t)
-	require.NoError(t, store.StartRun(t.Context(), ledger.Run{WorkflowID: terminatedID, RunID: "r1", Goal: "g", Spec: []byte(`{}`)}))
+	require.NoError(t, store.StartRun(t.Context(), agentsagatype.Run{WorkflowID: terminatedID, RunID: "r1", Goal: "g", Spec: []byte(`{}`)}))
 	result := runRollback(t, rollbackEnv(t, store))
-	assert.Equal(t, ledger.RunRunning, result.Status)
+	assert.Equal(t, agentsagatype.RunRunning, result.Status)
 	assert.Contains(t, result.Reason, "nothing to do")
 	run, err := store.GetRun(t.Context(), terminatedID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunRunning, run.Status)
+	assert.Equal(t, agentsagatype.RunRunning, run.Status)
 	assert.Nil(t, run.FinishedAt)
 }
 
@@ -167,12 +168,12 @@ func TestRollbackRunLeavesARunThatIsNotMarked(t *testing.T) {
 func TestRollbackRunOfARunTheLedgerDoesNotHaveFails(t *testing.T) {
 	t.Parallel()
 	env := rollbackEnv(t, ledgertest.NewStore(t))
-	env.ExecuteWorkflow(workflows.RollbackRun, activities.RollbackRequest{Reason: terminatedReason})
+	env.ExecuteWorkflow(workflows.RollbackRun, agentsagatype.RollbackRequest{Reason: terminatedReason})
 	require.True(t, env.IsWorkflowCompleted())
 	err := env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	assert.Equal(t, activities.ErrTypeRunNotFound, appErr.Type())
+	assert.Equal(t, agentsagatype.ErrTypeRunNotFound, appErr.Type())
 	assert.Contains(t, appErr.Error(), "the ledger has no run "+terminatedID)
 }
 
@@ -181,15 +182,15 @@ func TestRollbackRunOfARunTheLedgerDoesNotHaveFails(t *testing.T) {
 func TestRollbackRunWithoutASpecNeedsAttention(t *testing.T) {
 	t.Parallel()
 	store := ledgertest.NewStore(t)
-	require.NoError(t, store.StartRun(t.Context(), ledger.Run{WorkflowID: terminatedID, RunID: "r1", Goal: "g", Spec: []byte(`{"budget": "lots"}`)}))
+	require.NoError(t, store.StartRun(t.Context(), agentsagatype.Run{WorkflowID: terminatedID, RunID: "r1", Goal: "g", Spec: []byte(`{"budget": "lots"}`)}))
 	_, err := store.MarkTerminated(t.Context(), terminatedID, "the workflow vanished")
 	require.NoError(t, err)
 	result := runRollback(t, rollbackEnv(t, store))
-	assert.Equal(t, ledger.RunNeedsAttention, result.Status)
+	assert.Equal(t, agentsagatype.RunNeedsAttention, result.Status)
 	assert.Contains(t, result.Reason, "terminated: the workflow vanished; its spec could not be read")
 	run, err := store.GetRun(t.Context(), terminatedID)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunNeedsAttention, run.Status)
+	assert.Equal(t, agentsagatype.RunNeedsAttention, run.Status)
 	assert.NotNil(t, run.FinishedAt)
 }
 
@@ -201,19 +202,19 @@ func TestReconcilerPagesAndStartsRollbacks(t *testing.T) {
 	env := newEnv()
 	env.RegisterWorkflow(workflows.Reconciler)
 	activities.Register(env, &activities.Reconciliation{}, false)
-	var pages []activities.FindAbandoned
-	env.OnActivity(activities.NamePrefix+"FindAbandonedRuns", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.FindAbandoned) (activities.AbandonedPage, error) {
+	var pages []agentsagatype.FindAbandoned
+	env.OnActivity(agentsagatype.NamePrefix+"FindAbandonedRuns", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in agentsagatype.FindAbandoned) (agentsagatype.AbandonedPage, error) {
 			pages = append(pages, in)
 			if in.After == "" {
-				return activities.AbandonedPage{Examined: 2, Live: 1, Next: "b",
-					Rollbacks: []activities.AbandonedRun{{WorkflowID: "a", Reason: "terminated", Marked: true}}}, nil
+				return agentsagatype.AbandonedPage{Examined: 2, Live: 1, Next: "b",
+					Rollbacks: []agentsagatype.AbandonedRun{{WorkflowID: "a", Reason: "terminated", Marked: true}}}, nil
 			}
-			return activities.AbandonedPage{Examined: 2, Covered: []string{"c/step-001-call-1-helper"},
-				Rollbacks: []activities.AbandonedRun{{WorkflowID: "c", Reason: "vanished", Marked: true}}}, nil
+			return agentsagatype.AbandonedPage{Examined: 2, Covered: []string{"c/step-001-call-1-helper"},
+				Rollbacks: []agentsagatype.AbandonedRun{{WorkflowID: "c", Reason: "vanished", Marked: true}}}, nil
 		})
-	env.OnActivity(activities.NamePrefix+"StartRollback", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, run activities.AbandonedRun) (string, error) {
+	env.OnActivity(agentsagatype.NamePrefix+"StartRollback", mock.Anything, mock.Anything).Return(
+		func(_ context.Context, run agentsagatype.AbandonedRun) (string, error) {
 			if run.WorkflowID == "c" {
 				return "", errors.New("temporal is busy")
 			}
@@ -223,7 +224,7 @@ func TestReconcilerPagesAndStartsRollbacks(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	var result workflows.ReconcileResult
 	require.NoError(t, env.GetWorkflowResult(&result))
-	assert.Equal(t, []activities.FindAbandoned{{Limit: 2}, {After: "b", Limit: 2}}, pages)
+	assert.Equal(t, []agentsagatype.FindAbandoned{{Limit: 2}, {After: "b", Limit: 2}}, pages)
 	assert.Equal(t, 4, result.Examined)
 	assert.Equal(t, 1, result.Live)
 	assert.Equal(t, []workflows.ReconciledRun{{WorkflowID: "a", Reason: "terminated", RollbackRunID: "rollback-of-a"}}, result.Reconciled)
@@ -238,7 +239,7 @@ func TestRollbackRunWorkflowName(t *testing.T) {
 	env := newEnv()
 	env.RegisterWorkflow(workflows.RollbackRun)
 	activities.Register(env, &activities.Reconciliation{}, false)
-	env.OnActivity(activities.NamePrefix+"ReadTerminatedRun", mock.Anything, mock.Anything).Return(activities.TerminatedRun{Status: ledger.RunCompleted, Finished: true}, nil)
-	env.ExecuteWorkflow(activities.RollbackRunWorkflow, activities.RollbackRequest{})
+	env.OnActivity(agentsagatype.NamePrefix+"ReadTerminatedRun", mock.Anything, mock.Anything).Return(agentsagatype.TerminatedRun{Status: agentsagatype.RunCompleted, Finished: true}, nil)
+	env.ExecuteWorkflow(agentsagatype.RollbackRunWorkflow, agentsagatype.RollbackRequest{})
 	require.NoError(t, env.GetWorkflowError())
 }

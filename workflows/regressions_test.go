@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -128,7 +129,7 @@ tools:
 	child := workflowID + "/step-002-call-1-payer"
 	childRun, err := store.GetRun(context.Background(), child)
 	require.NoError(t, err)
-	require.Equal(t, ledger.RunCompleted, childRun.Status, "the sub-agent itself succeeded, so only the parent's walk can undo its charge")
+	require.Equal(t, agentsagatype.RunCompleted, childRun.Status, "the sub-agent itself succeeded, so only the parent's walk can undo its charge")
 	childCharge := child + "/step-001-call-1-charge"
 	assert.Equal(t, []string{
 		workflowID + "/step-003-call-1-charge/compensate",
@@ -136,11 +137,11 @@ tools:
 		workflowID + "/step-001-call-1-charge/compensate",
 	}, desk.refunds, "every charge of the tree refunded once, newest first, the child's under its own forward key")
 	assert.Equal(t, []string{"ch_cy", "ch_bob", "ch_ann"}, desk.refundIDs)
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	assert.Contains(t, result.Reason, "compensated 3 actions")
 	refund, err := store.GetAction(context.Background(), childCharge+"/compensate")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionCompleted, refund.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, refund.Status)
 }
 
 // updateOutcome is what became of one Update: refused by its validator,
@@ -192,8 +193,8 @@ model:
 	// main loop while the escalated status is being recorded, so both
 	// Updates are handled before the run can act on the first.
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
-		var status activities.RunStatus
-		if info.ActivityType.Name != activities.NamePrefix+"SetRunStatus" || args.Get(&status) != nil || status.Status != ledger.RunEscalated || resume != nil {
+		var status agentsagatype.RunStatus
+		if info.ActivityType.Name != agentsagatype.NamePrefix+"SetRunStatus" || args.Get(&status) != nil || status.Status != agentsagatype.RunEscalated || resume != nil {
 			return
 		}
 		resume = sendUpdate(env, workflows.UpdateResume, workflows.ResumeInput{Message: "approved by the account owner", AddSteps: 3})
@@ -213,7 +214,7 @@ model:
 		assert.Contains(t, refused.Error(), workflows.UpdateResume, "the refusal names the input that is pending")
 	}
 
-	assert.Equal(t, ledger.RunCompleted, result.Status, "the run acted on resume, not on the refused abort: %s", result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, "the run acted on resume, not on the refused abort: %s", result.Reason)
 	assert.Equal(t, "done, with approval", result.Answer)
 	last := result.Trace[len(result.Trace)-1]
 	assert.Contains(t, last.Note, "4 steps", "2 steps + 3 added by resume - 1 used: resume's add_steps was applied")
@@ -240,7 +241,7 @@ model:
 		resume = update(env, workflows.UpdateResume, workflows.ResumeInput{Message: "approved", AddUSD: 0.01})
 	})
 	require.NoError(t, *resume)
-	assert.Equal(t, ledger.RunCompleted, result.Status, "a $1 call must not exhaust a run that has no USD limit: %s", result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, "a $1 call must not exhaust a run that has no USD limit: %s", result.Reason)
 	assert.Equal(t, "2 + 3 = 5", result.Answer)
 	assert.InDelta(t, 1.0, result.Usage.USD, 1e-9)
 
@@ -272,19 +273,19 @@ func TestHumanRetryOfARejectedCompensationGetsAFreshKey(t *testing.T) {
 	}
 	forward := workflowID + "/step-001-call-1-charge"
 	assert.Equal(t, map[string]int{forward + "/compensate/retry-1": 1}, desk.refunds, "the retry went out under a key of its own")
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 
 	first, err := store.GetAction(context.Background(), forward+"/compensate")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionRejected, first.Status, "the 422 stays stored for the first key")
+	assert.Equal(t, agentsagatype.ActionRejected, first.Status, "the 422 stays stored for the first key")
 	assert.Contains(t, first.Error, "HTTP 422")
 	second, err := store.GetAction(context.Background(), forward+"/compensate/retry-1")
 	require.NoError(t, err)
-	assert.Equal(t, ledger.ActionCompleted, second.Status)
+	assert.Equal(t, agentsagatype.ActionCompleted, second.Status)
 	stack, err := store.CompensationStack(context.Background(), workflowID)
 	require.NoError(t, err)
 	require.Len(t, stack, 1)
-	assert.Equal(t, ledger.CompensationDone, stack[0].Status)
+	assert.Equal(t, agentsagatype.CompensationDone, stack[0].Status)
 }
 
 // An irreversible action that happened is named when its run is rolled
@@ -327,7 +328,7 @@ tools:
 	sent, rejected := workflowID+"/step-001-call-2-email", workflowID+"/step-001-call-3-email"
 	require.Equal(t, int32(1), emails.Load())
 	assert.Equal(t, []string{workflowID + "/step-001-call-1-charge/compensate"}, desk.refunds, "the charge is still refunded")
-	assert.Equal(t, ledger.RunNeedsAttention, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunNeedsAttention, result.Status, result.Reason)
 	assert.Contains(t, result.Reason, sent, "the reason names the irreversible action that happened")
 	assert.NotContains(t, result.Reason, rejected)
 	require.NotNil(t, result.Saga)
@@ -410,9 +411,9 @@ tools:
 	require.Equal(t, int32(1), sends.Load())
 	action, err := store.GetAction(context.Background(), workflowID+"/step-001-call-1-send")
 	require.NoError(t, err)
-	require.Equal(t, ledger.ActionCompleted, action.Status, "the attempt stored its result although the activity timed out")
+	require.Equal(t, agentsagatype.ActionCompleted, action.Status, "the attempt stored its result although the activity timed out")
 	send := traceEntry(t, result, "step-001-call-1-send")
 	assert.Empty(t, send.Error, "the model is not told that a call failed whose effect the ledger knows happened")
 	assert.Equal(t, `{"message_id": "m_1"}`, send.Output, "the model reads the stored result")
-	assert.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 }

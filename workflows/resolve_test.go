@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -61,7 +61,7 @@ model:
 	old.Retry.Floor = 3
 	result, err, _ := runAgent(t, old)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "2 + 3 = 5", result.Answer)
 }
 
@@ -81,7 +81,7 @@ model: {provider: scripted, script: [{content: done}]}
 	require.Error(t, resolved.Validate(), "today's rules refuse it")
 	result, err, _ := runAgent(t, resolved)
 	require.NoError(t, err, "the run started under older rules goes on")
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 
 	unresolved := spec
 	unresolved.History.MaxEvents = 50

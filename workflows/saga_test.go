@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -114,14 +115,14 @@ func TestFailingCompensationEscalatesAndSkipResolvesIt(t *testing.T) {
 	assert.ErrorContains(t, *wrongUpdate, "waiting on a failed compensation (retry, skip or abort), where resume does not apply")
 	assert.ErrorContains(t, *noReason, "a reason is required")
 	assert.NoError(t, *skip)
-	assert.Equal(t, ledger.RunNeedsAttention, result.Status)
+	assert.Equal(t, agentsagatype.RunNeedsAttention, result.Status)
 	assert.Contains(t, result.Reason, "resolved by a human")
 	assert.Contains(t, result.Reason, "alice refunded ch_1 by hand")
 	assert.Empty(t, desk.refunds)
 	stack, err := store.CompensationStack(t.Context(), "default-test-workflow-id")
 	require.NoError(t, err)
 	require.Len(t, stack, 1)
-	assert.Equal(t, ledger.CompensationSkipped, stack[0].Status)
+	assert.Equal(t, agentsagatype.CompensationSkipped, stack[0].Status)
 	assert.Equal(t, "alice refunded ch_1 by hand", stack[0].Reason)
 }
 
@@ -133,14 +134,14 @@ func TestFailingCompensationEscalatesAndRetryCompensates(t *testing.T) {
 		retry = update(env, workflows.UpdateRetry)
 	})
 	assert.NoError(t, *retry)
-	assert.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	// The human's retry has a key of its own: the first key's stored answer
 	// (a 500 here, but a 4xx would be stored for good) is not handed back.
 	assert.Equal(t, map[string]int{"default-test-workflow-id/step-001-call-1-charge/compensate/retry-1": 1}, desk.refunds)
 	stack, err := store.CompensationStack(t.Context(), "default-test-workflow-id")
 	require.NoError(t, err)
 	require.Len(t, stack, 1)
-	assert.Equal(t, ledger.CompensationDone, stack[0].Status)
+	assert.Equal(t, agentsagatype.CompensationDone, stack[0].Status)
 	actions, err := store.ListActions(t.Context(), "default-test-workflow-id")
 	require.NoError(t, err)
 	statuses := map[string]string{}
@@ -148,9 +149,9 @@ func TestFailingCompensationEscalatesAndRetryCompensates(t *testing.T) {
 		statuses[a.Key] = a.Status
 	}
 	assert.Equal(t, map[string]string{
-		"default-test-workflow-id/step-001-call-1-charge":                    ledger.ActionCompleted,
-		"default-test-workflow-id/step-001-call-1-charge/compensate":         ledger.ActionFailed,
-		"default-test-workflow-id/step-001-call-1-charge/compensate/retry-1": ledger.ActionCompleted,
+		"default-test-workflow-id/step-001-call-1-charge":                    agentsagatype.ActionCompleted,
+		"default-test-workflow-id/step-001-call-1-charge/compensate":         agentsagatype.ActionFailed,
+		"default-test-workflow-id/step-001-call-1-charge/compensate/retry-1": agentsagatype.ActionCompleted,
 	}, statuses, "the ledger keeps both compensation rows")
 }
 
@@ -182,7 +183,7 @@ tools:
 	assert.Contains(t, slow.Error, "the backoff would outlive the run's deadline")
 	assert.Equal(t, 1, slow.Attempts)
 	assert.Equal(t, int32(1), requests.Load(), "no nap past the deadline, no second request")
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 }
 
 // A permission error, and the Nth failure of one tool, pause the run for a
@@ -241,7 +242,7 @@ tools:
 			var result workflows.RunResult
 			require.NoError(t, env.GetWorkflowResult(&result))
 			require.NoError(t, *abort)
-			assert.Equal(t, ledger.RunCompensated, result.Status)
+			assert.Equal(t, agentsagatype.RunCompensated, result.Status)
 			assert.Contains(t, result.Reason, "aborted by a human while escalated: ops: the CRM is off limits")
 			assert.Contains(t, result.Reason, tc.wantWhy)
 			assert.Equal(t, int32(1), refunds.Load(), "the charge was refunded once")
@@ -276,7 +277,7 @@ tools:
 `, server.URL))
 	result, err, _ := runAgent(t, spec)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompensated, result.Status)
+	assert.Equal(t, agentsagatype.RunCompensated, result.Status)
 	assert.Contains(t, result.Reason, "the steps budget is spent")
 	assert.Equal(t, "charging bob", result.Answer)
 	assert.Contains(t, result.HandoffNote, "Tool calls that succeeded")

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/activities"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -90,7 +90,7 @@ func TestToolOutputCannotChangeTheBudget(t *testing.T) {
 			want, _ := runWithToolOutput(t, strings.Repeat("x", len(hostile)))
 			assert.Equal(t, want, got)
 
-			assert.Equal(t, ledger.RunPartial, got.Status, "the step cap held")
+			assert.Equal(t, agentsagatype.RunPartial, got.Status, "the step cap held")
 			assert.Equal(t, 3, got.View.Limits.Steps, "the limits are the spec's")
 			assert.Equal(t, 3, got.View.Used.Steps)
 			var outputs int

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -44,7 +44,7 @@ tools:
 `)
 	result, err, store := runAgent(t, spec)
 	require.NoError(t, err)
-	assert.Equal(t, ledger.RunCompleted, result.Status)
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "both topics covered", result.Answer)
 
 	ctx := context.Background()
@@ -54,7 +54,7 @@ tools:
 		child, err := store.GetRun(ctx, workflowID+"/"+id)
 		require.NoError(t, err, id)
 		assert.Equal(t, workflowID, child.ParentWorkflowID, "the child's ledger rows link to the parent")
-		assert.Equal(t, ledger.RunCompleted, child.Status)
+		assert.Equal(t, agentsagatype.RunCompleted, child.Status)
 		childUsage.Steps += child.StepsUsed
 		childUsage.LeafCalls += child.LeafCalls
 		childUsage.Tokens += child.TokensUsed

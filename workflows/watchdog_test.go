@@ -3,10 +3,9 @@ package workflows_test
 import (
 	"testing"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 func TestWatchdogCatchesThrashAndRepeats(t *testing.T) {
@@ -28,7 +27,7 @@ model:
 `+addTool)
 		result, err, _ := runAgent(t, spec)
 		require.NoError(t, err)
-		assert.Equal(t, ledger.RunPartial, result.Status)
+		assert.Equal(t, agentsagatype.RunPartial, result.Status)
 		assert.Contains(t, result.Reason, "alternating between two approaches")
 		assert.Contains(t, result.HandoffNote, "I was going in circles.")
 		assert.Equal(t, 2, result.Retries.Retries, "the two repeated calls were charged as retries")
@@ -55,7 +54,7 @@ model:
 `+addTool)
 		result, err, _ := runAgentWithAbort(t, spec)
 		require.NoError(t, err)
-		assert.Equal(t, ledger.RunCompensated, result.Status)
+		assert.Equal(t, agentsagatype.RunCompensated, result.Status)
 		assert.Contains(t, result.Reason, "The watchdog fired: no progress: 2 turns in a row returned nothing new")
 		assert.Equal(t, 2, result.Retries.Retries)
 	})

@@ -69,12 +69,17 @@ func ExampleStart() {
 	store, _ := ledger.Open(ctx, "postgres://postgres@127.0.0.1:5432/agentsaga")
 	spec := agentsaga.RunSpec{Goal: "refund order o-1"} // and a model, a budget, tools
 	run, err := agentsaga.Start(ctx, c, "refund-o-1", spec, agentsaga.StartOptions{Ledger: store})
+	var exists *agentsaga.RunExistsError
+	if errors.As(err, &exists) {
+		return // the ID is taken: pick another, or Get the run that has it
+	}
 	if err != nil {
-		fmt.Println(err) // a *RunExistsError for an ID already used
 		return
 	}
-	result, err := run.Result(ctx)
-	fmt.Println(result.Status, err)
+	// Compile-only (it needs a server): the result says how the run ended,
+	// "completed", "partial", "escalated", ...
+	result, _ := run.Result(ctx)
+	_ = result.Status
 }
 
 // A spec that fails validation is refused before anything is asked of
@@ -97,8 +102,12 @@ func ExampleRun_Resume() {
 	c, _ := client.Dial(client.Options{})
 	run := agentsaga.Get(c, "refund-o-1")
 	err := run.Resume(ctx, agentsaga.ResumeInput{Message: "refund it, the customer has the receipt", AddSteps: 2})
-	if errors.Is(err, agentsaga.ErrRefused) {
-		fmt.Println(err) // agentsaga: resume run refund-o-1: the run refused the decision: resume: the run is not waiting for a human
+	// Compile-only (it needs a server). A run that is not waiting for a
+	// human refuses, with: agentsaga: resume run refund-o-1: the run
+	// refused the decision: resume: the run is not waiting for a human
+	var refused *agentsaga.RefusedError
+	if errors.As(err, &refused) {
+		_ = refused.Reason
 	}
 }
 

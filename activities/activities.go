@@ -27,6 +27,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/convfit"
+	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/payload"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -99,7 +101,7 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 	conv := call.Conversation
 	appended := make([]ledger.Message, len(conv.Append))
 	for i, m := range conv.Append {
-		appended[i] = toLedgerMessage(m)
+		appended[i] = convfit.ToLedger(m)
 	}
 	target, turnOf := call.Model.Target(), cmp.Or(call.TurnOf, call.Model.Target())
 	info := activity.GetInfo(ctx)
@@ -107,17 +109,17 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 	arguments, _ := json.Marshal(map[string]any{"through": conv.Through, "finish": call.Finish})
 	trailing := turnTrailing(call)
 	defs, _ := json.Marshal(call.Tools)
-	defTokens := count(string(defs))
+	defTokens := convfit.Count(string(defs))
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
-	output, _, err := a.once(ctx, keyedCall{
-		action: ledger.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+	output, _, err := keyed.Once(ctx, a.Ledger, keyed.Call{
+		Action: ledger.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledger.ActionModel},
-		kind: ledger.LeafModel, target: target,
-		turn: &ledger.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
-			Fit: fitRequest(trailing, defTokens, call.Model.ContextTokens())},
-		run: func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error) {
-			turn, err := a.modelTurn(ctx, model, call, fitClaimed(claim, trailing), defTokens)
+		Kind: ledger.LeafModel, Target: target,
+		Turn: &ledger.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
+			Fit: convfit.Request(trailing, defTokens, call.Model.ContextTokens())},
+		Run: func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error) {
+			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens)
 			if err != nil {
 				return "", nil, err
 			}
@@ -127,10 +129,10 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 			if turn.Refusal != "" {
 				reply.Content = "I refused: " + turn.Refusal
 			}
-			row := toLedgerMessage(reply)
+			row := convfit.ToLedger(reply)
 			return string(stored), &row, nil
 		},
-	})
+	}, toActivityError)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, err
 	}
@@ -159,7 +161,7 @@ func turnTrailing(call agentsagatype.ModelCall) []agentsagatype.Message {
 }
 
 // modelTurn calls the model with the conversation its claim read, fitted.
-func (a *Activities) modelTurn(ctx context.Context, model Model, call agentsagatype.ModelCall, fit fitted, defTokens int) (agentsagatype.ModelTurn, error) {
+func (a *Activities) modelTurn(ctx context.Context, model Model, call agentsagatype.ModelCall, fit convfit.Fitted, defTokens int) (agentsagatype.ModelTurn, error) {
 	// The attempt's lease keeper heartbeats while the model answers.
 	spanCtx, span := startModelSpan(ctx, call)
 	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
@@ -232,11 +234,11 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 	key := IdempotencyKey(ctx)
 	markCall(ctx)
 	matcher, _ := toolcheck.Refusals(req.Tool)
-	output, replayed, err := a.once(ctx, keyedCall{
-		action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+	output, replayed, err := keyed.Once(ctx, a.Ledger, keyed.Call{
+		Action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
-		kind: ledger.LeafTool, target: req.Tool.Name,
-		run: func(ctx context.Context, _ ledger.Claim) (string, *ledger.Message, error) {
+		Kind: ledger.LeafTool, Target: req.Tool.Name,
+		Run: func(ctx context.Context, _ ledger.Claim) (string, *ledger.Message, error) {
 			spanCtx, span := startToolSpan(ctx, req)
 			output, err := run(spanCtx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
 			endSpan(span, err)
@@ -248,16 +250,16 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 			}
 			return output, &ledger.Message{Seq: req.Record.Seq, Role: "tool", Content: output,
 				ToolCallID: req.Record.ToolCallID, Name: req.Record.Name, SourceKey: key,
-				Tokens: estimateTokens(agentsagatype.Message{Content: output})}, nil
+				Tokens: convfit.EstimateTokens(agentsagatype.Message{Content: output})}, nil
 		},
-		refused: func(output string) (string, bool) {
+		Refused: func(output string) (string, bool) {
 			if matcher == nil {
 				return "", false
 			}
 			reason, refused := matcher.Match(output)
 			return fmt.Sprintf("tool %s refused: %s", req.Tool.Name, reason), refused
 		},
-	})
+	}, toActivityError)
 	if err != nil {
 		return agentsagatype.ToolResult{}, err
 	}

@@ -22,9 +22,9 @@ type planned interface {
 	Plan() agentsagatype.RetryPlan
 }
 
-// keyed is a request that may carry the idempotency key of its first
+// firstKeyed is a request that may carry the idempotency key of its first
 // activity (a call sent again after waiting for a breaker).
-type keyed interface{ FirstKey() string }
+type firstKeyed interface{ FirstKey() string }
 
 // RetryStore is the shared state the hook pays with: the ledger in
 // production.
@@ -93,7 +93,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		if p, ok := arg.(planned); ok {
 			plan, found = p.Plan(), true
 		}
-		if req, ok := arg.(keyed); ok {
+		if req, ok := arg.(firstKeyed); ok {
 			ctx = withCallKey(ctx, req.FirstKey())
 		}
 	}

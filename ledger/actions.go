@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/coalesce"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -249,7 +250,7 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		leafOutcome, leafError = "error", storable(end.CallErr.Error())
 	}
 	status := end.Status
-	action, err := coalesced(ctx, s.calls, key, `
+	action, err := coalesce.Row(ctx, s.calls, key, `
 		WITH settled AS (
 			UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
 			       updated_at = clock_timestamp(),

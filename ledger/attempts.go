@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentsaga/agentsaga/internal/coalesce"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -19,7 +20,7 @@ func (s *Store) ClaimCall(ctx context.Context, req ActionRequest, leaf LeafCall,
 	if req.Compensation != nil {
 		compTool, compArgs = req.Compensation.Tool, req.Compensation.ArgumentsTemplate
 	}
-	got, err := coalesced(ctx, s.calls, req.Key, `
+	got, err := coalesce.Row(ctx, s.calls, req.Key, `
 		SELECT c.claim, coalesce(c.run_fence, ''), coalesce(c.leaf_call_id, 0), `+actionColumns+`
 		FROM agentsaga_claim_call($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) c,
 		     LATERAL (SELECT (c.action).*) a`,
@@ -102,7 +103,7 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 		}
 	}
 	fit := turn.Fit
-	got, err := coalesced(ctx, s.calls, req.Key, `
+	got, err := coalesce.Row(ctx, s.calls, req.Key, `
 		SELECT c.claim, coalesce(c.run_fence, ''), coalesce(c.leaf_call_id, 0), `+actionColumns+`,
 		       c.cut_before, c.omit_before, c.omitted, c.window_seqs, c.window_roles, c.window_contents,
 		       c.window_tool_calls, c.window_tool_call_ids, c.window_names, c.window_pinned, c.window_source_keys,

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agentsaga/agentsaga/internal/coalesce"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,7 +25,7 @@ var ErrNotFound = errors.New("not found")
 type Store struct {
 	pool *pgxpool.Pool
 	// calls sends the claims and completions of concurrent calls together.
-	calls *coalescer
+	calls *coalesce.Coalescer
 }
 
 // Open connects to databaseURL and checks that Postgres answers. An
@@ -50,7 +51,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		return nil, fmt.Errorf("ledger: postgres at %s (database %q) is unreachable: %w",
 			Address(config.ConnConfig.Host, config.ConnConfig.Port), config.ConnConfig.Database, err)
 	}
-	return &Store{pool: pool, calls: newCoalescer(pool)}, nil
+	return &Store{pool: pool, calls: coalesce.New(pool)}, nil
 }
 
 // New makes a store on a pool the caller already has (its own settings,
@@ -61,7 +62,7 @@ func New(pool *pgxpool.Pool) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("ledger: the pool is nil")
 	}
-	return &Store{pool: pool, calls: newCoalescer(pool)}, nil
+	return &Store{pool: pool, calls: coalesce.New(pool)}, nil
 }
 
 // DefaultMaxConns is the pool size Open uses when DATABASE_URL sets no

@@ -1,4 +1,8 @@
-package ledger
+// Package coalesce owns the ledger's statement batching: the claims and
+// completions a worker's concurrent calls send at the same moment go to
+// Postgres together, as one pgx batch (one round trip, one commit), each
+// statement keeping the meaning it has alone. Only package ledger imports it.
+package coalesce
 
 import (
 	"context"
@@ -12,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// coalescer sends the claims and completions that a worker's calls make at
+// Coalescer sends the claims and completions that a worker's calls make at
 // the same moment together, as one pgx batch: one round trip and one commit
 // (a batch runs as one implicit transaction) for all of them, where each
 // alone would pay its own. A statement goes out at once while fewer than
@@ -25,7 +29,7 @@ import (
 // whole and sent again one statement at a time, so each caller gets its own
 // statement's answer. A connection lost before the batch's commit was
 // confirmed fails each of its statements, as it would fail a lone one.
-type coalescer struct {
+type Coalescer struct {
 	pool *pgxpool.Pool
 	// slots holds a token per batch in flight.
 	slots chan struct{}
@@ -46,8 +50,9 @@ const (
 	maxBatch   = 64
 )
 
-func newCoalescer(pool *pgxpool.Pool) *coalescer {
-	return &coalescer{pool: pool, slots: make(chan struct{}, batchSlots)}
+// New is a Coalescer sending its batches on pool.
+func New(pool *pgxpool.Pool) *Coalescer {
+	return &Coalescer{pool: pool, slots: make(chan struct{}, batchSlots)}
 }
 
 // queued is one statement waiting for its batch.
@@ -60,7 +65,7 @@ type queued struct {
 	args       []any
 	scan       func(pgx.Row) (any, error)
 	done       chan answer
-	taken      bool // under coalescer.mu: a batch has it
+	taken      bool // under Coalescer.mu: a batch has it
 }
 
 // answer is what a statement's scan read, or its error.
@@ -69,20 +74,20 @@ type answer struct {
 	err   error
 }
 
-// coalesced runs sql with args as one statement of c's next batch and
+// Row runs sql with args as one statement of c's next batch and
 // returns what scan reads from its one row (or pgx.ErrNoRows, or the
 // statement's error); order is the key whose row the statement locks. When
 // ctx ends first it returns ctx's error: the statement may still commit
 // then, as a statement cancelled mid-flight may, and what it read is
 // dropped.
-func coalesced[T any](ctx context.Context, c *coalescer, order, sql string, args []any, scan func(pgx.Row) (T, error)) (T, error) {
+func Row[T any](ctx context.Context, c *Coalescer, order, sql string, args []any, scan func(pgx.Row) (T, error)) (T, error) {
 	a := c.queryRow(ctx, order, sql, args, func(row pgx.Row) (any, error) { return scan(row) })
 	value, _ := a.value.(T)
 	return value, a.err
 }
 
-// queryRow is coalesced's untyped body.
-func (c *coalescer) queryRow(ctx context.Context, order, sql string, args []any, scan func(pgx.Row) (any, error)) answer {
+// queryRow is Row's untyped body.
+func (c *Coalescer) queryRow(ctx context.Context, order, sql string, args []any, scan func(pgx.Row) (any, error)) answer {
 	if err := ctx.Err(); err != nil {
 		return answer{err: err}
 	}
@@ -125,7 +130,7 @@ func (c *coalescer) queryRow(ctx context.Context, order, sql string, args []any,
 }
 
 // take removes up to maxBatch statements from the queue, in key order.
-func (c *coalescer) take() []*queued {
+func (c *Coalescer) take() []*queued {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := min(len(c.queue), maxBatch)
@@ -139,7 +144,7 @@ func (c *coalescer) take() []*queued {
 }
 
 // send runs batch and answers each of its statements, then frees its slot.
-func (c *coalescer) send(batch []*queued) {
+func (c *Coalescer) send(batch []*queued) {
 	defer func() { <-c.slots }()
 	ctx, cancel := whileAnyWaits(batch)
 	defer cancel()
@@ -200,4 +205,25 @@ func whileAnyWaits(batch []*queued) (context.Context, context.CancelFunc) {
 		}
 		cancel()
 	}
+}
+
+// Hold takes every batch slot of c, so that the statements sent meanwhile
+// queue up, and returns the function that frees the slots: the queued
+// statements then go out together. For tests.
+func (c *Coalescer) Hold() (release func()) {
+	for range cap(c.slots) {
+		c.slots <- struct{}{}
+	}
+	return func() {
+		for range cap(c.slots) {
+			<-c.slots
+		}
+	}
+}
+
+// Queued is how many statements wait for a batch. For tests.
+func (c *Coalescer) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
 }

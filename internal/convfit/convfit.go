@@ -1,4 +1,9 @@
-package activities
+// Package convfit owns fitting a run's conversation to a model's context
+// budget: a message's token estimate, the plan the ledger makes from the
+// messages' sizes (what a model turn's claim asks for), and the request
+// assembled from what the claim read, with old outputs shortened to
+// previews and the oldest turns left out. Only package activities imports it.
+package convfit
 
 import (
 	"encoding/json"
@@ -11,18 +16,18 @@ import (
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
-// toLedger is m as a conversation row.
-func toLedgerMessage(m agentsagatype.Message) ledger.Message {
+// ToLedger is m as a conversation row.
+func ToLedger(m agentsagatype.Message) ledger.Message {
 	row := ledger.Message{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name,
-		Pinned: m.Pinned, SourceKey: m.Key, Tokens: estimateTokens(m)}
+		Pinned: m.Pinned, SourceKey: m.Key, Tokens: EstimateTokens(m)}
 	if len(m.ToolCalls) > 0 {
 		row.ToolCalls, _ = json.Marshal(m.ToolCalls)
 	}
 	return row
 }
 
-// fromLedger is a conversation row as a Message.
-func fromLedger(row ledger.Message) agentsagatype.Message {
+// FromLedger is a conversation row as a Message.
+func FromLedger(row ledger.Message) agentsagatype.Message {
 	m := agentsagatype.Message{Seq: row.Seq, Role: row.Role, Content: row.Content, ToolCallID: row.ToolCallID, Name: row.Name,
 		Pinned: row.Pinned, Key: row.SourceKey}
 	if len(row.ToolCalls) > 0 {
@@ -38,16 +43,16 @@ const keptTurns = 2
 // shortenedPreviewBytes bounds a shortened output in a request.
 const shortenedPreviewBytes = 400
 
-// fitted is a request's conversation after fitting it to the context
+// Fitted is a request's conversation after fitting it to the context
 // budget.
-type fitted struct {
+type Fitted struct {
 	Messages  []agentsagatype.Message
 	Tokens    int
 	Shortened int
 	Omitted   int
 }
 
-// fitRequest says how a request fits its conversation, with trailing and
+// Request says how a request fits its conversation, with trailing and
 // extraTokens of tool definitions, to budget tokens. The model turn's claim
 // makes the plan in the ledger from the messages' sizes alone
 // (agentsaga_fit_plan) and reads only what the request sends, the outputs
@@ -61,22 +66,22 @@ type fitted struct {
 // human's instructions) are always sent, and so is the last turn. The plan
 // is made from estimates of what previews will cost; a twentieth of slack
 // keeps the request under the budget itself.
-func fitRequest(trailing []agentsagatype.Message, extraTokens, budget int) ledger.FitRequest {
+func Request(trailing []agentsagatype.Message, extraTokens, budget int) ledger.FitRequest {
 	trailingTokens := 0
 	for _, m := range trailing {
-		trailingTokens += estimateTokens(m)
+		trailingTokens += EstimateTokens(m)
 	}
 	return ledger.FitRequest{Budget: budget - budget/20, Trailing: trailingTokens + extraTokens, KeptTurns: keptTurns,
 		CutBytes: shortenedPreviewBytes, CutTokens: shortenedTokens, NoteTokens: noteTokens}
 }
 
-// fitClaimed is the request a model turn's claim read the conversation
+// Claimed is the request a model turn's claim read the conversation
 // for, with trailing after it.
-func fitClaimed(claim ledger.Claim, trailing []agentsagatype.Message) fitted {
+func Claimed(claim ledger.Claim, trailing []agentsagatype.Message) Fitted {
 	msgs := make([]agentsagatype.Message, len(claim.Conversation))
 	bytes := make(map[int]int, len(claim.Conversation))
 	for i, row := range claim.Conversation {
-		msgs[i] = fromLedger(row)
+		msgs[i] = FromLedger(row)
 		bytes[row.Seq] = row.Bytes
 	}
 	return assemble(msgs, bytes, claim.Plan, trailing)
@@ -92,7 +97,7 @@ const noteTokens = 80
 // read, the cut ones read only in part, whole holding each one's whole
 // length): it shortens the cut ones, says what was left out where it was,
 // and appends trailing.
-func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledger.FitPlan, trailing []agentsagatype.Message) fitted {
+func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledger.FitPlan, trailing []agentsagatype.Message) Fitted {
 	out := make([]agentsagatype.Message, 0, len(msgs)+1+len(trailing))
 	shortened, told := 0, false
 	var note *agentsagatype.Message
@@ -134,9 +139,9 @@ func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledger.FitPl
 	out = append(out, trailing...)
 	total := 0
 	for _, m := range out {
-		total += estimateTokens(m)
+		total += EstimateTokens(m)
 	}
-	return fitted{Messages: out, Tokens: total, Shortened: shortened, Omitted: plan.Omitted}
+	return Fitted{Messages: out, Tokens: total, Shortened: shortened, Omitted: plan.Omitted}
 }
 
 // shorten is a tool message's content (of which only the start may have
@@ -167,23 +172,24 @@ var codec = mustCodec()
 func mustCodec() tokenizer.Codec {
 	c, err := tokenizer.Get(tokenizer.O200kBase)
 	if err != nil {
-		panic(fmt.Sprintf("activities: the o200k tokenizer is embedded and must load: %v", err))
+		panic(fmt.Sprintf("convfit: the o200k tokenizer is embedded and must load: %v", err))
 	}
 	return c
 }
 
-// estimateTokens is a message's size in tokens, erring high: the tokenizer's
+// EstimateTokens is a message's size in tokens, erring high: the tokenizer's
 // count plus a fifth, and a few tokens of framing a message costs on the
 // wire.
-func estimateTokens(m agentsagatype.Message) int {
-	n := count(m.Content)
+func EstimateTokens(m agentsagatype.Message) int {
+	n := Count(m.Content)
 	for _, c := range m.ToolCalls {
-		n += count(c.Name) + count(c.Arguments) + 8
+		n += Count(c.Name) + Count(c.Arguments) + 8
 	}
 	return n + n/5 + 8
 }
 
-func count(s string) int {
+// Count is s in tokens (o200k), every byte a token if it cannot be counted.
+func Count(s string) int {
 	if s == "" {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package activities
+package convfit
 
 import (
 	"context"
@@ -39,16 +39,16 @@ func longConversation(turns, outputBytes int) []agentsagatype.Message {
 // fit runs what a model turn does, through the ledger: msgs are written as
 // the run's conversation, the turn's claim plans from their sizes and reads
 // what the plan sends, and the request is assembled. budget is the plan's
-// own (CallModel's fitRequest keeps a twentieth of slack besides).
-func fit(t *testing.T, msgs []agentsagatype.Message, trailing []agentsagatype.Message, budget int) (fitted, ledger.FitPlan) {
+// own (CallModel's Request keeps a twentieth of slack besides).
+func fit(t *testing.T, msgs []agentsagatype.Message, trailing []agentsagatype.Message, budget int) (Fitted, ledger.FitPlan) {
 	t.Helper()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
 	rows := make([]ledger.Message, len(msgs))
 	for i, m := range msgs {
-		rows[i] = toLedgerMessage(m)
+		rows[i] = ToLedger(m)
 	}
-	req := fitRequest(trailing, 0, 0)
+	req := Request(trailing, 0, 0)
 	req.Budget = budget
 	claim, err := store.ClaimTurn(ctx, ledger.ActionRequest{Key: "wf/step-999-model", WorkflowID: "wf", ActivityID: "step-999-model",
 		Tool: "model:scripted", Arguments: "{}", Kind: ledger.ActionModel},
@@ -56,7 +56,7 @@ func fit(t *testing.T, msgs []agentsagatype.Message, trailing []agentsagatype.Me
 		ledger.TurnRead{WorkflowID: "wf", Append: rows, Through: len(msgs), Fit: req})
 	require.NoError(t, err)
 	require.True(t, claim.Execute)
-	return fitClaimed(claim, trailing), claim.Plan
+	return Claimed(claim, trailing), claim.Plan
 }
 
 func TestContextBudgetShortensOldOutputsAndKeepsWhatMatters(t *testing.T) {
@@ -113,13 +113,13 @@ func TestNoShorteningWhenItFits(t *testing.T) {
 	assert.Len(t, got.Messages, len(msgs))
 }
 
-// The estimate errs high against the tokenizer's own count.
+// The estimate errs high against the tokenizer's own Count.
 func TestEstimateErrsHigh(t *testing.T) {
 	t.Parallel()
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog. 12345 ", 100)
 	exact, err := codec.Count(text)
 	require.NoError(t, err)
-	assert.Greater(t, estimateTokens(agentsagatype.Message{Content: text}), exact)
+	assert.Greater(t, EstimateTokens(agentsagatype.Message{Content: text}), exact)
 }
 
 // A thousand turns do not fit even as previews: the oldest turns are left
@@ -273,14 +273,4 @@ func TestFitPlanInTheLedgerMatchesTheReference(t *testing.T) {
 	assert.Greater(t, cut, 100, "the cases exercise the cuts")
 	assert.Greater(t, omitted, 50, "and the omissions")
 	assert.Less(t, cut, 350, "and plans that leave nothing out")
-}
-
-// A conversation that began on an OpenAI-compatible server may carry tool
-// call IDs the Messages API refuses; the call and its result are renamed
-// alike, so they still pair up, and valid IDs pass unchanged.
-func TestAnthropicToolIDKeepsPairs(t *testing.T) {
-	assert.Equal(t, "call_abc-123", anthropicToolID("call_abc-123"))
-	assert.Equal(t, "toolu_01A09q90qw90lq917835lq9", anthropicToolID("toolu_01A09q90qw90lq917835lq9"))
-	assert.Equal(t, "functions_lookup_0", anthropicToolID("functions.lookup:0"))
-	assert.Equal(t, anthropicToolID("x.y"), anthropicToolID("x.y"), "the same ID maps the same way in a call and its result")
 }

@@ -1,4 +1,10 @@
-package activities
+// Package keyed owns keyed execution: one attempt of a call that must take
+// effect once per idempotency key claims the key in the ledger (waiting
+// while another attempt holds it), runs under its lease, and stores its
+// outcome, or hands back what an earlier attempt stored. Only package
+// activities imports it; the activity supplies the call and the function
+// that classifies the call's errors for Temporal's retry.
+package keyed
 
 import (
 	"context"
@@ -10,27 +16,28 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/lease"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
-// keyedCall is one attempt of a call that must take effect once per
+// Call is one attempt of a call that must take effect once per
 // idempotency key: a tool call or a model turn.
-type keyedCall struct {
-	action       ledger.ActionRequest
-	kind, target string // the leaf call's
-	// turn, for a model turn, is what its claim writes and reads: the
+type Call struct {
+	Action       ledger.ActionRequest
+	Kind, Target string // the leaf call's
+	// Turn, for a model turn, is what its claim writes and reads: the
 	// messages the workflow appends, and the conversation it sends.
-	turn *ledger.TurnRead
-	// run makes the call under the attempt's lease, given the claim (for a
+	Turn *ledger.TurnRead
+	// Run makes the call under the attempt's lease, given the claim (for a
 	// model turn, the conversation it read). It returns the output to store
 	// and, optionally, the conversation message to record with it.
-	run func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error)
-	// refused, when set, reads a successful output as a refusal: a 200
+	Run func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error)
+	// Refused, when set, reads a successful output as a refusal: a 200
 	// whose meaning is "no", stored like a 4xx and never retried.
-	refused func(output string) (string, bool)
+	Refused func(output string) (string, bool)
 }
 
-// once executes c at most once for its key: it claims the key (waiting,
+// Once executes c at most once for its key: it claims the key (waiting,
 // heartbeating, while another attempt's lease is live), holds the lease
 // while the call runs, and stores the outcome, or returns what an earlier
 // attempt stored (replayed). Its errors are activity errors, typed.
@@ -40,15 +47,18 @@ type keyedCall struct {
 // messages and reads the conversation), and the completion, which also ends
 // the leaf call (and records the conversation message). A call that
 // outlives a third of its lease adds one renewal per third.
-func (a *Activities) once(ctx context.Context, c keyedCall) (output string, replayed bool, err error) {
+//
+// classify turns the call's own error into the activity error Temporal
+// retries by (or does not).
+func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error) error) (output string, replayed bool, err error) {
 	info := activity.GetInfo(ctx)
 	log := activity.GetLogger(ctx)
-	key := c.action.Key
-	lease := leaseLength(info)
+	key := c.Action.Key
+	leaseFor := lease.Length(info)
 	leaf := ledger.LeafCall{WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: key,
-		Attempt: int(info.Attempt), Kind: c.kind, Target: c.target}
+		Attempt: int(info.Attempt), Kind: c.Kind, Target: c.Target}
 	claimedAt := time.Now()
-	claim, err := a.claim(ctx, c, leaf, lease)
+	claim, err := claimKey(ctx, store, c, leaf, leaseFor)
 	switch {
 	case errors.Is(err, ledger.ErrConflict):
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeConflict, nil)
@@ -65,15 +75,15 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 		return storedOutcome(claim.Action)
 	}
 
-	held := holdLease(ctx, a.Ledger, key, claim.Action.Attempts, lease, claimedAt)
-	defer held.stop()
-	if err := held.confirm(); err != nil {
+	held := lease.Hold(ctx, store, key, claim.Action.Attempts, leaseFor, claimedAt)
+	defer held.Stop()
+	if err := held.Confirm(); err != nil {
 		// Paused between the claim and the call for longer than the lease:
 		// another attempt may hold the key now, so nothing is sent, and the
 		// leaf call the claim recorded did not happen.
 		log.Warn("call: the attempt lost its key before the call; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := a.Ledger.DropLeafCall(dctx, claim.LeafCallID); err != nil {
+		if err := store.DropLeafCall(dctx, claim.LeafCallID); err != nil {
 			log.Warn("ledger: could not drop the leaf call of an attempt that sent nothing", "key", key, "error", err)
 		}
 		cancel()
@@ -83,12 +93,12 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
 	}
 
-	output, msg, callErr := c.run(held.ctx, claim)
+	output, msg, callErr := c.Run(held.Context(), claim)
 	if callErr != nil {
-		if cause := context.Cause(held.ctx); held.ctx.Err() != nil && ctx.Err() == nil && cause != nil {
+		if cause := context.Cause(held.Context()); held.Context().Err() != nil && ctx.Err() == nil && cause != nil {
 			callErr = fmt.Errorf("%w (the attempt stopped: %w)", callErr, cause)
 		}
-		activityErr := toActivityError(callErr)
+		activityErr := classify(callErr)
 		errType, permanent := "", false
 		var appErr *temporal.ApplicationError
 		if errors.As(activityErr, &appErr) {
@@ -98,17 +108,17 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 		// can claim the key at once instead of waiting out the lease.
 		end := ledger.FailedAttempt(callErr.Error(), errType, permanent)
 		end.LeafCallID, end.CallErr = claim.LeafCallID, callErr
-		if _, err := a.Ledger.SettleAttempt(context.WithoutCancel(ctx), key, claim.Action.Attempts, end); err != nil {
+		if _, err := store.SettleAttempt(context.WithoutCancel(ctx), key, claim.Action.Attempts, end); err != nil {
 			logRefusedWrite(log, key, err)
 		}
 		return "", false, activityErr
 	}
-	if c.refused != nil {
-		if message, refused := c.refused(output); refused {
+	if c.Refused != nil {
+		if message, refused := c.Refused(output); refused {
 			end := ledger.FailedAttempt(message, agentsagatype.ErrTypeRefusal, true)
 			end.LeafCallID = claim.LeafCallID // the call itself succeeded
-			if err := a.recordAfterEffect(ctx, key, func(ctx context.Context) error {
-				_, err := a.Ledger.SettleAttempt(ctx, key, claim.Action.Attempts, end)
+			if err := recordAfterEffect(ctx, key, func(ctx context.Context) error {
+				_, err := store.SettleAttempt(ctx, key, claim.Action.Attempts, end)
 				return err
 			}); err != nil {
 				logRefusedWrite(log, key, err)
@@ -117,8 +127,8 @@ func (a *Activities) once(ctx context.Context, c keyedCall) (output string, repl
 		}
 	}
 	var stored agentsagatype.Action
-	err = a.recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
-		stored, err = a.Ledger.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
+	err = recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
+		stored, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
 			Status: agentsagatype.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID})
 		return err
 	})
@@ -172,7 +182,7 @@ func logRefusedWrite(log interface{ Warn(string, ...any) }, key string, err erro
 // (TestFaults/PostgresRestart found it), so the model was told a charge
 // failed that had gone through. A write refused because the attempt lost
 // its key is final.
-func (a *Activities) recordAfterEffect(ctx context.Context, key string, write func(context.Context) error) error {
+func recordAfterEffect(ctx context.Context, key string, write func(context.Context) error) error {
 	delay := 100 * time.Millisecond
 	for {
 		// Each write gets its own bound, so an unreachable host cannot
@@ -193,22 +203,22 @@ func (a *Activities) recordAfterEffect(ctx context.Context, key string, write fu
 	}
 }
 
-// claim takes the key, waiting while another attempt holds it: a duplicate
+// claimKey takes the key, waiting while another attempt holds it: a duplicate
 // delivery should not spend one of the call's attempts. It heartbeats while
 // it waits, so Temporal knows the attempt is alive, and a waiting attempt
 // that Temporal has given up on (a heartbeat answered "not found", a paused
 // worker that woke past its deadline) has its context cancelled and stops
 // at once, with ErrInFlight. The claim records leaf, and a model turn's
-// claim writes and reads its conversation (c.turn), in the same statement.
-func (a *Activities) claim(ctx context.Context, c keyedCall, leaf ledger.LeafCall, lease time.Duration) (ledger.Claim, error) {
+// claim writes and reads its conversation (c.Turn), in the same statement.
+func claimKey(ctx context.Context, store *ledger.Store, c Call, leaf ledger.LeafCall, lease time.Duration) (ledger.Claim, error) {
 	const poll = 250 * time.Millisecond
 	for {
 		var claim ledger.Claim
 		var err error
-		if c.turn != nil {
-			claim, err = a.Ledger.ClaimTurn(ctx, c.action, leaf, lease, *c.turn)
+		if c.Turn != nil {
+			claim, err = store.ClaimTurn(ctx, c.Action, leaf, lease, *c.Turn)
 		} else {
-			claim, err = a.Ledger.ClaimCall(ctx, c.action, leaf, lease)
+			claim, err = store.ClaimCall(ctx, c.Action, leaf, lease)
 		}
 		if !errors.Is(err, ledger.ErrInFlight) || ctx.Err() != nil {
 			return claim, err

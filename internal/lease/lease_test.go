@@ -1,4 +1,4 @@
-package activities
+package lease
 
 import (
 	"context"
@@ -31,9 +31,9 @@ func TestConfirmAfterAPauseLongerThanTheLease(t *testing.T) {
 	time.Sleep(2 * lease)
 	_, err = store.ClaimAction(ctx, req("a"), time.Minute) // the attempt that took over
 	require.NoError(t, err)
-	held := &heldLease{store: store, key: "wf/a", claim: paused.Action.Attempts, length: lease, validUntil: claimedAt.Add(lease)}
+	held := &Held{store: store, key: "wf/a", claim: paused.Action.Attempts, length: lease, validUntil: claimedAt.Add(lease)}
 	held.ctx, held.cancel = context.WithCancelCause(ctx)
-	require.ErrorIs(t, held.confirm(), ledger.ErrLeaseLost)
+	require.ErrorIs(t, held.Confirm(), ledger.ErrLeaseLost)
 	assert.ErrorIs(t, context.Cause(held.ctx), ledger.ErrLeaseLost, "the attempt's context ends with the cause")
 
 	// Nobody came: the lease is renewed and the attempt may act.
@@ -41,9 +41,9 @@ func TestConfirmAfterAPauseLongerThanTheLease(t *testing.T) {
 	require.NoError(t, err)
 	claimedAt = time.Now()
 	time.Sleep(2 * lease)
-	held = &heldLease{store: store, key: "wf/b", claim: alone.Action.Attempts, length: time.Minute, validUntil: claimedAt.Add(lease)}
+	held = &Held{store: store, key: "wf/b", claim: alone.Action.Attempts, length: time.Minute, validUntil: claimedAt.Add(lease)}
 	held.ctx, held.cancel = context.WithCancelCause(ctx)
-	require.NoError(t, held.confirm())
+	require.NoError(t, held.Confirm())
 	action, err := store.GetAction(ctx, "wf/b")
 	require.NoError(t, err)
 	assert.True(t, action.LockedUntil.After(time.Now().Add(30*time.Second)), "renewed from now")

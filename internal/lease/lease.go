@@ -1,4 +1,9 @@
-package activities
+// Package lease owns an attempt's hold on its idempotency key while the
+// attempt runs: the lease's length (the activity's heartbeat timeout), its
+// renewal every third of it, with a heartbeat to Temporal, and the check
+// just before the attempt acts that it still holds the key. Only package
+// activities imports it.
+package lease
 
 import (
 	"context"
@@ -16,11 +21,11 @@ import (
 // heartbeat timeout.
 const defaultLease = 10 * time.Second
 
-// leaseLength is how long a claim holds its key without a renewal: the
+// Length is how long a claim holds its key without a renewal: the
 // attempt's heartbeat timeout, the time Temporal itself waits before it
 // declares the attempt lost. A later attempt can then take over as soon as
 // Temporal retries, whatever the tool's own timeout.
-func leaseLength(info activity.Info) time.Duration {
+func Length(info activity.Info) time.Duration {
 	if info.HeartbeatTimeout > 0 {
 		return info.HeartbeatTimeout
 	}
@@ -32,19 +37,19 @@ func leaseLength(info activity.Info) time.Duration {
 // it holds the key.
 var errLeaseLapsed = errors.New("the attempt's lease on its key lapsed before it could be renewed")
 
-// heldLease keeps an attempt's claim on its key alive while the attempt
+// Held keeps an attempt's claim on its key alive while the attempt
 // lives: every third of the lease it heartbeats to Temporal and renews the
 // lease in the ledger. The lease follows the attempt's liveness, not the
 // tool's timeout: a killed or paused worker stops renewing, and another
 // attempt takes over once the lease lapses. The attempt's context is
 // cancelled as soon as it learns it no longer holds the key.
-type heldLease struct {
+type Held struct {
 	store  *ledger.Store
 	key    string
 	claim  int
 	length time.Duration
 	// ctx is the attempt's context, cancelled with the cause when the
-	// lease is lost.
+	// lease is lost (Context).
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	done   chan struct{}
@@ -57,9 +62,9 @@ type heldLease struct {
 	validUntil time.Time
 }
 
-// holdLease starts keeping the lease that the claim sent at claimedAt took.
-func holdLease(ctx context.Context, store *ledger.Store, key string, claim int, length time.Duration, claimedAt time.Time) *heldLease {
-	l := &heldLease{store: store, key: key, claim: claim, length: length, done: make(chan struct{}),
+// Hold starts keeping the lease that the claim sent at claimedAt took.
+func Hold(ctx context.Context, store *ledger.Store, key string, claim int, length time.Duration, claimedAt time.Time) *Held {
+	l := &Held{store: store, key: key, claim: claim, length: length, done: make(chan struct{}),
 		validUntil: claimedAt.Add(length)}
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	l.wg.Add(1)
@@ -67,7 +72,7 @@ func holdLease(ctx context.Context, store *ledger.Store, key string, claim int, 
 	return l
 }
 
-func (l *heldLease) keep() {
+func (l *Held) keep() {
 	defer l.wg.Done()
 	ticker := time.NewTicker(max(l.length/3, 100*time.Millisecond))
 	defer ticker.Stop()
@@ -88,7 +93,7 @@ func (l *heldLease) keep() {
 }
 
 // renew extends the lease from now.
-func (l *heldLease) renew() error {
+func (l *Held) renew() error {
 	sentAt := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), max(l.length/3, time.Second))
 	defer cancel()
@@ -101,17 +106,17 @@ func (l *heldLease) renew() error {
 	return nil
 }
 
-func (l *heldLease) lapsed() bool {
+func (l *Held) lapsed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return time.Now().After(l.validUntil)
 }
 
-// confirm makes sure the attempt still holds its key just before it acts:
+// Confirm makes sure the attempt still holds its key just before it acts:
 // a process paused after its claim (SIGSTOP, a long GC pause) wakes with a
 // lapsed lease, and must renew it, which the ledger refuses once another
 // attempt took the key or a rollback settled it, before sending anything.
-func (l *heldLease) confirm() error {
+func (l *Held) Confirm() error {
 	if cause := context.Cause(l.ctx); cause != nil && l.ctx.Err() != nil {
 		return cause
 	}
@@ -128,8 +133,12 @@ func (l *heldLease) confirm() error {
 	return nil
 }
 
-// stop ends the keeping; the lease itself ends with the attempt's write.
-func (l *heldLease) stop() {
+// Context is the attempt's context under the lease: cancelled, with the
+// cause, as soon as the attempt learns it no longer holds the key.
+func (l *Held) Context() context.Context { return l.ctx }
+
+// Stop ends the keeping; the lease itself ends with the attempt's write.
+func (l *Held) Stop() {
 	close(l.done)
 	l.wg.Wait()
 	l.cancel(nil)

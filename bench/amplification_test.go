@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 func TestAmplificationSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rows, err := bench.Amplification(ctx, temporalClient, ledgertest.NewDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 3, Workers: 2})
+	rows, err := bench.Amplification(ctx, temporalClient, ledgertest.NewPooledDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 3, Workers: 2})
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintRows(&out, "amplification under a 100% outage", rows)

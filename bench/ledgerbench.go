@@ -45,8 +45,34 @@ const LedgerRounds = 5
 // another. Beside it, pgbench runs a plain insert on the same server with
 // the same number of clients. Each side gets duration in all, in up to
 // LedgerRounds alternating rounds of whole seconds (pgbench counts in
-// seconds).
+// seconds). A round in which pgbench completed no transaction is an error,
+// not a figure of zero.
 func Ledger(ctx context.Context, databaseURL string, clients int, duration time.Duration) ([]LedgerRow, error) {
+	rounds := max(1, min(LedgerRounds, int(duration/time.Second)))
+	round := max(time.Second, (duration / time.Duration(rounds)).Round(time.Second))
+	return ledgerScenario(ctx, databaseURL, clients, rounds, round, 0)
+}
+
+// LedgerCounted is Ledger by count instead of by time, for a smoke test on
+// a machine other tests are loading: each side makes calls calls per
+// client (rounded down to a multiple of the rounds), in up to LedgerRounds
+// alternating rounds, and is timed over however long that takes (pgbench
+// -t, where Ledger gives it -T). A window of a second or two can close
+// before a starved pgbench has connected and committed anything, and it
+// then prints no figure; a count always ends in one. Fewer calls or
+// transactions than asked are an error. Its figures are not the
+// benchmark's: a short count weighs each side's warm-up more.
+func LedgerCounted(ctx context.Context, databaseURL string, clients, calls int) ([]LedgerRow, error) {
+	if clients < 1 || calls < 1 {
+		return nil, fmt.Errorf("bench: ledger: %d clients x %d calls", clients, calls)
+	}
+	rounds := max(1, min(LedgerRounds, calls))
+	return ledgerScenario(ctx, databaseURL, clients, rounds, 0, calls/rounds)
+}
+
+// ledgerScenario runs rounds alternating rounds of both sides, each round
+// either round long (perClient 0) or perClient calls from each client.
+func ledgerScenario(ctx context.Context, databaseURL string, clients, rounds int, round time.Duration, perClient int) ([]LedgerRow, error) {
 	// A database of its own: its runs must not be taken for abandoned ones
 	// by a worker's reconciler, and the scenario's rows go with it.
 	db, err := newScratchDatabase(ctx, databaseURL, "ledger")
@@ -71,18 +97,32 @@ func Ledger(ctx context.Context, databaseURL string, clients int, duration time.
 	}
 	defer pgbench.close(context.WithoutCancel(ctx))
 
-	rounds := max(1, min(LedgerRounds, int(duration/time.Second)))
-	round := max(time.Second, (duration / time.Duration(rounds)).Round(time.Second))
 	var sagaWrites, plainWrites float64
 	var sagaSeconds, plainSeconds float64
 	for r := range rounds {
 		began := time.Now()
-		writes, err := ledgerCalls(ctx, store, prefix, r, clients, began.Add(round))
+		var deadline time.Time
+		if perClient == 0 {
+			deadline = began.Add(round)
+		}
+		writes, err := ledgerCalls(ctx, store, prefix, r, clients, deadline, perClient)
 		if err != nil {
 			return nil, fmt.Errorf("bench: ledger: %w", err)
 		}
+		if want := int64(clients * perClient); perClient > 0 && writes != want {
+			return nil, fmt.Errorf("bench: ledger: round %d made %d calls of %d", r+1, writes, want)
+		}
 		sagaWrites += float64(writes)
 		sagaSeconds += time.Since(began).Seconds()
+		if perClient > 0 {
+			done, seconds, err := pgbench.count(ctx, clients, perClient)
+			if err != nil {
+				return nil, err
+			}
+			plainWrites += float64(done)
+			plainSeconds += seconds
+			continue
+		}
 		tps, err := pgbench.insert(ctx, clients, round)
 		if err != nil {
 			return nil, err
@@ -99,9 +139,10 @@ func Ledger(ctx context.Context, databaseURL string, clients int, duration time.
 }
 
 // ledgerCalls makes calls from clients goroutines, each in its own run,
-// until deadline, as the engine makes a successful tool call's writes, and
-// returns how many it completed.
-func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round, clients int, deadline time.Time) (int64, error) {
+// until deadline (when it is not zero) and perClient calls each (when it
+// is not zero), as the engine makes a successful tool call's writes, and
+// returns how many it completed. A claim of a new key must execute.
+func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round, clients int, deadline time.Time, perClient int) (int64, error) {
 	var writes atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -109,12 +150,15 @@ func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round,
 	for g := range clients {
 		wg.Go(func() {
 			run := fmt.Sprintf("%s-%d", prefix, g)
-			for i := 0; time.Now().Before(deadline); i++ {
+			for i := 0; (deadline.IsZero() || time.Now().Before(deadline)) && (perClient == 0 || i < perClient); i++ {
 				activityID := fmt.Sprintf("step-%03d-call-%d-bench", i, round)
 				key := run + "/" + activityID
 				claim, err := store.ClaimCall(ctx, ledger.ActionRequest{Key: key, WorkflowID: run, ActivityID: activityID, Tool: "bench", Arguments: `{}`},
 					ledger.LeafCall{Attempt: 1, Kind: ledger.LeafTool, Target: "bench"}, time.Minute)
-				if err == nil && claim.Execute {
+				if err == nil && !claim.Execute {
+					err = fmt.Errorf("the claim of new key %s did not execute", key)
+				}
+				if err == nil {
 					_, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
 						Status: ledger.ActionCompleted, Result: `{"ok":true}`, LeafCallID: claim.LeafCallID})
 				}
@@ -219,19 +263,58 @@ func newPGBench(ctx context.Context, databaseURL string) (*pgBench, error) {
 }
 
 // insert runs the script from clients clients for d, and returns its
-// transactions per second.
+// transactions per second. A window in which no transaction completed (on
+// a starved machine) has no figure and is an error.
 func (p *pgBench) insert(ctx context.Context, clients int, d time.Duration) (float64, error) {
-	cmd := exec.CommandContext(ctx, "pgbench", "-n", "-c", strconv.Itoa(clients), "-j", "2",
-		"-T", strconv.Itoa(int(d.Seconds())), "-f", p.script, p.databaseURL)
-	out, err := cmd.CombinedOutput()
+	out, err := p.run(ctx, clients, "-T", strconv.Itoa(int(d.Seconds())))
 	if err != nil {
-		return 0, fmt.Errorf("bench: pgbench: %w: %s", err, out)
+		return 0, err
 	}
 	m := tpsLine.FindSubmatch(out)
 	if m == nil {
 		return 0, fmt.Errorf("bench: pgbench printed no tps: %s", out)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+var processedLine = regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
+
+// count runs the script perClient times from each of clients clients, and
+// returns how many transactions completed and in how many seconds, as
+// pgbench timed them (after its connections were made).
+func (p *pgBench) count(ctx context.Context, clients, perClient int) (int64, float64, error) {
+	out, err := p.run(ctx, clients, "-t", strconv.Itoa(perClient))
+	if err != nil {
+		return 0, 0, err
+	}
+	m, t := processedLine.FindSubmatch(out), tpsLine.FindSubmatch(out)
+	if m == nil || t == nil {
+		return 0, 0, fmt.Errorf("bench: pgbench printed no count or no tps: %s", out)
+	}
+	done, err := strconv.ParseInt(string(m[1]), 10, 64)
+	if err != nil {
+		return 0, 0, err
+	}
+	tps, err := strconv.ParseFloat(string(t[1]), 64)
+	if err != nil {
+		return 0, 0, err
+	}
+	if want := int64(clients * perClient); done != want || tps <= 0 {
+		return 0, 0, fmt.Errorf("bench: pgbench made %d transactions of %d (tps %g): %s", done, want, tps, out)
+	}
+	return done, float64(done) / tps, nil
+}
+
+// run runs pgbench's insert script from clients clients, limited by limit
+// (-T seconds or -t transactions), and returns its output.
+func (p *pgBench) run(ctx context.Context, clients int, limit ...string) ([]byte, error) {
+	args := append([]string{"-n", "-c", strconv.Itoa(clients), "-j", "2"}, limit...)
+	cmd := exec.CommandContext(ctx, "pgbench", append(args, "-f", p.script, p.databaseURL)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("bench: pgbench: %w: %s", err, out)
+	}
+	return out, nil
 }
 
 func (p *pgBench) close(ctx context.Context) {

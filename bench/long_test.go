@@ -23,7 +23,7 @@ func TestLongSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := bench.LongConfig{Turns: []int{5, 15}, OutputBytes: 4 << 10, PerTurnTimeout: 3 * time.Second}
-	rows, err := bench.Long(ctx, temporalClient, ledgertest.NewDatabase(t), cfg)
+	rows, err := bench.Long(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintLong(&out, "long, small", cfg, rows)

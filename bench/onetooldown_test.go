@@ -23,7 +23,7 @@ func TestOneToolDownSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := bench.OneToolDownConfig{Items: 20, Outage: 4 * time.Second}
-	r, err := bench.OneToolDown(ctx, temporalClient, ledgertest.NewDatabase(t), cfg)
+	r, err := bench.OneToolDown(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintOneToolDown(&out, "one run, one tool down 4s", r)

@@ -21,7 +21,7 @@ func TestStormSmoke(t *testing.T) {
 	defer cancel()
 	cfg := bench.StormConfig{Runs: 4, CallsPerSecond: 4, RatePerSecond: 6, Latency: 5 * time.Millisecond,
 		OutageFrom: 2 * time.Second, OutageTo: 8 * time.Second, Duration: 20 * time.Second, ScheduleToClose: 15 * time.Second}
-	rows, err := bench.Storm(ctx, temporalClient, ledgertest.NewDatabase(t), cfg)
+	rows, err := bench.Storm(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintStorm(&out, "storm", cfg, rows)

@@ -21,7 +21,7 @@ func TestToolOutageSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := bench.ToolOutageConfig{Runs: 12, Outage: 8 * time.Second}
-	result, err := bench.ToolOutage(ctx, temporalClient, ledgertest.NewDatabase(t), cfg)
+	result, err := bench.ToolOutage(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintToolOutage(&out, "tool outage", result)

@@ -18,10 +18,13 @@ import (
 )
 
 // openWorkers opens k ledger stores (k separate pgx pools, as k workers
-// would) on one fresh database.
-func openWorkers(t testing.TB, k int) []*ledger.Store {
+// would) of conns connections at most each, on one fresh database. A test
+// gives its k pools ledgertest.MaxConns between them: with ledger.Open's 32
+// a pool, 4 workers' 16 goroutines each once held 64 connections, and
+// Postgres refused a client.
+func openWorkers(t testing.TB, k, conns int) []*ledger.Store {
 	t.Helper()
-	url := ledgertest.NewDatabase(t)
+	url := ledgertest.WithMaxConns(ledgertest.NewDatabase(t), conns)
 	stores := make([]*ledger.Store, k)
 	for i := range stores {
 		store, err := ledger.Open(context.Background(), url)
@@ -126,7 +129,9 @@ func TestBucketNeverOverAdmitsAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const capacity, k, g = 200, 4, 16
-	stores := openWorkers(t, k)
+	// 16 goroutines a worker contend for 2 connections each: 8 takes in
+	// flight from 4 pools at once.
+	stores := openWorkers(t, k, ledgertest.MaxConns/k)
 	require.NoError(t, stores[0].EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: capacity}))
 
 	var grants atomic.Int64
@@ -160,12 +165,13 @@ func TestBucketNeverOverAdmitsAcrossWorkers(t *testing.T) {
 func TestBucketWithRefillNeverOverAdmits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// The refill is below what 32 goroutines take even on a loaded 2-core
-	// machine (at 100/s a busy CI run once took only 110 in 1.3 s and never
-	// emptied the bucket), and the load goes on past the second until a
-	// take is denied: the bound is only tested once the bucket ran dry.
+	// The refill is below what 32 goroutines (on 8 connections) take even
+	// on a loaded 2-core machine (at 100/s a busy CI run once took only 110
+	// in 1.3 s and never emptied the bucket), and the load goes on past the
+	// second until a take is denied: the bound is only tested once the
+	// bucket ran dry.
 	const capacity, refill, k, g = 50.0, 20.0, 4, 8
-	stores := openWorkers(t, k)
+	stores := openWorkers(t, k, ledgertest.MaxConns/k)
 
 	start := time.Now()
 	require.NoError(t, stores[0].EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: capacity, RefillPerSecond: refill}))

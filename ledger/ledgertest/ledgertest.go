@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,18 @@ func ServerURL() string {
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// MaxConns is the most connections a pool the helpers open holds (NewStore,
+// NewCountingStore, a pool on NewPooledDatabase's URL), where ledger.Open's
+// default for a worker is ledger.DefaultMaxConns (32). `go test ./...` runs
+// GOMAXPROCS packages at once and, in each, GOMAXPROCS parallel tests: with
+// 32 a pool, one test's 4 pools of 16 goroutines each held 64 connections,
+// and beside another program's 20 Postgres refused a client (too many
+// clients already; max_connections is 100). A test that opens several
+// pools on one database gives each a share of MaxConns (WithMaxConns), so
+// a test holds about MaxConns connections at most, and the suite on a
+// 2-core machine stays under 50 (scripts/pgpeak.sh measures it).
+const MaxConns = 8
 
 // NewDatabase creates an empty, migrated database for t, drops it when t
 // ends, and returns its URL.
@@ -83,10 +96,39 @@ func NewDatabase(t testing.TB) string {
 	return dbURL
 }
 
-// NewStore opens a ledger on a new database for t and closes it when t ends.
+// NewPooledDatabase is NewDatabase whose URL caps a pgx pool opened on it
+// (ledger.Open, pgxpool.New, a worker process given it as DATABASE_URL) at
+// MaxConns connections, unless DATABASE_URL sets pool_max_conns itself.
+// Only pgxpool reads pool_max_conns: pgx.Connect, psql and pgbench send it
+// to the server, which refuses to connect, so they take NewDatabase's URL.
+func NewPooledDatabase(t testing.TB) string {
+	t.Helper()
+	dbURL := NewDatabase(t)
+	if u, err := url.Parse(dbURL); err == nil && u.Query().Has("pool_max_conns") {
+		return dbURL
+	}
+	return WithMaxConns(dbURL, MaxConns)
+}
+
+// WithMaxConns returns databaseURL with pool_max_conns set to n: it
+// replaces the URL's own, where appending a second would leave which one
+// counts to the parser.
+func WithMaxConns(databaseURL string, n int) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		panic("ledgertest: WithMaxConns: " + err.Error())
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(n))
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// NewStore opens a ledger (a pool of MaxConns connections at most) on a new
+// database for t and closes it when t ends.
 func NewStore(t testing.TB) *ledger.Store {
 	t.Helper()
-	store, err := ledger.Open(context.Background(), NewDatabase(t))
+	store, err := ledger.Open(context.Background(), NewPooledDatabase(t))
 	if err != nil {
 		t.Fatalf("ledgertest: %v", err)
 	}

@@ -106,14 +106,14 @@ func (s *Statements) Take() []Statement {
 }
 
 // NewCountingStore is NewStore whose pool records its statements in
-// statements (set its Caller before the store is used).
+// statements (set its Caller before the store is used). Its pool holds
+// MaxConns connections at most, as NewStore's.
 func NewCountingStore(t testing.TB, statements *Statements) *ledger.Store {
 	t.Helper()
-	config, err := pgxpool.ParseConfig(NewDatabase(t))
+	config, err := pgxpool.ParseConfig(NewPooledDatabase(t))
 	if err != nil {
 		t.Fatalf("ledgertest: %v", err)
 	}
-	config.MaxConns = ledger.DefaultMaxConns
 	config.ConnConfig.Tracer = statements
 	pool, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -97,7 +98,7 @@ agents:
 	require.NoError(t, err)
 	result, err := run.Result(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	require.Equal(t, "read them all", result.Answer)
 
 	child, err := c.DescribeWorkflowExecution(ctx, id+"/step-001-call-1-helper", "")
@@ -151,7 +152,7 @@ func TestStartRefusesAnIDTheLedgerHas(t *testing.T) {
 	c := devServer.Client()
 	store := agentsagatest.NewLedger(t)
 	id := agentsagatest.RunID(t)
-	require.NoError(t, store.StartRun(ctx, ledger.Run{WorkflowID: id, Goal: "the first run, which Temporal forgot"}))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, Goal: "the first run, which Temporal forgot"}))
 
 	spec := agentsaga.RunSpec{Goal: "the second", Budget: agentsaga.Budget{Steps: 2}, Model: agentsagatest.Script(agentsagatest.Answer("hi"))}
 	_, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: id, Ledger: store})
@@ -217,7 +218,7 @@ func TestCloseFlushesTheSuccessBonuses(t *testing.T) {
 	result := agentsagatest.Run(t, engine, agentsaga.RunSpec{Goal: "count", Budget: agentsaga.Budget{Steps: 3},
 		Model: agentsagatest.Script(agentsagatest.Call("word_count", map[string]string{"text": "two words"}), agentsagatest.Answer("two")),
 		Tools: []agentsaga.ToolSpec{{Name: "word_count", Kind: "go"}}})
-	require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 
 	// Two model turns and a tool call succeeded: three bonuses, whether
 	// the timer flushed them already or Close does.
@@ -285,7 +286,7 @@ func TestRunHandleResumesAndAborts(t *testing.T) {
 	require.Contains(t, refused.Reason, "not waiting for a human")
 	close(release)
 
-	waitForStatus(t, run, ledger.RunEscalated)
+	waitForStatus(t, run, agentsagatype.RunEscalated)
 	err = run.Retry(ctx)
 	require.ErrorAs(t, err, &refused)
 	require.Contains(t, refused.Reason, "where retry does not apply")
@@ -299,7 +300,7 @@ func TestRunHandleResumesAndAborts(t *testing.T) {
 	require.NoError(t, run.Resume(ctx, agentsaga.ResumeInput{Message: "archive it instead", AddSteps: 1}))
 	result, err := run.Result(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ledger.RunCompleted, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	require.Equal(t, "I archived it instead.", result.Answer)
 	err = run.Abort(ctx, "too late")
 	require.Error(t, err, "an ended run takes no decision")
@@ -309,14 +310,14 @@ func TestRunHandleResumesAndAborts(t *testing.T) {
 	spec.Tools = nil
 	run, err = agentsaga.Start(ctx, c, agentsagatest.RunID(t), spec, opts)
 	require.NoError(t, err)
-	waitForStatus(t, run, ledger.RunEscalated)
+	waitForStatus(t, run, agentsagatype.RunEscalated)
 	require.NoError(t, run.Abort(ctx, "ops@example.com: not without approval"))
 	result, err = run.Result(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ledger.RunCompensated, result.Status, result.Reason)
+	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
 	status, err := run.Status(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ledger.RunCompensated, status.Status)
+	require.Equal(t, agentsagatype.RunCompensated, status.Status)
 }
 
 // keyModel is a team's own model: it asks for a word count, then answers,

@@ -266,7 +266,7 @@ type Registry interface {
 
 // Register registers the engine's workflows (AgentRunWorkflow,
 // RollbackRunWorkflow, ReconcilerWorkflow) and its activities under
-// activities.NamePrefix ("agentsaga.AgentRun", "agentsaga.CallTool") on
+// agentsagatype.NamePrefix ("agentsaga.AgentRun", "agentsaga.CallTool") on
 // r, and under their bare names too with Config.LegacyNames. The worker
 // must run with WorkerOptions' interceptors.
 func (e *Engine) Register(r Registry) {

@@ -15,8 +15,8 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 )
 
@@ -63,7 +63,7 @@ func TestEngineRunsATypedToolInTheTestKit(t *testing.T) {
 		Budget: agentsaga.Budget{Steps: 5},
 		Model: agentsagatest.Script(agentsagatest.Call("refund_order", orderArgs{Order: "o-1"}),
 			agentsagatest.Call("word_count", map[string]string{"text": "refund sent"}), agentsagatest.Answer("refunded")),
-		Tools: []agentsaga.ToolSpec{tool.Spec(), {Name: "word_count", Kind: activities.ToolKindGo}},
+		Tools: []agentsaga.ToolSpec{tool.Spec(), {Name: "word_count", Kind: agentsagatype.ToolKindGo}},
 	}.Resolve()
 	require.NoError(t, err)
 	env.ExecuteWorkflow(agentsaga.AgentRunWorkflow, spec)

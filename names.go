@@ -10,7 +10,7 @@ import (
 )
 
 // The engine's workflow types, namespaced as its activities are
-// (activities.NamePrefix), so that they share a worker with a team's own
+// (agentsagatype.NamePrefix), so that they share a worker with a team's own
 // workflows: a team may have a workflow called AgentRun.
 const (
 	// AgentRunWorkflow is the type of a run: Start starts it, and a run's

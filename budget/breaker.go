@@ -5,13 +5,14 @@ import (
 	"time"
 )
 
-// Breaker is an in-process circuit breaker for one dependency: after
+// breaker is an in-process circuit breaker for one dependency: after
 // Threshold failures within Window it opens and fails calls instantly for
 // Cooldown, then lets exactly one probe through to decide whether to close.
-// It is the single-process counterpart of the fleet-wide breakers kept in
+// Unexported: no production code uses it; its tests reach it through
+// export_test.go. It is the single-process counterpart of the fleet-wide breakers kept in
 // Postgres (circuit_breakers), for callers without a database. Safe for
 // concurrent use.
-type Breaker struct {
+type breaker struct {
 	cfg BreakerConfig
 	now func() time.Time
 
@@ -22,16 +23,16 @@ type Breaker struct {
 	since       time.Time // when the cooldown began (open) or the probe left (half-open)
 }
 
-// NewBreaker returns a closed breaker shaped by cfg. now is the clock; nil
+// newBreaker returns a closed breaker shaped by cfg. now is the clock; nil
 // means time.Now.
-func NewBreaker(cfg BreakerConfig, now func() time.Time) (*Breaker, error) {
+func newBreaker(cfg BreakerConfig, now func() time.Time) (*breaker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Breaker{cfg: cfg, now: now, state: BreakerClosed}, nil
+	return &breaker{cfg: cfg, now: now, state: BreakerClosed}, nil
 }
 
 // Allow reports whether a call may go ahead, and whether it is the probe.
@@ -40,7 +41,7 @@ func NewBreaker(cfg BreakerConfig, now func() time.Time) (*Breaker, error) {
 // (its caller crashed) is given up on after another Cooldown, and the next
 // caller becomes the probe, so a lost probe cannot hold the breaker open
 // for ever.
-func (b *Breaker) Allow() (allowed, probe bool) {
+func (b *breaker) Allow() (allowed, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == BreakerClosed {
@@ -64,7 +65,7 @@ func (b *Breaker) Allow() (allowed, probe bool) {
 // the probe is heard: its success closes the breaker and its failure opens
 // it for a fresh Cooldown. Reports from calls allowed before the breaker
 // opened are stale evidence and are ignored once it is not closed.
-func (b *Breaker) Record(success, probe bool) {
+func (b *breaker) Record(success, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -97,7 +98,7 @@ func (b *Breaker) Record(success, probe bool) {
 // would see it now: an open breaker whose cooldown is over reports
 // half-open, since the next caller will be let through as the probe. That
 // is what a prompt note should say, even before anyone has called Allow.
-func (b *Breaker) State() string {
+func (b *breaker) State() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == BreakerOpen && b.now().Sub(b.since) >= b.cfg.Cooldown {

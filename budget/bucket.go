@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// TokenBucket is an in-process retry budget: one token per retry, refilled
+// tokenBucket is an in-process retry budget: one token per retry, refilled
 // with time and topped up by successes, so retries stop by themselves when
 // everything is failing. It is the single-process counterpart of the
 // fleet-wide bucket kept in Postgres (retry_buckets), for callers without
 // a database. It is safe for concurrent use; the zero value is not usable,
 // call NewTokenBucket.
-type TokenBucket struct {
+type tokenBucket struct {
 	// now is the injected clock, or nil for the real one. The real clock
 	// is read with time.Since, which reads only the monotonic clock: that
 	// is half the cost of time.Now (a wall and a monotonic reading), and
@@ -30,10 +30,10 @@ type TokenBucket struct {
 	last   int64 // nanoseconds since origin of the latest refill
 }
 
-// NewTokenBucket returns a full bucket shaped by cfg. now is the clock;
+// newTokenBucket returns a full bucket shaped by cfg. now is the clock;
 // nil means time.Now, whose monotonic reading keeps refill immune to wall
 // clock jumps.
-func NewTokenBucket(cfg BucketConfig, now func() time.Time) (*TokenBucket, error) {
+func newTokenBucket(cfg BucketConfig, now func() time.Time) (*tokenBucket, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func NewTokenBucket(cfg BucketConfig, now func() time.Time) (*TokenBucket, error
 	if now != nil {
 		origin = now()
 	}
-	return &TokenBucket{
+	return &tokenBucket{
 		now:      now,
 		origin:   origin,
 		capacity: cfg.Capacity,
@@ -61,7 +61,7 @@ func NewTokenBucket(cfg BucketConfig, now func() time.Time) (*TokenBucket, error
 
 // TryWithdraw takes the token a retry costs and reports whether there was
 // one. A false means the retry must not happen.
-func (b *TokenBucket) TryWithdraw() bool {
+func (b *tokenBucket) TryWithdraw() bool {
 	t := b.elapsed()
 	b.mu.Lock()
 	b.refill(t)
@@ -74,7 +74,7 @@ func (b *TokenBucket) TryWithdraw() bool {
 }
 
 // Deposit credits the bucket with the success bonus, up to its capacity.
-func (b *TokenBucket) Deposit() {
+func (b *tokenBucket) Deposit() {
 	if b.bonus == 0 {
 		return
 	}
@@ -88,7 +88,7 @@ func (b *TokenBucket) Deposit() {
 }
 
 // Level returns the tokens in the bucket now, fractions included.
-func (b *TokenBucket) Level() float64 {
+func (b *tokenBucket) Level() float64 {
 	t := b.elapsed()
 	b.mu.Lock()
 	b.refill(t)
@@ -100,7 +100,7 @@ func (b *TokenBucket) Level() float64 {
 // elapsed reads the clock as nanoseconds since origin. It is called
 // before taking the lock, so callers do not queue behind each other's
 // clock reads; a reading that then arrives late simply refills nothing.
-func (b *TokenBucket) elapsed() int64 {
+func (b *tokenBucket) elapsed() int64 {
 	if b.now == nil {
 		return int64(time.Since(b.origin))
 	}
@@ -111,7 +111,7 @@ func (b *TokenBucket) elapsed() int64 {
 // older than the last one (a caller that was slow to get the lock, or an
 // injected clock stepping back) credits nothing and does not move b.last
 // back, so no interval is ever paid twice.
-func (b *TokenBucket) refill(t int64) {
+func (b *tokenBucket) refill(t int64) {
 	elapsed := t - b.last
 	if elapsed <= 0 {
 		return

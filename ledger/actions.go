@@ -180,18 +180,11 @@ func (s *Store) CompleteAction(ctx context.Context, key string, attempt int, res
 	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: agentsagatype.ActionCompleted, Result: result})
 }
 
-// CompleteActionAndRecord is CompleteAction that also writes msg into the
-// run's conversation, in the same statement: a tool's output (or a model's
-// reply) is in the conversation exactly when its action is completed.
-func (s *Store) CompleteActionAndRecord(ctx context.Context, key string, attempt int, result string, msg Message) (agentsagatype.Action, error) {
-	return s.SettleAttempt(ctx, key, attempt, AttemptEnd{Status: agentsagatype.ActionCompleted, Result: result, Message: &msg})
-}
-
-// FailAction records a failed attempt and the error type it failed with.
+// failAction records a failed attempt and the error type it failed with.
 // A permanent failure is stored as rejected and returned to every later
 // attempt; otherwise the key is freed for the next attempt. An attempt
 // that lost the key gets ErrLeaseLost, as for CompleteAction.
-func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, errType string, permanent bool) (agentsagatype.Action, error) {
+func (s *Store) failAction(ctx context.Context, key string, attempt int, cause, errType string, permanent bool) (agentsagatype.Action, error) {
 	return s.SettleAttempt(ctx, key, attempt, FailedAttempt(cause, errType, permanent))
 }
 

@@ -40,11 +40,11 @@ func (s *Store) CompensationStack(ctx context.Context, workflowID string) ([]age
 	return stack, nil
 }
 
-// Irreversible lists the actions of a run and its sub-agents, newest
+// irreversibleActions lists the actions of a run and its sub-agents, newest
 // first, made with one of tools (the ones that cannot be undone) that
 // happened or may have happened: completed, or attempted with an unknown
 // outcome. A rejected action took no effect and is left out.
-func (s *Store) Irreversible(ctx context.Context, workflowID string, tools []string) ([]agentsagatype.Action, error) {
+func (s *Store) irreversibleActions(ctx context.Context, workflowID string, tools []string) ([]agentsagatype.Action, error) {
 	if len(tools) == 0 {
 		return nil, nil
 	}
@@ -71,7 +71,7 @@ func (s *Store) Plan(ctx context.Context, workflowID string, irreversibleTools [
 	if err != nil {
 		return agentsagatype.RollbackPlan{}, err
 	}
-	irreversible, err := s.Irreversible(ctx, workflowID, irreversibleTools)
+	irreversible, err := s.irreversibleActions(ctx, workflowID, irreversibleTools)
 	if err != nil {
 		return agentsagatype.RollbackPlan{}, err
 	}

@@ -1,5 +1,11 @@
 package ledger
 
+import (
+	"context"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+)
+
 // HoldBatches takes every batch slot of s, so that the claims and
 // completions sent meanwhile queue up, and returns the function that frees
 // the slots: the queued statements then go out together.
@@ -7,3 +13,38 @@ func HoldBatches(s *Store) (release func()) { return s.calls.Hold() }
 
 // QueuedStatements is how many statements wait for a batch.
 func QueuedStatements(s *Store) int { return s.calls.Queued() }
+
+// Store methods only tests call: production code goes through
+// SettleAttempt, ClaimCall/ClaimTurn and the SQL functions instead.
+
+func (s *Store) AppendMessages(ctx context.Context, workflowID string, msgs []Message) error {
+	return s.appendMessages(ctx, workflowID, msgs)
+}
+
+func (s *Store) BeginLeafCall(ctx context.Context, call LeafCall) (int64, error) {
+	return s.beginLeafCall(ctx, call)
+}
+
+func (s *Store) DepositToBucket(ctx context.Context, name string, amount float64) (float64, error) {
+	return s.depositToBucket(ctx, name, amount)
+}
+
+func (s *Store) EndLeafCall(ctx context.Context, id int64, callErr error) error {
+	return s.endLeafCall(ctx, id, callErr)
+}
+
+func (s *Store) FailAction(ctx context.Context, key string, attempt int, cause, errType string, permanent bool) (agentsagatype.Action, error) {
+	return s.failAction(ctx, key, attempt, cause, errType, permanent)
+}
+
+func (s *Store) MessageSizes(ctx context.Context, workflowID string, through int) ([]MessageSize, error) {
+	return s.messageSizes(ctx, workflowID, through)
+}
+
+func (s *Store) OpenBreakers(ctx context.Context) ([]string, error) {
+	return s.openBreakers(ctx)
+}
+
+func (s *Store) RecordSuccess(ctx context.Context, chargeKey, bucket string, bonus float64, dependency string, probe bool) error {
+	return s.recordSuccess(ctx, chargeKey, bucket, bonus, dependency, probe)
+}

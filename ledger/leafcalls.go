@@ -30,9 +30,9 @@ type LeafCall struct {
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
-// BeginLeafCall records an attempt before it leaves the process, so an
+// beginLeafCall records an attempt before it leaves the process, so an
 // attempt whose worker dies mid-call is still counted (as in-flight).
-func (s *Store) BeginLeafCall(ctx context.Context, call LeafCall) (int64, error) {
+func (s *Store) beginLeafCall(ctx context.Context, call LeafCall) (int64, error) {
 	var id int64
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO leaf_calls (workflow_id, activity_id, idempotency_key, attempt, kind, target)
@@ -44,8 +44,8 @@ func (s *Store) BeginLeafCall(ctx context.Context, call LeafCall) (int64, error)
 	return id, nil
 }
 
-// EndLeafCall records how the attempt ended; a nil callErr is success.
-func (s *Store) EndLeafCall(ctx context.Context, id int64, callErr error) error {
+// endLeafCall records how the attempt ended; a nil callErr is success.
+func (s *Store) endLeafCall(ctx context.Context, id int64, callErr error) error {
 	outcome, message := "ok", ""
 	if callErr != nil {
 		outcome, message = "error", storable(callErr.Error())

@@ -44,10 +44,10 @@ type MessageSize struct {
 	Bytes  int    `json:"bytes"`
 }
 
-// AppendMessages writes messages of a run that no activity wrote yet (the
+// appendMessages writes messages of a run that no activity wrote yet (the
 // system prompt, the goal, a human's instruction, a failed call's error).
 // A seq already written keeps its first content.
-func (s *Store) AppendMessages(ctx context.Context, workflowID string, msgs []Message) error {
+func (s *Store) appendMessages(ctx context.Context, workflowID string, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -78,9 +78,9 @@ func (s *Store) AppendMessages(ctx context.Context, workflowID string, msgs []Me
 	return nil
 }
 
-// MessageSizes returns the size of each of a run's messages before seq
+// messageSizes returns the size of each of a run's messages before seq
 // through, in order, without their content.
-func (s *Store) MessageSizes(ctx context.Context, workflowID string, through int) ([]MessageSize, error) {
+func (s *Store) messageSizes(ctx context.Context, workflowID string, through int) ([]MessageSize, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT seq, role, pinned, source_key, tokens, octet_length(content)
 		FROM messages WHERE workflow_id = $1 AND seq < $2 ORDER BY seq`, workflowID, through)

@@ -64,9 +64,9 @@ func (s *Store) BucketLevel(ctx context.Context, name string) (float64, error) {
 	return *level, nil
 }
 
-// DepositToBucket puts amount tokens back, capped at capacity, and returns
+// depositToBucket puts amount tokens back, capped at capacity, and returns
 // the new level.
-func (s *Store) DepositToBucket(ctx context.Context, name string, amount float64) (float64, error) {
+func (s *Store) depositToBucket(ctx context.Context, name string, amount float64) (float64, error) {
 	if amount < 0 {
 		return 0, fmt.Errorf("ledger: deposit to bucket %s: amount %v must not be negative", name, amount)
 	}
@@ -137,13 +137,13 @@ func (s *Store) DecideRetry(ctx context.Context, req RetryRequest) (string, erro
 	return *decision, nil
 }
 
-// RecordSuccess reports a successful attempt once per charge key: it
+// recordSuccess reports a successful attempt once per charge key: it
 // deposits bonus into the bucket (an empty bucket name skips it) and tells
 // the dependency's breaker, as its probe when probe is true. Today's retry
 // hook batches its deposits (DepositUnlessFull) instead; this, and the SQL
 // function behind it, stay for the workers of older builds that share the
 // fleet's ledger during a deploy.
-func (s *Store) RecordSuccess(ctx context.Context, chargeKey, bucket string, bonus float64, dependency string, probe bool) error {
+func (s *Store) recordSuccess(ctx context.Context, chargeKey, bucket string, bonus float64, dependency string, probe bool) error {
 	if bonus < 0 {
 		return fmt.Errorf("ledger: record success %s: bonus %v must not be negative", chargeKey, bonus)
 	}
@@ -255,8 +255,8 @@ func (s *Store) RunRetryCounters(ctx context.Context, workflowID string) (RetryC
 	return c, nil
 }
 
-// OpenBreakers lists the dependencies whose breaker is open or half-open.
-func (s *Store) OpenBreakers(ctx context.Context) ([]string, error) {
+// openBreakers lists the dependencies whose breaker is open or half-open.
+func (s *Store) openBreakers(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT dependency FROM circuit_breakers WHERE state IN ('open', 'half-open') ORDER BY dependency`)
 	if err != nil {

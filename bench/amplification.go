@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
@@ -159,7 +160,7 @@ tools:
 	}
 	bucket := "bench-" + nonce()
 	stop, err := startWorkers(ctx, cfg.Workers, func(i int, store *ledger.Store) (sdkworker.Worker, error) {
-		wopts := worker.Options{TaskQueue: queue, Bucket: bucket, Breaker: breaker}
+		wopts := worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: bucket, Breaker: breaker}}
 		if opts.perWorker {
 			wopts.Bucket = fmt.Sprintf("%s-worker-%d", bucket, i)
 		}

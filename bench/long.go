@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
@@ -217,7 +218,7 @@ func longOne(ctx context.Context, c client.Client, store *ledger.Store, cfg Long
 	}
 
 	queue := fmt.Sprintf("bench-long-%d-%s", turns, nonce())
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Bucket: queue})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
 	if err != nil {
 		return row, err
 	}

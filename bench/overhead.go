@@ -11,6 +11,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
@@ -96,7 +97,7 @@ func Overhead(ctx context.Context, c client.Client, databaseURL string, cfg Ampl
 		if err != nil {
 			return nil, err
 		}
-		w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Bucket: "bench-overhead"})
+		w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "bench-overhead"}})
 		if err != nil {
 			store.Close()
 			return nil, err

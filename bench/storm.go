@@ -14,6 +14,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
@@ -199,7 +200,7 @@ func Storm(ctx context.Context, c client.Client, databaseURL string, cfg StormCo
 			if err != nil {
 				return nil, err
 			}
-			w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Bucket: "bench-storm-" + nonce()})
+			w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "bench-storm-" + nonce()}})
 			if err != nil {
 				store.Close()
 				return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
@@ -140,7 +141,7 @@ func startOutageWorker(ctx context.Context, c client.Client, databaseURL, queueP
 		return nil, err
 	}
 	queue := queuePrefix + nonce()
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Bucket: queue})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
 	if err != nil {
 		store.Close()
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -55,8 +56,7 @@ func TestWorkerVersioningAcrossADeploy(t *testing.T) {
 			name := fmt.Sprintf("versioning-%s-%d", versioning, time.Now().UnixNano())
 			queue := name
 			start := func(build string) {
-				w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue,
-					Deployment: worker.Deployment{Name: name, BuildID: build, Versioning: versioning}})
+				w, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue}, Deployment: worker.Deployment{Name: name, BuildID: build, Versioning: versioning}})
 				require.NoError(t, err)
 				require.NoError(t, w.Start())
 				t.Cleanup(w.Stop)
@@ -123,8 +123,7 @@ func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 		return "page " + string(call.Arguments), nil
 	})
 	start := func(build string) {
-		w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: name, Toolbox: box,
-			Deployment: worker.Deployment{Name: name, BuildID: build, Versioning: worker.VersioningPinned}})
+		w, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: name, Toolbox: box}, Deployment: worker.Deployment{Name: name, BuildID: build, Versioning: worker.VersioningPinned}})
 		require.NoError(t, err)
 		require.NoError(t, w.Start())
 		t.Cleanup(w.Stop)

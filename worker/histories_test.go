@@ -129,11 +129,11 @@ func TestRecordHistories(t *testing.T) {
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return strings.Repeat("page "+string(call.Arguments)+". ", 64), nil
 	})
-	w, err := worker.New(ctx, temporalClient, r.store, worker.Options{TaskQueue: r.queue, Toolbox: box})
+	w, err := worker.New(ctx, temporalClient, r.store, worker.Options{Config: agentsaga.Config{TaskQueue: r.queue, Toolbox: box}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
-	breakers, err := worker.New(ctx, temporalClient, r.store, worker.Options{TaskQueue: r.queue + "-breakers", Toolbox: box, Breaker: breakerConfig})
+	breakers, err := worker.New(ctx, temporalClient, r.store, worker.Options{Config: agentsaga.Config{TaskQueue: r.queue + "-breakers", Toolbox: box, Breaker: breakerConfig}})
 	require.NoError(t, err)
 	require.NoError(t, breakers.Start())
 	defer breakers.Stop()

@@ -16,6 +16,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -58,7 +59,7 @@ func TestLongRunUnderLoweredHistoryLimits(t *testing.T) {
 		line := fmt.Sprintf("%s says: %s. ", call.Key, call.Arguments)
 		return strings.Repeat(line, size/len(line)+1)[:size], nil
 	})
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: "long", Toolbox: box})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: "long", Toolbox: box}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
@@ -137,7 +138,7 @@ func TestContinueAsNewWithAHumanInTheLoop(t *testing.T) {
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return strings.Repeat("page "+string(call.Arguments)+". ", 128), nil
 	})
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: "long-human", Toolbox: box})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: "long-human", Toolbox: box}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -88,7 +89,7 @@ func TestMetricsReportRetriesLedgerAndSDK(t *testing.T) {
 	defer flaky.Close()
 
 	queue := "metrics-" + t.Name()
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Observe: m.ObserveRetry})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Observe: m.ObserveRetry}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()

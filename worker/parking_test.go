@@ -16,6 +16,7 @@ import (
 	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -226,7 +227,7 @@ func startOutage(ctx context.Context, t *testing.T) (*ledger.Store, *outage, str
 	server := httptest.NewServer(crm)
 	t.Cleanup(server.Close)
 	queue := "parking-" + t.Name()
-	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, Breaker: parkingBreaker})
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Breaker: parkingBreaker}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -99,7 +100,7 @@ func TestAGoToolsRetriedErrorLogsNothingAtError(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	queue := "quiet-" + t.Name()
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue, Toolbox: box})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Toolbox: box}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()

@@ -259,11 +259,11 @@ func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
 	_, err := store.Pool().Exec(ctx, `UPDATE runs SET started_at = started_at - interval '1 minute' WHERE workflow_id = $1`, vanished)
 	require.NoError(t, err)
 
-	first, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, ReconcileEvery: time.Hour})
+	first, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
 	require.NoError(t, err)
 	schedule := temporalClient.ScheduleClient().GetHandle(ctx, workflows.ReconcileScheduleID)
 	t.Cleanup(func() { _ = schedule.Delete(context.Background()) })
-	_, err = worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, ReconcileEvery: time.Hour})
+	_, err = worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
 	require.NoError(t, err, "a schedule that exists is not an error")
 
 	desc, err := schedule.Describe(ctx)
@@ -287,7 +287,7 @@ func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
 	first.Stop()
 
 	// The Schedule lives in Temporal: a new worker's passes go on.
-	second, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, ReconcileEvery: time.Hour})
+	second, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
 	require.NoError(t, err)
 	require.NoError(t, second.Start())
 	defer second.Stop()

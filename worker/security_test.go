@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -64,7 +65,7 @@ func startLoggedWorker(ctx context.Context, t *testing.T, store *ledger.Store, q
 	c, err := client.NewClientFromExisting(temporalClient, client.Options{Namespace: "default", Logger: log.NewStructuredLogger(logger)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	w, err := worker.New(ctx, c, store, worker.Options{TaskQueue: queue})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop) // runs before c.Close: cleanups run last first

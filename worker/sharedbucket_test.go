@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -63,14 +64,13 @@ func TestTwoWorkersShareOneBucket(t *testing.T) {
 		store, err := ledger.Open(ctx, databaseURL)
 		require.NoError(t, err)
 		defer store.Close()
-		w, err := worker.New(ctx, temporalClient, store, worker.Options{
-			TaskQueue: queue, Bucket: "shared", Observe: observe,
+		w, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "shared", Observe: observe,
 			// No refill and no bonus: the runs' model turns succeed, and
 			// their bonuses would let a run whose retries come late take
 			// a token another run's success earned.
 			BucketConfig: budget.BucketConfig{Capacity: capacity, RefillPerSecond: 0, SuccessBonus: 0},
 			Breaker:      budget.BreakerConfig{Threshold: 1000, Window: time.Minute, Cooldown: time.Minute},
-		})
+		}})
 		require.NoError(t, err)
 		require.NoError(t, w.Start())
 		defer w.Stop()

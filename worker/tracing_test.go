@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -125,7 +126,7 @@ model:
 	exporter := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue, TracerProvider: tp})
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, TracerProvider: tp}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()

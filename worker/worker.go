@@ -13,19 +13,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -107,34 +103,21 @@ func Dial(ctx context.Context, cfg Config) (client.Client, error) {
 // DefaultBucket is the name of the fleet-wide retry bucket row.
 const DefaultBucket = agentsaga.DefaultBucket
 
-// Options are what New registers beyond the defaults.
+// Options are the engine's configuration, declared once in
+// agentsaga.Config, and what only a worker New builds has: a deployment
+// and the SDK's own worker options. New sets Config.Temporal to the client
+// it is given, and Config.LegacyNames, since such a worker may have runs
+// in flight from builds before the names were namespaced. It leaves the
+// reconciler's Schedule alone unless Config.ReconcileEvery is positive
+// (`agentsaga worker` and `agentsaga dev` set workflows.ReconcileInterval),
+// so a worker built for a test or a benchmark starts no reconciler.
 type Options struct {
-	TaskQueue string
-	// Bucket names the fleet retry bucket this worker pays from; every
-	// worker naming the same bucket shares it. Empty means DefaultBucket.
-	Bucket string
-	// BucketConfig shapes it; zero means budget.DefaultBucket.
-	BucketConfig budget.BucketConfig
-	// Breaker shapes the circuit breakers; zero means budget.DefaultBreaker.
-	Breaker budget.BreakerConfig
-	// Observe, when set, sees every retry decision.
-	Observe func(plan agentsagatype.RetryPlan, decision string)
-	// Toolbox holds Go tools added to the built-in ones.
-	Toolbox *activities.Toolbox
-	// HTTPClient carries HTTP tools and model calls; nil means a client
-	// with no retries of its own.
-	HTTPClient *http.Client
-	// ReconcileEvery, when set, makes New ensure the reconciler's Schedule
-	// (agentsaga.Config.ReconcileEvery) firing this often; `agentsaga
-	// worker` and `agentsaga dev` set workflows.ReconcileInterval.
-	ReconcileEvery time.Duration
+	agentsaga.Config
 	// Deployment, when set, makes the worker one build of a worker
 	// deployment; the zero value is unversioned.
 	Deployment Deployment
-	// TracerProvider, when set, traces runs, activities and their model and
-	// tool calls (TracingInterceptor); nil means no tracing.
-	TracerProvider trace.TracerProvider
-	Worker         sdkworker.Options
+	// Worker are the SDK's options; New adds the engine's interceptors.
+	Worker sdkworker.Options
 }
 
 // New builds a Temporal worker running the agentsaga engine (the
@@ -142,18 +125,15 @@ type Options struct {
 // registers them), after making sure the fleet bucket's row exists; the
 // caller starts and stops the worker.
 func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options) (sdkworker.Worker, error) {
-	reconcileEvery := opts.ReconcileEvery
-	if reconcileEvery <= 0 {
-		reconcileEvery = -1 // the engine leaves the Schedule alone
+	cfg := opts.Config
+	cfg.Temporal = c
+	if cfg.ReconcileEvery <= 0 {
+		cfg.ReconcileEvery = -1 // the engine leaves the Schedule alone
 	}
-	engine, err := agentsaga.New(ctx, store, agentsaga.Config{
-		TaskQueue: opts.TaskQueue, Bucket: opts.Bucket, BucketConfig: opts.BucketConfig, Breaker: opts.Breaker,
-		Toolbox: opts.Toolbox, HTTPClient: opts.HTTPClient, Observe: opts.Observe, Temporal: c,
-		ReconcileEvery: reconcileEvery, TracerProvider: opts.TracerProvider,
-		// This worker may have runs in flight from builds that started
-		// the bare workflow names and scheduled the bare activity names.
-		LegacyNames: true,
-	})
+	// This worker may have runs in flight from builds that started the
+	// bare workflow names and scheduled the bare activity names.
+	cfg.LegacyNames = true
+	engine, err := agentsaga.New(ctx, store, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -232,8 +212,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer c.Close()
 
-	w, err := New(ctx, c, store, Options{TaskQueue: cfg.TaskQueue, Observe: observe,
-		ReconcileEvery: workflows.ReconcileInterval, Deployment: cfg.Deployment, TracerProvider: tp})
+	w, err := New(ctx, c, store, Options{Config: agentsaga.Config{TaskQueue: cfg.TaskQueue, Observe: observe,
+		ReconcileEvery: workflows.ReconcileInterval, TracerProvider: tp}, Deployment: cfg.Deployment})
 	if err != nil {
 		return err
 	}

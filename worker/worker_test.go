@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 // (some tests stop it mid-run on purpose).
 func startWorker(ctx context.Context, t *testing.T, store *ledger.Store, queue string) sdkworker.Worker {
 	t.Helper()
-	w, err := worker.New(ctx, temporalClient, store, worker.Options{TaskQueue: queue})
+	w, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	return w

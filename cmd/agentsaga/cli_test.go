@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -59,7 +60,7 @@ func cliWorld(t *testing.T) *ledger.Store {
 	store, err := ledger.Open(context.Background(), databaseURL)
 	require.NoError(t, err)
 	t.Cleanup(store.Close)
-	w, err := worker.New(context.Background(), devServer.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
+	w, err := worker.New(context.Background(), devServer.Client(), store, worker.Options{Config: agentsaga.Config{TaskQueue: workflows.TaskQueue}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop) // runs before store.Close: cleanups run last first

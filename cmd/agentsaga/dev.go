@@ -94,7 +94,7 @@ func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (_ *d
 	if err := agentsaga.RegisterSearchAttributes(ctx, stack.client, stack.cfg.Namespace); err != nil {
 		return nil, err
 	}
-	if stack.worker, err = worker.New(ctx, stack.client, stack.store, worker.Options{TaskQueue: stack.cfg.TaskQueue, ReconcileEvery: workflows.ReconcileInterval}); err != nil {
+	if stack.worker, err = worker.New(ctx, stack.client, stack.store, worker.Options{Config: agentsaga.Config{TaskQueue: stack.cfg.TaskQueue, ReconcileEvery: workflows.ReconcileInterval}}); err != nil {
 		return nil, err
 	}
 	if err := stack.worker.Start(); err != nil {

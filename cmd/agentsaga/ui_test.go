@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -77,7 +78,7 @@ func TestRunIsVisibleInTheTemporalUI(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = server.Stop() })
 	store := ledgertest.NewStore(t)
-	w, err := worker.New(ctx, server.Client(), store, worker.Options{TaskQueue: workflows.TaskQueue})
+	w, err := worker.New(ctx, server.Client(), store, worker.Options{Config: agentsaga.Config{TaskQueue: workflows.TaskQueue}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)

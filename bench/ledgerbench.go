@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 )
@@ -87,7 +88,7 @@ func ledgerScenario(ctx context.Context, databaseURL string, clients, rounds int
 	defer store.Close()
 	prefix := "bench-ledger-" + nonce()
 	for g := range clients {
-		if err := store.StartRun(ctx, ledger.Run{WorkflowID: fmt.Sprintf("%s-%d", prefix, g), RunID: prefix, Goal: "bench"}); err != nil {
+		if err := store.StartRun(ctx, agentsagatype.Run{WorkflowID: fmt.Sprintf("%s-%d", prefix, g), RunID: prefix, Goal: "bench"}); err != nil {
 			return nil, fmt.Errorf("bench: ledger: %w", err)
 		}
 	}
@@ -160,7 +161,7 @@ func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round,
 				}
 				if err == nil {
 					_, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
-						Status: ledger.ActionCompleted, Result: `{"ok":true}`, LeafCallID: claim.LeafCallID})
+						Status: agentsagatype.ActionCompleted, Result: `{"ok":true}`, LeafCallID: claim.LeafCallID})
 				}
 				if err != nil {
 					once.Do(func() { firstErr = err })

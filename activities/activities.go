@@ -26,7 +26,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/convfit"
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/payload"
@@ -304,30 +303,19 @@ func (a *Activities) toolRunner(tool agentsagatype.ToolSpec) (func(context.Conte
 // and becomes a protobuf string, which must be valid UTF-8.
 func toActivityError(err error) error {
 	err = cleanError{err}
-	if isToolConfig(err) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
+	c := classify(err)
+	switch {
+	case c.fromActivityError || c.errType == agentsagatype.ErrTypeTransient:
+		// An activity error that comes back here is sent on as a
+		// transient failure, as any other unclassified error.
+		return transientError(err)
+	case c.errType == agentsagatype.ErrTypeToolConfig:
+		return temporal.NewNonRetryableApplicationError(err.Error(), c.errType, nil)
+	case c.errType == agentsagatype.ErrTypeRejected:
+		return activityError(err.Error(), c.errType, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
-	var permanent *PermanentError
-	if errors.As(err, &permanent) {
-		return activityError(err.Error(), agentsagatype.ErrTypeRejected, temporal.ApplicationErrorOptions{NonRetryable: true})
-	}
-	var httpErr *HTTPError
-	if errors.As(err, &httpErr) {
-		if budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry) != budget.Retryable {
-			errType := agentsagatype.ErrTypeHTTP
-			switch httpErr.StatusCode {
-			case http.StatusUnauthorized, http.StatusForbidden:
-				errType = agentsagatype.ErrTypePermission
-			case http.StatusNotFound, http.StatusGone:
-				errType = agentsagatype.ErrTypeNotFound
-			}
-			return activityError(err.Error(), errType, temporal.ApplicationErrorOptions{NonRetryable: true, Details: []any{httpErr.StatusCode}})
-		}
-		return activityError(err.Error(), agentsagatype.ErrTypeHTTP, temporal.ApplicationErrorOptions{
-			NextRetryDelay: httpErr.RetryAfter, Details: []any{httpErr.StatusCode},
-		})
-	}
-	return transientError(err)
+	return activityError(err.Error(), c.errType, temporal.ApplicationErrorOptions{
+		NonRetryable: !c.retryable, NextRetryDelay: c.retryAfter, Details: []any{c.status}})
 }
 
 // RecordRunStart writes the run's row to the ledger.

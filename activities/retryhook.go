@@ -140,12 +140,12 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return result, nil
 	}
 
-	f := failure{attempt: attempt, errType: agentsagatype.ErrTypeTransient, message: err.Error()}
-	var retryAfter time.Duration
+	c := classify(err)
+	f := failure{attempt: attempt, errType: c.errType, message: c.message, status: c.status}
+	retryAfter := c.retryAfter
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
-		f.errType, f.message, retryAfter = appErr.Type(), appErr.Message(), appErr.NextRetryDelay()
-		f.status, f.benign = statusOf(appErr), isBenign(appErr) || expected(appErr.Type())
+		f.benign = isBenign(appErr) || expected(appErr.Type())
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// The run was cancelled or the worker is stopping: not the
@@ -275,14 +275,11 @@ func (i *retryInbound) unpaid(ctx context.Context, call bool, err error) error {
 	}
 	cancelled := errors.Is(ctx.Err(), context.Canceled)
 	if call || cancelled {
-		f := failure{attempt: int(activity.GetInfo(ctx).Attempt), errType: agentsagatype.ErrTypeTransient, message: err.Error(), cancelled: cancelled}
+		c := classify(err)
+		f := failure{attempt: int(activity.GetInfo(ctx).Attempt), errType: c.errType, message: c.message, status: c.status, cancelled: cancelled}
 		f.decision = "retry by the activity's retry policy"
-		var appErr *temporal.ApplicationError
-		if errors.As(err, &appErr) {
-			f.errType, f.message, f.status = appErr.Type(), appErr.Message(), statusOf(appErr)
-			if appErr.NonRetryable() {
-				f.decision = "not retryable"
-			}
+		if !c.retryable {
+			f.decision = "not retryable"
 		}
 		if cancelled {
 			f.decision = "none: the attempt was cancelled"

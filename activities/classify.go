@@ -1,0 +1,69 @@
+package activities
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
+)
+
+// classified is what a failed call is, for Temporal's retry and for the
+// retry hook: its error type, whether another attempt may help, and what
+// the dependency said (its HTTP status and Retry-After).
+type classified struct {
+	errType    string
+	retryable  bool
+	status     int           // the HTTP status, or 0
+	retryAfter time.Duration // the server's Retry-After, or 0
+	message    string
+	// fromActivityError: err was already an activity error (read back,
+	// not classified by the table).
+	fromActivityError bool
+}
+
+// statusErrTypes is the error type of a non-retryable HTTP status; any
+// other is ErrTypeHTTP. Whether a status is retryable is
+// budget.ClassifyStatus's (DESIGN decision 2).
+var statusErrTypes = map[int]string{
+	http.StatusUnauthorized: agentsagatype.ErrTypePermission,
+	http.StatusForbidden:    agentsagatype.ErrTypePermission,
+	http.StatusNotFound:     agentsagatype.ErrTypeNotFound,
+	http.StatusGone:         agentsagatype.ErrTypeNotFound,
+}
+
+// classify is the one place an activity's failure is classified: a tool's
+// configuration error and a PermanentError are not retryable; an HTTP error
+// is as budget.ClassifyStatus says, typed by statusErrTypes when it is not;
+// an activity error (what toActivityError built) is read back; anything
+// else is transient and retryable. toActivityError builds activity errors
+// from it, and the retry hook reads failures with it.
+func classify(err error) classified {
+	c := classified{errType: agentsagatype.ErrTypeTransient, retryable: true, message: err.Error()}
+	var permanent *PermanentError
+	var httpErr *HTTPError
+	var appErr *temporal.ApplicationError
+	switch {
+	case isToolConfig(err):
+		c.errType, c.retryable = agentsagatype.ErrTypeToolConfig, false
+	case errors.As(err, &permanent):
+		c.errType, c.retryable = agentsagatype.ErrTypeRejected, false
+	case errors.As(err, &httpErr):
+		c.errType, c.status = agentsagatype.ErrTypeHTTP, httpErr.StatusCode
+		if budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry) != budget.Retryable {
+			c.retryable = false
+			if errType, ok := statusErrTypes[httpErr.StatusCode]; ok {
+				c.errType = errType
+			}
+		} else {
+			c.retryAfter = httpErr.RetryAfter
+		}
+	case errors.As(err, &appErr):
+		c = classified{errType: appErr.Type(), retryable: !appErr.NonRetryable(), status: statusOf(appErr),
+			retryAfter: appErr.NextRetryDelay(), message: appErr.Message(), fromActivityError: true}
+	}
+	return c
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -212,7 +213,7 @@ func TestCloseFlushesTheSuccessBonuses(t *testing.T) {
 		BucketConfig: budget.BucketConfig{Capacity: 10, RefillPerSecond: 0.001, SuccessBonus: 1}})
 	require.NoError(t, err)
 	for range 10 { // empty, so that every bonus raises it
-		_, err := store.TakeRetryToken(ctx, bucket)
+		_, err := ledgertest.TakeRetryToken(ctx, store, bucket)
 		require.NoError(t, err)
 	}
 	result := agentsagatest.Run(t, engine, agentsaga.RunSpec{Goal: "count", Budget: agentsaga.Budget{Steps: 3},
@@ -223,7 +224,7 @@ func TestCloseFlushesTheSuccessBonuses(t *testing.T) {
 	// Two model turns and a tool call succeeded: three bonuses, whether
 	// the timer flushed them already or Close does.
 	require.NoError(t, engine.Close())
-	level, err := store.BucketLevel(ctx, bucket)
+	level, err := ledgertest.BucketLevel(ctx, store, bucket)
 	require.NoError(t, err)
 	require.InDelta(t, 3, level, 0.1, "every bonus is in the bucket once Close returns")
 }

@@ -115,10 +115,10 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 
 		// The retry budget: bucket, breaker and per-run counters.
 		require.NoError(t, store.EnsureBucket(ctx, h, budget.DefaultBucket), h)
-		took, err := store.TakeRetryToken(ctx, h)
+		took, err := ledgertest.TakeRetryToken(ctx, store, h)
 		require.NoError(t, err, h)
 		assert.True(t, took)
-		_, err = store.BucketLevel(ctx, h)
+		_, err = ledgertest.BucketLevel(ctx, store, h)
 		require.NoError(t, err, h)
 		_, err = store.DepositToBucket(ctx, h, 1)
 		require.NoError(t, err, h)

@@ -99,7 +99,7 @@ func TestBucketNeverOverAdmitsAcrossProcesses(t *testing.T) {
 	// Contention across processes needs two of them at least; that all
 	// four take part is likely (they start together), not owed.
 	assert.GreaterOrEqual(t, tookPart, 2, "children granted %v: two or more took part", grants)
-	level, err := store.BucketLevel(context.Background(), "fleet")
+	level, err := ledgertest.BucketLevel(context.Background(), store, "fleet")
 	require.NoError(t, err)
 	t.Logf("%d processes x 16 goroutines: %d grants (%v) from a bucket of %d; over-admission %d; level after %.2f",
 		processes, total, grants, capacity, total-capacity, level)
@@ -143,7 +143,7 @@ func TestBucketChildProcess(t *testing.T) {
 	for range 16 {
 		wg.Go(func() {
 			for {
-				ok, err := store.TakeRetryToken(ctx, "fleet")
+				ok, err := ledgertest.TakeRetryToken(ctx, store, "fleet")
 				if err != nil {
 					t.Error(err)
 					return

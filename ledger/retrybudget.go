@@ -41,29 +41,6 @@ func (s *Store) EnsureBucket(ctx context.Context, name string, cfg budget.Bucket
 	return nil
 }
 
-// TakeRetryToken takes one token from the bucket if it holds one after
-// refill, and reports whether it did. It is not idempotent; retry hooks use
-// DecideRetry. A bucket that does not exist grants nothing.
-func (s *Store) TakeRetryToken(ctx context.Context, name string) (bool, error) {
-	var ok bool
-	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_bucket_take($1, 1)`, name).Scan(&ok); err != nil {
-		return false, fmt.Errorf("ledger: take retry token from %s: %w", name, err)
-	}
-	return ok, nil
-}
-
-// BucketLevel returns the bucket's level now, refill included.
-func (s *Store) BucketLevel(ctx context.Context, name string) (float64, error) {
-	var level *float64
-	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_bucket_level($1)`, name).Scan(&level); err != nil {
-		return 0, fmt.Errorf("ledger: level of bucket %s: %w", name, err)
-	}
-	if level == nil {
-		return 0, fmt.Errorf("ledger: level of bucket %s: %w", name, ErrNotFound)
-	}
-	return *level, nil
-}
-
 // depositToBucket puts amount tokens back, capped at capacity, and returns
 // the new level.
 func (s *Store) depositToBucket(ctx context.Context, name string, amount float64) (float64, error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // BenchmarkPostgresBucket measures the shared bucket's take throughput for
@@ -37,7 +38,7 @@ func BenchmarkPostgresBucket(b *testing.B) {
 					for range g {
 						wg.Go(func() {
 							for next.Add(1) <= int64(b.N) {
-								ok, err := stores[w].TakeRetryToken(ctx, bucket)
+								ok, err := ledgertest.TakeRetryToken(ctx, stores[w], bucket)
 								if err != nil {
 									failed.CompareAndSwap(nil, err)
 									return
@@ -87,7 +88,7 @@ func BenchmarkPostgresBucket(b *testing.B) {
 				wg.Go(func() {
 					store := stores[w]
 					for time.Now().Before(deadline) {
-						ok, err := store.TakeRetryToken(ctx, bucket)
+						ok, err := ledgertest.TakeRetryToken(ctx, store, bucket)
 						if err != nil {
 							failed.CompareAndSwap(nil, err)
 							return

@@ -42,24 +42,24 @@ func TestBucketTakeDepositLevel(t *testing.T) {
 
 	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 5}))
 	for i := range 5 {
-		ok, err := store.TakeRetryToken(ctx, "fleet")
+		ok, err := ledgertest.TakeRetryToken(ctx, store, "fleet")
 		require.NoError(t, err)
 		require.True(t, ok, "take %d of a full bucket of 5", i+1)
 	}
-	ok, err := store.TakeRetryToken(ctx, "fleet")
+	ok, err := ledgertest.TakeRetryToken(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.False(t, ok, "the sixth take of a bucket of 5 without refill")
-	level, err := store.BucketLevel(ctx, "fleet")
+	level, err := ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 0, level, 1e-9)
 
 	level, err = store.DepositToBucket(ctx, "fleet", 1.5)
 	require.NoError(t, err)
 	assert.InDelta(t, 1.5, level, 1e-9)
-	ok, err = store.TakeRetryToken(ctx, "fleet")
+	ok, err = ledgertest.TakeRetryToken(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.True(t, ok)
-	ok, err = store.TakeRetryToken(ctx, "fleet")
+	ok, err = ledgertest.TakeRetryToken(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.False(t, ok, "half a token is not a token")
 
@@ -69,15 +69,15 @@ func TestBucketTakeDepositLevel(t *testing.T) {
 
 	// Ensuring again with a smaller capacity caps the level.
 	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 3}))
-	level, err = store.BucketLevel(ctx, "fleet")
+	level, err = ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 3, level, 1e-9)
 
 	// A bucket that does not exist grants nothing and has no level.
-	ok, err = store.TakeRetryToken(ctx, "nope")
+	ok, err = ledgertest.TakeRetryToken(ctx, store, "nope")
 	require.NoError(t, err)
 	assert.False(t, ok)
-	_, err = store.BucketLevel(ctx, "nope")
+	_, err = ledgertest.BucketLevel(ctx, store, "nope")
 	assert.ErrorIs(t, err, ledger.ErrNotFound)
 	_, err = store.DepositToBucket(ctx, "nope", 1)
 	assert.ErrorIs(t, err, ledger.ErrNotFound)
@@ -102,7 +102,7 @@ func TestBucketRefillsOverRealTime(t *testing.T) {
 		n := 0
 		for {
 			sent := time.Now()
-			ok, err := store.TakeRetryToken(ctx, "fleet")
+			ok, err := ledgertest.TakeRetryToken(ctx, store, "fleet")
 			require.NoError(t, err)
 			if !ok {
 				return n, sent
@@ -114,7 +114,7 @@ func TestBucketRefillsOverRealTime(t *testing.T) {
 	require.GreaterOrEqual(t, first, 10)
 
 	time.Sleep(100 * time.Millisecond)
-	level, err := store.BucketLevel(ctx, "fleet")
+	level, err := ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	got, _ := drain()
 	elapsed := time.Since(start).Seconds()
@@ -141,7 +141,7 @@ func TestBucketNeverOverAdmitsAcrossWorkers(t *testing.T) {
 		for range g {
 			wg.Go(func() {
 				for {
-					ok, err := stores[w].TakeRetryToken(ctx, "fleet")
+					ok, err := ledgertest.TakeRetryToken(ctx, stores[w], "fleet")
 					if err != nil {
 						errs <- err
 						return
@@ -183,7 +183,7 @@ func TestBucketWithRefillNeverOverAdmits(t *testing.T) {
 		for range g {
 			wg.Go(func() {
 				for now := time.Now(); now.Before(deadline) || (denials.Load() == 0 && now.Before(last)); now = time.Now() {
-					ok, err := stores[w].TakeRetryToken(ctx, "fleet")
+					ok, err := ledgertest.TakeRetryToken(ctx, stores[w], "fleet")
 					if err != nil {
 						errs <- err
 						return
@@ -252,7 +252,7 @@ func TestDecideRetryOrderOfDenials(t *testing.T) {
 	counters, err := store.RunRetryCounters(ctx, "wf-1")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.RetryCounters{Retries: 4, ToolRetries: map[string]int{"search": 2, "fetch": 2}}, counters)
-	level, err := store.BucketLevel(ctx, "fleet")
+	level, err := ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 6, level, 1e-9, "only grants take tokens")
 
@@ -285,7 +285,7 @@ func TestDecideRetryEmptyBucketChargesNothing(t *testing.T) {
 	d, err = store.DecideRetry(ctx, retryReq("1/2", "search", 5, 5))
 	require.NoError(t, err)
 	assert.Equal(t, budget.DenyFleetBucket, d)
-	level, err := store.BucketLevel(ctx, "fleet")
+	level, err := ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 1, level, 1e-9)
 
@@ -327,7 +327,7 @@ func TestDecideRetryIsIdempotentPerChargeKey(t *testing.T) {
 	counters, err := store.RunRetryCounters(ctx, "wf-1")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.RetryCounters{Retries: 2, ToolRetries: map[string]int{"search": 2}}, counters)
-	level, err := store.BucketLevel(ctx, "fleet")
+	level, err := ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 8, level, 1e-9, "each charge key takes one token once")
 
@@ -580,7 +580,7 @@ func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	require.NoError(t, store.EnsureBucket(ctx, "fleet", budget.BucketConfig{Capacity: 2, SuccessBonus: 0.5}))
 	for range 2 {
-		ok, err := store.TakeRetryToken(ctx, "fleet")
+		ok, err := ledgertest.TakeRetryToken(ctx, store, "fleet")
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -588,7 +588,7 @@ func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
 	for range 3 {
 		require.NoError(t, store.RecordSuccess(ctx, "wf-1/1/1", "fleet", 0.5, "openai", false))
 	}
-	level, err := store.BucketLevel(ctx, "fleet")
+	level, err := ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 0.5, level, 1e-9, "one deposit per charge key")
 
@@ -598,7 +598,7 @@ func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, budget.DenyFleetBucket, d)
 	require.NoError(t, store.RecordSuccess(ctx, "wf-1/2/1", "fleet", 0.5, "openai", false))
-	level, err = store.BucketLevel(ctx, "fleet")
+	level, err = ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 1, level, 1e-9)
 
@@ -612,7 +612,7 @@ func TestRecordSuccessDepositsOncePerKey(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	level, err = store.BucketLevel(ctx, "fleet")
+	level, err = ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	assert.InDelta(t, 1.5, level, 1e-9)
 
@@ -649,20 +649,20 @@ func TestDepositUnlessFull(t *testing.T) {
 	require.Equal(t, before, updatedAt())
 
 	for range 2 {
-		ok, err := store.TakeRetryToken(ctx, "fleet")
+		ok, err := ledgertest.TakeRetryToken(ctx, store, "fleet")
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
 	wrote, err = store.DepositUnlessFull(ctx, "fleet", 1.5)
 	require.NoError(t, err)
 	require.True(t, wrote)
-	level, err := store.BucketLevel(ctx, "fleet")
+	level, err := ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	require.InDelta(t, 1.5, level, 1e-9)
 	wrote, err = store.DepositUnlessFull(ctx, "fleet", 5)
 	require.NoError(t, err)
 	require.True(t, wrote)
-	level, err = store.BucketLevel(ctx, "fleet")
+	level, err = ledgertest.BucketLevel(ctx, store, "fleet")
 	require.NoError(t, err)
 	require.InDelta(t, 2, level, 1e-9, "capped at capacity")
 	_, err = store.DepositUnlessFull(ctx, "fleet", -1)

@@ -56,7 +56,7 @@ func (ix spanIndex) named(match func(string) bool) []tracetest.SpanStub {
 }
 
 // activitySpans are the attempts of an activity type, prefixed or not
-// (activities.NamePrefix).
+// (agentsagatype.NamePrefix).
 func (ix spanIndex) activitySpans(activityType string) []tracetest.SpanStub {
 	return ix.named(func(n string) bool {
 		return strings.HasPrefix(n, "RunActivity:") && strings.HasSuffix(n, activityType)

@@ -207,7 +207,7 @@ func (c call) normalize() call {
 	return c
 }
 
-// toolName turns arbitrary text into a name ToolSpec.Validate accepts, so
+// toolName turns arbitrary text into a name toolcheck.Validate accepts, so
 // that every input exercises the key grammar instead of being skipped.
 func toolName(s string) string {
 	var b strings.Builder

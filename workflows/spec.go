@@ -146,7 +146,7 @@ func ReadSpec(path string) (RunSpec, error) {
 func (s RunSpec) Validate() error { return s.ValidateFor() }
 
 // ValidateFor is Validate for a fleet whose workers also register the
-// custom model providers named (agentsagatype.Models.Register).
+// custom model providers named (activities.Models.Register, on the workers).
 func (s RunSpec) ValidateFor(providers ...string) error {
 	if s.Goal == "" {
 		return fmt.Errorf("goal: missing")

@@ -32,7 +32,7 @@ const (
 	// their namespaced names (agentsagatype.NamePrefix + method: a team's own
 	// worker may have an activity called CallTool). Older executions
 	// schedule the bare names, which a worker with runs from before the
-	// change still registers (agentsagatype.Register with legacyNames set,
+	// change still registers (activities.Register with legacyNames set,
 	// from agentsaga.Config.LegacyNames, which `agentsaga worker` sets).
 	changeNamespacedActivities = "namespaced-activities"
 	// changeParkOnOpenBreaker waits out a dependency's open circuit breaker

@@ -242,6 +242,10 @@ func chaosPlan(cfg chaosConfig) []chaosCase {
 // this tree, one Temporal dev server with a namespace per concurrent run,
 // and a database (or, for Postgres restarts, a Postgres server) per run,
 // then prints the table of violations. It fails if any count is not 0.
+// chaosSmallParallel is how many runs of the small configuration run at
+// once.
+const chaosSmallParallel = 5
+
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos harness runs real processes for a minute or more")
@@ -249,7 +253,12 @@ func TestChaos(t *testing.T) {
 	t.Parallel()
 	cfg := chaosConfigFrom(t)
 	plan := chaosPlan(cfg)
-	parallel := len(plan)
+	// The small configuration runs beside the package's other tests on a
+	// 2-core machine: all nine cells at once (each with its workers, its
+	// service, one with a Postgres server of its own) once pushed two
+	// takeovers 1.4-1.8 s past I5's bound under -race, on CPU, not on the
+	// engine. Five at a time keeps the bound a fact about the engine.
+	parallel := min(chaosSmallParallel, len(plan))
 	if cfg.large {
 		parallel = min(cfg.parallel, len(plan))
 	}

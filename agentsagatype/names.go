@@ -10,7 +10,9 @@ const NamePrefix = "agentsaga."
 // the run's own walk would have used.
 const RollbackRunWorkflow = "RollbackRun"
 
-// AgentRunWorkflow is the workflow type of a run (workflows.AgentRun).
+// AgentRunWorkflow is the bare workflow type of a run (workflows.AgentRun),
+// which runs started before the names were namespaced still have; a new
+// run's type is NamePrefix + this (agentsaga.AgentRunWorkflow).
 const AgentRunWorkflow = "AgentRun"
 
 // The engine's activities, by the names of the methods that implement them

@@ -52,7 +52,8 @@ func (m ModelSpec) Target() string {
 func (m ModelSpec) Validate() error { return m.ValidateFor() }
 
 // ValidateFor is Validate for a fleet whose workers also register the
-// custom providers (Models.Register); their fields are theirs to check.
+// custom providers (activities.Models.Register); their fields are theirs
+// to check.
 func (m ModelSpec) ValidateFor(custom ...string) error {
 	switch m.Provider {
 	case ProviderScripted:

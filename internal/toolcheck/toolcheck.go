@@ -202,9 +202,9 @@ func validateMCP(t agentsagatype.ToolSpec) error {
 // EnvRef is one reference to the worker's environment in a header value.
 var EnvRef = regexp.MustCompile(`\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// ReservedHeaders are the headers agentsaga sets on every request: a spec
+// reservedHeaders are the headers agentsaga sets on every request: a spec
 // that overrode them would break deduplication by key or the body's type.
-var ReservedHeaders = []string{"Idempotency-Key", "Content-Type", "Agentsaga-Attempt", "Request-Timeout"}
+var reservedHeaders = []string{"Idempotency-Key", "Content-Type", "Agentsaga-Attempt", "Request-Timeout"}
 
 // validateHeaders checks the header templates: names are HTTP tokens and
 // not agentsaga's own headers, values carry no control characters, and
@@ -223,7 +223,7 @@ func validateHeaders(t agentsagatype.ToolSpec) error {
 			return fmt.Errorf("%s: %q is not a valid HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", field, name)
 		}
 		canonical := textproto.CanonicalMIMEHeaderKey(name)
-		if slices.Contains(ReservedHeaders, canonical) {
+		if slices.Contains(reservedHeaders, canonical) {
 			return fmt.Errorf("%s: %s is set by agentsaga on every request and may not be overridden", field, canonical)
 		}
 		if other, dup := seen[canonical]; dup {

@@ -35,6 +35,42 @@ type ModelSpec struct {
 	// before them are down (their circuit breakers are open): an Anthropic
 	// model behind an OpenAI one, say. A fallback has none of its own.
 	Fallbacks []ModelSpec `json:"fallbacks,omitempty"`
+	// RateLimit declares the provider's limits for this model and API key,
+	// shared by every worker of the fleet (the ledger's quota). Without
+	// it, an openai or anthropic model's limits are learned from the
+	// provider's x-ratelimit / anthropic-ratelimit headers.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+}
+
+// RateLimit is a model's quota as its provider states it for one API key;
+// zero means not declared. The limit in force is the lower of the declared
+// one and the one the provider's headers state.
+type RateLimit struct {
+	RequestsPerMinute     int64 `json:"requests_per_minute,omitempty"`
+	TokensPerMinute       int64 `json:"tokens_per_minute,omitempty"`
+	InputTokensPerMinute  int64 `json:"input_tokens_per_minute,omitempty"`
+	OutputTokensPerMinute int64 `json:"output_tokens_per_minute,omitempty"`
+	// Concurrency bounds the calls in flight at once, fleet-wide.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// Validate names the first negative limit.
+func (l RateLimit) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"requests_per_minute", l.RequestsPerMinute},
+		{"tokens_per_minute", l.TokensPerMinute},
+		{"input_tokens_per_minute", l.InputTokensPerMinute},
+		{"output_tokens_per_minute", l.OutputTokensPerMinute},
+		{"concurrency", int64(l.Concurrency)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("model.rate_limit.%s: %d is negative (omit it, or 0, for not declared)", f.name, f.v)
+		}
+	}
+	return nil
 }
 
 // Target names the model as "provider:name" (the provider alone when the
@@ -87,6 +123,11 @@ func (m ModelSpec) ValidateFor(custom ...string) error {
 	}
 	if m.ContextWindow < 0 || (m.ContextWindow > 0 && m.ContextWindow < 1024) {
 		return fmt.Errorf("model.context_tokens: %d is too small a context window (at least 1024, or omit it for the model's known window)", m.ContextWindow)
+	}
+	if m.RateLimit != nil {
+		if err := m.RateLimit.Validate(); err != nil {
+			return err
+		}
 	}
 	seen := map[string]bool{m.Target(): true}
 	for i, fallback := range m.Fallbacks {

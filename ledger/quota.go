@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/quota"
 )
 
@@ -89,7 +90,7 @@ type QuotaState struct {
 // EnsureQuota declares a key's limits, creating its row, or changes them
 // (the levels are settled and capped at the new limits; what was learned
 // stays). Every worker may call it on start.
-func (s *Store) EnsureQuota(ctx context.Context, key string, limits quota.Limits) error {
+func (s *Store) EnsureQuota(ctx context.Context, key string, limits agentsagatype.RateLimit) error {
 	if key == "" {
 		return fmt.Errorf("ledger: ensure quota: the key is empty")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/quota"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -35,7 +36,7 @@ func TestQuotaNeverOverAdmitsAcrossPools(t *testing.T) {
 	// 4 pools of 4 connections: 16 connections, 24 goroutines.
 	const k, g, rpm, tpm = 4, 6, 120, 7000
 	stores := openWorkers(t, k, 4)
-	require.NoError(t, stores[0].EnsureQuota(ctx, quotaKey, quota.Limits{RequestsPerMinute: rpm, TokensPerMinute: tpm}))
+	require.NoError(t, stores[0].EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: rpm, TokensPerMinute: tpm}))
 	st, err := stores[0].QuotaState(ctx, quotaKey)
 	require.NoError(t, err)
 	start := st.UpdatedAt // the declaration filled the buckets then
@@ -109,7 +110,7 @@ func TestQuotaSettleGivesTokensBack(t *testing.T) {
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
 	const tpm, otpm = 6000.0, 3000.0
-	require.NoError(t, store.EnsureQuota(ctx, quotaKey, quota.Limits{TokensPerMinute: tpm, OutputTokensPerMinute: otpm, Concurrency: 1}))
+	require.NoError(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{TokensPerMinute: tpm, OutputTokensPerMinute: otpm, Concurrency: 1}))
 
 	reserved := quota.Tokens{Input: 1000, Output: 2000}
 	a, err := store.AdmitQuota(ctx, quotaKey, 1, reserved, time.Minute)
@@ -162,7 +163,7 @@ func TestQuotaCloseShutsEveryPool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	stores := openWorkers(t, 3, 2)
-	require.NoError(t, stores[0].EnsureQuota(ctx, quotaKey, quota.Limits{RequestsPerMinute: 6000}))
+	require.NoError(t, stores[0].EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: 6000}))
 	a, err := stores[1].AdmitQuota(ctx, quotaKey, 1, quota.Tokens{}, 0)
 	require.NoError(t, err)
 	require.True(t, a.Admitted)
@@ -218,7 +219,7 @@ func TestQuotaLearnsFromHeaders(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	require.NoError(t, store.EnsureQuota(ctx, quotaKey, quota.Limits{RequestsPerMinute: 100}))
+	require.NoError(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: 100}))
 
 	openai := http.Header{}
 	openai.Set("x-ratelimit-limit-requests", "10")
@@ -255,7 +256,7 @@ func TestQuotaLearnsFromHeaders(t *testing.T) {
 	assert.True(t, again.UpdatedAt.Equal(st.UpdatedAt), "a learn that changes nothing does not write the row")
 
 	// Declared lower than learned: the declared limit holds.
-	require.NoError(t, store.EnsureQuota(ctx, quotaKey, quota.Limits{RequestsPerMinute: 5}))
+	require.NoError(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: 5}))
 	st, err = store.QuotaState(ctx, quotaKey)
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, st.RequestsPerMinute)
@@ -265,7 +266,7 @@ func TestQuotaLearnsFromHeaders(t *testing.T) {
 	st, err = store.QuotaState(ctx, quotaKey)
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, st.RequestsPerMinute, "a tier upgrade does not lift a limit declared on purpose")
-	require.NoError(t, store.EnsureQuota(ctx, quotaKey, quota.Limits{}))
+	require.NoError(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{}))
 	st, err = store.QuotaState(ctx, quotaKey)
 	require.NoError(t, err)
 	assert.EqualValues(t, 1000, st.RequestsPerMinute, "undeclared, the learned limit holds")
@@ -305,7 +306,7 @@ func TestQuotaConcurrencyAcrossPools(t *testing.T) {
 	ctx := context.Background()
 	stores := openWorkers(t, 3, 2)
 	const limit = 3
-	require.NoError(t, stores[0].EnsureQuota(ctx, quotaKey, quota.Limits{Concurrency: limit}))
+	require.NoError(t, stores[0].EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{Concurrency: limit}))
 	for i := range limit + 1 {
 		a, err := stores[i%len(stores)].AdmitQuota(ctx, quotaKey, 1, quota.Tokens{}, time.Minute)
 		require.NoError(t, err)
@@ -359,7 +360,7 @@ func TestQuotaConcurrencyAcrossPools(t *testing.T) {
 
 	// A lost settle: the slot comes back when its lease ends.
 	const key = "openai:gpt-4o:0a1b2c3d4e5f"
-	require.NoError(t, stores[0].EnsureQuota(ctx, key, quota.Limits{Concurrency: 1}))
+	require.NoError(t, stores[0].EnsureQuota(ctx, key, agentsagatype.RateLimit{Concurrency: 1}))
 	first, err := stores[0].AdmitQuota(ctx, key, 1, quota.Tokens{}, 300*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, first.Admitted)
@@ -382,7 +383,7 @@ func TestQuotaBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	require.NoError(t, store.EnsureQuota(ctx, quotaKey, quota.Limits{RequestsPerMinute: 10}))
+	require.NoError(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: 10}))
 	before := ledgertest.Counts(t, store)
 
 	_, err := store.AdmitQuota(ctx, "", 1, quota.Tokens{}, 0)
@@ -395,8 +396,8 @@ func TestQuotaBadInput(t *testing.T) {
 	assert.ErrorContains(t, err, "requests -1 must not be negative")
 	_, err = store.AdmitQuota(ctx, quotaKey, 1, quota.Tokens{}, -time.Second)
 	assert.ErrorContains(t, err, "lease -1s must not be negative")
-	assert.ErrorContains(t, store.EnsureQuota(ctx, "", quota.Limits{}), "ensure quota: the key is empty")
-	assert.ErrorContains(t, store.EnsureQuota(ctx, quotaKey, quota.Limits{RequestsPerMinute: -1}), "requests per minute -1 must not be negative")
+	assert.ErrorContains(t, store.EnsureQuota(ctx, "", agentsagatype.RateLimit{}), "ensure quota: the key is empty")
+	assert.ErrorContains(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: -1}), "model.rate_limit.requests_per_minute: -1 is negative")
 	assert.ErrorContains(t, store.SettleQuota(ctx, "", quota.Tokens{}, quota.Tokens{}), "settle quota: the key is empty")
 	assert.ErrorContains(t, store.SettleQuota(ctx, quotaKey, quota.Tokens{Input: -1}, quota.Tokens{}), "reserved: quota: input tokens -1")
 	assert.ErrorContains(t, store.SettleQuota(ctx, quotaKey, quota.Tokens{}, quota.Tokens{Output: -2}), "used: quota: output tokens -2")
@@ -428,7 +429,7 @@ func TestQuotaHostileKeys(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	tables := ledgertest.Tables(t, store)
 	for _, key := range hostileText {
-		require.NoError(t, store.EnsureQuota(ctx, key, quota.Limits{RequestsPerMinute: 2, Concurrency: 5}), key)
+		require.NoError(t, store.EnsureQuota(ctx, key, agentsagatype.RateLimit{RequestsPerMinute: 2, Concurrency: 5}), key)
 		a, err := store.AdmitQuota(ctx, key, 1, quota.Tokens{Input: 1}, 0)
 		require.NoError(t, err, key)
 		assert.True(t, a.Admitted, key)

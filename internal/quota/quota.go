@@ -40,41 +40,6 @@ func Fingerprint(apiKey string) string {
 	return hex.EncodeToString(sum[:])[:FingerprintLen]
 }
 
-// Limits are a quota's limits as declared in configuration or a spec. Zero
-// means not declared: the limiter then uses what it learns from the
-// provider's headers, or does not limit that dimension at all.
-type Limits struct {
-	// RequestsPerMinute limits requests.
-	RequestsPerMinute int64
-	// TokensPerMinute limits input and output tokens together (OpenAI's
-	// TPM: the prompt plus max_tokens at admission).
-	TokensPerMinute int64
-	// InputTokensPerMinute and OutputTokensPerMinute limit each side
-	// separately (Anthropic's ITPM and OTPM).
-	InputTokensPerMinute, OutputTokensPerMinute int64
-	// Concurrency limits the calls in flight at once, fleet-wide.
-	Concurrency int
-}
-
-// Validate refuses negative limits, naming the field.
-func (l Limits) Validate() error {
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{
-		{"requests per minute", l.RequestsPerMinute},
-		{"tokens per minute", l.TokensPerMinute},
-		{"input tokens per minute", l.InputTokensPerMinute},
-		{"output tokens per minute", l.OutputTokensPerMinute},
-		{"concurrency", int64(l.Concurrency)},
-	} {
-		if f.v < 0 {
-			return fmt.Errorf("quota: %s %d must not be negative (0 means not declared)", f.name, f.v)
-		}
-	}
-	return nil
-}
-
 // Tokens is a call's tokens: reserved at admission (the prompt's estimate
 // as Input, max_tokens as Output) and used, as the provider reports them.
 type Tokens struct {

@@ -171,17 +171,10 @@ func TestKeyNeverHoldsTheAPIKey(t *testing.T) {
 	assert.Equal(t, "ollama:llama3:8b:"+quota.Fingerprint(""), quota.Key("ollama", "llama3:8b", ""))
 }
 
-func TestLimitsAndTokensValidate(t *testing.T) {
+func TestTokensValidate(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, quota.Limits{RequestsPerMinute: 60, Concurrency: 4}.Validate())
-	err := quota.Limits{TokensPerMinute: -1}.Validate()
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "tokens per minute -1 must not be negative")
-	err = quota.Limits{Concurrency: -2}.Validate()
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "concurrency -2")
 	require.NoError(t, quota.Tokens{Input: 10}.Validate())
-	err = quota.Tokens{Output: -3}.Validate()
+	err := quota.Tokens{Output: -3}.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "output tokens -3 must not be negative")
 	assert.EqualValues(t, 13, quota.Tokens{Input: 10, Output: 3}.Total())

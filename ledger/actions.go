@@ -92,6 +92,10 @@ type Claim struct {
 	// that chose them.
 	Conversation []Message
 	Plan         FitPlan
+	// Quota is what a turn's quota said (TurnRead.Quota): an admitted
+	// turn settles it with AttemptEnd.Quota; a refused one (ErrQuotaWait)
+	// may ask again at Quota.RetryAt.
+	Quota Admission
 }
 
 // actionColumns lists an action's columns, for a query that names the
@@ -215,6 +219,10 @@ type AttemptEnd struct {
 	// otherwise. 0: none.
 	LeafCallID int64
 	CallErr    error
+	// Quota, for a model call on a quota, is what its response said,
+	// settled in the same statement. An attempt that lost its key settles
+	// nothing: its quota errs toward admitting less.
+	Quota *QuotaAnswer
 }
 
 // SettleAttempt writes how the attempt holding key under claim number
@@ -243,6 +251,20 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		leafOutcome, leafError = "error", storable(end.CallErr.Error())
 	}
 	status := end.Status
+	quotaAnswered, quotaArgs := "", []any(nil)
+	if q := end.Quota; q != nil {
+		// The settled row is one row, so the function runs once, in this
+		// statement (migration 00016).
+		quotaAnswered = `
+		WHERE agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
+		quotaArgs = append([]any{q.Admission.Key, q.Admission.Admitted, q.Admission.Reserved.Input, q.Admission.Reserved.Output,
+			q.Used.Input, q.Used.Output}, observedArgs(q.Observed)...)
+		var closedUntil *time.Time
+		if !q.ClosedUntil.IsZero() {
+			closedUntil = &q.ClosedUntil
+		}
+		quotaArgs = append(quotaArgs, closedUntil)
+	}
 	action, err := coalesce.Row(ctx, s.calls, key, `
 		WITH settled AS (
 			UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
@@ -257,10 +279,10 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		), ended AS (
 			UPDATE leaf_calls SET outcome = $16, error = $17, finished_at = clock_timestamp() WHERE id = $15
 		)
-		SELECT * FROM settled`,
-		[]any{key, attempt, status, storable(end.Result), storable(end.Cause), end.ErrorType,
+		SELECT * FROM settled`+quotaAnswered,
+		append([]any{key, attempt, status, storable(end.Result), storable(end.Cause), end.ErrorType,
 			msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name, m.Tokens,
-			end.LeafCallID, leafOutcome, leafError},
+			end.LeafCallID, leafOutcome, leafError}, quotaArgs...),
 		scanAction)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over, or a rollback settled it.

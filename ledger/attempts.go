@@ -1,12 +1,15 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/coalesce"
+	"github.com/agentsaga/agentsaga/internal/quota"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -52,6 +55,9 @@ type TurnRead struct {
 	Append  []Message
 	Through int
 	Fit     FitRequest
+	// Quota, when set, admits the turn on its quota before the claim
+	// (ErrQuotaWait when it has no room).
+	Quota *QuotaClaim
 }
 
 // FitRequest says how a model request fits its conversation to a context
@@ -103,28 +109,48 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 		}
 	}
 	fit := turn.Fit
+	args := []any{req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, req.Fingerprint(), lease.Milliseconds(),
+		leaf.Attempt, leaf.Target,
+		turn.WorkflowID, seqs, roles, contents, toolCalls, toolCallIDs, names, pinned, keys, tokens,
+		turn.Through, fit.Trailing, fit.Budget, fit.CutBytes, fit.CutTokens, fit.NoteTokens, fit.KeptTurns}
+	// A turn on a quota is admitted by its claim (migration 00016): the
+	// same statement, three arguments and four columns more.
+	function, quotaColumns := "agentsaga_claim_turn", ""
+	if q := turn.Quota; q != nil {
+		function, quotaColumns = "agentsaga_claim_quota_turn", ", c.quota_admitted, c.quota_input, c.quota_retry_at, coalesce(c.quota_reason, '')"
+		args = append(args, q.Key, q.Output, milliseconds(cmp.Or(q.Lease, DefaultQuotaLease)))
+	}
+	placeholders := make([]string, len(args))
+	for i := range args {
+		placeholders[i] = fmt.Sprintf("$%d", i+1)
+	}
 	got, err := coalesce.Row(ctx, s.calls, req.Key, `
 		SELECT c.claim, coalesce(c.run_fence, ''), coalesce(c.leaf_call_id, 0), `+actionColumns+`,
 		       c.cut_before, c.omit_before, c.omitted, c.window_seqs, c.window_roles, c.window_contents,
 		       c.window_tool_calls, c.window_tool_call_ids, c.window_names, c.window_pinned, c.window_source_keys,
-		       c.window_tokens, c.window_bytes
-		FROM agentsaga_claim_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-		                          $19, $20, $21, $22, $23, $24, $25, $26) c,
+		       c.window_tokens, c.window_bytes`+quotaColumns+`
+		FROM `+function+`(`+strings.Join(placeholders, ", ")+`) c,
 		     LATERAL (SELECT (c.action).*) a`,
-		[]any{req.Key, req.WorkflowID, req.ActivityID, req.Tool, req.Arguments, req.Fingerprint(), lease.Milliseconds(),
-			leaf.Attempt, leaf.Target,
-			turn.WorkflowID, seqs, roles, contents, toolCalls, toolCallIDs, names, pinned, keys, tokens,
-			turn.Through, fit.Trailing, fit.Budget, fit.CutBytes, fit.CutTokens, fit.NoteTokens, fit.KeptTurns},
+		args,
 		func(row pgx.Row) (c claimRow, err error) {
 			var w struct {
 				seqs, tokens, bytes                                  []int32
 				roles, contents, toolCalls, toolCallIDs, names, keys []string
 				pinned                                               []bool
 			}
-			if err := row.Scan(append(append([]any{&c.outcome, &c.runFence, &c.claim.LeafCallID}, actionFields(&c.claim.Action)...),
+			dest := append(append([]any{&c.outcome, &c.runFence, &c.claim.LeafCallID}, actionFields(&c.claim.Action)...),
 				&c.claim.Plan.CutBefore, &c.claim.Plan.OmitBefore, &c.claim.Plan.Omitted, &w.seqs, &w.roles, &w.contents,
-				&w.toolCalls, &w.toolCallIDs, &w.names, &w.pinned, &w.keys, &w.tokens, &w.bytes)...); err != nil {
+				&w.toolCalls, &w.toolCallIDs, &w.names, &w.pinned, &w.keys, &w.tokens, &w.bytes)
+			var retryAt *time.Time
+			if turn.Quota != nil {
+				c.claim.Quota.Key, c.claim.Quota.Reserved.Output = turn.Quota.Key, turn.Quota.Output
+				dest = append(dest, &c.claim.Quota.Admitted, &c.claim.Quota.Reserved.Input, &retryAt, &c.claim.Quota.Reason)
+			}
+			if err := row.Scan(dest...); err != nil {
 				return c, err
+			}
+			if retryAt != nil {
+				c.claim.Quota.RetryAt = *retryAt
 			}
 			if c.outcome != claimExecuted {
 				return c, nil
@@ -150,6 +176,7 @@ const (
 	claimConflict = "conflict"
 	claimFenced   = "fenced"
 	claimInFlight = "in-flight"
+	claimQuota    = "quota" // agentsaga_claim_quota_turn: refused by the quota
 )
 
 var runFenceText = map[string]string{
@@ -175,10 +202,24 @@ func (s *Store) claimed(ctx context.Context, req ActionRequest, got claimRow, er
 		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, err)
 	}
 	claim, existing, runFence := got.claim, got.claim.Action, got.runFence
+	if claim.Quota.Admitted && got.outcome != claimExecuted {
+		// Admitted, then not claimed after all (another attempt claimed
+		// the key in between, or the run ended): nothing will be sent.
+		// Should the refund fail, the quota errs toward admitting less.
+		_ = s.SettleQuota(ctx, claim.Quota.Key, claim.Quota.Reserved, quota.Tokens{})
+	}
 	switch got.outcome {
 	case claimExecuted:
 		claim.Execute = true
 		return claim, nil
+	case claimQuota:
+		q := claim.Quota
+		if q.RetryAt.IsZero() {
+			return Claim{}, fmt.Errorf("ledger: claim %s: quota %s: %d input and %d output tokens (%s): %w",
+				req.Key, q.Key, q.Reserved.Input, q.Reserved.Output, q.Reason, ErrQuotaTooLarge)
+		}
+		return Claim{Quota: q}, fmt.Errorf("ledger: claim %s: quota %s has no room (%s) before %s: %w",
+			req.Key, q.Key, q.Reason, q.RetryAt.UTC().Format(time.RFC3339Nano), ErrQuotaWait)
 	case claimStored:
 		return Claim{Action: existing}, nil
 	case claimConflict:

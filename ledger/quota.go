@@ -53,8 +53,39 @@ const (
 	QuotaConcurrency  = "concurrency"
 )
 
+// ErrQuotaWait is a turn's claim refused by its quota
+// (TurnRead.Quota): nothing was claimed or sent, and the claim's
+// Quota.RetryAt says when the turn may ask again.
+var ErrQuotaWait = errors.New("the quota has no room for the call")
+
+// QuotaClaim asks a model turn's claim to admit the turn on a quota first
+// (TurnRead.Quota): one request, the conversation's tokens (the claim
+// counts them) and Output tokens (max_tokens), and a concurrency slot
+// leased for Lease (DefaultQuotaLease when 0).
+type QuotaClaim struct {
+	Key    string
+	Output int64
+	Lease  time.Duration
+}
+
+// QuotaAnswer is what a model call's response says of its quota, settled
+// by the statement that settles the attempt (AttemptEnd.Quota): the
+// admission's tokens are settled to Used (when it was admitted), the
+// headers' limits and remaining counts are learned, and a 429 closes the
+// key fleet-wide until ClosedUntil (zero: not a 429).
+type QuotaAnswer struct {
+	Admission   Admission
+	Used        quota.Tokens
+	Observed    quota.Observed
+	ClosedUntil time.Time
+}
+
 // Admission is the limiter's answer to one call.
 type Admission struct {
+	// Key is the quota, and Reserved what an admitted call took (a turn's
+	// claim counts its input tokens).
+	Key      string
+	Reserved quota.Tokens
 	// Admitted: the call's requests and tokens (and a concurrency slot,
 	// when one is declared) are taken; settle it with SettleQuota.
 	Admitted bool
@@ -85,6 +116,12 @@ type QuotaState struct {
 	ClosedUntil time.Time
 	// UpdatedAt is the row's last write, At the clock of this reading.
 	UpdatedAt, At time.Time
+	// Refused counts the admissions refused, and WaitedSeconds the waits
+	// they were told (to their release slots); Waiting is the calls whose
+	// slot is still ahead; RateLimited counts the 429s that closed the key.
+	Refused, RateLimited int64
+	WaitedSeconds        float64
+	Waiting              int
 }
 
 // EnsureQuota declares a key's limits, creating its row, or changes them
@@ -128,7 +165,7 @@ func (s *Store) AdmitQuota(ctx context.Context, key string, requests int, tokens
 	if lease == 0 {
 		lease = DefaultQuotaLease
 	}
-	var a Admission
+	a := Admission{Key: key, Reserved: tokens}
 	var retryAt *time.Time
 	var reason *string
 	if err := s.pool.QueryRow(ctx, `SELECT admitted, retry_at, reason, at FROM agentsaga_quota_admit($1, $2, $3, $4, $5)`,
@@ -212,11 +249,8 @@ func (s *Store) LearnQuota(ctx context.Context, key string, o quota.Observed) er
 		!o.RequestsRemainingKnown && !o.TokensRemainingKnown && !o.InputTokensRemainingKnown && !o.OutputTokensRemainingKnown {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, `SELECT agentsaga_quota_learn($1, $2, $3, $4, $5, $6, $7, $8, $9)`, key,
-		perMinute(o.RequestsLimit), remaining(o.RequestsRemaining, o.RequestsRemainingKnown),
-		perMinute(o.TokensLimit), remaining(o.TokensRemaining, o.TokensRemainingKnown),
-		perMinute(o.InputTokensLimit), remaining(o.InputTokensRemaining, o.InputTokensRemainingKnown),
-		perMinute(o.OutputTokensLimit), remaining(o.OutputTokensRemaining, o.OutputTokensRemainingKnown)); err != nil {
+	if _, err := s.pool.Exec(ctx, `SELECT agentsaga_quota_learn($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		append([]any{key}, observedArgs(o)...)...); err != nil {
 		return fmt.Errorf("ledger: learn quota %s: %w", key, err)
 	}
 	return nil
@@ -230,10 +264,12 @@ func (s *Store) QuotaState(ctx context.Context, key string) (QuotaState, error) 
 	var conc *int
 	var closed *time.Time
 	err := s.pool.QueryRow(ctx, `
-		SELECT rpm, tpm, itpm, otpm, concurrency, requests, tokens, input_tokens, output_tokens,
-		       in_flight, closed_until, updated_at, at
-		FROM agentsaga_quota_state($1)`, key).Scan(&rpm, &tpm, &itpm, &otpm, &conc,
-		&requests, &tokens, &input, &output, &st.InFlight, &closed, &st.UpdatedAt, &st.At)
+		SELECT s.rpm, s.tpm, s.itpm, s.otpm, s.concurrency, s.requests, s.tokens, s.input_tokens, s.output_tokens,
+		       s.in_flight, s.closed_until, s.updated_at, s.at,
+		       q.refused, q.rate_limited, q.waited_seconds, cardinality(array(SELECT w FROM unnest(q.waiting) w WHERE w > s.at))
+		FROM agentsaga_quota_state($1) s, quota_limits q WHERE q.key = $1`, key).Scan(&rpm, &tpm, &itpm, &otpm, &conc,
+		&requests, &tokens, &input, &output, &st.InFlight, &closed, &st.UpdatedAt, &st.At,
+		&st.Refused, &st.RateLimited, &st.WaitedSeconds, &st.Waiting)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return QuotaState{}, fmt.Errorf("ledger: quota state %s: %w", key, ErrNotFound)
@@ -250,6 +286,14 @@ func (s *Store) QuotaState(ctx context.Context, key string) (QuotaState, error) 
 		st.ClosedUntil = *closed
 	}
 	return st, nil
+}
+
+// observedArgs are what agentsaga_quota_learn takes of o, in its order.
+func observedArgs(o quota.Observed) []any {
+	return []any{perMinute(o.RequestsLimit), remaining(o.RequestsRemaining, o.RequestsRemainingKnown),
+		perMinute(o.TokensLimit), remaining(o.TokensRemaining, o.TokensRemainingKnown),
+		perMinute(o.InputTokensLimit), remaining(o.InputTokensRemaining, o.InputTokensRemainingKnown),
+		perMinute(o.OutputTokensLimit), remaining(o.OutputTokensRemaining, o.OutputTokensRemainingKnown)}
 }
 
 // perMinute is a limit as the functions take it: NULL when 0 (not said).

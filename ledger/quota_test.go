@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"sync"
@@ -446,4 +448,95 @@ func TestQuotaHostileKeys(t *testing.T) {
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM quota_limits`).Scan(&n))
 	assert.Equal(t, len(hostileText), n, "one row per key")
 	assert.Equal(t, tables, ledgertest.Tables(t, store), "every table survived")
+}
+
+// A model turn on a quota is admitted by its claim: the turns that fit are
+// claimed and sent; the next is refused with ErrQuotaWait and a release
+// slot, claiming nothing and recording no leaf call; the calls refused
+// after it get later slots, a request's refill apart; the settle gives
+// unused tokens back, learns the headers and, after a 429, closes the key.
+func TestClaimTurnAdmitsOnTheQuota(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	const rpm = 2 // a request refills in 30 s
+	require.NoError(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: rpm, TokensPerMinute: 100000}))
+	turn := func(i int) (ledger.ActionRequest, ledger.LeafCall, ledger.TurnRead) {
+		wf := fmt.Sprintf("wf-quota-%d", i)
+		return ledger.ActionRequest{Key: wf + "/step-001-model", WorkflowID: wf, ActivityID: "step-001-model",
+				Tool: "model:openai:gpt-4o-mini", Arguments: `{"through":1}`, Kind: ledger.ActionModel},
+			ledger.LeafCall{Attempt: 1, Kind: ledger.LeafModel, Target: "openai:gpt-4o-mini"},
+			ledger.TurnRead{WorkflowID: wf, Through: 1, Append: []ledger.Message{{Seq: 0, Role: "user", Content: "hello", Tokens: 100}},
+				Fit: ledger.FitRequest{Trailing: 20}, Quota: &ledger.QuotaClaim{Key: quotaKey, Output: 500}}
+	}
+
+	var claims []ledger.Claim
+	for i := range rpm {
+		req, leaf, read := turn(i)
+		claim, err := store.ClaimTurn(ctx, req, leaf, time.Minute, read)
+		require.NoError(t, err, i)
+		require.True(t, claim.Execute, i)
+		assert.True(t, claim.Quota.Admitted)
+		assert.Equal(t, quota.Tokens{Input: 120, Output: 500}, claim.Quota.Reserved, "the conversation, what follows it, and max_tokens")
+		claims = append(claims, claim)
+	}
+	var slots []time.Time
+	for i := rpm; i < rpm+3; i++ {
+		req, leaf, read := turn(i)
+		claim, err := store.ClaimTurn(ctx, req, leaf, time.Minute, read)
+		require.ErrorIs(t, err, ledger.ErrQuotaWait, i)
+		assert.False(t, claim.Execute)
+		assert.Equal(t, ledger.QuotaRequests, claim.Quota.Reason)
+		slots = append(slots, claim.Quota.RetryAt)
+		assert.Empty(t, leafCalls(t, store, req.WorkflowID), "a refused turn sends nothing")
+		_, err = store.GetAction(ctx, req.Key)
+		assert.ErrorIs(t, err, ledger.ErrNotFound, "a refused turn claims nothing")
+	}
+	for i := 1; i < len(slots); i++ {
+		// 30 s apart, plus up to 15 s of jitter on each.
+		gap := slots[i].Sub(slots[i-1]).Seconds()
+		assert.InDelta(t, 30, gap, 15.01, "slot %d", i)
+	}
+	st, err := store.QuotaState(ctx, quotaKey)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, st.Refused)
+	assert.Equal(t, 3, st.Waiting)
+	assert.Greater(t, st.WaitedSeconds, 3*25.0)
+
+	// The first turn used less than it reserved, and the provider said so.
+	req, _, _ := turn(0)
+	h := http.Header{}
+	h.Set("x-ratelimit-limit-tokens", "90000")
+	_, err = store.SettleAttempt(ctx, req.Key, claims[0].Action.Attempts, ledger.AttemptEnd{Status: agentsagatype.ActionCompleted,
+		Result: `{"content":"hi"}`, LeafCallID: claims[0].LeafCallID,
+		Quota: &ledger.QuotaAnswer{Admission: claims[0].Quota, Used: quota.Tokens{Input: 110, Output: 10}, Observed: quota.Parse(h, time.Now())}})
+	require.NoError(t, err)
+	st, err = store.QuotaState(ctx, quotaKey)
+	require.NoError(t, err)
+	assert.InDelta(t, 90000, st.TokensPerMinute, 0.001, "learned from the headers")
+	assert.LessOrEqual(t, st.Tokens, 90000.0, "the level is capped at the learned limit")
+
+	// The second got a 429: the key closes for everyone.
+	req, _, _ = turn(1)
+	until := time.Now().Add(time.Hour)
+	_, err = store.SettleAttempt(ctx, req.Key, claims[1].Action.Attempts, ledger.AttemptEnd{Status: agentsagatype.ActionFailed,
+		Cause: "HTTP 429", ErrorType: "RateLimited", LeafCallID: claims[1].LeafCallID, CallErr: errors.New("HTTP 429"),
+		Quota: &ledger.QuotaAnswer{Admission: claims[1].Quota, ClosedUntil: until}})
+	require.NoError(t, err)
+	st, err = store.QuotaState(ctx, quotaKey)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, st.RateLimited)
+	assert.WithinDuration(t, until, st.ClosedUntil, time.Millisecond)
+	req, leaf, read := turn(9)
+	claim, err := store.ClaimTurn(ctx, req, leaf, time.Minute, read)
+	require.ErrorIs(t, err, ledger.ErrQuotaWait)
+	assert.Equal(t, ledger.QuotaClosed, claim.Quota.Reason)
+	assert.False(t, claim.Quota.RetryAt.Before(until), "nobody goes out before the 429's reset")
+
+	// A stored turn is handed back without asking the quota.
+	req, leaf, read = turn(0)
+	replay, err := store.ClaimTurn(ctx, req, leaf, time.Minute, read)
+	require.NoError(t, err)
+	assert.False(t, replay.Execute)
+	assert.False(t, replay.Quota.Admitted)
 }

@@ -32,8 +32,9 @@ func benchCommand() *cobra.Command {
 	long := bench.DefaultLong
 	outputKiB := long.OutputBytes >> 10
 	fleet := bench.DefaultFleet
+	ratelimit := bench.DefaultRateLimit
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|ledger|long|fleet [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
+		Use:   "bench amplification|success|overhead|storm|ledger|long|fleet|ratelimit [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -42,15 +43,15 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "ledger", "long", "fleet":
+			case "amplification", "success", "overhead", "storm", "ledger", "long", "fleet", "ratelimit":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger, long, fleet; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger, long, fleet, ratelimit; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
 			}
-			if chart != "" && scenario != "amplification" && scenario != "storm" && scenario != "long" {
-				return fmt.Errorf("bench: --chart applies to amplification, storm and long, not %s", scenario)
+			if chart != "" && scenario != "amplification" && scenario != "storm" && scenario != "long" && scenario != "ratelimit" {
+				return fmt.Errorf("bench: --chart applies to amplification, storm, long and ratelimit, not %s", scenario)
 			}
 			if outputKiB < 1 || long.ContextTokens < 0 {
 				return fmt.Errorf("bench: --output-kib %d must be positive and --context-tokens %d not negative", outputKiB, long.ContextTokens)
@@ -70,8 +71,15 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 					return err
 				}
 			}
+			if scenario == "ratelimit" {
+				// Its own dev server and worker processes too.
+				var err error
+				if result, err = rateLimitScenario(cmd, progress, temporalBin, ratelimit); err != nil {
+					return err
+				}
+			}
 			stack := &devStack{}
-			if scenario != "fleet" {
+			if scenario != "fleet" && scenario != "ratelimit" {
 				var err error
 				if stack, err = startDevStack(ctx, progress, temporalBin); err != nil {
 					return err
@@ -183,12 +191,15 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().IntSliceVar(&long.Turns, "turns", long.Turns, "run lengths in turns, one run each (long)")
 	cmd.Flags().IntVar(&outputKiB, "output-kib", outputKiB, "size of each tool output in KiB (long)")
 	cmd.Flags().IntVar(&long.ContextTokens, "context-tokens", 0, "write model.context_tokens into the spec (long; 0 leaves it out)")
-	cmd.Flags().IntSliceVar(&fleet.Processes, "processes", fleet.Processes, "worker processes per contender, one measurement each (fleet)")
+	cmd.Flags().IntSliceVar(&fleet.Processes, "processes", fleet.Processes, "worker processes per contender, one measurement each (fleet, ratelimit)")
 	cmd.Flags().IntVar(&fleet.PoolMaxConns, "pool-max-conns", fleet.PoolMaxConns, "each agentsaga worker's Postgres pool (fleet)")
 	cmd.Flags().IntVar(&fleet.Rounds, "rounds", fleet.Rounds, "measure each plain/agentsaga pair this many times (fleet)")
 	cmd.Flags().StringSliceVar(&fleet.Servers, "servers", fleet.Servers, "dev servers to run on: file (--db-filename), memory, or both (fleet)")
+	cmd.Flags().Int64Var(&ratelimit.RequestsPerMinute, "rpm", ratelimit.RequestsPerMinute, "the provider's requests per minute on the one key (ratelimit)")
+	cmd.Flags().Int64Var(&ratelimit.TokensPerMinute, "tpm", ratelimit.TokensPerMinute, "the provider's tokens per minute on the one key (ratelimit)")
+	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
-	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand())
+	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchRateLimitWorkerCommand())
 	return cmd
 }
 
@@ -336,5 +347,67 @@ func benchFleetWorkerCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&queue, "task-queue", queue, "the task queue to poll")
+	return cmd
+}
+
+// rateLimitScenario runs bench.RateLimit with this binary as the worker
+// processes; --runs, --processes, --pool-max-conns and --turns (its first
+// value: turns per run) apply when given, else the scenario's defaults.
+func rateLimitScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.RateLimitConfig) (scenarioResult, error) {
+	flags := cmd.Flags()
+	if flags.Changed("runs") {
+		cfg.Runs, _ = flags.GetInt("runs")
+	}
+	if flags.Changed("processes") {
+		cfg.Processes, _ = flags.GetIntSlice("processes")
+	}
+	if flags.Changed("pool-max-conns") {
+		cfg.PoolMaxConns, _ = flags.GetInt("pool-max-conns")
+	}
+	if flags.Changed("turns") {
+		if turns, _ := flags.GetIntSlice("turns"); len(turns) > 0 {
+			cfg.Turns = turns[0]
+		}
+	}
+	var err error
+	if cfg.TemporalBin, err = findTemporal(temporalBin); err != nil {
+		return scenarioResult{}, err
+	}
+	if cfg.Executable, err = os.Executable(); err != nil {
+		return scenarioResult{}, fmt.Errorf("bench: ratelimit: find this binary: %w", err)
+	}
+	cfg.DatabaseURL, cfg.Progress = worker.ConfigFromEnv().DatabaseURL, progress
+	fmt.Fprintf(progress, "ratelimit: a dev server in memory from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
+	result, err := bench.RateLimit(cmd.Context(), cfg)
+	if err != nil {
+		return scenarioResult{}, err
+	}
+	return scenarioResult{json: map[string]any{"config": result.Config, "server": result.Server, "rows": result.Rows},
+		print: func(w io.Writer) { bench.PrintRateLimit(w, result) },
+		chart: func(path string) error { return bench.RateLimitChart(path, result.Rows) }}, nil
+}
+
+// benchRateLimitWorkerCommand is one plain worker process of the
+// ratelimit scenario, hidden: only `agentsaga bench ratelimit` starts it.
+func benchRateLimitWorkerCommand() *cobra.Command {
+	queue := "bench-ratelimit"
+	var rpm, tpm int64
+	cmd := &cobra.Command{
+		Use:    "ratelimit-worker [--task-queue NAME] [--rpm N --tpm N]",
+		Short:  "A plain Temporal worker whose model turns call openai-go with its default retries, behind a limiter of its own when --rpm and --tpm are given, for the ratelimit scenario",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := worker.Dial(cmd.Context(), worker.ConfigFromEnv())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return bench.RunRateLimitPlainWorker(cmd.Context(), cmd.OutOrStdout(), c, queue, rpm, tpm)
+		},
+	}
+	cmd.Flags().StringVar(&queue, "task-queue", queue, "the task queue to poll")
+	cmd.Flags().Int64Var(&rpm, "rpm", 0, "this process's limiter: requests per minute (0: no limiter)")
+	cmd.Flags().Int64Var(&tpm, "tpm", 0, "this process's limiter: tokens per minute (0: no limiter)")
 	return cmd
 }

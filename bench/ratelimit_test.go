@@ -1,0 +1,74 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/worker/workertest"
+)
+
+// Issue 22's dev-server test: two `agentsaga worker` processes of the
+// built binary share one API key whose token limit binds (the runs need
+// more tokens than a minute's burst), and the fleet limiter keeps them
+// inside it: every run completes, and the provider answers 429 to at most
+// 1% of the requests.
+func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agentsaga binary and runs worker processes")
+	}
+	temporalBin, err := workertest.TemporalBinary()
+	require.NoError(t, err)
+	bin := buildAgentsaga(t)
+
+	cfg := bench.DefaultRateLimit
+	// 6 runs x 3 turns of some 300 tokens each: about 1.4 minutes' worth
+	// of a 4,000 TPM limit, so the limit holds the last part back for
+	// some 25 s; requests do not bind.
+	cfg.Processes, cfg.Runs, cfg.Turns, cfg.GoalChars = []int{2}, 6, 3, 0
+	cfg.RequestsPerMinute, cfg.TokensPerMinute = 600, 4000
+	cfg.Contenders, cfg.PoolMaxConns, cfg.Timeout = []string{bench.RateLimitAgentsaga}, 4, 2*time.Minute
+	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = temporalBin, bin, worker.ConfigFromEnv().DatabaseURL
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	result, err := bench.RateLimit(ctx, cfg)
+	require.NoError(t, err)
+	var table strings.Builder
+	bench.PrintRateLimit(&table, result)
+	t.Log(table.String())
+
+	require.Len(t, result.Rows, 1)
+	row := result.Rows[0]
+	figures, _ := json.Marshal(row.Provider)
+	t.Logf("provider: %s", figures)
+	assert.Greater(t, row.Provider.TokensAdmitted, cfg.TokensPerMinute, "the runs needed more than a minute's burst, so the limit bound")
+	assert.Equal(t, cfg.Runs, row.Completed, "every run completed: %v", row.Outcomes)
+	assert.LessOrEqual(t, row.Share429, 0.01, "the provider answered 429 to at most 1%% of the requests: %d of %d", row.Provider.RateLimited, row.Provider.Requests)
+	assert.Zero(t, row.RetryTokens, "no retry token is spent on quota")
+	assert.Equal(t, int64(cfg.Runs*cfg.Turns), row.Provider.Answered, "one answered request a turn")
+	assert.Equal(t, cfg.Runs*cfg.Turns, row.Turns, "every turn's wait was read from the histories")
+}
+
+// buildAgentsaga builds the binary the worker processes run, as
+// TestFleetSmoke does (without -race, with its flags, so that the build
+// cache serves the second build), with its own ten minutes.
+func buildAgentsaga(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err, "the test builds the agentsaga binary and needs the go tool on PATH")
+	bin := filepath.Join(t.TempDir(), "agentsaga")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goTool, "build", "-ldflags=-s -w", "-o", bin, "github.com/agentsaga/agentsaga/cmd/agentsaga").CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
+	return bin
+}

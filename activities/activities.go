@@ -52,6 +52,9 @@ type Activities struct {
 	MCP        *MCPSessions
 	mcpOnce    sync.Once
 	mcpDefault *MCPSessions
+	// declaredQuotas are the model quotas this process has declared
+	// (turnQuota), by key and limits.
+	declaredQuotas sync.Map
 }
 
 // toolResult is output as history carries it.
@@ -109,6 +112,21 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 	trailing := turnTrailing(call)
 	defs, _ := json.Marshal(call.Tools)
 	defTokens := convfit.Count(string(defs))
+	quotaClaim, err := a.turnQuota(ctx, call)
+	if err != nil {
+		return agentsagatype.ModelTurn{}, temporal.NewApplicationError(fmt.Sprintf("model: quota: %v", err), agentsagatype.ErrTypeLedgerUnavailable)
+	}
+	ctx, sink := withHeaderSink(ctx)
+	var used agentsagatype.Usage
+	classify := toActivityError
+	if quotaClaim != nil {
+		classify = func(err error) error {
+			if rateLimited(err) {
+				return keyed.QuotaWait(err.Error(), sink.closedUntil(), true)
+			}
+			return toActivityError(err)
+		}
+	}
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
 	output, _, err := keyed.Once(ctx, a.Ledger, keyed.Call{
@@ -116,12 +134,16 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledger.ActionModel},
 		Kind: ledger.LeafModel, Target: target,
 		Turn: &ledger.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
-			Fit: convfit.Request(trailing, defTokens, call.Model.ContextTokens())},
+			Fit: convfit.Request(trailing, defTokens, call.Model.ContextTokens()), Quota: quotaClaim},
+		Quota: func(admission ledger.Admission, callErr error) *ledger.QuotaAnswer {
+			return sink.answer(admission, used, callErr)
+		},
 		Run: func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error) {
 			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens)
 			if err != nil {
 				return "", nil, err
 			}
+			used = turn.Usage
 			turn.AnsweredBy = target
 			stored, _ := json.Marshal(turn)
 			reply := agentsagatype.Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
@@ -131,7 +153,7 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 			row := convfit.ToLedger(reply)
 			return string(stored), &row, nil
 		},
-	}, toActivityError)
+	}, classify)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, err
 	}

@@ -94,6 +94,7 @@ func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 	}
 	var raw *http.Response
 	resp, err := m.client.Messages.New(ctx, params, option.WithResponseInto(&raw))
+	noteResponse(ctx, raw)
 	if err != nil {
 		var apiErr *anthropic.Error
 		switch {

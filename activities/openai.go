@@ -73,6 +73,7 @@ func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 	}
 	var raw *http.Response
 	resp, err := m.client.Chat.Completions.New(ctx, params, option.WithResponseInto(&raw))
+	noteResponse(ctx, raw)
 	if err != nil {
 		var apiErr *openai.Error
 		switch {

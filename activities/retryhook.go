@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -152,6 +153,16 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		// dependency's failure, and there is nothing to pay for.
 		f.cancelled, f.benign, f.decision = true, true, "none: the attempt was cancelled"
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: appErr != nil && appErr.NonRetryable()})
+	}
+	if appErr != nil && appErr.Type() == budget.DenyQuota {
+		// The provider's quota had no room: not the dependency's failure,
+		// so the breaker does not count it, and the workflow waits for the
+		// quota instead of a retry, which nobody pays for.
+		f.benign = true
+		if wait := (*keyed.QuotaWaitError)(nil); errors.As(err, &wait) {
+			f.retryAt, f.atGate = wait.RetryAt, !wait.Sent
+		}
+		return nil, i.deny(ctx, f, budget.DenyQuota)
 	}
 	if appErr != nil && appErr.NonRetryable() {
 		// The request itself is wrong (or refused): not the dependency's
@@ -347,6 +358,7 @@ var denialText = map[string]string{
 	budget.DenyCircuitOpen:  "the dependency's circuit breaker is open",
 	budget.DenyFleetBucket:  "the fleet-wide retry budget is exhausted",
 	budget.DenyDeadline:     "the backoff would outlive the run's deadline",
+	budget.DenyQuota:        "the model's quota has no room; the turn waits for it",
 }
 
 // deny fails the call with the budget that said no as its type. It is as

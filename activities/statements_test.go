@@ -2,6 +2,9 @@ package activities_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/quota"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -211,4 +215,52 @@ func TestStatementsOfALongCallThatRenewsItsLease(t *testing.T) {
 	assert.Equal(t, 2, len(slow)-renewals, "the claim and the completion")
 	assert.GreaterOrEqual(t, renewals, 1, "renewed at least once in 1.3 s at one renewal per 500 ms")
 	assert.LessOrEqual(t, renewals, 3)
+}
+
+// A model turn on its provider's quota costs no statement more when the
+// quota has room (issue 22): the claim admits it, and the completion
+// settles its tokens and learns the response's rate-limit headers.
+func TestStatementsOfAModelTurnOnAQuota(t *testing.T) {
+	t.Parallel()
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("x-ratelimit-limit-requests", "500")
+		w.Header().Set("x-ratelimit-remaining-requests", "499")
+		w.Header().Set("x-ratelimit-limit-tokens", "200000")
+		w.Header().Set("x-ratelimit-remaining-tokens", "199000")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
+			`"choices":[{"index":0,"message":{"role":"assistant","content":"shipped"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":30,"completion_tokens":2,"total_tokens":32}}`)
+	}))
+	defer provider.Close()
+	statements := &ledgertest.Statements{Caller: byActivity}
+	store := ledgertest.NewCountingStore(t, statements)
+	var suite testsuite.WorkflowTestSuite
+	env := suite.NewTestActivityEnvironment()
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
+	acts := &activities.Activities{Ledger: store}
+	env.RegisterActivity(acts)
+	model := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "gpt-4o-mini", BaseURL: provider.URL + "/v1"}
+	plan := agentsagatype.RetryPlan{Tool: "model", Dependency: "model:openai:gpt-4o-mini", MaxAttempts: 3, ToolRetryCap: 6,
+		RunAllowance: 5, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}
+	turn := func(through int, appended ...agentsagatype.Message) agentsagatype.ModelCall {
+		return agentsagatype.ModelCall{Model: model, Retry: plan, Quota: true,
+			Conversation: agentsagatype.Conversation{WorkflowID: "default-test-workflow-id", Through: through, Append: appended}}
+	}
+	run := func(what string, call agentsagatype.ModelCall) int {
+		t.Helper()
+		statements.Take()
+		_, err := env.ExecuteActivity(acts.CallModel, call)
+		require.NoError(t, err, what)
+		return logStatements(t, what, statements.Take())
+	}
+	run("model turn on a quota, cold worker", turn(1, agentsagatype.Message{Seq: 0, Role: "user", Content: "Where is order o-1?"}))
+	warm := run("model turn on a quota, warm", turn(3, agentsagatype.Message{Seq: 2, Role: "user", Content: "And o-2?"}))
+	assert.LessOrEqual(t, warm, 2, "the claim admits, the completion settles and learns")
+
+	st, err := store.QuotaState(context.Background(), quota.Key("openai", "gpt-4o-mini", ""))
+	require.NoError(t, err)
+	assert.InDelta(t, 500, st.RequestsPerMinute, 0.001, "learned from the headers")
+	assert.InDelta(t, 200000, st.TokensPerMinute, 0.001)
+	assert.Zero(t, st.Refused)
 }

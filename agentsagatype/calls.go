@@ -34,6 +34,11 @@ type ModelCall struct {
 	// model, and no second reply can be stored for it. The providers never
 	// see the key.
 	TurnOf string `json:"turn_of,omitempty"`
+	// Quota admits the turn on its provider's quota, shared by the fleet,
+	// before it is sent (runs from agentsaga-commands 3 on). A turn that
+	// does not fit, or is answered 429, fails with a budget.DenyQuota
+	// refusal whose CallFailure.RetryAt says when to send it again.
+	Quota bool `json:"quota,omitempty"`
 }
 
 // ToolCallRequest is the input of CallTool.

@@ -14,6 +14,10 @@ const (
 	DenyCircuitOpen  = "CircuitOpen"           // the dependency's breaker is open
 	DenyFleetBucket  = "RetryBudgetExhausted"  // the fleet-wide token bucket is empty
 	DenyDeadline     = "DeadlineExceeded"      // the backoff would outlive the run's deadline
+	// DenyQuota is not a retry's denial: a model turn its provider's quota
+	// had no room for (at admission, or answered 429) waits until the
+	// refusal's time, costing no retry and no attempt.
+	DenyQuota = "QuotaWait"
 )
 
 // Granted is the decision of a retry that every budget paid for.

@@ -103,6 +103,10 @@ type TraceEntry struct {
 	// Parks counts the times the call waited behind its dependency's open
 	// circuit breaker.
 	Parks int `json:"parks,omitempty"`
+	// QuotaWaits counts the times a model turn waited for its provider's
+	// quota, and QuotaWaitSeconds how long in all.
+	QuotaWaits       int     `json:"quota_waits,omitempty"`
+	QuotaWaitSeconds float64 `json:"quota_wait_seconds,omitempty"`
 }
 
 // BudgetView is what the budget query returns.
@@ -247,6 +251,8 @@ type run struct {
 	// name, "model", or "model <provider:name>"), for the note, with since
 	// when the outage has lasted when a refusal said it (else zero).
 	open map[string]time.Time
+	// quota is how the current model turn met its provider's quota.
+	quota quotaWaits
 	// answeredBy is the model that answered the last turn
 	// (agentsagatype.ModelSpec.Target), for the UI.
 	answeredBy string
@@ -398,6 +404,7 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 
 func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
 	r.stats.Calls++
+	r.quota = quotaWaits{}
 	note := r.budget.Note(workflow.Now(ctx), r.openBreakers())
 	if warning := r.watch.note(); warning != "" {
 		note += "\n" + warning
@@ -443,7 +450,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 			turn = agentsagatype.ModelTurn{}
 			if len(r.turnModels()) == 1 {
 				// One model: its send, as before fallbacks existed.
-				return r.sendModelTurn(ctx, again, summary, call)
+				return r.sendModelTurnInQuota(ctx, again, summary, call)
 			}
 			asked, answered := workflow.NewFuture(ctx)
 			workflow.Go(ctx, func(ctx workflow.Context) {
@@ -478,8 +485,13 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		if r.versions.parkModelTurns && entry.Denial == budget.DenyCircuitOpen {
 			entry.Attempts = parked.leafCalls // a refusal at the gate was not a call
 		}
+		if entry.Denial == budget.DenyQuota {
+			entry.Attempts = 0 // r.quota counts the requests answered 429
+		}
 		entry.Attempts += refusedLeafCalls
 	}
+	entry.Attempts += r.quota.leafCalls
+	entry.QuotaWaits, entry.QuotaWaitSeconds = r.quota.waits, r.quota.waited.Seconds()
 	if turn.Refusal != "" {
 		entry.Error = "refusal: " + turn.Refusal
 	}
@@ -535,8 +547,14 @@ func (r *run) askModels(ctx workflow.Context, activityID, summary string, call a
 			what = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
 		}
 		*turn = agentsagatype.ModelTurn{}
-		err = r.sendModelTurn(ctx, id, what, send).Get(ctx, turn)
+		err = r.sendModelTurnInQuota(ctx, id, what, send).Get(ctx, turn)
 		failure, refused := openBreakerRefusal(err)
+		var outOfQuota *modelParkedError
+		if errors.As(err, &outOfQuota) && i < len(models)-1 {
+			// The run cannot afford to wait for this model's quota: the
+			// next model answers the turn.
+			continue
+		}
 		if len(models) > 1 {
 			// The note names each model that is down, and since when.
 			if refused {

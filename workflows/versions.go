@@ -66,7 +66,12 @@ const (
 	// escalate.after_breaker_open_seconds, instead of sleeping to a release
 	// slot past it (BreakerWait.WakeAtLimit).
 	commandsVersion2 workflow.Version = 2
-	latestCommands                    = commandsVersion2
+	// commandsVersion3 admits every model turn on its provider's quota,
+	// shared by the fleet (ModelCall.Quota), and waits on a durable timer
+	// while the quota has no room, or after a 429, instead of retrying
+	// (run.sendModelTurnInQuota).
+	commandsVersion3 workflow.Version = 3
+	latestCommands                    = commandsVersion3
 )
 
 // versions are the paths this execution takes.
@@ -83,6 +88,8 @@ type versions struct {
 	outageAwareWatchdog bool
 	modelFallbacks      bool
 	wakeAtLimit         bool
+	// The field below came with commandsVersion3.
+	quotaWaits bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -94,7 +101,8 @@ func readVersions(ctx workflow.Context) versions {
 			parkModelTurns:        commands >= commandsVersion1,
 			outageAwareWatchdog:   commands >= commandsVersion2,
 			modelFallbacks:        commands >= commandsVersion2,
-			wakeAtLimit:           commands >= commandsVersion2}
+			wakeAtLimit:           commands >= commandsVersion2,
+			quotaWaits:            commands >= commandsVersion3}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

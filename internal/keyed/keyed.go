@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/lease"
 	"github.com/agentsaga/agentsaga/ledger"
 )
@@ -35,6 +36,38 @@ type Call struct {
 	// Refused, when set, reads a successful output as a refusal: a 200
 	// whose meaning is "no", stored like a 4xx and never retried.
 	Refused func(output string) (string, bool)
+	// Quota, for a model turn admitted on a quota (Turn.Quota), is what
+	// the turn's response said of it, given the admission and the call's
+	// error: settled with the attempt.
+	Quota func(admission ledger.Admission, callErr error) *ledger.QuotaAnswer
+}
+
+// QuotaWait is the refusal of a model turn its quota had no room for: not
+// retryable by Temporal (the workflow waits for it), and saying when to
+// come back (its cause, a *QuotaWaitError, which the retry hook reads).
+// sent says whether a request left (answered 429) or not (refused at
+// admission).
+func QuotaWait(message string, retryAt time.Time, sent bool) error {
+	return temporal.NewNonRetryableApplicationError(message, budget.DenyQuota, &QuotaWaitError{RetryAt: retryAt, Sent: sent})
+}
+
+// QuotaWaitError says when a turn its quota refused may go out again, and
+// whether the refused attempt sent a request.
+type QuotaWaitError struct {
+	RetryAt time.Time
+	Sent    bool
+}
+
+func (e *QuotaWaitError) Error() string {
+	return "the quota has room at " + e.RetryAt.UTC().Format(time.RFC3339Nano)
+}
+
+// quotaAnswer is what c's response said of its admitted quota, or nil.
+func (c Call) quotaAnswer(claim ledger.Claim, callErr error) *ledger.QuotaAnswer {
+	if c.Quota == nil || !claim.Quota.Admitted {
+		return nil
+	}
+	return c.Quota(claim.Quota, callErr)
 }
 
 // Once executes c at most once for its key: it claims the key (waiting,
@@ -68,6 +101,10 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
 	case errors.Is(err, ledger.ErrInFlight):
 		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeInFlight)
+	case errors.Is(err, ledger.ErrQuotaWait):
+		return "", false, QuotaWait(err.Error(), claim.Quota.RetryAt, false)
+	case errors.Is(err, ledger.ErrQuotaTooLarge):
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeModelConfig, nil)
 	case err != nil:
 		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
 	}
@@ -102,12 +139,14 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 		errType, permanent := "", false
 		var appErr *temporal.ApplicationError
 		if errors.As(activityErr, &appErr) {
-			errType, permanent = appErr.Type(), appErr.NonRetryable()
+			// A quota wait is not the call's outcome: the turn goes out
+			// again under its key once the quota has room.
+			errType, permanent = appErr.Type(), appErr.NonRetryable() && appErr.Type() != budget.DenyQuota
 		}
 		// Recorded even when the attempt was cancelled, so the next attempt
 		// can claim the key at once instead of waiting out the lease.
 		end := ledger.FailedAttempt(callErr.Error(), errType, permanent)
-		end.LeafCallID, end.CallErr = claim.LeafCallID, callErr
+		end.LeafCallID, end.CallErr, end.Quota = claim.LeafCallID, callErr, c.quotaAnswer(claim, callErr)
 		if _, err := store.SettleAttempt(context.WithoutCancel(ctx), key, claim.Action.Attempts, end); err != nil {
 			logRefusedWrite(log, key, err)
 		}
@@ -129,7 +168,8 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 	var stored agentsagatype.Action
 	err = recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
 		stored, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
-			Status: agentsagatype.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID})
+			Status: agentsagatype.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID,
+			Quota: c.quotaAnswer(claim, nil)})
 		return err
 	})
 	switch {

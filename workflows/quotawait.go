@@ -1,0 +1,106 @@
+package workflows
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
+)
+
+// quotaWaits is how one model turn met its provider's quota: a wait is
+// not a failure, so it costs no retry and no attempt, and a turn refused
+// at admission sent nothing.
+type quotaWaits struct {
+	waits  int
+	waited time.Duration
+	// leafCalls are the requests the provider answered 429.
+	leafCalls int
+	// until is when the last wait ended.
+	until time.Time
+}
+
+// sendModelTurnInQuota sends a model turn under activityID, as
+// sendModelTurn does, and from agentsaga-commands 3 on admits it on its
+// provider's quota, which the fleet shares (ModelCall.Quota). While the
+// quota refuses it (a budget.DenyQuota refusal: no room at admission, or a
+// request answered 429, which closes the quota for every worker), the
+// turn waits on a durable timer until the release slot the refusal names
+// and goes out again under its first key, as <activityID>/after-quota-N.
+// The slots are a refill of each call's cost apart and jittered, so the
+// turns waiting on one quota come back at the rate it allows, not in a
+// wave. The waits count against the run's wall clock: a wait the run's
+// budget cannot afford ends the send with a modelParkedError that says
+// why (askModels then asks the next model, if the spec has fallbacks).
+func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall) workflow.Future {
+	if !r.versions.quotaWaits {
+		return r.sendModelTurn(ctx, activityID, summary, call)
+	}
+	call.Quota = true
+	sent, settle := workflow.NewFuture(ctx)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var turn agentsagatype.ModelTurn
+		err := r.sendModelTurn(ctx, activityID, summary, call).Get(ctx, &turn)
+		what, note := "the model "+call.Model.Target(), call.Note
+		waited := 0
+		for n := 1; ; n++ {
+			refusal, refused := quotaRefusal(err)
+			if !refused {
+				break
+			}
+			r.quota.leafCalls += refusal.Attempt
+			if refusal.AtGate {
+				r.quota.leafCalls-- // refused before it was sent
+			}
+			now := workflow.Now(ctx)
+			wait := parkWithoutProbeTime
+			if !refusal.RetryAt.IsZero() {
+				wait = max(refusal.RetryAt.Sub(now), minimumPark)
+			}
+			back := now.Add(wait)
+			if r.budget.ShouldFinish(back) {
+				err = &modelParkedError{err: err, why: fmt.Sprintf("The quota of %s has no room until %s, and the run's budget cannot afford the wait",
+					what, back.UTC().Format(time.RFC3339))}
+				break
+			}
+			waiting := fmt.Sprintf("waiting for the quota of %s: its provider's rate limit has no room; the turn goes out at %s (waited %d times)",
+				what, back.UTC().Format(time.RFC3339), n)
+			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, note+"\n"+waiting)
+			if n == 1 {
+				r.setStatus(ctx, agentsagatype.RunRunning, waiting)
+			}
+			waited++
+			r.quota.waits++
+			r.quota.waited += wait
+			r.quota.until = back
+			timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: clip("waiting for the quota of "+what, 100)})
+			if timerErr := timer.Get(ctx, nil); timerErr != nil {
+				err = timerErr // cancelled while waiting: nothing was sent
+				break
+			}
+			call.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
+			call.Retry = r.plan("model", call.Retry.Dependency)
+			// The model reads that its turn was held back, and for how long.
+			call.Note = fmt.Sprintf("%s\nThe provider's rate limit held this turn back %s (until %s).",
+				note, r.quota.waited.Round(time.Second), back.UTC().Format("15:04:05 UTC"))
+			turn = agentsagatype.ModelTurn{}
+			err = r.sendModelTurn(ctx, fmt.Sprintf("%s/after-quota-%d", activityID, n), summary, call).Get(ctx, &turn)
+		}
+		if waited > 0 && !temporal.IsCanceledError(err) {
+			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
+		}
+		settle.Set(turn, err)
+	})
+	return sent
+}
+
+// quotaRefusal is the quota's refusal in err (budget.DenyQuota), when that
+// is what err is.
+func quotaRefusal(err error) (agentsagatype.CallFailure, bool) {
+	failure, ok := callFailureIn(err)
+	return failure, ok && failure.Denial == budget.DenyQuota
+}

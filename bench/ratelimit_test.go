@@ -49,7 +49,8 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	require.Len(t, result.Rows, 1)
 	row := result.Rows[0]
 	figures, _ := json.Marshal(row.Provider)
-	t.Logf("provider: %s", figures)
+	ledgerRow, _ := json.Marshal(row.Quota)
+	t.Logf("provider: %s\nthe ledger's quota row: %s", figures, ledgerRow)
 	assert.Greater(t, row.Provider.TokensAdmitted, cfg.TokensPerMinute, "the runs needed more than a minute's burst, so the limit bound")
 	assert.Equal(t, cfg.Runs, row.Completed, "every run completed: %v", row.Outcomes)
 	assert.LessOrEqual(t, row.Share429, 0.01, "the provider answered 429 to at most 1%% of the requests: %d of %d", row.Provider.RateLimited, row.Provider.Requests)

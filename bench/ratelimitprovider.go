@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,7 +66,23 @@ type ProviderCounts struct {
 	// reply was sent.
 	First time.Time `json:"first"`
 	Last  time.Time `json:"last"`
+	// Refusals are the first maxRefusalsKept 429s, as evidence of what a
+	// client sent into a closed window.
+	Refusals []ProviderRefusal `json:"refusals,omitempty"`
 }
+
+// ProviderRefusal is one 429: when, by which limit, what the request
+// asked for and what the bucket held.
+type ProviderRefusal struct {
+	At        time.Time `json:"at"`
+	Type      string    `json:"type"`
+	Requested int64     `json:"requested_tokens"`
+	Requests  float64   `json:"requests_left"`
+	Tokens    float64   `json:"tokens_left"`
+}
+
+// maxRefusalsKept bounds ProviderCounts.Refusals.
+const maxRefusalsKept = 20
 
 // Share429 is the share of requests answered 429.
 func (c ProviderCounts) Share429() float64 {
@@ -130,7 +147,9 @@ func (p *RateLimitProvider) Counts(apiKey string) ProviderCounts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if k, ok := p.keys[apiKey]; ok {
-		return k.counts
+		c := k.counts
+		c.Refusals = slices.Clone(c.Refusals)
+		return c
 	}
 	return ProviderCounts{}
 }
@@ -142,7 +161,9 @@ func (p *RateLimitProvider) AllCounts() map[string]ProviderCounts {
 	defer p.mu.Unlock()
 	out := make(map[string]ProviderCounts, len(p.keys))
 	for key, k := range p.keys {
-		out[quota.Fingerprint(key)] = k.counts
+		c := k.counts
+		c.Refusals = slices.Clone(c.Refusals)
+		out[quota.Fingerprint(key)] = c
 	}
 	return out
 }
@@ -356,6 +377,9 @@ func (p *RateLimitProvider) admit(apiKey string, reserved int64) (bool, time.Dur
 		}
 	} else {
 		k.counts.RateLimited++
+		if len(k.counts.Refusals) < maxRefusalsKept {
+			k.counts.Refusals = append(k.counts.Refusals, ProviderRefusal{At: now, Type: refusal.kind, Requested: reserved, Requests: k.requests, Tokens: k.tokens})
+		}
 	}
 	headers := map[string]string{}
 	if rpm > 0 {

@@ -92,6 +92,9 @@ type scenario struct {
 	// modelOutage points MODEL_URL in the spec at an OpenAI-compatible
 	// model server that is down for its first crmOutage (downModel).
 	modelOutage bool
+	// rateLimited points MODEL_URL in the spec at an OpenAI-compatible
+	// model server that answers its first request 429 (quotaModel).
+	rateLimited bool
 }
 
 func TestRecordHistories(t *testing.T) {
@@ -161,6 +164,12 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 	if sc.modelOutage {
 		var model downModel
 		server := model.serve(crmOutage)
+		defer server.Close()
+		text = strings.ReplaceAll(text, "MODEL_URL", server.URL+"/v1")
+	}
+	if sc.rateLimited {
+		model := &quotaModel{tooMany: func(n int32) bool { return n == 1 }}
+		server := model.serve()
 		defer server.Close()
 		text = strings.ReplaceAll(text, "MODEL_URL", server.URL+"/v1")
 	}
@@ -370,6 +379,11 @@ func corpusScenarios() []scenario {
 		{name: "model-fallback", breakers: true, modelOutage: true,
 			spec: "goal: answer\nbudget: {steps: 4}\nmodel:\n  provider: openai\n  name: gpt-4o-mini\n  base_url: MODEL_URL\n" +
 				"  fallbacks: [{provider: scripted, script: [{content: answered by the fallback}]}]\n" + corpusTools},
+		// The model's provider answers the first request 429: the turn
+		// waits for the quota on a timer and goes out again under its
+		// first key (agentsaga-commands 3), where it used to retry.
+		{name: "model-quota-waits", rateLimited: true,
+			spec: "goal: answer\nbudget: {steps: 4}\nmodel: {provider: openai, name: gpt-4o-mini, base_url: MODEL_URL}\n" + corpusTools},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,

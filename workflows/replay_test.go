@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -43,6 +44,8 @@ func TestReplayCorpus(t *testing.T) {
 			replayer := worker.NewWorkflowReplayer()
 			replayer.RegisterWorkflow(workflows.AgentRun)
 			replayer.RegisterWorkflow(workflows.RollbackRun)
+			// A run agentsaga.Start started has the namespaced type.
+			replayer.RegisterWorkflowWithOptions(namespacedAgentRun, workflow.RegisterOptions{Name: agentsagatype.NamePrefix + agentsagatype.AgentRunWorkflow})
 			// The workflow ID is part of what the code decides on (a
 			// sub-agent's ID extends its parent's), so the replay uses the
 			// recorded one: corpus-<scenario>, the file name up to its first dot.
@@ -51,4 +54,10 @@ func TestReplayCorpus(t *testing.T) {
 				OriginalExecution: workflow.Execution{ID: "corpus-" + scenario}}))
 		})
 	}
+}
+
+// namespacedAgentRun is workflows.AgentRun under a Go name of its own, as
+// agentsaga registers it, so that the replayer takes both types.
+func namespacedAgentRun(ctx workflow.Context, spec workflows.RunSpec) (workflows.RunResult, error) {
+	return workflows.AgentRun(ctx, spec)
 }

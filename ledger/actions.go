@@ -251,39 +251,22 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		leafOutcome, leafError = "error", storable(end.CallErr.Error())
 	}
 	status := end.Status
-	quotaAnswered, quotaArgs := "", []any(nil)
+	args := []any{key, attempt, status, storable(end.Result), storable(end.Cause), end.ErrorType,
+		msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name, m.Tokens,
+		end.LeafCallID, leafOutcome, leafError}
+	var action agentsagatype.Action
+	var err error
 	if q := end.Quota; q != nil {
-		// The settled row is one row, so the function runs once, in this
-		// statement (migration 00016).
-		quotaAnswered = `
-		WHERE agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
-		quotaArgs = append([]any{q.Admission.Key, q.Admission.Admitted, q.Admission.Reserved.Input, q.Admission.Reserved.Output,
-			q.Used.Input, q.Used.Output}, observedArgs(q.Observed)...)
 		var closedUntil *time.Time
 		if !q.ClosedUntil.IsZero() {
 			closedUntil = &q.ClosedUntil
 		}
-		quotaArgs = append(quotaArgs, closedUntil)
+		args = append(append(args, q.Admission.Key, q.Admission.Admitted, q.Admission.Reserved.Input, q.Admission.Reserved.Output,
+			q.Used.Input, q.Used.Output), append(observedArgs(q.Observed), closedUntil)...)
+		action, err = coalesce.Row(ctx, s.calls, key, settleSQL+settleQuotaSQL, args, scanAction)
+	} else {
+		action, err = coalesce.Row(ctx, s.calls, key, settleSQL, args, scanAction)
 	}
-	action, err := coalesce.Row(ctx, s.calls, key, `
-		WITH settled AS (
-			UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
-			       updated_at = clock_timestamp(),
-			       completed_at = CASE WHEN $3 IN ('completed', 'rejected') THEN clock_timestamp() END
-			WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
-			RETURNING `+actionColumns+`
-		), recorded AS (
-			INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, source_key, tokens)
-			SELECT settled.workflow_id, $8, $9, $10, $11::jsonb, $12, $13, $1, $14 FROM settled WHERE $7
-			ON CONFLICT (workflow_id, seq) DO NOTHING
-		), ended AS (
-			UPDATE leaf_calls SET outcome = $16, error = $17, finished_at = clock_timestamp() WHERE id = $15
-		)
-		SELECT * FROM settled`+quotaAnswered,
-		append([]any{key, attempt, status, storable(end.Result), storable(end.Cause), end.ErrorType,
-			msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name, m.Tokens,
-			end.LeafCallID, leafOutcome, leafError}, quotaArgs...),
-		scanAction)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over, or a rollback settled it.
 		stored, err := s.GetAction(ctx, key)
@@ -298,6 +281,29 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 	}
 	return action, nil
 }
+
+// settleSQL settles an attempt (SettleAttempt); settleQuotaSQL adds what
+// its response said of its quota. The settled row is one row, so the
+// function runs once, in the same statement (migration 00016).
+const (
+	settleSQL = `
+		WITH settled AS (
+			UPDATE actions a SET status = $3, result = NULLIF($4, ''), error = $5, error_type = $6, locked_until = NULL,
+			       updated_at = clock_timestamp(),
+			       completed_at = CASE WHEN $3 IN ('completed', 'rejected') THEN clock_timestamp() END
+			WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
+			RETURNING ` + actionColumns + `
+		), recorded AS (
+			INSERT INTO messages (workflow_id, seq, role, content, tool_calls, tool_call_id, name, source_key, tokens)
+			SELECT settled.workflow_id, $8, $9, $10, $11::jsonb, $12, $13, $1, $14 FROM settled WHERE $7
+			ON CONFLICT (workflow_id, seq) DO NOTHING
+		), ended AS (
+			UPDATE leaf_calls SET outcome = $16, error = $17, finished_at = clock_timestamp() WHERE id = $15
+		)
+		SELECT * FROM settled`
+	settleQuotaSQL = `
+		WHERE agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
+)
 
 // Fenced is what FenceAction found.
 type Fenced struct {

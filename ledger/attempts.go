@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/coalesce"
@@ -113,61 +112,70 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 		leaf.Attempt, leaf.Target,
 		turn.WorkflowID, seqs, roles, contents, toolCalls, toolCallIDs, names, pinned, keys, tokens,
 		turn.Through, fit.Trailing, fit.Budget, fit.CutBytes, fit.CutTokens, fit.NoteTokens, fit.KeptTurns}
-	// A turn on a quota is admitted by its claim (migration 00016): the
-	// same statement, three arguments and four columns more.
-	function, quotaColumns := "agentsaga_claim_turn", ""
-	if q := turn.Quota; q != nil {
-		function, quotaColumns = "agentsaga_claim_quota_turn", ", c.quota_admitted, c.quota_input, c.quota_retry_at, coalesce(c.quota_reason, '')"
-		args = append(args, q.Key, q.Output, milliseconds(cmp.Or(q.Lease, DefaultQuotaLease)))
-	}
-	placeholders := make([]string, len(args))
-	for i := range args {
-		placeholders[i] = fmt.Sprintf("$%d", i+1)
-	}
-	got, err := coalesce.Row(ctx, s.calls, req.Key, `
-		SELECT c.claim, coalesce(c.run_fence, ''), coalesce(c.leaf_call_id, 0), `+actionColumns+`,
-		       c.cut_before, c.omit_before, c.omitted, c.window_seqs, c.window_roles, c.window_contents,
-		       c.window_tool_calls, c.window_tool_call_ids, c.window_names, c.window_pinned, c.window_source_keys,
-		       c.window_tokens, c.window_bytes`+quotaColumns+`
-		FROM `+function+`(`+strings.Join(placeholders, ", ")+`) c,
-		     LATERAL (SELECT (c.action).*) a`,
-		args,
-		func(row pgx.Row) (c claimRow, err error) {
-			var w struct {
-				seqs, tokens, bytes                                  []int32
-				roles, contents, toolCalls, toolCallIDs, names, keys []string
-				pinned                                               []bool
-			}
-			dest := append(append([]any{&c.outcome, &c.runFence, &c.claim.LeafCallID}, actionFields(&c.claim.Action)...),
-				&c.claim.Plan.CutBefore, &c.claim.Plan.OmitBefore, &c.claim.Plan.Omitted, &w.seqs, &w.roles, &w.contents,
-				&w.toolCalls, &w.toolCallIDs, &w.names, &w.pinned, &w.keys, &w.tokens, &w.bytes)
-			var retryAt *time.Time
-			if turn.Quota != nil {
-				c.claim.Quota.Key, c.claim.Quota.Reserved.Output = turn.Quota.Key, turn.Quota.Output
-				dest = append(dest, &c.claim.Quota.Admitted, &c.claim.Quota.Reserved.Input, &retryAt, &c.claim.Quota.Reason)
-			}
-			if err := row.Scan(dest...); err != nil {
-				return c, err
-			}
-			if retryAt != nil {
-				c.claim.Quota.RetryAt = *retryAt
-			}
-			if c.outcome != claimExecuted {
-				return c, nil
-			}
-			c.claim.Conversation = make([]Message, len(w.seqs))
-			for i := range w.seqs {
-				m := Message{Seq: int(w.seqs[i]), Role: w.roles[i], Content: w.contents[i], ToolCallID: w.toolCallIDs[i],
-					Name: w.names[i], Pinned: w.pinned[i], SourceKey: w.keys[i], Tokens: int(w.tokens[i]), Bytes: int(w.bytes[i])}
-				if w.toolCalls[i] != "" {
-					m.ToolCalls = []byte(w.toolCalls[i])
-				}
-				c.claim.Conversation[i] = m
-			}
+	scan := func(row pgx.Row) (c claimRow, err error) {
+		var w struct {
+			seqs, tokens, bytes                                  []int32
+			roles, contents, toolCalls, toolCallIDs, names, keys []string
+			pinned                                               []bool
+		}
+		dest := append(append([]any{&c.outcome, &c.runFence, &c.claim.LeafCallID}, actionFields(&c.claim.Action)...),
+			&c.claim.Plan.CutBefore, &c.claim.Plan.OmitBefore, &c.claim.Plan.Omitted, &w.seqs, &w.roles, &w.contents,
+			&w.toolCalls, &w.toolCallIDs, &w.names, &w.pinned, &w.keys, &w.tokens, &w.bytes)
+		var retryAt *time.Time
+		if turn.Quota != nil {
+			c.claim.Quota.Key, c.claim.Quota.Reserved.Output = turn.Quota.Key, turn.Quota.Output
+			dest = append(dest, &c.claim.Quota.Admitted, &c.claim.Quota.Reserved.Input, &retryAt, &c.claim.Quota.Reason)
+		}
+		if err := row.Scan(dest...); err != nil {
+			return c, err
+		}
+		if retryAt != nil {
+			c.claim.Quota.RetryAt = *retryAt
+		}
+		if c.outcome != claimExecuted {
 			return c, nil
-		})
+		}
+		c.claim.Conversation = make([]Message, len(w.seqs))
+		for i := range w.seqs {
+			m := Message{Seq: int(w.seqs[i]), Role: w.roles[i], Content: w.contents[i], ToolCallID: w.toolCallIDs[i],
+				Name: w.names[i], Pinned: w.pinned[i], SourceKey: w.keys[i], Tokens: int(w.tokens[i]), Bytes: int(w.bytes[i])}
+			if w.toolCalls[i] != "" {
+				m.ToolCalls = []byte(w.toolCalls[i])
+			}
+			c.claim.Conversation[i] = m
+		}
+		return c, nil
+	}
+	var got claimRow
+	var err error
+	if q := turn.Quota; q != nil {
+		// Admitted by the claim itself (migration 00016): three arguments
+		// and four columns more, the same round trip.
+		got, err = coalesce.Row(ctx, s.calls, req.Key, claimQuotaTurnSQL,
+			append(args, q.Key, q.Output, milliseconds(cmp.Or(q.Lease, DefaultQuotaLease))), scan)
+	} else {
+		got, err = coalesce.Row(ctx, s.calls, req.Key, claimTurnSQL, args, scan)
+	}
 	return s.claimed(ctx, req, got, err)
 }
+
+// The statements of a model turn's claim (ClaimTurn): without a quota,
+// and on one.
+const (
+	turnClaimColumns = `
+		SELECT c.claim, coalesce(c.run_fence, ''), coalesce(c.leaf_call_id, 0), ` + actionColumns + `,
+		       c.cut_before, c.omit_before, c.omitted, c.window_seqs, c.window_roles, c.window_contents,
+		       c.window_tool_calls, c.window_tool_call_ids, c.window_names, c.window_pinned, c.window_source_keys,
+		       c.window_tokens, c.window_bytes`
+	claimTurnSQL = turnClaimColumns + `
+		FROM agentsaga_claim_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+		                          $19, $20, $21, $22, $23, $24, $25, $26) c,
+		     LATERAL (SELECT (c.action).*) a`
+	claimQuotaTurnSQL = turnClaimColumns + `, c.quota_admitted, c.quota_input, c.quota_retry_at, coalesce(c.quota_reason, '')
+		FROM agentsaga_claim_quota_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+		                                $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) c,
+		     LATERAL (SELECT (c.action).*) a`
+)
 
 // What agentsaga_claim_call says of a claim.
 const (

@@ -70,7 +70,7 @@ $$;
 -- quota_reason why (a reason 'too-large:...' and no slot when the call
 -- could never fit); the window is empty. Admitted, it claims as agentsaga_claim_turn does, and
 -- quota_admitted and quota_input say what to settle; if the claim then
--- does not execute after all (another attempt claimed the key meanwhile,
+-- is not made after all (another attempt claimed the key meanwhile,
 -- or the run ended), the caller gives the admission back.
 CREATE FUNCTION agentsaga_claim_quota_turn(
     p_key text, p_workflow_id text, p_activity_id text, p_tool text, p_arguments text, p_fingerprint text,

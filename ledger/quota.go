@@ -101,6 +101,7 @@ type Admission struct {
 
 // QuotaState is a key's state, refill included.
 type QuotaState struct {
+	Key string
 	// The limits in force per minute, and the concurrency limit; 0 means
 	// not limited.
 	RequestsPerMinute, TokensPerMinute, InputTokensPerMinute, OutputTokensPerMinute float64
@@ -259,22 +260,45 @@ func (s *Store) LearnQuota(ctx context.Context, key string, o quota.Observed) er
 // QuotaState reads the key's state now, without a lock; ErrNotFound when
 // the key has no row.
 func (s *Store) QuotaState(ctx context.Context, key string) (QuotaState, error) {
+	st, err := scanQuotaState(s.pool.QueryRow(ctx, quotaStateSQL+` WHERE q.key = $1`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return QuotaState{}, fmt.Errorf("ledger: quota state %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return QuotaState{}, fmt.Errorf("ledger: quota state %s: %w", key, err)
+	}
+	return st, nil
+}
+
+// Quotas reads the state of every quota whose key begins with prefix
+// ("openai:gpt-4o:" for one model's keys), in key order.
+func (s *Store) Quotas(ctx context.Context, prefix string) ([]QuotaState, error) {
+	rows, err := s.pool.Query(ctx, quotaStateSQL+` WHERE starts_with(q.key, $1) ORDER BY q.key`, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: quotas %s: %w", prefix, err)
+	}
+	states, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QuotaState, error) { return scanQuotaState(row) })
+	if err != nil {
+		return nil, fmt.Errorf("ledger: quotas %s: %w", prefix, err)
+	}
+	return states, nil
+}
+
+// quotaStateSQL reads quotas' states, refill included, for scanQuotaState.
+const quotaStateSQL = `
+	SELECT q.key, s.rpm, s.tpm, s.itpm, s.otpm, s.concurrency, s.requests, s.tokens, s.input_tokens, s.output_tokens,
+	       s.in_flight, s.closed_until, s.updated_at, s.at,
+	       q.refused, q.rate_limited, q.waited_seconds, cardinality(array(SELECT w FROM unnest(q.waiting) w WHERE w > s.at))
+	FROM quota_limits q CROSS JOIN LATERAL agentsaga_quota_state(q.key) s`
+
+func scanQuotaState(row pgx.Row) (QuotaState, error) {
 	var st QuotaState
 	var rpm, tpm, itpm, otpm, requests, tokens, input, output *float64
 	var conc *int
 	var closed *time.Time
-	err := s.pool.QueryRow(ctx, `
-		SELECT s.rpm, s.tpm, s.itpm, s.otpm, s.concurrency, s.requests, s.tokens, s.input_tokens, s.output_tokens,
-		       s.in_flight, s.closed_until, s.updated_at, s.at,
-		       q.refused, q.rate_limited, q.waited_seconds, cardinality(array(SELECT w FROM unnest(q.waiting) w WHERE w > s.at))
-		FROM agentsaga_quota_state($1) s, quota_limits q WHERE q.key = $1`, key).Scan(&rpm, &tpm, &itpm, &otpm, &conc,
-		&requests, &tokens, &input, &output, &st.InFlight, &closed, &st.UpdatedAt, &st.At,
-		&st.Refused, &st.RateLimited, &st.WaitedSeconds, &st.Waiting)
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return QuotaState{}, fmt.Errorf("ledger: quota state %s: %w", key, ErrNotFound)
-		}
-		return QuotaState{}, fmt.Errorf("ledger: quota state %s: %w", key, err)
+	if err := row.Scan(&st.Key, &rpm, &tpm, &itpm, &otpm, &conc, &requests, &tokens, &input, &output, &st.InFlight, &closed,
+		&st.UpdatedAt, &st.At, &st.Refused, &st.RateLimited, &st.WaitedSeconds, &st.Waiting); err != nil {
+		return QuotaState{}, err
 	}
 	st.RequestsPerMinute, st.TokensPerMinute = orZero(rpm), orZero(tpm)
 	st.InputTokensPerMinute, st.OutputTokensPerMinute = orZero(itpm), orZero(otpm)

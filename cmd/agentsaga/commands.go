@@ -398,6 +398,10 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	if err != nil {
 		return err
 	}
+	quotas, err := runQuotas(ctx, store, run.Spec)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -405,7 +409,12 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 		if err != nil {
 			return err
 		}
-		return enc.Encode(map[string]any{"run": run, "counters": counters, "actions": actions, "leaf_calls": leaves, "compensations": stack})
+		views := make([]quotaView, len(quotas))
+		for i, q := range quotas {
+			views[i] = newQuotaView(q)
+		}
+		return enc.Encode(map[string]any{"run": run, "counters": counters, "actions": actions, "leaf_calls": leaves,
+			"compensations": stack, "quotas": views})
 	}
 	fmt.Fprintf(out, "run %s: %s", run.WorkflowID, run.Status)
 	if run.Reason != "" {
@@ -428,6 +437,9 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	case run.Status == agentsagatype.RunRunning:
 		// e.g. a call parked behind an open circuit breaker
 		fmt.Fprintf(out, "now: %s\n", run.StatusDetail)
+	}
+	for _, q := range quotas {
+		printQuota(out, q)
 	}
 	printActions(out, actions)
 	stack, err := store.CompensationStack(ctx, id)

@@ -73,3 +73,41 @@ func buildAgentsaga(t *testing.T) string {
 	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
 	return bin
 }
+
+// The table says which targets an agentsaga row met and missed, the
+// plain rows get none, and the chart draws every row.
+func TestRateLimitTableAndChart(t *testing.T) {
+	result := bench.RateLimitResult{Config: bench.DefaultRateLimit, Server: "dev server in memory", Rows: []bench.RateLimitRow{
+		{Contender: bench.RateLimitSDKContender, Processes: 2, Runs: 24, Completed: 15, Share429: 0.62, QuotaShare: 0.97, RetryTokens: 210,
+			Provider: bench.ProviderCounts{Requests: 400, RateLimited: 248}},
+		{Contender: bench.RateLimitPerProcessContender, Processes: 2, Runs: 24, Completed: 24, Share429: 0.31, QuotaShare: 0.95, RetryTokens: 60},
+		{Contender: bench.RateLimitAgentsagaContender, Processes: 2, Runs: 24, Completed: 24, Share429: 0.004, QuotaShare: 0.91, WaitP95Ms: 41_000},
+		{Contender: bench.RateLimitAgentsagaContender, Processes: 4, Runs: 24, Completed: 23, Share429: 0.02, QuotaShare: 0.80, RetryTokens: 1},
+	}}
+	var out strings.Builder
+	bench.PrintRateLimit(&out, result)
+	table := out.String()
+	t.Log(table)
+	assert.Contains(t, table, "TARGET agentsaga fleet limiter, 2 processes: 429 share 0.4% < 1% (met); 91% of the quota >= 85% (met); 24 of 24 runs completed (met); 0 retry tokens = 0 (met)")
+	assert.Contains(t, table, "TARGET agentsaga fleet limiter, 4 processes: 429 share 2.0% < 1% (MISSED); 80% of the quota >= 85% (MISSED); 23 of 24 runs completed (MISSED); 1 retry tokens = 0 (MISSED)")
+	assert.Equal(t, 2, strings.Count(table, "TARGET"), "only the agentsaga rows have targets")
+	assert.Contains(t, table, "41.0 s", "long waits read in seconds")
+
+	path := filepath.Join(t.TempDir(), "ratelimit.png")
+	require.NoError(t, bench.RateLimitChart(path, result.Rows))
+	assertPNG(t, path)
+}
+
+// The ideal is the quota's time for every run's turns past the first
+// minute's burst, or a run's own chain of turns when the quota does not
+// bind.
+func TestRateLimitIdealSeconds(t *testing.T) {
+	cfg := bench.RateLimitConfig{Runs: 10, Turns: 6, RequestsPerMinute: 120, TokensPerMinute: 6000,
+		LatencyMin: 100 * time.Millisecond, LatencyMax: 300 * time.Millisecond}
+	// 60 turns of 200 tokens: 12,000 tokens, 6,000 past the burst at 100 a
+	// second.
+	assert.InDelta(t, 60, bench.RateLimitIdealSeconds(cfg, bench.ProviderCounts{Answered: 30, TokensAdmitted: 6000}), 1e-9)
+	// A quota that does not bind: six turns of 200 ms each.
+	cfg.TokensPerMinute, cfg.RequestsPerMinute = 1_000_000, 1000
+	assert.InDelta(t, 1.2, bench.RateLimitIdealSeconds(cfg, bench.ProviderCounts{Answered: 30, TokensAdmitted: 6000}), 1e-9)
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/quota"
 	"github.com/agentsaga/agentsaga/ledger"
+	"go.temporal.io/sdk/activity"
 )
 
 // defaultOutputReservation is what a turn reserves for its reply when the
@@ -44,6 +45,11 @@ func (a *Activities) turnQuota(ctx context.Context, call agentsagatype.ModelCall
 		return nil, err
 	}
 	claim := &ledger.QuotaClaim{Key: quota.Key(m.Provider, m.Name, apiKey), Output: m.MaxTokens}
+	// A concurrency slot is held no longer than the attempt may last: a
+	// worker that dies holding one frees it then.
+	if deadline := activity.GetInfo(ctx).Deadline; !deadline.IsZero() {
+		claim.Lease = max(time.Until(deadline), time.Second)
+	}
 	if claim.Output <= 0 {
 		claim.Output = defaultOutputReservation
 	}

@@ -106,7 +106,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	attempt := int(info.Attempt)
 	chargeKey := fmt.Sprintf("%s/%s/%d", info.WorkflowExecution.ID, info.ActivityID, attempt)
 
-	gate, err := h.gate(ctx, plan.Dependency)
+	gate, err := h.gate(ctx, plan)
 	if err != nil {
 		f := failure{attempt: attempt, errType: agentsagatype.ErrTypeLedgerUnavailable, message: err.Error(), decision: "retry: the circuit breaker could not be read"}
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{})
@@ -387,7 +387,8 @@ func (h *RetryHook) releaseJitter() time.Duration {
 // dependency cost no statement for it; an open or probing breaker is asked
 // every time. A closed breaker whose dependency is in a streak of failures
 // is remembered as such, so that the next success here ends the streak.
-func (h *RetryHook) gate(ctx context.Context, dependency string) (ledger.Gate, error) {
+func (h *RetryHook) gate(ctx context.Context, plan agentsagatype.RetryPlan) (ledger.Gate, error) {
+	dependency := plan.Dependency
 	if fresh, streak := h.closed.fresh(dependency); fresh {
 		gate := ledger.Gate{State: budget.BreakerClosed}
 		if streak {
@@ -395,7 +396,10 @@ func (h *RetryHook) gate(ctx context.Context, dependency string) (ledger.Gate, e
 		}
 		return gate, nil
 	}
-	gate, err := h.store.BreakerGate(ctx, dependency, h.cfg.Breaker)
+	// A dependency that declares its rate gets its parked calls back at it.
+	cfg := h.cfg.Breaker
+	cfg.Release = plan.ReleaseInterval
+	gate, err := h.store.BreakerGate(ctx, dependency, cfg)
 	if err == nil && gate.State == budget.BreakerClosed {
 		h.closed.remember(dependency, gate.Failures > 0)
 	}

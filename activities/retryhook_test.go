@@ -34,6 +34,7 @@ type fakeRetryStore struct {
 	retryAt   time.Time // the open breaker's next probe
 	openSince time.Time // when the outage opened it
 	gates     atomic.Int32
+	release   atomic.Int64 // the release interval the last gate was asked with
 	decision  string
 	err       error
 	decisions atomic.Int32
@@ -49,8 +50,9 @@ func (f *fakeRetryStore) DepositUnlessFull(context.Context, string, float64) (bo
 	f.successes.Add(1)
 	return true, nil
 }
-func (f *fakeRetryStore) BreakerGate(context.Context, string, budget.BreakerConfig) (ledger.Gate, error) {
+func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.BreakerConfig) (ledger.Gate, error) {
 	f.gates.Add(1)
+	f.release.Store(int64(cfg.ReleaseInterval()))
 	gate := ledger.Gate{State: f.breaker}
 	if f.breaker == budget.BreakerOpen {
 		gate.RetryAt, gate.OpenSince = f.retryAt, f.openSince
@@ -149,5 +151,35 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 				assert.Contains(t, appErr.Message(), "retry denied")
 			}
 		})
+	}
+}
+
+// A tool that declares the rate its dependency takes gets its parked
+// calls back at that rate: the gate hands out release slots a request's
+// interval apart (600 a minute: 100 ms), not the breaker's own.
+func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ts.Close()
+	for _, tc := range []struct {
+		limit *agentsagatype.RateLimit
+		want  time.Duration
+	}{
+		{nil, budget.DefaultBreaker.ReleaseInterval()},
+		{&agentsagatype.RateLimit{RequestsPerMinute: 600}, 100 * time.Millisecond},
+	} {
+		store := &fakeRetryStore{breaker: budget.BreakerOpen, retryAt: time.Now().Add(time.Second)}
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+			activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker}),
+		}})
+		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
+		env.RegisterActivity(acts)
+		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL, RateLimit: tc.limit},
+			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3}})
+		require.Error(t, err, "the open breaker refuses the call")
+		assert.Equal(t, tc.want, time.Duration(store.release.Load()), "%+v", tc.limit)
 	}
 }

@@ -149,6 +149,12 @@ type RetryPlan struct {
 	BackoffCap  time.Duration `json:"backoff_cap"`
 	// Deadline is the run's absolute deadline; zero means none.
 	Deadline time.Time `json:"deadline,omitempty"`
+	// ReleaseInterval, when the dependency declares its rate (rate_limit:
+	// requests_per_minute), is the time between two of the calls its open
+	// breaker parked coming back: the backlog drains at the rate the
+	// dependency can take. Zero: the breaker's own interval. Plan sets it
+	// from the spec.
+	ReleaseInterval time.Duration `json:"release_interval,omitempty"`
 }
 
 // CallFailure travels as the details of every error the retry hook
@@ -238,10 +244,18 @@ type SubRunsFinish struct {
 }
 
 // Plan is the call's retry plan, for the retry hook.
-func (c ModelCall) Plan() RetryPlan { return c.Retry }
+func (c ModelCall) Plan() RetryPlan {
+	p := c.Retry
+	p.ReleaseInterval = c.Model.RateLimit.releaseInterval()
+	return p
+}
 
 // Plan is the call's retry plan, for the retry hook.
-func (r ToolCallRequest) Plan() RetryPlan { return r.Retry }
+func (r ToolCallRequest) Plan() RetryPlan {
+	p := r.Retry
+	p.ReleaseInterval = r.Tool.RateLimit.releaseInterval()
+	return p
+}
 
 // FirstKey is the idempotency key of the turn's first activity, or "" when
 // the activity's own key is the turn's.

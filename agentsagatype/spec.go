@@ -54,6 +54,15 @@ type RateLimit struct {
 	Concurrency int `json:"concurrency,omitempty"`
 }
 
+// releaseInterval is the time between two requests at the declared
+// request rate; zero when none is declared.
+func (l *RateLimit) releaseInterval() time.Duration {
+	if l == nil || l.RequestsPerMinute <= 0 {
+		return 0
+	}
+	return time.Minute / time.Duration(l.RequestsPerMinute)
+}
+
 // Validate names the first negative limit.
 func (l RateLimit) Validate() error {
 	for _, f := range []struct {
@@ -67,7 +76,7 @@ func (l RateLimit) Validate() error {
 		{"concurrency", int64(l.Concurrency)},
 	} {
 		if f.v < 0 {
-			return fmt.Errorf("model.rate_limit.%s: %d is negative (omit it, or 0, for not declared)", f.name, f.v)
+			return fmt.Errorf("rate_limit.%s: %d is negative (omit it, or 0, for not declared)", f.name, f.v)
 		}
 	}
 	return nil
@@ -126,7 +135,7 @@ func (m ModelSpec) ValidateFor(custom ...string) error {
 	}
 	if m.RateLimit != nil {
 		if err := m.RateLimit.Validate(); err != nil {
-			return err
+			return fmt.Errorf("model.%w", err)
 		}
 	}
 	seen := map[string]bool{m.Target(): true}
@@ -260,6 +269,10 @@ type ToolSpec struct {
 	Compensate *CompensationSpec `json:"compensate,omitempty"`
 	// Irreversible marks a tool whose effect cannot be undone (an email).
 	Irreversible bool `json:"irreversible,omitempty"`
+	// RateLimit declares the rate the tool's dependency takes
+	// (requests_per_minute only): the calls its open breaker parked come
+	// back at that rate once it is back (RetryPlan.ReleaseInterval).
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 	// Headers are sent with every request of an http tool. A value may
 	// read the worker's environment, "Bearer ${env:CRM_TOKEN}", when the
 	// request is built: only the template is ever stored, and each value

@@ -65,6 +65,9 @@ type BreakerConfig struct {
 	Threshold int           `json:"threshold"`
 	Window    time.Duration `json:"window"`
 	Cooldown  time.Duration `json:"cooldown"`
+	// Release, when set, is ReleaseInterval: the dependency declared the
+	// rate it takes (agentsagatype.RetryPlan.ReleaseInterval).
+	Release time.Duration `json:"release,omitempty"`
 }
 
 // DefaultBreaker judges a dependency down after 3 failures in a row within
@@ -96,6 +99,9 @@ const releasesPerCooldown = 10
 // that knocks it over again; were it still failing when its probe passed,
 // the first Threshold released calls would open the breaker again.
 func (c BreakerConfig) ReleaseInterval() time.Duration {
+	if c.Release > 0 {
+		return c.Release
+	}
 	return c.Cooldown / releasesPerCooldown
 }
 

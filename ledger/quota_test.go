@@ -399,7 +399,7 @@ func TestQuotaBadInput(t *testing.T) {
 	_, err = store.AdmitQuota(ctx, quotaKey, 1, quota.Tokens{}, -time.Second)
 	assert.ErrorContains(t, err, "lease -1s must not be negative")
 	assert.ErrorContains(t, store.EnsureQuota(ctx, "", agentsagatype.RateLimit{}), "ensure quota: the key is empty")
-	assert.ErrorContains(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: -1}), "model.rate_limit.requests_per_minute: -1 is negative")
+	assert.ErrorContains(t, store.EnsureQuota(ctx, quotaKey, agentsagatype.RateLimit{RequestsPerMinute: -1}), "rate_limit.requests_per_minute: -1 is negative")
 	assert.ErrorContains(t, store.SettleQuota(ctx, "", quota.Tokens{}, quota.Tokens{}), "settle quota: the key is empty")
 	assert.ErrorContains(t, store.SettleQuota(ctx, quotaKey, quota.Tokens{Input: -1}, quota.Tokens{}), "reserved: quota: input tokens -1")
 	assert.ErrorContains(t, store.SettleQuota(ctx, quotaKey, quota.Tokens{}, quota.Tokens{Output: -2}), "used: quota: output tokens -2")

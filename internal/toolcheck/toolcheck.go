@@ -31,6 +31,14 @@ func Validate(t agentsagatype.ToolSpec) error {
 	if !toolName.MatchString(t.Name) {
 		return fmt.Errorf("tool %q: name must be 1-64 letters, digits, '_' or '-'", t.Name)
 	}
+	if l := t.RateLimit; l != nil {
+		if l.TokensPerMinute != 0 || l.InputTokensPerMinute != 0 || l.OutputTokensPerMinute != 0 || l.Concurrency != 0 {
+			return fmt.Errorf("tool %s: rate_limit: a tool declares requests_per_minute only (tokens and concurrency are a model's)", t.Name)
+		}
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("tool %s: %w", t.Name, err)
+		}
+	}
 	if t.Kind != agentsagatype.ToolKindMCP && (t.Command != nil || t.Allow != nil || t.MCPTool != "" || t.MCPServer != "") {
 		return fmt.Errorf("tool %s: command, allow, mcp_tool and mcp_server are for kind %q, not %q", t.Name, agentsagatype.ToolKindMCP, t.Kind)
 	}

@@ -82,6 +82,9 @@ type OpenLoopInput struct {
 	Until    time.Time     `json:"until"`
 	// ScheduleToClose bounds the baseline's calls.
 	ScheduleToClose time.Duration `json:"schedule_to_close,omitempty"`
+	// ToolRate, when positive, is the requests a minute agentsaga's tool
+	// declares its dependency takes (rate_limit).
+	ToolRate int64 `json:"tool_rate,omitempty"`
 }
 
 // OpenLoopResult is what one storm run's caller saw.
@@ -119,7 +122,7 @@ func openLoop(ctx workflow.Context, in OpenLoopInput, call func(workflow.Context
 // in the end.
 func StormAgentsagaWorkflow(ctx workflow.Context, in OpenLoopInput) (OpenLoopResult, error) {
 	return openLoop(ctx, in, func(ctx workflow.Context, i int) workflow.Future {
-		return parkedCall(ctx, in.URL, i, 1<<30)
+		return parkedCall(ctx, in.URL, i, 1<<30, in.ToolRate)
 	})
 }
 
@@ -132,15 +135,15 @@ const StormBreakerWait = workflows.DefaultBreakerOpenEscalation * time.Second
 // again, while the breaker refuses it, as call-N/after-breaker-K under the
 // first send's idempotency key. The future is set to the last send's
 // outcome.
-func parkedCall(ctx workflow.Context, url string, i, toolRetryCap int) workflow.Future {
+func parkedCall(ctx workflow.Context, url string, i, toolRetryCap int, rate int64) workflow.Future {
 	future, settable := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		first := fmt.Sprintf("call-%d", i+1)
 		key := workflow.GetInfo(ctx).WorkflowExecution.ID + "/" + first
-		err := agentsagaSend(ctx, url, i, first, "", toolRetryCap).Get(ctx, nil)
+		err := agentsagaSend(ctx, url, i, first, "", toolRetryCap, rate).Get(ctx, nil)
 		err, _ = workflows.WaitOutBreaker(ctx, err, workflows.BreakerWait{Limit: StormBreakerWait, Summary: "parked: echo's breaker is open"},
 			func(ctx workflow.Context, n int) workflow.Future {
-				return agentsagaSend(ctx, url, i, fmt.Sprintf("%s/after-breaker-%d", first, n), key, toolRetryCap)
+				return agentsagaSend(ctx, url, i, fmt.Sprintf("%s/after-breaker-%d", first, n), key, toolRetryCap, rate)
 			}, nil)
 		settable.Set(nil, err)
 	})
@@ -165,12 +168,13 @@ func StormBaselineWorkflow(ctx workflow.Context, in OpenLoopInput) (OpenLoopResu
 // contender in one scenario, so one scenario's outage cannot leave a
 // breaker open for the next.
 func agentsagaCall(ctx workflow.Context, url string, i, toolRetryCap int) workflow.Future {
-	return agentsagaSend(ctx, url, i, fmt.Sprintf("call-%d", i+1), "", toolRetryCap)
+	return agentsagaSend(ctx, url, i, fmt.Sprintf("call-%d", i+1), "", toolRetryCap, 0)
 }
 
 // agentsagaSend is one send of call i as activity activityID; key, when
-// set, is the idempotency key of the call's first send.
-func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key string, toolRetryCap int) workflow.Future {
+// set, is the idempotency key of the call's first send, and rate, when
+// positive, the requests a minute the tool declares its dependency takes.
+func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key string, toolRetryCap int, rate int64) workflow.Future {
 	var acts *activities.Activities
 	policy := budget.DefaultRetryPolicy()
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -178,6 +182,9 @@ func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key stri
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(policy.MaxAttempts)},
 	})
 	tool := agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: url}
+	if rate > 0 {
+		tool.RateLimit = &agentsagatype.RateLimit{RequestsPerMinute: rate}
+	}
 	return workflow.ExecuteActivity(actx, acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
 		Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
 			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),

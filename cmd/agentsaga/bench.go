@@ -34,7 +34,7 @@ func benchCommand() *cobra.Command {
 	fleet := bench.DefaultFleet
 	ratelimit := bench.DefaultRateLimit
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|ledger|long|fleet|ratelimit [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
+		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -43,9 +43,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "ledger", "long", "fleet", "ratelimit":
+			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, ledger, long, fleet, ratelimit; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -115,6 +115,14 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 					print: func(w io.Writer) {
 						bench.PrintOverhead(w, fmt.Sprintf("\noverhead: %d runs x %d sequential calls to a healthy downstream, side by side", cfg.Runs, cfg.Calls), rows)
 					}}
+			case "drain":
+				drain := bench.DefaultDrain
+				rows, err := bench.Drain(ctx, stack.client, stack.cfg.DatabaseURL, drain)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"config": drain, "rows": rows},
+					print: func(w io.Writer) { fmt.Fprintln(w); bench.PrintDrain(w, drain, rows) }}
 			case "storm":
 				storm := bench.DefaultStorm
 				rows, err := bench.Storm(ctx, stack.client, stack.cfg.DatabaseURL, storm)

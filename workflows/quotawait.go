@@ -20,8 +20,6 @@ type quotaWaits struct {
 	waited time.Duration
 	// leafCalls are the requests the provider answered 429.
 	leafCalls int
-	// until is when the last wait ended.
-	until time.Time
 }
 
 // sendModelTurnInQuota sends a model turn under activityID, as
@@ -76,7 +74,6 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 			waited++
 			r.quota.waits++
 			r.quota.waited += wait
-			r.quota.until = back
 			timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: clip("waiting for the quota of "+what, 100)})
 			if timerErr := timer.Get(ctx, nil); timerErr != nil {
 				err = timerErr // cancelled while waiting: nothing was sent

@@ -156,7 +156,7 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 
 // A tool that declares the rate its dependency takes gets its parked
 // calls back at that rate: the gate hands out release slots a request's
-// interval apart (600 a minute: 100 ms), not the breaker's own.
+// interval apart (600 a minute, at 95%: 105 ms), not the breaker's own.
 func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
 	t.Parallel()
 	ts := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -166,7 +166,7 @@ func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
 		want  time.Duration
 	}{
 		{nil, budget.DefaultBreaker.ReleaseInterval()},
-		{&agentsagatype.RateLimit{RequestsPerMinute: 600}, 100 * time.Millisecond},
+		{&agentsagatype.RateLimit{RequestsPerMinute: 600}, 105263157 * time.Nanosecond}, // 95% of 10 a second
 	} {
 		store := &fakeRetryStore{breaker: budget.BreakerOpen, retryAt: time.Now().Add(time.Second)}
 		var suite testsuite.WorkflowTestSuite

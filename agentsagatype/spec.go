@@ -54,13 +54,16 @@ type RateLimit struct {
 	Concurrency int `json:"concurrency,omitempty"`
 }
 
-// releaseInterval is the time between two requests at the declared
-// request rate; zero when none is declared.
+// releaseInterval is the time between two requests at 95% of the declared
+// request rate (zero when none is declared): at the rate itself, the
+// jitter of timers and task queues puts an eleventh request into some
+// second of a service that takes ten, which fails it, and three such
+// failures in a row open the breaker again.
 func (l *RateLimit) releaseInterval() time.Duration {
 	if l == nil || l.RequestsPerMinute <= 0 {
 		return 0
 	}
-	return time.Minute / time.Duration(l.RequestsPerMinute)
+	return time.Minute * 100 / time.Duration(95*l.RequestsPerMinute)
 }
 
 // Validate names the first negative limit.

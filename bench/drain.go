@@ -12,40 +12,45 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 // DrainConfig sizes the backlog-drain scenario (issue 22): Calls calls
-// arrive within the first ArriveWithin of an Outage of a downstream that
-// serves RatePerSecond, and each is parked behind the open breaker. No
-// call arrives after that, so what follows the outage is the backlog
-// draining alone, at the rate the breaker releases it.
+// arrive as an Outage of a downstream that serves RatePerSecond begins, and
+// each is parked behind the open breaker. No call arrives after that, so
+// what follows the outage is the backlog draining alone, at the rate the
+// breaker releases it.
 type DrainConfig struct {
 	Calls         int           `json:"calls"`
 	RatePerSecond int           `json:"rate_per_second"`
 	Latency       time.Duration `json:"latency"`
 	Outage        time.Duration `json:"outage"`
-	ArriveWithin  time.Duration `json:"arrive_within"`
 }
 
 // DefaultDrain is the backlog issue 22 measured: 150 parked calls and a
 // service that takes 10 a second, so 15 s at capacity.
-var DefaultDrain = DrainConfig{Calls: 150, RatePerSecond: 10, Latency: 20 * time.Millisecond,
-	Outage: 20 * time.Second, ArriveWithin: 10 * time.Second}
+var DefaultDrain = DrainConfig{Calls: 150, RatePerSecond: 10, Latency: 20 * time.Millisecond, Outage: 20 * time.Second}
 
 // DrainRow is one contender's drain.
 type DrainRow struct {
 	Contender string `json:"contender"`
 	// Declared is the rate the tool declares (requests a minute); 0: none.
-	Declared     int64 `json:"declared_per_minute"`
-	Calls        int   `json:"calls"`
-	FailedCalls  int   `json:"failed_calls"`
-	Requests     int   `json:"requests"`
-	AfterOutage  int   `json:"requests_after_outage"`
-	FailedAfter  int   `json:"failed_after_outage"`
-	DrainSeconds int   `json:"drain_seconds"`
+	Declared    int64 `json:"declared_per_minute"`
+	Calls       int   `json:"calls"`
+	FailedCalls int   `json:"failed_calls"`
+	Requests    int   `json:"requests"`
+	AfterOutage int   `json:"requests_after_outage"`
+	FailedAfter int   `json:"failed_after_outage"`
+	// DrainSeconds runs from the first second a request was served after
+	// the outage to the last; SinceOutageSeconds from the outage's end,
+	// the breaker's probe delay included.
+	DrainSeconds       int `json:"drain_seconds"`
+	SinceOutageSeconds int `json:"since_outage_seconds"`
 	// IdealSeconds is what the service's capacity allows for the calls
 	// served after the outage.
 	IdealSeconds float64 `json:"ideal_seconds"`
+	// PerSecond is what the service counted, second by second.
+	PerSecond []Second `json:"per_second"`
 }
 
 // DrainTarget is issue 22's bound: the backlog drains within 2 s of what
@@ -57,9 +62,9 @@ const DrainTarget = 2
 // with the tool declaring the rate its service takes, once without (the
 // breaker's own release interval, a tenth of its cooldown).
 func Drain(ctx context.Context, c client.Client, databaseURL string, cfg DrainConfig) ([]DrainRow, error) {
-	if cfg.Calls < 1 || cfg.RatePerSecond < 1 || cfg.ArriveWithin <= 0 || cfg.ArriveWithin >= cfg.Outage {
-		return nil, fmt.Errorf("bench: drain: calls %d and rate per second %d must be positive, and the calls must arrive (within %v) during the outage (%v)",
-			cfg.Calls, cfg.RatePerSecond, cfg.ArriveWithin, cfg.Outage)
+	if cfg.Calls < 1 || cfg.RatePerSecond < 1 || cfg.Outage < 5*time.Second {
+		return nil, fmt.Errorf("bench: drain: calls %d and rate per second %d must be positive, and the outage (%v) at least 5 s (the calls arrive as it begins)",
+			cfg.Calls, cfg.RatePerSecond, cfg.Outage)
 	}
 	var rows []DrainRow
 	for _, declared := range []int64{int64(cfg.RatePerSecond) * 60, 0} {
@@ -87,7 +92,7 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 	if err != nil {
 		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
 	}
-	w.RegisterWorkflow(StormAgentsagaWorkflow)
+	w.RegisterWorkflow(DrainWorkflow)
 	if err := w.Start(); err != nil {
 		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
 	}
@@ -98,17 +103,13 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 		return DrainRow{}, err
 	}
 	defer down.Close()
-	// A run makes a call a second (a workflow timer's resolution on the
-	// dev server is about that), so the calls come from enough runs,
-	// their starts spread over the first second.
-	perRun := max(int(cfg.ArriveWithin/time.Second), 1)
-	runs := (cfg.Calls + perRun - 1) / perRun
-	until := time.Now().Add(time.Duration(perRun)*time.Second + 500*time.Millisecond)
+	// The calls all arrive at the outage's start, from a few runs: what
+	// follows is the backlog alone.
+	const runs = 10
 	started := make([]client.WorkflowRun, runs)
 	for r := range started {
-		in := OpenLoopInput{URL: down.URL(), Interval: time.Second, Offset: time.Second * time.Duration(r) / time.Duration(runs),
-			Until: until, ToolRate: declared}
-		if started[r], err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", queue, r), TaskQueue: queue}, StormAgentsagaWorkflow, in); err != nil {
+		in := DrainInput{URL: down.URL(), Calls: cfg.Calls/runs + btoi(r < cfg.Calls%runs), ToolRate: declared}
+		if started[r], err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", queue, r), TaskQueue: queue}, DrainWorkflow, in); err != nil {
 			return DrainRow{}, fmt.Errorf("bench: drain: %s: start run %d: %w", name, r, err)
 		}
 	}
@@ -122,20 +123,56 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 		result.Failed += one.Failed
 	}
 	counts := down.Counts()
-	row := DrainRow{Contender: name, Declared: declared, Calls: result.Calls, FailedCalls: result.Failed, Requests: counts.Requests}
-	// The drain: from the outage's end to the last second a request was
-	// served.
+	row := DrainRow{Contender: name, Declared: declared, Calls: result.Calls, FailedCalls: result.Failed, Requests: counts.Requests,
+		PerSecond: counts.PerSecond}
+	// The drain: from the first second a request was served after the
+	// outage (the breaker's probe closed it) to the last.
 	end := int(cfg.Outage / time.Second)
+	first := -1
 	for s := end; s < len(counts.PerSecond); s++ {
 		second := counts.PerSecond[s]
 		row.AfterOutage += second.Requests
 		row.FailedAfter += second.Failures
 		if second.Requests > second.Failures {
-			row.DrainSeconds = s + 1 - end
+			if first < 0 {
+				first = s
+			}
+			row.DrainSeconds, row.SinceOutageSeconds = s+1-first, s+1-end
 		}
 	}
 	row.IdealSeconds = float64(row.AfterOutage-row.FailedAfter) / float64(cfg.RatePerSecond)
 	return row, nil
+}
+
+// DrainInput is one run of the drain: Calls calls at once, through
+// agentsaga's tool call path, each parked while the breaker refuses it.
+type DrainInput struct {
+	URL      string `json:"url"`
+	Calls    int    `json:"calls"`
+	ToolRate int64  `json:"tool_rate,omitempty"`
+}
+
+// DrainWorkflow makes in.Calls parked calls at once and counts how they
+// ended.
+func DrainWorkflow(ctx workflow.Context, in DrainInput) (OpenLoopResult, error) {
+	calls := make([]workflow.Future, in.Calls)
+	for i := range calls {
+		calls[i] = parkedCall(ctx, in.URL, i, 1<<30, in.ToolRate)
+	}
+	result := OpenLoopResult{Calls: len(calls)}
+	for _, f := range calls {
+		if f.Get(ctx, nil) != nil {
+			result.Failed++
+		}
+	}
+	return result, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // PrintDrain writes the drain's table.
@@ -143,7 +180,7 @@ func PrintDrain(out io.Writer, cfg DrainConfig, rows []DrainRow) {
 	fmt.Fprintf(out, "backlog drain: %d calls parked during a %v outage of a service that takes %d a second; no call arrives after it\n",
 		cfg.Calls, cfg.Outage, cfg.RatePerSecond)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET")
+	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET\tLAST CALL AFTER THE OUTAGE")
 	for _, r := range rows {
 		target := "-"
 		if r.Declared > 0 {
@@ -153,8 +190,9 @@ func PrintDrain(out io.Writer, cfg DrainConfig, rows []DrainRow) {
 			}
 			target = fmt.Sprintf("<= %.0f s (%s)", r.IdealSeconds+DrainTarget, verdict)
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d s\t%.0f s\t%s\n", r.Contender, r.Calls, r.FailedCalls, r.AfterOutage, r.DrainSeconds, r.IdealSeconds, target)
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d s\t%.0f s\t%s\t%d s\n", r.Contender, r.Calls, r.FailedCalls, r.AfterOutage, r.DrainSeconds, r.IdealSeconds, target, r.SinceOutageSeconds)
 	}
 	tw.Flush()
-	fmt.Fprintln(out, "  drained in: from the outage's end to the last second a request was served; the breaker closes at its first probe after the outage (cooldown 5 s)")
+	fmt.Fprintln(out, "  drained in: from the first second a request was served after the outage (the breaker's probe closed it) to the last;")
+	fmt.Fprintln(out, "  the last call after the outage adds the probe's delay (up to a cooldown, 5 s)")
 }

@@ -53,3 +53,22 @@ func apply(ctx context.Context, db *sql.DB) ([]int64, error) {
 	}
 	return applied, nil
 }
+
+// Check reports, changing nothing (no lock, no version table created),
+// whether the database behind db has every migration this binary carries:
+// nil when it has (or is newer, as while a fleet rolls forward), else an
+// error naming both versions. A worker's readiness probe asks it.
+func Check(ctx context.Context, db *sql.DB) error {
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, files)
+	if err != nil {
+		return fmt.Errorf("migrations: load: %w", err)
+	}
+	current, target, err := provider.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: read the schema's version: %w", err)
+	}
+	if current < target {
+		return fmt.Errorf("migrations: the schema is at version %d, this binary needs %d: run `agentsaga migrate`", current, target)
+	}
+	return nil
+}

@@ -1,10 +1,13 @@
 // Package worker is the CLI's worker (`agentsaga worker`, `agentsaga dev`):
-// it connects to Temporal and Postgres (naming the address when either is
-// unreachable), applies the migrations, runs the engine (agentsaga.Engine,
+// it connects to Temporal as Temporal's own tools do (temporal.toml
+// profiles and the TEMPORAL_* variables, with API keys and mTLS; see
+// ClientOptions) and to Postgres, naming the address when either is
+// unreachable, applies the migrations, runs the engine (agentsaga.Engine,
 // with the workflows' and activities' bare names too, for runs from older
 // builds) as a build of a worker deployment when asked, serves its
-// metrics, exports its traces, prunes the ledger, and runs until its
-// context ends. A Go team embedding agentsaga uses the root package
+// metrics and its liveness and readiness probes, exports its traces,
+// prunes the ledger, and runs until its context ends, then drains the
+// calls in flight. A Go team embedding agentsaga uses the root package
 // instead.
 package worker
 
@@ -17,7 +20,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
@@ -36,11 +38,16 @@ const (
 
 // Config says where the worker's Temporal and Postgres are.
 type Config struct {
+	// TemporalAddress and Namespace, when set, override what the profile
+	// and the TEMPORAL_* variables say (see ClientOptions).
 	TemporalAddress string
 	Namespace       string
-	DatabaseURL     string
-	TaskQueue       string
-	Logger          *slog.Logger
+	// Profile is the temporal.toml profile to read (--profile); empty
+	// means TEMPORAL_PROFILE, else "default".
+	Profile     string
+	DatabaseURL string
+	TaskQueue   string
+	Logger      *slog.Logger
 	// MetricsAddr serves Prometheus metrics at /metrics when set
 	// (--metrics-addr, AGENTSAGA_METRICS_ADDR), e.g. 127.0.0.1:9464.
 	MetricsAddr string
@@ -53,21 +60,33 @@ type Config struct {
 	// (--retention); zero means ledger.DefaultRunRetention, negative
 	// turns the worker's cleaner off.
 	Retention time.Duration
+	// StopTimeout is how long a stopping worker lets the calls in flight
+	// finish before it cancels them (the SDK's WorkerStopTimeout;
+	// --stop-timeout, AGENTSAGA_STOP_TIMEOUT). ConfigFromEnv sets
+	// DefaultStopTimeout; zero cancels them at once, as the SDK does
+	// unless told otherwise.
+	StopTimeout time.Duration
 }
 
-// ConfigFromEnv reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL,
-// with local defaults for those not set.
+// DefaultStopTimeout lets a typical tool call (an HTTP request of a few
+// seconds, a model turn of up to a minute) finish when a rolling restart
+// stops the worker, where the SDK's default of zero cancels it mid-flight
+// and the call is attempted again elsewhere.
+const DefaultStopTimeout = 60 * time.Second
+
+// ConfigFromEnv reads Temporal's connection as the `temporal` CLI does (the
+// temporal.toml profile TEMPORAL_PROFILE names and the TEMPORAL_*
+// variables; see ClientOptions), DATABASE_URL and the AGENTSAGA_*
+// variables, with local defaults for those not set. A stop timeout that
+// does not parse is left at the default; use StopTimeoutFromEnv to see why.
 func ConfigFromEnv() Config {
-	get := func(name, fallback string) string {
-		if v := os.Getenv(name); v != "" {
-			return v
-		}
-		return fallback
-	}
+	address, namespace := connectionFromEnv()
+	stopTimeout, _ := StopTimeoutFromEnv()
 	return Config{
-		TemporalAddress: get("TEMPORAL_ADDRESS", DefaultTemporalAddress),
-		Namespace:       get("TEMPORAL_NAMESPACE", DefaultNamespace),
-		DatabaseURL:     get("DATABASE_URL", DefaultDatabaseURL),
+		TemporalAddress: address,
+		Namespace:       namespace,
+		DatabaseURL:     cmp.Or(os.Getenv("DATABASE_URL"), DefaultDatabaseURL),
+		StopTimeout:     stopTimeout,
 		TaskQueue:       workflows.TaskQueue,
 		MetricsAddr:     os.Getenv("AGENTSAGA_METRICS_ADDR"),
 		Deployment: Deployment{
@@ -77,27 +96,25 @@ func ConfigFromEnv() Config {
 	}
 }
 
+// StopTimeoutFromEnv reads AGENTSAGA_STOP_TIMEOUT (a Go duration, such as
+// 90s), DefaultStopTimeout when it is not set.
+func StopTimeoutFromEnv() (time.Duration, error) {
+	raw := os.Getenv("AGENTSAGA_STOP_TIMEOUT")
+	if raw == "" {
+		return DefaultStopTimeout, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < 0 {
+		return DefaultStopTimeout, fmt.Errorf("worker: AGENTSAGA_STOP_TIMEOUT %q: want a duration such as 60s", raw)
+	}
+	return d, nil
+}
+
 func (c Config) logger() *slog.Logger {
 	if c.Logger != nil {
 		return c.Logger
 	}
 	return slog.Default()
-}
-
-// Dial connects to Temporal and checks that it answers within ten seconds.
-func Dial(ctx context.Context, cfg Config) (client.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:       cfg.TemporalAddress,
-		Namespace:      cfg.Namespace,
-		Logger:         log.NewStructuredLogger(cfg.logger()),
-		MetricsHandler: cfg.MetricsHandler,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("worker: temporal at %s (namespace %q) is unreachable: %w", cfg.TemporalAddress, cfg.Namespace, err)
-	}
-	return c, nil
 }
 
 // DefaultBucket is the name of the fleet-wide retry bucket row.
@@ -174,7 +191,12 @@ func (w closesEngine) closeEngine() {
 	}
 }
 
-// Run connects, migrates and runs a worker until ctx ends.
+// Run connects, migrates and runs a worker until ctx ends, then drains:
+// it stops polling, lets the calls in flight finish for up to
+// cfg.StopTimeout (the SDK cancels those still running then, and Temporal
+// retries them elsewhere under the same key), and returns. With
+// cfg.MetricsAddr it serves the metrics, HealthPath and ReadyPath there
+// until it returns.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Deployment.Validate(); err != nil {
 		return err
@@ -187,6 +209,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer store.Close()
+	ready := &readiness{}
+	ready.setStore(store)
+	defer ready.close() // before the store closes
 	var observe func(agentsagatype.RetryPlan, string)
 	if cfg.MetricsAddr != "" {
 		m, err := NewMetrics(store)
@@ -194,12 +219,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 		defer m.Close() // runs after the client closes
-		addr, err := m.Serve(ctx, cfg.MetricsAddr)
+		addr, stopServing, err := serveStatus(ctx, cfg.MetricsAddr, statusHandler(m.Handler(), ready))
 		if err != nil {
 			return err
 		}
+		defer stopServing() // after the drain: probes answer while it lasts
 		cfg.MetricsHandler, observe = m.TemporalHandler(), m.ObserveRetry
-		cfg.logger().Info("agentsaga metrics", "url", "http://"+addr.String()+MetricsPath)
+		cfg.logger().Info("agentsaga metrics", "url", "http://"+addr.String()+MetricsPath,
+			"health", "http://"+addr.String()+HealthPath, "ready", "http://"+addr.String()+ReadyPath)
 	}
 	tp, shutdownTracing, err := TracerProviderFromEnv(ctx)
 	if err != nil {
@@ -211,9 +238,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer c.Close()
+	ready.setTemporal(c)
 
 	w, err := New(ctx, c, store, Options{Config: agentsaga.Config{TaskQueue: cfg.TaskQueue, Observe: observe,
-		ReconcileEvery: workflows.ReconcileInterval, TracerProvider: tp}, Deployment: cfg.Deployment})
+		ReconcileEvery: workflows.ReconcileInterval, TracerProvider: tp}, Deployment: cfg.Deployment,
+		Worker: sdkworker.Options{WorkerStopTimeout: cfg.StopTimeout}})
 	if err != nil {
 		return err
 	}
@@ -233,7 +262,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	<-ctx.Done()
+	ready.drain()
+	logger.Info("agentsaga worker draining: no new calls; the calls in flight may finish", "stop_timeout", cfg.StopTimeout.String())
 	<-pruned // before the store closes
 	w.Stop()
+	logger.Info("agentsaga worker stopped")
 	return nil
 }

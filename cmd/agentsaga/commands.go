@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -26,24 +28,38 @@ import (
 )
 
 func workerCommand() *cobra.Command {
-	cfg := worker.ConfigFromEnv()
+	// The flags' defaults are the environment's; the connection itself is
+	// read again once the flags are parsed, so --profile counts.
+	flags := worker.ConfigFromEnv()
 	cmd := &cobra.Command{
-		Use:   "worker [--metrics-addr HOST:PORT] [--deployment NAME --build-id ID [--versioning auto-upgrade|pinned]]",
-		Short: "Run a worker (reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and DATABASE_URL)",
+		Use:   "worker [--metrics-addr HOST:PORT] [--stop-timeout D] [--deployment NAME --build-id ID [--versioning auto-upgrade|pinned]]",
+		Short: "Run a worker (reads the temporal.toml profile, the TEMPORAL_* variables and DATABASE_URL)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("stop-timeout") {
+				if _, err := worker.StopTimeoutFromEnv(); err != nil {
+					return err
+				}
+			}
+			if flags.StopTimeout < 0 {
+				return fmt.Errorf("worker: --stop-timeout %s: give a duration of zero or more", flags.StopTimeout)
+			}
+			cfg := worker.ConfigFromEnv()
+			cfg.MetricsAddr, cfg.Retention, cfg.StopTimeout, cfg.Deployment = flags.MetricsAddr, flags.Retention, flags.StopTimeout, flags.Deployment
 			return worker.Run(cmd.Context(), cfg)
 		},
 	}
-	cmd.Flags().StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr,
-		"serve Prometheus metrics (agentsaga's and the Temporal SDK's) at http://HOST:PORT/metrics (env AGENTSAGA_METRICS_ADDR)")
-	cmd.Flags().DurationVar(&cfg.Retention, "retention", 0,
+	cmd.Flags().StringVar(&flags.MetricsAddr, "metrics-addr", flags.MetricsAddr,
+		"serve Prometheus metrics (agentsaga's and the Temporal SDK's) at http://HOST:PORT/metrics, and the probes /healthz (up) and /readyz (connected to Temporal and Postgres, schema current) (env AGENTSAGA_METRICS_ADDR)")
+	cmd.Flags().DurationVar(&flags.Retention, "retention", 0,
 		"keep a finished run's ledger rows this long (default 720h: 30 days); the worker prunes hourly, one worker of the fleet at a time; negative turns it off")
-	cmd.Flags().StringVar(&cfg.Deployment.Name, "deployment", cfg.Deployment.Name,
+	cmd.Flags().DurationVar(&flags.StopTimeout, "stop-timeout", flags.StopTimeout,
+		"on SIGTERM, stop polling and let the calls in flight finish for up to this long before cancelling them; a second SIGTERM stops at once (env AGENTSAGA_STOP_TIMEOUT)")
+	cmd.Flags().StringVar(&flags.Deployment.Name, "deployment", flags.Deployment.Name,
 		"run as a build of this Temporal worker deployment (Worker Versioning; env AGENTSAGA_DEPLOYMENT); needs --build-id")
-	cmd.Flags().StringVar(&cfg.Deployment.BuildID, "build-id", cfg.Deployment.BuildID,
+	cmd.Flags().StringVar(&flags.Deployment.BuildID, "build-id", flags.Deployment.BuildID,
 		"this worker's build ID within --deployment (env AGENTSAGA_BUILD_ID)")
-	cmd.Flags().StringVar(&cfg.Deployment.Versioning, "versioning", cfg.Deployment.Versioning,
+	cmd.Flags().StringVar(&flags.Deployment.Versioning, "versioning", flags.Deployment.Versioning,
 		"what runs this build starts do at a deploy: auto-upgrade (move to the current build; the default) or pinned (stay on this build) (env AGENTSAGA_VERSIONING)")
 	return cmd
 }
@@ -141,7 +157,10 @@ func runCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if !asJSON {
-				fmt.Fprintf(out, "started run %s\nUI: %s\n", id, uiLink(cfg.Namespace, id))
+				fmt.Fprintf(out, "started run %s\n", id)
+				if link := uiLink(cfg.TemporalAddress, cfg.Namespace, id); link != "" {
+					fmt.Fprintf(out, "UI: %s\n", link)
+				}
 			}
 			if !wait {
 				if asJSON {
@@ -259,12 +278,31 @@ func awaitRun(ctx context.Context, run *agentsaga.Run) (workflows.RunResult, err
 	return result, err
 }
 
-func uiLink(namespace, workflowID string) string {
-	base := os.Getenv("TEMPORAL_UI")
+// uiLink is the run's page in the Temporal web UI, or "" when where the UI
+// is cannot be known: TEMPORAL_UI when set; Temporal Cloud's UI for a
+// Cloud address (<namespace>.<account>.tmprl.cloud:7233 or a regional
+// <region>.<cloud>.api.temporal.io:7233 endpoint); the dev server's UI
+// (what `agentsaga dev` starts) only for the dev server's own address. A
+// cluster's UI lives wherever its operators put it, so a link guessed from
+// its address would be wrong.
+func uiLink(address, namespace, workflowID string) string {
+	base := strings.TrimRight(os.Getenv("TEMPORAL_UI"), "/")
 	if base == "" {
-		base = "http://127.0.0.1:8233"
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			host = address
+		}
+		host = strings.ToLower(strings.TrimSuffix(host, "."))
+		switch {
+		case strings.HasSuffix(host, ".tmprl.cloud") || strings.HasSuffix(host, ".api.temporal.io"):
+			base = "https://cloud.temporal.io"
+		case address == worker.DefaultTemporalAddress || address == "localhost:7233":
+			base = "http://127.0.0.1:" + devUIPort
+		default:
+			return ""
+		}
 	}
-	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(base, "/"), namespace, workflowID)
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", base, url.PathEscape(namespace), url.PathEscape(workflowID))
 }
 
 func printResult(out io.Writer, r workflows.RunResult) {

@@ -117,7 +117,9 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 		}
 		fmt.Fprintln(out, line)
 	}
-	fmt.Fprintf(out, "\nUI: %s\n", uiLink(stack.cfg.Namespace, id))
+	if link := uiLink(stack.cfg.TemporalAddress, stack.cfg.Namespace, id); link != "" {
+		fmt.Fprintf(out, "\nUI: %s\n", link)
+	}
 	return nil
 }
 

@@ -1,0 +1,213 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/log"
+)
+
+// Connection is how this process reaches Temporal, as the `temporal` CLI
+// and Temporal's SDKs read it (go.temporal.io/sdk/contrib/envconfig): the
+// temporal.toml profile (TEMPORAL_CONFIG_FILE, else the user's config
+// directory; the profile named by --profile or TEMPORAL_PROFILE, else
+// "default"), then the TEMPORAL_* variables over it (TEMPORAL_ADDRESS,
+// TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_CLIENT_CERT_PATH,
+// TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH,
+// TEMPORAL_TLS_SERVER_NAME, ...). It holds the secrets' sources, never the
+// secrets, so it may be printed.
+type Connection struct {
+	Address   string
+	Namespace string
+	// Profile is the profile read ("" when the file had none of that name
+	// and none was asked for).
+	Profile string
+	// Describe says how it authenticates, naming files and variables,
+	// never a key: "TLS (client cert /etc/certs/c.pem, ...), API key".
+	Describe string
+}
+
+// ClientOptions resolves the connection for cfg: the profile cfg.Profile
+// names (or TEMPORAL_PROFILE), the TEMPORAL_* variables over it, then
+// cfg.TemporalAddress and cfg.Namespace when set, then the local defaults
+// (127.0.0.1:7233, namespace default). Every caller that dials Temporal
+// goes through it (Dial), so `agentsaga worker`, `run`, `resume` and the
+// rest connect alike. Its errors name the file or variable that is wrong
+// and never carry a key.
+func ClientOptions(cfg Config) (client.Options, Connection, error) {
+	profile, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{ConfigFileProfile: cfg.Profile})
+	if err != nil {
+		return client.Options{}, Connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", configSource(cfg.Profile), err), nil)
+	}
+	secrets := profileSecrets(profile)
+	options, err := profile.ToClientOptions(envconfig.ToClientOptionsRequest{})
+	if err != nil {
+		return client.Options{}, Connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", describeTLS(profile.TLS), err), secrets)
+	}
+	options.HostPort = cmp.Or(cfg.TemporalAddress, options.HostPort, DefaultTemporalAddress)
+	options.Namespace = cmp.Or(cfg.Namespace, options.Namespace, DefaultNamespace)
+	conn := Connection{Address: options.HostPort, Namespace: options.Namespace, Profile: profileName(cfg.Profile), Describe: describe(profile)}
+	return options, conn, nil
+}
+
+// Dial connects to Temporal as ClientOptions resolves it and checks that
+// it answers within ten seconds.
+func Dial(ctx context.Context, cfg Config) (client.Client, error) {
+	options, conn, err := ClientOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	options.Logger = log.NewStructuredLogger(cfg.logger())
+	options.MetricsHandler = cfg.MetricsHandler
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := client.DialContext(ctx, options)
+	if err != nil {
+		// gRPC's message is one line; the key never reaches it, but a
+		// server that echoed a header back must not put it in our error.
+		return nil, scrub(fmt.Errorf("worker: temporal at %s (namespace %q, %s) is unreachable: %w", conn.Address, conn.Namespace, conn.Describe, err), currentSecrets(cfg))
+	}
+	return c, nil
+}
+
+// currentSecrets re-reads the profile only to know what to scrub.
+func currentSecrets(cfg Config) []string {
+	profile, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{ConfigFileProfile: cfg.Profile})
+	if err != nil {
+		return nil
+	}
+	return profileSecrets(profile)
+}
+
+// connectionFromEnv resolves the address and namespace for ConfigFromEnv;
+// a profile that does not load leaves them to the variables and defaults,
+// and Dial reports why it does not load.
+func connectionFromEnv() (address, namespace string) {
+	_, conn, err := ClientOptions(Config{})
+	if err != nil {
+		return cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), DefaultTemporalAddress), cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), DefaultNamespace)
+	}
+	return conn.Address, conn.Namespace
+}
+
+func profileName(asked string) string {
+	return cmp.Or(asked, os.Getenv("TEMPORAL_PROFILE"), envconfig.DefaultConfigFileProfile)
+}
+
+func configSource(asked string) string {
+	file := cmp.Or(os.Getenv("TEMPORAL_CONFIG_FILE"), envconfig.DefaultConfigFilePath())
+	return fmt.Sprintf("profile %q of %s", profileName(asked), file)
+}
+
+// describe says how a profile authenticates without saying with what.
+func describe(p envconfig.ClientConfigProfile) string {
+	var parts []string
+	switch {
+	case p.TLS != nil && p.TLS.Disabled:
+		parts = append(parts, "TLS off")
+	case p.TLS != nil:
+		parts = append(parts, describeTLS(p.TLS))
+	case p.APIKey != "":
+		parts = append(parts, "TLS with the system's roots")
+	default:
+		parts = append(parts, "no TLS")
+	}
+	if p.APIKey != "" {
+		parts = append(parts, "API key")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// describeTLS names where each piece of the TLS configuration comes from.
+func describeTLS(t *envconfig.ClientConfigTLS) string {
+	if t == nil {
+		return "no TLS"
+	}
+	if t.Disabled {
+		return "TLS off"
+	}
+	source := func(path string, data []byte, variable string) string {
+		switch {
+		case path != "" && len(data) > 0:
+			return "both " + path + " and inline data"
+		case path != "":
+			return path
+		case len(data) > 0:
+			return "inline data (" + variable + " or the profile)"
+		}
+		return ""
+	}
+	var parts []string
+	if s := source(t.ClientCertPath, t.ClientCertData, "TEMPORAL_TLS_CLIENT_CERT_DATA"); s != "" {
+		parts = append(parts, "client cert "+s)
+	}
+	if s := source(t.ClientKeyPath, t.ClientKeyData, "TEMPORAL_TLS_CLIENT_KEY_DATA"); s != "" {
+		parts = append(parts, "client key "+s)
+	}
+	if s := source(t.ServerCACertPath, t.ServerCACertData, "TEMPORAL_TLS_SERVER_CA_CERT_DATA"); s != "" {
+		parts = append(parts, "server CA "+s)
+	} else {
+		parts = append(parts, "server CA: the system's roots")
+	}
+	if t.ServerName != "" {
+		parts = append(parts, "server name "+t.ServerName)
+	}
+	if t.DisableHostVerification {
+		parts = append(parts, "host verification off")
+	}
+	return "TLS (" + strings.Join(parts, ", ") + ")"
+}
+
+// profileSecrets are the values no error may carry: the API key, the
+// private key's data and the gRPC metadata (which may hold a token).
+func profileSecrets(p envconfig.ClientConfigProfile) []string {
+	var secrets []string
+	if p.APIKey != "" {
+		secrets = append(secrets, p.APIKey)
+	}
+	if p.TLS != nil && len(p.TLS.ClientKeyData) > 0 {
+		secrets = append(secrets, string(p.TLS.ClientKeyData))
+		// Also any one line of it, should a parser quote a line.
+		for _, line := range strings.Split(string(p.TLS.ClientKeyData), "\n") {
+			if line = strings.TrimSpace(line); len(line) >= 16 && !strings.HasPrefix(line, "-----") {
+				secrets = append(secrets, line)
+			}
+		}
+	}
+	for _, v := range p.GRPCMeta {
+		secrets = append(secrets, v)
+	}
+	if p.Codec != nil && p.Codec.Auth != "" {
+		secrets = append(secrets, p.Codec.Auth)
+	}
+	return secrets
+}
+
+// scrubbed is an error whose text has every secret replaced; it still
+// unwraps, so errors.Is finds a deadline or a refused connection.
+type scrubbed struct {
+	text string
+	err  error
+}
+
+func (e *scrubbed) Error() string { return e.text }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+// scrub replaces the secrets in err's text and folds it onto one line: the
+// CLI prints errors as they are, and a line per error is what a log and a
+// terminal show whole.
+func scrub(err error, secrets []string) error {
+	text := err.Error()
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			text = strings.ReplaceAll(text, s, "[redacted]")
+		}
+	}
+	return &scrubbed{text: strings.Join(strings.Fields(text), " "), err: err}
+}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -175,31 +174,25 @@ func TestAnEmbeddedEngineMakesSureOfTheReconciler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	c := devServer.Client()
-	schedule := c.ScheduleClient().GetHandle(ctx, workflows.ReconcileScheduleID)
-	t.Cleanup(func() { _ = schedule.Delete(context.Background()) })
+	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), workflows.ReconcilerID, "", "test over") })
 	engine, store := startEngineWorker(t, agentsaga.Config{Temporal: c}, nil)
 	second, err := agentsaga.New(ctx, store, agentsaga.Config{Temporal: c, TaskQueue: "another-queue"})
-	require.NoError(t, err, "a Schedule that exists is not an error")
+	require.NoError(t, err, "a reconciler that runs is not an error")
 	require.NoError(t, second.Close())
 
-	desc, err := schedule.Describe(ctx)
+	desc, err := c.DescribeWorkflowExecution(ctx, workflows.ReconcilerID, "")
 	require.NoError(t, err)
-	require.Len(t, desc.Schedule.Spec.Intervals, 1)
-	require.Equal(t, workflows.ReconcileInterval, desc.Schedule.Spec.Intervals[0].Every)
-	action, ok := desc.Schedule.Action.(*client.ScheduleWorkflowAction)
-	require.True(t, ok, "%T", desc.Schedule.Action)
-	require.Equal(t, agentsaga.ReconcilerWorkflow, action.Workflow)
-	require.Equal(t, engine.TaskQueue(), action.TaskQueue, "the first engine's queue; the second left it")
+	require.Equal(t, agentsaga.ReconcilerLoopWorkflow, desc.WorkflowExecutionInfo.GetType().GetName())
+	require.Equal(t, engine.TaskQueue(), desc.WorkflowExecutionInfo.GetTaskQueue(), "the first engine's queue; the second left it")
 
-	require.NoError(t, schedule.Trigger(ctx, client.ScheduleTriggerOptions{Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP}))
+	require.NoError(t, c.SignalWorkflow(ctx, workflows.ReconcilerID, "", workflows.ReconcilePassSignal, nil))
+	var state workflows.ReconcileLoopState
 	require.Eventually(t, func() bool {
-		desc, err = schedule.Describe(ctx)
-		return err == nil && len(desc.Info.RecentActions) > 0
-	}, 30*time.Second, 100*time.Millisecond, "the Schedule starts a pass")
-	started := desc.Info.RecentActions[0].StartWorkflowResult
-	var pass workflows.ReconcileResult
-	require.NoError(t, c.GetWorkflow(ctx, started.WorkflowID, started.FirstExecutionRunID).Get(ctx, &pass))
-	require.Empty(t, pass.Errors)
+		value, err := c.QueryWorkflow(ctx, workflows.ReconcilerID, "", workflows.ReconcileStateQuery)
+		return err == nil && value.Get(&state) == nil && state.Passes > 0
+	}, 30*time.Second, 100*time.Millisecond, "the reconciler makes a pass")
+	require.Empty(t, state.LastError)
+	require.Empty(t, state.Last.Errors)
 }
 
 // Item 5: the success bonuses of a run's last calls, still waiting for

@@ -120,11 +120,11 @@ type Config struct {
 	// Temporal is the client the worker polls with. With it, the
 	// reconciler's activities are registered too (they find runs that
 	// ended behind the engine's back and start their rollbacks), and New
-	// makes sure the reconciler's Schedule exists, as every worker does.
+	// makes sure the reconciler runs (EnsureReconciler), as every worker does.
 	Temporal client.Client
-	// ReconcileEvery is how often the reconciler's Schedule starts a pass
-	// when New creates it; zero means workflows.ReconcileInterval (30 s),
-	// negative leaves the Schedule alone (another process makes sure of it).
+	// ReconcileEvery is how often the reconciler makes a pass when New
+	// starts it; zero means workflows.ReconcileInterval (30 s), negative
+	// leaves the reconciler alone (another process makes sure of it).
 	ReconcileEvery time.Duration
 	// TracerProvider, when set, traces the engine's runs with Temporal's
 	// OpenTelemetry interceptor (a span per run, activity and attempt) and
@@ -211,7 +211,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 		e.reconciler = &activities.Reconciliation{Ledger: store, Temporal: cfg.Temporal}
 		if cfg.ReconcileEvery >= 0 {
 			every := cmp.Or(cfg.ReconcileEvery, workflows.ReconcileInterval)
-			if err := EnsureReconcilerSchedule(ctx, cfg.Temporal, cfg.TaskQueue, every); err != nil {
+			if err := EnsureReconciler(ctx, cfg.Temporal, cfg.TaskQueue, every); err != nil {
 				return nil, err
 			}
 		}
@@ -265,7 +265,7 @@ type Registry interface {
 }
 
 // Register registers the engine's workflows (AgentRunWorkflow,
-// RollbackRunWorkflow, ReconcilerWorkflow) and its activities under
+// RollbackRunWorkflow, ReconcilerLoopWorkflow, ReconcilerWorkflow) and its activities under
 // agentsagatype.NamePrefix ("agentsaga.AgentRun", "agentsaga.CallTool") on
 // r, and under their bare names too with Config.LegacyNames. The worker
 // must run with WorkerOptions' interceptors.

@@ -19,9 +19,11 @@ const (
 	// RollbackRunWorkflow walks the stack of a run that ended behind the
 	// engine's back.
 	RollbackRunWorkflow = agentsagatype.NamePrefix + "RollbackRun"
-	// ReconcilerWorkflow is a reconciler pass; the reconciler's Schedule
-	// starts it.
+	// ReconcilerWorkflow is a reconciler pass, which the reconciler's
+	// Schedule started before ReconcilerLoopWorkflow.
 	ReconcilerWorkflow = agentsagatype.NamePrefix + "Reconciler"
+	// ReconcilerLoopWorkflow is the reconciler (EnsureReconciler).
+	ReconcilerLoopWorkflow = agentsagatype.NamePrefix + "ReconcilerLoop"
 )
 
 // agentRun is workflows.AgentRun under a Go name of its own. The SDK maps
@@ -45,6 +47,7 @@ func registerWorkflows(r worker.WorkflowRegistry, legacy bool) {
 	r.RegisterWorkflowWithOptions(agentRun, workflow.RegisterOptions{Name: AgentRunWorkflow})
 	r.RegisterWorkflowWithOptions(workflows.RollbackRun, workflow.RegisterOptions{Name: RollbackRunWorkflow})
 	r.RegisterWorkflowWithOptions(workflows.Reconciler, workflow.RegisterOptions{Name: ReconcilerWorkflow})
+	r.RegisterWorkflowWithOptions(workflows.ReconcilerLoop, workflow.RegisterOptions{Name: ReconcilerLoopWorkflow})
 	if legacy {
 		r.RegisterWorkflow(workflows.AgentRun)
 		r.RegisterWorkflow(workflows.RollbackRun)

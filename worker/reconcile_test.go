@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga"
@@ -243,41 +244,49 @@ agents:
 	assert.Equal(t, 1, pay.requests[refundKey])
 }
 
-// A worker made with ReconcileEvery makes sure the reconciler's Schedule
-// exists (a second worker finds it there); a pass the Schedule starts
-// reconciles a vanished run, and after the worker is replaced the next
-// scheduled pass finds nothing left to do.
-func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
+// A worker made with ReconcileEvery makes sure the reconciler runs (a
+// second worker finds it running), and deletes the Schedule older builds
+// made; the reconciler's first pass reconciles a vanished run, and after
+// the worker is replaced the next pass finds nothing left to do. One
+// workflow makes every pass: the operators' list gains no entry per pass.
+func TestWorkerEnsuresTheReconciler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	store := ledgertest.NewStore(t)
 	pay, url := startPayments(t, func(*payments) {})
-	queue := "reconcile-schedule-" + t.Name()
+	queue := "reconcile-loop-" + t.Name()
 	const vanished = "schedule-vanished"
 	stageVanishedRun(ctx, t, store, vanished, paymentSpec(t, url, "bob"))
-	// A scheduled pass leaves runs younger than DefaultReconcileOlderThan.
+	// A pass leaves runs younger than DefaultReconcileOlderThan.
 	_, err := store.Pool().Exec(ctx, `UPDATE runs SET started_at = started_at - interval '1 minute' WHERE workflow_id = $1`, vanished)
 	require.NoError(t, err)
+	// What an older build made: a Schedule that starts a pass every 30 s.
+	old, err := temporalClient.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: workflows.ReconcileScheduleID,
+		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: time.Hour}}},
+		Action: &client.ScheduleWorkflowAction{ID: workflows.ReconcileScheduleID, Workflow: agentsaga.ReconcilerWorkflow,
+			Args: []any{workflows.ReconcileInput{}}, TaskQueue: queue}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = old.Delete(context.Background())
+		_ = temporalClient.TerminateWorkflow(context.Background(), workflows.ReconcilerID, "", "test over")
+	})
 
 	first, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
 	require.NoError(t, err)
-	schedule := temporalClient.ScheduleClient().GetHandle(ctx, workflows.ReconcileScheduleID)
-	t.Cleanup(func() { _ = schedule.Delete(context.Background()) })
 	_, err = worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
-	require.NoError(t, err, "a schedule that exists is not an error")
-
-	desc, err := schedule.Describe(ctx)
+	require.NoError(t, err, "a reconciler that runs is not an error")
+	_, err = old.Describe(ctx)
+	var notFound *serviceerror.NotFound
+	require.ErrorAs(t, err, &notFound, "the old Schedule is gone")
+	desc, err := temporalClient.DescribeWorkflowExecution(ctx, workflows.ReconcilerID, "")
 	require.NoError(t, err)
-	require.Len(t, desc.Schedule.Spec.Intervals, 1)
-	assert.Equal(t, time.Hour, desc.Schedule.Spec.Intervals[0].Every)
-	assert.Equal(t, enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, desc.Schedule.Policy.Overlap)
-	action, ok := desc.Schedule.Action.(*client.ScheduleWorkflowAction)
-	require.True(t, ok, "%T", desc.Schedule.Action)
-	assert.Equal(t, agentsaga.ReconcilerWorkflow, action.Workflow)
-	assert.Equal(t, queue, action.TaskQueue)
+	assert.Equal(t, agentsaga.ReconcilerLoopWorkflow, desc.WorkflowExecutionInfo.GetType().GetName())
+	assert.Equal(t, queue, desc.WorkflowExecutionInfo.GetTaskQueue())
+	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.WorkflowExecutionInfo.GetStatus())
+	execution := desc.WorkflowExecutionInfo.GetExecution().GetRunId()
 
 	require.NoError(t, first.Start())
-	pass := triggerPass(ctx, t, schedule, 1)
+	pass := reconcilerPass(ctx, t, 1)
 	require.Len(t, pass.Reconciled, 1, "%+v", pass)
 	assert.Equal(t, vanished, pass.Reconciled[0].WorkflowID)
 	var result workflows.RunResult
@@ -286,13 +295,17 @@ func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
 	assert.Contains(t, result.Reason, "terminated: the workflow vanished")
 	first.Stop()
 
-	// The Schedule lives in Temporal: a new worker's passes go on.
+	// The reconciler lives in Temporal: a new worker's passes go on.
 	second, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
 	require.NoError(t, err)
 	require.NoError(t, second.Start())
 	defer second.Stop()
-	again := triggerPass(ctx, t, schedule, 2)
+	require.NoError(t, temporalClient.SignalWorkflow(ctx, workflows.ReconcilerID, "", workflows.ReconcilePassSignal, nil))
+	again := reconcilerPass(ctx, t, 2)
 	assert.Zero(t, again.Examined, "%+v", again)
+	desc, err = temporalClient.DescribeWorkflowExecution(ctx, workflows.ReconcilerID, "")
+	require.NoError(t, err)
+	assert.Equal(t, execution, desc.WorkflowExecutionInfo.GetExecution().GetRunId(), "one execution made both passes")
 
 	pay.mu.Lock()
 	defer pay.mu.Unlock()
@@ -303,22 +316,22 @@ func TestWorkerEnsuresTheReconcilerSchedule(t *testing.T) {
 	assert.Equal(t, agentsagatype.RunCompensated, run.Status)
 }
 
-// triggerPass triggers the Schedule and returns the result of its nth pass.
-func triggerPass(ctx context.Context, t *testing.T, schedule client.ScheduleHandle, n int) workflows.ReconcileResult {
+// reconcilerPass waits for the reconciler's nth pass and returns it.
+func reconcilerPass(ctx context.Context, t *testing.T, n int) workflows.ReconcileResult {
 	t.Helper()
-	require.NoError(t, schedule.Trigger(ctx, client.ScheduleTriggerOptions{Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP}))
 	for {
-		desc, err := schedule.Describe(ctx)
-		require.NoError(t, err)
-		if len(desc.Info.RecentActions) >= n {
-			started := desc.Info.RecentActions[n-1].StartWorkflowResult
-			var result workflows.ReconcileResult
-			require.NoError(t, temporalClient.GetWorkflow(ctx, started.WorkflowID, started.FirstExecutionRunID).Get(ctx, &result))
-			return result
+		value, err := temporalClient.QueryWorkflow(ctx, workflows.ReconcilerID, "", workflows.ReconcileStateQuery)
+		if err == nil {
+			var state workflows.ReconcileLoopState
+			require.NoError(t, value.Get(&state))
+			if state.Passes >= n {
+				require.Empty(t, state.LastError)
+				return state.Last
+			}
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the schedule never started pass %d", n)
+			t.Fatalf("the reconciler never made pass %d", n)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

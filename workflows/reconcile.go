@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -14,15 +15,27 @@ import (
 
 // The reconciler finds runs that ended behind the engine's back (terminated
 // in Temporal, timed out, or whose workflow vanished), marks them
-// terminated and walks their compensation stacks. It is a workflow on a
-// Temporal Schedule that every worker makes sure exists, so it outlives any
-// one worker.
+// terminated and walks their compensation stacks. It is one long-lived
+// workflow (ReconcilerLoop) that every worker makes sure runs, so it
+// outlives any one worker, and that continues as new every few hours: the
+// operators' workflow list gets a handful of its entries a day, where a
+// Schedule starting a pass every 30 s left 2,880 between the agent runs.
 const (
-	// ReconcileScheduleID names the Schedule; the Reconciler workflows it
-	// starts are named after it.
+	// ReconcilerID is the reconciler's workflow ID.
+	ReconcilerID = "agentsaga-reconciler"
+	// ReconcileScheduleID is the Schedule that started a pass at a time
+	// before ReconcilerLoop; a worker deletes it when it finds it.
 	ReconcileScheduleID = "agentsaga-reconciler"
-	// ReconcileInterval is how often the Schedule starts a pass.
+	// ReconcileInterval is how often the reconciler makes a pass.
 	ReconcileInterval = 30 * time.Second
+	// ReconcilePassSignal asks the reconciler for a pass now.
+	ReconcilePassSignal = "pass-now"
+	// ReconcileStateQuery answers with the reconciler's ReconcileLoopState.
+	ReconcileStateQuery = "state"
+	// reconcilePassesPerRun is how many passes one execution makes before
+	// it continues as new: six hours at ReconcileInterval, four entries a
+	// day in the list, some 6,000 events of history each.
+	reconcilePassesPerRun = 720
 	// DefaultReconcileOlderThan leaves runs younger than this out of a
 	// scheduled pass.
 	DefaultReconcileOlderThan = 10 * time.Second
@@ -67,6 +80,58 @@ type ReconciledRun struct {
 	// RollbackRunID is the run ID of its RollbackRun; "" when one was
 	// already running.
 	RollbackRunID string `json:"rollback_run_id,omitempty"`
+}
+
+// ReconcileLoopInput shapes the reconciler.
+type ReconcileLoopInput struct {
+	// Every is the time between passes; 0 means ReconcileInterval.
+	Every time.Duration `json:"every,omitempty"`
+	// Pass shapes each pass.
+	Pass ReconcileInput `json:"pass"`
+}
+
+// ReconcileLoopState is what the reconciler answers to
+// ReconcileStateQuery: the passes this execution made, and the last.
+type ReconcileLoopState struct {
+	Passes    int             `json:"passes"`
+	Last      ReconcileResult `json:"last"`
+	LastError string          `json:"last_error,omitempty"`
+}
+
+// ReconcilerLoop is the reconciler: a pass (Reconciler) at once, then one
+// every in.Every, or sooner when ReconcilePassSignal asks, continuing as
+// new after reconcilePassesPerRun passes (or when Temporal suggests it). A
+// pass that fails is reported in its state, and the next one tries again.
+func ReconcilerLoop(ctx workflow.Context, in ReconcileLoopInput) error {
+	every := cmp.Or(in.Every, ReconcileInterval)
+	var state ReconcileLoopState
+	if err := workflow.SetQueryHandler(ctx, ReconcileStateQuery, func() (ReconcileLoopState, error) { return state, nil }); err != nil {
+		return err
+	}
+	passNow := workflow.GetSignalChannel(ctx, ReconcilePassSignal)
+	for {
+		result, err := Reconciler(ctx, in.Pass)
+		state.Passes, state.Last, state.LastError = state.Passes+1, result, ""
+		if err != nil {
+			state.LastError = errorText(err)
+		}
+		if state.Passes >= reconcilePassesPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			// A pass asked for meanwhile is the next execution's first.
+			return workflow.NewContinueAsNewError(ctx, ReconcilerLoop, in)
+		}
+		timerCtx, cancelTimer := workflow.WithCancel(ctx)
+		wait := workflow.NewSelector(ctx)
+		wait.AddFuture(workflow.NewTimerWithOptions(timerCtx, every, workflow.TimerOptions{Summary: "until the next reconciler pass"}), func(workflow.Future) {})
+		wait.AddReceive(passNow, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+		wait.Select(ctx)
+		cancelTimer()
+		for passNow.ReceiveAsync(nil) {
+			// One pass answers every request made while it waited.
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }
 
 // Reconciler is one pass of the reconciler: it pages through the runs the

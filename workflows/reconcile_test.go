@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
@@ -231,6 +232,31 @@ func TestReconcilerPagesAndStartsRollbacks(t *testing.T) {
 	assert.Equal(t, []string{"c/step-001-call-1-helper"}, result.Covered)
 	require.Len(t, result.Errors, 1)
 	assert.Contains(t, result.Errors[0], "c: temporal is busy")
+}
+
+// The reconciler makes a pass every interval in one execution, a failed
+// pass only delays the next, and it continues as new after six hours of
+// passes: a handful of entries a day in the operators' list.
+func TestReconcilerLoopContinuesAsNewAfterSixHours(t *testing.T) {
+	t.Parallel()
+	env := newEnv()
+	env.RegisterWorkflow(workflows.ReconcilerLoop)
+	activities.Register(env, &activities.Reconciliation{}, false)
+	passes := 0
+	env.OnActivity(agentsagatype.NamePrefix+"FindAbandonedRuns", mock.Anything, mock.Anything).Return(
+		func(context.Context, agentsagatype.FindAbandoned) (agentsagatype.AbandonedPage, error) {
+			passes++
+			if passes == 2 {
+				return agentsagatype.AbandonedPage{}, temporal.NewNonRetryableApplicationError("the ledger is down", "LedgerUnavailable", nil)
+			}
+			return agentsagatype.AbandonedPage{Examined: 1, Live: 1}, nil
+		})
+	start := env.Now()
+	env.ExecuteWorkflow(workflows.ReconcilerLoop, workflows.ReconcileLoopInput{})
+	var next *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &next)
+	assert.Equal(t, 720, passes, "a pass every 30 s for six hours")
+	assert.InDelta(t, (6 * time.Hour).Seconds(), env.Now().Sub(start).Seconds(), 60)
 }
 
 // The reconciler starts RollbackRun by its name.

@@ -49,11 +49,11 @@ func TestDemoPrintsNoErrorLine(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(func() { slog.SetDefault(previous) })
 	t.Cleanup(func() {
-		// The demo's worker made sure the reconciler's Schedule exists; it
-		// must not go on starting passes for later tests' workers.
+		// The demo's worker made sure the reconciler runs, on its queue;
+		// later tests' workers start their own.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = devServer.Client().ScheduleClient().GetHandle(ctx, workflows.ReconcileScheduleID).Delete(ctx)
+		_ = devServer.Client().TerminateWorkflow(ctx, workflows.ReconcilerID, "", "test over")
 	})
 
 	var out bytes.Buffer

@@ -311,7 +311,11 @@ func (p *RateLimitProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		answer, _ := json.Marshal(fmt.Sprintf("Done: %d tool calls made, all answered.", tools))
 		message, finish = fmt.Sprintf(`{"role":"assistant","content":%s,"refusal":null}`, answer), "stop"
 	} else {
-		args, _ := json.Marshal(fmt.Sprintf(`{"text":"turn %d of %d: count the words of this short sentence"}`, tools+1, p.cfg.Turns))
+		// Each turn's text has a word more, so that every result is news:
+		// a run whose tool results repeat is stopped by agentsaga's
+		// no-progress watchdog.
+		args, _ := json.Marshal(fmt.Sprintf(`{"text":"turn %d of %d: count the words of this sentence%s"}`, tools+1, p.cfg.Turns,
+			strings.Repeat(" again", tools+1)))
 		message = fmt.Sprintf(`{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"call_bench_%d","type":"function","function":{"name":%q,"arguments":%s}}]}`,
 			id, p.cfg.Tool, args)
 		finish = "tool_calls"

@@ -3,7 +3,10 @@ package worker
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -69,11 +72,58 @@ func Dial(ctx context.Context, cfg Config) (client.Client, error) {
 	defer cancel()
 	c, err := client.DialContext(ctx, options)
 	if err != nil {
+		if why := diagnoseTLS(ctx, conn.Address, options.ConnectionOptions.TLS); why != nil {
+			err = fmt.Errorf("%w (gRPC: %w)", why, err)
+		}
 		// gRPC's message is one line; the key never reaches it, but a
 		// server that echoed a header back must not put it in our error.
-		return nil, scrub(fmt.Errorf("worker: temporal at %s (namespace %q, %s) is unreachable: %w", conn.Address, conn.Namespace, conn.Describe, err), currentSecrets(cfg))
+		return nil, scrub(fmt.Errorf("worker: temporal at %s (namespace %q, %s) did not accept a connection: %w", conn.Address, conn.Namespace, conn.Describe, err), currentSecrets(cfg))
 	}
 	return c, nil
+}
+
+// diagnoseTLS finds why a TLS connection failed, when gRPC cannot say: a
+// server that refuses the client's certificate under TLS 1.3 does so after
+// the handshake, and gRPC then reports a broken pipe or a reset. A
+// handshake of our own, then a short read, gets the server's alert ("tls:
+// certificate required", "tls: unknown certificate authority"). Nil when
+// TLS is off or the handshake and read find nothing wrong.
+func diagnoseTLS(ctx context.Context, address string, config *tls.Config) error {
+	if config == nil {
+		return nil
+	}
+	config = config.Clone()
+	if config.ServerName == "" {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil
+		}
+		config.ServerName = host
+	}
+	config.NextProtos = []string{"h2"}
+	dialer := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: config}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	raw, err := dialer.DialContext(ctx, "tcp", address)
+	if err != nil {
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Op == "dial" {
+			return nil // nothing listens: gRPC's error says so
+		}
+		return fmt.Errorf("TLS handshake: %w", err)
+	}
+	defer raw.Close()
+	// The server waits for our HTTP/2 preface, so a read that times out
+	// means it kept the connection: nothing to add.
+	_ = raw.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := raw.Read(make([]byte, 1)); err != nil {
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			return nil
+		}
+		return fmt.Errorf("TLS: the server closed the connection after the handshake: %w", err)
+	}
+	return nil
 }
 
 // currentSecrets re-reads the profile only to know what to scrub.

@@ -27,6 +27,11 @@ func main() {
 // worker.Config.StopTimeout), and exits the process at the second: an
 // operator who asks twice does not want to wait.
 func stopOnSignals(stderr io.Writer) (context.Context, func()) {
+	return stopOnSignalsExiting(stderr, os.Exit)
+}
+
+// stopOnSignalsExiting is stopOnSignals with the exit a test replaces.
+func stopOnSignalsExiting(stderr io.Writer, exit func(code int)) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
@@ -41,7 +46,7 @@ func stopOnSignals(stderr io.Writer) (context.Context, func()) {
 		select {
 		case sig := <-signals:
 			fmt.Fprintf(stderr, "agentsaga: %s again: stopping now, without waiting for the calls in flight\n", sig)
-			os.Exit(1)
+			exit(1)
 		case <-done:
 		}
 	}()

@@ -34,6 +34,7 @@ type RetryStore interface {
 	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
 	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledger.Gate, error)
 	BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (ledger.BreakerReport, error)
+	BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig) (time.Time, error)
 }
 
 // RetryHookConfig names the fleet bucket and shapes the breakers.
@@ -123,6 +124,9 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return nil, i.deny(ctx, f, budget.DenyCircuitOpen)
 	}
 	probe := gate.State == ledger.BreakerProbe
+	if plan.Released && gate.State == budget.BreakerClosed {
+		h.awaitPace(ctx, plan)
+	}
 
 	result, err := i.Next.ExecuteActivity(ctx, in)
 	if err == nil {
@@ -380,6 +384,42 @@ func (h *RetryHook) observe(plan agentsagatype.RetryPlan, decision string) {
 // probe; at the gate they take release slots like every parked call.
 func (h *RetryHook) releaseJitter() time.Duration {
 	return time.Duration(h.cfg.Random() * float64(h.cfg.Breaker.Cooldown/2))
+}
+
+// awaitPace holds a call released from an open breaker's queue, now that
+// the breaker has closed, until its place in the dependency's paced line
+// (ledger.Store.BreakerPace): a worker that lagged would otherwise send
+// the calls of several release slots at once, more than the dependency
+// takes, and open the breaker again. It heartbeats while it waits, and
+// never waits past the attempt's deadline. Pacing is a courtesy: when the
+// line cannot be read, the call goes.
+func (h *RetryHook) awaitPace(ctx context.Context, plan agentsagatype.RetryPlan) {
+	cfg := h.cfg.Breaker
+	cfg.Release = plan.ReleaseInterval
+	at, err := h.store.BreakerPace(ctx, plan.Dependency, cfg)
+	if err != nil {
+		activity.GetLogger(ctx).Warn("retry hook: could not read the dependency's paced line; the released call goes at once", "dependency", plan.Dependency, "error", err)
+		return
+	}
+	until := at
+	if deadline, ok := ctx.Deadline(); ok {
+		until = minTime(until, deadline.Add(-time.Second))
+	}
+	for wait := until.Sub(h.cfg.Now()); wait > 0; wait = until.Sub(h.cfg.Now()) {
+		activity.RecordHeartbeat(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(wait, time.Second)):
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // gate asks the dependency's breaker whether the call may go out. A closed

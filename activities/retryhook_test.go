@@ -35,6 +35,8 @@ type fakeRetryStore struct {
 	openSince time.Time // when the outage opened it
 	gates     atomic.Int32
 	release   atomic.Int64 // the release interval the last gate was asked with
+	pace      time.Duration // how far ahead the paced line books a released call
+	paces     atomic.Int32
 	decision  string
 	err       error
 	decisions atomic.Int32
@@ -58,6 +60,10 @@ func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.Bre
 		gate.RetryAt, gate.OpenSince = f.retryAt, f.openSince
 	}
 	return gate, nil
+}
+func (f *fakeRetryStore) BreakerPace(context.Context, string, budget.BreakerConfig) (time.Time, error) {
+	f.paces.Add(1)
+	return time.Now().Add(f.pace), nil
 }
 func (f *fakeRetryStore) BreakerReport(_ context.Context, _ string, success, _ bool, _ budget.BreakerConfig) (ledger.BreakerReport, error) {
 	if success {
@@ -181,5 +187,37 @@ func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
 			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3}})
 		require.Error(t, err, "the open breaker refuses the call")
 		assert.Equal(t, tc.want, time.Duration(store.release.Load()), "%+v", tc.limit)
+	}
+}
+
+// A call released from the breaker's queue once the breaker has closed
+// waits for its place in the paced line before it goes; a first send does
+// not ask for one.
+func TestReleasedCallWaitsForItsPlaceInLine(t *testing.T) {
+	t.Parallel()
+	var sent atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { sent.Store(time.Now().UnixNano()) }))
+	defer ts.Close()
+	for _, released := range []bool{false, true} {
+		store := &fakeRetryStore{breaker: budget.BreakerClosed, pace: 600 * time.Millisecond}
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+			activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker}),
+		}})
+		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
+		env.RegisterActivity(acts)
+		start := time.Now()
+		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
+			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, Released: released}})
+		require.NoError(t, err)
+		waited := time.Duration(sent.Load() - start.UnixNano())
+		if released {
+			assert.EqualValues(t, 1, store.paces.Load())
+			assert.GreaterOrEqual(t, waited, 500*time.Millisecond, "it waited for its place")
+		} else {
+			assert.Zero(t, store.paces.Load(), "a first send takes no place in line")
+		}
 	}
 }

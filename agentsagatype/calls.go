@@ -155,6 +155,10 @@ type RetryPlan struct {
 	// dependency can take. Zero: the breaker's own interval. Plan sets it
 	// from the spec.
 	ReleaseInterval time.Duration `json:"release_interval,omitempty"`
+	// Released marks a call sent again after waiting behind its
+	// dependency's open breaker: once the breaker has closed, it takes its
+	// place in the dependency's paced line before it goes.
+	Released bool `json:"released,omitempty"`
 }
 
 // CallFailure travels as the details of every error the retry hook

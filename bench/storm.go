@@ -188,7 +188,7 @@ func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key stri
 	return workflow.ExecuteActivity(actx, acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
 		Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
 			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),
-			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second}})
+			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second, Released: key != ""}})
 }
 
 // Storm runs agentsaga and the unbudgeted baseline through the same storm,

@@ -182,6 +182,22 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 	return gate, nil
 }
 
+// BreakerPace books a call released from the open breaker's queue (its
+// dependency's breaker has since closed) a place in the dependency's paced
+// line, and returns when it may leave: now, or a whole number of release
+// intervals (cfg.ReleaseInterval()) later, so that calls a lagging worker
+// bunched still reach the dependency one interval apart (migration 00017).
+func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig) (time.Time, error) {
+	if err := cfg.Validate(); err != nil {
+		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)
+	}
+	var at time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_breaker_pace($1, $2)`, dependency, milliseconds(cfg.ReleaseInterval())).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)
+	}
+	return at, nil
+}
+
 // BreakerReport is what a dependency's breaker says after a call's outcome.
 type BreakerReport struct {
 	// State is budget.BreakerClosed, BreakerOpen or BreakerHalfOpen.

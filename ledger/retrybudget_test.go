@@ -672,3 +672,38 @@ func TestDepositUnlessFull(t *testing.T) {
 // reportState is a breaker report's state, for the tests that need only
 // that.
 func reportState(report ledger.BreakerReport, err error) (string, error) { return report.State, err }
+
+// Calls released from a breaker's queue together (a lagging worker sent
+// them at once) each book their own place in the paced line, a release
+// interval apart, from several pools at once; a dependency that never had
+// a breaker has no line.
+func TestBreakerPaceSpacesReleasedCalls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stores := openWorkers(t, 3, 2)
+	cfg := budget.BreakerConfig{Threshold: 1, Window: time.Minute, Cooldown: time.Second, Release: 100 * time.Millisecond}
+	_, err := stores[0].BreakerReport(ctx, "crm", false, false, cfg) // the breaker's row
+	require.NoError(t, err)
+
+	const released = 9
+	slots := make([]time.Time, released)
+	errs := make([]error, released)
+	before := time.Now()
+	var wg sync.WaitGroup
+	for i := range released {
+		wg.Go(func() { slots[i], errs[i] = stores[i%len(stores)].BreakerPace(ctx, "crm", cfg) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	assert.WithinDuration(t, before, slots[0], 2*time.Second, "the first leaves at once")
+	for i := 1; i < released; i++ {
+		assert.Equal(t, cfg.ReleaseInterval(), slots[i].Sub(slots[i-1]), "place %d is one interval after place %d", i, i-1)
+	}
+
+	free, err := stores[0].BreakerPace(ctx, "never-failed", cfg)
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now(), free, 2*time.Second)
+}

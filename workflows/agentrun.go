@@ -447,6 +447,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		}
 		err, parked = r.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 			call.Retry = r.plan("model", call.Retry.Dependency)
+			call.Retry.Released = true
 			turn = agentsagatype.ModelTurn{}
 			if len(r.turnModels()) == 1 {
 				// One model: its send, as before fallbacks existed.

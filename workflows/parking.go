@@ -173,6 +173,7 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agent
 	r.markOpen(call.Name, time.Time{})
 	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
+		request.Retry.Released = true
 		*result = agentsagatype.ToolResult{}
 		return r.sendToolCall(ctx, again, call, request)
 	}, result)

@@ -78,7 +78,8 @@ func (r *readiness) check(ctx context.Context) (lines []string, ready bool) {
 	report := func(what string, err error) {
 		if err != nil {
 			ready = false
-			lines = append(lines, what+": "+strings.Join(strings.Fields(err.Error()), " "))
+			text := strings.TrimPrefix(strings.Join(strings.Fields(err.Error()), " "), what+": ")
+			lines = append(lines, what+": "+text)
 			return
 		}
 		lines = append(lines, what+": ok")

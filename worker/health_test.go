@@ -200,7 +200,7 @@ func TestReadyNamesAnOldSchema(t *testing.T) {
 	require.NoError(t, err)
 	code, body = get(t, base+worker.ReadyPath)
 	assert.Equal(t, http.StatusServiceUnavailable, code, body)
-	assert.Contains(t, body, "migrations: migrations: the schema is at version")
+	assert.Contains(t, body, "migrations: the schema is at version")
 	assert.Contains(t, body, "temporal: ok")
 }
 

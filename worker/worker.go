@@ -201,6 +201,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Deployment.Validate(); err != nil {
 		return err
 	}
+	// A profile or a key file that is wrong fails here, before the
+	// database is touched.
+	if _, _, err := ClientOptions(cfg); err != nil {
+		return err
+	}
 	if _, err := migrations.Apply(ctx, cfg.DatabaseURL); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
@@ -28,8 +29,8 @@ import (
 type Connection struct {
 	Address   string
 	Namespace string
-	// Profile is the profile read ("" when the file had none of that name
-	// and none was asked for).
+	// Profile is the profile asked for (--profile, TEMPORAL_PROFILE, else
+	// "default"); only "default" may be missing from the file.
 	Profile string
 	// Describe says how it authenticates, naming files and variables,
 	// never a key: "TLS (client cert /etc/certs/c.pem, ...), API key".
@@ -46,7 +47,7 @@ type Connection struct {
 func ClientOptions(cfg Config) (client.Options, Connection, error) {
 	profile, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{ConfigFileProfile: cfg.Profile})
 	if err != nil {
-		return client.Options{}, Connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", configSource(cfg.Profile), err), nil)
+		return client.Options{}, Connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", configSource(cfg.Profile), withheld(err)), nil)
 	}
 	secrets := profileSecrets(profile)
 	options, err := profile.ToClientOptions(envconfig.ToClientOptionsRequest{})
@@ -153,6 +154,24 @@ func profileName(asked string) string {
 func configSource(asked string) string {
 	file := cmp.Or(os.Getenv("TEMPORAL_CONFIG_FILE"), envconfig.DefaultConfigFilePath())
 	return fmt.Sprintf("profile %q of %s", profileName(asked), file)
+}
+
+// withheld keeps a TOML parser's message out of an error about a value
+// that may be secret: for `api_key = abc123` (unquoted) the parser says
+// `expected value but found "abc123" instead`. The line and key are kept.
+func withheld(err error) error {
+	var parse toml.ParseError
+	if !errors.As(err, &parse) {
+		return err
+	}
+	key := strings.ToLower(parse.LastKey)
+	for _, secret := range []string{"api_key", "_data", "auth", "grpc_meta"} {
+		if strings.Contains(key, secret) {
+			return fmt.Errorf("failed parsing config: line %d (key %q) does not parse as TOML (quote a string value; the parser's message is withheld, as it may quote the value)",
+				parse.Position.Line, parse.LastKey)
+		}
+	}
+	return err
 }
 
 // describe says how a profile authenticates without saying with what.

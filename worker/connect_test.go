@@ -319,6 +319,16 @@ func TestBadTLSFilesNameTheFileNotTheSecret(t *testing.T) {
 	assertOneLineWithout(t, err, "sk_live_not_a_pem_key_0123456789abcdef")
 	assert.Contains(t, err.Error(), "server CA "+garbage)
 
+	// A file whose key does not parse: the line and key, not the value.
+	require.NoError(t, os.Unsetenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH"))
+	bad := ca.write(t, "temporal.toml", []byte("[profile.default]\napi_key = tmprlUnquotedKey0123456789\n"))
+	t.Setenv("TEMPORAL_CONFIG_FILE", bad)
+	_, _, err = worker.ClientOptions(worker.ConfigFromEnv())
+	require.Error(t, err)
+	assertOneLineWithout(t, err, "tmprlUnquotedKey0123456789")
+	assert.Contains(t, err.Error(), `line 2 (key "profile.default.api_key")`)
+	assert.Contains(t, err.Error(), bad)
+
 	// A profile that is not in the file names the profile and the file.
 	require.NoError(t, os.Unsetenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH"))
 	t.Setenv("TEMPORAL_PROFILE", "nope")

@@ -893,10 +893,12 @@ func PrintRateLimit(out io.Writer, result RateLimitResult) {
 	fmt.Fprintln(out, "  IDEAL S: the least time the quota allows for every run's turns (at the mean size of the requests answered), past the first minute's burst")
 }
 
-// RateLimitChart writes to path a PNG of two bar charts, one bar per row
+// RateLimitChart writes to path a PNG of three bar charts, one bar per row
 // (contender and process count): the share of requests answered 429, with
-// agentsaga's 1% bound, and the share of the quota turned into answered
-// tokens, with its 85% target.
+// agentsaga's 1% bound; the share of the quota turned into answered
+// tokens, with its 85% target; and the runs completed. The second alone
+// does not tell the contenders apart: a client that hammers the key also
+// keeps its bucket empty.
 func RateLimitChart(path string, rows []RateLimitRow) error {
 	contenders := []string{}
 	for _, r := range rows {
@@ -941,9 +943,14 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 			p.Add(bars)
 		}
 		for i, r := range rows {
-			names[i] = fmt.Sprintf("%s\n%d proc.: %.0f%%", shortContender(r.Contender), r.Processes, value(r))
+			figure := fmt.Sprintf("%.0f%%", value(r))
+			if v := value(r); v > 0 && v < 10 {
+				figure = fmt.Sprintf("%.1f%%", v)
+			}
+			names[i] = fmt.Sprintf("%s\n%d proc.\n%s", shortContender(r.Contender), r.Processes, figure)
 		}
 		p.NominalX(names...)
+		p.X.Tick.Label.Font.Size = vg.Points(9)
 		p.X.Min, p.X.Max = -0.5, float64(len(rows))-0.5
 		p.Y.Min, p.Y.Max = 0, maxY*1.25
 		return p, nil
@@ -958,13 +965,19 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 	if err != nil {
 		return fmt.Errorf("bench: ratelimit chart: %w", err)
 	}
-	img := vgimg.New(chartWidth, 2*chartHeight)
+	completed, err := panel("Runs completed", "% of the runs started",
+		func(r RateLimitRow) float64 { return 100 * float64(r.Completed) / float64(max(r.Runs, 1)) }, 100, "agentsaga target: every run")
+	if err != nil {
+		return fmt.Errorf("bench: ratelimit chart: %w", err)
+	}
+	img := vgimg.New(chartWidth, 3*chartHeight)
 	dc := draw.New(img)
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(4), PadRight: vg.Points(14), PadY: vg.Points(12)}
+	tiles := draw.Tiles{Rows: 3, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(4), PadRight: vg.Points(14), PadY: vg.Points(12)}
 	share.Draw(tiles.At(dc, 0, 0))
 	used.Draw(tiles.At(dc, 0, 1))
+	completed.Draw(tiles.At(dc, 0, 2))
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("bench: ratelimit chart: %w", err)
@@ -985,11 +998,11 @@ func shortContender(name string) string {
 	case RateLimitSDKContender:
 		return "SDK retries"
 	case RateLimitPerProcessContender:
-		return "per-process limiter"
+		return "per-process"
 	case RateLimitAgentsagaContender:
 		return "agentsaga"
 	case RateLimitAgentsagaLearnContender:
-		return "agentsaga, learned"
+		return "learned"
 	}
 	return name
 }

@@ -31,11 +31,12 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	bin := buildAgentsaga(t)
 
 	cfg := bench.DefaultRateLimit
-	// 6 runs x 3 turns of some 300 tokens each: about 1.4 minutes' worth
-	// of a 4,000 TPM limit, so the limit holds the last part back for
-	// some 25 s; requests do not bind.
+	// 6 runs x 3 turns of 200-270 tokens each (the engine's conversation
+	// decides which): 3,600-4,900 tokens, more than a 3,000 TPM key's
+	// burst, so the limit holds the last turns back for 10-40 s; requests
+	// do not bind.
 	cfg.Processes, cfg.Runs, cfg.Turns, cfg.GoalChars = []int{2}, 6, 3, 0
-	cfg.RequestsPerMinute, cfg.TokensPerMinute = 600, 4000
+	cfg.RequestsPerMinute, cfg.TokensPerMinute = 600, 3000
 	cfg.Contenders, cfg.PoolMaxConns, cfg.Timeout = []string{bench.RateLimitAgentsaga}, 4, 2*time.Minute
 	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = temporalBin, bin, worker.ConfigFromEnv().DatabaseURL
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

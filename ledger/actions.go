@@ -241,9 +241,13 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		}
 	}
 	// The message (when there is one) is the row's stored result or, for a
-	// model's reply, the text the workflow's conversation shows.
+	// model's reply, the text the workflow's conversation shows. A reply
+	// that only calls tools has no text: its stored result is the turn's
+	// JSON, which the model would otherwise read back in every later
+	// request (bench ratelimit found requests 43% larger, and their token
+	// estimate short of what the provider counted).
 	content := m.Content
-	if msg != nil && content == "" {
+	if msg != nil && content == "" && m.Role != "assistant" {
 		content = end.Result
 	}
 	leafOutcome, leafError := "ok", ""

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -57,4 +59,31 @@ func TestConversationWindowAndPages(t *testing.T) {
 	page, _, err = store.ConversationPage(ctx, "wf", 0, 2, 10)
 	require.NoError(t, err)
 	assert.Equal(t, []int{0, 1}, []int{page[0].Seq, page[1].Seq})
+}
+
+// A model reply that only calls tools is recorded without text: the
+// turn's stored JSON is its action's result, not what the model said, and
+// sent back it would cost every later request its size.
+func TestAToolCallingReplyIsRecordedWithoutText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	req := ledger.ActionRequest{Key: "wf-calls/step-001-model", WorkflowID: "wf-calls", ActivityID: "step-001-model",
+		Tool: "model:openai", Arguments: `{"through":1}`, Kind: ledger.ActionModel}
+	claim, err := store.ClaimTurn(ctx, req, ledger.LeafCall{Attempt: 1, Kind: ledger.LeafModel, Target: "openai"},
+		time.Minute, ledger.TurnRead{WorkflowID: "wf-calls", Through: 1, Append: []ledger.Message{{Seq: 0, Role: "user", Content: "count"}}})
+	require.NoError(t, err)
+	stored := `{"tool_calls":[{"id":"c1","name":"word_count","arguments":"{}"}],"usage":{"input_tokens":40,"output_tokens":9}}`
+	_, err = store.SettleAttempt(ctx, req.Key, claim.Action.Attempts, ledger.AttemptEnd{Status: agentsagatype.ActionCompleted,
+		Result: stored, LeafCallID: claim.LeafCallID,
+		Message: &ledger.Message{Seq: 1, Role: "assistant", ToolCalls: []byte(`[{"id":"c1","name":"word_count","arguments":"{}"}]`)}})
+	require.NoError(t, err)
+	msgs, err := store.Messages(ctx, "wf-calls", 10, ledger.MessageWindow{})
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	assert.Empty(t, msgs[1].Content, "the reply said nothing but its tool calls")
+	assert.JSONEq(t, `[{"id":"c1","name":"word_count","arguments":"{}"}]`, string(msgs[1].ToolCalls))
+	action, err := store.GetAction(ctx, req.Key)
+	require.NoError(t, err)
+	assert.Equal(t, stored, action.Result, "the action keeps the whole turn")
 }

@@ -34,7 +34,7 @@ type fakeRetryStore struct {
 	retryAt   time.Time // the open breaker's next probe
 	openSince time.Time // when the outage opened it
 	gates     atomic.Int32
-	release   atomic.Int64 // the release interval the last gate was asked with
+	release   atomic.Int64  // the release interval the last gate was asked with
 	pace      time.Duration // how far ahead the paced line books a released call
 	paces     atomic.Int32
 	decision  string

@@ -99,4 +99,6 @@ bench: bin/temporal postgres build
 	$(BENCH) ledger --out bench/results/ledger.json
 	$(BENCH) long --out bench/results/long.json --chart bench/long.png
 	$(BENCH) fleet --out bench/results/fleet.json
+	$(BENCH) ratelimit --out bench/results/ratelimit.json --chart bench/ratelimit.png
+	$(BENCH) drain --out bench/results/drain.json
 	$(MAKE) chaos

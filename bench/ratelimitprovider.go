@@ -52,12 +52,12 @@ type ProviderCounts struct {
 	Answered int64 `json:"answered"`
 	// RateLimited are the requests answered 429, by the limit that
 	// refused them (OpenAI's error type).
-	RateLimited       int64 `json:"rate_limited"`
-	RateLimitedByRPM  int64 `json:"rate_limited_requests"`
-	RateLimitedByTPM  int64 `json:"rate_limited_tokens"`
-	OtherErrors       int64 `json:"other_errors"`
-	PromptTokens      int64 `json:"prompt_tokens"`
-	CompletionTokens  int64 `json:"completion_tokens"`
+	RateLimited      int64 `json:"rate_limited"`
+	RateLimitedByRPM int64 `json:"rate_limited_requests"`
+	RateLimitedByTPM int64 `json:"rate_limited_tokens"`
+	OtherErrors      int64 `json:"other_errors"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
 	// TokensAdmitted is what the key's token bucket kept for the answered
 	// requests: their prompts and completions (the unused part of a
 	// request's max tokens is given back as its reply is sent).

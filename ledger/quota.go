@@ -28,6 +28,11 @@ import (
 //     provider's headers say (LearnQuota);
 //   - agentsaga_quota_state reads it all without a lock (QuotaState).
 //
+// A model turn uses them inside its own two statements (migration 00016):
+// its claim admits it (TurnRead.Quota, agentsaga_claim_quota_turn), handing
+// a refused turn a release slot, and its settle settles, learns and closes
+// (AttemptEnd.Quota, agentsaga_quota_answered).
+//
 // The limits are continuously refilled token buckets: a per-minute limit
 // L admits at most L + L/60 x t over any t seconds, across the whole fleet
 // (the migration explains why, and why the single row is not the fleet's

@@ -1,8 +1,8 @@
 // Package quota reads what a model provider says about its rate limits and
 // names the quota a call draws on. It is pure and stdlib only: the activity
 // that makes a model call parses the response's headers with Parse, and the
-// ledger's fleet limiter (ledger.Store.AdmitQuota and the rest, migration
-// 00015) keeps the shared state under the quota's Key.
+// ledger's fleet limiter (ledger.Store.AdmitQuota and the rest, migrations
+// 00015 and 00016) keeps the shared state under the quota's Key.
 //
 // A provider limits an account (organization, project, API key) per model,
 // in requests and tokens per minute, so the key is provider, model and a

@@ -206,7 +206,7 @@ func ProviderPromptTokens(messages []string, tools []json.RawMessage) int64 {
 func (r providerRequest) promptTokens() int64 {
 	texts := make([]string, 0, len(r.Messages))
 	for _, m := range r.Messages {
-		text := messageText(m.Content)
+		text := contentText(m.Content)
 		for _, call := range m.ToolCalls {
 			text += call.Function.Name + call.Function.Arguments
 		}
@@ -225,26 +225,6 @@ func (r providerRequest) maxTokens() int64 {
 		return *r.MaxTokens
 	}
 	return -1
-}
-
-// messageText is a message's content as text: a string, or the text parts
-// of an array of parts.
-func messageText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(raw, &parts) == nil {
-		var b strings.Builder
-		for _, p := range parts {
-			b.WriteString(p.Text)
-		}
-		return b.String()
-	}
-	return ""
 }
 
 func (p *RateLimitProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {

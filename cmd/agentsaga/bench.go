@@ -320,13 +320,10 @@ func fleetScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 		cfg.Calls, _ = flags.GetInt("calls")
 	}
 	var err error
-	if cfg.TemporalBin, err = findTemporal(temporalBin); err != nil {
+	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "fleet"); err != nil {
 		return scenarioResult{}, err
 	}
-	if cfg.Executable, err = os.Executable(); err != nil {
-		return scenarioResult{}, fmt.Errorf("bench: fleet: find this binary: %w", err)
-	}
-	cfg.DatabaseURL, cfg.Progress = worker.ConfigFromEnv().DatabaseURL, progress
+	cfg.Progress = progress
 	fmt.Fprintf(progress, "fleet: two dev servers from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
 	result, err := bench.Fleet(cmd.Context(), cfg)
 	if err != nil {
@@ -378,13 +375,10 @@ func rateLimitScenario(cmd *cobra.Command, progress io.Writer, temporalBin strin
 		}
 	}
 	var err error
-	if cfg.TemporalBin, err = findTemporal(temporalBin); err != nil {
+	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "ratelimit"); err != nil {
 		return scenarioResult{}, err
 	}
-	if cfg.Executable, err = os.Executable(); err != nil {
-		return scenarioResult{}, fmt.Errorf("bench: ratelimit: find this binary: %w", err)
-	}
-	cfg.DatabaseURL, cfg.Progress = worker.ConfigFromEnv().DatabaseURL, progress
+	cfg.Progress = progress
 	fmt.Fprintf(progress, "ratelimit: a dev server in memory from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
 	result, err := bench.RateLimit(cmd.Context(), cfg)
 	if err != nil {
@@ -418,4 +412,17 @@ func benchRateLimitWorkerCommand() *cobra.Command {
 	cmd.Flags().Int64Var(&rpm, "rpm", 0, "this process's limiter: requests per minute (0: no limiter)")
 	cmd.Flags().Int64Var(&tpm, "tpm", 0, "this process's limiter: tokens per minute (0: no limiter)")
 	return cmd
+}
+
+// processScenario is what a scenario that starts its own dev server and
+// worker processes of this binary needs: the Temporal CLI, this binary,
+// and the database its workers use.
+func processScenario(temporalBin, scenario string) (temporal, executable, databaseURL string, err error) {
+	if temporal, err = findTemporal(temporalBin); err != nil {
+		return "", "", "", err
+	}
+	if executable, err = os.Executable(); err != nil {
+		return "", "", "", fmt.Errorf("bench: %s: find this binary: %w", scenario, err)
+	}
+	return temporal, executable, worker.ConfigFromEnv().DatabaseURL, nil
 }

@@ -782,7 +782,8 @@ func (m *longModel) log() []longRequest {
 
 var pageLine = regexp.MustCompile(`turn (\d+) of \d+:`)
 
-// chatRequest is the part of a chat.completions request the model reads.
+// chatRequest is the part of a chat.completions request the fake model
+// servers read (long's model, the rate-limit provider).
 type chatRequest struct {
 	Model    string `json:"model"`
 	Messages []struct {
@@ -795,7 +796,9 @@ type chatRequest struct {
 			} `json:"function"`
 		} `json:"tool_calls"`
 	} `json:"messages"`
-	Tools []json.RawMessage `json:"tools"`
+	Tools               []json.RawMessage `json:"tools"`
+	MaxTokens           *int64            `json:"max_tokens"`
+	MaxCompletionTokens *int64            `json:"max_completion_tokens"`
 }
 
 func (m *longModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -168,25 +168,6 @@ func (p *RateLimitProvider) AllCounts() map[string]ProviderCounts {
 	return out
 }
 
-// providerRequest is the part of a chat.completions request the provider
-// reads.
-type providerRequest struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role      string          `json:"role"`
-		Content   json.RawMessage `json:"content"`
-		ToolCalls []struct {
-			Function struct {
-				Name      string `json:"name"`
-				Arguments string `json:"arguments"`
-			} `json:"function"`
-		} `json:"tool_calls"`
-	} `json:"messages"`
-	Tools               []json.RawMessage `json:"tools"`
-	MaxTokens           *int64            `json:"max_tokens"`
-	MaxCompletionTokens *int64            `json:"max_completion_tokens"`
-}
-
 // ProviderPromptTokens is a request's prompt as the provider counts it: a
 // token per four characters of every message's text and tool calls and of
 // the tool definitions, and 4 tokens of framing a message. The baselines'
@@ -203,7 +184,7 @@ func ProviderPromptTokens(messages []string, tools []json.RawMessage) int64 {
 	return int64((chars+3)/4 + 4*len(messages))
 }
 
-func (r providerRequest) promptTokens() int64 {
+func (r chatRequest) promptTokens() int64 {
 	texts := make([]string, 0, len(r.Messages))
 	for _, m := range r.Messages {
 		text := contentText(m.Content)
@@ -217,7 +198,7 @@ func (r providerRequest) promptTokens() int64 {
 
 // maxTokens is the request's max_completion_tokens, else max_tokens, else
 // -1: not given.
-func (r providerRequest) maxTokens() int64 {
+func (r chatRequest) maxTokens() int64 {
 	switch {
 	case r.MaxCompletionTokens != nil:
 		return *r.MaxCompletionTokens
@@ -243,7 +224,7 @@ func (p *RateLimitProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	var req providerRequest
+	var req chatRequest
 	if err == nil {
 		err = json.Unmarshal(body, &req)
 	}

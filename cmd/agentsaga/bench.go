@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/worker"
@@ -343,12 +344,9 @@ func benchFleetWorkerCommand() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := worker.Dial(cmd.Context(), worker.ConfigFromEnv())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return bench.RunFleetPlainWorker(cmd.Context(), cmd.OutOrStdout(), c, queue)
+			return withTemporal(cmd, func(c client.Client) error {
+				return bench.RunFleetPlainWorker(cmd.Context(), cmd.OutOrStdout(), c, queue)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&queue, "task-queue", queue, "the task queue to poll")
@@ -400,12 +398,9 @@ func benchRateLimitWorkerCommand() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := worker.Dial(cmd.Context(), worker.ConfigFromEnv())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return bench.RunRateLimitPlainWorker(cmd.Context(), cmd.OutOrStdout(), c, queue, rpm, tpm)
+			return withTemporal(cmd, func(c client.Client) error {
+				return bench.RunRateLimitPlainWorker(cmd.Context(), cmd.OutOrStdout(), c, queue, rpm, tpm)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&queue, "task-queue", queue, "the task queue to poll")
@@ -425,4 +420,15 @@ func processScenario(temporalBin, scenario string) (temporal, executable, databa
 		return "", "", "", fmt.Errorf("bench: %s: find this binary: %w", scenario, err)
 	}
 	return temporal, executable, worker.ConfigFromEnv().DatabaseURL, nil
+}
+
+// withTemporal runs a hidden worker command's body with a client dialled
+// as every command dials (worker.Dial), and closes it after.
+func withTemporal(cmd *cobra.Command, run func(client.Client) error) error {
+	c, err := worker.Dial(cmd.Context(), worker.ConfigFromEnv())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return run(c)
 }

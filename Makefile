@@ -42,6 +42,7 @@ chromium:
 # the harness's heartbeat-timeout-plus-5-s limit (I5) by 60 ms.
 test: bin/temporal postgres chromium
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/cmd/agentsaga$$')
+	cd deploy/k8s && $(GO) test ./...
 	$(GO) test $(TEST_FLAGS) ./cmd/agentsaga
 
 # Every fuzz target, FUZZTIME each (`make fuzz FUZZTIME=10m`). `make test`

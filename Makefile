@@ -88,6 +88,17 @@ chaos: bin/temporal postgres
 		-chaos.size=large -chaos.runs=$(CHAOS_RUNS) -chaos.parallel=$(CHAOS_PARALLEL) \
 		-chaos.out=$(CURDIR)/bench/results/chaos.txt
 
+# agentsaga on a real Temporal server (go.temporal.io/server v1.29.1, the
+# version compose pins, built into bin/ from Go modules when missing) on
+# Postgres, started with deploy/temporal's config: two workers, the chaos
+# cases that matter most, a server restart, the deploy test, the search
+# attributes on a fresh namespace, and takeover with the tuned and the
+# default keepalive (scripts/test-cluster.sh). Not part of `make test`: it
+# takes about 15 minutes on top of it, 8 more for the first build.
+.PHONY: test-cluster
+test-cluster: postgres
+	@GO="$(GO)" scripts/test-cluster.sh
+
 # Benchmarks print their own figures; they are not part of `make test`.
 # Each scenario also saves its figures as JSON under bench/results/.
 BENCH := ./bin/agentsaga bench

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -803,6 +804,283 @@ func TestComposeDynamicConfigKeepalive(t *testing.T) {
 			t.Errorf("%s = %v, want 1s as agentsaga dev sets it (%v)", key, d, dev[key])
 		}
 	}
+}
+
+// composeTemporalMounts is what each Temporal service of docker-compose.yml
+// mounts from deploy/temporal, and nothing else: the real-server target
+// (make test-cluster) starts its server with the same files, so the
+// configuration tested there is the one compose ships, never a copy.
+var composeTemporalMounts = map[string][]string{
+	composeServer:       {"dynamicconfig.yaml"},
+	composeSchemaJob:    {"setup-schema.sh"},
+	composeNamespaceJob: {"create-namespace.sh"},
+}
+
+// composeUnmounted names the files of deploy/temporal that compose does not
+// mount, each with the reason. A file added there (a server config for the
+// real-server target, say) fails TestComposeMountsDeployTemporal until
+// compose mounts it or it is listed here with why compose needs no such file.
+var composeUnmounted = map[string]string{
+	"config.yaml": "the static server config the real-server target starts the bare temporal-server binary with; " +
+		"the temporalio/server image renders its own template from the same variables instead " +
+		"(TestComposeServerConfigVariables holds the two to the same values), and it needs a " +
+		"broadcast address of the container's own, which the image's entrypoint finds",
+}
+
+// deployTemporalMountProblems returns every way p's Temporal services depart
+// from composeTemporalMounts, with deploy/temporal under root, and every
+// file there that compose neither mounts nor excuses in unmounted.
+func deployTemporalMountProblems(p *types.Project, root string, unmounted map[string]string) []string {
+	var problems []string
+	dir := filepath.Join(root, "deploy", "temporal")
+	mounted := map[string]bool{}
+	for _, name := range p.ServiceNames() {
+		var got []string
+		for _, v := range p.Services[name].Volumes {
+			if v.Type != types.VolumeTypeBind {
+				continue
+			}
+			rel, err := filepath.Rel(dir, v.Source)
+			inDir := err == nil && rel != "." && !strings.HasPrefix(rel, "..") && !strings.Contains(rel, string(filepath.Separator))
+			if _, temporal := composeTemporalMounts[name]; temporal && !inDir {
+				problems = append(problems, fmt.Sprintf("service %s mounts %s, which is not a file of deploy/temporal", name, v.Source))
+				continue
+			}
+			if !inDir {
+				continue
+			}
+			got = append(got, rel)
+			mounted[rel] = true
+			if !v.ReadOnly {
+				problems = append(problems, fmt.Sprintf("service %s mounts deploy/temporal/%s read-write", name, rel))
+			}
+		}
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(composeTemporalMounts[name]))
+		if !slices.Equal(got, want) {
+			problems = append(problems, fmt.Sprintf("service %s mounts %q from deploy/temporal, want %q", name, got, want))
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return append(problems, fmt.Sprintf("deploy/temporal: %v", err))
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		if _, excused := unmounted[e.Name()]; !mounted[e.Name()] && !excused {
+			problems = append(problems, fmt.Sprintf("deploy/temporal/%s is not mounted by docker-compose.yml: mount it (what the real-server target runs is what compose must ship) or add it to composeUnmounted with why compose does without it", e.Name()))
+		}
+	}
+	for name := range unmounted {
+		if mounted[name] {
+			problems = append(problems, fmt.Sprintf("composeUnmounted lists deploy/temporal/%s, but compose mounts it", name))
+		} else if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			problems = append(problems, fmt.Sprintf("composeUnmounted lists deploy/temporal/%s: %v", name, err))
+		}
+	}
+	return problems
+}
+
+// docker-compose.yml mounts deploy/temporal's files themselves, exactly the
+// ones each Temporal service needs, read-only.
+func TestComposeMountsDeployTemporal(t *testing.T) {
+	root := repoRoot(t)
+	for _, problem := range deployTemporalMountProblems(loadRepoCompose(t, nil), root, composeUnmounted) {
+		t.Error(problem)
+	}
+}
+
+// deployTemporalMountProblems must be able to fail: a server that mounts a
+// copy of the dynamic config, a job that mounts its script read-write, a
+// file of deploy/temporal that compose leaves out, and a stale excuse.
+func TestComposeMountsDeployTemporalCatchesViolations(t *testing.T) {
+	root := t.TempDir()
+	for _, rel := range []string{"deploy/temporal/dynamicconfig.yaml", "deploy/temporal/setup-schema.sh",
+		"deploy/temporal/create-namespace.sh", "deploy/temporal/server.yaml", "temporal/dynamicconfig.yaml"} {
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := `
+services:
+  temporal:
+    image: temporalio/server:1.29.1
+    volumes:
+      - ./temporal/dynamicconfig.yaml:/etc/temporal/config/dynamicconfig/agentsaga.yaml:ro
+  temporal-admin-tools:
+    image: temporalio/admin-tools:1.29.1
+    volumes:
+      - ./deploy/temporal/setup-schema.sh:/scripts/setup-schema.sh
+  temporal-create-namespace:
+    image: temporalio/admin-tools:1.29.1
+    volumes:
+      - ./deploy/temporal/create-namespace.sh:/scripts/create-namespace.sh:ro
+`
+	p, err := loadCompose(t.Context(), root, filepath.Join(root, "docker-compose.yml"), []byte(doc), map[string]string{})
+	if err != nil {
+		t.Fatalf("document should load: %v", err)
+	}
+	problems := strings.Join(deployTemporalMountProblems(p, root, map[string]string{"gone.yaml": "removed"}), "\n")
+	t.Logf("problems:\n%s", problems)
+	for _, want := range []string{
+		"service temporal mounts " + filepath.Join(root, "temporal", "dynamicconfig.yaml") + ", which is not a file of deploy/temporal",
+		`service temporal mounts [] from deploy/temporal, want ["dynamicconfig.yaml"]`,
+		"service temporal-admin-tools mounts deploy/temporal/setup-schema.sh read-write",
+		"deploy/temporal/dynamicconfig.yaml is not mounted by docker-compose.yml",
+		"deploy/temporal/server.yaml is not mounted by docker-compose.yml",
+		"composeUnmounted lists deploy/temporal/gone.yaml",
+	} {
+		if !strings.Contains(problems, want) {
+			t.Errorf("violation not reported: %s", want)
+		}
+	}
+	if strings.Contains(problems, "create-namespace") {
+		t.Error("the namespace job's correct mount was reported")
+	}
+}
+
+// temporalImageDefaults are the temporalio/server image's defaults for the
+// variables its config template reads, where compose leaves them unset.
+var temporalImageDefaults = map[string]string{
+	"DBNAME":             "temporal",
+	"VISIBILITY_DBNAME":  "temporal_visibility",
+	"NUM_HISTORY_SHARDS": "4",
+	"LOG_LEVEL":          "info",
+	"FRONTEND_GRPC_PORT": "7233",
+}
+
+// configTemplateVar is one `env "NAME" | default "value"` of a server config
+// template.
+var configTemplateVar = regexp.MustCompile(`env "([A-Z0-9_]+)"(?:\s*\|\s*default "([^"]*)")?`)
+
+// serverConfigProblems returns every variable the server config template
+// reads that would leave the compose server configured otherwise than the
+// real-server target: compose must set it, or the template's default must be
+// the image's own.
+func serverConfigProblems(template []byte, server types.ServiceConfig) []string {
+	var problems []string
+	seen := map[string]bool{}
+	for _, m := range configTemplateVar.FindAllStringSubmatch(string(template), -1) {
+		name, def := m[1], m[2]
+		if seen[name+"="+def] {
+			continue
+		}
+		seen[name+"="+def] = true
+		if serviceEnv(server, name) != "" {
+			continue
+		}
+		image, ok := temporalImageDefaults[name]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("deploy/temporal/config.yaml reads %s, which service %s does not set", name, composeServer))
+		case def != image:
+			problems = append(problems, fmt.Sprintf("deploy/temporal/config.yaml defaults %s to %q, the temporalio/server image to %q, and service %s does not set it", name, def, image, composeServer))
+		}
+	}
+	return problems
+}
+
+// The real-server target's server config and the compose server read the
+// same variables to the same values: each variable the template reads is set
+// by compose or defaults as in the image, and the databases the schema job
+// makes are the ones the template names.
+func TestComposeServerConfigVariables(t *testing.T) {
+	root := repoRoot(t)
+	template, err := os.ReadFile(filepath.Join(root, "deploy", "temporal", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(configTemplateVar.FindAll(template, -1)) == 0 {
+		t.Fatal("deploy/temporal/config.yaml reads no variable: not the template this test knows")
+	}
+	server, err := loadRepoCompose(t, nil).GetService(composeServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, problem := range serverConfigProblems(template, server) {
+		t.Error(problem)
+	}
+	script, err := os.ReadFile(filepath.Join(root, "deploy", "temporal", "setup-schema.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"DBNAME", "VISIBILITY_DBNAME"} {
+		if want := name + ":-" + temporalImageDefaults[name] + "}"; !strings.Contains(string(script), want) {
+			t.Errorf("deploy/temporal/setup-schema.sh does not default %s as the image does (want ${%s)", name, want)
+		}
+	}
+
+	// It can fail: a variable compose does not set, and a default that is
+	// not the image's.
+	problems := strings.Join(serverConfigProblems([]byte(`a: {{ env "TEMPORAL_TLS_MODE" }}
+b: {{ env "NUM_HISTORY_SHARDS" | default "512" }}
+c: {{ env "POSTGRES_SEEDS" | default "127.0.0.1" }}`), server), "\n")
+	for _, want := range []string{
+		"reads TEMPORAL_TLS_MODE, which service temporal does not set",
+		`defaults NUM_HISTORY_SHARDS to "512", the temporalio/server image to "4"`,
+	} {
+		if !strings.Contains(problems, want) {
+			t.Errorf("not reported: %s; got:\n%s", want, problems)
+		}
+	}
+	if strings.Contains(problems, "POSTGRES_SEEDS") {
+		t.Errorf("a variable compose sets was reported:\n%s", problems)
+	}
+}
+
+// The worker serves its probes and metrics, and compose lets it drain: its
+// stop grace period outlasts the stop timeout by the margin the worker
+// needs to close its clients and flush traces after the drain.
+func TestComposeWorkerDrains(t *testing.T) {
+	worker, err := loadRepoCompose(t, nil).GetService(composeWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problem := workerDrainProblem(worker); problem != "" {
+		t.Error(problem)
+	}
+	addr := serviceEnv(worker, "AGENTSAGA_METRICS_ADDR")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || (host != "" && host != "0.0.0.0") {
+		t.Errorf("AGENTSAGA_METRICS_ADDR = %q: want 0.0.0.0:PORT, reachable from outside the container (%v)", addr, err)
+	} else if !publishes(worker, port) {
+		t.Errorf("the worker does not publish its metrics port %s; ports: %+v", port, worker.Ports)
+	}
+
+	// It can fail: compose's default grace period, and no explicit timeout.
+	worker.StopGracePeriod = nil
+	if problem := workerDrainProblem(worker); !strings.Contains(problem, "stop_grace_period 10s is not longer than AGENTSAGA_STOP_TIMEOUT 1m0s plus 10s") {
+		t.Errorf("default grace period: problem %q", problem)
+	}
+	delete(worker.Environment, "AGENTSAGA_STOP_TIMEOUT")
+	if problem := workerDrainProblem(worker); !strings.Contains(problem, "AGENTSAGA_STOP_TIMEOUT") {
+		t.Errorf("no stop timeout: problem %q", problem)
+	}
+}
+
+// workerDrainProblem says why compose would kill worker mid-drain, or "".
+func workerDrainProblem(worker types.ServiceConfig) string {
+	raw := serviceEnv(worker, "AGENTSAGA_STOP_TIMEOUT")
+	stop, err := time.ParseDuration(raw)
+	if err != nil {
+		// Set explicitly, so the grace period below is compared with the
+		// value the worker uses, not a default that may move.
+		return fmt.Sprintf("service %s AGENTSAGA_STOP_TIMEOUT %q: want an explicit duration (%v)", composeWorker, raw, err)
+	}
+	grace := 10 * time.Second // compose's default
+	if worker.StopGracePeriod != nil {
+		grace = time.Duration(*worker.StopGracePeriod)
+	}
+	if grace <= stop+10*time.Second {
+		return fmt.Sprintf("service %s stop_grace_period %v is not longer than AGENTSAGA_STOP_TIMEOUT %v plus 10s", composeWorker, grace, stop)
+	}
+	return ""
 }
 
 // scriptEnv is the environment a deploy script runs in: this process's,

@@ -117,7 +117,7 @@ var ErrRefused = errors.New("the run refused the decision")
 // RefusedError is a decision a run refused, with the run's reason.
 type RefusedError struct {
 	ID       string
-	Decision string // workflows.UpdateResume, UpdateAbort, UpdateRetry or UpdateSkip
+	Decision string // workflows.UpdateResume, UpdateAbort, UpdateRetry, UpdateSkip, UpdateApprove or UpdateDeny
 	Reason   string
 }
 
@@ -158,6 +158,11 @@ func (r *Run) Skip(ctx context.Context, reason string) error {
 // handler when another decision came first) is an application error; a
 // run that is gone is Temporal's error.
 func (r *Run) decide(ctx context.Context, update string, args ...any) error {
+	return r.decideInto(ctx, update, nil, args...)
+}
+
+// decideInto is decide, reading the Update's result into result.
+func (r *Run) decideInto(ctx context.Context, update string, result any, args ...any) error {
 	handle, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		// The run's latest execution: the one Start began may have
 		// continued as new.
@@ -165,7 +170,7 @@ func (r *Run) decide(ctx context.Context, update string, args ...any) error {
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err == nil {
-		err = handle.Get(ctx, nil)
+		err = handle.Get(ctx, result)
 	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
@@ -175,4 +180,36 @@ func (r *Run) decide(ctx context.Context, update string, args ...any) error {
 		return fmt.Errorf("agentsaga: %s run %s: %w", update, r.ID, err)
 	}
 	return nil
+}
+
+// Approval is a call's approval request as the ledger keeps it, with its
+// decision (who, when, why) once made.
+type Approval = agentsagatype.Approval
+
+// ApprovalWait is a call waiting for approval, as the run holds it.
+type ApprovalWait = workflows.ApprovalWait
+
+// Approvals lists the run's calls waiting for approval, oldest first.
+func (r *Run) Approvals(ctx context.Context) ([]ApprovalWait, error) {
+	var list []ApprovalWait
+	return list, r.query(ctx, workflows.QueryApprovals, &list)
+}
+
+// Approve lets a call waiting for approval go: the run records the
+// decision in the ledger (by says who decided, reason why, both kept) and
+// then sends the call, once. It returns the ledger's record. A call that is
+// not waiting (unknown, or decided already: two operators at once) is a
+// *RefusedError naming why, and whose decision came first.
+func (r *Run) Approve(ctx context.Context, call, by, reason string) (Approval, error) {
+	var approval Approval
+	err := r.decideInto(ctx, workflows.UpdateApprove, &approval, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
+	return approval, err
+}
+
+// Deny refuses a call waiting for approval: it is never sent, and the model
+// reads reason (required) and is told not to ask again.
+func (r *Run) Deny(ctx context.Context, call, by, reason string) (Approval, error) {
+	var approval Approval
+	err := r.decideInto(ctx, workflows.UpdateDeny, &approval, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
+	return approval, err
 }

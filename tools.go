@@ -132,10 +132,42 @@ func WithCompensation(tool string, arguments map[string]string) ToolOption {
 }
 
 // Irreversible marks a tool whose effect cannot be undone: a rollback past
-// it ends needs-attention, naming it.
+// it ends needs-attention, naming it, and each call waits for a human's
+// approval unless WithApproval says "never".
 func Irreversible() ToolOption {
 	return func(s *agentsagatype.ToolSpec) error {
 		s.Irreversible = true
+		return nil
+	}
+}
+
+// ApprovalSpec says when a call waits for a human's approval.
+type ApprovalSpec = agentsagatype.ApprovalSpec
+
+// LimitSpec is a limit on a tool's arguments: per call, or summed over a
+// run.
+type LimitSpec = agentsagatype.LimitSpec
+
+// WithApproval makes calls wait for a human's yes before they are sent:
+// always, never (an irreversible tool's default switched off), or when a
+// CEL condition on the arguments holds (amount > 100). A run waits on a
+// durable Update (Run.Approve, Run.Deny; agentsaga approve / deny), and the
+// ledger keeps who decided. NewTool refuses a condition that does not
+// compile against the tool's arguments.
+func WithApproval(rule ApprovalSpec) ToolOption {
+	return func(s *agentsagatype.ToolSpec) error {
+		s.Approval = &rule
+		return nil
+	}
+}
+
+// WithLimits bounds the arguments: a CEL condition each call must meet
+// ({Call: "amount <= 100"}), or an amount summed over the run's calls,
+// compensated ones subtracted ({RunSum: "amount", AtMost: 200}). A call
+// over a limit is refused before it is sent, whatever the model was told.
+func WithLimits(limits ...LimitSpec) ToolOption {
+	return func(s *agentsagatype.ToolSpec) error {
+		s.Limits = append(s.Limits, limits...)
 		return nil
 	}
 }

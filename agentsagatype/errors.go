@@ -43,3 +43,7 @@ const ErrTypeToolConfig = "ToolConfig"
 // ErrTypeCancelled is the type of a cancelled attempt's error that was not
 // an ApplicationError already.
 const ErrTypeCancelled = "Cancelled"
+
+// ErrTypeApprovalDecided is the error of a decision on an approval another
+// decision settled first; its message names who decided.
+const ErrTypeApprovalDecided = "ApprovalDecided"

@@ -8,13 +8,17 @@ import (
 // Run statuses. Every run ends in one of the non-running ones, and says why
 // in Reason.
 const (
-	RunRunning        = "running"
-	RunCompleted      = "completed"
-	RunPartial        = "partial"
-	RunEscalated      = "escalated"
-	RunCompensated    = "compensated"
-	RunNeedsAttention = "needs-attention"
-	RunFailed         = "failed"
+	RunRunning = "running"
+	// RunAwaitingApproval: a call waits for a human's approval. It is a
+	// status the UI and the AgentStatus search attribute show while the
+	// run waits; the ledger keeps the request in its approvals.
+	RunAwaitingApproval = "awaiting-approval"
+	RunCompleted        = "completed"
+	RunPartial          = "partial"
+	RunEscalated        = "escalated"
+	RunCompensated      = "compensated"
+	RunNeedsAttention   = "needs-attention"
+	RunFailed           = "failed"
 )
 
 // Run is a run's record in the ledger.

@@ -36,6 +36,9 @@ const (
 	ActivityFinishSubRuns      = "FinishSubRuns"
 	ActivityReadTerminatedRun  = "ReadTerminatedRun"
 	ActivityStartRollback      = "StartRollback"
+	ActivityRequestApproval    = "RequestApproval"
+	ActivityDecideApproval     = "DecideApproval"
+	ActivityHoldLimit          = "HoldLimit"
 )
 
 // Activities lists every activity name above.
@@ -43,7 +46,8 @@ var Activities = []string{
 	ActivityCallModel, ActivityCallTool, ActivityCloseRun, ActivityGiveUpCall, ActivityListMCPTools,
 	ActivityReadResult, ActivityRecordRunFinish, ActivityRecordRunStart, ActivityRollbackPlan,
 	ActivitySetRunStatus, ActivitySettleCompensation, ActivityFindAbandonedRuns, ActivityFinishSubRuns,
-	ActivityReadTerminatedRun, ActivityStartRollback,
+	ActivityReadTerminatedRun, ActivityStartRollback, ActivityRequestApproval, ActivityDecideApproval,
+	ActivityHoldLimit,
 }
 
 // CallKey is the idempotency key of a call: the run's workflow ID and the

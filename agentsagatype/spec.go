@@ -271,7 +271,12 @@ type ToolSpec struct {
 	// argument and result fields, {{key}} its idempotency key.
 	Compensate *CompensationSpec `json:"compensate,omitempty"`
 	// Irreversible marks a tool whose effect cannot be undone (an email).
+	// Its calls wait for a human's approval unless Approval says "never".
 	Irreversible bool `json:"irreversible,omitempty"`
+	// Approval says when a call waits for a human's yes before it is sent.
+	Approval *ApprovalSpec `json:"approval,omitempty"`
+	// Limits bound the arguments: each call's, and a total over the run.
+	Limits []LimitSpec `json:"limits,omitempty"`
 	// RateLimit declares the rate the tool's dependency takes
 	// (requests_per_minute only): the calls its open breaker parked come
 	// back at that rate once it is back (RetryPlan.ReleaseInterval).

@@ -107,6 +107,9 @@ type TraceEntry struct {
 	// quota, and QuotaWaitSeconds how long in all.
 	QuotaWaits       int     `json:"quota_waits,omitempty"`
 	QuotaWaitSeconds float64 `json:"quota_wait_seconds,omitempty"`
+	// Approval, on a call that waited for a human, is the decision and
+	// who made it ("approved by alice").
+	Approval string `json:"approval,omitempty"`
 }
 
 // BudgetView is what the budget query returns.
@@ -160,7 +163,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget,
 		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-		open:       map[string]time.Time{}, toolFailures: map[string]int{},
+		open:       map[string]time.Time{}, toolFailures: map[string]int{}, denied: map[string]string{},
 		watch: newWatchdog(spec.Watchdog), step: 1,
 		progressShown: workflow.GetInfo(ctx).WorkflowStartTime,
 	}
@@ -171,6 +174,9 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		return RunResult{}, err
 	}
 	if err := r.registerUpdates(ctx); err != nil {
+		return RunResult{}, err
+	}
+	if err := r.registerApprovalUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
 	r.versions = readVersions(ctx)
@@ -279,6 +285,14 @@ type run struct {
 	// aborted), which decides how an empty rollback ends.
 	failed bool
 	saga   *compensation.Report
+	// approvals are the calls waiting for a human's approval (approvals.go),
+	// oldest first; denied holds the calls a human denied (sameCall), with
+	// the denial, so the model's asking again is refused at once.
+	approvals []*ApprovalWait
+	denied    map[string]string
+	// ending, once set by a turn's tool calls, fails the run (an approval
+	// nobody gave in time, when the spec says so).
+	ending string
 	// waiting and input carry Updates from their handlers to the coroutine
 	// that waits for a human.
 	waiting string
@@ -363,6 +377,10 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		why, stuck := r.toolCalls(ctx, step, turn.ToolCalls)
 		if ctx.Err() != nil {
 			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+		}
+		if r.ending != "" {
+			r.failed = true
+			return r.rollback(ctx, r.ending, r.lastContent, ""), nil
 		}
 		if why == "" && stuck != "" {
 			if r.spec.Watchdog.OnFire != WatchdogEscalate {

@@ -38,6 +38,10 @@ type Carried struct {
 	Traced       int                  `json:"traced"`
 	// Continued counts the executions before this one.
 	Continued int `json:"continued"`
+	// Approvals are the approval requests still open (an escalated
+	// timeout leaves one open), and Denied the calls a human denied.
+	Approvals []ApprovalWait    `json:"approvals,omitempty"`
+	Denied    map[string]string `json:"denied,omitempty"`
 }
 
 // historyIsLong says whether the run should continue as new before its next
@@ -60,7 +64,18 @@ func (r *run) carry() Carried {
 		Open: r.openDependencies(), OpenSince: r.openSince(), ToolFailures: r.toolFailures, Escalations: r.escalations,
 		Watchdog: r.watch.state(), LastContent: r.lastContent, ReadBack: r.readBack,
 		Trace: r.trace, Traced: r.traced, Continued: r.continued + 1,
+		Approvals: r.openApprovals(), Denied: r.denied,
 	}
+}
+
+// openApprovals copies the approval requests still open, for
+// continue-as-new.
+func (r *run) openApprovals() []ApprovalWait {
+	var open []ApprovalWait
+	for _, w := range r.approvals {
+		open = append(open, *w)
+	}
+	return open
 }
 
 // resume takes up the state an earlier execution carried.
@@ -84,6 +99,12 @@ func (r *run) resume(c Carried) {
 	r.watch.restore(c.Watchdog)
 	r.lastContent, r.readBack = c.LastContent, c.ReadBack
 	r.trace, r.traced, r.continued = c.Trace, c.Traced, c.Continued
+	for _, w := range c.Approvals {
+		r.approvals = append(r.approvals, &w)
+	}
+	for call, why := range c.Denied {
+		r.denied[call] = why
+	}
 }
 
 // openSince is what is known of since when each open breaker's outage has

@@ -321,8 +321,10 @@ model:
 tools:
   - {name: charge, kind: http, url: "%[1]s/charge", compensate: {tool: refund, arguments: {charge_id: "{{result.id}}"}}}
   - {name: refund, kind: http, url: "%[1]s/refund"}
-  - {name: email, kind: http, url: "%[1]s/email", irreversible: true}
+  - {name: email, kind: http, url: "%[1]s/email", irreversible: true, approval: never}
 `, server.URL))
+	// approval: never switches off the approval an irreversible tool needs
+	// by default (issue 24): this test is about the rollback.
 	result, _, _ := runWithTools(t, spec, nil, nil)
 
 	sent, rejected := workflowID+"/step-001-call-2-email", workflowID+"/step-001-call-3-email"

@@ -76,6 +76,8 @@ type toolCall struct {
 	err     error
 	gaveUp  agentsagatype.GaveUp // what the ledger knew of a call given up
 	parked  parkedCall           // how the call waited behind an open breaker
+	// escalation is why a gate that refused the call asks for a human.
+	escalation string
 }
 
 // toolCalls runs one turn's tool calls and queues their results, in call
@@ -87,6 +89,9 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 	turn := make([]*toolCall, len(calls))
 	for i, call := range calls {
 		turn[i] = r.planCall(ctx, step, i+1, first+i, call)
+		if r.versions.approvals && turn[i].route == routeTool {
+			r.gateCall(ctx, turn[i])
+		}
 		r.sendCall(ctx, turn[i])
 	}
 	if r.versions.giveUpsTogether {
@@ -97,7 +102,11 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		if !c.settled {
 			r.settleCall(ctx, c) // a sub-agent; on the old path, every call
 		}
-		if why := r.recordCall(c); escalation == "" {
+		why := r.recordCall(c)
+		if why == "" {
+			why = c.escalation
+		}
+		if escalation == "" {
 			escalation = why // the first call that asks for a human says why
 		}
 		entries[i] = c.entry

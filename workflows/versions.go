@@ -71,7 +71,13 @@ const (
 	// while the quota has no room, or after a 429, instead of retrying
 	// (run.sendModelTurnInQuota).
 	commandsVersion3 workflow.Version = 3
-	latestCommands                    = commandsVersion3
+	// commandsVersion4 passes every tool call through its tool's gates
+	// before it is sent (run.gateCall): a per-call limit refuses it, an
+	// approval rule (irreversible tools: always) records it in the ledger
+	// and waits for a human's approve or deny Update, and a per-run limit
+	// holds its amount in the ledger or refuses it.
+	commandsVersion4 workflow.Version = 4
+	latestCommands                    = commandsVersion4
 )
 
 // versions are the paths this execution takes.
@@ -90,6 +96,8 @@ type versions struct {
 	wakeAtLimit         bool
 	// The field below came with commandsVersion3.
 	quotaWaits bool
+	// The field below came with commandsVersion4.
+	approvals bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -102,7 +110,8 @@ func readVersions(ctx workflow.Context) versions {
 			outageAwareWatchdog:   commands >= commandsVersion2,
 			modelFallbacks:        commands >= commandsVersion2,
 			wakeAtLimit:           commands >= commandsVersion2,
-			quotaWaits:            commands >= commandsVersion3}
+			quotaWaits:            commands >= commandsVersion3,
+			approvals:             commands >= commandsVersion4}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

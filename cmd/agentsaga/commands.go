@@ -440,6 +440,10 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	if err != nil {
 		return err
 	}
+	approvals, err := store.RunApprovals(ctx, id)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -452,7 +456,7 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 			views[i] = newQuotaView(q)
 		}
 		return enc.Encode(map[string]any{"run": run, "counters": counters, "actions": actions, "leaf_calls": leaves,
-			"compensations": stack, "quotas": views})
+			"compensations": stack, "quotas": views, "approvals": approvals})
 	}
 	fmt.Fprintf(out, "run %s: %s", run.WorkflowID, run.Status)
 	if run.Reason != "" {
@@ -479,6 +483,7 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 	for _, q := range quotas {
 		printQuota(out, q)
 	}
+	printApprovals(out, approvals)
 	printActions(out, actions)
 	stack, err := store.CompensationStack(ctx, id)
 	if err != nil {
@@ -498,6 +503,25 @@ func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string,
 		tw.Flush()
 	}
 	return nil
+}
+
+// printApprovals lists the run's approval requests: what waits, and who
+// decided what.
+func printApprovals(out io.Writer, approvals []agentsagatype.Approval) {
+	if len(approvals) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\napprovals (%d):\n", len(approvals))
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CALL\tTOOL\tSTATUS\tBY\tREASON\tARGUMENTS")
+	for _, a := range approvals {
+		status := a.Status
+		if status == agentsagatype.ApprovalAwaiting {
+			status += " since " + a.RequestedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", a.Call, a.Tool, status, a.DecidedBy, oneLine(a.Reason, 60), oneLine(a.Arguments, 60))
+	}
+	tw.Flush()
 }
 
 func perTool(retries map[string]int) string {

@@ -81,6 +81,9 @@ func Validate(t agentsagatype.ToolSpec) error {
 	if _, err := Refusals(t); err != nil {
 		return err
 	}
+	if _, err := CompileGates(t); err != nil {
+		return err
+	}
 	if t.Compensate != nil {
 		if t.Irreversible {
 			return fmt.Errorf("tool %s: declares both compensate and irreversible", t.Name)

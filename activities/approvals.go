@@ -1,0 +1,34 @@
+package activities
+
+import (
+	"context"
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// RequestApproval records a call that waits for a human, under its key,
+// before anything is sent (DESIGN decision 14).
+func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
+	return a.Ledger.RequestApproval(ctx, req)
+}
+
+// DecideApproval records a human's decision (or the timeout's). A request
+// another decision settled first fails for good, naming who decided, so
+// the second operator's Update is told.
+func (a *Activities) DecideApproval(ctx context.Context, d agentsagatype.ApprovalDecision) (agentsagatype.Approval, error) {
+	approval, err := a.Ledger.DecideApproval(ctx, d.Key, d.Status(), d.By, d.Reason)
+	if errors.Is(err, ledger.ErrDecided) || errors.Is(err, ledger.ErrNotFound) {
+		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeApprovalDecided, nil)
+	}
+	return approval, err
+}
+
+// HoldLimit counts a call against its run's limit on a tool's arguments,
+// or refuses it, atomically across the fleet (ledger.Store.HoldLimit).
+func (a *Activities) HoldLimit(ctx context.Context, hold agentsagatype.LimitHold) (agentsagatype.LimitHeld, error) {
+	return a.Ledger.HoldLimit(ctx, hold)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -34,7 +35,7 @@ type RetryStore interface {
 	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
 	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledger.Gate, error)
 	BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (ledger.BreakerReport, error)
-	BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig) (time.Time, error)
+	BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error)
 }
 
 // RetryHookConfig names the fleet bucket and shapes the breakers.
@@ -62,6 +63,7 @@ type RetryHook struct {
 	cfg      RetryHookConfig
 	deposits *depositor
 	closed   *closedBreakers
+	released *releasedSuccesses
 }
 
 // NewRetryHook returns the hook; register it in worker.Options.Interceptors.
@@ -73,7 +75,7 @@ func NewRetryHook(store RetryStore, cfg RetryHookConfig) *RetryHook {
 		cfg.Now = time.Now
 	}
 	return &RetryHook{store: store, cfg: cfg, deposits: newDepositor(store.DepositUnlessFull, DepositLag),
-		closed: newClosedBreakers(BreakerStaleness, cfg.Now)}
+		closed: newClosedBreakers(BreakerStaleness, cfg.Now), released: &releasedSuccesses{}}
 }
 
 // InterceptActivity implements interceptor.WorkerInterceptor.
@@ -124,13 +126,19 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return nil, i.deny(ctx, f, budget.DenyCircuitOpen)
 	}
 	probe := gate.State == ledger.BreakerProbe
-	if plan.Released && gate.State == budget.BreakerClosed {
+	paced := plan.Released && gate.State == budget.BreakerClosed
+	if paced {
 		h.awaitPace(ctx, plan)
 	}
 
 	result, err := i.Next.ExecuteActivity(ctx, in)
 	if err == nil {
 		h.deposits.add(h.cfg.Bucket, h.cfg.BucketConfig.SuccessBonus)
+		if paced {
+			// Evidence for the adaptive release rate, carried by this
+			// worker's next booking in the line: no statement of its own.
+			h.released.add(plan.Dependency)
+		}
 		if probe || gate.Failures > 0 {
 			// The probe's success closes the breaker, and any success ends
 			// a streak of failures that would otherwise judge a flapping
@@ -390,14 +398,19 @@ func (h *RetryHook) releaseJitter() time.Duration {
 // the breaker has closed, until its place in the dependency's paced line
 // (ledger.Store.BreakerPace): a worker that lagged would otherwise send
 // the calls of several release slots at once, more than the dependency
-// takes, and open the breaker again. It heartbeats while it waits, and
+// takes, and open the breaker again. The booking carries the released
+// calls this worker saw succeed since its last one, which raise the
+// dependency's adaptive release rate. It heartbeats while it waits, and
 // never waits past the attempt's deadline. Pacing is a courtesy: when the
-// line cannot be read, the call goes.
+// line cannot be read, the call goes, and the successes wait for the next
+// booking.
 func (h *RetryHook) awaitPace(ctx context.Context, plan agentsagatype.RetryPlan) {
 	cfg := h.cfg.Breaker
 	cfg.Release = plan.ReleaseInterval
-	at, err := h.store.BreakerPace(ctx, plan.Dependency, cfg)
+	successes := h.released.take(plan.Dependency)
+	at, err := h.store.BreakerPace(ctx, plan.Dependency, cfg, successes)
 	if err != nil {
+		h.released.addN(plan.Dependency, successes)
 		activity.GetLogger(ctx).Warn("retry hook: could not read the dependency's paced line; the released call goes at once", "dependency", plan.Dependency, "error", err)
 		return
 	}
@@ -413,6 +426,39 @@ func (h *RetryHook) awaitPace(ctx context.Context, plan agentsagatype.RetryPlan)
 		case <-time.After(min(wait, time.Second)):
 		}
 	}
+}
+
+// releasedSuccesses counts, per dependency, the released calls (ones that
+// waited in the paced line) that succeeded on this worker since its last
+// booking in that line, which reports them (ledger.Store.BreakerPace). The
+// successes after a worker's last booking of a drain are never reported:
+// the adaptive rate then rises slower than the evidence allows, not faster.
+type releasedSuccesses struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *releasedSuccesses) add(dependency string) { r.addN(dependency, 1) }
+
+func (r *releasedSuccesses) addN(dependency string, n int) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[dependency] += n
+}
+
+// take returns the dependency's count and starts it again from zero.
+func (r *releasedSuccesses) take(dependency string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.n[dependency]
+	delete(r.n, dependency)
+	return n
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -37,6 +38,9 @@ type fakeRetryStore struct {
 	release   atomic.Int64  // the release interval the last gate was asked with
 	pace      time.Duration // how far ahead the paced line books a released call
 	paces     atomic.Int32
+	// reported is what the bookings in the paced line carried: the
+	// released calls seen succeeding since the worker's last booking.
+	reported  atomic.Int32
 	decision  string
 	err       error
 	decisions atomic.Int32
@@ -61,8 +65,9 @@ func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.Bre
 	}
 	return gate, nil
 }
-func (f *fakeRetryStore) BreakerPace(context.Context, string, budget.BreakerConfig) (time.Time, error) {
+func (f *fakeRetryStore) BreakerPace(_ context.Context, _ string, _ budget.BreakerConfig, successes int) (time.Time, error) {
 	f.paces.Add(1)
+	f.reported.Add(int32(successes))
 	return time.Now().Add(f.pace), nil
 }
 func (f *fakeRetryStore) BreakerReport(_ context.Context, _ string, success, _ bool, _ budget.BreakerConfig) (ledger.BreakerReport, error) {
@@ -188,6 +193,39 @@ func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
 		require.Error(t, err, "the open breaker refuses the call")
 		assert.Equal(t, tc.want, time.Duration(store.release.Load()), "%+v", tc.limit)
 	}
+}
+
+// The released calls a worker saw succeed reach the adaptive release rate
+// with its next booking in the paced line, which carries them: no
+// statement of their own. A first send that succeeds is no evidence about
+// the release rate, and is not counted.
+func TestReleasedSuccessesRideOnTheNextBooking(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer ts.Close()
+	store := &fakeRetryStore{breaker: budget.BreakerClosed}
+	hook := activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker})
+	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
+	call := func(i int, released bool) {
+		t.Helper()
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{hook}})
+		env.RegisterActivity(acts)
+		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
+			Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: fmt.Sprintf("wf/call-%d", i),
+			Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, Released: released}})
+		require.NoError(t, err)
+	}
+	call(1, false)
+	call(2, true)
+	assert.EqualValues(t, 1, store.paces.Load())
+	assert.Zero(t, store.reported.Load(), "the first booking has no released success to carry: a first send is none")
+	call(3, true)
+	call(4, true)
+	assert.EqualValues(t, 3, store.paces.Load())
+	assert.EqualValues(t, 2, store.reported.Load(), "each booking carried the released successes since the one before it")
 }
 
 // A call released from the breaker's queue once the breaker has closed

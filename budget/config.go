@@ -66,8 +66,13 @@ type BreakerConfig struct {
 	Window    time.Duration `json:"window"`
 	Cooldown  time.Duration `json:"cooldown"`
 	// Release, when set, is ReleaseInterval: the dependency declared the
-	// rate it takes (agentsagatype.RetryPlan.ReleaseInterval).
+	// rate it takes (agentsagatype.RetryPlan.ReleaseInterval). Unset, the
+	// release rate is adaptive (Adaptive).
 	Release time.Duration `json:"release,omitempty"`
+	// Adaptive shapes the release rate of a dependency that declares
+	// none; a zero field takes DefaultAdaptiveRelease's (Floor: one
+	// release per Cooldown).
+	Adaptive AdaptiveRelease `json:"adaptive,omitzero"`
 }
 
 // DefaultBreaker judges a dependency down after 3 failures in a row within
@@ -88,27 +93,122 @@ type BreakerConfig struct {
 // dependency that is down.
 var DefaultBreaker = BreakerConfig{Threshold: 3, Window: 30 * time.Second, Cooldown: 5 * time.Second}
 
-// releasesPerCooldown is how many of the calls an open breaker parked come
-// back in one cooldown.
-const releasesPerCooldown = 10
+// AdaptiveRelease shapes the release rate of a dependency that declares
+// none (DESIGN decision 13): the rate at which the calls its open breaker
+// parked come back (the gate's release slots), and at which the calls
+// released once it has closed leave its paced line. The rate lives in the
+// dependency's breaker row and only single statements change it
+// (migrations/00018_adaptive_release.sql):
+//   - it starts at Start;
+//   - it rises while released calls succeed: each success of a released
+//     call, reported while the line is in use (a call waits for its place,
+//     so the rate is what holds the calls back), adds Step; below the rate
+//     at which it was last cut, each adds a tenth of the way back to that
+//     rate instead, when that is more (it worked until just before the
+//     failure);
+//   - it halves when a call to the dependency fails retryably while the
+//     line is in use (the failure that opens the breaker again is one), at
+//     most once per congestion: not again until the calls booked at the old
+//     rate have left and Hold has passed;
+//   - it stays within Floor and Ceiling.
+type AdaptiveRelease struct {
+	// Start is the rate, in releases a second, of a dependency that has
+	// learned none yet.
+	Start float64 `json:"start,omitempty"`
+	// Floor and Ceiling bound the rate (releases a second).
+	Floor   float64 `json:"floor,omitempty"`
+	Ceiling float64 `json:"ceiling,omitempty"`
+	// Step is the additive increase, in releases a second, per success.
+	Step float64 `json:"step,omitempty"`
+	// Hold is how long after a cut, once the calls booked at the old rate
+	// have left, a failure does not cut again.
+	Hold time.Duration `json:"hold,omitempty"`
+}
+
+// DefaultAdaptiveRelease is the release rate of a dependency that declares
+// none.
+//
+// Start, 10 a second: the rate of a dependency's first drain. That drain
+// cannot go faster: a parked call's timer is set when it is parked, while
+// the breaker is open and before any released call has said what the
+// dependency takes, and the gate spaces the release slots at the rate of
+// that moment. A slower dependency halves it in a few cuts (10, 5, 2.5,
+// 1.25); a faster one is drained at 10 a second the first time and a
+// little faster each time after. It is a guess, five times the fixed rate
+// it replaces (a tenth of the default cooldown, 2 a second), which left a
+// service that takes 10 a second idle for four fifths of a 150-call drain.
+//
+// Ceiling, 20 a second: while the breaker stays open, each release slot is
+// a refused call looking again (a gate statement, an activity and a
+// timer), so the ceiling bounds what an outage costs the fleet to 20
+// refusals a second per open breaker, whatever the backlog. A dependency
+// that takes more declares its rate, which is not capped.
+//
+// Floor, one release per cooldown (0.2 a second for DefaultBreaker): the
+// breaker probes the dependency that often anyway, and one that answered
+// its probe takes at least that much; slower, a backlog would come back
+// slower than the probes that found the dependency well.
+//
+// Step, 0.05 a second per success: at 10 a second, a second of successes
+// that waited in the line raises the rate by 5%, so the rate probes past
+// where it last failed slowly, and a cut that was one failure's doing is
+// not undone at once.
+//
+// Hold, 1 s: the failures of the calls sent at the old rate, and of the
+// ones sent within the same second (rate limits are counted per second
+// more often than not), are one congestion, cut once, as TCP cuts once per
+// round trip.
+var DefaultAdaptiveRelease = AdaptiveRelease{Start: 10, Ceiling: 20, Step: 0.05, Hold: time.Second}
+
+// AdaptiveRate is c.Adaptive with DefaultAdaptiveRelease's values for its
+// zero fields, and a Floor of one release per Cooldown (no more than
+// Start).
+func (c BreakerConfig) AdaptiveRate() AdaptiveRelease {
+	a, d := c.Adaptive, DefaultAdaptiveRelease
+	if a.Start == 0 {
+		a.Start = d.Start
+	}
+	if a.Ceiling == 0 {
+		a.Ceiling = max(d.Ceiling, a.Start)
+	}
+	if a.Step == 0 {
+		a.Step = d.Step
+	}
+	if a.Hold == 0 {
+		a.Hold = d.Hold
+	}
+	if a.Floor == 0 && c.Cooldown > 0 {
+		a.Floor = min(1/c.Cooldown.Seconds(), a.Start)
+	}
+	return a
+}
 
 // ReleaseInterval is the time between two of the calls an open breaker
-// parked coming back, at its gate: a tenth of a cooldown (500 ms for
-// DefaultBreaker). A dependency just back from an outage meets its backlog
-// spread out, beside the calls that keep coming, rather than in one wave
-// that knocks it over again; were it still failing when its probe passed,
-// the first Threshold released calls would open the breaker again.
+// parked coming back, at its gate, and between two released calls leaving
+// the paced line: the declared Release, or, where the rate is adaptive,
+// the interval at its start (100 ms for DefaultAdaptiveRelease), which
+// the rate learned since then replaces. A dependency just back from an
+// outage meets its backlog spread out, beside the calls that keep coming,
+// rather than in one wave that knocks it over again.
 func (c BreakerConfig) ReleaseInterval() time.Duration {
 	if c.Release > 0 {
 		return c.Release
 	}
-	return c.Cooldown / releasesPerCooldown
+	return time.Duration(float64(time.Second) / c.AdaptiveRate().Start)
 }
 
 // Validate rejects a breaker that could not work.
 func (c BreakerConfig) Validate() error {
 	if c.Threshold < 1 || c.Window <= 0 || c.Cooldown <= 0 {
 		return fmt.Errorf("circuit breaker: threshold %d, window %v and cooldown %v must all be positive", c.Threshold, c.Window, c.Cooldown)
+	}
+	if c.Release < 0 {
+		return fmt.Errorf("circuit breaker: release interval %v must not be negative", c.Release)
+	}
+	a := c.AdaptiveRate()
+	if !(a.Floor > 0 && a.Floor <= a.Start && a.Start <= a.Ceiling) || a.Step < 0 || a.Hold < 0 {
+		return fmt.Errorf("circuit breaker: adaptive release: floor %v, start %v and ceiling %v must be positive and in that order, step %v and hold %v not negative",
+			a.Floor, a.Start, a.Ceiling, a.Step, a.Hold)
 	}
 	return nil
 }

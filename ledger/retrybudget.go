@@ -18,15 +18,17 @@ import (
 //   - the bucket (agentsaga_bucket_refilled, _ensure, _take, _deposit,
 //     _level) and agentsaga_retry_decide: 00002_retry_budget.sql;
 //   - agentsaga_record_success: 00005_cool_success_path.sql;
-//   - agentsaga_breaker_gate, the 4-argument gate that also counts a
-//     closed breaker's streak of failures, and agentsaga_breaker_report:
-//     00014_down_not_flapping.sql.
+//   - agentsaga_breaker_gate (7 arguments), agentsaga_breaker_pace (7)
+//     and agentsaga_breaker_report (9), which space and learn the
+//     adaptive release rate: 00018_adaptive_release.sql.
 //
 // Older versions stay for the workers of older builds: 00002's
 // agentsaga_breaker_allow (as 00005 redefined it) and
-// agentsaga_breaker_record, 00010's 2-argument and 00012's 3-argument
-// agentsaga_breaker_gate. The methods below are thin wrappers: one round
-// trip each, and each atomic in the database.
+// agentsaga_breaker_record, 00010's 2-argument, 00012's 3-argument and
+// 00014's 4-argument agentsaga_breaker_gate, 00014's 5-argument
+// agentsaga_breaker_report and 00017's 2-argument agentsaga_breaker_pace.
+// The methods below are thin wrappers: one round trip each, and each
+// atomic in the database.
 
 // EnsureBucket creates the named token bucket full, or reshapes an
 // existing one (its level is settled and capped at the new capacity).
@@ -144,9 +146,10 @@ type Gate struct {
 	// RetryAt, when the breaker is open, is the refused call's own release
 	// slot: the breaker's next probe (the end of its cooldown, or soon
 	// after, while another call's probe is in flight), or the slot after
-	// the last one handed out, whichever is later; slots are
-	// cfg.ReleaseInterval() apart. A call refused at the gate is parked
-	// until then.
+	// the last one handed out, whichever is later; slots are the declared
+	// cfg.Release apart, or, where nothing is declared, the interval of the
+	// dependency's adaptive release rate (see BreakerPace). A call refused
+	// at the gate is parked until then.
 	RetryAt time.Time
 	// OpenSince, when the breaker is open, is when this outage opened it
 	// (failed probes do not move it): the outage, not a long queue of
@@ -161,15 +164,16 @@ type Gate struct {
 
 // BreakerGate asks the dependency's breaker whether a call may go out, in
 // one statement that reads a closed breaker without a lock, and hands a
-// refused call its release slot (see migrations 00012 and 00014).
+// refused call its release slot (see migrations 00012, 00014 and 00018).
 func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
+	a := cfg.AdaptiveRate()
 	var gate Gate
 	var retryAt, openSince *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since, failures FROM agentsaga_breaker_gate($1, $2, $3, $4)`,
-		dependency, milliseconds(cfg.Cooldown), milliseconds(cfg.ReleaseInterval()), milliseconds(cfg.Window)).Scan(
+	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since, failures FROM agentsaga_breaker_gate($1, $2, $3, $4, $5, $6, $7)`,
+		dependency, milliseconds(cfg.Cooldown), milliseconds(cfg.Release), milliseconds(cfg.Window), a.Start, a.Floor, a.Ceiling).Scan(
 		&gate.State, &retryAt, &openSince, &gate.Failures); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
@@ -184,18 +188,51 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 
 // BreakerPace books a call released from the open breaker's queue (its
 // dependency's breaker has since closed) a place in the dependency's paced
-// line, and returns when it may leave: now, or a whole number of release
-// intervals (cfg.ReleaseInterval()) later, so that calls a lagging worker
-// bunched still reach the dependency one interval apart (migration 00017).
-func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig) (time.Time, error) {
+// line, and returns when it may leave: now, or later by the release
+// interval of each call booked before it, so that calls a lagging worker
+// bunched still reach the dependency spaced (migration 00017).
+//
+// The interval is the declared cfg.Release, or, where nothing is declared,
+// that of the dependency's adaptive release rate (budget.AdaptiveRelease,
+// migration 00018). successes is how many released calls the caller saw
+// succeed since its last booking for this dependency: while the line is in
+// use they raise the rate before this call is booked. A worker holds its
+// successes until its next booking, so the ones after its last booking of
+// a drain are never counted: the rate rises slower than the evidence
+// allows, never faster.
+func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error) {
 	if err := cfg.Validate(); err != nil {
 		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)
 	}
+	if successes < 0 {
+		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: successes %d must not be negative", dependency, successes)
+	}
+	a := cfg.AdaptiveRate()
 	var at time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_breaker_pace($1, $2)`, dependency, milliseconds(cfg.ReleaseInterval())).Scan(&at); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_breaker_pace($1, $2, $3, $4, $5, $6, $7)`,
+		dependency, milliseconds(cfg.Release), successes, a.Start, a.Floor, a.Ceiling, a.Step).Scan(&at); err != nil {
 		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)
 	}
 	return at, nil
+}
+
+// ReleaseRate is a dependency's adaptive release rate, in releases a
+// second: what it has learned, or cfg's start before it has learned
+// anything, within cfg's floor and ceiling. It says nothing of a declared
+// rate, which wins wherever one is declared.
+func (s *Store) ReleaseRate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (float64, error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, fmt.Errorf("ledger: release rate %s: %w", dependency, err)
+	}
+	a := cfg.AdaptiveRate()
+	var rate float64
+	err := s.pool.QueryRow(ctx, `
+		SELECT agentsaga_release_rate((SELECT release_rate FROM circuit_breakers WHERE dependency = $1), $2, $3, $4)`,
+		dependency, a.Start, a.Floor, a.Ceiling).Scan(&rate)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: release rate %s: %w", dependency, err)
+	}
+	return rate, nil
 }
 
 // BreakerReport is what a dependency's breaker says after a call's outcome.
@@ -210,15 +247,18 @@ type BreakerReport struct {
 // BreakerReport reports a call's outcome to the dependency's breaker and
 // returns what it says now. While closed, cfg.Threshold failures in a row
 // within cfg.Window open it, and a success ends the streak (migration
-// 00014).
+// 00014). A failure while the dependency's paced line is in use also
+// halves its adaptive release rate, once per congestion (migration 00018,
+// budget.AdaptiveRelease).
 func (s *Store) BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (BreakerReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return BreakerReport{}, fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
+	a := cfg.AdaptiveRate()
 	var report BreakerReport
 	var openSince *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT state, open_since FROM agentsaga_breaker_report($1, $2, $3, $4, $5)`,
-		dependency, success, probe, cfg.Threshold, milliseconds(cfg.Window)).Scan(&report.State, &openSince); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT state, open_since FROM agentsaga_breaker_report($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		dependency, success, probe, cfg.Threshold, milliseconds(cfg.Window), a.Start, a.Floor, a.Ceiling, milliseconds(a.Hold)).Scan(&report.State, &openSince); err != nil {
 		return BreakerReport{}, fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
 	if openSince != nil {

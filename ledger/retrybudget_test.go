@@ -471,7 +471,7 @@ func TestOpenBreakerHandsOutReleaseSlots(t *testing.T) {
 	store := ledgertest.NewStore(t)
 	cfg := budget.BreakerConfig{Threshold: 10, Window: time.Minute, Cooldown: time.Second}
 	interval := cfg.ReleaseInterval()
-	require.Equal(t, 100*time.Millisecond, interval, "a threshold's worth of calls per cooldown")
+	require.Equal(t, 100*time.Millisecond, interval, "a new dependency's adaptive release rate starts at 10 a second")
 	open := func() time.Time {
 		t.Helper()
 		for range cfg.Threshold {
@@ -691,7 +691,7 @@ func TestBreakerPaceSpacesReleasedCalls(t *testing.T) {
 	before := time.Now()
 	var wg sync.WaitGroup
 	for i := range released {
-		wg.Go(func() { slots[i], errs[i] = stores[i%len(stores)].BreakerPace(ctx, "crm", cfg) })
+		wg.Go(func() { slots[i], errs[i] = stores[i%len(stores)].BreakerPace(ctx, "crm", cfg, 0) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -703,7 +703,7 @@ func TestBreakerPaceSpacesReleasedCalls(t *testing.T) {
 		assert.Equal(t, cfg.ReleaseInterval(), slots[i].Sub(slots[i-1]), "place %d is one interval after place %d", i, i-1)
 	}
 
-	free, err := stores[0].BreakerPace(ctx, "never-failed", cfg)
+	free, err := stores[0].BreakerPace(ctx, "never-failed", cfg, 0)
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now(), free, 2*time.Second)
 }

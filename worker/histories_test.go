@@ -276,6 +276,32 @@ agents:
   helper: {tools: [page], share: 0.5}
 `
 
+// approvalTools are corpusTools with a gated charge (issue 24): approval
+// past 100, never more than 1,000 a call, 300 in a run.
+var approvalTools = strings.Replace(corpusTools, `      arguments: {charge_id: "{{result.id}}", customer: "{{args.customer}}"}
+`, `      arguments: {charge_id: "{{result.id}}", customer: "{{args.customer}}"}
+    approval: {when: "amount > 100", timeout_seconds: 2}
+    limits: [{call: "amount <= 1000"}, {run_sum: amount, at_most: 300}]
+`, 1)
+
+// decideApproval waits for the run's call waiting for approval and sends
+// the decision (workflows.UpdateApprove or UpdateDeny).
+func (r *recorder) decideApproval(ctx context.Context, id, decision string) {
+	for {
+		value, err := temporalClient.QueryWorkflow(ctx, id, "", workflows.QueryApprovals)
+		var waiting []workflows.ApprovalWait
+		if err == nil && value.Get(&waiting) == nil && len(waiting) > 0 && waiting[0].Decision == nil {
+			r.update(ctx, id, decision, workflows.ApprovalInput{Call: waiting[0].Call, By: "corpus", Reason: "corpus: " + decision})
+			return
+		}
+		select {
+		case <-ctx.Done():
+			r.t.Fatalf("%s never waited for approval", id)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func pagesScript(from, to int) string {
 	var b strings.Builder
 	for i := from; i <= to; i++ {
@@ -308,7 +334,23 @@ func corpusScenarios() []scenario {
 			r.update(ctx, id, workflows.UpdateRetry)
 		}
 	}
+	big := "    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 200}}]\n"
+	gated := "budget: {steps: 6}\nmodel:\n  provider: scripted\n  script:\n"
 	return []scenario{
+		{name: "approval-approved", spec: "goal: charge ann\n" + gated + charge + big + "    - content: charged\n" + approvalTools,
+			act: func(ctx context.Context, r *recorder, id string) { r.decideApproval(ctx, id, workflows.UpdateApprove) }},
+		{name: "approval-denied", spec: "goal: charge ann\n" + gated + big + big + "    - content: not charged\n" + approvalTools,
+			act: func(ctx context.Context, r *recorder, id string) { r.decideApproval(ctx, id, workflows.UpdateDeny) }},
+		{name: "approval-timeout-escalated", spec: "goal: charge ann\n" + gated + big + big + "    - content: charged late\n" + approvalTools,
+			act: func(ctx context.Context, r *recorder, id string) {
+				r.waitStatus(ctx, id, agentsagatype.RunEscalated)
+				r.decideApproval(ctx, id, workflows.UpdateApprove)
+				r.update(ctx, id, workflows.UpdateResume, workflows.ResumeInput{Message: "approved: go ahead"})
+			}},
+		{name: "limits-refused", spec: "goal: charge ann\n" + gated +
+			"    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 5000}}]\n" +
+			"    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 100}}, {name: charge, arguments: {customer: bob, amount: 100}}, {name: charge, arguments: {customer: cy, amount: 100}}, {name: charge, arguments: {customer: di, amount: 100}}]\n" +
+			"    - content: charged what the limits allow\n" + approvalTools},
 		{name: "completed", spec: "goal: charge ann\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" + charge + "    - content: charged\n" + corpusTools},
 		{name: "partial-graceful-finish", spec: "goal: read\nbudget: {steps: 4}\nfinish_at: 0.5\nmodel:\n  provider: scripted\n  script:\n" + pagesScript(1, 4) + corpusTools},
 		{name: "partial-watchdog", spec: "goal: read\nbudget: {steps: 8}\nmodel:\n  provider: scripted\n  script:\n" +

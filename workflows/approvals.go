@@ -228,7 +228,7 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 	}
 	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
 	r.denied[same] = denial
-	c.gateRefuse(DenyApproval, "refused: a human "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
+	c.gateRefuse(DenyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
 	return false
 }
 

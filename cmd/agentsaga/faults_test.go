@@ -41,7 +41,7 @@ func TestFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bin := buildAgentsaga(t, dir)
-	shared := startTemporalServer(t, dir, nsKillInToolCall, nsKillInCompensation, nsPostgresRestart, nsBadDatabaseURL)
+	shared := startTemporalServer(t, dir, nsKillInToolCall, nsKillInCompensation, nsPostgresRestart, nsBadDatabaseURL, nsKillAwaitingApproval)
 
 	t.Run("WorkerKilledInToolCall", func(t *testing.T) {
 		t.Parallel()
@@ -58,6 +58,10 @@ func TestFaults(t *testing.T) {
 	t.Run("TemporalRestart", func(t *testing.T) {
 		t.Parallel()
 		testTemporalRestart(t, bin)
+	})
+	t.Run("WorkerKilledAwaitingApproval", func(t *testing.T) {
+		t.Parallel()
+		testWorkerKilledAwaitingApproval(t, bin, shared)
 	})
 	t.Run("BadDatabaseURL", func(t *testing.T) {
 		t.Parallel()

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// The approval flow from the CLI (issue 24): the call waits and is listed
+// across the fleet; bad input names what is wrong; approve sends it once.
+func TestApprovalsFromTheCLI(t *testing.T) {
+	store := cliWorld(t)
+	var wires atomic.Int32
+	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		wires.Add(1)
+		fmt.Fprint(w, `{"sent": true}`)
+	}))
+	t.Cleanup(bank.Close)
+	spec := writeFile(t, "spec.yaml", fmt.Sprintf(`
+goal: pay the supplier
+budget: {steps: 4}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: wire, arguments: {to: acme, amount: 1200}}]
+    - content: paid
+tools:
+  - name: wire
+    kind: http
+    url: %s/wire
+    irreversible: true
+    parameters: {type: object, properties: {to: {type: string}, amount: {type: number}}}
+`, bank.URL))
+	_, err := runCLI(t, "run", "--spec", spec, "--id", "cli-approval")
+	require.NoError(t, err)
+	var out string
+	require.Eventually(t, func() bool {
+		out, err = runCLI(t, "approvals")
+		return err == nil && strings.Contains(out, "cli-approval")
+	}, 30*time.Second, 100*time.Millisecond, "the irreversible wire waits for approval")
+	assert.Contains(t, out, "step-001-call-1-wire")
+	assert.Contains(t, out, "tool wire needs approval for every call")
+	assert.Zero(t, wires.Load())
+
+	_, err = runCLI(t, "approve", "cli-approval", "step-009-call-1-wire")
+	assert.ErrorContains(t, err, `no call "step-009-call-1-wire" waits for approval in this run (waiting: step-001-call-1-wire)`)
+	_, err = runCLI(t, "deny", "cli-approval", "step-001-call-1-wire")
+	assert.ErrorContains(t, err, "--reason is required")
+	_, err = runCLI(t, "approve", "cli-approval")
+	assert.Error(t, err, "the call ID is required")
+
+	out, err = runCLI(t, "approve", "cli-approval", "step-001-call-1-wire", "--by", "alice@example.com", "--reason", "invoice 42")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "approved by alice@example.com")
+	var result workflows.RunResult
+	require.NoError(t, devServer.Client().GetWorkflow(context.Background(), "cli-approval", "").Get(context.Background(), &result))
+	assert.Equal(t, "paid", result.Answer)
+	assert.Equal(t, int32(1), wires.Load(), "the approved wire went out once")
+
+	out, err = runCLI(t, "show", "cli-approval")
+	require.NoError(t, err)
+	assert.Contains(t, out, "approvals (1):")
+	assert.Contains(t, out, "alice@example.com")
+	_, err = runCLI(t, "deny", "cli-approval", "step-001-call-1-wire", "--reason", "late")
+	assert.Error(t, err, "an ended run takes no decision")
+	waiting, err := store.AwaitingApprovals(context.Background(), 10)
+	require.NoError(t, err)
+	assert.Empty(t, waiting)
+}

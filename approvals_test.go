@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
@@ -122,6 +123,11 @@ func TestApprovalThenTheActOnce(t *testing.T) {
 	fleet, err := store.AwaitingApprovals(ctx, 100)
 	require.NoError(t, err)
 	require.True(t, containsCall(fleet, run.ID, wait.Call), "the fleet's list has it")
+	require.Eventually(t, func() bool {
+		listed, err := devServer.Client().ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf(`WorkflowId = %q AND AgentStatus = "awaiting-approval"`, run.ID)})
+		return err == nil && len(listed.Executions) == 1
+	}, 20*time.Second, 200*time.Millisecond, "the operators' list query finds the run awaiting approval")
 	time.Sleep(2 * time.Second) // the wait must not be charged to the run's 60 s
 
 	approval, err := run.Approve(ctx, wait.Call, "alice@example.com", "order checked")

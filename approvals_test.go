@@ -492,3 +492,34 @@ tools:
 	require.ErrorContains(t, err, `approval.on_timeout: "shrug"`)
 	require.Empty(t, spec.Tools)
 }
+
+// An approvable per-call limit: a call over it waits for a human instead
+// of being refused, and the approval lifts it for that call only.
+func TestApprovalLiftsAnApprovableLimitForOneCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &refunds{}
+	tools := desk.tools(t, agentsaga.WithLimits(agentsaga.LimitSpec{Call: "amount <= 100", Approvable: true}))
+	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
+	spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 6},
+		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 150}), agentsagatest.Call("refund", moneyArgs{"B", 150}),
+			agentsagatest.Call("refund", moneyArgs{"C", 90}), agentsagatest.Answer("done")),
+		Tools: specs(tools)}
+	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
+	require.NoError(t, err)
+	first := waitForApproval(t, run)
+	require.Contains(t, first.Why, "the arguments break the limit amount <= 100")
+	_, err = run.Approve(ctx, first.Call, "frank", "a goodwill refund")
+	require.NoError(t, err)
+	second := waitForApproval(t, run) // the next call over the limit waits again
+	require.NotEqual(t, first.Call, second.Call)
+	require.Contains(t, second.Arguments, `"B"`)
+	_, err = run.Deny(ctx, second.Call, "frank", "one goodwill refund is enough")
+	require.NoError(t, err)
+	result, err := run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	desk.mu.Lock()
+	defer desk.mu.Unlock()
+	require.Equal(t, []moneyArgs{{"A", 150}, {"C", 90}}, desk.made)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -120,4 +121,45 @@ func ExampleRefusedError() {
 	// Output:
 	// true
 	// agentsaga: retry run refund-o-1: the run refused the decision: retry: the run is waiting on an escalation (resume or abort), where retry does not apply
+}
+
+type refundArgs struct {
+	Order  string  `json:"order"`
+	Amount float64 `json:"amount"`
+}
+
+// A tool whose calls over 100 wait for a human, that no call may take past
+// 500, and whose refunds in one run total at most 200. A rule that does
+// not compile against the arguments is refused here, naming it.
+func ExampleWithApproval() {
+	refund := func(ctx context.Context, args refundArgs) (string, error) { return "refunded " + args.Order, nil }
+	tool, err := agentsaga.NewTool("refund", "Refund an order.", refund,
+		agentsaga.WithApproval(agentsaga.ApprovalSpec{When: "amount > 100"}),
+		agentsaga.WithLimits(agentsaga.LimitSpec{Call: "amount <= 500"}, agentsaga.LimitSpec{RunSum: "amount", AtMost: 200}))
+	fmt.Println(tool.Spec().Approval.When, len(tool.Spec().Limits), err)
+
+	_, err = agentsaga.NewTool("refund", "Refund an order.", refund,
+		agentsaga.WithApproval(agentsaga.ApprovalSpec{When: "amout > 100"}))
+	fmt.Println(err != nil && strings.Contains(err.Error(), `approval.when: "amout > 100" does not compile`))
+	// Output:
+	// amount > 100 2 <nil>
+	// true
+}
+
+// Deciding on a call that waits for approval. Approve returns the ledger's
+// record once the run has written who decided; the call is then sent once.
+func ExampleRun_Approve() {
+	ctx := context.Background()
+	c, _ := client.Dial(client.Options{})
+	run := agentsaga.Get(c, "refund-o-1")
+	waiting, err := run.Approvals(ctx)
+	if err != nil || len(waiting) == 0 {
+		return // compile-only: it needs a server
+	}
+	approval, err := run.Approve(ctx, waiting[0].Call, "alice@example.com", "the order is paid")
+	var refused *agentsaga.RefusedError
+	if errors.As(err, &refused) {
+		_ = refused.Reason // e.g. deny: refused: call ... was already approved by bob
+	}
+	_ = approval.DecidedAt
 }

@@ -204,10 +204,17 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call),
 			r.budget.Note(workflow.Now(ctx), r.openBreakers()))
 		start := workflow.Now(ctx)
-		decided, _ := workflow.AwaitWithTimeout(ctx, w.Timeout, func() bool { return w.Decision != nil })
-		if decided {
+		for w.Recorded == nil && ctx.Err() == nil {
+			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
+			if left <= 0 {
+				break
+			}
+			if decided, _ := workflow.AwaitWithTimeout(ctx, left, func() bool { return w.Decision != nil }); !decided {
+				break
+			}
 			// The Update's handler is recording the decision: the call
-			// goes (or not) once the ledger has it.
+			// goes (or not) once the ledger has it. A decision the ledger
+			// refused is taken back (Decision nil), and the wait goes on.
 			_ = workflow.Await(ctx, func() bool { return w.Recorded != nil || w.Decision == nil })
 		}
 		// Waiting for a human costs the run no wall clock.

@@ -56,8 +56,8 @@ user=${creds%%:*}; password=""
 export SQL_PLUGIN=postgres12 SQL_HOST=$host SQL_PORT=$pg_port SQL_USER=$user SQL_PASSWORD=$password
 if [ -z "${AGENTSAGA_CLUSTER_KEEP_DB:-}" ]; then
 	for name in "$db" "$visibility_db"; do
-		PGPASSWORD=$password psql -q -h "$host" -p "$pg_port" -U "$user" -d postgres \
-			-c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" >/dev/null
+		PGPASSWORD=$password psql -q -X -h "$host" -p "$pg_port" -U "$user" -d postgres \
+			-c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" >/dev/null
 	done
 fi
 PATH=$root/bin:$PATH DBNAME=$db VISIBILITY_DBNAME=$visibility_db TEMPORAL_SCHEMA_DIR=$schema \
@@ -82,6 +82,8 @@ if [ -f "$report" ]; then
 	echo
 	cat "$report"
 fi
+# The server restarts and the deploy log their own figures.
+grep -hoE '(faults_test|deploy_test)\.go:[0-9]+: (runs=1 completed=1 temporal restarts|deploy A -> B).*' "$log" || true
 if [ "$status" -ne 0 ]; then
 	echo
 	echo "test-cluster: FAILED (exit $status); the failures:"

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/log"
+	"google.golang.org/grpc"
 )
 
 // Connection is how this process reaches Temporal, as the `temporal` CLI
@@ -56,8 +58,85 @@ func ClientOptions(cfg Config) (client.Options, Connection, error) {
 	}
 	options.HostPort = cmp.Or(cfg.TemporalAddress, options.HostPort, DefaultTemporalAddress)
 	options.Namespace = cmp.Or(cfg.Namespace, options.Namespace, DefaultNamespace)
+	pollTimeout, err := PollTimeoutFromEnv()
+	if err != nil {
+		return client.Options{}, Connection{}, err
+	}
+	if pollTimeout > 0 {
+		options.ConnectionOptions.DialOptions = append(options.ConnectionOptions.DialOptions,
+			grpc.WithChainUnaryInterceptor(capPollDeadline(pollTimeout)))
+	}
 	conn := Connection{Address: options.HostPort, Namespace: options.Namespace, Profile: profileName(cfg.Profile), Describe: describe(profile)}
 	return options, conn, nil
+}
+
+// DefaultPollTimeout bounds each of the worker's long polls, where the
+// SDK waits up to 70 s (and the server hands out a task until 60 s).
+//
+// Why: a worker that is paused (SIGSTOP, a frozen VM, a stop-the-world
+// pause) or cut off without a FIN keeps its open polls at the server, and
+// the server goes on handing them tasks: each retry of a call the paused
+// worker held can go to it and is lost for a whole heartbeat timeout, one
+// per open poll. Only the server notices a dead peer (its own keepalive
+// pings, frontend.keepAliveTime, one minute by default, which Temporal
+// Cloud users cannot change); the client's keepalive cannot help, since a
+// stopped process sends no pings. A poll's deadline, though, is the
+// client's to choose, and the server honours it: it stops matching a poll
+// one second before the poll's deadline. With 4 s, the paused worker's
+// polls take no task later than 3 s after it stopped, so it can swallow
+// at most one retry, and a takeover costs at most about the heartbeat
+// timeout plus 3 s, whatever the server's settings (5 s measured 7.6 s at
+// a 3 s heartbeat timeout on a loaded machine, too near the chaos
+// harness's bound of the heartbeat timeout plus 5 s). The price is an
+// empty poll every 3 s per poller instead of every 60 s, and the server
+// logs a throttled warning that the timeout is under 10 s.
+const DefaultPollTimeout = 4 * time.Second
+
+// minPollTimeout is the shortest deadline the server accepts for a long
+// poll (it refuses one under 2 s, as measured on its side), with room for
+// the network.
+const minPollTimeout = 3 * time.Second
+
+// PollTimeoutFromEnv reads AGENTSAGA_POLL_TIMEOUT: a Go duration of at
+// least 3 s, or 0 (or "off") for the SDK's own 70 s. Unset means
+// DefaultPollTimeout.
+func PollTimeoutFromEnv() (time.Duration, error) {
+	raw := strings.TrimSpace(os.Getenv("AGENTSAGA_POLL_TIMEOUT"))
+	switch raw {
+	case "":
+		return DefaultPollTimeout, nil
+	case "0", "off":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || (d != 0 && d < minPollTimeout) {
+		return 0, fmt.Errorf("worker: AGENTSAGA_POLL_TIMEOUT %q: want a duration of at least %s (such as 4s), or 0 for the SDK's 70 s", raw, minPollTimeout)
+	}
+	return d, nil
+}
+
+// pollMethods are the worker's long polls for tasks; a client's other long
+// polls (a workflow's result, an update's outcome) keep their deadlines.
+var pollMethods = map[string]bool{
+	workflowservice.WorkflowService_PollWorkflowTaskQueue_FullMethodName: true,
+	workflowservice.WorkflowService_PollActivityTaskQueue_FullMethodName: true,
+	workflowservice.WorkflowService_PollNexusTaskQueue_FullMethodName:    true,
+}
+
+// capPollDeadline shortens a task poll's deadline to limit. The server
+// answers an empty poll a second before the deadline, so the SDK sees an
+// empty response, not an error, and polls again at once.
+func capPollDeadline(limit time.Duration) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if pollMethods[method] {
+			if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) > limit {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, limit)
+				defer cancel()
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 }
 
 // Dial connects to Temporal as ClientOptions resolves it and checks that

@@ -402,3 +402,119 @@ func readFile(t *testing.T, path string) string {
 	require.NoError(t, err)
 	return string(data)
 }
+
+// deadlineRecorder is a WorkflowService that answers the worker's task
+// polls and a history long poll at once, with nothing, and records the
+// deadline each arrived with, as the server sees it.
+type deadlineRecorder struct {
+	workflowservice.UnimplementedWorkflowServiceServer
+	mu        sync.Mutex
+	deadlines map[string]time.Duration
+}
+
+func (d *deadlineRecorder) record(ctx context.Context, method string) {
+	deadline, ok := ctx.Deadline()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !ok {
+		d.deadlines[method] = -1
+		return
+	}
+	d.deadlines[method] = time.Until(deadline)
+}
+
+func (d *deadlineRecorder) seen(method string) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.deadlines[method]
+}
+
+func (d *deadlineRecorder) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
+	return &workflowservice.GetSystemInfoResponse{}, nil
+}
+
+func (d *deadlineRecorder) PollActivityTaskQueue(ctx context.Context, _ *workflowservice.PollActivityTaskQueueRequest) (*workflowservice.PollActivityTaskQueueResponse, error) {
+	d.record(ctx, "activity")
+	return &workflowservice.PollActivityTaskQueueResponse{}, nil
+}
+
+func (d *deadlineRecorder) PollWorkflowTaskQueue(ctx context.Context, _ *workflowservice.PollWorkflowTaskQueueRequest) (*workflowservice.PollWorkflowTaskQueueResponse, error) {
+	d.record(ctx, "workflow")
+	return &workflowservice.PollWorkflowTaskQueueResponse{}, nil
+}
+
+func (d *deadlineRecorder) GetWorkflowExecutionHistory(ctx context.Context, _ *workflowservice.GetWorkflowExecutionHistoryRequest) (*workflowservice.GetWorkflowExecutionHistoryResponse, error) {
+	d.record(ctx, "history")
+	return &workflowservice.GetWorkflowExecutionHistoryResponse{}, nil
+}
+
+func startDeadlineRecorder(t *testing.T) (*deadlineRecorder, string) {
+	t.Helper()
+	d := &deadlineRecorder{deadlines: map[string]time.Duration{}}
+	server := grpc.NewServer()
+	workflowservice.RegisterWorkflowServiceServer(server, d)
+	healthServer := health.NewServer()
+	healthServer.SetServingStatus("temporal.api.workflowservice.v1.WorkflowService", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(server, healthServer)
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = server.Serve(listener) }()
+	t.Cleanup(server.Stop)
+	return d, listener.Addr().String()
+}
+
+// The worker's task polls reach the server with a deadline of
+// DefaultPollTimeout (4 s), where the SDK asks for 70 s: a paused worker's
+// polls then stop taking tasks 3 s after it stopped, whatever the server's
+// keepalive (README, Reliability). Other long polls keep their deadline;
+// AGENTSAGA_POLL_TIMEOUT sets the cap, 0 turns it off, and a value the
+// server would refuse (under 2 s) is an error naming the variable.
+func TestTaskPollsCarryTheCappedDeadline(t *testing.T) {
+	isolateTemporalEnv(t)
+	recorder, address := startDeadlineRecorder(t)
+	const sdkPoll = 70 * time.Second // the SDK's own poll deadline (pollTaskServiceTimeOut)
+
+	poll := func(t *testing.T) {
+		t.Helper()
+		c, err := worker.Dial(context.Background(), worker.Config{TemporalAddress: address, Namespace: "default"})
+		require.NoError(t, err)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), sdkPoll)
+		defer cancel()
+		_, err = c.WorkflowService().PollActivityTaskQueue(ctx, &workflowservice.PollActivityTaskQueueRequest{Namespace: "default"})
+		require.NoError(t, err)
+		_, err = c.WorkflowService().PollWorkflowTaskQueue(ctx, &workflowservice.PollWorkflowTaskQueueRequest{Namespace: "default"})
+		require.NoError(t, err)
+		_, err = c.WorkflowService().GetWorkflowExecutionHistory(ctx, &workflowservice.GetWorkflowExecutionHistoryRequest{Namespace: "default", WaitNewEvent: true})
+		require.NoError(t, err)
+	}
+
+	t.Run("default", func(t *testing.T) {
+		t.Setenv("AGENTSAGA_POLL_TIMEOUT", "")
+		poll(t)
+		for _, method := range []string{"activity", "workflow"} {
+			got := recorder.seen(method)
+			assert.LessOrEqual(t, got, worker.DefaultPollTimeout, "%s poll deadline", method)
+			assert.Greater(t, got, worker.DefaultPollTimeout-time.Second, "%s poll deadline", method)
+		}
+		assert.Greater(t, recorder.seen("history"), sdkPoll-5*time.Second, "a history long poll keeps its deadline")
+	})
+	t.Run("set", func(t *testing.T) {
+		t.Setenv("AGENTSAGA_POLL_TIMEOUT", "12s")
+		poll(t)
+		got := recorder.seen("activity")
+		assert.LessOrEqual(t, got, 12*time.Second)
+		assert.Greater(t, got, 11*time.Second)
+	})
+	t.Run("off", func(t *testing.T) {
+		t.Setenv("AGENTSAGA_POLL_TIMEOUT", "0")
+		poll(t)
+		assert.Greater(t, recorder.seen("activity"), sdkPoll-5*time.Second, "the SDK's own deadline")
+	})
+	t.Run("too-short", func(t *testing.T) {
+		t.Setenv("AGENTSAGA_POLL_TIMEOUT", "1s")
+		_, _, err := worker.ClientOptions(worker.Config{TemporalAddress: address})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "AGENTSAGA_POLL_TIMEOUT")
+	})
+}

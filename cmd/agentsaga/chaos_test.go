@@ -270,39 +270,7 @@ func TestChaos(t *testing.T) {
 		namespaces[i] = fmt.Sprintf("chaos-%d", i)
 	}
 	temporal := startTemporalServer(t, dir, namespaces...)
-	free := make(chan string, len(namespaces))
-	for _, ns := range namespaces {
-		free <- ns
-	}
-
-	// The runs are subtests started from goroutines rather than
-	// t.Parallel subtests: -parallel (GOMAXPROCS, 2 on the 2-core machine)
-	// would otherwise run two at a time, and a run spends nearly all its
-	// time waiting for timeouts, not on the CPU.
-	var mu sync.Mutex
-	var outcomes []chaosOutcome
-	var wg sync.WaitGroup
-	for _, cc := range plan {
-		ns := <-free // taken here, so runs start in the plan's order
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { free <- ns }()
-			t.Run(cc.name(), func(t *testing.T) {
-				out := chaosOutcome{Case: cc, Takeover: -1, Err: "the run stopped before its checks (see its log)"}
-				defer func() {
-					if t.Skipped() {
-						return
-					}
-					mu.Lock()
-					outcomes = append(outcomes, out)
-					mu.Unlock()
-				}()
-				out = runChaosCase(t, chaosEnv{bin: bin, temporal: temporal, namespace: ns}, cc)
-			})
-		}()
-	}
-	wg.Wait()
+	outcomes := runChaosPlan(t, chaosEnv{bin: bin, temporal: temporal}, namespaces, plan)
 
 	table := chaosTable(plan, outcomes)
 	size := "small"
@@ -330,11 +298,56 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// runChaosPlan runs plan on temporal, as many runs at once as there are
+// namespaces (each run has one to itself), and returns what each found.
+// The runs are subtests started from goroutines rather than t.Parallel
+// subtests: -parallel (GOMAXPROCS, 2 on the 2-core machine) would otherwise
+// run two at a time, and a run spends nearly all its time waiting for
+// timeouts, not on the CPU.
+func runChaosPlan(t *testing.T, env chaosEnv, namespaces []string, plan []chaosCase) []chaosOutcome {
+	free := make(chan string, len(namespaces))
+	for _, ns := range namespaces {
+		free <- ns
+	}
+	var mu sync.Mutex
+	var outcomes []chaosOutcome
+	var wg sync.WaitGroup
+	for _, cc := range plan {
+		ns := <-free // taken here, so runs start in the plan's order
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { free <- ns }()
+			t.Run(cc.name(), func(t *testing.T) {
+				out := chaosOutcome{Case: cc, Takeover: -1, Err: "the run stopped before its checks (see its log)"}
+				defer func() {
+					if t.Skipped() {
+						return
+					}
+					mu.Lock()
+					outcomes = append(outcomes, out)
+					mu.Unlock()
+				}()
+				env := env
+				env.namespace = ns
+				out = runChaosCase(t, env, cc)
+			})
+		}()
+	}
+	wg.Wait()
+	return outcomes
+}
+
 // chaosEnv is what the runs share.
 type chaosEnv struct {
 	bin       string
 	temporal  *temporalServer
 	namespace string
+	// takeoverMeasured reports I5 (the takeover bound) instead of failing
+	// on it: for a configuration measured to show why the bound needs
+	// what it is run without (cluster_test.go, the worker's poll cap
+	// off). I1-I4 still fail the run.
+	takeoverMeasured bool
 }
 
 // chaosOutcome is what one run found.
@@ -1045,6 +1058,10 @@ func (r *chaosRun) report(out chaosOutcome) {
 		r.cc.name(), out.Status, out.Violations, takeover, requests, executions, warnings, out.Missed,
 		time.Since(r.began).Round(time.Second), notes, zombie, r.faultActivity, seen, timeline.String())
 	for _, e := range out.Evidence {
+		if r.env.takeoverMeasured && strings.HasPrefix(e, "I5: ") {
+			t.Logf("%s: measured, not enforced: %s", r.cc.name(), e)
+			continue
+		}
 		t.Errorf("%s: %s", r.cc.name(), e)
 	}
 	if out.Err != "" {

@@ -161,15 +161,25 @@ type temporalServer struct {
 	namespaces []string
 	proc       *process
 	starts     int
+	// cluster, when set, makes this a real Temporal server on Postgres
+	// (`make test-cluster`, cluster_test.go) instead of a dev server.
+	cluster *clusterSettings
 }
 
 // startTemporalServer starts a dev server on a free port with its state in
-// dir/temporal.db and the given namespaces (besides "default").
+// dir/temporal.db and the given namespaces (besides "default"). Under
+// `make test-cluster` (AGENTSAGA_CLUSTER_SERVER set) it starts the real
+// Temporal server instead, on its Postgres databases and fixed port.
 func startTemporalServer(t *testing.T, dir string, namespaces ...string) *temporalServer {
 	t.Helper()
-	bin, err := workertest.TemporalBinary()
-	require.NoError(t, err)
-	s := &temporalServer{t: t, bin: bin, dir: dir, port: freeTCPPort(t), namespaces: namespaces}
+	s := &temporalServer{t: t, dir: dir, namespaces: namespaces}
+	if s.cluster = clusterFromEnv(t); s.cluster != nil {
+		s.port = s.cluster.port
+	} else {
+		bin, err := workertest.TemporalBinary()
+		require.NoError(t, err)
+		s.bin, s.port = bin, freeTCPPort(t)
+	}
 	require.NoError(t, s.start())
 	t.Cleanup(func() { _ = s.stop() })
 	return s
@@ -179,6 +189,9 @@ func (s *temporalServer) address() string { return "127.0.0.1:" + strconv.Itoa(s
 
 // start starts the process and waits until every namespace answers.
 func (s *temporalServer) start() error {
+	if s.cluster != nil {
+		return s.startCluster()
+	}
 	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--headless", "--db-filename", filepath.Join(s.dir, "temporal.db"), "--log-level", "error",
 		"--dynamic-config-value", "frontend.enableServerVersionCheck=false"}

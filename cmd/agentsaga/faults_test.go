@@ -352,7 +352,12 @@ func startedAttempts(ctx context.Context, t *testing.T, c client.Client, workflo
 // the tool server and started again on the same port and database file.
 // The same worker process reconnects on its own, the call's answer is
 // recorded and the run completes, each charge executed once.
-func testTemporalRestart(t *testing.T, bin string) {
+func testTemporalRestart(t *testing.T, bin string) { testTemporalRestartBy(t, bin, false) }
+
+// testTemporalRestartBy is testTemporalRestart with the server stopped by
+// SIGTERM, or, when kill is set, by SIGKILL, as a lost node stops it
+// (cluster_test.go runs both on the real server).
+func testTemporalRestartBy(t *testing.T, bin string, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	began := time.Now()
@@ -371,7 +376,13 @@ func testTemporalRestart(t *testing.T, bin string) {
 
 	tool.waitHeld(ctx, t)
 	stopStarted := time.Now()
-	require.NoError(t, temporal.stop(), "the dev server exits on SIGTERM")
+	signal := "SIGTERM"
+	if kill {
+		signal = "SIGKILL"
+		temporal.proc.kill()
+	} else {
+		require.NoError(t, temporal.stop(), "the dev server exits on SIGTERM")
+	}
 	stoppedIn := time.Since(stopStarted)
 	require.NoError(t, temporal.start(), "the dev server starts again on %s", temporal.address())
 	downFor := time.Since(stopStarted)
@@ -397,9 +408,9 @@ func testTemporalRestart(t *testing.T, bin string) {
 	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 	attempts := startedAttempts(ctx, t, c, id)
 
-	t.Logf("runs=1 completed=1 temporal restarts=%d (SIGTERM exit %s, down %s, worker polling again %s after) "+
+	t.Logf("runs=1 completed=1 temporal restarts=%d (%s exit %s, down %s, worker polling again %s after) "+
 		"worker processes=1 requests=%d executions=%d duplicates=%d replayed=%d; %s: requests=%d, Temporal attempts=%d, ledger attempts=%d; total %s",
-		temporal.starts-1, stoppedIn.Round(time.Millisecond), downFor.Round(time.Millisecond), repolledIn.Round(time.Millisecond),
+		temporal.starts-1, signal, stoppedIn.Round(time.Millisecond), downFor.Round(time.Millisecond), repolledIn.Round(time.Millisecond),
 		requests, executions, duplicates, requests-executions, activityID, counts.requests[ann], attempts[activityID],
 		actions[ann].Attempts, time.Since(began).Round(time.Millisecond))
 }

@@ -74,6 +74,16 @@ func specs(tools []agentsaga.Tool) []agentsaga.ToolSpec {
 	return out
 }
 
+// startGated runs tools on an engine worker of their own and starts spec
+// there, with the ledger the worker writes.
+func startGated(ctx context.Context, t *testing.T, tools []agentsaga.Tool, spec agentsaga.RunSpec) (*agentsaga.Run, *ledger.Store) {
+	t.Helper()
+	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
+	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
+	require.NoError(t, err)
+	return run, store
+}
+
 // waitForApproval waits until the run holds a call waiting for approval,
 // and returns it.
 func waitForApproval(t *testing.T, run *agentsaga.Run) agentsaga.ApprovalWait {
@@ -108,13 +118,11 @@ func TestApprovalThenTheActOnce(t *testing.T) {
 	defer cancel()
 	desk := &refunds{}
 	tools := desk.tools(t, agentsaga.WithApproval(agentsaga.ApprovalSpec{When: "amount > 100"}))
-	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 	spec := agentsaga.RunSpec{Goal: "refund order A", Budget: agentsaga.Budget{Steps: 6, Seconds: 60},
 		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 20}), agentsagatest.Call("refund", moneyArgs{"B", 250}),
 			agentsagatest.Answer("refunded")),
 		Tools: specs(tools)}
-	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-	require.NoError(t, err)
+	run, store := startGated(ctx, t, tools, spec)
 
 	wait := waitForApproval(t, run)
 	require.Equal(t, "refund", wait.Tool)
@@ -171,17 +179,15 @@ func TestDenialIsNeverSentAndNotAskedTwice(t *testing.T) {
 	defer cancel()
 	desk := &refunds{}
 	tools := desk.tools(t, agentsaga.WithApproval(agentsaga.ApprovalSpec{When: agentsagatype.ApprovalAlways}))
-	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 	spec := agentsaga.RunSpec{Goal: "refund order A", Budget: agentsaga.Budget{Steps: 6},
 		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 90}), agentsagatest.Call("refund", moneyArgs{"A", 90}),
 			agentsagatest.Answer("could not refund")),
 		Tools: specs(tools)}
-	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-	require.NoError(t, err)
+	run, store := startGated(ctx, t, tools, spec)
 	wait := waitForApproval(t, run)
 
 	var refused *agentsaga.RefusedError
-	_, err = run.Approve(ctx, "step-009-call-1-refund", "alice", "")
+	_, err := run.Approve(ctx, "step-009-call-1-refund", "alice", "")
 	require.ErrorAs(t, err, &refused)
 	require.Contains(t, refused.Reason, `no call "step-009-call-1-refund" waits for approval`)
 	require.Contains(t, refused.Reason, wait.Call, "it names what does wait")
@@ -223,11 +229,9 @@ func TestTwoApprovalsRace(t *testing.T) {
 	defer cancel()
 	desk := &refunds{}
 	tools := desk.tools(t, agentsaga.WithApproval(agentsaga.ApprovalSpec{When: agentsagatype.ApprovalAlways}))
-	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 	spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 4},
 		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 10}), agentsagatest.Answer("done")), Tools: specs(tools)}
-	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-	require.NoError(t, err)
+	run, store := startGated(ctx, t, tools, spec)
 	wait := waitForApproval(t, run)
 
 	var wg sync.WaitGroup
@@ -281,12 +285,10 @@ func TestApprovalTimeout(t *testing.T) {
 		desk := &refunds{}
 		tools := desk.tools(t, agentsaga.WithApproval(agentsaga.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutSeconds: 1,
 			OnTimeout: agentsagatype.ApprovalTimeoutFail}))
-		engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 		spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 4},
 			Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 10}), agentsagatest.Answer("done")), Tools: specs(tools)}
-		run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-		require.NoError(t, err)
-		_, err = run.Result(ctx)
+		run, store := startGated(ctx, t, tools, spec)
+		_, err := run.Result(ctx)
 		var failed *agentsaga.RunFailedError
 		require.ErrorAs(t, err, &failed)
 		require.Contains(t, failed.Result.Reason, "waited 1s for approval")
@@ -299,15 +301,13 @@ func TestApprovalTimeout(t *testing.T) {
 	t.Run("escalate", func(t *testing.T) {
 		desk := &refunds{}
 		tools := desk.tools(t, agentsaga.WithApproval(agentsaga.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutSeconds: 1}))
-		engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 		spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 6},
 			Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 10}), agentsagatest.Call("refund", moneyArgs{"A", 10}),
 				agentsagatest.Answer("done")), Tools: specs(tools)}
-		run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-		require.NoError(t, err)
+		run, store := startGated(ctx, t, tools, spec)
 		waitForStatus(t, run, agentsagatype.RunEscalated)
 		wait := waitForApproval(t, run)
-		_, err = run.Approve(ctx, wait.Call, "carol", "late but fine")
+		_, err := run.Approve(ctx, wait.Call, "carol", "late but fine")
 		require.NoError(t, err)
 		require.Zero(t, desk.count(), "approved while escalated: it goes when the model asks again")
 		require.NoError(t, run.Resume(ctx, agentsaga.ResumeInput{Message: "approved now; go ahead"}))
@@ -381,15 +381,13 @@ func TestPromptInjectionCannotPassALimit(t *testing.T) {
 	}))
 	tools := append(desk.tools(t, agentsaga.WithApproval(agentsaga.ApprovalSpec{When: "amount > 100"}),
 		agentsaga.WithLimits(agentsaga.LimitSpec{Call: "amount <= 500", Escalate: true})), ticket)
-	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 	spec := agentsaga.RunSpec{Goal: "handle the ticket", Budget: agentsaga.Budget{Steps: 6},
 		Model: agentsagatest.Script(agentsagatest.Call("read_ticket", struct{}{}),
 			agentsagatest.Call("refund", moneyArgs{"Z", 5000}), // what the injection asked for
 			agentsagatest.Call("refund", moneyArgs{"Z", 400}),  // the model tries under the limit
 			agentsagatest.Answer("escalating to a human")),
 		Tools: specs(tools)}
-	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-	require.NoError(t, err)
+	run, _ := startGated(ctx, t, tools, spec)
 	// The limit says escalate: a human hears of the attempt at once.
 	waitForStatus(t, run, agentsagatype.RunEscalated)
 	status, err := run.Status(ctx)
@@ -419,7 +417,6 @@ func TestCumulativeLimitWithACompensationBetween(t *testing.T) {
 	defer cancel()
 	desk := &refunds{}
 	tools := desk.tools(t, agentsaga.WithLimits(agentsaga.LimitSpec{RunSum: "amount", AtMost: 200}))
-	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 	refund := func(order string) agentsagatype.ScriptedCall {
 		return agentsagatest.Call("refund", moneyArgs{order, 20}).ToolCalls[0]
 	}
@@ -440,8 +437,7 @@ func TestCumulativeLimitWithACompensationBetween(t *testing.T) {
 		Tools:  append(specs(tools), agentsaga.ToolSpec{Name: "helper", Kind: agentsagatype.ToolKindAgent}),
 		Agents: map[string]workflows.AgentSpec{"helper": {Tools: []string{"refund", "cancel_refund"}, Share: 0.5, Model: &helper}},
 	}
-	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-	require.NoError(t, err)
+	run, store := startGated(ctx, t, tools, spec)
 	result, err := run.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
@@ -507,16 +503,14 @@ func TestApprovalLiftsAnApprovableLimitForOneCall(t *testing.T) {
 	defer cancel()
 	desk := &refunds{}
 	tools := desk.tools(t, agentsaga.WithLimits(agentsaga.LimitSpec{Call: "amount <= 100", Approvable: true}))
-	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
 	spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 6},
 		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 150}), agentsagatest.Call("refund", moneyArgs{"B", 150}),
 			agentsagatest.Call("refund", moneyArgs{"C", 90}), agentsagatest.Answer("done")),
 		Tools: specs(tools)}
-	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-	require.NoError(t, err)
+	run, _ := startGated(ctx, t, tools, spec)
 	first := waitForApproval(t, run)
 	require.Contains(t, first.Why, "the arguments break the limit amount <= 100")
-	_, err = run.Approve(ctx, first.Call, "frank", "a goodwill refund")
+	_, err := run.Approve(ctx, first.Call, "frank", "a goodwill refund")
 	require.NoError(t, err)
 	second := waitForApproval(t, run) // the next call over the limit waits again
 	require.NotEqual(t, first.Call, second.Call)

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"go.temporal.io/sdk/workflow"
@@ -49,6 +50,12 @@ type DrainRow struct {
 	// IdealSeconds is what the service's capacity allows for the calls
 	// served after the outage.
 	IdealSeconds float64 `json:"ideal_seconds"`
+	// ReleaseRate, where nothing is declared, is the dependency's adaptive
+	// release rate (releases a second) when the drain began, which spaced
+	// the parked calls' release slots, and LearnedRate what it was when the
+	// drain had ended (budget.AdaptiveRelease, migration 00018).
+	ReleaseRate float64 `json:"release_rate,omitempty"`
+	LearnedRate float64 `json:"learned_rate,omitempty"`
 	// PerSecond is what the service counted, second by second.
 	PerSecond []Second `json:"per_second"`
 }
@@ -60,7 +67,8 @@ const DrainTarget = 2
 // Drain runs the backlog through agentsaga's breaker twice, one contender
 // after the other, each with its own downstream, worker and breaker: once
 // with the tool declaring the rate its service takes, once without (the
-// breaker's own release interval, a tenth of its cooldown).
+// adaptive release rate, which a new dependency starts at
+// budget.DefaultAdaptiveRelease.Start).
 func Drain(ctx context.Context, c client.Client, databaseURL string, cfg DrainConfig) ([]DrainRow, error) {
 	if cfg.Calls < 1 || cfg.RatePerSecond < 1 || cfg.Outage < 5*time.Second {
 		return nil, fmt.Errorf("bench: drain: calls %d and rate per second %d must be positive, and the outage (%v) at least 5 s (the calls arrive as it begins)",
@@ -78,7 +86,7 @@ func Drain(ctx context.Context, c client.Client, databaseURL string, cfg DrainCo
 }
 
 func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg DrainConfig, declared int64) (DrainRow, error) {
-	name := "agentsaga, rate not declared (the breaker's own interval)"
+	name := "agentsaga, rate not declared (adaptive)"
 	if declared > 0 {
 		name = fmt.Sprintf("agentsaga, rate_limit: {requests_per_minute: %d}", declared)
 	}
@@ -113,6 +121,7 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 			return DrainRow{}, fmt.Errorf("bench: drain: %s: start run %d: %w", name, r, err)
 		}
 	}
+	dependency := "tool:echo@" + queue // as agentsagaSend names it
 	var result OpenLoopResult
 	for _, run := range started {
 		var one OpenLoopResult
@@ -141,6 +150,12 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 		}
 	}
 	row.IdealSeconds = float64(row.AfterOutage-row.FailedAfter) / float64(cfg.RatePerSecond)
+	if declared == 0 {
+		row.ReleaseRate = budget.DefaultBreaker.AdaptiveRate().Start // a new dependency's
+		if row.LearnedRate, err = store.ReleaseRate(ctx, dependency, budget.DefaultBreaker); err != nil {
+			return DrainRow{}, fmt.Errorf("bench: drain: %s: %w", name, err)
+		}
+	}
 	return row, nil
 }
 
@@ -180,19 +195,20 @@ func PrintDrain(out io.Writer, cfg DrainConfig, rows []DrainRow) {
 	fmt.Fprintf(out, "backlog drain: %d calls parked during a %v outage of a service that takes %d a second; no call arrives after it\n",
 		cfg.Calls, cfg.Outage, cfg.RatePerSecond)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET\tLAST CALL AFTER THE OUTAGE")
+	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET\tLAST CALL AFTER THE OUTAGE\tRELEASE RATE")
 	for _, r := range rows {
-		target := "-"
-		if r.Declared > 0 {
-			verdict := "met"
-			if float64(r.DrainSeconds) > r.IdealSeconds+DrainTarget {
-				verdict = "MISSED"
-			}
-			target = fmt.Sprintf("<= %.0f s (%s)", r.IdealSeconds+DrainTarget, verdict)
+		verdict := "met"
+		if float64(r.DrainSeconds) > r.IdealSeconds+DrainTarget {
+			verdict = "MISSED"
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d s\t%.0f s\t%s\t%d s\n", r.Contender, r.Calls, r.FailedCalls, r.AfterOutage, r.DrainSeconds, r.IdealSeconds, target, r.SinceOutageSeconds)
+		rate := fmt.Sprintf("declared: %.1f/s", 0.95*float64(r.Declared)/60)
+		if r.Declared == 0 {
+			rate = fmt.Sprintf("adaptive: %.1f/s, %.2f/s after", r.ReleaseRate, r.LearnedRate)
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d s\t%.0f s\t<= %.0f s (%s)\t%d s\t%s\n", r.Contender, r.Calls, r.FailedCalls, r.AfterOutage, r.DrainSeconds,
+			r.IdealSeconds, r.IdealSeconds+DrainTarget, verdict, r.SinceOutageSeconds, rate)
 	}
 	tw.Flush()
 	fmt.Fprintln(out, "  drained in: from the first second a request was served after the outage (the breaker's probe closed it) to the last;")
-	fmt.Fprintln(out, "  the last call after the outage adds the probe's delay (up to a cooldown, 5 s)")
+	fmt.Fprintln(out, "  the last call after the outage adds the probe's delay (up to a cooldown, 5 s); a declared rate is released at 95% of it")
 }

@@ -14,8 +14,8 @@ import (
 )
 
 // A small backlog: with its rate declared, the tool's parked calls come
-// back at what the service takes, and drain sooner than at the breaker's
-// own interval; no call is lost either way.
+// back at what the service takes; without, at the adaptive release rate,
+// not the fixed 2 a second it replaces; no call is lost either way.
 func TestDrainSmoke(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -32,6 +32,9 @@ func TestDrainSmoke(t *testing.T) {
 		assert.Equal(t, cfg.Calls, r.Calls, r.Contender)
 		assert.Zero(t, r.FailedCalls, "%s: a parked call waits, it does not fail", r.Contender)
 	}
-	// 40 calls at the breaker's 500 ms take about 20 s; at 10 a second, 4.
-	assert.Less(t, declared.DrainSeconds, undeclared.DrainSeconds, "the declared rate drains the backlog sooner")
+	// 40 calls at 10 a second take 4 s; at the fixed 2 a second the
+	// adaptive rate replaced, about 20.
+	assert.Less(t, declared.DrainSeconds, 10, "the declared rate drains the backlog at about what the service takes")
+	assert.Less(t, undeclared.DrainSeconds, 10, "the adaptive rate starts at 10 a second, not the old fixed 2")
+	assert.Positive(t, undeclared.LearnedRate, "the bench reads the rate the drain left")
 }

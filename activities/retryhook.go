@@ -429,10 +429,12 @@ func (h *RetryHook) awaitPace(ctx context.Context, plan agentsagatype.RetryPlan)
 }
 
 // releasedSuccesses counts, per dependency, the released calls (ones that
-// waited in the paced line) that succeeded on this worker since its last
-// booking in that line, which reports them (ledger.Store.BreakerPace). The
-// successes after a worker's last booking of a drain are never reported:
-// the adaptive rate then rises slower than the evidence allows, not faster.
+// took a place in the paced line) that succeeded on this worker since its
+// last booking in that line, which reports them (ledger.Store.BreakerPace).
+// The successes after a worker's last booking of a drain wait for its
+// next booking, in a later drain, and count only if calls wait in the line
+// then: the adaptive rate rises slower than the evidence allows, never
+// faster.
 type releasedSuccesses struct {
 	mu sync.Mutex
 	n  map[string]int

@@ -198,8 +198,8 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 // succeed since its last booking for this dependency: while the line is in
 // use they raise the rate before this call is booked. A worker holds its
 // successes until its next booking, so the ones after its last booking of
-// a drain are never counted: the rate rises slower than the evidence
-// allows, never faster.
+// a drain wait for a later drain and count only if calls wait in the line
+// then: the rate rises slower than the evidence allows, never faster.
 func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error) {
 	if err := cfg.Validate(); err != nil {
 		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)

@@ -1,7 +1,9 @@
 package toolcheck
 
 import (
+	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/argrule"
@@ -27,9 +29,32 @@ type Limit struct {
 	Rule *argrule.Rule
 }
 
+var gatesCache sync.Map // what compiling depends on, as JSON -> Gates
+
 // CompileGates compiles the tool's approval rule and limits against its
-// parameter schema, naming the field of the first one that is wrong.
+// parameter schema, naming the field of the first one that is wrong. A
+// tool's gates are compiled once per process: workflow code calls this on
+// every call, and building a CEL environment takes milliseconds, more
+// under -race, inside a workflow task that must yield within a second.
 func CompileGates(t agentsagatype.ToolSpec) (Gates, error) {
+	if t.Approval == nil && len(t.Limits) == 0 && !t.Irreversible {
+		return Gates{}, nil
+	}
+	key, err := json.Marshal([]any{t.Name, t.Kind, t.Irreversible, t.Approval, t.Limits, t.Parameters})
+	if err != nil {
+		return Gates{}, fmt.Errorf("tool %s: approval and limits: %w", t.Name, err)
+	}
+	if cached, ok := gatesCache.Load(string(key)); ok {
+		return cached.(Gates), nil
+	}
+	g, err := compileGates(t)
+	if err == nil {
+		gatesCache.Store(string(key), g)
+	}
+	return g, err
+}
+
+func compileGates(t agentsagatype.ToolSpec) (Gates, error) {
 	var g Gates
 	if t.Kind == agentsagatype.ToolKindAgent && (t.Approval != nil || len(t.Limits) > 0) {
 		return g, fmt.Errorf("tool %s: approval and limits apply to the tools a sub-agent calls, not to the sub-agent", t.Name)

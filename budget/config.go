@@ -102,10 +102,11 @@ var DefaultBreaker = BreakerConfig{Threshold: 3, Window: 30 * time.Second, Coold
 //   - it starts at Start;
 //   - it rises while released calls succeed: each success of a released
 //     call, reported while the line is in use (a call waits for its place,
-//     so the rate is what holds the calls back), adds Step; below the rate
-//     at which it was last cut, each adds a tenth of the way back to that
-//     rate instead, when that is more (it worked until just before the
-//     failure);
+//     so the rate is what holds the calls back), adds Step; below nine
+//     tenths of the rate at which it was last cut, each adds a tenth of
+//     the way back there instead, when that is more (that rate failed, and
+//     the calls just below it had worked), so the rate returns quickly
+//     near where it failed and probes past it by steps;
 //   - it halves when a call to the dependency fails retryably while the
 //     line is in use (the failure that opens the breaker again is one), at
 //     most once per congestion: not again until the calls booked at the old

@@ -113,13 +113,13 @@ func TestAdaptiveReleaseHalvesOnFailure(t *testing.T) {
 	}
 	assert.InDelta(t, 1.5, releaseRate(t, store, "crm", cfg), 1e-9, "three failures of one congestion halve it once")
 
-	// Fast recovery: below the rate of the last cut, each success closes a
-	// tenth of the gap to it when that is more than a step.
+	// Fast recovery: below nine tenths of the rate of the last cut, each
+	// success closes a tenth of the gap to it when that is more than a step.
 	last, err := store.BreakerPace(ctx, "crm", cfg, 10)
 	require.NoError(t, err)
-	recovered := 1.5 + 1.5*(1-pow(0.9, 10))
+	recovered := 1.5 + (2.7-1.5)*(1-pow(0.9, 10))
 	require.Greater(t, recovered, 1.5+10*0.05)
-	assert.InDelta(t, recovered, releaseRate(t, store, "crm", cfg), 1e-9, "ten successes close 1-0.9^10 of the gap to 3")
+	assert.InDelta(t, recovered, releaseRate(t, store, "crm", cfg), 1e-9, "ten successes close 1-0.9^10 of the gap to 2.7, nine tenths of 3")
 
 	// After the hold, with the line in use, the next failure cuts again,
 	// down to the floor and no further.

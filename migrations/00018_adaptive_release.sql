@@ -16,7 +16,8 @@
 --   carries the successes of released calls its worker saw since its last
 --   booking; while the line is in use (this call waits for its place, so
 --   the rate is what holds the calls back), each adds p_step (additive
---   increase), or, below release_peak, a tenth of the way back to it when
+--   increase), or, below release_peak (nine tenths of the rate the last cut
+--   was made at: that rate failed), a tenth of the way back to it when
 --   that is more. A success of a call that did not wait says nothing about
 --   a higher rate, and adds nothing. A healthy call reports nothing: the
 --   success path keeps its two statements;
@@ -199,7 +200,7 @@ BEGIN
     END IF;
     v_rate := agentsaga_release_rate(r.release_rate, p_start, p_floor, p_ceiling);
     UPDATE circuit_breakers b
-    SET release_peak = v_rate, release_rate = greatest(p_floor, v_rate / 2),
+    SET release_peak = 0.9 * v_rate, release_rate = greatest(p_floor, v_rate / 2),
         release_hold_until = greatest(r.paced_until, v_now) + v_hold
     WHERE b.dependency = p_dependency;
 END

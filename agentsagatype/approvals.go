@@ -1,6 +1,7 @@
 package agentsagatype
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -46,7 +47,9 @@ type ApprovalSpec struct {
 	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
-// UnmarshalJSON takes the object, or a string that is its rule.
+// UnmarshalJSON takes the object, or a string that is its rule. An unknown
+// field is an error, as everywhere in a spec: a custom decoder does not
+// inherit the outer one's DisallowUnknownFields.
 func (a *ApprovalSpec) UnmarshalJSON(data []byte) error {
 	var rule string
 	if json.Unmarshal(data, &rule) == nil {
@@ -54,7 +57,12 @@ func (a *ApprovalSpec) UnmarshalJSON(data []byte) error {
 		return nil
 	}
 	type plain ApprovalSpec
-	return json.Unmarshal(data, (*plain)(a))
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*plain)(a)); err != nil {
+		return fmt.Errorf("approval: %w", err)
+	}
+	return nil
 }
 
 // Timeout is how long a call waits for a decision.

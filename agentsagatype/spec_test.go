@@ -1,7 +1,10 @@
 package agentsagatype
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -23,5 +26,21 @@ func TestRateLimitValidateNamesTheField(t *testing.T) {
 	m.RateLimit = &RateLimit{RequestsPerMinute: 60, Concurrency: 4}
 	if err := m.Validate(); err != nil {
 		t.Fatalf("Validate() = %v", err)
+	}
+}
+
+// approval is a rule or an object, and a typo in the object is an error.
+func TestApprovalSpecDecodes(t *testing.T) {
+	var tool ToolSpec
+	if err := json.Unmarshal([]byte(`{"name":"wire","approval":"always"}`), &tool); err != nil || tool.Approval.When != ApprovalAlways {
+		t.Fatalf("the string form: %+v, %v", tool.Approval, err)
+	}
+	if err := json.Unmarshal([]byte(`{"name":"wire","approval":{"when":"amount > 1","timeout_seconds":60,"on_timeout":"fail"}}`), &tool); err != nil ||
+		tool.Approval.Timeout() != time.Minute || tool.Approval.OnTimeout != ApprovalTimeoutFail {
+		t.Fatalf("the object form: %+v, %v", tool.Approval, err)
+	}
+	err := json.Unmarshal([]byte(`{"name":"wire","approval":{"when":"always","timout_seconds":60}}`), &tool)
+	if err == nil || !strings.Contains(err.Error(), "timout_seconds") {
+		t.Fatalf("a typo: %v; want an error naming timout_seconds", err)
 	}
 }

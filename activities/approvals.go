@@ -18,11 +18,15 @@ func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.Appr
 
 // DecideApproval records a human's decision (or the timeout's). A request
 // another decision settled first fails for good, naming who decided, so
-// the second operator's Update is told.
+// the second operator's Update is told; so does a key with no request.
 func (a *Activities) DecideApproval(ctx context.Context, d agentsagatype.ApprovalDecision) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.DecideApproval(ctx, d.Key, d.Status(), d.By, d.Reason)
-	if errors.Is(err, ledger.ErrDecided) || errors.Is(err, ledger.ErrNotFound) {
+	switch {
+	case errors.Is(err, ledger.ErrDecided):
 		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeApprovalDecided, nil)
+	case errors.Is(err, ledger.ErrNotFound):
+		// No request under the key: retrying cannot make one appear.
+		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeNotFound, nil)
 	}
 	return approval, err
 }

@@ -101,7 +101,9 @@ func decisionCommand(use, short string, approve bool) *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s by %s at %s\n", args[0], args[1], approval.Status, approval.DecidedBy,
 				approval.DecidedAt.UTC().Format(time.RFC3339))
 			if approve {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: checks are done; %s goes out now, once, under %s\n", name, approval.Tool, approval.Key)
+				// An escalated run sends it once it is resumed and its
+				// model asks for the call again.
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: recorded; the run sends %s once, under %s\n", name, approval.Tool, approval.Key)
 			}
 			return nil
 		},

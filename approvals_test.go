@@ -202,7 +202,9 @@ func TestDenialIsNeverSentAndNotAskedTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, agentsagatype.ApprovalDenied, denied.Status)
 	_, err = run.Approve(ctx, wait.Call, "alice", "")
-	require.ErrorAs(t, err, &refused, "a call no longer waiting")
+	var first *agentsaga.AlreadyDecidedError
+	require.ErrorAs(t, err, &first, "a call no longer waiting: the run waits on or has ended")
+	require.Equal(t, "bob", first.By)
 
 	result, err := run.Result(ctx)
 	require.NoError(t, err)
@@ -248,30 +250,115 @@ func TestTwoApprovalsRace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	recorded, err := store.RunApprovals(ctx, run.ID)
+	require.NoError(t, err)
+	require.Len(t, recorded, 1)
 	won := 0
 	for _, err := range errs {
-		var refused *agentsaga.RefusedError
+		var first *agentsaga.AlreadyDecidedError
 		switch {
 		case err == nil:
 			won++
-		case errors.As(err, &refused):
-			require.Contains(t, refused.Reason, "already")
+		case errors.As(err, &first):
+			// The losers are told whose decision came first, as the
+			// ledger recorded it, whether the run still held the call
+			// or had already let it go.
+			require.ErrorIs(t, err, agentsaga.ErrAlreadyDecided)
+			require.True(t, first.InLedger, "%v", err)
+			require.Equal(t, recorded[0].DecidedBy, first.By)
+			require.Equal(t, recorded[0].Status, first.Decision)
+			require.Equal(t, recorded[0].Reason, first.Reason)
+			require.Equal(t, recorded[0].DecidedAt, first.At)
 		default:
-			t.Fatalf("an operator got %v, neither a decision nor a refusal", err)
+			t.Fatalf("an operator got %v, neither a decision nor the first decision", err)
 		}
 	}
 	require.Equal(t, 1, won, "exactly one decision wins: %v", errs)
 	result, err := run.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, agentsagatype.RunCompleted, result.Status)
-	recorded, err := store.RunApprovals(ctx, run.ID)
-	require.NoError(t, err)
-	require.Len(t, recorded, 1)
 	if recorded[0].Status == agentsagatype.ApprovalApproved {
 		require.Equal(t, 1, desk.count())
 	} else {
 		require.Zero(t, desk.count())
 	}
+}
+
+// Issue 30, item 3: a decision that comes second is told whose came
+// first, from the ledger, after the run has moved on. Bob denies a refund;
+// the run goes on to wait for another call; Alice's late approval of the
+// first is refused with Bob's denial: who, when and why. After the run
+// has ended, the same. A handle without a ledger says it did not look.
+func TestALateApprovalIsToldWhoDeniedIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &refunds{}
+	tools := desk.tools(t, agentsaga.WithApproval(agentsaga.ApprovalSpec{When: agentsagatype.ApprovalAlways}))
+	spec := agentsaga.RunSpec{Goal: "refund orders A and B", Budget: agentsaga.Budget{Steps: 6},
+		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 90}), agentsagatest.Call("refund", moneyArgs{"B", 40}),
+			agentsagatest.Answer("refunded B only")),
+		Tools: specs(tools)}
+	run, _ := startGated(ctx, t, tools, spec)
+
+	payA := waitForApproval(t, run)
+	before := time.Now()
+	_, err := run.Deny(ctx, payA.Call, "bob@example.com", "order A was never paid")
+	require.NoError(t, err)
+	after := time.Now()
+	var payB agentsaga.ApprovalWait
+	require.Eventually(t, func() bool {
+		waiting, err := run.Approvals(ctx)
+		if err != nil || len(waiting) == 0 || waiting[0].Call == payA.Call {
+			return false
+		}
+		payB = waiting[0]
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the run moved on to the next call")
+
+	_, err = run.Approve(ctx, payA.Call, "alice@example.com", "looks fine to me")
+	t.Logf("the late approval was told: %v", err)
+	require.ErrorIs(t, err, agentsaga.ErrAlreadyDecided)
+	var first *agentsaga.AlreadyDecidedError
+	require.ErrorAs(t, err, &first)
+	require.Equal(t, run.ID, first.ID)
+	require.Equal(t, payA.Call, first.Call)
+	require.Equal(t, workflows.UpdateApprove, first.Update)
+	require.Equal(t, agentsagatype.ApprovalDenied, first.Decision)
+	require.Equal(t, "bob@example.com", first.By)
+	require.Equal(t, "order A was never paid", first.Reason)
+	require.True(t, first.InLedger)
+	require.WithinRange(t, first.At, before.Add(-time.Second), after.Add(time.Second), "when bob denied it")
+	require.ErrorContains(t, err, "already denied by bob@example.com at "+first.At.UTC().Format(time.RFC3339))
+	require.ErrorContains(t, err, `"order A was never paid"`)
+	var refused *agentsaga.RefusedError
+	require.ErrorAs(t, err, &refused, "still the run's refusal underneath")
+	require.Contains(t, refused.Reason, "waiting: "+payB.Call)
+
+	// A handle without the ledger gives the run's answer and says it did
+	// not consult the ledger.
+	_, err = agentsaga.Get(devServer.Client(), run.ID).Approve(ctx, payA.Call, "alice@example.com", "")
+	require.ErrorAs(t, err, &refused)
+	require.NotErrorIs(t, err, agentsaga.ErrAlreadyDecided)
+	require.ErrorContains(t, err, "the ledger was not consulted")
+	t.Logf("without the ledger: %v", err)
+
+	_, err = run.Approve(ctx, payB.Call, "carol@example.com", "B is fine")
+	require.NoError(t, err)
+	result, err := run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	desk.mu.Lock()
+	require.Equal(t, []moneyArgs{{"B", 40}}, desk.made, "the denied refund was never sent")
+	desk.mu.Unlock()
+
+	// The run has ended: a late denial is still told whose came first.
+	_, err = run.Deny(ctx, payB.Call, "dave@example.com", "too late")
+	t.Logf("after the end: %v", err)
+	require.ErrorAs(t, err, &first)
+	require.Equal(t, agentsagatype.ApprovalApproved, first.Decision)
+	require.Equal(t, "carol@example.com", first.By)
+	require.Equal(t, "B is fine", first.Reason)
+	require.NotErrorIs(t, err, agentsaga.ErrRefused, "the run did not refuse it: it has ended")
 }
 
 // Nobody decides in time. With on_timeout fail, the run fails naming the

@@ -148,18 +148,25 @@ func ExampleWithApproval() {
 
 // Deciding on a call that waits for approval. Approve returns the ledger's
 // record once the run has written who decided; the call is then sent once.
+// A call another operator decided first is an *AlreadyDecidedError with
+// that decision, read from the ledger the handle has.
 func ExampleRun_Approve() {
 	ctx := context.Background()
 	c, _ := client.Dial(client.Options{})
-	run := agentsaga.Get(c, "refund-o-1")
+	store, _ := ledger.Open(ctx, "postgres://postgres@127.0.0.1:5432/agentsaga")
+	run := agentsaga.Get(c, "refund-o-1").WithLedger(store)
 	waiting, err := run.Approvals(ctx)
 	if err != nil || len(waiting) == 0 {
 		return // compile-only: it needs a server
 	}
 	approval, err := run.Approve(ctx, waiting[0].Call, "alice@example.com", "the order is paid")
+	var first *agentsaga.AlreadyDecidedError
 	var refused *agentsaga.RefusedError
-	if errors.As(err, &refused) {
-		_ = refused.Reason // e.g. deny: refused: call ... was already approved by bob
+	switch {
+	case errors.As(err, &first):
+		_, _, _ = first.By, first.At, first.Reason // the first decision stands
+	case errors.As(err, &refused):
+		_ = refused.Reason // e.g. no call ... waits for approval in this run (waiting: ...)
 	}
 	_ = approval.DecidedAt
 }

@@ -1,10 +1,15 @@
 package agentsaga
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
+	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -197,19 +202,144 @@ func (r *Run) Approvals(ctx context.Context) ([]ApprovalWait, error) {
 
 // Approve lets a call waiting for approval go: the run records the
 // decision in the ledger (by says who decided, reason why, both kept) and
-// then sends the call, once. It returns the ledger's record. A call that is
-// not waiting (unknown, or decided already: two operators at once) is a
-// *RefusedError naming why, and whose decision came first.
+// then sends the call, once. It returns the ledger's record. A call that
+// another decision settled first (two operators at once, or a late
+// approval after the run moved on) is an *AlreadyDecidedError carrying
+// that first decision, read from the ledger when the handle has one; any
+// other call the run does not hold waiting is a *RefusedError naming why.
 func (r *Run) Approve(ctx context.Context, call, by, reason string) (Approval, error) {
-	var approval Approval
-	err := r.decideInto(ctx, workflows.UpdateApprove, &approval, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
-	return approval, err
+	return r.decideApproval(ctx, workflows.UpdateApprove, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
 }
 
 // Deny refuses a call waiting for approval: it is never sent, and the model
-// reads reason (required) and is told not to ask again.
+// reads reason (required) and is told not to ask again. Its refusals are
+// Approve's.
 func (r *Run) Deny(ctx context.Context, call, by, reason string) (Approval, error) {
+	return r.decideApproval(ctx, workflows.UpdateDeny, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
+}
+
+// ErrAlreadyDecided is what Approve and Deny return, in an
+// *AlreadyDecidedError, for a call that another decision settled first.
+// The first decision stands; sending this one again changes nothing.
+var ErrAlreadyDecided = errors.New("another decision came first")
+
+// AlreadyDecidedError is a decision on a call that was decided already,
+// with the decision that came first: who, what, when and why. It is the
+// same whether the run still waited (two operators raced) or had moved on
+// (the call was settled and the run went on, or ended).
+type AlreadyDecidedError struct {
+	ID   string // the run
+	Call string
+	// Update is the decision that came second and was refused:
+	// workflows.UpdateApprove or workflows.UpdateDeny.
+	Update string
+	// Decision is the first decision: agentsagatype.ApprovalApproved,
+	// ApprovalDenied or ApprovalTimedOut (nobody decided in time).
+	Decision string
+	By       string
+	// At and Reason are the ledger's; without the ledger (InLedger false)
+	// At is zero and Reason empty.
+	At     time.Time
+	Reason string
+	// InLedger says the first decision was read from the ledger. False when
+	// the handle has no ledger (Get without WithLedger): then Decision and
+	// By are what the run said, and when and why were not looked up.
+	InLedger bool
+	// err is what the run answered the second decision: its *RefusedError,
+	// or Temporal's error for a run that has ended.
+	err error
+	// unread says why the ledger did not give the first decision.
+	unread string
+}
+
+func (e *AlreadyDecidedError) Error() string {
+	msg := fmt.Sprintf("agentsaga: %s %s of run %s: %v: it was already %s by %s", e.Update, e.Call, e.ID, ErrAlreadyDecided, e.Decision, e.By)
+	if !e.InLedger {
+		return msg + " (as the run said; " + cmp.Or(e.unread, "when and why were not read from the ledger") + ")"
+	}
+	msg += " at " + e.At.UTC().Format(time.RFC3339)
+	if e.Reason != "" {
+		msg += fmt.Sprintf(": %q", e.Reason)
+	}
+	return msg + "; the first decision stands"
+}
+
+// Unwrap gives ErrAlreadyDecided and what the run answered (a refusal is
+// still a *RefusedError to errors.As).
+func (e *AlreadyDecidedError) Unwrap() []error {
+	if e.err == nil {
+		return []error{ErrAlreadyDecided}
+	}
+	return []error{ErrAlreadyDecided, e.err}
+}
+
+// firstDecisionWait bounds how long a decision that lost a race waits for
+// the ledger to hold the winner's: the winning Update's handler records it
+// in an activity, usually within milliseconds of the loser's refusal.
+const firstDecisionWait = 10 * time.Second
+
+// alreadyDecided matches the run's refusal of a decision on a call whose
+// decision is pending or recorded (workflows/approvals.go): "call X was
+// already denied by bob", or the ledger's ErrDecided.
+var alreadyDecided = regexp.MustCompile(`call (\S+) was already (\S+) by (.+)$`)
+
+// decideApproval sends approve or deny. When the run refuses it, or has
+// ended, the ledger is asked whether another decision came first, so a
+// second operator learns whose it was, whether the run still waits or has
+// moved on: the workflow forgets a call once it is settled; the ledger
+// keeps it.
+func (r *Run) decideApproval(ctx context.Context, update string, in workflows.ApprovalInput) (Approval, error) {
 	var approval Approval
-	err := r.decideInto(ctx, workflows.UpdateDeny, &approval, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
-	return approval, err
+	err := r.decideInto(ctx, update, &approval, in)
+	if err == nil || in.Call == "" || ctx.Err() != nil {
+		return approval, err
+	}
+	var refused *RefusedError
+	var gone *serviceerror.NotFound
+	isRefused := errors.As(err, &refused)
+	// fromRun is the run's own word on the first decision: who and what,
+	// while the run still holds the call (two operators raced).
+	fromRun := func(unread string) error {
+		if m := alreadyDecided.FindStringSubmatch(refused.Reason); isRefused && m != nil && m[1] == in.Call {
+			return &AlreadyDecidedError{ID: r.ID, Call: in.Call, Update: update, Decision: m[2], By: m[3], err: err, unread: unread}
+		}
+		return nil
+	}
+	if r.ledger == nil {
+		if first := fromRun("the handle has no ledger, so the ledger was not consulted and when and why are not known: Run.WithLedger"); first != nil {
+			return Approval{}, first
+		}
+		if (isRefused && strings.Contains(refused.Reason, "waits for approval")) || errors.As(err, &gone) {
+			return Approval{}, fmt.Errorf("%w (the handle has no ledger, so the ledger was not consulted on whether another decision came first: Run.WithLedger)", err)
+		}
+		return Approval{}, err
+	}
+	key := agentsagatype.CallKey(r.ID, in.Call)
+	first, lerr := r.ledger.GetApproval(ctx, key)
+	// A decision that lost a race is refused while the winner's is being
+	// recorded: wait, briefly, for the ledger to have it.
+	if lerr == nil && first.Status == agentsagatype.ApprovalAwaiting && isRefused && strings.Contains(refused.Reason, "already") {
+		deadline := time.Now().Add(firstDecisionWait)
+		for lerr == nil && first.Status == agentsagatype.ApprovalAwaiting && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return Approval{}, err
+			case <-time.After(50 * time.Millisecond):
+				first, lerr = r.ledger.GetApproval(ctx, key)
+			}
+		}
+	}
+	switch {
+	case errors.Is(lerr, ledger.ErrNotFound):
+		return Approval{}, err // no such request: the run's refusal says what waits
+	case lerr != nil:
+		return Approval{}, fmt.Errorf("%w (and the ledger, asked whose decision came first: %v)", err, lerr)
+	case first.Status == agentsagatype.ApprovalAwaiting:
+		if won := fromRun(fmt.Sprintf("the ledger did not have it within %s", firstDecisionWait)); won != nil {
+			return Approval{}, won
+		}
+		return Approval{}, err // still open: the run's refusal is the answer
+	}
+	return Approval{}, &AlreadyDecidedError{ID: r.ID, Call: in.Call, Update: update, Decision: first.Status, By: first.DecidedBy,
+		At: first.DecidedAt, Reason: first.Reason, InLedger: true, err: err}
 }

@@ -74,6 +74,23 @@ func (s *Store) DecideApproval(ctx context.Context, key, status, by, reason stri
 	return a, nil
 }
 
+const getApprovalSQL = `SELECT ` + approvalColumns + ` FROM approvals WHERE idempotency_key = $1`
+
+// GetApproval is the approval request under a call's key, with its
+// decision (who, when, why) once made: what a decision that came second
+// is told of the one that came first. A key with no request is
+// ErrNotFound.
+func (s *Store) GetApproval(ctx context.Context, key string) (agentsagatype.Approval, error) {
+	a, err := scanApproval(s.pool.QueryRow(ctx, getApprovalSQL, key))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return agentsagatype.Approval{}, fmt.Errorf("ledger: approval %s: %w", key, ErrNotFound)
+	case err != nil:
+		return agentsagatype.Approval{}, fmt.Errorf("ledger: approval %s: %w", key, err)
+	}
+	return a, nil
+}
+
 const awaitingApprovalsSQL = `
 	SELECT ` + approvalColumns + ` FROM approvals a
 	WHERE a.status = 'awaiting-approval'

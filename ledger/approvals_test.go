@@ -49,6 +49,12 @@ func TestApprovalIsRecordedOnceAndDecidedOnce(t *testing.T) {
 	assert.Contains(t, err.Error(), "approved by alice")
 	_, err = store.DecideApproval(ctx, "wf-a/nothing", agentsagatype.ApprovalApproved, "alice", "")
 	require.ErrorIs(t, err, ledger.ErrNotFound)
+	// What a second operator is told: who decided first, when and why.
+	first, err = store.GetApproval(ctx, req.Key)
+	require.NoError(t, err)
+	assert.Equal(t, approved, first)
+	_, err = store.GetApproval(ctx, "wf-a/nothing")
+	require.ErrorIs(t, err, ledger.ErrNotFound)
 
 	waiting, err = store.AwaitingApprovals(ctx, 100)
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
@@ -84,17 +85,35 @@ func decisionCommand(use, short string, approve bool) *cobra.Command {
 			if by == "" {
 				by = caller()
 			}
-			c, err := worker.Dial(cmd.Context(), worker.ConfigFromEnv())
+			cfg := worker.ConfigFromEnv()
+			c, err := worker.Dial(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			run := agentsaga.Get(c, args[0])
+			// A decision that comes second is told whose came first, from
+			// the ledger: the run forgets a call once it is settled.
+			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			run := agentsaga.Get(c, args[0]).WithLedger(store)
 			decide := run.Approve
 			if !approve {
 				decide = run.Deny
 			}
 			approval, err := decide(cmd.Context(), args[1], by, reason)
+			var first *agentsaga.AlreadyDecidedError
+			if errors.As(err, &first) && first.InLedger {
+				// Exits non-zero: this decision was not taken.
+				why := ""
+				if first.Reason != "" {
+					why = fmt.Sprintf(" (%q)", first.Reason)
+				}
+				return fmt.Errorf("%s %s %s: refused: it was already %s by %s at %s%s; the first decision stands",
+					name, args[0], args[1], first.Decision, first.By, first.At.UTC().Format(time.RFC3339), why)
+			}
 			if err != nil {
 				return err
 			}

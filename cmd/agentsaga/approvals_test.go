@@ -77,3 +77,55 @@ tools:
 	require.NoError(t, err)
 	assert.Empty(t, waiting)
 }
+
+// Issue 30, item 3, from the CLI: bob denies the wire; once the run has
+// moved on (here, to its end), alice's late approve exits non-zero and
+// says who denied it, when and why, from the ledger.
+func TestALateApproveFromTheCLIIsToldWhoDenied(t *testing.T) {
+	store := cliWorld(t)
+	var wires atomic.Int32
+	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		wires.Add(1)
+		fmt.Fprint(w, `{"sent": true}`)
+	}))
+	t.Cleanup(bank.Close)
+	spec := writeFile(t, "spec.yaml", fmt.Sprintf(`
+goal: pay the supplier
+budget: {steps: 4}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: wire, arguments: {to: acme, amount: 1200}}]
+    - content: not paid
+tools:
+  - name: wire
+    kind: http
+    url: %s/wire
+    irreversible: true
+    parameters: {type: object, properties: {to: {type: string}, amount: {type: number}}}
+`, bank.URL))
+	const id, call = "cli-late-approval", "step-001-call-1-wire"
+	_, err := runCLI(t, "run", "--spec", spec, "--id", id)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		out, err := runCLI(t, "approvals")
+		return err == nil && strings.Contains(out, id)
+	}, 30*time.Second, 100*time.Millisecond, "the irreversible wire waits for approval")
+
+	out, err := runCLI(t, "deny", id, call, "--by", "bob@example.com", "--reason", "invoice 42 is a duplicate")
+	require.NoError(t, err, out)
+	var result workflows.RunResult
+	require.NoError(t, devServer.Client().GetWorkflow(context.Background(), id, "").Get(context.Background(), &result), "the run moved on, to its end")
+	assert.Equal(t, "not paid", result.Answer)
+
+	_, err = runCLI(t, "approve", id, call, "--by", "alice@example.com")
+	require.Error(t, err, "a late approve exits non-zero")
+	t.Logf("agentsaga approve printed: agentsaga: %v", err)
+	recorded, lerr := store.RunApprovals(context.Background(), id)
+	require.NoError(t, lerr)
+	require.Len(t, recorded, 1)
+	assert.EqualError(t, err, fmt.Sprintf(`approve %s %s: refused: it was already denied by bob@example.com at %s ("invoice 42 is a duplicate"); the first decision stands`,
+		id, call, recorded[0].DecidedAt.UTC().Format(time.RFC3339)))
+	assert.Zero(t, wires.Load(), "the denied wire never went out")
+	assert.Equal(t, "bob@example.com", recorded[0].DecidedBy, "the late approve changed nothing")
+}

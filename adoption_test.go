@@ -94,7 +94,7 @@ agents:
 `))
 	require.NoError(t, err)
 	id := agentsagatest.RunID(t)
-	run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue()})
+	run, err := engine.Start(ctx, c, id, spec, agentsaga.StartOptions{})
 	require.NoError(t, err)
 	result, err := run.Result(ctx)
 	require.NoError(t, err)

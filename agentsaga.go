@@ -12,9 +12,12 @@
 //	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
 //	engine.Register(w)
 //
-// A starter:
+// A starter, with the ledger, which refuses an ID any run has had even
+// after Temporal forgot it (Start without one is ErrNoLedger, unless
+// StartOptions.SkipLedgerCheck takes that risk):
 //
 //	run, err := agentsaga.Start(ctx, c, "refund-42", spec, agentsaga.StartOptions{Ledger: store})
+//	run, err := engine.Start(ctx, c, "refund-42", spec, agentsaga.StartOptions{}) // the engine's ledger, queue and providers
 //	result, err := run.Result(ctx)
 //
 // A run waiting for a human is resumed, aborted, retried or skipped

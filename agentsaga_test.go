@@ -109,20 +109,20 @@ func TestEngineOnATeamsWorker(t *testing.T) {
 	defer w.Stop()
 
 	spec := agentsaga.RunSpec{Goal: "say hello", Budget: agentsaga.Budget{Steps: 2}, Model: agentsaga.ModelSpec{Provider: "echo"}}
-	_, err = agentsaga.Start(ctx, c, agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: queue})
+	_, err = agentsaga.Start(ctx, c, agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: queue, Ledger: store})
 	var invalid *agentsaga.InvalidSpecError
 	require.ErrorAs(t, err, &invalid, "a provider the starter was not told of")
 	require.ErrorContains(t, err, `unknown provider "echo"`)
 
 	id := agentsagatest.RunID(t)
-	run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: queue, ModelProviders: engine.Providers()})
+	run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: queue, ModelProviders: engine.Providers(), Ledger: store})
 	require.NoError(t, err)
 	result, err := run.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "completed", result.Status, result.Reason)
 	require.Equal(t, "echo: say hello", result.Answer)
 
-	_, err = agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: queue, ModelProviders: engine.Providers()})
+	_, err = agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: queue, ModelProviders: engine.Providers(), Ledger: store})
 	require.ErrorIs(t, err, agentsaga.ErrRunExists)
 	var exists *agentsaga.RunExistsError
 	require.ErrorAs(t, err, &exists)
@@ -132,7 +132,7 @@ func TestEngineOnATeamsWorker(t *testing.T) {
 	// in a *RunFailedError.
 	failing := spec
 	failing.Model = agentsaga.ModelSpec{Provider: "echo", Name: "fail"}
-	run, err = agentsaga.Start(ctx, c, agentsagatest.RunID(t), failing, agentsaga.StartOptions{TaskQueue: queue, ModelProviders: engine.Providers()})
+	run, err = agentsaga.Start(ctx, c, agentsagatest.RunID(t), failing, agentsaga.StartOptions{TaskQueue: queue, ModelProviders: engine.Providers(), Ledger: store})
 	require.NoError(t, err)
 	_, err = agentsaga.Get(c, run.ID).Result(ctx)
 	var failed *agentsaga.RunFailedError

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -81,6 +82,42 @@ func ExampleStart() {
 	// "completed", "partial", "escalated", ...
 	result, _ := run.Result(ctx)
 	_ = result.Status
+}
+
+// A starter inside a team's worker process starts through the engine: the
+// engine's ledger refuses an ID any run has had, even one Temporal has
+// forgotten (a restarted dev server, the retention), and its task queue
+// and model providers are filled in.
+func ExampleEngine_Start() {
+	ctx := context.Background()
+	c, _ := client.Dial(client.Options{})
+	store, _ := ledger.Open(ctx, "postgres://postgres@127.0.0.1:5432/agentsaga")
+	engine, _ := agentsaga.New(ctx, store, agentsaga.Config{Temporal: c})
+	spec := agentsaga.RunSpec{Goal: "refund order o-1"} // and a model, a budget, tools
+	run, err := engine.Start(ctx, c, "refund-o-1", spec, agentsaga.StartOptions{})
+	var exists *agentsaga.RunExistsError
+	if errors.As(err, &exists) && exists.InLedger {
+		return // a run had this ID; Temporal no longer knows it, the ledger does
+	}
+	if err != nil {
+		return // compile-only: it needs a server
+	}
+	_, _ = run.Result(ctx)
+}
+
+// Start with no ledger to ask is refused, naming what is missing: the ID
+// could be one Temporal has forgotten, and the run would be answered from
+// the old run's ledger rows. StartOptions.SkipLedgerCheck takes that risk
+// explicitly.
+func ExampleErrNoLedger() {
+	spec := agentsaga.RunSpec{Goal: "refund order o-1", Budget: agentsaga.Budget{Steps: 3},
+		Model: agentsagatest.Script(agentsagatest.Answer("refunded"))}
+	_, err := agentsaga.Start(context.Background(), nil, "refund-o-1", spec, agentsaga.StartOptions{})
+	fmt.Println(errors.Is(err, agentsaga.ErrNoLedger))
+	fmt.Println(err)
+	// Output:
+	// true
+	// agentsaga: start run refund-o-1: no ledger to check the run ID against: set StartOptions.Ledger (or start with Engine.Start), or StartOptions.SkipLedgerCheck to accept that an ID reused after Temporal lost its history is answered from the old run's ledger rows
 }
 
 // A spec that fails validation is refused before anything is asked of

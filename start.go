@@ -24,11 +24,23 @@ type StartOptions struct {
 	// ModelProviders are custom providers the workers register
 	// (Config.Models; Engine.Providers), so that a spec may name them.
 	ModelProviders []string
-	// Ledger, when set, is asked first: an ID it has a run for is refused
-	// even when Temporal has forgotten it (a dev server restarted, the
-	// retention passed), since the new run would be answered from the old
-	// one's stored results. The returned Run reads its Status from it.
+	// Ledger is asked first: an ID it has a run for is refused even when
+	// Temporal has forgotten it (a dev server restarted, the retention
+	// passed), since the new run would be answered from the old one's
+	// stored results. The returned Run reads its Status from it. Start
+	// requires it unless SkipLedgerCheck is set; Engine.Start fills it
+	// with the engine's.
 	Ledger *ledger.Store
+	// SkipLedgerCheck starts the run without asking the ledger whether its
+	// ID was used, so only Temporal is asked, and Temporal forgets. What it
+	// risks: an ID reused after the Temporal server lost its history (a
+	// dev server restarted, the retention passed, a namespace recreated)
+	// is accepted, and the new run is answered from the old run's ledger
+	// rows: its model turns and tool calls share the old run's idempotency
+	// keys, so they replay the old results and nothing is sent. Set it only
+	// where every ID is new by construction (a random ID per start) and
+	// the ledger round trip matters.
+	SkipLedgerCheck bool
 }
 
 // ErrRunExists is the error Start returns (wrapped in a *RunExistsError)
@@ -36,6 +48,12 @@ type StartOptions struct {
 // run under it would share the first one's idempotency keys and be
 // answered from its stored results.
 var ErrRunExists = errors.New("a run with this ID already exists")
+
+// ErrNoLedger is what Start returns for options with neither a Ledger nor
+// SkipLedgerCheck: without a ledger to ask, an ID Temporal has forgotten
+// would be reused silently. Nothing was started.
+var ErrNoLedger = errors.New("no ledger to check the run ID against: set StartOptions.Ledger (or start with Engine.Start), " +
+	"or StartOptions.SkipLedgerCheck to accept that an ID reused after Temporal lost its history is answered from the old run's ledger rows")
 
 // RunExistsError names the ID Start refused, and whether the ledger
 // (StartOptions.Ledger) or Temporal knew it.
@@ -64,8 +82,10 @@ func (e *InvalidSpecError) Unwrap() error { return e.Err }
 
 // Start validates spec, writes out its defaults (so the run keeps them
 // through deploys) and starts it under id as an AgentRunWorkflow, refusing
-// an id already used: one Temporal has, and with StartOptions.Ledger one
-// the ledger has.
+// an id already used: one Temporal has, and one the ledger has
+// (StartOptions.Ledger), which remembers IDs Temporal has forgotten.
+// Options with no ledger and no SkipLedgerCheck are ErrNoLedger: a
+// reused ID would be answered from the old run's ledger rows.
 func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts StartOptions) (*Run, error) {
 	if id == "" {
 		return nil, &InvalidSpecError{Err: errors.New("the run ID is empty")}
@@ -74,7 +94,10 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 	if err != nil {
 		return nil, &InvalidSpecError{Err: err}
 	}
-	if opts.Ledger != nil {
+	if opts.Ledger == nil && !opts.SkipLedgerCheck {
+		return nil, fmt.Errorf("agentsaga: start run %s: %w", id, ErrNoLedger)
+	}
+	if opts.Ledger != nil && !opts.SkipLedgerCheck {
 		_, err := opts.Ledger.GetRun(ctx, id)
 		if err == nil {
 			return nil, &RunExistsError{ID: id, InLedger: true}
@@ -125,4 +148,21 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 		return nil, fmt.Errorf("agentsaga: start run %s: %w", id, err)
 	}
 	return &Run{ID: id, RunID: run.GetRunID(), c: c, ledger: opts.Ledger}, nil
+}
+
+// Start starts a run as the package's Start does, with what the engine
+// already holds filling what opts leaves out: its ledger (so an ID any run
+// has had is refused, even one Temporal forgot), its task queue and its
+// model providers. opts.SkipLedgerCheck still skips the check.
+func (e *Engine) Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts StartOptions) (*Run, error) {
+	if opts.Ledger == nil {
+		opts.Ledger = e.store
+	}
+	if opts.TaskQueue == "" {
+		opts.TaskQueue = e.cfg.TaskQueue
+	}
+	if opts.ModelProviders == nil {
+		opts.ModelProviders = e.Providers()
+	}
+	return Start(ctx, c, id, spec, opts)
 }

@@ -183,7 +183,7 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 	}
 	var first string
 	if sc.viaStart {
-		run, err := agentsaga.Start(ctx, temporalClient, id, spec, agentsaga.StartOptions{TaskQueue: queue})
+		run, err := agentsaga.Start(ctx, temporalClient, id, spec, agentsaga.StartOptions{TaskQueue: queue, Ledger: r.store})
 		require.NoError(t, err, sc.name)
 		first = run.RunID
 	} else {

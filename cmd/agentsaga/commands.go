@@ -261,10 +261,9 @@ func newRunID() string {
 }
 
 // startRun starts a run the safe way (agentsaga.Start: validated, its
-// defaults written out, an ID Temporal has refused); `run` also asks the
-// ledger.
-func startRun(ctx context.Context, c client.Client, namespace, id string, spec workflows.RunSpec) (*agentsaga.Run, error) {
-	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace})
+// defaults written out, an ID Temporal or the ledger has refused).
+func startRun(ctx context.Context, c client.Client, store *ledger.Store, namespace, id string, spec workflows.RunSpec) (*agentsaga.Run, error) {
+	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace, Ledger: store})
 }
 
 // awaitRun waits for the run's result. A run that ended failed still has a

@@ -69,7 +69,7 @@ func runInvoice(t *testing.T, billing *Billing) (string, agentsaga.RunResult) {
 	spec, err := workflows.ParseSpec([]byte(Spec(server.URL)))
 	require.NoError(t, err)
 	id := agentsagatest.RunID(t)
-	run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{})
+	run, err := engine.Start(ctx, c, id, spec, agentsaga.StartOptions{})
 	require.NoError(t, err)
 	result, err := run.Result(ctx)
 	require.NoError(t, err)

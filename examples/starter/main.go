@@ -1,11 +1,14 @@
 // Command starter starts an agentsaga run from Go and prints how it ended.
 // A run ID may be used once: a second start under it is refused, because
-// the run's idempotency keys are made from it.
+// the run's idempotency keys are made from it. The ledger is asked too: it
+// remembers an ID after Temporal has forgotten it.
 //
-//	TEMPORAL_ADDRESS=127.0.0.1:7233 go run ./examples/starter -id refund-o-1 -goal "refund order o-1"
+//	TEMPORAL_ADDRESS=127.0.0.1:7233 DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentsaga \
+//	  go run ./examples/starter -id refund-o-1 -goal "refund order o-1"
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -16,12 +19,14 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/ledger"
 )
 
-// Start starts the run and waits for its result; a failed run is a result
-// too (its reason and trace), not an error.
-func Start(ctx context.Context, c client.Client, id string, spec agentsaga.RunSpec) (agentsaga.RunResult, error) {
-	run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{})
+// Start starts the run, refusing an ID the ledger or Temporal has had, and
+// waits for its result; a failed run is a result too (its reason and
+// trace), not an error.
+func Start(ctx context.Context, c client.Client, store *ledger.Store, id string, spec agentsaga.RunSpec) (agentsaga.RunResult, error) {
+	run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Ledger: store})
 	if err != nil {
 		return agentsaga.RunResult{}, err
 	}
@@ -43,12 +48,17 @@ func main() {
 		log.Fatal(err)
 	}
 	defer c.Close()
+	store, err := ledger.Open(context.Background(), cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/agentsaga"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
 	spec := agentsaga.RunSpec{
 		Goal:   *goal,
 		Budget: agentsaga.Budget{Steps: 10, USD: 0.50},
 		Model:  agentsaga.ModelSpec{Provider: "openai", Name: *model, BaseURL: os.Getenv("OPENAI_BASE_URL"), APIKeyEnv: "OPENAI_API_KEY"},
 	}
-	result, err := Start(context.Background(), c, *id, spec)
+	result, err := Start(context.Background(), c, store, *id, spec)
 	var exists *agentsaga.RunExistsError
 	switch {
 	case errors.As(err, &exists):

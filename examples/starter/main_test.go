@@ -24,7 +24,8 @@ func TestStartTwiceUnderOneID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := devServer.Client()
-	engine, err := agentsaga.New(ctx, agentsagatest.NewLedger(t), agentsaga.Config{})
+	store := agentsagatest.NewLedger(t)
+	engine, err := agentsaga.New(ctx, store, agentsaga.Config{})
 	require.NoError(t, err)
 	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
 	engine.Register(w)
@@ -33,12 +34,12 @@ func TestStartTwiceUnderOneID(t *testing.T) {
 
 	id := agentsagatest.RunID(t)
 	spec := agentsaga.RunSpec{Goal: "say hi", Budget: agentsaga.Budget{Steps: 2}, Model: agentsagatest.Script(agentsagatest.Answer("hi"))}
-	result, err := Start(ctx, c, id, spec)
+	result, err := Start(ctx, c, store, id, spec)
 	require.NoError(t, err)
 	require.Equal(t, "completed", result.Status)
 	require.Equal(t, "hi", result.Answer)
 
-	_, err = Start(ctx, c, id, spec)
+	_, err = Start(ctx, c, store, id, spec)
 	var exists *agentsaga.RunExistsError
 	require.ErrorAs(t, err, &exists)
 }

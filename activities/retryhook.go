@@ -182,7 +182,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		f.decision = "not retryable"
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
-	breakerOpen := false
+	breakerOpen, probeAt := false, time.Time{}
 	if blamesDependency(f.errType) {
 		report, err := h.store.BreakerReport(context.WithoutCancel(ctx), plan.Dependency, false, probe, h.cfg.Breaker)
 		if err != nil {
@@ -197,7 +197,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		default:
 			h.closed.forget(plan.Dependency) // this worker's next call asks the ledger
 		}
-		breakerOpen = report.State == budget.BreakerOpen
+		breakerOpen, probeAt = report.State == budget.BreakerOpen, report.RetryAt
 		// The outage's start, so that a call that waits alone (it meets
 		// only its own failed probes, never the gate) is measured against
 		// escalate.after_breaker_open_seconds by the outage, as parked
@@ -224,9 +224,17 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	}
 	h.observe(plan, decision)
 	if decision == budget.DenyCircuitOpen {
-		// The failures that opened the breaker include this one, so its
-		// next probe is at most a cooldown away.
-		f.retryAt = h.cfg.Now().Add(h.cfg.Breaker.Cooldown + h.releaseJitter())
+		// The call waits for the breaker's next probe: the report says when
+		// (a probe interval after its last opening, which grows while the
+		// outage lasts, so that a failed probe's call does not come back
+		// every cooldown for nothing); without it (the report failed, or
+		// the bucket's statement found the breaker open), a cooldown, the
+		// shortest interval, from now.
+		back := h.cfg.Now().Add(h.cfg.Breaker.Cooldown)
+		if !probeAt.IsZero() {
+			back = probeAt
+		}
+		f.retryAt = back.Add(h.releaseJitter())
 	}
 	if decision != budget.Granted {
 		return nil, i.deny(ctx, f, decision)

@@ -1,6 +1,7 @@
 package activities_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,10 +76,11 @@ func (f *fakeRetryStore) BreakerReport(_ context.Context, _ string, success, _ b
 		return ledger.BreakerReport{State: budget.BreakerClosed}, nil
 	}
 	f.failures.Add(1)
-	if f.recorded != "" {
-		return ledger.BreakerReport{State: f.recorded}, nil
+	report := ledger.BreakerReport{State: cmp.Or(f.recorded, f.breaker)}
+	if report.State == budget.BreakerOpen {
+		report.RetryAt = f.retryAt
 	}
-	return ledger.BreakerReport{State: f.breaker}, nil
+	return report, nil
 }
 
 func TestRetryHookPaysOrDeniesByName(t *testing.T) {
@@ -257,5 +259,32 @@ func TestReleasedCallWaitsForItsPlaceInLine(t *testing.T) {
 		} else {
 			assert.Zero(t, store.paces.Load(), "a first send takes no place in line")
 		}
+	}
+}
+
+// A call that failed against a breaker it leaves open (a failed probe,
+// which opened it again) waits for the breaker's next probe, which the
+// report says: a probe interval after the failure, grown while the outage
+// lasts, not a cooldown. The jitter of up to half a cooldown stays, to
+// spread the calls that were in flight when it opened. A report that says
+// nothing (an older ledger) leaves the call a cooldown from now.
+func TestFailedProbeWaitsForTheNextProbe(t *testing.T) {
+	t.Parallel()
+	cfg := budget.DefaultBreaker
+	next := time.Now().Add(cfg.MaxCooldown).UTC().Truncate(time.Millisecond)
+	for _, random := range []float64{0, 0.5} {
+		jitter := time.Duration(random * float64(cfg.Cooldown/2))
+		store := &fakeRetryStore{breaker: ledger.BreakerProbe, recorded: budget.BreakerOpen, retryAt: next}
+		failure := callThroughHook(t, store, activities.RetryHookConfig{Bucket: "fleet", Breaker: cfg,
+			Random: func() float64 { return random }}, "http://127.0.0.1:1/down")
+		assert.Equal(t, budget.DenyCircuitOpen, failure.Denial)
+		assert.False(t, failure.AtGate, "the probe was sent")
+		assert.WithinDuration(t, next.Add(jitter), failure.RetryAt, time.Millisecond, "random %v", random)
+
+		store = &fakeRetryStore{breaker: ledger.BreakerProbe, recorded: budget.BreakerOpen}
+		sent := time.Now()
+		failure = callThroughHook(t, store, activities.RetryHookConfig{Bucket: "fleet", Breaker: cfg,
+			Random: func() float64 { return random }}, "http://127.0.0.1:1/down")
+		assert.WithinDuration(t, sent.Add(cfg.Cooldown+jitter), failure.RetryAt, time.Second, "random %v", random)
 	}
 }

@@ -60,11 +60,23 @@ func (c BucketConfig) Validate() error {
 // within Window of the first (DESIGN decision 12). A dependency that flaps,
 // some requests failing and some not, never opens it: its failures are the
 // retry budget's business. Open, it refuses calls for Cooldown, then lets
-// exactly one probe through.
+// exactly one probe through; while the outage lasts, each failed probe
+// opens it again for ProbeInterval, which grows from Cooldown to
+// MaxCooldown.
 type BreakerConfig struct {
 	Threshold int           `json:"threshold"`
 	Window    time.Duration `json:"window"`
 	Cooldown  time.Duration `json:"cooldown"`
+	// MaxCooldown caps the probe interval of an outage that lasts
+	// (ProbeInterval); zero is 12 cooldowns (DefaultBreaker's minute).
+	// Equal to Cooldown, the interval never grows: one probe per Cooldown
+	// however long the outage.
+	MaxCooldown time.Duration `json:"max_cooldown,omitempty"`
+	// SteadyProbes is how many failed probes in a row of one outage are
+	// each followed by the next one a Cooldown later; after that many the
+	// interval doubles with each failed probe, up to MaxCooldown. Zero is
+	// DefaultSteadyProbes.
+	SteadyProbes int `json:"steady_probes,omitempty"`
 	// Release, when set, is ReleaseInterval: the dependency declared the
 	// rate it takes (agentsagatype.RetryPlan.ReleaseInterval). Unset, the
 	// release rate is adaptive (Adaptive).
@@ -76,7 +88,8 @@ type BreakerConfig struct {
 }
 
 // DefaultBreaker judges a dependency down after 3 failures in a row within
-// 30 s, and probes it every 5 s.
+// 30 s, probes it every 5 s for the first 35 s of an outage, and then less
+// and less often, down to once a minute (see the probe interval below).
 //
 // Three, because one run must be able to tell on its own: a call makes 3
 // attempts by default, so a single run's call that fails all of them
@@ -90,8 +103,83 @@ type BreakerConfig struct {
 // The short cooldown bounds how long a dependency back from an outage waits
 // for traffic (the storm benchmark showed a 15 s cooldown leaving it dark
 // for 10 s after a 6 s outage); a probe every 5 s is no load on a
-// dependency that is down.
-var DefaultBreaker = BreakerConfig{Threshold: 3, Window: 30 * time.Second, Cooldown: 5 * time.Second}
+// dependency that is down, but over a long outage it adds up to a lot of
+// requests that all fail, which the probe interval curbs.
+//
+// The probe interval (ProbeInterval) stays at the cooldown for the first
+// DefaultSteadyProbes (6) failed probes: an outage of up to 35 s from the
+// breaker's opening (the storm benchmark's is 30 s) is met by a probe
+// within a cooldown of its end, as before. After that it doubles with
+// each failed probe (10 s, 20 s, 40 s) up to MaxCooldown, a minute: a
+// dependency back after a long outage waits at most a minute for the
+// probe that finds it well, little against an outage that has already
+// lasted more than a minute (and escalate.after_breaker_open_seconds, 300
+// by default, is measured from the outage's start, not from a probe), and
+// a run whose only tool is down no longer sends it a request every 5 s for
+// nothing (issue 30: 41 requests before its escalation at 300 s). The
+// bound, from OutageProbes: an outage of 10 minutes from the breaker's
+// opening is probed at most 18 times, where one probe per cooldown made
+// 119; after the first 105 s, once a minute.
+var DefaultBreaker = BreakerConfig{Threshold: 3, Window: 30 * time.Second, Cooldown: 5 * time.Second,
+	MaxCooldown: time.Minute, SteadyProbes: DefaultSteadyProbes}
+
+// DefaultSteadyProbes is how many failed probes in a row of an outage are
+// followed by the next a cooldown later, before the probe interval grows:
+// with DefaultBreaker's 5 s cooldown, the first 35 s of an outage.
+const DefaultSteadyProbes = 6
+
+// defaultMaxCooldowns is MaxCooldown in cooldowns, when it is not set:
+// DefaultBreaker's minute for its 5 s cooldown.
+const defaultMaxCooldowns = 12
+
+// ProbeBackoff is c's SteadyProbes and MaxCooldown, with the defaults for
+// zero fields: DefaultSteadyProbes, and 12 cooldowns (no less than the
+// cooldown).
+func (c BreakerConfig) ProbeBackoff() (steadyProbes int, maxCooldown time.Duration) {
+	steadyProbes, maxCooldown = c.SteadyProbes, c.MaxCooldown
+	if steadyProbes == 0 {
+		steadyProbes = DefaultSteadyProbes
+	}
+	if maxCooldown == 0 {
+		maxCooldown = defaultMaxCooldowns * c.Cooldown
+	}
+	return steadyProbes, max(maxCooldown, c.Cooldown)
+}
+
+// ProbeInterval is how long an open breaker waits, from its last opening,
+// before it lets the next probe out, when failedProbes probes of this
+// outage have failed in a row (0: the breaker has just opened): Cooldown
+// for the first SteadyProbes, then doubling with each failed probe, up to
+// MaxCooldown. A probe that succeeds closes the breaker, and the next
+// outage starts again at Cooldown. The fleet's breakers compute the same
+// in SQL (agentsaga_probe_interval, migrations/00020_probe_backoff.sql).
+func (c BreakerConfig) ProbeInterval(failedProbes int) time.Duration {
+	steady, maxCooldown := c.ProbeBackoff()
+	interval := c.Cooldown
+	for n := steady; n < failedProbes && interval < maxCooldown; n++ {
+		interval *= 2
+	}
+	return min(interval, maxCooldown)
+}
+
+// OutageProbes is when an open breaker probes an outage that lasts d from
+// the moment the breaker opened, each probe failing at once: the probes'
+// times from the opening, all before d. The probe after the n-th failed
+// probe leaves ProbeInterval(n) after that failure, at the soonest, so no
+// breaker probes such an outage more often: len(OutageProbes(d)) is the
+// bound on the probes it sends. A probe still unanswered after the probe
+// interval (a service that hangs rather than fails, a caller that crashed)
+// is replaced by another then, and of two probes out at once only one
+// failure counts, so an outage that hangs its probes may be probed more
+// often than this.
+func (c BreakerConfig) OutageProbes(d time.Duration) []time.Duration {
+	var probes []time.Duration
+	for at, failed := c.ProbeInterval(0), 0; at < d && c.Cooldown > 0; failed++ {
+		probes = append(probes, at)
+		at += c.ProbeInterval(failed + 1)
+	}
+	return probes
+}
 
 // AdaptiveRelease shapes the release rate of a dependency that declares
 // none (DESIGN decision 13): the rate at which the calls its open breaker
@@ -205,6 +293,10 @@ func (c BreakerConfig) Validate() error {
 	}
 	if c.Release < 0 {
 		return fmt.Errorf("circuit breaker: release interval %v must not be negative", c.Release)
+	}
+	if c.SteadyProbes < 0 || c.MaxCooldown < 0 || (c.MaxCooldown > 0 && c.MaxCooldown < c.Cooldown) {
+		return fmt.Errorf("circuit breaker: steady probes %d must not be negative, and max cooldown %v not under the cooldown %v",
+			c.SteadyProbes, c.MaxCooldown, c.Cooldown)
 	}
 	a := c.AdaptiveRate()
 	if !(a.Floor > 0 && a.Floor <= a.Start && a.Start <= a.Ceiling) || a.Step < 0 || a.Hold < 0 {

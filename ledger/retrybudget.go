@@ -18,15 +18,18 @@ import (
 //   - the bucket (agentsaga_bucket_refilled, _ensure, _take, _deposit,
 //     _level) and agentsaga_retry_decide: 00002_retry_budget.sql;
 //   - agentsaga_record_success: 00005_cool_success_path.sql;
-//   - agentsaga_breaker_gate (7 arguments), agentsaga_breaker_pace (7)
-//     and agentsaga_breaker_report (9), which space and learn the
-//     adaptive release rate: 00018_adaptive_release.sql.
+//   - agentsaga_breaker_pace (7 arguments), which spaces and learns the
+//     adaptive release rate: 00018_adaptive_release.sql;
+//   - agentsaga_breaker_gate (9 arguments) and agentsaga_breaker_report
+//     (12), which also grow the probe interval of an outage that lasts:
+//     00020_probe_backoff.sql.
 //
 // Older versions stay for the workers of older builds: 00002's
 // agentsaga_breaker_allow (as 00005 redefined it) and
-// agentsaga_breaker_record, 00010's 2-argument, 00012's 3-argument and
-// 00014's 4-argument agentsaga_breaker_gate, 00014's 5-argument
-// agentsaga_breaker_report and 00017's 2-argument agentsaga_breaker_pace.
+// agentsaga_breaker_record, 00010's 2-argument, 00012's 3-argument,
+// 00014's 4-argument and 00018's 7-argument agentsaga_breaker_gate,
+// 00014's 5-argument and 00018's 9-argument agentsaga_breaker_report and
+// 00017's 2-argument agentsaga_breaker_pace.
 // The methods below are thin wrappers: one round trip each, and each
 // atomic in the database.
 
@@ -144,8 +147,10 @@ type Gate struct {
 	// probe; report it with probe true) or budget.BreakerOpen.
 	State string
 	// RetryAt, when the breaker is open, is the refused call's own release
-	// slot: the breaker's next probe (the end of its cooldown, or soon
-	// after, while another call's probe is in flight), or the slot after
+	// slot: the breaker's next probe (the end of its probe interval, which
+	// grows from the cooldown while the outage lasts, see
+	// budget.BreakerConfig.ProbeInterval; or soon after, while another
+	// call's probe is in flight), or the slot after
 	// the last one handed out, whichever is later; slots are the declared
 	// cfg.Release apart, or, where nothing is declared, the interval of the
 	// dependency's adaptive release rate (see BreakerPace). A call refused
@@ -164,16 +169,20 @@ type Gate struct {
 
 // BreakerGate asks the dependency's breaker whether a call may go out, in
 // one statement that reads a closed breaker without a lock, and hands a
-// refused call its release slot (see migrations 00012, 00014 and 00018).
+// refused call its release slot (see migrations 00012, 00014, 00018 and
+// 00020). An open breaker lets its next probe out once the probe interval
+// of the outage's failed probes has passed since it last opened.
 func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
 	a := cfg.AdaptiveRate()
+	steady, maxCooldown := cfg.ProbeBackoff()
 	var gate Gate
 	var retryAt, openSince *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since, failures FROM agentsaga_breaker_gate($1, $2, $3, $4, $5, $6, $7)`,
-		dependency, milliseconds(cfg.Cooldown), milliseconds(cfg.Release), milliseconds(cfg.Window), a.Start, a.Floor, a.Ceiling).Scan(
+	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since, failures FROM agentsaga_breaker_gate($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		dependency, milliseconds(cfg.Cooldown), milliseconds(cfg.Release), milliseconds(cfg.Window), a.Start, a.Floor, a.Ceiling,
+		milliseconds(maxCooldown), steady).Scan(
 		&gate.State, &retryAt, &openSince, &gate.Failures); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
@@ -242,6 +251,11 @@ type BreakerReport struct {
 	// OpenSince, when the breaker is open, is when this outage opened it:
 	// a failed probe does not move it.
 	OpenSince time.Time
+	// RetryAt, when the breaker is open, is when it lets its next probe
+	// out: its last opening plus the probe interval of the outage's failed
+	// probes (budget.BreakerConfig.ProbeInterval). A call that failed
+	// against it waits until then.
+	RetryAt time.Time
 }
 
 // BreakerReport reports a call's outcome to the dependency's breaker and
@@ -249,20 +263,28 @@ type BreakerReport struct {
 // within cfg.Window open it, and a success ends the streak (migration
 // 00014). A failure while the dependency's paced line is in use also
 // halves its adaptive release rate, once per congestion (migration 00018,
-// budget.AdaptiveRelease).
+// budget.AdaptiveRelease). A probe's failure, which opens the breaker
+// again, counts toward the outage's probe interval; its success closes the
+// breaker, and the next outage starts again at the cooldown (migration
+// 00020).
 func (s *Store) BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (BreakerReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return BreakerReport{}, fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
 	a := cfg.AdaptiveRate()
+	steady, maxCooldown := cfg.ProbeBackoff()
 	var report BreakerReport
-	var openSince *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT state, open_since FROM agentsaga_breaker_report($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		dependency, success, probe, cfg.Threshold, milliseconds(cfg.Window), a.Start, a.Floor, a.Ceiling, milliseconds(a.Hold)).Scan(&report.State, &openSince); err != nil {
+	var openSince, retryAt *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT state, open_since, retry_at FROM agentsaga_breaker_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		dependency, success, probe, cfg.Threshold, milliseconds(cfg.Window), a.Start, a.Floor, a.Ceiling, milliseconds(a.Hold),
+		milliseconds(cfg.Cooldown), milliseconds(maxCooldown), steady).Scan(&report.State, &openSince, &retryAt); err != nil {
 		return BreakerReport{}, fmt.Errorf("ledger: breaker record %s: %w", dependency, err)
 	}
 	if openSince != nil {
 		report.OpenSince = *openSince
+	}
+	if retryAt != nil {
+		report.RetryAt = *retryAt
 	}
 	return report, nil
 }

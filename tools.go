@@ -148,6 +148,17 @@ type ApprovalSpec = agentsagatype.ApprovalSpec
 // run.
 type LimitSpec = agentsagatype.LimitSpec
 
+// ReadOnly declares that the tool only reads (spec: read_only): the
+// no-progress watchdog counts its call as progress only when its result is
+// new, while a successful call with new arguments of a tool that changes
+// the world is progress whatever it answers.
+func ReadOnly() ToolOption {
+	return func(s *agentsagatype.ToolSpec) error {
+		s.ReadOnly = true
+		return nil
+	}
+}
+
 // WithApproval makes calls wait for a human's yes before they are sent:
 // always, never (an irreversible tool's default switched off), or when a
 // CEL condition on the arguments holds (amount > 100). A run waits on a

@@ -136,6 +136,10 @@ func mcpToolSpec(server agentsagatype.ToolSpec, tool *mcp.Tool) (agentsagatype.T
 		URL: server.URL, Command: server.Command, TimeoutSeconds: server.TimeoutSeconds,
 		Refusal: server.Refusal, Irreversible: server.Irreversible,
 		MCPTool: tool.Name, MCPServer: server.Name,
+		// The server's readOnlyHint only makes the watchdog stricter (a
+		// read-only call is progress only when its result is new), so it is
+		// taken; for a tool the entry declares irreversible it is not.
+		ReadOnly: server.ReadOnly || (tool.Annotations != nil && tool.Annotations.ReadOnlyHint && !server.Irreversible),
 	}
 	description := agentsagatype.Clip(cleanText(strings.TrimSpace(tool.Description)), maxMCPDescription)
 	if hints := mcpHints(tool.Annotations); hints != "" {
@@ -157,9 +161,10 @@ func mcpToolSpec(server agentsagatype.ToolSpec, tool *mcp.Tool) (agentsagatype.T
 	return spec, nil
 }
 
-// mcpHints shows what a server claims of a tool. The claims change
-// nothing: every call goes through the ledger under its key and is
-// retried by the same rules, whatever the server says (the MCP spec itself
+// mcpHints shows what a server claims of a tool. The claims change how
+// nothing is sent: every call goes through the ledger under its key and is
+// retried by the same rules, whatever the server says; readOnlyHint only
+// tells the watchdog how to judge the tool's calls (mcpToolSpec) (the MCP spec itself
 // says clients must not trust annotations from servers they do not trust).
 func mcpHints(a *mcp.ToolAnnotations) string {
 	if a == nil {

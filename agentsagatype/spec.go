@@ -273,6 +273,12 @@ type ToolSpec struct {
 	// Irreversible marks a tool whose effect cannot be undone (an email).
 	// Its calls wait for a human's approval unless Approval says "never".
 	Irreversible bool `json:"irreversible,omitempty"`
+	// ReadOnly marks a tool that only reads: it changes nothing in the
+	// world. The no-progress watchdog counts its call as progress only when
+	// its result is new; a successful call with new arguments of any other
+	// tool is progress whatever it answers ({"ok": true} to every write).
+	// An MCP tool's readOnlyHint sets it.
+	ReadOnly bool `json:"read_only,omitempty"`
 	// Approval says when a call waits for a human's yes before it is sent.
 	Approval *ApprovalSpec `json:"approval,omitempty"`
 	// Limits bound the arguments: each call's, and a total over the run.

@@ -180,6 +180,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		return RunResult{}, err
 	}
 	r.versions = readVersions(ctx)
+	r.watch.namesRules = r.versions.effectsProgress
 	if carried == nil {
 		specJSON, err := json.Marshal(spec)
 		if err != nil {

@@ -78,6 +78,10 @@ type toolCall struct {
 	parked  parkedCall           // how the call waited behind an open breaker
 	// escalation is why a gate that refused the call asks for a human.
 	escalation string
+	// newArguments: the run had not called this tool with these arguments
+	// before; readOnly: the tool only reads. Together with success they
+	// make the call progress for the watchdog (changedTheWorld).
+	newArguments, readOnly bool
 }
 
 // toolCalls runs one turn's tool calls and queues their results, in call
@@ -98,6 +102,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		r.settleSideBySide(ctx, turn)
 	}
 	entries := make([]TraceEntry, len(turn))
+	effects := make([]bool, len(turn))
 	for i, c := range turn {
 		if !c.settled {
 			r.settleCall(ctx, c) // a sub-agent; on the old path, every call
@@ -110,9 +115,18 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 			escalation = why // the first call that asks for a human says why
 		}
 		entries[i] = c.entry
+		effects[i] = c.changedTheWorld()
 	}
 	r.record(entries...)
-	return escalation, r.watch.endTurn(entries, r.versions.outageAwareWatchdog)
+	return escalation, r.watch.endTurn(entries, effects, r.versions.outageAwareWatchdog)
+}
+
+// changedTheWorld says whether a settled call is a new effect: it
+// succeeded, with arguments the run had not used before, on a tool that
+// is not read_only (a sub-agent included: it may change the world). The
+// watchdog counts it as progress whatever it answered.
+func (c *toolCall) changedTheWorld() bool {
+	return c.newArguments && !c.readOnly && c.entry.Error == "" && (c.route == routeTool || c.route == routeAgent)
 }
 
 // --- plan ---
@@ -140,7 +154,10 @@ func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatyp
 		// The model retried by choice: counted and charged as a retry.
 		r.stats.Retries++
 		r.stats.ToolRetries[call.Name]++
+	} else {
+		c.newArguments = true
 	}
+	c.readOnly = tool.ReadOnly
 	// Counted before its request is built: the run's retry allowance
 	// (plan) includes this turn's calls so far.
 	r.stats.Calls++

@@ -77,7 +77,16 @@ const (
 	// and waits for a human's approve or deny Update, and a per-run limit
 	// holds its amount in the ledger or refuses it.
 	commandsVersion4 workflow.Version = 4
-	latestCommands                    = commandsVersion4
+	// commandsVersion5 judges a turn by what it did as well as what it
+	// read: a successful call, with arguments the run had not used, of a
+	// tool that is not read_only is progress whatever it answers (a write
+	// acknowledged with {"ok": true} every time), so the watchdog no longer
+	// stops a run doing useful work (watchdog.endTurn). And an ending or
+	// escalation on a budget names the waits that spent it: behind which
+	// breaker, for which quota, for a human, and the approval wait given
+	// back (run.waits).
+	commandsVersion5 workflow.Version = 5
+	latestCommands                    = commandsVersion5
 )
 
 // versions are the paths this execution takes.
@@ -98,6 +107,9 @@ type versions struct {
 	quotaWaits bool
 	// The field below came with commandsVersion4.
 	approvals bool
+	// The fields below came with commandsVersion5.
+	effectsProgress bool
+	waitReasons     bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -111,7 +123,9 @@ func readVersions(ctx workflow.Context) versions {
 			modelFallbacks:        commands >= commandsVersion2,
 			wakeAtLimit:           commands >= commandsVersion2,
 			quotaWaits:            commands >= commandsVersion3,
-			approvals:             commands >= commandsVersion4}
+			approvals:             commands >= commandsVersion4,
+			effectsProgress:       commands >= commandsVersion5,
+			waitReasons:           commands >= commandsVersion5}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

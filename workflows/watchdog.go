@@ -12,8 +12,10 @@ import (
 
 // WatchdogSpec configures the no-progress watchdog.
 type WatchdogSpec struct {
-	// NoProgressTurns fires the watchdog after this many turns whose tool
-	// results were all seen before (default 3).
+	// NoProgressTurns fires the watchdog after this many turns in a row
+	// that made no progress (default 3): no result the run had not seen
+	// before and, from agentsaga-commands 5, no successful call with new
+	// arguments to a tool that is not read_only.
 	NoProgressTurns int `json:"no_progress_turns,omitempty"`
 	// OnFire is "finish" (the default: graceful finish) or "escalate".
 	OnFire string `json:"on_fire,omitempty"`
@@ -25,12 +27,23 @@ const (
 	WatchdogEscalate = "escalate"
 )
 
-// watchdog looks across turns, where no per-call retry counter can: a tool
-// called again with the same arguments (a voluntary retry, charged as one),
-// an A-B-A-B alternation between approaches, and turns that learn nothing
-// new. It is plain deterministic state in the workflow, bounded (it is
-// carried across continue-as-new): it remembers the last watchdogMemory
-// calls and results, and the last four turns.
+// watchdog looks across turns, where no per-call retry counter can. Its
+// rules, each named in what it tells the model:
+//   - repeat: a tool called again with the same arguments (a voluntary
+//     retry, charged as one);
+//   - alternation: an A-B-A-B alternation between approaches;
+//   - nothing new: turns that make no progress. A turn makes progress when
+//     one of its results is new, or (agentsaga-commands 5) when a call with
+//     arguments the run had not used succeeded on a tool that changes the
+//     world: many writes are acknowledged with the same {"ok": true}, and
+//     a run doing one write after another is not a loop. A read_only
+//     tool's call counts only by its result, so new queries that all
+//     answer "no results" are still nothing new.
+//
+// It is plain deterministic state in the workflow, bounded (it is carried
+// across continue-as-new): it remembers the last watchdogMemory calls and
+// results, and the last four turns. A call older than that counts as new
+// arguments again.
 type watchdog struct {
 	noProgressTurns int
 	calls           map[string]int // tool + canonical arguments -> times called
@@ -42,6 +55,10 @@ type watchdog struct {
 	// voluntary counts repeated identical calls per tool.
 	voluntary map[string]int
 	warnings  []string
+	// namesRules says, in each warning, which rule gave it, and judges a
+	// turn by its effects too (agentsaga-commands 5). Set from the run's
+	// versions, never carried: an execution reads its own.
+	namesRules bool
 }
 
 // defaultNoProgressTurns is watchdog.no_progress_turns when unset.
@@ -115,8 +132,26 @@ func (w *watchdog) voluntaryRetry(tool, arguments string) bool {
 		return false
 	}
 	w.voluntary[tool]++
-	w.warnings = append(w.warnings, fmt.Sprintf("you called %s with the same arguments again (%d times): this is charged as a retry", tool, w.calls[signature]))
+	w.warnings = append(w.warnings, fmt.Sprintf("you called %s with the same arguments again (%d times): this is charged as a retry%s", tool, w.calls[signature], w.rule(ruleRepeat)))
 	return true
+}
+
+// The watchdog's rules, as the model reads them (from agentsaga-commands 5).
+const (
+	ruleRepeat      = "repeat"
+	ruleAlternation = "alternation"
+	ruleNothingNew  = "nothing new"
+)
+
+// rule ends a warning with the rule that gave it, once the run judges
+// turns by their effects (agentsaga-commands 5): the model is told which
+// rule it met, so it knows what counts as progress. Older runs read the
+// warnings as they did.
+func (w *watchdog) rule(name string) string {
+	if !w.namesRules {
+		return ""
+	}
+	return " (rule " + name + ")"
 }
 
 // totalVoluntary is the run's voluntary retries.
@@ -129,17 +164,24 @@ func (w *watchdog) totalVoluntary() int {
 }
 
 // endTurn looks at one turn's tool calls and results and returns why the
-// watchdog fires, or "". With outageAware (agentsaga-commands 2), a call
-// that waited behind its dependency's open breaker, or was refused by it,
-// is a wait, not a loop: its result counts when it is new, and never makes
-// the turn "nothing new". A turn of waits alone leaves the count as it was.
-func (w *watchdog) endTurn(entries []TraceEntry, outageAware bool) string {
+// watchdog fires, or "". effects, beside entries, marks the calls that
+// changed the world with arguments the run had not used before (a
+// successful call of a tool that is not read_only): with namesRules
+// (agentsaga-commands 5) such a call is progress, whatever it answered.
+// With outageAware (agentsaga-commands 2), a call that waited behind its
+// dependency's open breaker, or was refused by it, is a wait, not a loop:
+// its result counts when it is new, and never makes the turn "nothing
+// new". A turn of waits alone leaves the count as it was.
+func (w *watchdog) endTurn(entries []TraceEntry, effects []bool, outageAware bool) string {
 	if len(entries) == 0 {
 		return ""
 	}
 	calls := make([]string, 0, len(entries))
 	learned, judged := false, false
-	for _, e := range entries {
+	for i, e := range entries {
+		if w.namesRules && i < len(effects) && effects[i] {
+			learned = true // a new effect: progress, whatever the answer
+		}
 		calls = append(calls, e.Tool+" "+e.Arguments)
 		waited := outageAware && (e.Parks > 0 || e.Denial == budget.DenyCircuitOpen)
 		judged = judged || !waited
@@ -166,15 +208,25 @@ func (w *watchdog) endTurn(entries []TraceEntry, outageAware bool) string {
 		// Only waits for a dependency that is down: an outage, not a loop.
 	default:
 		w.stale++
-		w.warnings = append(w.warnings, fmt.Sprintf("your last %d turns learned nothing new", w.stale))
+		if w.namesRules {
+			w.warnings = append(w.warnings, fmt.Sprintf("your last %d turns learned nothing new and changed nothing "+
+				"(rule %s: progress is a result not seen before, or a successful call with new arguments to a tool that is not read-only)",
+				w.stale, ruleNothingNew))
+		} else {
+			w.warnings = append(w.warnings, fmt.Sprintf("your last %d turns learned nothing new", w.stale))
+		}
 	}
 	if n := len(w.turns); n >= 4 {
 		a, b := w.turns[n-4], w.turns[n-3]
 		if a != b && w.turns[n-2] == a && w.turns[n-1] == b {
-			return fmt.Sprintf("no progress: the run is alternating between two approaches (%s / %s)", clip(a, 80), clip(b, 80))
+			why := fmt.Sprintf("no progress: the run is alternating between two approaches (%s / %s)", clip(a, 80), clip(b, 80))
+			return why + w.rule(ruleAlternation)
 		}
 	}
 	if w.stale >= w.noProgressTurns {
+		if w.namesRules {
+			return fmt.Sprintf("no progress: %d turns in a row returned nothing new and changed nothing (rule %s)", w.stale, ruleNothingNew)
+		}
 		return fmt.Sprintf("no progress: %d turns in a row returned nothing new", w.stale)
 	}
 	return ""

@@ -84,6 +84,11 @@ func Validate(t agentsagatype.ToolSpec) error {
 	if _, err := CompileGates(t); err != nil {
 		return err
 	}
+	if t.ReadOnly && (t.Irreversible || t.Compensate != nil) {
+		// A tool that only reads has nothing to undo and nothing that
+		// cannot be undone: one of the two declarations is a mistake.
+		return fmt.Errorf("tool %s: declares read_only with %s; a tool that only reads changes nothing to undo", t.Name, readOnlyConflict(t))
+	}
 	if t.Compensate != nil {
 		if t.Irreversible {
 			return fmt.Errorf("tool %s: declares both compensate and irreversible", t.Name)
@@ -97,6 +102,15 @@ func Validate(t agentsagatype.ToolSpec) error {
 		}
 	}
 	return nil
+}
+
+// readOnlyConflict names what a read-only tool declares that only a tool
+// with an effect may.
+func readOnlyConflict(t agentsagatype.ToolSpec) string {
+	if t.Irreversible {
+		return "irreversible"
+	}
+	return "compensate"
 }
 
 var refusalCache sync.Map // tool name + rules -> *budget.RefusalMatcher

@@ -81,10 +81,7 @@ const (
 	// read: a successful call, with arguments the run had not used, of a
 	// tool that is not read_only is progress whatever it answers (a write
 	// acknowledged with {"ok": true} every time), so the watchdog no longer
-	// stops a run doing useful work (watchdog.endTurn). And an ending or
-	// escalation on a budget names the waits that spent it: behind which
-	// breaker, for which quota, for a human, and the approval wait given
-	// back (run.waits).
+	// stops a run doing useful work (watchdog.endTurn).
 	commandsVersion5 workflow.Version = 5
 	latestCommands                    = commandsVersion5
 )
@@ -107,9 +104,8 @@ type versions struct {
 	quotaWaits bool
 	// The field below came with commandsVersion4.
 	approvals bool
-	// The fields below came with commandsVersion5.
+	// The field below came with commandsVersion5.
 	effectsProgress bool
-	waitReasons     bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -124,8 +120,7 @@ func readVersions(ctx workflow.Context) versions {
 			wakeAtLimit:           commands >= commandsVersion2,
 			quotaWaits:            commands >= commandsVersion3,
 			approvals:             commands >= commandsVersion4,
-			effectsProgress:       commands >= commandsVersion5,
-			waitReasons:           commands >= commandsVersion5}
+			effectsProgress:       commands >= commandsVersion5}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

@@ -120,6 +120,14 @@ func TestRecordHistories(t *testing.T) {
 			fmt.Fprint(w, `{"updated": true}`)
 			return
 		}
+		switch req.URL.Path {
+		case "/ack": // a write API that acknowledges every write alike
+			fmt.Fprint(w, `{"ok": true}`)
+			return
+		case "/search": // a read-only search that finds nothing
+			fmt.Fprint(w, "no results")
+			return
+		}
 		if req.URL.Path == "/refund" && strings.HasPrefix(req.Header.Get("Idempotency-Key"), "corpus-failed-together/") {
 			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)
 			return
@@ -272,6 +280,17 @@ tools:
     kind: http
     url: %[1]s/fetch
     timeout_seconds: 3
+  - name: stock
+    kind: http
+    url: %[1]s/ack
+    timeout_seconds: 3
+    parameters: {type: object, properties: {item: {type: integer}}, required: [item]}
+  - name: search
+    kind: http
+    url: %[1]s/search
+    timeout_seconds: 3
+    read_only: true
+    parameters: {type: object, properties: {query: {type: string}}, required: [query]}
 agents:
   helper: {tools: [page], share: 0.5}
 `
@@ -426,6 +445,17 @@ func corpusScenarios() []scenario {
 		// first key (agentsaga-commands 3), where it used to retry.
 		{name: "model-quota-waits", rateLimited: true,
 			spec: "goal: answer\nbudget: {steps: 4}\nmodel: {provider: openai, name: gpt-4o-mini, base_url: MODEL_URL}\n" + corpusTools},
+		// Six writes, each acknowledged with the same {"ok": true}: since
+		// agentsaga-commands 5 each is progress (a new call of a tool that
+		// is not read_only succeeded) and the run completes, where the
+		// watchdog stopped it after the fourth as "nothing new".
+		{name: "writes-acknowledged", spec: "goal: restock six items\nbudget: {steps: 8}\nmodel:\n  provider: scripted\n  script:\n" +
+			itemsScript("stock", 6) + "    - content: restocked\n" + corpusTools},
+		// Six new queries to a read_only search that finds nothing: the
+		// watchdog stops the run after three turns of nothing new, and
+		// names the rule (agentsaga-commands 5).
+		{name: "read-only-watchdog", spec: "goal: find a supplier\nbudget: {steps: 8}\nmodel:\n  provider: scripted\n  script:\n" +
+			searchesScript(6) + "    - content: found nothing\n" + corpusTools},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,
@@ -442,4 +472,23 @@ func corpusScenarios() []scenario {
 				r.save(ctx, "terminated.rollback", id, rollback.GetRunID())
 			}},
 	}
+}
+
+// itemsScript is a script that calls tool for items 1..n, one a turn.
+func itemsScript(tool string, n int) string {
+	var script strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&script, "    - tool_calls: [{name: %s, arguments: {item: %d}}]\n", tool, i)
+	}
+	return script.String()
+}
+
+// searchesScript is a script that searches for n different queries, one a
+// turn.
+func searchesScript(n int) string {
+	var script strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&script, "    - tool_calls: [{name: search, arguments: {query: \"supplier %d\"}}]\n", i)
+	}
+	return script.String()
 }

@@ -120,10 +120,6 @@ func waitForEscalation(ctx context.Context, t *testing.T, store *ledger.Store, i
 // itemsSpec is a run that fetches items 1..n, one a turn, then answers.
 func itemsSpec(t *testing.T, url string, n int, extra string) workflows.RunSpec {
 	t.Helper()
-	var script strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&script, "    - tool_calls: [{name: fetch, arguments: {item: %d}}]\n", i)
-	}
 	return resolvedSpec(t, fmt.Sprintf(`
 goal: fetch %[1]d items
 budget: {steps: 30}
@@ -139,14 +135,17 @@ tools:
     url: %[4]s
     timeout_seconds: 10
     parameters: {type: object, properties: {item: {type: integer}}, required: [item]}
-`, n, script.String(), extra, url))
+`, n, itemsScript("fetch", n), extra, url))
 }
 
-// One run fetches 20 items one after the other from a tool that is down
-// for the first 20 s: the default breaker opens after 3 failures, the call
-// waits behind it instead of failing (although its 3 attempts ran out),
-// about one probe per cooldown reaches the tool, and the run completes with
-// every item fetched once and without asking a human.
+// One run writes 20 items one after the other to a tool that is down for
+// the first 20 s and then acknowledges every write with the same
+// {"ok": true}: the default breaker opens after 3 failures, the call waits
+// behind it instead of failing (although its 3 attempts ran out), about one
+// probe per cooldown reaches the tool, and the run completes with every
+// item written once and without asking a human. The watchdog never fires:
+// each turn changed the world with new arguments, which is progress
+// although its answer was the same as the last (issue 30).
 func TestOutageOfAToolIsWaitedOutByTheDefaultBreaker(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -154,6 +153,7 @@ func TestOutageOfAToolIsWaitedOutByTheDefaultBreaker(t *testing.T) {
 	store, queue := defaultBreakerWorker(ctx, t, "outage-wait")
 	const items, outage = 20, 20 * time.Second
 	tool := newOutage()
+	tool.ack = true
 	server := httptest.NewServer(tool)
 	defer server.Close()
 	recovered := make(chan struct{})

@@ -27,10 +27,13 @@ import (
 )
 
 // outage is a CRM that answers 503 until it is told to recover, and then
-// applies each Idempotency-Key once. It counts every request per key.
+// applies each Idempotency-Key once. It counts every request per key. It
+// answers each write with what it updated, or, when ack is set, with the
+// same {"ok": true} every time, as many real write APIs do.
 type outage struct {
 	mu        sync.Mutex
 	down      bool
+	ack       bool
 	requests  map[string]int
 	applied   map[string]int
 	firstSeen chan struct{}
@@ -52,6 +55,10 @@ func (o *outage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o.applied[key]++
+	if o.ack {
+		fmt.Fprint(w, `{"ok": true}`)
+		return
+	}
 	fmt.Fprintf(w, `{"updated": %q}`, key)
 }
 

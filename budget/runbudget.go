@@ -188,21 +188,32 @@ func (r *RunBudget) elapsed(now time.Time) float64 {
 // the run is as close to the end as its scarcest resource says. Steps are
 // always limited; the other dimensions count only when they have a limit.
 func (r *RunBudget) FractionLeft(now time.Time) float64 {
-	l, left := r.Limits, r.Remaining(now)
-	frac := float64(left.Steps) / float64(l.Steps)
-	if l.LeafCalls > 0 {
-		frac = min(frac, float64(left.LeafCalls)/float64(l.LeafCalls))
-	}
-	if l.Tokens > 0 {
-		frac = min(frac, float64(left.Tokens)/float64(l.Tokens))
-	}
-	if l.USD > 0 {
-		frac = min(frac, left.USD/l.USD)
-	}
-	if l.Seconds > 0 {
-		frac = min(frac, left.Seconds/l.Seconds)
-	}
+	_, frac := r.scarcest(now)
 	return frac
+}
+
+// Scarcest names the limited dimension with the smallest fraction left at
+// now (steps, leaf_calls, tokens, usd or seconds, as Exhausted names
+// them): the one a graceful finish is for. On a tie the earlier in that
+// order is named.
+func (r *RunBudget) Scarcest(now time.Time) string {
+	dimension, _ := r.scarcest(now)
+	return dimension
+}
+
+func (r *RunBudget) scarcest(now time.Time) (string, float64) {
+	l, left := r.Limits, r.Remaining(now)
+	dimension, frac := "steps", float64(left.Steps)/float64(l.Steps)
+	consider := func(name string, limited bool, f float64) {
+		if limited && f < frac {
+			dimension, frac = name, f
+		}
+	}
+	consider("leaf_calls", l.LeafCalls > 0, float64(left.LeafCalls)/float64(l.LeafCalls))
+	consider("tokens", l.Tokens > 0, float64(left.Tokens)/float64(l.Tokens))
+	consider("usd", l.USD > 0, left.USD/l.USD)
+	consider("seconds", l.Seconds > 0, left.Seconds/l.Seconds)
+	return dimension, frac
 }
 
 // Exhausted names the first dimension with nothing left at now, in the

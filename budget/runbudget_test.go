@@ -321,3 +321,17 @@ func TestRestoreTakesUpCarriedLimitsAndSpending(t *testing.T) {
 	assert.Equal(t, budget.Limits{Steps: 8, USD: 2}, r.Limits)
 	assert.Equal(t, budget.Usage{Steps: 5, USD: 1}, r.Used)
 }
+
+// Scarcest names the dimension a graceful finish is for: the wall clock
+// once waits have spent most of it, steps when turns have.
+func TestScarcestNamesTheDimensionNearestItsEnd(t *testing.T) {
+	r, err := budget.NewRunBudget(budget.Limits{Steps: 10, USD: 2, Seconds: 300}, 0.2, t0)
+	require.NoError(t, err)
+	require.Equal(t, "steps", r.Scarcest(t0), "nothing spent: the first in order")
+	r.Spend(budget.Usage{Steps: 3, USD: 1})
+	require.Equal(t, "usd", r.Scarcest(t0.Add(60*time.Second)))
+	require.Equal(t, "seconds", r.Scarcest(t0.Add(242*time.Second)))
+	require.InDelta(t, 58.0/300, r.FractionLeft(t0.Add(242*time.Second)), 1e-9)
+	r.Spend(budget.Usage{Steps: 6})
+	require.Equal(t, "steps", r.Scarcest(t0.Add(242*time.Second)))
+}

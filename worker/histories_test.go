@@ -127,6 +127,9 @@ func TestRecordHistories(t *testing.T) {
 		case "/search": // a read-only search that finds nothing
 			fmt.Fprint(w, "no results")
 			return
+		case "/gone": // a service that never comes back
+			http.Error(w, `{"error":"the service is down"}`, http.StatusServiceUnavailable)
+			return
 		}
 		if req.URL.Path == "/refund" && strings.HasPrefix(req.Header.Get("Idempotency-Key"), "corpus-failed-together/") {
 			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)
@@ -291,6 +294,10 @@ tools:
     timeout_seconds: 3
     read_only: true
     parameters: {type: object, properties: {query: {type: string}}, required: [query]}
+  - name: archive
+    kind: http
+    url: %[1]s/gone
+    timeout_seconds: 3
 agents:
   helper: {tools: [page], share: 0.5}
 `
@@ -456,6 +463,14 @@ func corpusScenarios() []scenario {
 		// names the rule (agentsaga-commands 5).
 		{name: "read-only-watchdog", spec: "goal: find a supplier\nbudget: {steps: 8}\nmodel:\n  provider: scripted\n  script:\n" +
 			searchesScript(6) + "    - content: found nothing\n" + corpusTools},
+		// The archive stays down: its call cannot afford a wait behind the
+		// open breaker within the wall clock, the run escalates, nobody
+		// answers, and the deadline passes. Since agentsaga-commands 6 the
+		// reason names what the wall clock went to (the archive, and the
+		// escalation).
+		{name: "tool-down-wall-clock", spec: "goal: archive the log\nbudget: {steps: 4, seconds: 8}\nfinish_at: 0.5\n" +
+			"retry: {max_attempts: 3, ratio: 0.2, floor: 5}\nmodel:\n  provider: scripted\n  script:\n" +
+			"    - tool_calls: [{name: archive, arguments: {log: today}}]\n    - content: archived\n" + corpusTools},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,

@@ -260,6 +260,8 @@ type run struct {
 	open map[string]time.Time
 	// quota is how the current model turn met its provider's quota.
 	quota quotaWaits
+	// waits is what the run's waits took of its wall clock, by cause.
+	waits waitBook
 	// answeredBy is the model that answered the last turn
 	// (agentsagatype.ModelSpec.Target), for the UI.
 	answeredBy string
@@ -336,13 +338,13 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 			state := r.carry()
 			return RunResult{}, &state
 		}
+		r.waits.newStep()
 		now := workflow.Now(ctx)
 		if dimension := r.budget.Exhausted(now); dimension != "" {
-			return r.outOfBudget(ctx, r.lastContent, "", fmt.Sprintf("the %s budget is spent", dimension)), nil
+			return r.outOfBudget(ctx, r.lastContent, "", r.budgetSpent(dimension)), nil
 		}
 		if r.budget.ShouldFinish(now) {
-			return r.gracefulFinish(ctx, step, r.lastContent, fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)",
-				100*r.budget.FractionLeft(now), r.budget.FinishAt)), nil
+			return r.gracefulFinish(ctx, step, r.lastContent, r.finishingEarly(now)), nil
 		}
 		offered := defs
 		if r.readBack {

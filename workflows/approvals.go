@@ -219,6 +219,9 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 		}
 		// Waiting for a human costs the run no wall clock.
 		r.budget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
+		if r.budget.Limits.Seconds > 0 {
+			r.waits.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
+		}
 		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
 	}
 	switch {

@@ -42,6 +42,8 @@ type Carried struct {
 	// timeout leaves one open), and Denied the calls a human denied.
 	Approvals []ApprovalWait    `json:"approvals,omitempty"`
 	Denied    map[string]string `json:"denied,omitempty"`
+	// Waits is what the run's waits took of its wall clock, by cause.
+	Waits waitBook `json:"waits,omitzero"`
 }
 
 // historyIsLong says whether the run should continue as new before its next
@@ -64,7 +66,7 @@ func (r *run) carry() Carried {
 		Open: r.openDependencies(), OpenSince: r.openSince(), ToolFailures: r.toolFailures, Escalations: r.escalations,
 		Watchdog: r.watch.state(), LastContent: r.lastContent, ReadBack: r.readBack,
 		Trace: r.trace, Traced: r.traced, Continued: r.continued + 1,
-		Approvals: r.openApprovals(), Denied: r.denied,
+		Approvals: r.openApprovals(), Denied: r.denied, Waits: r.waits,
 	}
 }
 
@@ -105,6 +107,7 @@ func (r *run) resume(c Carried) {
 	for call, why := range c.Denied {
 		r.denied[call] = why
 	}
+	r.waits = c.Waits
 }
 
 // openSince is what is known of since when each open breaker's outage has

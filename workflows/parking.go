@@ -187,6 +187,7 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agent
 func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, activityID string, err error,
 	send func(ctx workflow.Context, again string) workflow.Future, result any) (error, parkedCall) {
 	limit := r.spec.breakerOpenEscalation()
+	start := workflow.Now(ctx)
 	err, out := WaitOutBreaker(ctx, err, BreakerWait{
 		Limit:           limit,
 		Affordable:      func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
@@ -206,6 +207,9 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 		return send(ctx, fmt.Sprintf("%s/after-breaker-%d", activityID, n))
 	}, result)
 	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
+	if out.Parks > 0 {
+		r.waits.add(what, start, workflow.Now(ctx), out.Parks, cmp.Or(out.OpenSince, out.Since))
+	}
 	switch out.Stopped {
 	case StoppedNoWait:
 		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open: the dependency is down", what)
@@ -223,6 +227,9 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 		if out.Parks > 0 && !temporal.IsCanceledError(err) {
 			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
 		}
+	}
+	if parked.escalation != "" {
+		r.waits.stoppedWaiting(parked.escalation, what)
 	}
 	return err, parked
 }

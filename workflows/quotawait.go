@@ -61,8 +61,10 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 			}
 			back := now.Add(wait)
 			if r.budget.ShouldFinish(back) {
-				err = &modelParkedError{err: err, why: fmt.Sprintf("The quota of %s has no room until %s, and the run's budget cannot afford the wait",
-					what, back.UTC().Format(time.RFC3339))}
+				why := fmt.Sprintf("The quota of %s has no room until %s, and the run's budget cannot afford the wait",
+					what, back.UTC().Format(time.RFC3339))
+				r.waits.stoppedWaiting(why, "the quota of "+what)
+				err = &modelParkedError{err: err, why: why}
 				break
 			}
 			waiting := fmt.Sprintf("waiting for the quota of %s: its provider's rate limit has no room; the turn goes out at %s (waited %d times)",
@@ -75,7 +77,9 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 			r.quota.waits++
 			r.quota.waited += wait
 			timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: clip("waiting for the quota of "+what, 100)})
-			if timerErr := timer.Get(ctx, nil); timerErr != nil {
+			timerErr := timer.Get(ctx, nil)
+			r.waits.add("the quota of "+what, now, workflow.Now(ctx), 1, time.Time{})
+			if timerErr != nil {
 				err = timerErr // cancelled while waiting: nothing was sent
 				break
 			}

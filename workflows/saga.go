@@ -194,14 +194,16 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 	if deadline := r.budget.Deadline(); !deadline.IsZero() {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
 	}
+	escalated := workflow.Now(ctx)
 	in := r.waitForHuman(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
 		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
+	r.waits.escalated(why, escalated, workflow.Now(ctx))
 	switch {
 	case ctx.Err() != nil:
 		result := r.rollback(ctx, "the run was cancelled while escalated ("+why+")", "", "")
 		return &result
 	case in == nil:
-		result := r.outOfBudget(ctx, "", "", "the deadline passed while escalated ("+why+")")
+		result := r.outOfBudget(ctx, "", "", r.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
 		return &result
 	case in.action == UpdateAbort:
 		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")

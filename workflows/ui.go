@@ -91,6 +91,9 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 	if last := r.lastError(); last != "" {
 		fmt.Fprintf(&details, "**Last error:** %s\n\n", clip(last, 300))
 	}
+	if spent := r.withWaits("", "the wall clock"); spent != "" {
+		fmt.Fprintf(&details, "**Waits:** %s\n\n", strings.TrimPrefix(spent, "; "))
+	}
 	if len(r.watch.turns) > 0 {
 		fmt.Fprintf(&details, "**Watchdog:** %d voluntary retries, %d turns without new information\n", r.watch.totalVoluntary(), r.watch.stale)
 	}

@@ -83,7 +83,13 @@ const (
 	// acknowledged with {"ok": true} every time), so the watchdog no longer
 	// stops a run doing useful work (watchdog.endTurn).
 	commandsVersion5 workflow.Version = 5
-	latestCommands                    = commandsVersion5
+	// commandsVersion6 names what spent the wall clock when a run ends on
+	// it: the waits behind open breakers, for quota and for a human after
+	// an escalation, by cause (waitBook), and the approval waits given
+	// back. The commands are those of version 5; the reason the run-finish
+	// activity records, and the state carried, differ.
+	commandsVersion6 workflow.Version = 6
+	latestCommands                    = commandsVersion6
 )
 
 // versions are the paths this execution takes.
@@ -106,6 +112,8 @@ type versions struct {
 	approvals bool
 	// The field below came with commandsVersion5.
 	effectsProgress bool
+	// The field below came with commandsVersion6.
+	namesWaits bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -120,7 +128,8 @@ func readVersions(ctx workflow.Context) versions {
 			wakeAtLimit:           commands >= commandsVersion2,
 			quotaWaits:            commands >= commandsVersion3,
 			approvals:             commands >= commandsVersion4,
-			effectsProgress:       commands >= commandsVersion5}
+			effectsProgress:       commands >= commandsVersion5,
+			namesWaits:            commands >= commandsVersion6}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,8 @@ func main() {
 	ctx, stop := stopOnSignals(os.Stderr)
 	defer stop()
 	if err := rootCommand().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "agentsaga:", err)
+		// The facade's errors already begin with the package's name.
+		fmt.Fprintln(os.Stderr, "agentsaga:", strings.TrimPrefix(err.Error(), "agentsaga: "))
 		os.Exit(1)
 	}
 }

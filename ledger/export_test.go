@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 )
@@ -47,4 +48,11 @@ func (s *Store) OpenBreakers(ctx context.Context) ([]string, error) {
 
 func (s *Store) RecordSuccess(ctx context.Context, chargeKey, bucket string, bonus float64, dependency string, probe bool) error {
 	return s.recordSuccess(ctx, chargeKey, bucket, bonus, dependency, probe)
+}
+
+// SpendPeriod is the period of a cap that holds at, as the reservation
+// reads it (agentsaga_spend_period).
+func (s *Store) SpendPeriod(ctx context.Context, period, timeZone string, at time.Time) (starts, resets time.Time, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT starts, resets FROM agentsaga_spend_period($1, $2, $3)`, period, timeZone, at).Scan(&starts, &resets)
+	return starts, resets, err
 }

@@ -1,0 +1,297 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Spend caps (migration 00021, issue 31): USD per account and calendar
+// period, reserved before each call and settled to what it cost, so that
+// what an account spends and holds in a period never passes its cap,
+// however many runs, workers and processes share it.
+
+// A cap's periods: calendar-aligned in the cap's time zone.
+const (
+	SpendHour  = "hour"
+	SpendDay   = "day"
+	SpendMonth = "month"
+)
+
+// What a run does when a cap cannot pay for its next call.
+const (
+	OnExhaustedFinish   = "finish"   // end gracefully, with a partial answer
+	OnExhaustedWait     = "wait"     // wait durably for the period to reset
+	OnExhaustedEscalate = "escalate" // ask a human to raise the cap or abort
+)
+
+// SpendCap is an operator's cap on what an account may spend in a period.
+type SpendCap struct {
+	// Account is a path ("acme/support"): a call charged to it is charged
+	// to each of its parents ("acme") too, and must fit their caps.
+	Account string `json:"account"`
+	// Period is SpendHour, SpendDay or SpendMonth.
+	Period string `json:"period"`
+	// TimeZone aligns the period ("Europe/Paris"); empty means UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+	// USD is the most the account may spend in one period.
+	USD float64 `json:"usd"`
+	// OnExhausted is OnExhaustedFinish (the default), OnExhaustedWait or
+	// OnExhaustedEscalate.
+	OnExhausted string `json:"on_exhausted,omitempty"`
+}
+
+// withDefaults fills the time zone and what happens when the cap binds.
+func (c SpendCap) withDefaults() SpendCap {
+	if c.TimeZone == "" {
+		c.TimeZone = "UTC"
+	}
+	if c.OnExhausted == "" {
+		c.OnExhausted = OnExhaustedFinish
+	}
+	return c
+}
+
+// Validate says what is wrong with the cap, naming the field.
+func (c SpendCap) Validate() error {
+	if err := ValidateAccount(c.Account); err != nil {
+		return err
+	}
+	switch c.Period {
+	case SpendHour, SpendDay, SpendMonth:
+	default:
+		return fmt.Errorf("spend cap %s: period %q is not %s, %s or %s", c.Account, c.Period, SpendHour, SpendDay, SpendMonth)
+	}
+	if c.TimeZone != "" {
+		if _, err := time.LoadLocation(c.TimeZone); err != nil {
+			return fmt.Errorf("spend cap %s: time zone %q: %w", c.Account, c.TimeZone, err)
+		}
+	}
+	if c.USD < 0 || math.IsNaN(c.USD) || math.IsInf(c.USD, 0) {
+		return fmt.Errorf("spend cap %s: usd %v must be a number of dollars, 0 or more", c.Account, c.USD)
+	}
+	switch c.OnExhausted {
+	case "", OnExhaustedFinish, OnExhaustedWait, OnExhaustedEscalate:
+	default:
+		return fmt.Errorf("spend cap %s: on_exhausted %q is not %s, %s or %s", c.Account, c.OnExhausted,
+			OnExhaustedFinish, OnExhaustedWait, OnExhaustedEscalate)
+	}
+	return nil
+}
+
+// ValidateAccount says what is wrong with an account path: it is
+// segments joined by "/", none of them empty or padded with spaces.
+func ValidateAccount(account string) error {
+	if account == "" {
+		return errors.New("account: empty")
+	}
+	for _, part := range strings.Split(account, "/") {
+		if part == "" || strings.TrimSpace(part) != part {
+			return fmt.Errorf("account %q: each part of the path must be a name, not empty or padded with spaces", account)
+		}
+	}
+	return nil
+}
+
+// SetSpendCap sets an account's cap for a period, replacing the one it
+// had, and records who changed it, when, from what and to what. It
+// returns the cap as it was (nil when there was none).
+func (s *Store) SetSpendCap(ctx context.Context, c SpendCap, by string) (*SpendCap, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("ledger: set spend cap: %w", err)
+	}
+	if by == "" {
+		return nil, fmt.Errorf("ledger: set spend cap %s: who sets it is empty", c.Account)
+	}
+	c = c.withDefaults()
+	return s.changeSpendCap(ctx, c.Account, c.Period, c.TimeZone, &c.USD, c.OnExhausted, by)
+}
+
+// RemoveSpendCap removes an account's cap for a period, recording who did
+// it; it returns the cap removed (nil when there was none).
+func (s *Store) RemoveSpendCap(ctx context.Context, account, period, by string) (*SpendCap, error) {
+	if by == "" {
+		return nil, fmt.Errorf("ledger: remove spend cap %s: who removes it is empty", account)
+	}
+	return s.changeSpendCap(ctx, account, period, "UTC", nil, OnExhaustedFinish, by)
+}
+
+func (s *Store) changeSpendCap(ctx context.Context, account, period, timeZone string, usd *float64, onExhausted, by string) (*SpendCap, error) {
+	var old []byte
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_spend_set_cap($1, $2, $3, $4, $5, $6)`,
+		account, period, timeZone, usd, onExhausted, by).Scan(&old); err != nil {
+		return nil, fmt.Errorf("ledger: change spend cap %s per %s: %w", account, period, err)
+	}
+	if old == nil {
+		return nil, nil
+	}
+	was := SpendCap{Account: account, Period: period}
+	if err := json.Unmarshal(old, &was); err != nil {
+		return nil, fmt.Errorf("ledger: change spend cap %s per %s: read the old cap: %w", account, period, err)
+	}
+	return &was, nil
+}
+
+// SpendCapState is a cap with its current period: what is spent and
+// reserved in it, and when it resets.
+type SpendCapState struct {
+	SpendCap
+	UpdatedBy       string
+	UpdatedAt       time.Time
+	Starts, Resets  time.Time
+	Spent, Reserved float64
+}
+
+// Left is what the period has room for.
+func (c SpendCapState) Left() float64 { return max(c.USD-c.Spent-c.Reserved, 0) }
+
+// SpendCaps lists the caps of account and every account under it (all
+// caps when account is empty), each with its current period.
+func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT c.account, c.period, c.time_zone, c.usd::float8, c.on_exhausted, c.updated_by, c.updated_at,
+		       w.starts, w.resets, coalesce(p.spent, 0)::float8, coalesce(p.reserved, 0)::float8
+		FROM spend_caps c
+		CROSS JOIN LATERAL agentsaga_spend_period(c.period, c.time_zone, clock_timestamp()) w
+		LEFT JOIN spend_periods p ON p.account = c.account AND p.period = c.period AND p.starts = w.starts
+		WHERE $1 = '' OR c.account = $1 OR c.account LIKE replace(replace($1, '%', '\%'), '_', '\_') || '/%'
+		ORDER BY c.account, c.period`, account)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend caps %s: %w", account, err)
+	}
+	caps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendCapState, error) {
+		var c SpendCapState
+		err := row.Scan(&c.Account, &c.Period, &c.TimeZone, &c.USD, &c.OnExhausted, &c.UpdatedBy, &c.UpdatedAt,
+			&c.Starts, &c.Resets, &c.Spent, &c.Reserved)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend caps %s: %w", account, err)
+	}
+	return caps, nil
+}
+
+// SpendCapChange is one change to a cap: Old or New is nil when the cap
+// was created or removed.
+type SpendCapChange struct {
+	Account, Period string
+	Old, New        *SpendCap
+	By              string
+	At              time.Time
+}
+
+// SpendCapChanges lists the changes to account's caps, oldest first.
+func (s *Store) SpendCapChanges(ctx context.Context, account string) ([]SpendCapChange, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT account, period, old, new, changed_by, changed_at FROM spend_cap_changes
+		WHERE account = $1 ORDER BY id`, account)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend cap changes %s: %w", account, err)
+	}
+	changes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendCapChange, error) {
+		var c SpendCapChange
+		var old, new []byte
+		if err := row.Scan(&c.Account, &c.Period, &old, &new, &c.By, &c.At); err != nil {
+			return c, err
+		}
+		for _, side := range []struct {
+			raw []byte
+			cap **SpendCap
+		}{{old, &c.Old}, {new, &c.New}} {
+			if side.raw == nil {
+				continue
+			}
+			cap := SpendCap{Account: c.Account, Period: c.Period}
+			if err := json.Unmarshal(side.raw, &cap); err != nil {
+				return c, err
+			}
+			*side.cap = &cap
+		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend cap changes %s: %w", account, err)
+	}
+	return changes, nil
+}
+
+// SpendReservation is how a call's reservation went: admitted, or refused
+// by Cap, which had Spent and Reserved of its USD and resets at Resets.
+type SpendReservation struct {
+	Admitted        bool
+	Cap             SpendCap
+	Spent, Reserved float64
+	Resets          time.Time
+}
+
+// Reason says why a reservation was refused, naming the account, the cap
+// and when it resets.
+func (r SpendReservation) Reason() string {
+	if r.Admitted {
+		return ""
+	}
+	return fmt.Sprintf("the spend cap of account %s ($%.2f a %s) has $%.2f spent and $%.2f reserved; it resets at %s",
+		r.Cap.Account, r.Cap.USD, r.Cap.Period, r.Spent, r.Reserved, r.Resets.UTC().Format(time.RFC3339))
+}
+
+// ReserveSpend reserves usd for the call key against every cap of account
+// and its parents, or refuses it naming the first cap that binds (the
+// outermost account first). The hold lasts until SettleSpend, or until
+// lease passes (ExpireSpendHolds then ends it). A key that holds already
+// is admitted again without holding twice.
+func (s *Store) ReserveSpend(ctx context.Context, key, account string, usd float64, lease time.Duration) (SpendReservation, error) {
+	if err := ValidateAccount(account); err != nil {
+		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s: %w", key, err)
+	}
+	if usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
+		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s: usd %v must be 0 or more", key, usd)
+	}
+	if lease <= 0 {
+		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s: lease %v must be positive", key, lease)
+	}
+	var r SpendReservation
+	var capUSD, spent, reserved *float64
+	var resets *time.Time
+	if err := s.pool.QueryRow(ctx, `
+		SELECT admitted, account, period, cap::float8, spent::float8, reserved::float8, resets, on_exhausted
+		FROM agentsaga_spend_reserve($1, $2, $3, $4)`, key, account, usd, lease.Milliseconds()).
+		Scan(&r.Admitted, &r.Cap.Account, &r.Cap.Period, &capUSD, &spent, &reserved, &resets, &r.Cap.OnExhausted); err != nil {
+		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s on %s: %w", key, account, err)
+	}
+	if !r.Admitted {
+		r.Cap.USD, r.Spent, r.Reserved, r.Resets = *capUSD, *spent, *reserved, *resets
+	}
+	return r, nil
+}
+
+// SettleSpend settles the call key to what it cost (usd; 0 releases it):
+// its reservation is given back and the cost spent, in the periods it was
+// reserved in. It says whether the key held anything (a key settled twice,
+// or never reserved, holds nothing the second time).
+func (s *Store) SettleSpend(ctx context.Context, key string, usd float64) (bool, error) {
+	if usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
+		return false, fmt.Errorf("ledger: settle spend %s: usd %v must be 0 or more", key, usd)
+	}
+	var held *float64
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_spend_settle($1, $2)::float8`, key, usd).Scan(&held); err != nil {
+		return false, fmt.Errorf("ledger: settle spend %s: %w", key, err)
+	}
+	return held != nil, nil
+}
+
+// ExpireSpendHolds ends the holds whose lease has passed: a hold whose
+// call reached the ledger is spent in full (the provider may have charged
+// it, and the reservation bounds what it could cost), one whose call never
+// did is released. It returns how many of each.
+func (s *Store) ExpireSpendHolds(ctx context.Context) (spentInFull, released int, err error) {
+	if err := s.pool.QueryRow(ctx, `SELECT spent_in_full, released FROM agentsaga_spend_expire()`).Scan(&spentInFull, &released); err != nil {
+		return 0, 0, fmt.Errorf("ledger: expire spend holds: %w", err)
+	}
+	return spentInFull, released, nil
+}

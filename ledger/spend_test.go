@@ -1,0 +1,262 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+)
+
+// Many pools reserve against one account tree at once (a parent's $5 a
+// day, a child's $3), each call settling to a part of what it reserved.
+// After every call has ended: what each cap's period spent never passes
+// the cap, nothing stays reserved, and the spend is exactly the sum of
+// what the calls settled. The violations are counted, and must be 0.
+// Pools of their own are separate connections, as processes would be.
+func TestSpendCapsHoldAcrossPools(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const pools, goroutines, calls = 4, 6, 25
+	stores := openWorkers(t, pools, 4)
+	caps := []ledger.SpendCap{
+		{Account: "acme", Period: ledger.SpendDay, USD: 5},
+		{Account: "acme/support", Period: ledger.SpendDay, TimeZone: "Europe/Paris", USD: 3, OnExhausted: ledger.OnExhaustedWait},
+	}
+	for _, c := range caps {
+		_, err := stores[0].SetSpendCap(ctx, c, "test")
+		require.NoError(t, err)
+	}
+
+	var mu sync.Mutex
+	settled := map[string]float64{}
+	refusals := map[string]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, pools*goroutines)
+	for p := range pools {
+		for g := range goroutines {
+			wg.Go(func() {
+				account := []string{"acme/support", "acme/sales"}[g%2]
+				for n := range calls {
+					key := fmt.Sprintf("wf-%d-%d/step-%03d-model", p, g, n)
+					usd := 0.05 + rand.Float64()*0.25
+					r, err := stores[p].ReserveSpend(ctx, key, account, usd, time.Minute)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !r.Admitted {
+						mu.Lock()
+						refusals[r.Cap.Account]++
+						mu.Unlock()
+						continue
+					}
+					cost := usd * (0.3 + 0.7*rand.Float64())
+					if _, err := stores[p].SettleSpend(ctx, key, cost); err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					settled[account] += cost
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	states, err := stores[0].SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	require.Len(t, states, 2)
+	want := map[string]float64{"acme": settled["acme/support"] + settled["acme/sales"], "acme/support": settled["acme/support"]}
+	violations := 0
+	for _, st := range states {
+		if st.Spent > st.USD+1e-9 {
+			violations++
+		}
+		if st.Reserved > 1e-9 || st.Reserved < -1e-9 {
+			violations++
+		}
+		assert.InDelta(t, want[st.Account], st.Spent, 1e-6, "what %s spent is what its calls settled", st.Account)
+		t.Logf("%s: cap $%.2f a %s, spent $%.4f (%.1f%%), reserved $%.4f", st.Account, st.USD, st.Period, st.Spent, 100*st.Spent/st.USD, st.Reserved)
+	}
+	t.Logf("%d pools x %d goroutines x %d calls; refusals by cap %v; violations %d", pools, goroutines, calls, refusals, violations)
+	assert.Zero(t, violations, "caps passed or reservations left held")
+	assert.Positive(t, refusals["acme"]+refusals["acme/support"], "the caps bound")
+}
+
+// A parent's cap binds before its child's: acme/support has room, acme
+// has not, and the refusal names acme, its cap and when it resets.
+func TestAParentCapBindsBeforeTheChilds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendMonth, USD: 1, OnExhausted: ledger.OnExhaustedEscalate}, "ops")
+	require.NoError(t, err)
+	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme/support", Period: ledger.SpendDay, USD: 5}, "ops")
+	require.NoError(t, err)
+
+	r, err := store.ReserveSpend(ctx, "wf/a", "acme/support", 0.8, time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Admitted)
+	r, err = store.ReserveSpend(ctx, "wf/b", "acme/support", 0.3, time.Minute)
+	require.NoError(t, err)
+	require.False(t, r.Admitted)
+	assert.Equal(t, "acme", r.Cap.Account)
+	assert.Equal(t, ledger.SpendMonth, r.Cap.Period)
+	assert.Equal(t, ledger.OnExhaustedEscalate, r.Cap.OnExhausted)
+	assert.InDelta(t, 0.8, r.Reserved, 1e-9)
+	now := time.Now().UTC()
+	assert.Equal(t, time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC), r.Resets.UTC())
+	assert.Contains(t, r.Reason(), "the spend cap of account acme ($1.00 a month) has $0.00 spent and $0.80 reserved; it resets at")
+
+	// An account outside the tree is not charged to it; a key that holds
+	// is admitted again without holding twice.
+	r, err = store.ReserveSpend(ctx, "wf/c", "acmeco", 100, time.Minute)
+	require.NoError(t, err)
+	assert.True(t, r.Admitted, "acmeco is not under acme")
+	r, err = store.ReserveSpend(ctx, "wf/a", "acme/support", 0.8, time.Minute)
+	require.NoError(t, err)
+	assert.True(t, r.Admitted, "the same key again")
+	states, err := store.SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	assert.InDelta(t, 0.8, states[0].Reserved, 1e-9, "held once")
+
+	held, err := store.SettleSpend(ctx, "wf/a", 0.5)
+	require.NoError(t, err)
+	assert.True(t, held)
+	held, err = store.SettleSpend(ctx, "wf/a", 0.5)
+	require.NoError(t, err)
+	assert.False(t, held, "settled once")
+	states, err = store.SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	assert.InDelta(t, 0.5, states[0].Spent, 1e-9)
+	assert.InDelta(t, 0.5, states[0].Left(), 1e-9)
+}
+
+// Periods are calendar-aligned in the cap's time zone: a Paris day is 23
+// hours when the clocks go forward and 25 when they go back, months end
+// on their last day (February too, in a leap year), and hours are hours.
+func TestSpendPeriodsFollowTheCalendar(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		period, zone   string
+		at             time.Time
+		starts, resets time.Time
+		length         time.Duration
+	}{
+		{ledger.SpendDay, "Europe/Paris", time.Date(2026, 3, 29, 12, 0, 0, 0, paris),
+			time.Date(2026, 3, 29, 0, 0, 0, 0, paris), time.Date(2026, 3, 30, 0, 0, 0, 0, paris), 23 * time.Hour},
+		{ledger.SpendDay, "Europe/Paris", time.Date(2026, 10, 25, 23, 59, 0, 0, paris),
+			time.Date(2026, 10, 25, 0, 0, 0, 0, paris), time.Date(2026, 10, 26, 0, 0, 0, 0, paris), 25 * time.Hour},
+		{ledger.SpendDay, "UTC", time.Date(2026, 12, 3, 23, 30, 0, 0, paris), // 22:30 UTC
+			time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), 24 * time.Hour},
+		{ledger.SpendMonth, "UTC", time.Date(2026, 1, 31, 23, 59, 59, 0, time.UTC),
+			time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), 31 * 24 * time.Hour},
+		{ledger.SpendMonth, "UTC", time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC),
+			time.Date(2028, 2, 1, 0, 0, 0, 0, time.UTC), time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), 29 * 24 * time.Hour},
+		{ledger.SpendMonth, "Europe/Paris", time.Date(2026, 3, 15, 0, 0, 0, 0, paris), // March has the spring change
+			time.Date(2026, 3, 1, 0, 0, 0, 0, paris), time.Date(2026, 4, 1, 0, 0, 0, 0, paris), 31*24*time.Hour - time.Hour},
+		{ledger.SpendHour, "Asia/Kolkata", time.Date(2026, 12, 3, 10, 45, 0, 0, time.UTC), // +05:30: 16:15 local
+			time.Date(2026, 12, 3, 10, 30, 0, 0, time.UTC), time.Date(2026, 12, 3, 11, 30, 0, 0, time.UTC), time.Hour},
+	} {
+		starts, resets, err := store.SpendPeriod(ctx, tc.period, tc.zone, tc.at)
+		require.NoError(t, err)
+		assert.True(t, tc.starts.Equal(starts), "%s in %s at %s: starts %s, want %s", tc.period, tc.zone, tc.at, starts, tc.starts)
+		assert.True(t, tc.resets.Equal(resets), "%s in %s at %s: resets %s, want %s", tc.period, tc.zone, tc.at, resets, tc.resets)
+		assert.Equal(t, tc.length, resets.Sub(starts), "%s in %s at %s", tc.period, tc.zone, tc.at)
+	}
+}
+
+// A hold whose call never settles (its worker was killed) is never left
+// held once its lease has passed: spent in full when the call reached the
+// ledger (the provider may have charged it), released when it never did.
+func TestExpiredHoldsAreSpentOrReleasedNeverLeftHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 10}, "ops")
+	require.NoError(t, err)
+	claimed := request("step-001-model")
+	_, err = store.ClaimCall(ctx, claimed, leafOf(claimed, 1), time.Minute)
+	require.NoError(t, err)
+	for key, usd := range map[string]float64{claimed.Key: 0.7, "wf-1/step-002-model": 0.4} {
+		r, err := store.ReserveSpend(ctx, key, "acme", usd, time.Millisecond)
+		require.NoError(t, err)
+		require.True(t, r.Admitted)
+	}
+	time.Sleep(20 * time.Millisecond)
+	spent, released, err := store.ExpireSpendHolds(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, spent, "the claimed call, spent in full")
+	assert.Equal(t, 1, released, "the call that never reached the ledger")
+	states, err := store.SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	assert.InDelta(t, 0.7, states[0].Spent, 1e-9)
+	assert.InDelta(t, 0, states[0].Reserved, 1e-9, "nothing left held")
+	spent, released, err = store.ExpireSpendHolds(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, spent+released, "each hold ends once")
+}
+
+// Every change to a cap is kept, with who made it, and a cap that makes
+// no sense is refused with what is wrong, changing nothing.
+func TestSpendCapChangesAreKeptAndBadCapsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	old, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 50}, "ann")
+	require.NoError(t, err)
+	assert.Nil(t, old)
+	old, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 80, OnExhausted: ledger.OnExhaustedWait}, "bob")
+	require.NoError(t, err)
+	require.NotNil(t, old)
+	assert.Equal(t, 50.0, old.USD)
+	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 80, OnExhausted: ledger.OnExhaustedWait}, "bob")
+	require.NoError(t, err)
+	removed, err := store.RemoveSpendCap(ctx, "acme", ledger.SpendDay, "cy")
+	require.NoError(t, err)
+	require.NotNil(t, removed)
+	assert.Equal(t, 80.0, removed.USD)
+
+	changes, err := store.SpendCapChanges(ctx, "acme")
+	require.NoError(t, err)
+	require.Len(t, changes, 3, "set, raised, removed (setting the same cap again is no change)")
+	assert.Equal(t, "ann", changes[0].By)
+	assert.Nil(t, changes[0].Old)
+	assert.Equal(t, "bob", changes[1].By)
+	assert.Equal(t, 50.0, changes[1].Old.USD)
+	assert.Equal(t, ledger.OnExhaustedWait, changes[1].New.OnExhausted)
+	assert.Equal(t, "cy", changes[2].By)
+	assert.Nil(t, changes[2].New)
+
+	for cap, want := range map[ledger.SpendCap]string{
+		{Account: "", Period: ledger.SpendDay, USD: 1}:                               "account: empty",
+		{Account: "acme//x", Period: ledger.SpendDay, USD: 1}:                        "not empty or padded",
+		{Account: "acme", Period: "week", USD: 1}:                                    `period "week" is not hour, day or month`,
+		{Account: "acme", Period: ledger.SpendDay, USD: -1}:                          "usd -1",
+		{Account: "acme", Period: ledger.SpendDay, USD: 1, TimeZone: "Mars/Olympus"}: `time zone "Mars/Olympus"`,
+		{Account: "acme", Period: ledger.SpendDay, USD: 1, OnExhausted: "shrug"}:     `on_exhausted "shrug"`,
+	} {
+		_, err := store.SetSpendCap(ctx, cap, "ann")
+		require.ErrorContains(t, err, want)
+	}
+	states, err := store.SpendCaps(ctx, "")
+	require.NoError(t, err)
+	assert.Empty(t, states, "nothing was set")
+}

@@ -41,6 +41,12 @@ type StartOptions struct {
 	// where every ID is new by construction (a random ID per start) and
 	// the ledger round trip matters.
 	SkipLedgerCheck bool
+	// Account charges the run to an account ("acme/support"): each model
+	// turn reserves its most expensive outcome against the account's
+	// spend caps, and its parents', before it is sent. It is the spec's
+	// budget.account when that is empty; a spec that names another
+	// account is refused.
+	Account string
 }
 
 // ErrRunExists is the error Start returns (wrapped in a *RunExistsError)
@@ -89,6 +95,12 @@ func (e *InvalidSpecError) Unwrap() error { return e.Err }
 func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts StartOptions) (*Run, error) {
 	if id == "" {
 		return nil, &InvalidSpecError{Err: errors.New("the run ID is empty")}
+	}
+	if opts.Account != "" {
+		if spec.Budget.Account != "" && spec.Budget.Account != opts.Account {
+			return nil, &InvalidSpecError{Err: fmt.Errorf("budget.account: the spec charges %s and the start charges %s; name one", spec.Budget.Account, opts.Account)}
+		}
+		spec.Budget.Account = opts.Account
 	}
 	resolved, err := spec.ResolveFor(opts.ModelProviders...)
 	if err != nil {

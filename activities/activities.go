@@ -134,9 +134,15 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledger.ActionModel},
 		Kind: ledger.LeafModel, Target: target,
 		Turn: &ledger.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
-			Fit: convfit.Request(trailing, defTokens, call.Model.ContextTokens()), Quota: quotaClaim},
+			Fit: convfit.Request(trailing, defTokens, call.Model.ContextTokens()), Quota: quotaClaim, Spend: turnSpend(call)},
 		Quota: func(admission ledger.Admission, callErr error) *ledger.QuotaAnswer {
 			return sink.answer(admission, used, callErr)
+		},
+		Spend: func(error) float64 {
+			if call.Spend == nil {
+				return 0
+			}
+			return call.Spend.USD(used) // a failed attempt reported no usage: its reservation is given back
 		},
 		Run: func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error) {
 			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens)
@@ -166,6 +172,17 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 	}
 	turn.Attempt = int(info.Attempt)
 	return turn, nil
+}
+
+// turnSpend is what a turn charged to an account reserves in its claim:
+// the conversation's tokens at the input price and max_tokens (or the
+// reply's default reservation) at the output price.
+func turnSpend(call agentsagatype.ModelCall) *ledger.SpendClaim {
+	if call.Spend == nil {
+		return nil
+	}
+	return &ledger.SpendClaim{Account: call.Spend.Account, InputUSDPerMillion: call.Spend.InputPerMillion,
+		OutputUSDPerMillion: call.Spend.OutputPerMillion, OutputTokens: cmp.Or(call.Model.MaxTokens, defaultOutputReservation)}
 }
 
 // turnTrailing is what a request sends after the conversation: the budget

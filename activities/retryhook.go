@@ -176,6 +176,15 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		}
 		return nil, i.deny(ctx, f, budget.DenyQuota)
 	}
+	if appErr != nil && appErr.Type() == budget.DenySpendCap {
+		// The account's cap cannot pay for the turn: nothing was sent, the
+		// dependency is not to blame, and the run does what the cap says.
+		f.benign, f.atGate = true, true
+		if capped := (*keyed.SpendCapWaitError)(nil); errors.As(err, &capped) {
+			f.retryAt, f.spend = capped.Refusal.Resets, &capped.Refusal
+		}
+		return nil, i.deny(ctx, f, budget.DenySpendCap)
+	}
 	if appErr != nil && appErr.NonRetryable() {
 		// The request itself is wrong (or refused): not the dependency's
 		// fault, so the breaker does not count it, and nothing is paid.
@@ -254,17 +263,19 @@ type failure struct {
 	benign    bool // expected: logged at WARN, and benign for the SDK
 	cancelled bool // logged at INFO
 	payErr    error
-	denial    string    // the budget that refused a retry: the error's type
-	retryAt   time.Time // when a call refused by an open breaker may go out
-	openSince time.Time // when the outage opened the breaker that refused it
-	atGate    bool      // the breaker refused the attempt before it was made
+	denial    string                      // the budget that refused a retry: the error's type
+	retryAt   time.Time                   // when a call refused by an open breaker may go out
+	openSince time.Time                   // when the outage opened the breaker that refused it
+	atGate    bool                        // the breaker refused the attempt before it was made
+	spend     *agentsagatype.SpendRefusal // the spend cap that refused a turn
 }
 
 // fail logs the attempt's one line and returns its error, with the attempt
 // in its details and benign when the failure was expected.
 func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.ApplicationErrorOptions) error {
 	i.report(ctx, f)
-	opts.Details = []any{agentsagatype.CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate, OpenSince: f.openSince}}
+	opts.Details = []any{agentsagatype.CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate,
+		OpenSince: f.openSince, Spend: f.spend}}
 	if f.benign {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
 	}
@@ -379,6 +390,7 @@ var denialText = map[string]string{
 	budget.DenyFleetBucket:  "the fleet-wide retry budget is exhausted",
 	budget.DenyDeadline:     "the backoff would outlive the run's deadline",
 	budget.DenyQuota:        "the model's quota has no room; the turn waits for it",
+	budget.DenySpendCap:     "the account's spend cap cannot pay for the turn",
 }
 
 // deny fails the call with the budget that said no as its type. It is as

@@ -2,6 +2,7 @@ package agentsagatype
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -39,6 +40,56 @@ type ModelCall struct {
 	// does not fit, or is answered 429, fails with a budget.DenyQuota
 	// refusal whose CallFailure.RetryAt says when to send it again.
 	Quota bool `json:"quota,omitempty"`
+	// Spend, when set, charges the turn to an account: its claim reserves
+	// the turn's most expensive outcome on the account's spend caps, and
+	// its settle spends what the provider's usage cost. A turn the caps
+	// cannot pay for fails with a budget.DenySpendCap refusal
+	// (CallFailure.Spend) and sends nothing.
+	Spend *SpendPlan `json:"spend,omitempty"`
+}
+
+// SpendPlan is what a model turn charged to an account needs to price
+// itself: the account, and its model's prices in USD per million tokens.
+// The output it reserves is the model's max_tokens.
+type SpendPlan struct {
+	Account          string  `json:"account"`
+	InputPerMillion  float64 `json:"input_per_million"`
+	OutputPerMillion float64 `json:"output_per_million"`
+}
+
+// USD is what a turn with this usage cost.
+func (p SpendPlan) USD(u Usage) float64 {
+	return (float64(u.InputTokens)*p.InputPerMillion + float64(u.OutputTokens)*p.OutputPerMillion) / 1e6
+}
+
+// What a run does when its account's spend cap cannot pay for its next
+// turn (a cap's on_exhausted).
+const (
+	OnExhaustedFinish   = "finish"   // end gracefully, with a partial answer
+	OnExhaustedWait     = "wait"     // wait durably for the period to reset
+	OnExhaustedEscalate = "escalate" // ask a human to raise the cap or abort
+)
+
+// SpendRefusal is the spend cap that refused a turn: the account it
+// belongs to, what it allows a period and what was spent and reserved in
+// this one, when it resets, and what the account does meanwhile
+// (finish, wait or escalate).
+type SpendRefusal struct {
+	Account     string    `json:"account"`
+	Period      string    `json:"period"`
+	USD         float64   `json:"usd"`
+	Spent       float64   `json:"spent"`
+	Reserved    float64   `json:"reserved"`
+	Resets      time.Time `json:"resets"`
+	OnExhausted string    `json:"on_exhausted"`
+	// Needed is what the refused turn would have reserved.
+	Needed float64 `json:"needed"`
+}
+
+// Reason names the account, the cap and when it resets.
+func (r SpendRefusal) Reason() string {
+	return fmt.Sprintf("the spend cap of account %s ($%.2f a %s) has $%.2f spent and $%.2f reserved, and the next turn needs up to $%.4f; it resets at %s",
+		r.Account, r.USD, r.Period, r.Spent, r.Reserved, r.Needed, r.Resets.UTC().Format(time.RFC3339))
 }
 
 // ToolCallRequest is the input of CallTool.
@@ -180,6 +231,9 @@ type CallFailure struct {
 	// OpenSince, on a refusal at the gate, is when this outage opened the
 	// breaker (ledger.Gate.OpenSince); zero when the hook could not tell.
 	OpenSince time.Time `json:"open_since,omitzero"`
+	// Spend, on a budget.DenySpendCap refusal, is the cap that refused the
+	// turn; RetryAt is then when it resets.
+	Spend *SpendRefusal `json:"spend,omitempty"`
 }
 
 // FindAbandoned is the input of FindAbandonedRuns: one page of the runs

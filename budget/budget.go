@@ -8,7 +8,9 @@ package budget
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 )
 
 // Limits is what a run may spend. Steps (model turns) is required; any
@@ -19,6 +21,11 @@ type Limits struct {
 	Tokens    int64   `json:"tokens,omitempty"`
 	USD       float64 `json:"usd,omitempty"`
 	Seconds   float64 `json:"seconds,omitempty"`
+	// Account is who pays for the run's calls ("acme/support"): each model
+	// turn reserves its most expensive outcome against the account's spend
+	// caps, and its parents', before it is sent (issue 31). Empty: no
+	// account, no cap.
+	Account string `json:"account,omitempty"`
 }
 
 // UnmarshalJSON decodes limits strictly: an unknown dimension is an error,
@@ -32,12 +39,12 @@ func (l *Limits) UnmarshalJSON(data []byte) error {
 	if err := dec.Decode(&decoded); err != nil {
 		return fmt.Errorf("budget: %w", err)
 	}
-	var written map[string]float64
+	var written map[string]any
 	if err := json.Unmarshal(data, &written); err != nil {
 		return fmt.Errorf("budget: %w", err)
 	}
 	for _, name := range []string{"steps", "leaf_calls", "tokens", "usd", "seconds"} {
-		if value, ok := written[name]; ok && value <= 0 {
+		if value, ok := written[name].(float64); ok && value <= 0 {
 			return fmt.Errorf("budget.%s: %v is not a budget; it must be positive (omit it for no limit)", name, value)
 		}
 	}
@@ -58,6 +65,25 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("budget.usd: %v is negative", l.USD)
 	case l.Seconds < 0:
 		return fmt.Errorf("budget.seconds: %v is negative", l.Seconds)
+	}
+	if l.Account != "" {
+		if err := ValidateAccount(l.Account); err != nil {
+			return fmt.Errorf("budget.account: %w", err)
+		}
+	}
+	return nil
+}
+
+// ValidateAccount says what is wrong with an account path: names joined
+// by "/" ("acme/support"), none of them empty or padded with spaces.
+func ValidateAccount(account string) error {
+	if account == "" {
+		return errors.New("account: empty")
+	}
+	for _, part := range strings.Split(account, "/") {
+		if part == "" || strings.TrimSpace(part) != part {
+			return fmt.Errorf("account %q: each part of the path must be a name, not empty or padded with spaces", account)
+		}
 	}
 	return nil
 }

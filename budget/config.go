@@ -18,6 +18,10 @@ const (
 	// had no room for (at admission, or answered 429) waits until the
 	// refusal's time, costing no retry and no attempt.
 	DenyQuota = "QuotaWait"
+	// DenySpendCap is not a retry's denial either: a model turn its
+	// account's spend cap cannot pay for sends nothing, and the run does
+	// what the cap says (finish, wait for the period to reset, escalate).
+	DenySpendCap = "SpendCap"
 )
 
 // Granted is the decision of a retry that every budget paid for.

@@ -94,7 +94,8 @@ func (r *RunBudget) Restore(limits Limits, used Usage) {
 func (r *RunBudget) Grant(now time.Time, share float64) (Limits, error) {
 	left := r.Remaining(now)
 	carve := func(remaining, reserved float64) float64 { return (remaining - reserved) * share }
-	limits := Limits{Steps: int(math.Floor(carve(float64(left.Steps), float64(r.reserved.Steps))))}
+	// A sub-run is paid for by its parent's account.
+	limits := Limits{Steps: int(math.Floor(carve(float64(left.Steps), float64(r.reserved.Steps)))), Account: r.Limits.Account}
 	if left.LeafCalls != Unlimited {
 		limits.LeafCalls = int(math.Floor(carve(float64(left.LeafCalls), float64(r.reserved.LeafCalls))))
 	}

@@ -96,6 +96,10 @@ type Claim struct {
 	// turn settles it with AttemptEnd.Quota; a refused one (ErrQuotaWait)
 	// may ask again at Quota.RetryAt.
 	Quota Admission
+	// SpendUSD is what the claim reserved on the turn's account
+	// (TurnRead.Spend); the settle spends what the turn cost
+	// (AttemptEnd.SpendUSD) and gives the rest back.
+	SpendUSD float64
 }
 
 // actionColumns lists an action's columns, for a query that names the
@@ -223,6 +227,11 @@ type AttemptEnd struct {
 	// settled in the same statement. An attempt that lost its key settles
 	// nothing: its quota errs toward admitting less.
 	Quota *QuotaAnswer
+	// SpendUSD, for a turn that reserved on its account (Claim.SpendUSD
+	// of a TurnRead.Spend claim), is what it cost by the usage the
+	// provider reported, settled in the same statement when Spend is set.
+	Spend    bool
+	SpendUSD float64
 }
 
 // SettleAttempt writes how the attempt holding key under claim number
@@ -260,6 +269,8 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		end.LeafCallID, leafOutcome, leafError}
 	var action agentsagatype.Action
 	var err error
+	statement := settleSQL + `
+		WHERE true`
 	if q := end.Quota; q != nil {
 		var closedUntil *time.Time
 		if !q.ClosedUntil.IsZero() {
@@ -267,10 +278,13 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		}
 		args = append(append(args, q.Admission.Key, q.Admission.Admitted, q.Admission.Reserved.Input, q.Admission.Reserved.Output,
 			q.Used.Input, q.Used.Output), append(observedArgs(q.Observed), closedUntil)...)
-		action, err = coalesce.Row(ctx, s.calls, key, settleSQL+settleQuotaSQL, args, scanAction)
-	} else {
-		action, err = coalesce.Row(ctx, s.calls, key, settleSQL, args, scanAction)
+		statement += settleQuotaSQL
 	}
+	if end.Spend {
+		args = append(args, end.SpendUSD)
+		statement += fmt.Sprintf(settleSpendSQL, len(args))
+	}
+	action, err = coalesce.Row(ctx, s.calls, key, statement, args, scanAction)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over, or a rollback settled it.
 		stored, err := s.GetAction(ctx, key)
@@ -287,8 +301,10 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 }
 
 // settleSQL settles an attempt (SettleAttempt); settleQuotaSQL adds what
-// its response said of its quota. The settled row is one row, so the
-// function runs once, in the same statement (migration 00016).
+// its response said of its quota, and settleSpendSQL (with the number of
+// its one argument) what it cost its account. The settled row is one row,
+// so each function runs once, in the same statement (migrations 00016,
+// 00022).
 const (
 	settleSQL = `
 		WITH settled AS (
@@ -306,7 +322,9 @@ const (
 		)
 		SELECT * FROM settled`
 	settleQuotaSQL = `
-		WHERE agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
+		  AND agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
+	settleSpendSQL = `
+		  AND agentsaga_spend_answered($1, $%d)`
 )
 
 // Fenced is what FenceAction found.

@@ -39,6 +39,8 @@ func (s *Store) ClaimCall(ctx context.Context, req ActionRequest, leaf LeafCall,
 type claimRow struct {
 	claim             Claim
 	outcome, runFence string
+	// spend is the cap that refused the turn (outcome claimSpend).
+	spend SpendReservation
 }
 
 // TurnRead is what a model turn's claim (ClaimTurn) writes and reads
@@ -57,6 +59,10 @@ type TurnRead struct {
 	// Quota, when set, admits the turn on its quota before the claim
 	// (ErrQuotaWait when it has no room).
 	Quota *QuotaClaim
+	// Spend, when set, reserves the turn's most expensive outcome on its
+	// account's spend caps in the claim (a *SpendCapError when they cannot
+	// pay for it; nothing is claimed then).
+	Spend *SpendClaim
 }
 
 // FitRequest says how a model request fits its conversation to a context
@@ -122,15 +128,26 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 			&c.claim.Plan.CutBefore, &c.claim.Plan.OmitBefore, &c.claim.Plan.Omitted, &w.seqs, &w.roles, &w.contents,
 			&w.toolCalls, &w.toolCallIDs, &w.names, &w.pinned, &w.keys, &w.tokens, &w.bytes)
 		var retryAt *time.Time
-		if turn.Quota != nil {
-			c.claim.Quota.Key, c.claim.Quota.Reserved.Output = turn.Quota.Key, turn.Quota.Output
+		if turn.Quota != nil || turn.Spend != nil {
+			if turn.Quota != nil {
+				c.claim.Quota.Key, c.claim.Quota.Reserved.Output = turn.Quota.Key, turn.Quota.Output
+			}
 			dest = append(dest, &c.claim.Quota.Admitted, &c.claim.Quota.Reserved.Input, &retryAt, &c.claim.Quota.Reason)
+		}
+		var refusal spendRefusal
+		if turn.Spend != nil {
+			dest = append(dest, &c.claim.SpendUSD, &refusal.account, &refusal.period, &refusal.cap, &refusal.spent,
+				&refusal.reserved, &refusal.resets, &refusal.onExhausted)
 		}
 		if err := row.Scan(dest...); err != nil {
 			return c, err
 		}
 		if retryAt != nil {
 			c.claim.Quota.RetryAt = *retryAt
+		}
+		if c.outcome == claimSpend {
+			c.spend = refusal.reservation()
+			return c, nil
 		}
 		if c.outcome != claimExecuted {
 			return c, nil
@@ -148,7 +165,14 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 	}
 	var got claimRow
 	var err error
-	if q := turn.Quota; q != nil {
+	if sp := turn.Spend; sp != nil {
+		// The quota's arguments ('' for none), then the spend's: the
+		// same round trip.
+		q := cmp.Or(turn.Quota, &QuotaClaim{})
+		got, err = coalesce.Row(ctx, s.calls, req.Key, claimSpendTurnSQL,
+			append(args, q.Key, q.Output, milliseconds(cmp.Or(q.Lease, DefaultQuotaLease)),
+				sp.Account, sp.InputUSDPerMillion, sp.OutputUSDPerMillion, sp.OutputTokens), scan)
+	} else if q := turn.Quota; q != nil {
 		// Admitted by the claim itself (migration 00016): three arguments
 		// and four columns more, the same round trip.
 		got, err = coalesce.Row(ctx, s.calls, req.Key, claimQuotaTurnSQL,
@@ -175,6 +199,12 @@ const (
 		FROM agentsaga_claim_quota_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
 		                                $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) c,
 		     LATERAL (SELECT (c.action).*) a`
+	claimSpendTurnSQL = turnClaimColumns + `, c.quota_admitted, c.quota_input, c.quota_retry_at, coalesce(c.quota_reason, ''),
+		       c.spend_usd::float8, c.spend_account, c.spend_period, c.spend_cap::float8, c.spend_spent::float8,
+		       c.spend_reserved::float8, c.spend_resets, c.spend_on_exhausted
+		FROM agentsaga_claim_spend_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+		                                $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33) c,
+		     LATERAL (SELECT (c.action).*) a`
 )
 
 // What agentsaga_claim_call says of a claim.
@@ -185,6 +215,7 @@ const (
 	claimFenced   = "fenced"
 	claimInFlight = "in-flight"
 	claimQuota    = "quota" // agentsaga_claim_quota_turn: refused by the quota
+	claimSpend    = "spend" // agentsaga_claim_spend_turn: refused by a spend cap
 )
 
 var runFenceText = map[string]string{
@@ -228,6 +259,8 @@ func (s *Store) claimed(ctx context.Context, req ActionRequest, got claimRow, er
 		}
 		return Claim{Quota: q}, fmt.Errorf("ledger: claim %s: quota %s has no room (%s) before %s: %w",
 			req.Key, q.Key, q.Reason, q.RetryAt.UTC().Format(time.RFC3339Nano), ErrQuotaWait)
+	case claimSpend:
+		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, &SpendCapError{Reservation: got.spend, USD: claim.SpendUSD})
 	case claimStored:
 		return Claim{Action: existing}, nil
 	case claimConflict:

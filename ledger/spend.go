@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
 )
 
 // Spend caps (migration 00021, issue 31): USD per account and calendar
@@ -19,16 +21,10 @@ import (
 
 // A cap's periods: calendar-aligned in the cap's time zone.
 const (
-	SpendHour  = "hour"
-	SpendDay   = "day"
-	SpendMonth = "month"
-)
-
-// What a run does when a cap cannot pay for its next call.
-const (
-	OnExhaustedFinish   = "finish"   // end gracefully, with a partial answer
-	OnExhaustedWait     = "wait"     // wait durably for the period to reset
-	OnExhaustedEscalate = "escalate" // ask a human to raise the cap or abort
+	SpendMinute = "minute"
+	SpendHour   = "hour"
+	SpendDay    = "day"
+	SpendMonth  = "month"
 )
 
 // SpendCap is an operator's cap on what an account may spend in a period.
@@ -36,14 +32,15 @@ type SpendCap struct {
 	// Account is a path ("acme/support"): a call charged to it is charged
 	// to each of its parents ("acme") too, and must fit their caps.
 	Account string `json:"account"`
-	// Period is SpendHour, SpendDay or SpendMonth.
+	// Period is SpendMinute (a burst cap), SpendHour, SpendDay or
+	// SpendMonth.
 	Period string `json:"period"`
 	// TimeZone aligns the period ("Europe/Paris"); empty means UTC.
 	TimeZone string `json:"time_zone,omitempty"`
 	// USD is the most the account may spend in one period.
 	USD float64 `json:"usd"`
-	// OnExhausted is OnExhaustedFinish (the default), OnExhaustedWait or
-	// OnExhaustedEscalate.
+	// OnExhausted is agentsagatype.OnExhaustedFinish (the default), agentsagatype.OnExhaustedWait or
+	// agentsagatype.OnExhaustedEscalate.
 	OnExhausted string `json:"on_exhausted,omitempty"`
 }
 
@@ -53,20 +50,20 @@ func (c SpendCap) withDefaults() SpendCap {
 		c.TimeZone = "UTC"
 	}
 	if c.OnExhausted == "" {
-		c.OnExhausted = OnExhaustedFinish
+		c.OnExhausted = agentsagatype.OnExhaustedFinish
 	}
 	return c
 }
 
 // Validate says what is wrong with the cap, naming the field.
 func (c SpendCap) Validate() error {
-	if err := ValidateAccount(c.Account); err != nil {
+	if err := budget.ValidateAccount(c.Account); err != nil {
 		return err
 	}
 	switch c.Period {
-	case SpendHour, SpendDay, SpendMonth:
+	case SpendMinute, SpendHour, SpendDay, SpendMonth:
 	default:
-		return fmt.Errorf("spend cap %s: period %q is not %s, %s or %s", c.Account, c.Period, SpendHour, SpendDay, SpendMonth)
+		return fmt.Errorf("spend cap %s: period %q is not %s, %s, %s or %s", c.Account, c.Period, SpendMinute, SpendHour, SpendDay, SpendMonth)
 	}
 	if c.TimeZone != "" {
 		if _, err := time.LoadLocation(c.TimeZone); err != nil {
@@ -77,24 +74,10 @@ func (c SpendCap) Validate() error {
 		return fmt.Errorf("spend cap %s: usd %v must be a number of dollars, 0 or more", c.Account, c.USD)
 	}
 	switch c.OnExhausted {
-	case "", OnExhaustedFinish, OnExhaustedWait, OnExhaustedEscalate:
+	case "", agentsagatype.OnExhaustedFinish, agentsagatype.OnExhaustedWait, agentsagatype.OnExhaustedEscalate:
 	default:
 		return fmt.Errorf("spend cap %s: on_exhausted %q is not %s, %s or %s", c.Account, c.OnExhausted,
-			OnExhaustedFinish, OnExhaustedWait, OnExhaustedEscalate)
-	}
-	return nil
-}
-
-// ValidateAccount says what is wrong with an account path: it is
-// segments joined by "/", none of them empty or padded with spaces.
-func ValidateAccount(account string) error {
-	if account == "" {
-		return errors.New("account: empty")
-	}
-	for _, part := range strings.Split(account, "/") {
-		if part == "" || strings.TrimSpace(part) != part {
-			return fmt.Errorf("account %q: each part of the path must be a name, not empty or padded with spaces", account)
-		}
+			agentsagatype.OnExhaustedFinish, agentsagatype.OnExhaustedWait, agentsagatype.OnExhaustedEscalate)
 	}
 	return nil
 }
@@ -119,7 +102,7 @@ func (s *Store) RemoveSpendCap(ctx context.Context, account, period, by string) 
 	if by == "" {
 		return nil, fmt.Errorf("ledger: remove spend cap %s: who removes it is empty", account)
 	}
-	return s.changeSpendCap(ctx, account, period, "UTC", nil, OnExhaustedFinish, by)
+	return s.changeSpendCap(ctx, account, period, "UTC", nil, agentsagatype.OnExhaustedFinish, by)
 }
 
 func (s *Store) changeSpendCap(ctx context.Context, account, period, timeZone string, usd *float64, onExhausted, by string) (*SpendCap, error) {
@@ -230,14 +213,10 @@ type SpendReservation struct {
 	Resets          time.Time
 }
 
-// Reason says why a reservation was refused, naming the account, the cap
-// and when it resets.
-func (r SpendReservation) Reason() string {
-	if r.Admitted {
-		return ""
-	}
-	return fmt.Sprintf("the spend cap of account %s ($%.2f a %s) has $%.2f spent and $%.2f reserved; it resets at %s",
-		r.Cap.Account, r.Cap.USD, r.Cap.Period, r.Spent, r.Reserved, r.Resets.UTC().Format(time.RFC3339))
+// Refusal is a refused reservation of needed USD, as a run reads it.
+func (r SpendReservation) Refusal(needed float64) agentsagatype.SpendRefusal {
+	return agentsagatype.SpendRefusal{Account: r.Cap.Account, Period: r.Cap.Period, USD: r.Cap.USD, Spent: r.Spent,
+		Reserved: r.Reserved, Resets: r.Resets, OnExhausted: r.Cap.OnExhausted, Needed: needed}
 }
 
 // ReserveSpend reserves usd for the call key against every cap of account
@@ -246,7 +225,7 @@ func (r SpendReservation) Reason() string {
 // lease passes (ExpireSpendHolds then ends it). A key that holds already
 // is admitted again without holding twice.
 func (s *Store) ReserveSpend(ctx context.Context, key, account string, usd float64, lease time.Duration) (SpendReservation, error) {
-	if err := ValidateAccount(account); err != nil {
+	if err := budget.ValidateAccount(account); err != nil {
 		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s: %w", key, err)
 	}
 	if usd < 0 || math.IsNaN(usd) || math.IsInf(usd, 0) {
@@ -294,4 +273,62 @@ func (s *Store) ExpireSpendHolds(ctx context.Context) (spentInFull, released int
 		return 0, 0, fmt.Errorf("ledger: expire spend holds: %w", err)
 	}
 	return spentInFull, released, nil
+}
+
+// SpendClaim is what a model turn charged to an account reserves in its
+// claim (TurnRead.Spend): its prompt's tokens, as the conversation's
+// estimates count them, at the input price, plus OutputTokens (its
+// max_tokens) at the output price; prices in USD per million tokens.
+type SpendClaim struct {
+	Account                                 string
+	InputUSDPerMillion, OutputUSDPerMillion float64
+	OutputTokens                            int64
+}
+
+// ErrSpendCap is a turn's claim refused by a spend cap (in a
+// *SpendCapError).
+var ErrSpendCap = errors.New("a spend cap has no room for the call")
+
+// SpendCapError is a turn its account's caps cannot pay for: USD is what
+// it would have reserved, and Reservation the cap that binds.
+type SpendCapError struct {
+	Reservation SpendReservation
+	USD         float64
+}
+
+func (e *SpendCapError) Error() string { return e.Reservation.Refusal(e.USD).Reason() }
+
+func (e *SpendCapError) Is(target error) bool { return target == ErrSpendCap }
+
+// spendRefusal is the spend_* columns of a claim a cap refused.
+type spendRefusal struct {
+	account, period, onExhausted *string
+	cap, spent, reserved         *float64
+	resets                       *time.Time
+}
+
+func (r spendRefusal) reservation() SpendReservation {
+	var out SpendReservation
+	if r.account != nil {
+		out.Cap.Account = *r.account
+	}
+	if r.period != nil {
+		out.Cap.Period = *r.period
+	}
+	if r.onExhausted != nil {
+		out.Cap.OnExhausted = *r.onExhausted
+	}
+	if r.cap != nil {
+		out.Cap.USD = *r.cap
+	}
+	if r.spent != nil {
+		out.Spent = *r.spent
+	}
+	if r.reserved != nil {
+		out.Reserved = *r.reserved
+	}
+	if r.resets != nil {
+		out.Resets = *r.resets
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -28,7 +29,7 @@ func TestSpendCapsHoldAcrossPools(t *testing.T) {
 	stores := openWorkers(t, pools, 4)
 	caps := []ledger.SpendCap{
 		{Account: "acme", Period: ledger.SpendDay, USD: 5},
-		{Account: "acme/support", Period: ledger.SpendDay, TimeZone: "Europe/Paris", USD: 3, OnExhausted: ledger.OnExhaustedWait},
+		{Account: "acme/support", Period: ledger.SpendDay, TimeZone: "Europe/Paris", USD: 3, OnExhausted: agentsagatype.OnExhaustedWait},
 	}
 	for _, c := range caps {
 		_, err := stores[0].SetSpendCap(ctx, c, "test")
@@ -102,7 +103,7 @@ func TestAParentCapBindsBeforeTheChilds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendMonth, USD: 1, OnExhausted: ledger.OnExhaustedEscalate}, "ops")
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendMonth, USD: 1, OnExhausted: agentsagatype.OnExhaustedEscalate}, "ops")
 	require.NoError(t, err)
 	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme/support", Period: ledger.SpendDay, USD: 5}, "ops")
 	require.NoError(t, err)
@@ -115,11 +116,11 @@ func TestAParentCapBindsBeforeTheChilds(t *testing.T) {
 	require.False(t, r.Admitted)
 	assert.Equal(t, "acme", r.Cap.Account)
 	assert.Equal(t, ledger.SpendMonth, r.Cap.Period)
-	assert.Equal(t, ledger.OnExhaustedEscalate, r.Cap.OnExhausted)
+	assert.Equal(t, agentsagatype.OnExhaustedEscalate, r.Cap.OnExhausted)
 	assert.InDelta(t, 0.8, r.Reserved, 1e-9)
 	now := time.Now().UTC()
 	assert.Equal(t, time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC), r.Resets.UTC())
-	assert.Contains(t, r.Reason(), "the spend cap of account acme ($1.00 a month) has $0.00 spent and $0.80 reserved; it resets at")
+	assert.Contains(t, r.Refusal(0.3).Reason(), "the spend cap of account acme ($1.00 a month) has $0.00 spent and $0.80 reserved, and the next turn needs up to $0.3000; it resets at")
 
 	// An account outside the tree is not charged to it; a key that holds
 	// is admitted again without holding twice.
@@ -223,11 +224,11 @@ func TestSpendCapChangesAreKeptAndBadCapsRefused(t *testing.T) {
 	old, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 50}, "ann")
 	require.NoError(t, err)
 	assert.Nil(t, old)
-	old, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 80, OnExhausted: ledger.OnExhaustedWait}, "bob")
+	old, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 80, OnExhausted: agentsagatype.OnExhaustedWait}, "bob")
 	require.NoError(t, err)
 	require.NotNil(t, old)
 	assert.Equal(t, 50.0, old.USD)
-	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 80, OnExhausted: ledger.OnExhaustedWait}, "bob")
+	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 80, OnExhausted: agentsagatype.OnExhaustedWait}, "bob")
 	require.NoError(t, err)
 	removed, err := store.RemoveSpendCap(ctx, "acme", ledger.SpendDay, "cy")
 	require.NoError(t, err)
@@ -241,14 +242,14 @@ func TestSpendCapChangesAreKeptAndBadCapsRefused(t *testing.T) {
 	assert.Nil(t, changes[0].Old)
 	assert.Equal(t, "bob", changes[1].By)
 	assert.Equal(t, 50.0, changes[1].Old.USD)
-	assert.Equal(t, ledger.OnExhaustedWait, changes[1].New.OnExhausted)
+	assert.Equal(t, agentsagatype.OnExhaustedWait, changes[1].New.OnExhausted)
 	assert.Equal(t, "cy", changes[2].By)
 	assert.Nil(t, changes[2].New)
 
 	for cap, want := range map[ledger.SpendCap]string{
 		{Account: "", Period: ledger.SpendDay, USD: 1}:                               "account: empty",
 		{Account: "acme//x", Period: ledger.SpendDay, USD: 1}:                        "not empty or padded",
-		{Account: "acme", Period: "week", USD: 1}:                                    `period "week" is not hour, day or month`,
+		{Account: "acme", Period: "week", USD: 1}:                                    `period "week" is not minute, hour, day or month`,
 		{Account: "acme", Period: ledger.SpendDay, USD: -1}:                          "usd -1",
 		{Account: "acme", Period: ledger.SpendDay, USD: 1, TimeZone: "Mars/Olympus"}: `time zone "Mars/Olympus"`,
 		{Account: "acme", Period: ledger.SpendDay, USD: 1, OnExhausted: "shrug"}:     `on_exhausted "shrug"`,

@@ -352,9 +352,14 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		}
 		turn, err := r.modelTurn(ctx, step, offered, false)
 		var parked *modelParkedError
+		var capped *spendCapStop
 		switch {
 		case ctx.Err() != nil:
 			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+		case errors.As(err, &capped):
+			// The account cannot pay for a turn, so not for a finishing
+			// one either: the engine writes the handoff note itself.
+			return r.outOfBudget(ctx, r.lastContent, "", capped.reason()), nil
 		case errors.As(err, &parked):
 			// Nothing of the turn was done: once a human resumes the run,
 			// the next step makes it again.
@@ -412,6 +417,9 @@ func (r *run) say(m agentsagatype.Message) {
 // instructions, on a partial answer and a handoff note.
 func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason string) RunResult {
 	turn, err := r.modelTurn(ctx, step, nil, true)
+	if capped := (*spendCapStop)(nil); errors.As(err, &capped) {
+		return r.outOfBudget(ctx, lastContent, "", reason+"; "+capped.reason())
+	}
 	if err != nil || turn.Content == "" {
 		return r.outOfBudget(ctx, lastContent, "", reason+"; the finishing turn produced nothing")
 	}
@@ -507,8 +515,8 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		if r.versions.parkModelTurns && entry.Denial == budget.DenyCircuitOpen {
 			entry.Attempts = parked.leafCalls // a refusal at the gate was not a call
 		}
-		if entry.Denial == budget.DenyQuota {
-			entry.Attempts = 0 // r.quota counts the requests answered 429
+		if entry.Denial == budget.DenyQuota || entry.Denial == budget.DenySpendCap {
+			entry.Attempts = 0 // r.quota counts the requests answered 429; a spend cap's refusal sent nothing
 		}
 		entry.Attempts += refusedLeafCalls
 	}
@@ -611,6 +619,7 @@ func modelTargets(models []agentsagatype.ModelSpec) string {
 // sendModelTurn schedules a model turn under activityID: its first send
 // and each send after waiting for the model's breaker.
 func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall) workflow.Future {
+	call.Spend = r.spendPlan(call.Model) // each model at its own price
 	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
 	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityCallModel), call)
@@ -651,7 +660,7 @@ const traceTail = 32
 
 // charge books a finished call's leaf calls and retries against the run.
 func (r *run) charge(tool string, entry *TraceEntry) {
-	if !r.versions.parkOnOpenBreaker || entry.Denial != budget.DenyCircuitOpen {
+	if (!r.versions.parkOnOpenBreaker || entry.Denial != budget.DenyCircuitOpen) && entry.Denial != budget.DenySpendCap {
 		entry.Attempts = max(entry.Attempts, 1)
 	}
 	r.budget.Spend(budget.Usage{LeafCalls: entry.Attempts})

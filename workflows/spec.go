@@ -169,6 +169,9 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 	if err := s.Prices.Validate(); err != nil {
 		return err
 	}
+	if err := s.pricedForTheAccount(); err != nil {
+		return err
+	}
 	switch s.OnBudgetExhausted {
 	case "", OnBudgetKeep, OnBudgetCompensate:
 	default:
@@ -327,4 +330,34 @@ func (s RunSpec) breakerOpenEscalation() time.Duration {
 		seconds = DefaultBreakerOpenEscalation
 	}
 	return time.Duration(seconds) * time.Second
+}
+
+// pricedForTheAccount refuses a run charged to an account (budget.account)
+// whose models could cost money it cannot bound: each model the run or
+// its sub-agents may call must have a price (prices.models) and a
+// max_tokens, or a turn's reservation would be no upper bound of its
+// cost. The scripted model costs nothing.
+func (s RunSpec) pricedForTheAccount() error {
+	if s.Budget.Account == "" {
+		return nil
+	}
+	models := append([]agentsagatype.ModelSpec{s.Model}, s.Model.Fallbacks...)
+	for _, agent := range s.Agents {
+		if agent.Model != nil {
+			models = append(models, *agent.Model)
+			models = append(models, agent.Model.Fallbacks...)
+		}
+	}
+	for _, m := range models {
+		if m.Provider == agentsagatype.ProviderScripted {
+			continue
+		}
+		if _, priced := s.Prices.Models[m.Name]; !priced {
+			return fmt.Errorf("budget.account %s: model %s has no price in prices.models; a run charged to an account must price every model it may call", s.Budget.Account, m.Target())
+		}
+		if m.MaxTokens <= 0 {
+			return fmt.Errorf("budget.account %s: model %s has no max_tokens; a run charged to an account must bound every reply", s.Budget.Account, m.Target())
+		}
+	}
+	return nil
 }

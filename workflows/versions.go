@@ -89,7 +89,14 @@ const (
 	// back. The commands are those of version 5; the reason the run-finish
 	// activity records, and the state carried, differ.
 	commandsVersion6 workflow.Version = 6
-	latestCommands                    = commandsVersion6
+	// commandsVersion7 charges each model turn of a run with an account
+	// (budget.account) to that account's spend caps (ModelCall.Spend): its
+	// claim reserves the turn's most expensive outcome, and a turn the
+	// caps cannot pay for does what the cap says: the run finishes
+	// without another model call, waits on a timer for the period to
+	// reset, or escalates (run.meetSpendCap).
+	commandsVersion7 workflow.Version = 7
+	latestCommands                    = commandsVersion7
 )
 
 // versions are the paths this execution takes.
@@ -114,6 +121,8 @@ type versions struct {
 	effectsProgress bool
 	// The field below came with commandsVersion6.
 	namesWaits bool
+	// The field below came with commandsVersion7.
+	spendCaps bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -129,7 +138,8 @@ func readVersions(ctx workflow.Context) versions {
 			quotaWaits:            commands >= commandsVersion3,
 			approvals:             commands >= commandsVersion4,
 			effectsProgress:       commands >= commandsVersion5,
-			namesWaits:            commands >= commandsVersion6}
+			namesWaits:            commands >= commandsVersion6,
+			spendCaps:             commands >= commandsVersion7}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

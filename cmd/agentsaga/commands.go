@@ -124,7 +124,7 @@ func migrateCommand() *cobra.Command {
 }
 
 func runCommand() *cobra.Command {
-	var specPath, id string
+	var specPath, id, account string
 	var wait, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "run --spec FILE [--wait] [--json]",
@@ -151,7 +151,7 @@ func runCommand() *cobra.Command {
 			if id == "" {
 				id = newRunID()
 			}
-			run, err := agentsaga.Start(cmd.Context(), c, id, spec, agentsaga.StartOptions{Namespace: cfg.Namespace, Ledger: store})
+			run, err := agentsaga.Start(cmd.Context(), c, id, spec, agentsaga.StartOptions{Namespace: cfg.Namespace, Ledger: store, Account: account})
 			if err != nil {
 				return err
 			}
@@ -190,6 +190,7 @@ func runCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&specPath, "spec", "", "the run spec, YAML or JSON (required)")
 	cmd.Flags().StringVar(&id, "id", "", "the run's workflow ID (default: a new run-<random> ID)")
+	cmd.Flags().StringVar(&account, "account", "", "charge the run to this account (acme/support): its spend caps bound every model turn")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end and print its result")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	_ = cmd.MarkFlagRequired("spec")

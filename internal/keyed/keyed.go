@@ -40,6 +40,32 @@ type Call struct {
 	// the turn's response said of it, given the admission and the call's
 	// error: settled with the attempt.
 	Quota func(admission ledger.Admission, callErr error) *ledger.QuotaAnswer
+	// Spend, for a model turn charged to an account (Turn.Spend), is what
+	// the attempt cost by the usage the provider reported (0 when it
+	// reported none): settled with the attempt.
+	Spend func(callErr error) float64
+}
+
+// SpendCapRefusal is the refusal of a model turn its account's spend cap
+// cannot pay for: not retryable (the run does what the cap says), and
+// saying which cap and when it resets (its cause, a *SpendCapWaitError,
+// which the retry hook reads).
+func SpendCapRefusal(message string, refusal agentsagatype.SpendRefusal) error {
+	return temporal.NewNonRetryableApplicationError(message, budget.DenySpendCap, &SpendCapWaitError{Refusal: refusal})
+}
+
+// SpendCapWaitError carries the cap that refused a turn.
+type SpendCapWaitError struct{ Refusal agentsagatype.SpendRefusal }
+
+func (e *SpendCapWaitError) Error() string { return e.Refusal.Reason() }
+
+// settlesSpend says whether c's settle settles a reservation, and what
+// the attempt cost.
+func (c Call) settlesSpend(callErr error) (bool, float64) {
+	if c.Turn == nil || c.Turn.Spend == nil || c.Spend == nil {
+		return false, 0
+	}
+	return true, c.Spend(callErr)
 }
 
 // QuotaWait is the refusal of a model turn its quota had no room for: not
@@ -103,6 +129,10 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeInFlight)
 	case errors.Is(err, ledger.ErrQuotaWait):
 		return "", false, QuotaWait(err.Error(), claim.Quota.RetryAt, false)
+	case errors.Is(err, ledger.ErrSpendCap):
+		var capped *ledger.SpendCapError
+		errors.As(err, &capped)
+		return "", false, SpendCapRefusal(err.Error(), capped.Reservation.Refusal(capped.USD))
 	case errors.Is(err, ledger.ErrQuotaTooLarge):
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeModelConfig, nil)
 	case err != nil:
@@ -147,6 +177,7 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 		// can claim the key at once instead of waiting out the lease.
 		end := ledger.FailedAttempt(callErr.Error(), errType, permanent)
 		end.LeafCallID, end.CallErr, end.Quota = claim.LeafCallID, callErr, c.quotaAnswer(claim, callErr)
+		end.Spend, end.SpendUSD = c.settlesSpend(callErr)
 		if _, err := store.SettleAttempt(context.WithoutCancel(ctx), key, claim.Action.Attempts, end); err != nil {
 			logRefusedWrite(log, key, err)
 		}
@@ -166,10 +197,11 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 		}
 	}
 	var stored agentsagatype.Action
+	settles, cost := c.settlesSpend(nil)
 	err = recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
 		stored, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
 			Status: agentsagatype.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID,
-			Quota: c.quotaAnswer(claim, nil)})
+			Quota: c.quotaAnswer(claim, nil), Spend: settles, SpendUSD: cost})
 		return err
 	})
 	switch {

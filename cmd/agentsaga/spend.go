@@ -1,0 +1,127 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/worker"
+)
+
+// spendCommand lists the accounts' spend caps with their current periods,
+// and sets or removes them (issue 31). Caps are the operators' to set, not
+// the spec's: every change is kept in the ledger with who made it.
+func spendCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "spend [ACCOUNT] [--json]",
+		Short: "List the spend caps of ACCOUNT and the accounts under it (all accounts without one): spent and reserved this period, and when it resets",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			account := ""
+			if len(args) == 1 {
+				account = args[0]
+			}
+			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			caps, err := store.SpendCaps(cmd.Context(), account)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(caps)
+			}
+			if len(caps) == 0 {
+				fmt.Fprintln(out, "no spend cap is set; set one with: agentsaga spend set ACCOUNT --usd N --per day")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ACCOUNT\tCAP\tSPENT\tRESERVED\tLEFT\tRESETS\tON EXHAUSTED\tSET BY")
+			for _, c := range caps {
+				fmt.Fprintf(tw, "%s\t$%.2f a %s (%s)\t$%.4f\t$%.4f\t$%.4f\t%s\t%s\t%s %s\n", c.Account, c.USD, c.Period, c.TimeZone,
+					c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.OnExhausted, c.UpdatedBy,
+					c.UpdatedAt.UTC().Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(spendSetCommand(), spendRemoveCommand())
+	return cmd
+}
+
+func spendSetCommand() *cobra.Command {
+	var c ledger.SpendCap
+	var by string
+	cmd := &cobra.Command{
+		Use:   "set ACCOUNT --usd N --per minute|hour|day|month [--tz ZONE] [--on-exhausted finish|wait|escalate] [--by NAME]",
+		Short: "Cap what ACCOUNT (and the accounts under it) may spend a period; the ledger keeps who changed it, when, from what",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c.Account = args[0]
+			if !cmd.Flags().Changed("usd") {
+				return fmt.Errorf("spend set %s: --usd is required", c.Account)
+			}
+			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			old, err := store.SetSpendCap(cmd.Context(), c, cmp.Or(by, caller()))
+			if err != nil {
+				return err
+			}
+			was := "none"
+			if old != nil {
+				was = fmt.Sprintf("$%.2f (%s, %s)", old.USD, old.TimeZone, old.OnExhausted)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "spend cap of %s per %s: $%.2f, was %s\n", c.Account, c.Period, c.USD, was)
+			return nil
+		},
+	}
+	cmd.Flags().Float64Var(&c.USD, "usd", 0, "the most the account may spend a period, in USD (required)")
+	cmd.Flags().StringVar(&c.Period, "per", ledger.SpendDay, "the period: minute, hour, day or month, calendar-aligned in --tz")
+	cmd.Flags().StringVar(&c.TimeZone, "tz", "UTC", "the time zone the period is aligned in (an IANA name: Europe/Paris)")
+	cmd.Flags().StringVar(&c.OnExhausted, "on-exhausted", "finish", "what a run does when the cap cannot pay for its next turn: finish, wait or escalate")
+	cmd.Flags().StringVar(&by, "by", "", "who sets it, as the ledger keeps it (default: your user@host)")
+	return cmd
+}
+
+func spendRemoveCommand() *cobra.Command {
+	var period, by string
+	cmd := &cobra.Command{
+		Use:   "remove ACCOUNT --per minute|hour|day|month [--by NAME]",
+		Short: "Remove ACCOUNT's cap for a period; the ledger keeps who removed it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			old, err := store.RemoveSpendCap(cmd.Context(), args[0], period, cmp.Or(by, caller()))
+			if err != nil {
+				return err
+			}
+			if old == nil {
+				return fmt.Errorf("spend remove %s: no cap per %s to remove", args[0], period)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "spend cap of %s per %s removed (was $%.2f)\n", args[0], period, old.USD)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&period, "per", ledger.SpendDay, "the cap's period: minute, hour, day or month")
+	cmd.Flags().StringVar(&by, "by", "", "who removes it, as the ledger keeps it (default: your user@host)")
+	return cmd
+}

@@ -1,0 +1,105 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
+)
+
+// A run charged to an account (budget.account, agentsaga-commands 7):
+// every model turn reserves its most expensive outcome on the account's
+// spend caps before it is sent, in the claim, and settles to what it cost.
+// A turn the caps cannot pay for sends nothing, and the run does what the
+// cap that binds says (meetSpendCap).
+
+// spendPlan is what a turn on model m needs to reserve on the run's
+// account, or nil when the run has none.
+func (r *run) spendPlan(m agentsagatype.ModelSpec) *agentsagatype.SpendPlan {
+	if !r.versions.spendCaps || r.spec.Budget.Account == "" {
+		return nil
+	}
+	price := r.spec.Prices.Models[m.Name]
+	return &agentsagatype.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
+		OutputPerMillion: price.OutputPerMillion}
+}
+
+// spendRefusalIn is the spend cap's refusal in err, when that is what err
+// is.
+func spendRefusalIn(err error) (agentsagatype.SpendRefusal, bool) {
+	failure, ok := callFailureIn(err)
+	if !ok || failure.Denial != budget.DenySpendCap || failure.Spend == nil {
+		return agentsagatype.SpendRefusal{}, false
+	}
+	return *failure.Spend, true
+}
+
+// spendCapStop is a turn the account's cap could not pay for, in a run
+// that ends on it: the cap says finish, or waiting for it would pass the
+// run's wall clock.
+type spendCapStop struct {
+	refusal agentsagatype.SpendRefusal
+	// unaffordable is set when the cap said wait and the run's budget
+	// could not afford the wait.
+	unaffordable bool
+	err          error
+}
+
+func (e *spendCapStop) Error() string { return e.err.Error() }
+func (e *spendCapStop) Unwrap() error { return e.err }
+
+// reason is the run's reason: the cap, and why no model call ended it.
+func (e *spendCapStop) reason() string {
+	if e.unaffordable {
+		return e.refusal.Reason() + "; waiting for it to reset would pass the run's budget, and the cap cannot pay for a finishing turn"
+	}
+	return e.refusal.Reason() + "; the run finishes without a last model turn, which the cap cannot pay for"
+}
+
+// spendCause names a cap in the run's book of waits.
+func spendCause(refusal agentsagatype.SpendRefusal) string {
+	return "the spend cap of account " + refusal.Account
+}
+
+// meetSpendCap does what the cap that refused a turn says: wait (the turn
+// goes out again once the period resets: back), finish (stop, a
+// *spendCapStop) or escalate (stop, a *modelParkedError whose why the
+// human reads). A wait the run's budget cannot afford finishes instead.
+func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now time.Time) (back time.Time, stop error) {
+	switch refusal.OnExhausted {
+	case agentsagatype.OnExhaustedWait:
+		back = refusal.Resets.Add(minimumPark) // the clocks of the worker and Postgres may disagree
+		if back.Before(now) {
+			back = now.Add(minimumPark)
+		}
+		if r.budget.ShouldFinish(back) {
+			return time.Time{}, &spendCapStop{refusal: refusal, unaffordable: true, err: err}
+		}
+		return back, nil
+	case agentsagatype.OnExhaustedEscalate:
+		why := fmt.Sprintf("The run's account cannot pay for its next turn: %s. Raise the cap (`agentsaga spend set %s --usd ... --per %s`) and resume, or abort",
+			refusal.Reason(), refusal.Account, refusal.Period)
+		r.waits.stoppedWaiting(why, spendCause(refusal))
+		return time.Time{}, &modelParkedError{why: why, err: err}
+	}
+	return time.Time{}, &spendCapStop{refusal: refusal, err: err}
+}
+
+// waitForSpendCap waits on a timer until back, when the cap's period
+// resets, showing why in the UI and the ledger, and books the wait.
+func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendRefusal, activityID string, back time.Time, n int) error {
+	now := workflow.Now(ctx)
+	waiting := fmt.Sprintf("waiting for the spend cap of account %s to reset at %s ($%.2f a %s; the turn goes out again then)",
+		refusal.Account, refusal.Resets.UTC().Format(time.RFC3339), refusal.USD, refusal.Period)
+	r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(now, r.openBreakers()))
+	if n == 1 {
+		r.setStatus(ctx, agentsagatype.RunRunning, waiting)
+	}
+	timer := workflow.NewTimerWithOptions(ctx, back.Sub(now), workflow.TimerOptions{Summary: clip("waiting for the spend cap of "+refusal.Account, 100)})
+	err := timer.Get(ctx, nil)
+	r.waits.add(spendCause(refusal), now, workflow.Now(ctx), 1, time.Time{})
+	return err
+}

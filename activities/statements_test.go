@@ -105,6 +105,7 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	model := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderScripted, Script: []agentsagatype.ScriptedTurn{
 		{ToolCalls: []agentsagatype.ScriptedCall{{Name: "lookup", Arguments: []byte(`{"order":"o-1"}`)}}},
 		{Content: "Order o-1 has shipped."},
+		{Content: "Anything else?"},
 	}}
 	modelPlan := agentsagatype.RetryPlan{Tool: "model", Dependency: "model:scripted", MaxAttempts: 3, ToolRetryCap: 6,
 		RunAllowance: 5, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}
@@ -151,6 +152,20 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	}
 	assert.Equal(t, []string{"system", "user", "assistant", "tool", "tool", "assistant"}, roles)
 	assert.Equal(t, "Order o-1 has shipped.", msgs[5].Content, "the second turn read the conversation the first and the calls wrote")
+
+	// A turn charged to a capped account reserves in its claim and
+	// settles in its completion: still two statements.
+	ctx := context.Background()
+	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 10}, "test")
+	require.NoError(t, err)
+	capped := turn(6)
+	capped.Spend = &agentsagatype.SpendPlan{Account: "acme/support", InputPerMillion: 1000, OutputPerMillion: 1000}
+	assert.LessOrEqual(t, run("model turn charged to a capped account, warm", acts.CallModel, capped), 2, "a capped model turn")
+	caps, err := store.SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	require.Len(t, caps, 1)
+	assert.Positive(t, caps[0].Spent, "the turn's usage was spent")
+	assert.Zero(t, caps[0].Reserved, "and its reservation given back")
 }
 
 // longCallWorkflow makes a short call, then a long one, under a heartbeat

@@ -269,8 +269,6 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		end.LeafCallID, leafOutcome, leafError}
 	var action agentsagatype.Action
 	var err error
-	statement := settleSQL + `
-		WHERE true`
 	if q := end.Quota; q != nil {
 		var closedUntil *time.Time
 		if !q.ClosedUntil.IsZero() {
@@ -278,13 +276,20 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		}
 		args = append(append(args, q.Admission.Key, q.Admission.Admitted, q.Admission.Reserved.Input, q.Admission.Reserved.Output,
 			q.Used.Input, q.Used.Output), append(observedArgs(q.Observed), closedUntil)...)
-		statement += settleQuotaSQL
 	}
 	if end.Spend {
 		args = append(args, end.SpendUSD)
-		statement += fmt.Sprintf(settleSpendSQL, len(args))
 	}
-	action, err = coalesce.Row(ctx, s.calls, key, statement, args, scanAction)
+	switch {
+	case end.Quota != nil && end.Spend:
+		action, err = coalesce.Row(ctx, s.calls, key, settleQuotaSpendSQL, args, scanAction)
+	case end.Quota != nil:
+		action, err = coalesce.Row(ctx, s.calls, key, settleQuotaSQL, args, scanAction)
+	case end.Spend:
+		action, err = coalesce.Row(ctx, s.calls, key, settleSpendSQL, args, scanAction)
+	default:
+		action, err = coalesce.Row(ctx, s.calls, key, settleSQL, args, scanAction)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt took the key over, or a rollback settled it.
 		stored, err := s.GetAction(ctx, key)
@@ -301,8 +306,8 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 }
 
 // settleSQL settles an attempt (SettleAttempt); settleQuotaSQL adds what
-// its response said of its quota, and settleSpendSQL (with the number of
-// its one argument) what it cost its account. The settled row is one row,
+// its response said of its quota, settleSpendSQL what it cost its
+// account, and settleQuotaSpendSQL both. The settled row is one row,
 // so each function runs once, in the same statement (migrations 00016,
 // 00022).
 const (
@@ -321,10 +326,13 @@ const (
 			UPDATE leaf_calls SET outcome = $16, error = $17, finished_at = clock_timestamp() WHERE id = $15
 		)
 		SELECT * FROM settled`
-	settleQuotaSQL = `
-		  AND agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
-	settleSpendSQL = `
-		  AND agentsaga_spend_answered($1, $%d)`
+	quotaAnswered  = `agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
+	settleQuotaSQL = settleSQL + `
+		WHERE ` + quotaAnswered
+	settleSpendSQL = settleSQL + `
+		WHERE agentsaga_spend_answered($1, $18)`
+	settleQuotaSpendSQL = settleQuotaSQL + `
+		  AND agentsaga_spend_answered($1, $33)`
 )
 
 // Fenced is what FenceAction found.

@@ -332,3 +332,30 @@ func (r spendRefusal) reservation() SpendReservation {
 	}
 	return out
 }
+
+// SpendPeriodState is what one period of a cap spent and holds.
+type SpendPeriodState struct {
+	Account, Period string
+	Starts, Resets  time.Time
+	Spent, Reserved float64
+}
+
+// SpendPeriods lists every period of account's caps that began at or
+// after since, oldest first: what each spent and still holds.
+func (s *Store) SpendPeriods(ctx context.Context, account string, since time.Time) ([]SpendPeriodState, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT account, period, starts, resets, spent::float8, reserved::float8 FROM spend_periods
+		WHERE account = $1 AND starts >= $2 ORDER BY starts, period`, account, since)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend periods %s: %w", account, err)
+	}
+	periods, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendPeriodState, error) {
+		var p SpendPeriodState
+		err := row.Scan(&p.Account, &p.Period, &p.Starts, &p.Resets, &p.Spent, &p.Reserved)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend periods %s: %w", account, err)
+	}
+	return periods, nil
+}

@@ -83,7 +83,8 @@ BEGIN
         cut_before := 0;
         omit_before := 0;
         omitted := 0;
-        quota_admitted := false;
+        quota_admitted := false; -- undone with the claim
+        quota_input := 0;
         spend_usd := v_usd;
         spend_account := s.account;
         spend_period := s.period;

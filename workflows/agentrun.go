@@ -530,7 +530,11 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 	}
 	r.charge("model", &entry)
 	// The turn is priced at the model that answered it.
-	r.budget.Spend(budget.Usage{Steps: 1, Tokens: turn.Usage.Total(),
+	steps := 1
+	if entry.Denial == budget.DenySpendCap {
+		steps = 0 // the account could not pay for the turn: nothing was sent
+	}
+	r.budget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
 		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage.InputTokens, turn.Usage.OutputTokens)})
 	r.record(entry)
 	return turn, err

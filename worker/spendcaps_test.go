@@ -1,0 +1,248 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// Spend caps on a real dev server (issue 31), one test per on_exhausted.
+// The model is an OpenAI-compatible server that reports usage as a
+// provider does; the test prices that usage itself and checks, after each
+// run, the invariants: no period of the account spent more than its cap,
+// nothing is left reserved, and what the ledger spent is what the
+// provider's usage cost. Violations are counted.
+
+// spendPrice is the test's model's price, $1,000 per million tokens both
+// ways, so that a turn costs cents and a cap of a dollar binds in a few.
+const spendPrice = 1000.0
+
+// billedModel is an OpenAI-compatible server that asks for the note tool
+// until the conversation holds stopAfter tool results, then answers; a
+// request without tools (a finishing turn) gets a partial answer. Each
+// response reports usage: a quarter of the request's bytes as prompt
+// tokens (a tokenizer's count is about that), 20 completion tokens.
+type billedModel struct {
+	stopAfter int
+	mu        sync.Mutex
+	requests  int
+	usd       float64 // the reported usage, priced by the test
+}
+
+func (m *billedModel) serve(t *testing.T) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req struct {
+			Messages []map[string]any `json:"messages"`
+			Tools    []any            `json:"tools"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			t.Errorf("model: %v", err)
+		}
+		results := 0
+		for _, msg := range req.Messages {
+			if msg["role"] == "tool" {
+				results++
+			}
+		}
+		prompt, completion := int64(len(body)/4), int64(20)
+		m.mu.Lock()
+		m.requests++
+		m.usd += float64(prompt+completion) * spendPrice / 1e6
+		m.mu.Unlock()
+		message := fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"note","arguments":"{\"index\":%d}"}}]}`, results+1, results+1)
+		finish := "tool_calls"
+		switch {
+		case len(req.Tools) == 0:
+			message, finish = `{"role":"assistant","content":"PARTIAL ANSWER: some notes\nHANDOFF NOTE: the account ran out"}`, "stop"
+		case results >= m.stopAfter:
+			message, finish = `{"role":"assistant","content":"all noted"}`, "stop"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":%s,"finish_reason":%q}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+			message, finish, prompt, completion, prompt+completion)
+	}))
+}
+
+func (m *billedModel) billed() (int, float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.requests, m.usd
+}
+
+// cappedSpec is a run of up to 30 turns charged to account, on model
+// (an OpenAI-compatible base URL) with a note tool at notes.
+func cappedSpec(t *testing.T, account, model, notes string) workflows.RunSpec {
+	t.Helper()
+	return resolvedSpec(t, fmt.Sprintf(`
+goal: take notes
+budget: {steps: 30, seconds: 300, account: %s}
+model: {provider: openai, name: gpt-4o-mini, base_url: %q, max_tokens: 40}
+prices: {models: {gpt-4o-mini: {input_per_million: %[4]v, output_per_million: %[4]v}}}
+tools:
+  - name: note
+    kind: http
+    url: %[3]q
+    parameters: {type: object, properties: {index: {type: integer}}, required: [index]}
+`, account, model+"/v1", notes, spendPrice))
+}
+
+// noteServer is the note tool: it answers every note alike.
+func noteServer(t *testing.T) *httptest.Server {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, `{"noted": true}`) }))
+	t.Cleanup(server.Close)
+	return server
+}
+
+// spendViolations checks the invariants of account's periods since the
+// test began: none spent more than its cap, none holds a reservation, and
+// together they spent what the provider's usage cost. It returns the
+// violations, each logged.
+func spendViolations(ctx context.Context, t *testing.T, store *ledger.Store, account string, cap float64, since time.Time, billed float64) int {
+	t.Helper()
+	periods, err := store.SpendPeriods(ctx, account, since.Add(-time.Hour*24*31))
+	require.NoError(t, err)
+	violations, spent := 0, 0.0
+	for _, p := range periods {
+		spent += p.Spent
+		if p.Spent > cap+1e-9 {
+			violations++
+			t.Errorf("%s's %s from %s spent $%.4f of a $%.2f cap", account, p.Period, p.Starts, p.Spent, cap)
+		}
+		if p.Reserved > 1e-9 || p.Reserved < -1e-9 {
+			violations++
+			t.Errorf("%s's %s from %s still holds $%.4f", account, p.Period, p.Starts, p.Reserved)
+		}
+	}
+	if diff := spent - billed; diff > 1e-6 || diff < -1e-6 {
+		violations++
+		t.Errorf("%s spent $%.6f by the ledger and $%.6f by the provider's usage", account, spent, billed)
+	}
+	t.Logf("%s: %d periods, spent $%.4f of $%.2f a period (the provider's usage: $%.4f); violations %d", account, len(periods), spent, cap, billed, violations)
+	return violations
+}
+
+// on_exhausted: finish. The run takes notes until the account's monthly
+// cap cannot pay for the next turn, and ends partial without another
+// model call, naming the account, the cap and when it resets.
+func TestSpendCapFinishesTheRun(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, queue := defaultBreakerWorker(ctx, t, "spend-finish")
+	started := time.Now()
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendMonth, USD: 1}, "test")
+	require.NoError(t, err)
+	model := &billedModel{stopAfter: 100}
+	server := model.serve(t)
+	defer server.Close()
+
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "spend-finish", TaskQueue: queue}, workflows.AgentRun,
+		cappedSpec(t, "acme/support", server.URL, noteServer(t).URL))
+	require.NoError(t, err)
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+	assert.Equal(t, agentsagatype.RunPartial, result.Status, result.Reason)
+	assert.Regexp(t, `^the spend cap of account acme \(\$1\.00 a month\) has \$0\.\d\d spent and \$0\.00 reserved, and the next turn needs up to \$0\.\d{4}; it resets at \d{4}-\d\d-01T00:00:00Z; the run finishes without a last model turn`, result.Reason)
+	assert.Contains(t, result.HandoffNote, "Stopped after")
+	requests, billed := model.billed()
+	assert.Equal(t, result.Usage.Steps, requests, "every turn the run counted reached the provider, and no other")
+	assert.Greater(t, requests, 1, "the cap let some turns through")
+	assert.Zero(t, spendViolations(ctx, t, store, "acme", 1, started, billed))
+	assert.Zero(t, spendViolations(ctx, t, store, "acme/support", 1e9, started, 0), "acme/support has no cap: no period")
+	stored, err := store.GetRun(ctx, "spend-finish")
+	require.NoError(t, err)
+	assert.Equal(t, result.Reason, stored.Reason)
+}
+
+// on_exhausted: escalate. The cap refuses a turn, the run asks a human,
+// who raises the cap and resumes it, and the run completes.
+func TestSpendCapEscalatesAndAHumanRaisesIt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, queue := defaultBreakerWorker(ctx, t, "spend-escalate")
+	started := time.Now()
+	capped := ledger.SpendCap{Account: "globex", Period: ledger.SpendMonth, USD: 0.6, OnExhausted: agentsagatype.OnExhaustedEscalate}
+	_, err := store.SetSpendCap(ctx, capped, "ann")
+	require.NoError(t, err)
+	model := &billedModel{stopAfter: 4}
+	server := model.serve(t)
+	defer server.Close()
+
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "spend-escalate", TaskQueue: queue}, workflows.AgentRun,
+		cappedSpec(t, "globex", server.URL, noteServer(t).URL))
+	require.NoError(t, err)
+	escalated := waitForEscalation(ctx, t, store, "spend-escalate")
+	assert.Contains(t, escalated.StatusDetail, "the spend cap of account globex ($0.60 a month)")
+	assert.Contains(t, escalated.StatusDetail, "agentsaga spend set globex")
+	capped.USD = 100
+	_, err = store.SetSpendCap(ctx, capped, "bob")
+	require.NoError(t, err)
+	update, err := temporalClient.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: "spend-escalate", UpdateName: workflows.UpdateResume,
+		Args: []any{workflows.ResumeInput{Message: "the cap is raised"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	require.NoError(t, err)
+	require.NoError(t, update.Get(ctx, nil))
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "all noted", result.Answer)
+	_, billed := model.billed()
+	assert.Zero(t, spendViolations(ctx, t, store, "globex", 100, started, billed))
+	changes, err := store.SpendCapChanges(ctx, "globex")
+	require.NoError(t, err)
+	require.Len(t, changes, 2)
+	assert.Equal(t, "bob", changes[1].By)
+}
+
+// on_exhausted: wait. A cap of $0.70 a minute pays for a turn or two; the
+// run waits on a timer for each minute to reset, sends nothing meanwhile,
+// and completes. No minute spent more than its cap.
+func TestSpendCapWaitsForTheNextPeriod(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	store, queue := defaultBreakerWorker(ctx, t, "spend-wait")
+	started := time.Now()
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "initech", Period: ledger.SpendMinute, USD: 0.7, OnExhausted: agentsagatype.OnExhaustedWait}, "ops")
+	require.NoError(t, err)
+	model := &billedModel{stopAfter: 3}
+	server := model.serve(t)
+	defer server.Close()
+
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "spend-wait", TaskQueue: queue}, workflows.AgentRun,
+		cappedSpec(t, "initech", server.URL, noteServer(t).URL))
+	require.NoError(t, err)
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	waits := 0
+	for _, e := range runEvents(ctx, t, "spend-wait", run.GetRunID()) {
+		if e.GetTimerStartedEventAttributes() != nil && strings.Contains(string(e.GetUserMetadata().GetSummary().GetData()), "spend cap of initech") {
+			waits++
+		}
+	}
+	assert.Positive(t, waits, "the run waited for a minute to reset")
+	requests, billed := model.billed()
+	assert.Equal(t, 4, requests, "three notes and the answer, each sent once")
+	periods, err := store.SpendPeriods(ctx, "initech", started.Add(-time.Minute))
+	require.NoError(t, err)
+	assert.Greater(t, len(periods), 1, "the turns spread over more than one minute")
+	assert.Zero(t, spendViolations(ctx, t, store, "initech", 0.7, started, billed))
+	t.Logf("completed after %s with %d waits for the cap", time.Since(started).Round(time.Second), waits)
+}

@@ -137,6 +137,30 @@ func spendViolations(ctx context.Context, t *testing.T, store *ledger.Store, acc
 	return violations
 }
 
+// cappedRun is a run charged to account on a worker of its own, under
+// cap, against a billed model that answers after stopAfter notes.
+type cappedRun struct {
+	store   *ledger.Store
+	run     client.WorkflowRun
+	model   *billedModel
+	started time.Time
+}
+
+func startCappedRun(ctx context.Context, t *testing.T, id, account string, cap ledger.SpendCap, stopAfter int) cappedRun {
+	t.Helper()
+	store, queue := defaultBreakerWorker(ctx, t, id)
+	started := time.Now()
+	_, err := store.SetSpendCap(ctx, cap, "ann")
+	require.NoError(t, err)
+	model := &billedModel{stopAfter: stopAfter}
+	server := model.serve(t)
+	t.Cleanup(server.Close)
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun,
+		cappedSpec(t, account, server.URL, noteServer(t).URL))
+	require.NoError(t, err)
+	return cappedRun{store: store, run: run, model: model, started: started}
+}
+
 // on_exhausted: finish. The run takes notes until the account's monthly
 // cap cannot pay for the next turn, and ends partial without another
 // model call, naming the account, the cap and when it resets.
@@ -144,19 +168,10 @@ func TestSpendCapFinishesTheRun(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store, queue := defaultBreakerWorker(ctx, t, "spend-finish")
-	started := time.Now()
-	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendMonth, USD: 1}, "test")
-	require.NoError(t, err)
-	model := &billedModel{stopAfter: 100}
-	server := model.serve(t)
-	defer server.Close()
-
-	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "spend-finish", TaskQueue: queue}, workflows.AgentRun,
-		cappedSpec(t, "acme/support", server.URL, noteServer(t).URL))
-	require.NoError(t, err)
+	c := startCappedRun(ctx, t, "spend-finish", "acme/support", ledger.SpendCap{Account: "acme", Period: ledger.SpendMonth, USD: 1}, 100)
+	store, model, started := c.store, c.model, c.started
 	var result workflows.RunResult
-	require.NoError(t, run.Get(ctx, &result))
+	require.NoError(t, c.run.Get(ctx, &result))
 	assert.Equal(t, agentsagatype.RunPartial, result.Status, result.Reason)
 	assert.Regexp(t, `^the spend cap of account acme \(\$1\.00 a month\) has \$0\.\d\d spent and \$0\.00 reserved, and the next turn needs up to \$0\.\d{4}; it resets at \d{4}-\d\d-01T00:00:00Z; the run finishes without a last model turn`, result.Reason)
 	assert.Contains(t, result.HandoffNote, "Stopped after")
@@ -176,23 +191,14 @@ func TestSpendCapEscalatesAndAHumanRaisesIt(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store, queue := defaultBreakerWorker(ctx, t, "spend-escalate")
-	started := time.Now()
 	capped := ledger.SpendCap{Account: "globex", Period: ledger.SpendMonth, USD: 0.6, OnExhausted: agentsagatype.OnExhaustedEscalate}
-	_, err := store.SetSpendCap(ctx, capped, "ann")
-	require.NoError(t, err)
-	model := &billedModel{stopAfter: 4}
-	server := model.serve(t)
-	defer server.Close()
-
-	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "spend-escalate", TaskQueue: queue}, workflows.AgentRun,
-		cappedSpec(t, "globex", server.URL, noteServer(t).URL))
-	require.NoError(t, err)
+	c := startCappedRun(ctx, t, "spend-escalate", "globex", capped, 4)
+	store, run, model, started := c.store, c.run, c.model, c.started
 	escalated := waitForEscalation(ctx, t, store, "spend-escalate")
 	assert.Contains(t, escalated.StatusDetail, "the spend cap of account globex ($0.60 a month)")
 	assert.Contains(t, escalated.StatusDetail, "agentsaga spend set globex")
 	capped.USD = 100
-	_, err = store.SetSpendCap(ctx, capped, "bob")
+	_, err := store.SetSpendCap(ctx, capped, "bob")
 	require.NoError(t, err)
 	update, err := temporalClient.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: "spend-escalate", UpdateName: workflows.UpdateResume,
 		Args: []any{workflows.ResumeInput{Message: "the cap is raised"}}, WaitForStage: client.WorkflowUpdateStageCompleted})
@@ -217,17 +223,9 @@ func TestSpendCapWaitsForTheNextPeriod(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	store, queue := defaultBreakerWorker(ctx, t, "spend-wait")
-	started := time.Now()
-	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "initech", Period: ledger.SpendMinute, USD: 0.7, OnExhausted: agentsagatype.OnExhaustedWait}, "ops")
-	require.NoError(t, err)
-	model := &billedModel{stopAfter: 3}
-	server := model.serve(t)
-	defer server.Close()
-
-	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "spend-wait", TaskQueue: queue}, workflows.AgentRun,
-		cappedSpec(t, "initech", server.URL, noteServer(t).URL))
-	require.NoError(t, err)
+	c := startCappedRun(ctx, t, "spend-wait", "initech",
+		ledger.SpendCap{Account: "initech", Period: ledger.SpendMinute, USD: 0.7, OnExhausted: agentsagatype.OnExhaustedWait}, 3)
+	store, run, model, started := c.store, c.run, c.model, c.started
 	var result workflows.RunResult
 	require.NoError(t, run.Get(ctx, &result))
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)

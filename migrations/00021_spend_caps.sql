@@ -115,62 +115,6 @@ END
 $$;
 -- +goose StatementEnd
 
--- +goose StatementBegin
--- Reserves p_usd for the call p_key against every cap of p_account and
--- its parents, or refuses it. Admitted, the hold lasts until the call
--- settles or p_lease_ms passes (then agentsaga_spend_expire settles or
--- releases it). Refused, it names the first cap that binds, the outermost
--- account first: what it allows, what is spent and reserved, when it
--- resets and what the account does then. A key that already holds is
--- admitted again without holding twice (an activity delivered twice).
--- An account without caps admits everything.
-CREATE FUNCTION agentsaga_spend_reserve(p_key text, p_account text, p_usd numeric, p_lease_ms bigint)
-RETURNS TABLE (admitted boolean, account text, period text, cap numeric, spent numeric, reserved numeric,
-               resets timestamptz, on_exhausted text)
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now      timestamptz := clock_timestamp();
-    v_accounts text[] := '{}';
-    v_periods  text[] := '{}';
-    v_starts   timestamptz[] := '{}';
-    c          record;
-    p          spend_periods%ROWTYPE;
-BEGIN
-    IF p_usd < 0 THEN
-        RAISE EXCEPTION 'spend: reserve %: % USD is negative', p_key, p_usd;
-    END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended('spend-hold' || chr(31) || p_key, 0));
-    IF EXISTS (SELECT 1 FROM spend_holds h WHERE h.idempotency_key = p_key) THEN
-        RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
-        RETURN;
-    END IF;
-    FOR c IN
-        SELECT s.account, s.period, s.usd, s.on_exhausted, w.starts, w.resets
-        FROM spend_caps s, agentsaga_spend_period(s.period, s.time_zone, v_now) w
-        WHERE s.account = ANY (agentsaga_spend_accounts(p_account))
-        ORDER BY s.account, s.period
-    LOOP
-        INSERT INTO spend_periods AS sp (account, period, starts, resets)
-        VALUES (c.account, c.period, c.starts, c.resets) ON CONFLICT DO NOTHING;
-        SELECT * INTO p FROM spend_periods sp
-        WHERE sp.account = c.account AND sp.period = c.period AND sp.starts = c.starts FOR UPDATE;
-        IF p.spent + p.reserved + p_usd > c.usd THEN
-            RETURN QUERY SELECT false, c.account, c.period, c.usd, p.spent, p.reserved, c.resets, c.on_exhausted;
-            RETURN; -- the transaction's locks go with it; nothing was held
-        END IF;
-        v_accounts := v_accounts || c.account;
-        v_periods := v_periods || c.period;
-        v_starts := v_starts || c.starts;
-    END LOOP;
-    UPDATE spend_periods sp SET reserved = sp.reserved + p_usd
-    FROM unnest(v_accounts, v_periods, v_starts) AS h(account, period, starts)
-    WHERE sp.account = h.account AND sp.period = h.period AND sp.starts = h.starts;
-    INSERT INTO spend_holds (idempotency_key, account, usd, accounts, periods, starts, lease_until)
-    VALUES (p_key, p_account, p_usd, v_accounts, v_periods, v_starts, v_now + p_lease_ms * interval '1 millisecond');
-    RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
-END
-$$;
--- +goose StatementEnd
 
 -- +goose StatementBegin
 -- Settles the call p_key to what it cost (p_usd; 0 releases it): its
@@ -198,6 +142,7 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+
 
 -- +goose StatementBegin
 -- Ends the holds whose lease has passed (their worker died, or never
@@ -229,6 +174,66 @@ BEGIN
         END IF;
     END LOOP;
     RETURN QUERY SELECT v_full, v_free;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Reserves p_usd for the call p_key against every cap of p_account and
+-- its parents, or refuses it. Admitted, the hold lasts until the call
+-- settles or p_lease_ms passes (then the next reservation, or
+-- agentsaga_spend_expire, settles or releases it). Refused, it names the first cap that binds, the outermost
+-- account first: what it allows, what is spent and reserved, when it
+-- resets and what the account does then. A key that already holds is
+-- admitted again without holding twice (an activity delivered twice).
+-- An account without caps admits everything.
+CREATE FUNCTION agentsaga_spend_reserve(p_key text, p_account text, p_usd numeric, p_lease_ms bigint)
+RETURNS TABLE (admitted boolean, account text, period text, cap numeric, spent numeric, reserved numeric,
+               resets timestamptz, on_exhausted text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now      timestamptz := clock_timestamp();
+    v_accounts text[] := '{}';
+    v_periods  text[] := '{}';
+    v_starts   timestamptz[] := '{}';
+    c          record;
+    p          spend_periods%ROWTYPE;
+BEGIN
+    IF p_usd < 0 THEN
+        RAISE EXCEPTION 'spend: reserve %: % USD is negative', p_key, p_usd;
+    END IF;
+    -- A hold whose worker died is ended first (spent in full or
+    -- released), so that it never keeps a cap's room past its lease.
+    PERFORM agentsaga_spend_expire();
+    PERFORM pg_advisory_xact_lock(hashtextextended('spend-hold' || chr(31) || p_key, 0));
+    IF EXISTS (SELECT 1 FROM spend_holds h WHERE h.idempotency_key = p_key) THEN
+        RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
+        RETURN;
+    END IF;
+    FOR c IN
+        SELECT s.account, s.period, s.usd, s.on_exhausted, w.starts, w.resets
+        FROM spend_caps s, agentsaga_spend_period(s.period, s.time_zone, v_now) w
+        WHERE s.account = ANY (agentsaga_spend_accounts(p_account))
+        ORDER BY s.account, s.period
+    LOOP
+        INSERT INTO spend_periods AS sp (account, period, starts, resets)
+        VALUES (c.account, c.period, c.starts, c.resets) ON CONFLICT DO NOTHING;
+        SELECT * INTO p FROM spend_periods sp
+        WHERE sp.account = c.account AND sp.period = c.period AND sp.starts = c.starts FOR UPDATE;
+        IF p.spent + p.reserved + p_usd > c.usd THEN
+            RETURN QUERY SELECT false, c.account, c.period, c.usd, p.spent, p.reserved, c.resets, c.on_exhausted;
+            RETURN; -- the transaction's locks go with it; nothing was held
+        END IF;
+        v_accounts := v_accounts || c.account;
+        v_periods := v_periods || c.period;
+        v_starts := v_starts || c.starts;
+    END LOOP;
+    UPDATE spend_periods sp SET reserved = sp.reserved + p_usd
+    FROM unnest(v_accounts, v_periods, v_starts) AS h(account, period, starts)
+    WHERE sp.account = h.account AND sp.period = h.period AND sp.starts = h.starts;
+    INSERT INTO spend_holds (idempotency_key, account, usd, accounts, periods, starts, lease_until)
+    VALUES (p_key, p_account, p_usd, v_accounts, v_periods, v_starts, v_now + p_lease_ms * interval '1 millisecond');
+    RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
 END
 $$;
 -- +goose StatementEnd

@@ -95,6 +95,11 @@ type scenario struct {
 	// rateLimited points MODEL_URL in the spec at an OpenAI-compatible
 	// model server that answers its first request 429 (quotaModel).
 	rateLimited bool
+	// spendCap, when set, is set in the ledger before the run starts, and
+	// MODEL_URL points at a model that bills each turn (billedModel) and
+	// answers after billedNotes notes.
+	spendCap    *ledger.SpendCap
+	billedNotes int
 }
 
 func TestRecordHistories(t *testing.T) {
@@ -126,6 +131,9 @@ func TestRecordHistories(t *testing.T) {
 			return
 		case "/search": // a read-only search that finds nothing
 			fmt.Fprint(w, "no results")
+			return
+		case "/note": // the billed model's note tool
+			fmt.Fprint(w, `{"noted": true}`)
 			return
 		case "/gone": // a service that never comes back
 			http.Error(w, `{"error":"the service is down"}`, http.StatusServiceUnavailable)
@@ -175,6 +183,14 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 	if sc.modelOutage {
 		var model downModel
 		server := model.serve(crmOutage)
+		defer server.Close()
+		text = strings.ReplaceAll(text, "MODEL_URL", server.URL+"/v1")
+	}
+	if sc.spendCap != nil {
+		_, err := r.store.SetSpendCap(ctx, *sc.spendCap, "corpus")
+		require.NoError(t, err, sc.name)
+		model := &billedModel{stopAfter: sc.billedNotes}
+		server := model.serve(t)
 		defer server.Close()
 		text = strings.ReplaceAll(text, "MODEL_URL", server.URL+"/v1")
 	}
@@ -298,6 +314,11 @@ tools:
     kind: http
     url: %[1]s/gone
     timeout_seconds: 3
+  - name: note
+    kind: http
+    url: %[1]s/note
+    timeout_seconds: 3
+    parameters: {type: object, properties: {index: {type: integer}}, required: [index]}
 agents:
   helper: {tools: [page], share: 0.5}
 `
@@ -471,6 +492,23 @@ func corpusScenarios() []scenario {
 		{name: "tool-down-wall-clock", spec: "goal: archive the log\nbudget: {steps: 4, seconds: 8}\nfinish_at: 0.5\n" +
 			"retry: {max_attempts: 3, ratio: 0.2, floor: 5}\nmodel:\n  provider: scripted\n  script:\n" +
 			"    - tool_calls: [{name: archive, arguments: {log: today}}]\n    - content: archived\n" + corpusTools},
+		// Runs charged to an account whose spend cap binds
+		// (agentsaga-commands 7): the turn the cap cannot pay for is not
+		// sent, and the run finishes, escalates (a human raises the cap
+		// and resumes it) or waits for the minute to reset.
+		{name: "spend-cap-finish", spec: billedSpec("corpus-acme"), billedNotes: 20,
+			spendCap: &ledger.SpendCap{Account: "corpus-acme", Period: ledger.SpendMonth, USD: 1}},
+		{name: "spend-cap-escalated", spec: billedSpec("corpus-globex"), billedNotes: 4,
+			spendCap: &ledger.SpendCap{Account: "corpus-globex", Period: ledger.SpendMonth, USD: 0.6, OnExhausted: agentsagatype.OnExhaustedEscalate},
+			act: func(ctx context.Context, r *recorder, id string) {
+				r.waitStatus(ctx, id, agentsagatype.RunEscalated)
+				_, err := r.store.SetSpendCap(ctx, ledger.SpendCap{Account: "corpus-globex", Period: ledger.SpendMonth, USD: 100,
+					OnExhausted: agentsagatype.OnExhaustedEscalate}, "corpus")
+				require.NoError(r.t, err)
+				r.update(ctx, id, workflows.UpdateResume, workflows.ResumeInput{Message: "the cap is raised"})
+			}},
+		{name: "spend-cap-waits", spec: billedSpec("corpus-initech"), billedNotes: 3,
+			spendCap: &ledger.SpendCap{Account: "corpus-initech", Period: ledger.SpendMinute, USD: 0.7, OnExhausted: agentsagatype.OnExhaustedWait}},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,
@@ -506,4 +544,12 @@ func searchesScript(n int) string {
 		fmt.Fprintf(&script, "    - tool_calls: [{name: search, arguments: {query: \"supplier %d\"}}]\n", i)
 	}
 	return script.String()
+}
+
+// billedSpec is a run charged to account, on the billed model (MODEL_URL),
+// with the note tool, priced so that a turn costs cents.
+func billedSpec(account string) string {
+	return fmt.Sprintf("goal: take notes\nbudget: {steps: 12, seconds: 300, account: %s}\n"+
+		"model: {provider: openai, name: gpt-4o-mini, base_url: MODEL_URL, max_tokens: 40}\n"+
+		"prices: {models: {gpt-4o-mini: {input_per_million: %[2]v, output_per_million: %[2]v}}}\n", account, spendPrice) + corpusTools
 }

@@ -151,6 +151,10 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 			}
 			used = turn.Usage
 			turn.AnsweredBy = target
+			if c := claim.SpendCap; c.Admitted {
+				turn.Account = &agentsagatype.AccountLeft{Account: c.Cap.Account, Period: c.Cap.Period, USD: c.Cap.USD,
+					Left: c.Left(), Resets: c.Resets}
+			}
 			stored, _ := json.Marshal(turn)
 			reply := agentsagatype.Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
 			if turn.Refusal != "" {

@@ -1,6 +1,7 @@
 package agentsagatype
 
 import (
+	"time"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -76,6 +77,20 @@ type ModelTurn struct {
 	RequestTokens int `json:"request_tokens,omitempty"`
 	Shortened     int `json:"shortened,omitempty"`
 	OmittedTurns  int `json:"omitted_turns,omitempty"`
+	// Account, for a turn charged to an account with spend caps
+	// (ModelCall.Spend), is the cap with the least room left once the
+	// turn held its part: the run's budget note shows it when it binds
+	// sooner than the run's own budget.
+	Account *AccountLeft `json:"account,omitempty"`
+}
+
+// AccountLeft is the room one spend cap has left.
+type AccountLeft struct {
+	Account string    `json:"account"`
+	Period  string    `json:"period"`
+	USD     float64   `json:"usd"`
+	Left    float64   `json:"left"`
+	Resets  time.Time `json:"resets"`
 }
 
 // ToolDef is how a tool is described to a model.

@@ -100,6 +100,9 @@ type Claim struct {
 	// (TurnRead.Spend); the settle spends what the turn cost
 	// (AttemptEnd.SpendUSD) and gives the rest back.
 	SpendUSD float64
+	// SpendCap, for a turn reserved on an account with caps, is the cap
+	// with the least room left once the turn held its part.
+	SpendCap SpendReservation
 }
 
 // actionColumns lists an action's columns, for a query that names the

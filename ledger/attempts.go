@@ -149,6 +149,10 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 			c.spend = refusal.reservation()
 			return c, nil
 		}
+		if refusal.cap != nil {
+			c.claim.SpendCap = refusal.reservation()
+			c.claim.SpendCap.Admitted = true
+		}
 		if c.outcome != claimExecuted {
 			return c, nil
 		}

@@ -204,14 +204,20 @@ func (s *Store) SpendCapChanges(ctx context.Context, account string) ([]SpendCap
 	return changes, nil
 }
 
-// SpendReservation is how a call's reservation went: admitted, or refused
-// by Cap, which had Spent and Reserved of its USD and resets at Resets.
+// SpendReservation is how a call's reservation went: refused by Cap,
+// which had Spent and Reserved of its USD and resets at Resets; or
+// admitted, when Cap (if the account has caps: Cap.USD > 0 or
+// Cap.Period set) is the cap with the least room left, with the call's
+// part in Reserved.
 type SpendReservation struct {
 	Admitted        bool
 	Cap             SpendCap
 	Spent, Reserved float64
 	Resets          time.Time
 }
+
+// Left is the room the cap has.
+func (r SpendReservation) Left() float64 { return max(r.Cap.USD-r.Spent-r.Reserved, 0) }
 
 // Refusal is a refused reservation of needed USD, as a run reads it.
 func (r SpendReservation) Refusal(needed float64) agentsagatype.SpendRefusal {
@@ -243,7 +249,7 @@ func (s *Store) ReserveSpend(ctx context.Context, key, account string, usd float
 		Scan(&r.Admitted, &r.Cap.Account, &r.Cap.Period, &capUSD, &spent, &reserved, &resets, &r.Cap.OnExhausted); err != nil {
 		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s on %s: %w", key, account, err)
 	}
-	if !r.Admitted {
+	if capUSD != nil { // refused: the cap that binds; admitted: the one with the least room left
 		r.Cap.USD, r.Spent, r.Reserved, r.Resets = *capUSD, *spent, *reserved, *resets
 	}
 	return r, nil

@@ -135,6 +135,14 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    -- The period rows are locked in the order reservations lock them
+    -- (account, period): an UPDATE joined to the arrays would lock them
+    -- in any order, and deadlock against a reservation of the same tree.
+    PERFORM 1 FROM spend_periods sp
+    JOIN unnest(h.accounts, h.periods, h.starts) AS x(account, period, starts)
+      ON sp.account = x.account AND sp.period = x.period AND sp.starts = x.starts
+    ORDER BY sp.account, sp.period, sp.starts
+    FOR UPDATE OF sp;
     UPDATE spend_periods sp SET reserved = sp.reserved - h.usd, spent = sp.spent + p_usd
     FROM unnest(h.accounts, h.periods, h.starts) AS x(account, period, starts)
     WHERE sp.account = x.account AND sp.period = x.period AND sp.starts = x.starts;
@@ -184,9 +192,11 @@ $$;
 -- settles or p_lease_ms passes (then the next reservation, or
 -- agentsaga_spend_expire, settles or releases it). Refused, it names the first cap that binds, the outermost
 -- account first: what it allows, what is spent and reserved, when it
--- resets and what the account does then. A key that already holds is
--- admitted again without holding twice (an activity delivered twice).
--- An account without caps admits everything.
+-- resets and what the account does then. Admitted, the same columns
+-- describe the cap with the least room left once the call holds its
+-- part (NULL cap: the account has none), for the run's budget note. A key
+-- that already holds is admitted again without holding twice (an
+-- activity delivered twice). An account without caps admits everything.
 CREATE FUNCTION agentsaga_spend_reserve(p_key text, p_account text, p_usd numeric, p_lease_ms bigint)
 RETURNS TABLE (admitted boolean, account text, period text, cap numeric, spent numeric, reserved numeric,
                resets timestamptz, on_exhausted text)
@@ -198,6 +208,9 @@ DECLARE
     v_starts   timestamptz[] := '{}';
     c          record;
     p          spend_periods%ROWTYPE;
+    v_tight    record; -- the cap with the least room left
+    v_left     numeric;
+    v_least    numeric;
 BEGIN
     IF p_usd < 0 THEN
         RAISE EXCEPTION 'spend: reserve %: % USD is negative', p_key, p_usd;
@@ -227,13 +240,23 @@ BEGIN
         v_accounts := v_accounts || c.account;
         v_periods := v_periods || c.period;
         v_starts := v_starts || c.starts;
+        v_left := c.usd - p.spent - p.reserved - p_usd;
+        IF v_least IS NULL OR v_left < v_least THEN
+            v_least := v_left;
+            SELECT c.account, c.period, c.usd, p.spent, p.reserved + p_usd AS reserved, c.resets, c.on_exhausted INTO v_tight;
+        END IF;
     END LOOP;
     UPDATE spend_periods sp SET reserved = sp.reserved + p_usd
     FROM unnest(v_accounts, v_periods, v_starts) AS h(account, period, starts)
     WHERE sp.account = h.account AND sp.period = h.period AND sp.starts = h.starts;
     INSERT INTO spend_holds (idempotency_key, account, usd, accounts, periods, starts, lease_until)
     VALUES (p_key, p_account, p_usd, v_accounts, v_periods, v_starts, v_now + p_lease_ms * interval '1 millisecond');
-    RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
+    IF v_least IS NULL THEN
+        RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
+    ELSE
+        RETURN QUERY SELECT true, v_tight.account, v_tight.period, v_tight.usd, v_tight.spent, v_tight.reserved, v_tight.resets,
+                            v_tight.on_exhausted;
+    END IF;
 END
 $$;
 -- +goose StatementEnd

@@ -35,7 +35,8 @@ $$;
 -- p_account is set, a reservation of its most expensive outcome on the
 -- account's caps (agentsaga_spend_reserve, held for p_lease_ms). Refused,
 -- the claim is undone and claim is 'spend', with the cap that binds in
--- the spend_* columns. Claimed, spend_usd is what was reserved.
+-- the spend_* columns. Claimed, spend_usd is what was reserved, and the
+-- spend_* columns describe the cap with the least room left.
 CREATE FUNCTION agentsaga_claim_spend_turn(
     p_key text, p_workflow_id text, p_activity_id text, p_tool text, p_arguments text, p_fingerprint text,
     p_lease_ms bigint, p_leaf_attempt integer, p_leaf_target text,
@@ -57,9 +58,10 @@ RETURNS TABLE (claim text, run_fence text, leaf_call_id bigint, action actions,
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    c     record;
-    s     record;
-    v_usd numeric := 0;
+    c          record;
+    s          record;
+    v_usd      numeric := 0;
+    v_reserved boolean := false;
 BEGIN
     BEGIN
         SELECT * INTO c FROM agentsaga_claim_quota_turn(p_key, p_workflow_id, p_activity_id, p_tool, p_arguments, p_fingerprint,
@@ -74,6 +76,7 @@ BEGIN
             IF NOT s.admitted THEN
                 RAISE EXCEPTION 'spend cap' USING ERRCODE = 'AS001';
             END IF;
+            v_reserved := true;
         END IF;
     EXCEPTION WHEN SQLSTATE 'AS001' THEN
         -- The block's work is undone; c and s keep what they read.
@@ -105,6 +108,10 @@ BEGIN
     quota_admitted := c.quota_admitted; quota_input := c.quota_input; quota_retry_at := c.quota_retry_at;
     quota_reason := c.quota_reason;
     spend_usd := v_usd;
+    IF v_reserved THEN -- the cap with the least room left, for the budget note
+        spend_account := s.account; spend_period := s.period; spend_cap := s.cap; spend_spent := s.spent;
+        spend_reserved := s.reserved; spend_resets := s.resets; spend_on_exhausted := s.on_exhausted;
+    END IF;
     RETURN NEXT;
 END
 $$;

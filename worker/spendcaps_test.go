@@ -42,6 +42,7 @@ type billedModel struct {
 	mu        sync.Mutex
 	requests  int
 	usd       float64 // the reported usage, priced by the test
+	last      string  // the last request's body
 }
 
 func (m *billedModel) serve(t *testing.T) *httptest.Server {
@@ -64,6 +65,7 @@ func (m *billedModel) serve(t *testing.T) *httptest.Server {
 		m.mu.Lock()
 		m.requests++
 		m.usd += float64(prompt+completion) * spendPrice / 1e6
+		m.last = string(body)
 		m.mu.Unlock()
 		message := fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"note","arguments":"{\"index\":%d}"}}]}`, results+1, results+1)
 		finish := "tool_calls"
@@ -175,6 +177,10 @@ func TestSpendCapFinishesTheRun(t *testing.T) {
 	assert.Equal(t, agentsagatype.RunPartial, result.Status, result.Reason)
 	assert.Regexp(t, `^the spend cap of account acme \(\$1\.00 a month\) has \$0\.\d\d spent and \$0\.00 reserved, and the next turn needs up to \$0\.\d{4}; it resets at \d{4}-\d\d-01T00:00:00Z; the run finishes without a last model turn`, result.Reason)
 	assert.Contains(t, result.HandoffNote, "Stopped after")
+	model.mu.Lock()
+	assert.Regexp(t, `ACCOUNT acme: \$0\.\d\d left of its \$1\.00 a month spend cap \(resets \d{4}-\d\d-01 00:00 UTC\); it binds before the run's own budget`, model.last,
+		"the model read what the account has left")
+	model.mu.Unlock()
 	requests, billed := model.billed()
 	assert.Equal(t, result.Usage.Steps, requests, "every turn the run counted reached the provider, and no other")
 	assert.Greater(t, requests, 1, "the cap let some turns through")

@@ -260,6 +260,9 @@ type run struct {
 	open map[string]time.Time
 	// quota is how the current model turn met its provider's quota.
 	quota quotaWaits
+	// account is the room the run's account had at its last turn, for the
+	// note (spendcaps.go); nil before a turn said it.
+	account *agentsagatype.AccountLeft
 	// waits is what the run's waits took of its wall clock, by cause.
 	waits waitBook
 	// answeredBy is the model that answered the last turn
@@ -435,6 +438,9 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 	r.stats.Calls++
 	r.quota = quotaWaits{}
 	note := r.budget.Note(workflow.Now(ctx), r.openBreakers())
+	if account := r.accountNote(); account != "" {
+		note += "\n" + account
+	}
 	if warning := r.watch.note(); warning != "" {
 		note += "\n" + warning
 	}
@@ -509,6 +515,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// AnsweredBy existed was the spec's model's.
 		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
 		r.answeredBy = entry.Model
+		r.account = cmp.Or(turn.Account, r.account)
 	} else {
 		entry.Error = errorText(err)
 		entry.Attempts, entry.Denial = callFailure(err)

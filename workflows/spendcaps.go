@@ -103,3 +103,18 @@ func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendR
 	r.waits.add(spendCause(refusal), now, workflow.Now(ctx), 1, time.Time{})
 	return err
 }
+
+// accountNote is the line of the budget note about the run's account: the
+// room its tightest cap had at the last turn, when that binds sooner than
+// the run's own USD budget (or the run has none).
+func (r *run) accountNote() string {
+	a := r.account
+	if a == nil {
+		return ""
+	}
+	if own := r.budget.Limits.USD - r.budget.Used.USD; r.budget.Limits.USD > 0 && own <= a.Left {
+		return ""
+	}
+	return fmt.Sprintf("ACCOUNT %s: $%.2f left of its $%.2f a %s spend cap (resets %s); it binds before the run's own budget.",
+		a.Account, a.Left, a.USD, a.Period, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
+}

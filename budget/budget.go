@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Limits is what a run may spend. Steps (model turns) is required; any
@@ -75,10 +77,18 @@ func (l Limits) Validate() error {
 }
 
 // ValidateAccount says what is wrong with an account path: names joined
-// by "/" ("acme/support"), none of them empty or padded with spaces.
+// by "/" ("acme/support"), none of them empty or padded with spaces, in
+// UTF-8 without control characters, at most 200 bytes.
 func ValidateAccount(account string) error {
-	if account == "" {
+	switch {
+	case account == "":
 		return errors.New("account: empty")
+	case len(account) > 200:
+		return fmt.Errorf("account %.40q...: longer than 200 bytes", account)
+	case !utf8.ValidString(account):
+		return fmt.Errorf("account %q: not UTF-8", account)
+	case strings.IndexFunc(account, unicode.IsControl) >= 0:
+		return fmt.Errorf("account %q: contains a control character", account)
 	}
 	for _, part := range strings.Split(account, "/") {
 		if part == "" || strings.TrimSpace(part) != part {

@@ -287,3 +287,52 @@ func TestTheNextReservationEndsAnExpiredHold(t *testing.T) {
 	assert.InDelta(t, 0.5, states[0].Reserved, 1e-9)
 	assert.Zero(t, states[0].Spent)
 }
+
+// A spend cap that Validate accepts is one the ledger stores and reads
+// back as it was; one it refuses never reaches the ledger. Validate never
+// panics.
+func FuzzSpendCap(f *testing.F) {
+	for _, seed := range []struct {
+		account, period, zone, onExhausted string
+		usd                                float64
+	}{
+		{"acme", "day", "", "", 50},
+		{"acme/support", "month", "Europe/Paris", "escalate", 2000},
+		{"a_b%c/d", "minute", "UTC", "wait", 0.01},
+		{"acme//x", "day", "", "", 1},
+		{" acme", "hour", "", "", 1},
+		{"acme\x00", "day", "", "", 1},
+		{"acme\xff", "day", "", "", 1},
+		{"acme", "week", "", "", 1},
+		{"acme", "day", "Mars/Olympus", "", 1},
+		{"acme", "day", "", "shrug", 1},
+		{"acme", "day", "", "", -1},
+		{"acme", "day", "", "", 1e300},
+	} {
+		f.Add(seed.account, seed.period, seed.zone, seed.onExhausted, seed.usd)
+	}
+	store := ledgertest.NewStore(f)
+	f.Fuzz(func(t *testing.T, account, period, zone, onExhausted string, usd float64) {
+		c := ledger.SpendCap{Account: account, Period: period, TimeZone: zone, OnExhausted: onExhausted, USD: usd}
+		ctx := context.Background()
+		if err := c.Validate(); err != nil {
+			_, setErr := store.SetSpendCap(ctx, c, "fuzz")
+			require.ErrorContains(t, setErr, err.Error(), "refused by Validate, refused by the ledger with the same reason")
+			return
+		}
+		_, err := store.SetSpendCap(ctx, c, "fuzz")
+		require.NoError(t, err, "%+v", c)
+		caps, err := store.SpendCaps(ctx, account)
+		require.NoError(t, err)
+		var found bool
+		for _, got := range caps {
+			if got.Account == account && got.Period == period {
+				found = true
+				require.InEpsilon(t, max(usd, 1e-300), max(got.USD, 1e-300), 1e-9, "the cap reads back as it was set")
+			}
+		}
+		require.True(t, found, "%+v was set and is listed", c)
+		_, err = store.RemoveSpendCap(ctx, account, period, "fuzz")
+		require.NoError(t, err)
+	})
+}

@@ -184,6 +184,7 @@ type ledgerCollector struct {
 
 	up, bucketTokens, bucketCapacity, breakerState, runs          *prometheus.Desc
 	leafCalls, logicalCalls, amplification, usdSpent, tokensSpent *prometheus.Desc
+	spendCap, spendSpent, spendReserved                           *prometheus.Desc
 }
 
 // gauge is prometheus.MustNewConstMetric for a gauge that never panics: a
@@ -226,12 +227,18 @@ func newLedgerCollector(store *ledger.Store) *ledgerCollector {
 			"US dollars spent by finished runs, fleet-wide (sum of runs.usd_spent where finished)."),
 		tokensSpent: desc("agentsaga_tokens_spent",
 			"Model tokens spent by finished runs, fleet-wide (sum of runs.tokens_used where finished)."),
+		spendCap: desc("agentsaga_spend_cap_usd",
+			"An account's spend cap for a period (agentsaga spend set), in USD.", "account", "period"),
+		spendSpent: desc("agentsaga_spend_spent_usd",
+			"What an account spent in the current period of a cap, settled turns only, in USD.", "account", "period"),
+		spendReserved: desc("agentsaga_spend_reserved_usd",
+			"What an account holds for turns in flight in the current period of a cap, in USD.", "account", "period"),
 	}
 }
 
 func (c *ledgerCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.up, c.bucketTokens, c.bucketCapacity, c.breakerState, c.runs,
-		c.leafCalls, c.logicalCalls, c.amplification, c.usdSpent, c.tokensSpent}
+		c.leafCalls, c.logicalCalls, c.amplification, c.usdSpent, c.tokensSpent, c.spendCap, c.spendSpent, c.spendReserved}
 }
 
 // Describe implements prometheus.Collector.
@@ -275,4 +282,14 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(c.amplification, f.Amplification())
 	ch <- gauge(c.usdSpent, f.USDSpent)
 	ch <- gauge(c.tokensSpent, float64(f.TokensSpent))
+	caps, err := c.store.SpendCaps(ctx, "")
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.spendCap, err)
+		return
+	}
+	for _, s := range caps {
+		ch <- gauge(c.spendCap, s.USD, s.Account, s.Period)
+		ch <- gauge(c.spendSpent, s.Spent, s.Account, s.Period)
+		ch <- gauge(c.spendReserved, s.Reserved, s.Account, s.Period)
+	}
 }

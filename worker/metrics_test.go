@@ -20,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -70,6 +71,11 @@ func TestMetricsReportRetriesLedgerAndSDK(t *testing.T) {
 	m, err := worker.NewMetrics(store)
 	require.NoError(t, err)
 	defer m.Close()
+	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 50}, "ops")
+	require.NoError(t, err)
+	held, err := store.ReserveSpend(ctx, "wf/step-001-model", "acme/support", 0.25, time.Minute)
+	require.NoError(t, err)
+	require.True(t, held.Admitted)
 
 	// A client of its own on the dev server's connection, reporting to m,
 	// as worker.Dial's client does once MetricsHandler is wired.
@@ -145,6 +151,9 @@ tools:
 	assert.InDelta(t, series["agentsaga_leaf_calls"]/series["agentsaga_logical_calls"], series["agentsaga_amplification"], 1e-9)
 	assert.Contains(t, series, "agentsaga_usd_spent")
 	assert.Contains(t, series, "agentsaga_tokens_spent")
+	assert.Equal(t, 50.0, series[`agentsaga_spend_cap_usd{account="acme",period="day"}`])
+	assert.Equal(t, 0.25, series[`agentsaga_spend_reserved_usd{account="acme",period="day"}`])
+	assert.Zero(t, series[`agentsaga_spend_spent_usd{account="acme",period="day"}`])
 	for name, v := range series {
 		if strings.HasPrefix(name, "agentsaga_circuit_breaker_state{") && strings.Contains(name, `state="closed"`) {
 			assert.Equal(t, 1.0, v, "%s: one 503 does not open a breaker", name)

@@ -3,7 +3,9 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/convfit"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
@@ -335,4 +338,60 @@ func FuzzSpendCap(f *testing.F) {
 		_, err = store.RemoveSpendCap(ctx, account, period, "fuzz")
 		require.NoError(t, err)
 	})
+}
+
+// A turn's reservation is an upper bound of what the provider bills for
+// its prompt: the claim prices the conversation by the estimates the
+// activity writes (the o200k count plus a fifth, plus framing), and the
+// provider counts the same text with o200k plus its chat framing (3
+// tokens a message, 3 to prime the reply, as OpenAI documents for the
+// gpt-4o family). Checked over prose, code, JSON, CJK, emoji, repeated
+// words and tool calls. (Other providers' tokenizers differ; the fifth is
+// the margin for them, which no loopback server can check.)
+func TestATurnsReservationBoundsWhatTheProviderCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	const price, maxTokens = 1000.0, 40
+	texts := map[string]string{
+		"prose": "The refund for order A-1042 was approved by the support lead after the customer sent the receipt.",
+		"code":  "func main() {\n\tfor i := 0; i < 10; i++ {\n\t\tfmt.Println(i * i)\n\t}\n}\n",
+		"json":  `{"order":"A-1042","items":[{"sku":"X-1","qty":2,"price":19.99},{"sku":"Y-7","qty":1,"price":5}],"status":"shipped"}`,
+		"cjk":   "注文番号A-1042の返金は、領収書を受け取った後にサポート責任者によって承認されました。",
+		"emoji": "🚚📦✅ shipped 🎉🎉🎉 " + strings.Repeat("👍🏽", 20),
+		"words": strings.Repeat("refund ", 300),
+	}
+	low, high := math.Inf(1), 0.0
+	n := 0
+	for name, text := range texts {
+		n++
+		wf := "wf-bound-" + name
+		msgs := []agentsagatype.Message{
+			{Seq: 0, Role: "system", Content: "You are a careful support agent.", Pinned: true},
+			{Seq: 1, Role: "user", Content: text, Pinned: true},
+			{Seq: 2, Role: "assistant", ToolCalls: []agentsagatype.ToolCall{{ID: "call_1", Name: "lookup", Arguments: `{"order":"A-1042"}`}}},
+			{Seq: 3, Role: "tool", ToolCallID: "call_1", Name: "lookup", Content: text},
+		}
+		appended := make([]ledger.Message, len(msgs))
+		billed := 3 // the reply's priming
+		for i, m := range msgs {
+			appended[i] = convfit.ToLedger(m)
+			billed += 3 + convfit.Count(m.Content)
+			for _, c := range m.ToolCalls {
+				billed += convfit.Count(c.Name) + convfit.Count(c.Arguments) + 3
+			}
+		}
+		claim, err := store.ClaimTurn(ctx, ledger.ActionRequest{Key: wf + "/step-001-model", WorkflowID: wf, ActivityID: "step-001-model",
+			Tool: "model:openai:gpt-4o-mini", Arguments: `{"through":4}`, Kind: ledger.ActionModel},
+			ledger.LeafCall{Attempt: 1, Kind: ledger.LeafModel, Target: "openai:gpt-4o-mini"},
+			time.Minute, ledger.TurnRead{WorkflowID: wf, Through: len(msgs), Append: appended,
+				Spend: &ledger.SpendClaim{Account: "acme", InputUSDPerMillion: price, OutputUSDPerMillion: price, OutputTokens: maxTokens}})
+		require.NoError(t, err, name)
+		require.True(t, claim.Execute, name)
+		bill := float64(billed+maxTokens) * price / 1e6
+		assert.GreaterOrEqual(t, claim.SpendUSD, bill, "%s: reserved $%.6f, the provider's count costs up to $%.6f", name, claim.SpendUSD, bill)
+		ratio := claim.SpendUSD / bill
+		low, high = min(low, ratio), max(high, ratio)
+	}
+	t.Logf("%d conversations: the reservation is %.2fx to %.2fx the most the provider's count can bill", n, low, high)
 }

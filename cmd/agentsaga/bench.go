@@ -34,8 +34,9 @@ func benchCommand() *cobra.Command {
 	outputKiB := long.OutputBytes >> 10
 	fleet := bench.DefaultFleet
 	ratelimit := bench.DefaultRateLimit
+	spend := bench.DefaultSpend
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
+		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -44,9 +45,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit":
+			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -79,8 +80,15 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 					return err
 				}
 			}
+			if scenario == "spend" {
+				// Its own dev server and worker processes too.
+				var err error
+				if result, err = spendScenario(cmd, progress, temporalBin, spend); err != nil {
+					return err
+				}
+			}
 			stack := &devStack{}
-			if scenario != "fleet" && scenario != "ratelimit" {
+			if scenario != "fleet" && scenario != "ratelimit" && scenario != "spend" {
 				var err error
 				if stack, err = startDevStack(ctx, progress, temporalBin); err != nil {
 					return err
@@ -200,7 +208,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().IntSliceVar(&long.Turns, "turns", long.Turns, "run lengths in turns, one run each (long)")
 	cmd.Flags().IntVar(&outputKiB, "output-kib", outputKiB, "size of each tool output in KiB (long)")
 	cmd.Flags().IntVar(&long.ContextTokens, "context-tokens", 0, "write model.context_tokens into the spec (long; 0 leaves it out)")
-	cmd.Flags().IntSliceVar(&fleet.Processes, "processes", fleet.Processes, "worker processes per contender, one measurement each (fleet, ratelimit)")
+	cmd.Flags().IntSliceVar(&fleet.Processes, "processes", fleet.Processes, "worker processes per contender, one measurement each (fleet, ratelimit, spend)")
 	cmd.Flags().IntVar(&fleet.PoolMaxConns, "pool-max-conns", fleet.PoolMaxConns, "each agentsaga worker's Postgres pool (fleet)")
 	cmd.Flags().IntVar(&fleet.Rounds, "rounds", fleet.Rounds, "measure each plain/agentsaga pair this many times (fleet)")
 	cmd.Flags().StringSliceVar(&fleet.Servers, "servers", fleet.Servers, "dev servers to run on: file (--db-filename), memory, or both (fleet)")
@@ -208,7 +216,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().Int64Var(&ratelimit.TokensPerMinute, "tpm", ratelimit.TokensPerMinute, "the provider's tokens per minute on the one key (ratelimit)")
 	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
-	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchRateLimitWorkerCommand())
+	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchRateLimitWorkerCommand(), benchSpendWorkerCommand())
 	return cmd
 }
 
@@ -431,4 +439,51 @@ func withTemporal(cmd *cobra.Command, run func(client.Client) error) error {
 	}
 	defer c.Close()
 	return run(c)
+}
+
+// spendScenario runs bench.Spend with this binary as the worker processes;
+// --runs and --processes apply when given, else the scenario's defaults.
+func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.SpendConfig) (scenarioResult, error) {
+	flags := cmd.Flags()
+	if flags.Changed("runs") {
+		cfg.Runs, _ = flags.GetInt("runs")
+	}
+	if flags.Changed("processes") {
+		cfg.Processes, _ = flags.GetIntSlice("processes")
+	}
+	var err error
+	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "spend"); err != nil {
+		return scenarioResult{}, err
+	}
+	cfg.Progress = progress
+	fmt.Fprintf(progress, "spend: a dev server in memory from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
+	result, err := bench.Spend(cmd.Context(), cfg)
+	if err != nil {
+		return scenarioResult{}, err
+	}
+	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
+		print: func(w io.Writer) { bench.PrintSpend(w, result) }}, nil
+}
+
+// benchSpendWorkerCommand is one worker process of the spend scenario,
+// hidden: only `agentsaga bench spend` starts it.
+func benchSpendWorkerCommand() *cobra.Command {
+	cfg := bench.SpendWorkerConfig{Queue: "bench-spend"}
+	cmd := &cobra.Command{
+		Use:    "spend-worker [--task-queue NAME] [--account PATH --cap-usd USD --usd-per-million USD]",
+		Short:  "An agentsaga worker for the spend scenario, serving the check-then-record model provider when --account is given; reads DATABASE_URL and TEMPORAL_*",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.DatabaseURL = worker.ConfigFromEnv().DatabaseURL
+			return withTemporal(cmd, func(c client.Client) error {
+				return bench.RunSpendWorker(cmd.Context(), cmd.OutOrStdout(), c, cfg)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&cfg.Queue, "task-queue", cfg.Queue, "the task queue to poll")
+	cmd.Flags().StringVar(&cfg.Account, "account", "", "the check-then-record provider's account (none: the provider is not served)")
+	cmd.Flags().Float64Var(&cfg.CapUSD, "cap-usd", 0, "the check-then-record provider's cap on the account")
+	cmd.Flags().Float64Var(&cfg.USDPerMillion, "usd-per-million", 0, "the check-then-record provider's price, per million tokens each way")
+	return cmd
 }

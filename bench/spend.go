@@ -1,0 +1,822 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// The spend scenario (issue 31) asks whether runs that share one account
+// stay under the account's cap, however many worker processes they run
+// on. Every run is charged by one fake OpenAI-compatible provider, which
+// counts each request's tokens with the o200k tokenizer and reports them
+// as usage; the bench prices what the provider counted itself, so no
+// contender's own accounting decides its figures. Each measurement has a
+// fresh provider and a fresh database.
+
+// The contenders' names in the rows, and their short forms.
+const (
+	SpendPerRunContender    = "per-run budgets only"
+	SpendCheckContender     = "check-then-record"
+	SpendAgentsagaContender = "agentsaga reservation"
+
+	SpendPerRun    = "per-run"
+	SpendCheck     = "check-then-record"
+	SpendAgentsaga = "agentsaga"
+)
+
+var spendContenderNames = map[string]string{SpendPerRun: SpendPerRunContender, SpendCheck: SpendCheckContender, SpendAgentsaga: SpendAgentsagaContender}
+
+// SpendWorkerReady is what `agentsaga bench spend-worker` prints once its
+// worker polls.
+const SpendWorkerReady = "spend-worker: polling"
+
+// SpendCheckProvider is the model.provider the check-then-record
+// contender's spec names: an OpenAI-compatible call between a read of the
+// account's spend and a write of its cost (checkThenRecord).
+const SpendCheckProvider = "check-then-record"
+
+const (
+	spendModel   = "gpt-4o-mini"
+	spendAccount = "acme/support"
+	// spendTable is the check-then-record contender's own book of what the
+	// account spent, as a gateway keeps it.
+	spendTable  = "bench_account_spend"
+	spendLabel  = "bench: spend"
+	spendSystem = "You are a bench agent. Call word_count when asked to, then answer briefly."
+)
+
+// SpendConfig sizes the scenario.
+type SpendConfig struct {
+	Processes []int `json:"processes"`
+	// Runs start together, all charged to one account with a cap of
+	// CapUSD; each has a budget of its own of RunUSD.
+	Runs   int     `json:"runs"`
+	CapUSD float64 `json:"cap_usd"`
+	RunUSD float64 `json:"run_usd"`
+	// ToolCalls is how many word_count calls the model asks for before
+	// it answers: a run is ToolCalls+1 model turns.
+	ToolCalls int `json:"tool_calls"`
+	// USDPerMillion prices input and output tokens alike, in the spec,
+	// the check-then-record gateway and the bench's own pricing.
+	USDPerMillion float64 `json:"usd_per_million_tokens"`
+	// MaxTokens is every request's max_tokens; a reply uses
+	// CompletionTokens of it. GoalChars pads the goal.
+	MaxTokens        int64 `json:"max_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	GoalChars        int   `json:"goal_chars"`
+	// LatencyMin..LatencyMax is the provider's time to answer.
+	LatencyMin time.Duration `json:"latency_min"`
+	LatencyMax time.Duration `json:"latency_max"`
+	// Contenders are the short names to run, in order.
+	Contenders   []string `json:"contenders"`
+	PoolMaxConns int      `json:"pool_max_conns"`
+	// Timeout bounds one measurement's runs; runs not ended by then count
+	// as waiting (or as not ended) and are terminated.
+	Timeout time.Duration `json:"timeout"`
+
+	TemporalBin string    `json:"-"`
+	DatabaseURL string    `json:"-"`
+	Executable  string    `json:"-"`
+	Progress    io.Writer `json:"-"`
+}
+
+// DefaultSpend is 40 runs of 5 turns on one account with a $5 cap, each
+// run about $0.45 alone (under its own $0.50 budget, which it never
+// reaches): some $18 of demand against the cap.
+var DefaultSpend = SpendConfig{Processes: []int{2, 4}, Runs: 40, CapUSD: 5, RunUSD: 0.5, ToolCalls: 4, USDPerMillion: 280,
+	MaxTokens: 40, CompletionTokens: 20, GoalChars: 600, LatencyMin: 200 * time.Millisecond, LatencyMax: 800 * time.Millisecond,
+	Contenders: []string{SpendPerRun, SpendCheck, SpendAgentsaga}, PoolMaxConns: 8, Timeout: 3 * time.Minute}
+
+// SpendRow is one contender on one process count.
+type SpendRow struct {
+	Contender string `json:"contender"`
+	Processes int    `json:"processes"`
+	Runs      int    `json:"runs"`
+	// Requests, PromptTokens and CompletionTokens are what the provider
+	// answered and counted; SpentUSD is that usage at the bench's price.
+	Requests         int64   `json:"requests"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	SpentUSD         float64 `json:"spent_usd"`
+	CapUSD           float64 `json:"cap_usd"`
+	// OverspendUSD is what was spent past the cap, OverspendShare that
+	// over the cap, Utilisation the spend over the cap.
+	OverspendUSD   float64 `json:"overspend_usd"`
+	OverspendShare float64 `json:"overspend_share"`
+	Utilisation    float64 `json:"utilisation"`
+	// Outcomes counts the runs by how they ended, as the ledger says
+	// (waiting: still running on a spend cap's timer at the timeout;
+	// unended: anything else still running then, or never recorded).
+	Outcomes  map[string]int `json:"outcomes"`
+	Completed int            `json:"completed"`
+	Partial   int            `json:"partial"`
+	Waiting   int            `json:"waiting"`
+	Escalated int            `json:"escalated"`
+	Failed    int            `json:"failed"`
+	// Unexplained counts the runs that did not complete and give no
+	// reason.
+	Unexplained int `json:"unexplained"`
+	// Reasons holds one reason per outcome other than completed.
+	Reasons map[string]string `json:"reasons,omitempty"`
+	// LedgerSpentUSD and LedgerReservedUSD are the account's spend periods
+	// in agentsaga's ledger (the agentsaga contender); GatewaySpentUSD is
+	// what the check-then-record gateway recorded.
+	LedgerSpentUSD    *float64 `json:"ledger_spent_usd,omitempty"`
+	LedgerReservedUSD *float64 `json:"ledger_reserved_usd,omitempty"`
+	GatewaySpentUSD   *float64 `json:"gateway_spent_usd,omitempty"`
+	Seconds           float64  `json:"seconds"`
+}
+
+// SpendResult is the scenario's figures.
+type SpendResult struct {
+	Config SpendConfig `json:"config"`
+	Rows   []SpendRow  `json:"rows"`
+}
+
+// Targets for the agentsaga rows (issue 31).
+const SpendMinUtilisation = 0.95
+
+// spendEpsilon absorbs float rounding in sums of dollars.
+const spendEpsilon = 1e-9
+
+// spendUSD is what prompt and completion tokens cost at usd per million
+// tokens each way.
+func spendUSD(prompt, completion int64, inputPerMillion, outputPerMillion float64) float64 {
+	return (float64(prompt)*inputPerMillion + float64(completion)*outputPerMillion) / 1e6
+}
+
+// spendFigures fills the row's spend against its cap.
+func (r *SpendRow) spendFigures() {
+	r.OverspendUSD = max(r.SpentUSD-r.CapUSD, 0)
+	if r.OverspendUSD < spendEpsilon {
+		r.OverspendUSD = 0
+	}
+	if r.CapUSD > 0 {
+		r.OverspendShare = r.OverspendUSD / r.CapUSD
+		r.Utilisation = r.SpentUSD / r.CapUSD
+	}
+}
+
+// spendOutcome names how a run ended from its ledger row.
+func spendOutcome(status, detail string) string {
+	switch status {
+	case "":
+		return "unended"
+	case agentsagatype.RunRunning:
+		if strings.Contains(detail, "waiting for the spend cap") {
+			return "waiting"
+		}
+		return "unended"
+	}
+	return status
+}
+
+// count adds one run's outcome to the row.
+func (r *SpendRow) count(outcome, reason string) {
+	r.Outcomes[outcome]++
+	switch outcome {
+	case agentsagatype.RunCompleted:
+		r.Completed++
+		return
+	case agentsagatype.RunPartial:
+		r.Partial++
+	case "waiting":
+		r.Waiting++
+	case agentsagatype.RunEscalated:
+		r.Escalated++
+	case agentsagatype.RunFailed:
+		r.Failed++
+	}
+	if strings.TrimSpace(reason) == "" {
+		r.Unexplained++
+	} else if _, ok := r.Reasons[outcome]; !ok {
+		r.Reasons[outcome] = reason
+	}
+}
+
+// SpendVerdicts says, for an agentsaga row, which targets it met: nothing
+// spent past the cap, at least SpendMinUtilisation of it used, and every
+// run ended in a stated status (completed, partial, waiting, escalated or
+// failed, each but completed with its reason).
+func SpendVerdicts(r SpendRow) (noOverspend, utilised, stated bool) {
+	known := r.Completed + r.Partial + r.Waiting + r.Escalated + r.Failed
+	return r.OverspendUSD == 0, r.Utilisation >= SpendMinUtilisation, known == r.Runs && r.Unexplained == 0
+}
+
+func (cfg SpendConfig) validate() error {
+	if cfg.Runs < 1 || cfg.CapUSD <= 0 || cfg.RunUSD <= 0 || cfg.ToolCalls < 0 || cfg.USDPerMillion <= 0 || cfg.MaxTokens < 1 ||
+		cfg.CompletionTokens < 1 || cfg.CompletionTokens > cfg.MaxTokens || len(cfg.Processes) == 0 || cfg.PoolMaxConns < 1 ||
+		cfg.Timeout <= 0 || cfg.LatencyMin < 0 || cfg.LatencyMax < cfg.LatencyMin {
+		return fmt.Errorf("%s: runs %d, cap $%v, run budget $%v, price %v, max tokens %d (a reply uses %d), processes %v, pool %d and timeout %v must be positive, and the latency %v-%v ordered",
+			spendLabel, cfg.Runs, cfg.CapUSD, cfg.RunUSD, cfg.USDPerMillion, cfg.MaxTokens, cfg.CompletionTokens, cfg.Processes, cfg.PoolMaxConns, cfg.Timeout,
+			cfg.LatencyMin, cfg.LatencyMax)
+	}
+	for _, n := range cfg.Processes {
+		if n < 1 {
+			return fmt.Errorf("%s: --processes %v: every count must be positive", spendLabel, cfg.Processes)
+		}
+	}
+	if len(cfg.Contenders) == 0 {
+		return fmt.Errorf("%s: no contenders", spendLabel)
+	}
+	for _, c := range cfg.Contenders {
+		if _, ok := spendContenderNames[c]; !ok {
+			return fmt.Errorf("%s: unknown contender %q (want %s, %s or %s)", spendLabel, c, SpendPerRun, SpendCheck, SpendAgentsaga)
+		}
+	}
+	return nil
+}
+
+// Spend runs each contender on each process count, on a dev server in
+// memory started from cfg.TemporalBin, with worker processes of
+// cfg.Executable (`agentsaga bench spend-worker`).
+func Spend(ctx context.Context, cfg SpendConfig) (SpendResult, error) {
+	result := SpendResult{Config: cfg}
+	if err := cfg.validate(); err != nil {
+		return result, err
+	}
+	dir, err := os.MkdirTemp("", "agentsaga-spend-")
+	if err != nil {
+		return result, fmt.Errorf("%s: temp dir: %w", spendLabel, err)
+	}
+	defer os.RemoveAll(dir)
+	logPath := filepath.Join(dir, "temporal.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return result, fmt.Errorf("%s: %w", spendLabel, err)
+	}
+	defer logFile.Close()
+	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: cfg.TemporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
+		SearchAttributes: workflows.SearchAttributes(),
+		ClientOptions: &client.Options{Namespace: "default",
+			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
+	if err != nil {
+		return result, fmt.Errorf("%s: start the dev server from %s: %w (log: %s)", spendLabel, cfg.TemporalBin, err, tail(logPath))
+	}
+	defer server.Stop()
+	m := spendMeasurement{cfg: cfg, c: server.Client(), dir: dir,
+		common: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
+			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}
+	for _, n := range cfg.Processes {
+		for _, contender := range cfg.Contenders {
+			row, err := m.measure(ctx, contender, n)
+			if err != nil {
+				return result, err
+			}
+			result.Rows = append(result.Rows, row)
+		}
+	}
+	return result, nil
+}
+
+type spendMeasurement struct {
+	cfg    SpendConfig
+	c      client.Client
+	dir    string
+	common []string
+}
+
+func (m spendMeasurement) measure(ctx context.Context, contender string, processes int) (SpendRow, error) {
+	cfg := m.cfg
+	row := SpendRow{Contender: spendContenderNames[contender], Processes: processes, Runs: cfg.Runs, CapUSD: cfg.CapUSD,
+		Outcomes: map[string]int{}, Reasons: map[string]string{}}
+	label := fmt.Sprintf("%d processes, %s", processes, row.Contender)
+	fail := func(err error) (SpendRow, error) { return row, fmt.Errorf("%s: %s: %w", spendLabel, label, err) }
+	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fail(err)
+	}
+	defer db.drop()
+	if err := m.prepare(ctx, db, contender); err != nil {
+		return fail(err)
+	}
+	provider, err := startSpendProvider(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	defer provider.Close()
+
+	queue := "bench-spend-" + nonce()
+	args := []string{"bench", "spend-worker", "--task-queue", queue}
+	if contender == SpendCheck {
+		args = append(args, "--account", spendAccount, "--cap-usd", strconv.FormatFloat(cfg.CapUSD, 'f', -1, 64),
+			"--usd-per-million", strconv.FormatFloat(cfg.USDPerMillion, 'f', -1, 64))
+	}
+	env := append(slices.Clip(m.common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns))
+	prefix := fmt.Sprintf("spend-%s-%d-%s", contender, processes, nonce())
+	procs := make([]*fleetProcess, 0, processes)
+	defer func() {
+		for _, p := range procs {
+			_ = p.stop()
+		}
+	}()
+	for i := range processes {
+		p, err := startFleetProcess(cfg.Executable, args, env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
+		if err != nil {
+			return fail(err)
+		}
+		procs = append(procs, p)
+	}
+	if err := waitForReady(ctx, procs, SpendWorkerReady); err != nil {
+		return fail(err)
+	}
+	spec, err := SpendSpec(cfg, provider.URL(), contender)
+	if err != nil {
+		return fail(err)
+	}
+	opts := agentsaga.StartOptions{TaskQueue: queue, SkipLedgerCheck: true}
+	if contender == SpendCheck {
+		opts.ModelProviders = []string{SpendCheckProvider}
+	}
+
+	poll, err := connectSimple(ctx, db.url)
+	if err != nil {
+		return fail(err)
+	}
+	defer poll.Close(context.Background())
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	began := time.Now()
+	ids := make([]string, cfg.Runs)
+	for i := range cfg.Runs {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		if _, err := agentsaga.Start(runCtx, m.c, ids[i], spec, opts); err != nil {
+			return fail(fmt.Errorf("start %s: %w", ids[i], err))
+		}
+	}
+	type ledgerRun struct{ status, detail, reason string }
+	var runs map[string]ledgerRun
+	for {
+		rows, err := poll.Query(ctx, `SELECT workflow_id, status, status_detail, reason FROM runs`)
+		if err != nil {
+			return fail(fmt.Errorf("read the runs: %w", err))
+		}
+		runs = map[string]ledgerRun{}
+		for rows.Next() {
+			var id string
+			var r ledgerRun
+			if err := rows.Scan(&id, &r.status, &r.detail, &r.reason); err != nil {
+				rows.Close()
+				return fail(fmt.Errorf("read the runs: %w", err))
+			}
+			runs[id] = r
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fail(fmt.Errorf("read the runs: %w", err))
+		}
+		open := 0
+		for _, id := range ids {
+			if r, ok := runs[id]; !ok || r.status == agentsagatype.RunRunning || r.status == agentsagatype.RunAwaitingApproval {
+				open++
+			}
+		}
+		if open == 0 || runCtx.Err() != nil {
+			break
+		}
+		select {
+		case <-runCtx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	row.Seconds = time.Since(began).Seconds()
+	stopCtx, stopCancel := context.WithTimeout(ctx, 30*time.Second)
+	for _, id := range ids {
+		r := runs[id]
+		row.count(spendOutcome(r.status, r.detail), cmpNonEmpty(r.reason, r.detail))
+		switch r.status {
+		case agentsagatype.RunCompleted, agentsagatype.RunPartial, agentsagatype.RunFailed, agentsagatype.RunCompensated, agentsagatype.RunNeedsAttention:
+		default:
+			// Escalated, waiting or not ended: stopped, so that the
+			// workers can stop.
+			_ = m.c.TerminateWorkflow(stopCtx, id, "", "the bench's measurement ended")
+		}
+	}
+	stopCancel()
+	poll.Close(ctx)
+	for _, p := range procs {
+		if err := p.stop(); err != nil {
+			return fail(err)
+		}
+	}
+	procs = nil
+	counts := provider.Counts()
+	row.Requests, row.PromptTokens, row.CompletionTokens = counts.Answered, counts.PromptTokens, counts.CompletionTokens
+	row.SpentUSD = spendUSD(counts.PromptTokens, counts.CompletionTokens, cfg.USDPerMillion, cfg.USDPerMillion)
+	row.spendFigures()
+	if err := m.books(ctx, db, contender, &row); err != nil {
+		return fail(err)
+	}
+	if cfg.Progress != nil {
+		fmt.Fprintf(cfg.Progress, "spend: %s: $%.2f spent of a $%.2f cap (%.0f%%) in %d model turns; runs %v; %.1f s\n",
+			label, row.SpentUSD, row.CapUSD, 100*row.Utilisation, row.Requests, row.Outcomes, row.Seconds)
+	}
+	return row, nil
+}
+
+func cmpNonEmpty(a, b string) string {
+	if strings.TrimSpace(a) != "" {
+		return a
+	}
+	return b
+}
+
+// prepare sets the agentsaga contender's cap in the ledger, and makes the
+// check-then-record contender's book of the account's spend.
+func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, contender string) error {
+	switch contender {
+	case SpendAgentsaga:
+		store, err := ledger.Open(ctx, db.url)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: spendAccount, Period: ledger.SpendMonth, USD: m.cfg.CapUSD,
+			OnExhausted: agentsagatype.OnExhaustedFinish}, "bench")
+		return err
+	case SpendCheck:
+		conn, err := pgx.Connect(ctx, db.url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, `CREATE TABLE `+spendTable+` (account text PRIMARY KEY, spent numeric NOT NULL DEFAULT 0);
+			INSERT INTO `+spendTable+` (account) VALUES ('`+spendAccount+`')`)
+		return err
+	}
+	return nil
+}
+
+// books reads what the contender's own accounting says it spent: the
+// ledger's spend periods (agentsaga), the gateway's table
+// (check-then-record).
+func (m spendMeasurement) books(ctx context.Context, db *fleetDatabase, contender string, row *SpendRow) error {
+	switch contender {
+	case SpendAgentsaga:
+		store, err := ledger.Open(ctx, db.url)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		periods, err := store.SpendPeriods(ctx, spendAccount, time.Time{})
+		if err != nil {
+			return err
+		}
+		spent, reserved := 0.0, 0.0
+		for _, p := range periods {
+			spent += p.Spent
+			reserved += p.Reserved
+		}
+		row.LedgerSpentUSD, row.LedgerReservedUSD = &spent, &reserved
+	case SpendCheck:
+		conn, err := pgx.Connect(ctx, db.url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		var spent float64
+		if err := conn.QueryRow(ctx, `SELECT spent::float8 FROM `+spendTable+` WHERE account = $1`, spendAccount).Scan(&spent); err != nil {
+			return err
+		}
+		row.GatewaySpentUSD = &spent
+	}
+	return nil
+}
+
+// SpendSpec is every contender's run: the model at url, priced at
+// cfg.USDPerMillion, the built-in word_count tool, a budget of RunUSD of
+// its own; charged to the capped account for the agentsaga contender,
+// through the check-then-record gateway (SpendCheckProvider) for that
+// one.
+func SpendSpec(cfg SpendConfig, url, contender string) (agentsaga.RunSpec, error) {
+	account := ""
+	if contender == SpendAgentsaga {
+		account = ", account: " + spendAccount
+	}
+	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+goal: %q
+system: %q
+budget: {steps: %d, seconds: %d, usd: %v%s}
+model: {provider: %s, name: %s, base_url: %q, max_tokens: %d}
+prices: {models: {%[8]s: {input_per_million: %[11]v, output_per_million: %[11]v}}}
+tools:
+  - name: %s
+    kind: go
+    description: Count the words in a text.
+    parameters: %s
+`, spendGoal(cfg.GoalChars), spendSystem, 4*(cfg.ToolCalls+1), int((3 * cfg.Timeout).Seconds()), cfg.RunUSD, account,
+		agentsagatype.ProviderOpenAI, spendModel, url, cfg.MaxTokens, cfg.USDPerMillion, rateLimitTool, rateLimitToolSchema)))
+	if err != nil {
+		return spec, fmt.Errorf("%s: spec: %w", spendLabel, err)
+	}
+	if contender == SpendCheck {
+		// Set after parsing: ParseSpec knows the built-in providers only;
+		// Start checks it against StartOptions.ModelProviders.
+		spec.Model.Provider = SpendCheckProvider
+	}
+	spec.SearchAttributes = true
+	return spec, nil
+}
+
+// spendGoal is a goal of about chars characters.
+func spendGoal(chars int) string {
+	var b strings.Builder
+	b.WriteString("Count the words of the sentences you are given, one word_count call a turn, then answer. The notes follow. ")
+	for i := 0; b.Len() < chars; i++ {
+		fmt.Fprintf(&b, "Note %d says that the support queue was answered within the hour and checked twice. ", i+1)
+	}
+	return b.String()
+}
+
+// SpendProviderCounts is what the fake provider answered and counted.
+type SpendProviderCounts struct {
+	Answered         int64 `json:"answered"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// spendProvider is an OpenAI-compatible chat.completions server on
+// loopback: it asks for word_count until the conversation holds
+// ToolCalls results, then answers (a request without tools, a graceful
+// finish, gets a partial answer), after LatencyMin..LatencyMax. Each reply
+// reports the request's prompt as the provider counts it (requestTokens:
+// o200k) and CompletionTokens, which the provider counts as answered.
+type spendProvider struct {
+	cfg      SpendConfig
+	listener net.Listener
+	server   *http.Server
+
+	mu     sync.Mutex
+	random *rand.Rand
+	counts SpendProviderCounts
+}
+
+func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("spend provider: %w", err)
+	}
+	p := &spendProvider{cfg: cfg, listener: listener, random: rand.New(rand.NewPCG(3, 1))}
+	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.server.Serve(listener) }()
+	return p, nil
+}
+
+// URL is the base URL a client is given.
+func (p *spendProvider) URL() string { return "http://" + p.listener.Addr().String() + "/v1" }
+
+func (p *spendProvider) Close() error { return p.server.Close() }
+
+// Counts is what the provider has answered and counted so far.
+func (p *spendProvider) Counts() SpendProviderCounts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts
+}
+
+func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		providerError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "Unknown request URL: "+r.Method+" "+r.URL.Path)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	var req chatRequest
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil || len(req.Messages) == 0 {
+		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
+		return
+	}
+	prompt, completion := int64(requestTokens(req, body)), p.cfg.CompletionTokens
+	if limit := req.maxTokens(); limit >= 0 {
+		completion = min(completion, limit)
+	}
+	p.mu.Lock()
+	latency := p.cfg.LatencyMin
+	if spread := p.cfg.LatencyMax - p.cfg.LatencyMin; spread > 0 {
+		latency += time.Duration(p.random.Int64N(int64(spread) + 1))
+	}
+	p.mu.Unlock()
+	select {
+	case <-r.Context().Done():
+		return // abandoned before the reply: not billed
+	case <-time.After(latency):
+	}
+	results := 0
+	for _, m := range req.Messages {
+		if m.Role == "tool" {
+			results++
+		}
+	}
+	var message, finish string
+	switch {
+	case len(req.Tools) == 0:
+		message, finish = `{"role":"assistant","content":"PARTIAL ANSWER: some words counted.\nHANDOFF NOTE: the budget ran out; count the rest.","refusal":null}`, "stop"
+	case results >= p.cfg.ToolCalls:
+		message, finish = fmt.Sprintf(`{"role":"assistant","content":"Done: %d word counts made, all answered.","refusal":null}`, results), "stop"
+	default:
+		// Each turn's text has a word more, so that every result is news
+		// to agentsaga's no-progress watchdog.
+		args, _ := json.Marshal(fmt.Sprintf(`{"text":"turn %d: count the words of this sentence%s"}`, results+1, strings.Repeat(" again", results+1)))
+		message = fmt.Sprintf(`{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"call_spend_%d","type":"function","function":{"name":%q,"arguments":%s}}]}`,
+			results+1, rateLimitTool, args)
+		finish = "tool_calls"
+	}
+	p.mu.Lock()
+	p.counts.Answered++
+	p.counts.PromptTokens += prompt
+	p.counts.CompletionTokens += completion
+	p.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"chatcmpl-spend","object":"chat.completion","created":%d,"model":%q,`+
+		`"choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+		time.Now().Unix(), spendModel, message, finish, prompt, completion, prompt+completion)
+}
+
+// checkThenRecord is the check-then-record contender, as LiteLLM's proxy
+// enforces a budget: before each call it reads what the account has spent
+// and refuses the call (HTTP 400, budget_exceeded) when that is at or over
+// the cap; after the call answers it adds the call's cost, priced from the
+// usage the provider reported. The read and the write are separate
+// statements with the call between them, as in any gateway: calls in
+// flight are not counted until they answer. (LiteLLM writes the spend in
+// batches, seconds later; this writes it as each call answers, which
+// favours it.)
+type checkThenRecord struct {
+	inner         activities.Model
+	pool          *pgxpool.Pool
+	account       string
+	capUSD, price float64
+	refused       *atomic.Int64
+}
+
+func (m *checkThenRecord) Turn(ctx context.Context, req activities.ModelRequest) (agentsagatype.ModelTurn, error) {
+	var spent float64
+	if err := m.pool.QueryRow(ctx, `SELECT spent::float8 FROM `+spendTable+` WHERE account = $1`, m.account).Scan(&spent); err != nil {
+		return agentsagatype.ModelTurn{}, fmt.Errorf("check-then-record: read the spend of %s: %w", m.account, err)
+	}
+	if spent >= m.capUSD {
+		m.refused.Add(1)
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{"type": "budget_exceeded", "code": "400",
+			"message": fmt.Sprintf("Budget has been exceeded! Current cost: %.4f, Max budget: %.2f", spent, m.capUSD)}})
+		return agentsagatype.ModelTurn{}, &activities.HTTPError{Op: "check-then-record chat.completions", StatusCode: http.StatusBadRequest, Body: string(body)}
+	}
+	turn, err := m.inner.Turn(ctx, req)
+	if err != nil {
+		return turn, err
+	}
+	cost := spendUSD(turn.Usage.InputTokens, turn.Usage.OutputTokens, m.price, m.price)
+	if _, err := m.pool.Exec(ctx, `UPDATE `+spendTable+` SET spent = spent + $2 WHERE account = $1`, m.account, cost); err != nil {
+		// A gateway logs a failed spend write and still answers.
+		slog.Default().Warn("check-then-record: record the spend", "account", m.account, "error", err)
+	}
+	return turn, nil
+}
+
+// SpendWorkerConfig is one `agentsaga bench spend-worker` process: an
+// agentsaga worker on Queue whose ledger is at DatabaseURL; with Account,
+// it also serves SpendCheckProvider, capped at CapUSD and pricing tokens
+// at USDPerMillion.
+type SpendWorkerConfig struct {
+	Queue         string
+	DatabaseURL   string
+	Account       string
+	CapUSD        float64
+	USDPerMillion float64
+}
+
+// RunSpendWorker runs one worker process of the spend scenario until ctx
+// ends: the engine as `agentsaga worker` runs it (worker.New), with no
+// reconciler, metrics or pruning, and the check-then-record provider.
+func RunSpendWorker(ctx context.Context, out io.Writer, c client.Client, cfg SpendWorkerConfig) error {
+	store, err := ledger.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("bench: spend-worker: %w", err)
+	}
+	defer store.Close()
+	var refused atomic.Int64
+	models := map[string]agentsaga.ModelFactory{}
+	if cfg.Account != "" {
+		pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return fmt.Errorf("bench: spend-worker: %w", err)
+		}
+		defer pool.Close()
+		models[SpendCheckProvider] = func(spec agentsaga.ModelSpec, apiKey string, httpClient *http.Client) (agentsaga.Model, error) {
+			spec.Provider = agentsagatype.ProviderOpenAI
+			inner, err := activities.NewOpenAIModel(spec, apiKey, httpClient)
+			if err != nil {
+				return nil, err
+			}
+			return &checkThenRecord{inner: inner, pool: pool, account: cfg.Account, capUSD: cfg.CapUSD, price: cfg.USDPerMillion, refused: &refused}, nil
+		}
+	}
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: cfg.Queue, Models: models}})
+	if err != nil {
+		return fmt.Errorf("bench: spend-worker: %w", err)
+	}
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("bench: spend-worker: start on task queue %q: %w", cfg.Queue, err)
+	}
+	fmt.Fprintf(out, "%s task queue %q\n", SpendWorkerReady, cfg.Queue)
+	<-ctx.Done()
+	w.Stop()
+	fmt.Fprintf(out, "spend-worker: stopped; check-then-record refused %d calls\n", refused.Load())
+	return nil
+}
+
+// PrintSpend writes the table and the agentsaga rows' targets.
+func PrintSpend(out io.Writer, result SpendResult) {
+	cfg := result.Config
+	fmt.Fprintf(out, "\nspend: %d runs at once, all charged to ONE account with a $%.2f cap, each with a budget of its own of $%.2f; %d word_count calls then an answer a run;\n",
+		cfg.Runs, cfg.CapUSD, cfg.RunUSD, cfg.ToolCalls)
+	fmt.Fprintf(out, "  a fake OpenAI-compatible provider counts each prompt with o200k (+4 tokens a message) and reports it, %d completion tokens a reply (max_tokens %d),\n",
+		cfg.CompletionTokens, cfg.MaxTokens)
+	fmt.Fprintf(out, "  answered in %v-%v; the bench prices that usage at $%v per million tokens each way, the price every spec and the gateway use\n",
+		cfg.LatencyMin, cfg.LatencyMax, cfg.USDPerMillion)
+	fmt.Fprintf(out, "  %s: budget.usd per run, no account; %s: a custom model provider on the workers that SELECTs the account's spend\n", SpendPerRunContender, SpendCheckContender)
+	fmt.Fprintf(out, "    before each call, refuses at or over the cap (HTTP 400 budget_exceeded), and UPDATEs it by the call's cost after (as LiteLLM);\n")
+	fmt.Fprintf(out, "  %s: budget.account %s with a $%.2f a month cap (ledger.SetSpendCap, on_exhausted finish)\n", SpendAgentsagaContender, spendAccount, cfg.CapUSD)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
+	for _, r := range result.Rows {
+		other := r.Runs - r.Completed - r.Partial - r.Waiting - r.Escalated - r.Failed
+		stmts := "2"
+		if r.Contender == SpendCheckContender {
+			stmts = "2+2"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t$%.2f\t$%.2f\t$%.2f\t%.0f%%\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\n",
+			r.Processes, r.Contender, r.SpentUSD, r.CapUSD, r.OverspendUSD, 100*r.OverspendShare, 100*r.Utilisation, r.Requests,
+			r.Completed, r.Partial, r.Waiting, r.Escalated, r.Failed, other, stmts, r.Seconds)
+	}
+	tw.Flush()
+	for _, r := range result.Rows {
+		if r.Contender == SpendPerRunContender && r.Completed == r.Runs && r.Runs > 0 {
+			fmt.Fprintf(out, "  a run alone: $%.3f (the per-run contender, %d processes: every run completed, none bounded by another)\n", r.SpentUSD/float64(r.Runs), r.Processes)
+			break
+		}
+	}
+	for _, r := range result.Rows {
+		switch {
+		case r.LedgerSpentUSD != nil:
+			fmt.Fprintf(out, "  %s, %d processes: the ledger's spend periods hold $%.4f spent and $%.4f reserved (the provider's usage: $%.4f)\n",
+				r.Contender, r.Processes, *r.LedgerSpentUSD, *r.LedgerReservedUSD, r.SpentUSD)
+		case r.GatewaySpentUSD != nil:
+			fmt.Fprintf(out, "  %s, %d processes: the gateway's table holds $%.4f spent (the provider's usage: $%.4f)\n",
+				r.Contender, r.Processes, *r.GatewaySpentUSD, r.SpentUSD)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range result.Rows {
+		for _, outcome := range slices.Sorted(maps.Keys(r.Reasons)) {
+			if key := r.Contender + "/" + outcome; !seen[key] {
+				seen[key] = true
+				fmt.Fprintf(out, "  %s, a %s run's reason: %s\n", r.Contender, outcome, clipText(strings.Join(strings.Fields(r.Reasons[outcome]), " "), 300))
+			}
+		}
+	}
+	for _, r := range result.Rows {
+		if r.Contender != SpendAgentsagaContender {
+			continue
+		}
+		noOver, utilised, stated := SpendVerdicts(r)
+		fmt.Fprintf(out, "  TARGET %s, %d processes: overspend $%.2f = $0.00 (%s); %.1f%% of the cap >= 95%% (%s); %d of %d runs ended in a stated status (%s)\n",
+			r.Contender, r.Processes, r.OverspendUSD, verdict(noOver), 100*r.Utilisation, verdict(utilised),
+			r.Completed+r.Partial+r.Waiting+r.Escalated+r.Failed-r.Unexplained, r.Runs, verdict(stated))
+	}
+	fmt.Fprintln(out, "\n  SPENT: the provider's counted usage at the bench's price; OVERSPEND: spent past the cap; OF CAP: spent over the cap;")
+	fmt.Fprintln(out, "  TURNS: model turns the provider answered; PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;")
+	fmt.Fprintln(out, "  STATEMENTS A TURN: a model turn's ledger statements as TestStatementsPerSuccessfulCall counts them, not measured here: 2 (the claim,")
+	fmt.Fprintln(out, "    which holds agentsaga's reservation, and the settle, which settles it), plus the gateway's SELECT and UPDATE for check-then-record")
+}

@@ -53,7 +53,8 @@ FUZZ_TARGETS := \
 	./budget:FuzzClassifyStatus ./budget:FuzzRefusalRules ./budget:FuzzRefusalIntegerRendering \
 	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
 	./compensation:FuzzActivityID ./compensation:FuzzResolve ./ledger:FuzzFingerprint \
-	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate
+	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate \
+	./ledger:FuzzSpendCap
 fuzz: bin/temporal postgres
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$pkg $$name ($(FUZZTIME))"; \

@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/convfit"
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/payload"
@@ -142,7 +143,11 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 			if call.Spend == nil {
 				return 0
 			}
-			return call.Spend.USD(used) // a failed attempt reported no usage: its reservation is given back
+			// As the workflow charges the run's budget; a failed attempt
+			// reported no usage: its reservation is given back.
+			p := call.Spend
+			return budget.ModelPrice{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
+				CachedInputPerMillion: p.CachedInputPerMillion}.USD(used)
 		},
 		Run: func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error) {
 			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens)

@@ -114,7 +114,10 @@ func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 	}
 	turn := agentsagatype.ModelTurn{
 		Model: string(resp.Model),
-		Usage: reportedUsage(resp.Usage.InputTokens, resp.Usage.OutputTokens),
+		// input_tokens leaves out what the cache read and wrote: the
+		// prompt was all three.
+		Usage: reportedUsage(resp.Usage.InputTokens+resp.Usage.CacheReadInputTokens+resp.Usage.CacheCreationInputTokens,
+			resp.Usage.OutputTokens, resp.Usage.CacheReadInputTokens),
 	}
 	var text strings.Builder
 	for _, block := range resp.Content {

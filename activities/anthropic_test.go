@@ -105,7 +105,7 @@ func TestAnthropicModelToolUse(t *testing.T) {
   ],
   "stop_reason": "tool_use",
   "stop_sequence": null,
-  "usage": {"input_tokens": 50, "output_tokens": 20}
+  "usage": {"input_tokens": 50, "output_tokens": 20, "cache_read_input_tokens": 1200, "cache_creation_input_tokens": 30}
 }`
 	srv := newMessagesServer(t, http.StatusOK, nil, body)
 	turn, err := newAnthropic(t, srv.URL, testAPIKey).Turn(context.Background(), userAsks("find it"))
@@ -118,7 +118,8 @@ func TestAnthropicModelToolUse(t *testing.T) {
 	assert.Equal(t, "toolu_01B", turn.ToolCalls[1].ID)
 	assert.Equal(t, "now", turn.ToolCalls[1].Name)
 	assert.JSONEq(t, `{}`, turn.ToolCalls[1].Arguments)
-	assert.Equal(t, agentsagatype.Usage{InputTokens: 50, OutputTokens: 20}, turn.Usage)
+	assert.Equal(t, agentsagatype.Usage{InputTokens: 50 + 1200 + 30, OutputTokens: 20, CachedInputTokens: 1200}, turn.Usage,
+		"input_tokens leaves out what the cache read and wrote")
 	assert.Empty(t, turn.Refusal)
 }
 

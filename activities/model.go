@@ -10,8 +10,9 @@ import (
 // charged for them: a negative count, which no real call has but a broken
 // or hostile server can send, counts as zero, since it would hand tokens
 // back to the run's budget.
-func reportedUsage(input, output int64) agentsagatype.Usage {
-	return agentsagatype.Usage{InputTokens: max(input, 0), OutputTokens: max(output, 0)}
+func reportedUsage(input, output, cached int64) agentsagatype.Usage {
+	input = max(input, 0)
+	return agentsagatype.Usage{InputTokens: input, OutputTokens: max(output, 0), CachedInputTokens: min(max(cached, 0), input)}
 }
 
 // ModelRequest is one call to a model.

@@ -97,7 +97,8 @@ func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 		Content: msg.Content,
 		Refusal: msg.Refusal,
 		Model:   resp.Model,
-		Usage:   reportedUsage(resp.Usage.PromptTokens, resp.Usage.CompletionTokens),
+		// prompt_tokens counts the cached part too.
+		Usage: reportedUsage(resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.PromptTokensDetails.CachedTokens),
 	}
 	for _, call := range msg.ToolCalls {
 		tc := agentsagatype.ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments}

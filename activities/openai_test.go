@@ -121,7 +121,7 @@ func TestOpenAIModelToolCalls(t *testing.T) {
     "logprobs": null,
     "finish_reason": "tool_calls"
   }],
-  "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
+  "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70, "prompt_tokens_details": {"cached_tokens": 32}}
 }`
 	srv := newChatServer(t, http.StatusOK, nil, body)
 	turn, err := newModel(t, srv.URL, testAPIKey).Turn(context.Background(), userAsks("find it"))
@@ -131,7 +131,7 @@ func TestOpenAIModelToolCalls(t *testing.T) {
 		{ID: "call_a", Name: "search", Arguments: `{"q": "temporal",  "n": 3}`},
 		{ID: "call_b", Name: "fetch", Arguments: `{"url": "http://exa`},
 	}, turn.ToolCalls)
-	assert.Equal(t, agentsagatype.Usage{InputTokens: 50, OutputTokens: 20}, turn.Usage)
+	assert.Equal(t, agentsagatype.Usage{InputTokens: 50, OutputTokens: 20, CachedInputTokens: 32}, turn.Usage, "prompt_tokens counts the cached part")
 }
 
 func TestOpenAIModelRequestTranslation(t *testing.T) {

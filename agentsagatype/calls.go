@@ -55,11 +55,9 @@ type SpendPlan struct {
 	Account          string  `json:"account"`
 	InputPerMillion  float64 `json:"input_per_million"`
 	OutputPerMillion float64 `json:"output_per_million"`
-}
-
-// USD is what a turn with this usage cost.
-func (p SpendPlan) USD(u Usage) float64 {
-	return (float64(u.InputTokens)*p.InputPerMillion + float64(u.OutputTokens)*p.OutputPerMillion) / 1e6
+	// CachedInputPerMillion prices the input read from the provider's
+	// cache (0: the input price).
+	CachedInputPerMillion float64 `json:"cached_input_per_million,omitempty"`
 }
 
 // What a run does when its account's spend cap cannot pay for its next

@@ -44,6 +44,9 @@ type ToolCall struct {
 type Usage struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
+	// CachedInputTokens are the part of InputTokens the provider read from
+	// its prompt cache, billed at its cached price.
+	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"`
 }
 
 // Total is input plus output tokens, capped at the largest int64 rather

@@ -1,6 +1,10 @@
 package budget
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+)
 
 // Prices turn usage into USD: a per-model table for tokens, and a price
 // per tool call (a default, plus per-tool overrides) charged for every
@@ -15,6 +19,9 @@ type Prices struct {
 type ModelPrice struct {
 	InputPerMillion  float64 `json:"input_per_million"`
 	OutputPerMillion float64 `json:"output_per_million"`
+	// CachedInputPerMillion is the price of input tokens the provider
+	// read from its prompt cache (0: the input price).
+	CachedInputPerMillion float64 `json:"cached_input_per_million,omitempty"`
 }
 
 // Validate rejects negative prices, naming the entry.
@@ -23,7 +30,7 @@ func (p Prices) Validate() error {
 		return fmt.Errorf("prices.tool_call_usd: %v is negative", p.ToolCallUSD)
 	}
 	for model, price := range p.Models {
-		if price.InputPerMillion < 0 || price.OutputPerMillion < 0 {
+		if price.InputPerMillion < 0 || price.OutputPerMillion < 0 || price.CachedInputPerMillion < 0 {
 			return fmt.Errorf("prices.models.%s: a price is negative", model)
 		}
 	}
@@ -35,11 +42,24 @@ func (p Prices) Validate() error {
 	return nil
 }
 
-// ModelUSD is what a model call with these token counts cost; a model
-// missing from the table costs nothing.
-func (p Prices) ModelUSD(model string, inputTokens, outputTokens int64) float64 {
-	price := p.Models[model]
-	return (float64(inputTokens)*price.InputPerMillion + float64(outputTokens)*price.OutputPerMillion) / 1e6
+// ModelUSD is what a model call with this usage cost: the input tokens
+// read from the provider's cache at the cached price, where the table has
+// one. A model missing from the table costs nothing (RunSpec.Resolve
+// writes out the default table's prices, and a run charged to an account
+// must price every model).
+func (p Prices) ModelUSD(model string, u agentsagatype.Usage) float64 {
+	return p.Models[model].USD(u)
+}
+
+// USD is what a call with this usage costs at price.
+func (price ModelPrice) USD(u agentsagatype.Usage) float64 {
+	cached := min(max(u.CachedInputTokens, 0), u.InputTokens)
+	cachedPrice := price.InputPerMillion
+	if price.CachedInputPerMillion > 0 {
+		cachedPrice = price.CachedInputPerMillion
+	}
+	return (float64(u.InputTokens-cached)*price.InputPerMillion + float64(cached)*cachedPrice +
+		float64(u.OutputTokens)*price.OutputPerMillion) / 1e6
 }
 
 // ToolUSD is what leafCalls attempts of tool cost.

@@ -542,7 +542,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		steps = 0 // the account could not pay for the turn: nothing was sent
 	}
 	r.budget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
-		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage.InputTokens, turn.Usage.OutputTokens)})
+		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage)})
 	r.record(entry)
 	return turn, err
 }

@@ -17,7 +17,11 @@ import (
 // Version 2 added escalate.after_breaker_open_seconds: a spec of version 1
 // carries 0 there, and its run escalates at a breaker's first refusal, as
 // it did when it was resolved.
-const SpecVersion = 2
+//
+// Version 3 writes out the default price table's price of each model the
+// spec does not price (budget.DefaultModelPrice): a spec of version 2
+// priced such a model at nothing, and its run still does.
+const SpecVersion = 3
 
 // Resolve validates s and returns it with every default written out, at
 // SpecVersion: what the client hands the workflow. Call it before the run
@@ -58,6 +62,7 @@ func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
 		r.History.MaxEvents = DefaultMaxEvents
 	}
 	r.Model = resolveModel(s.Model)
+	r.Prices = s.withDefaultPrices()
 	if len(s.Agents) > 0 {
 		r.Agents = make(map[string]AgentSpec, len(s.Agents))
 		for name, agent := range s.Agents {

@@ -21,9 +21,10 @@ model: {provider: openai, name: gpt-4o-mini}
 	resolved, _ := spec.Resolve()
 	out, _ := json.Marshal(map[string]any{"version": resolved.Version, "finish_at": resolved.FinishAt,
 		"max_attempts": resolved.Retry.MaxAttempts, "context_tokens": resolved.Model.ContextWindow,
-		"max_events": resolved.History.MaxEvents, "after_breaker_open_seconds": resolved.Escalate.AfterBreakerOpenSeconds})
+		"max_events": resolved.History.MaxEvents, "after_breaker_open_seconds": resolved.Escalate.AfterBreakerOpenSeconds,
+		"price": resolved.Prices.Models["gpt-4o-mini"]})
 	fmt.Println(string(out))
-	// Output: {"after_breaker_open_seconds":300,"context_tokens":128000,"finish_at":0.2,"max_attempts":3,"max_events":1000,"version":2}
+	// Output: {"after_breaker_open_seconds":300,"context_tokens":128000,"finish_at":0.2,"max_attempts":3,"max_events":1000,"price":{"input_per_million":0.15,"output_per_million":0.6,"cached_input_per_million":0.075},"version":3}
 }
 
 // A resolved spec carries every default, so the run it starts never reads

@@ -341,6 +341,24 @@ func (s RunSpec) pricedForTheAccount() error {
 	if s.Budget.Account == "" {
 		return nil
 	}
+	for _, m := range s.models() {
+		if m.Provider == agentsagatype.ProviderScripted {
+			continue
+		}
+		if _, priced := s.modelPrice(m); !priced {
+			return fmt.Errorf("budget.account %s: model %s has no price in prices.models, nor in the default table (%s); a run charged to an account must price every model it may call",
+				s.Budget.Account, m.Target(), budget.DefaultPricesSource())
+		}
+		if m.MaxTokens <= 0 {
+			return fmt.Errorf("budget.account %s: model %s has no max_tokens; a run charged to an account must bound every reply", s.Budget.Account, m.Target())
+		}
+	}
+	return nil
+}
+
+// models are every model the run or its sub-agents may call, fallbacks
+// included.
+func (s RunSpec) models() []agentsagatype.ModelSpec {
 	models := append([]agentsagatype.ModelSpec{s.Model}, s.Model.Fallbacks...)
 	for _, agent := range s.Agents {
 		if agent.Model != nil {
@@ -348,16 +366,33 @@ func (s RunSpec) pricedForTheAccount() error {
 			models = append(models, agent.Model.Fallbacks...)
 		}
 	}
-	for _, m := range models {
-		if m.Provider == agentsagatype.ProviderScripted {
+	return models
+}
+
+// modelPrice is m's price: the spec's, else the default table's.
+func (s RunSpec) modelPrice(m agentsagatype.ModelSpec) (budget.ModelPrice, bool) {
+	if price, ok := s.Prices.Models[m.Name]; ok {
+		return price, true
+	}
+	return budget.DefaultModelPrice(m.Provider, m.Name)
+}
+
+// withDefaultPrices is the spec's prices with the default table's price
+// of each model the spec does not price: Resolve writes them out, so a
+// run keeps the prices it started with.
+func (s RunSpec) withDefaultPrices() budget.Prices {
+	prices := s.Prices
+	for _, m := range s.models() {
+		if _, priced := prices.Models[m.Name]; priced {
 			continue
 		}
-		if _, priced := s.Prices.Models[m.Name]; !priced {
-			return fmt.Errorf("budget.account %s: model %s has no price in prices.models; a run charged to an account must price every model it may call", s.Budget.Account, m.Target())
-		}
-		if m.MaxTokens <= 0 {
-			return fmt.Errorf("budget.account %s: model %s has no max_tokens; a run charged to an account must bound every reply", s.Budget.Account, m.Target())
+		if price, known := budget.DefaultModelPrice(m.Provider, m.Name); known {
+			prices.Models = maps.Clone(prices.Models)
+			if prices.Models == nil {
+				prices.Models = map[string]budget.ModelPrice{}
+			}
+			prices.Models[m.Name] = price
 		}
 	}
-	return nil
+	return prices
 }

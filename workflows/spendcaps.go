@@ -24,7 +24,7 @@ func (r *run) spendPlan(m agentsagatype.ModelSpec) *agentsagatype.SpendPlan {
 	}
 	price := r.spec.Prices.Models[m.Name]
 	return &agentsagatype.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
-		OutputPerMillion: price.OutputPerMillion}
+		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion}
 }
 
 // spendRefusalIn is the spend cap's refusal in err, when that is what err

@@ -64,11 +64,29 @@ func spendCause(refusal agentsagatype.SpendRefusal) string {
 	return "the spend cap of account " + refusal.Account
 }
 
+// inFlightWait is the first wait of a turn refused only because other
+// turns' reservations are still held: they settle within their leases,
+// usually to less than they held, and give the rest back. Each wait
+// doubles, up to inFlightWaitCap.
+const (
+	inFlightWait    = time.Second
+	inFlightWaitCap = 8 * time.Second
+)
+
 // meetSpendCap does what the cap that refused a turn says: wait (the turn
 // goes out again once the period resets: back), finish (stop, a
 // *spendCapStop) or escalate (stop, a *modelParkedError whose why the
 // human reads). A wait the run's budget cannot afford finishes instead.
-func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now time.Time) (back time.Time, stop error) {
+// A turn the cap would have room for once the reservations in flight
+// settle is not exhausted: it waits for them (the n-th wait of the turn
+// is back), whatever the cap says.
+func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now time.Time, n int) (back time.Time, stop error) {
+	if refusal.Reserved > 0 && refusal.Spent+refusal.Needed <= refusal.USD {
+		back = now.Add(min(inFlightWait<<min(n-1, 8), inFlightWaitCap))
+		if !r.budget.ShouldFinish(back) {
+			return back, nil
+		}
+	}
 	switch refusal.OnExhausted {
 	case agentsagatype.OnExhaustedWait:
 		back = refusal.Resets.Add(minimumPark) // the clocks of the worker and Postgres may disagree
@@ -94,6 +112,10 @@ func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendR
 	now := workflow.Now(ctx)
 	waiting := fmt.Sprintf("waiting for the spend cap of account %s to reset at %s ($%.2f a %s; the turn goes out again then)",
 		refusal.Account, refusal.Resets.UTC().Format(time.RFC3339), refusal.USD, refusal.Period)
+	if back.Before(refusal.Resets) {
+		waiting = fmt.Sprintf("waiting for the spend cap of account %s: $%.2f of its $%.2f a %s is held by turns in flight, which give back what they do not spend; the turn asks again at %s",
+			refusal.Account, refusal.Reserved, refusal.USD, refusal.Period, back.UTC().Format(time.RFC3339))
+	}
 	r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(now, r.openBreakers()))
 	if n == 1 {
 		r.setStatus(ctx, agentsagatype.RunRunning, waiting)

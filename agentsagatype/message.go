@@ -1,12 +1,12 @@
 package agentsagatype
 
 import (
-	"time"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
+	"time"
 	"unicode/utf8"
 )
 

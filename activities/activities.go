@@ -191,7 +191,8 @@ func turnSpend(call agentsagatype.ModelCall) *ledger.SpendClaim {
 		return nil
 	}
 	return &ledger.SpendClaim{Account: call.Spend.Account, InputUSDPerMillion: call.Spend.InputPerMillion,
-		OutputUSDPerMillion: call.Spend.OutputPerMillion, OutputTokens: cmp.Or(call.Model.MaxTokens, defaultOutputReservation)}
+		OutputUSDPerMillion: call.Spend.OutputPerMillion, OutputTokens: cmp.Or(call.Model.MaxTokens, defaultOutputReservation),
+		Finishing: call.Finish}
 }
 
 // turnTrailing is what a request sends after the conversation: the budget

@@ -73,9 +73,12 @@ const (
 // this one, when it resets, and what the account does meanwhile
 // (finish, wait or escalate).
 type SpendRefusal struct {
-	Account     string    `json:"account"`
-	Period      string    `json:"period"`
-	USD         float64   `json:"usd"`
+	Account string  `json:"account"`
+	Period  string  `json:"period"`
+	USD     float64 `json:"usd"`
+	// Room is what the refused turn could use of the cap: all of it for a
+	// finishing turn, less the cap's finishing reserve otherwise.
+	Room        float64   `json:"room"`
 	Spent       float64   `json:"spent"`
 	Reserved    float64   `json:"reserved"`
 	Resets      time.Time `json:"resets"`
@@ -86,8 +89,25 @@ type SpendRefusal struct {
 
 // Reason names the account, the cap and when it resets.
 func (r SpendRefusal) Reason() string {
-	return fmt.Sprintf("the spend cap of account %s ($%.2f a %s) has $%.2f spent and $%.2f reserved, and the next turn needs up to $%.4f; it resets at %s",
-		r.Account, r.USD, r.Period, r.Spent, r.Reserved, r.Needed, r.Resets.UTC().Format(time.RFC3339))
+	kept := ""
+	if r.FinishingReserve() {
+		kept = fmt.Sprintf(" (its last $%.2f kept for finishing turns)", r.USD-r.RoomForTurns())
+	}
+	return fmt.Sprintf("the spend cap of account %s ($%.2f a %s%s) has $%.2f spent and $%.2f reserved, and the next turn needs up to $%.4f; it resets at %s",
+		r.Account, r.USD, r.Period, kept, r.Spent, r.Reserved, r.Needed, r.Resets.UTC().Format(time.RFC3339))
+}
+
+// FinishingReserve says whether the cap keeps room that only a finishing
+// turn may use: a run it stops can pay for one.
+func (r SpendRefusal) FinishingReserve() bool { return r.RoomForTurns() < r.USD }
+
+// RoomForTurns is Room, or the whole cap in a refusal recorded before
+// Room was (the run's history replays as it ran).
+func (r SpendRefusal) RoomForTurns() float64 {
+	if r.Room > 0 {
+		return r.Room
+	}
+	return r.USD
 }
 
 // ToolCallRequest is the input of CallTool.

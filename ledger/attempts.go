@@ -137,7 +137,7 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 		var refusal spendRefusal
 		if turn.Spend != nil {
 			dest = append(dest, &c.claim.SpendUSD, &refusal.account, &refusal.period, &refusal.cap, &refusal.spent,
-				&refusal.reserved, &refusal.resets, &refusal.onExhausted)
+				&refusal.reserved, &refusal.resets, &refusal.onExhausted, &refusal.room)
 		}
 		if err := row.Scan(dest...); err != nil {
 			return c, err
@@ -175,7 +175,7 @@ func (s *Store) ClaimTurn(ctx context.Context, req ActionRequest, leaf LeafCall,
 		q := cmp.Or(turn.Quota, &QuotaClaim{})
 		got, err = coalesce.Row(ctx, s.calls, req.Key, claimSpendTurnSQL,
 			append(args, q.Key, q.Output, milliseconds(cmp.Or(q.Lease, DefaultQuotaLease)),
-				sp.Account, sp.InputUSDPerMillion, sp.OutputUSDPerMillion, sp.OutputTokens), scan)
+				sp.Account, sp.InputUSDPerMillion, sp.OutputUSDPerMillion, sp.OutputTokens, sp.Finishing), scan)
 	} else if q := turn.Quota; q != nil {
 		// Admitted by the claim itself (migration 00016): three arguments
 		// and four columns more, the same round trip.
@@ -205,9 +205,9 @@ const (
 		     LATERAL (SELECT (c.action).*) a`
 	claimSpendTurnSQL = turnClaimColumns + `, c.quota_admitted, c.quota_input, c.quota_retry_at, coalesce(c.quota_reason, ''),
 		       c.spend_usd::float8, c.spend_account, c.spend_period, c.spend_cap::float8, c.spend_spent::float8,
-		       c.spend_reserved::float8, c.spend_resets, c.spend_on_exhausted
+		       c.spend_reserved::float8, c.spend_resets, c.spend_on_exhausted, c.spend_room::float8
 		FROM agentsaga_claim_spend_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-		                                $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33) c,
+		                                $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34) c,
 		     LATERAL (SELECT (c.action).*) a`
 )
 

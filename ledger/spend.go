@@ -39,9 +39,13 @@ type SpendCap struct {
 	TimeZone string `json:"time_zone,omitempty"`
 	// USD is the most the account may spend in one period.
 	USD float64 `json:"usd"`
-	// OnExhausted is agentsagatype.OnExhaustedFinish (the default), agentsagatype.OnExhaustedWait or
-	// agentsagatype.OnExhaustedEscalate.
+	// OnExhausted is agentsagatype.OnExhaustedFinish (the default),
+	// agentsagatype.OnExhaustedWait or agentsagatype.OnExhaustedEscalate.
 	OnExhausted string `json:"on_exhausted,omitempty"`
+	// FinishReserve is the share of the cap only finishing turns may use
+	// (0.1: the last tenth), so that a run the cap stops can still pay for
+	// its partial answer and handoff note. 0: none.
+	FinishReserve float64 `json:"finish_reserve,omitempty"`
 }
 
 // withDefaults fills the time zone and what happens when the cap binds.
@@ -73,6 +77,9 @@ func (c SpendCap) Validate() error {
 	if c.USD < 0 || math.IsNaN(c.USD) || math.IsInf(c.USD, 0) {
 		return fmt.Errorf("spend cap %s: usd %v must be a number of dollars, 0 or more", c.Account, c.USD)
 	}
+	if c.FinishReserve < 0 || c.FinishReserve >= 1 || math.IsNaN(c.FinishReserve) {
+		return fmt.Errorf("spend cap %s: finish_reserve %v is not a share of the cap in [0, 1)", c.Account, c.FinishReserve)
+	}
 	switch c.OnExhausted {
 	case "", agentsagatype.OnExhaustedFinish, agentsagatype.OnExhaustedWait, agentsagatype.OnExhaustedEscalate:
 	default:
@@ -93,7 +100,7 @@ func (s *Store) SetSpendCap(ctx context.Context, c SpendCap, by string) (*SpendC
 		return nil, fmt.Errorf("ledger: set spend cap %s: who sets it is empty", c.Account)
 	}
 	c = c.withDefaults()
-	return s.changeSpendCap(ctx, c.Account, c.Period, c.TimeZone, &c.USD, c.OnExhausted, by)
+	return s.changeSpendCap(ctx, c.Account, c.Period, c.TimeZone, &c.USD, c.OnExhausted, c.FinishReserve, by)
 }
 
 // RemoveSpendCap removes an account's cap for a period, recording who did
@@ -102,13 +109,14 @@ func (s *Store) RemoveSpendCap(ctx context.Context, account, period, by string) 
 	if by == "" {
 		return nil, fmt.Errorf("ledger: remove spend cap %s: who removes it is empty", account)
 	}
-	return s.changeSpendCap(ctx, account, period, "UTC", nil, agentsagatype.OnExhaustedFinish, by)
+	return s.changeSpendCap(ctx, account, period, "UTC", nil, agentsagatype.OnExhaustedFinish, 0, by)
 }
 
-func (s *Store) changeSpendCap(ctx context.Context, account, period, timeZone string, usd *float64, onExhausted, by string) (*SpendCap, error) {
+func (s *Store) changeSpendCap(ctx context.Context, account, period, timeZone string, usd *float64, onExhausted string,
+	finishReserve float64, by string) (*SpendCap, error) {
 	var old []byte
-	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_spend_set_cap($1, $2, $3, $4, $5, $6)`,
-		account, period, timeZone, usd, onExhausted, by).Scan(&old); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_spend_set_cap($1, $2, $3, $4, $5, $6, $7)`,
+		account, period, timeZone, usd, onExhausted, finishReserve, by).Scan(&old); err != nil {
 		return nil, fmt.Errorf("ledger: change spend cap %s per %s: %w", account, period, err)
 	}
 	if old == nil {
@@ -131,14 +139,14 @@ type SpendCapState struct {
 	Spent, Reserved float64
 }
 
-// Left is what the period has room for.
+// Left is what the period has room for, its finishing reserve included.
 func (c SpendCapState) Left() float64 { return max(c.USD-c.Spent-c.Reserved, 0) }
 
 // SpendCaps lists the caps of account and every account under it (all
 // caps when account is empty), each with its current period.
 func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT c.account, c.period, c.time_zone, c.usd::float8, c.on_exhausted, c.updated_by, c.updated_at,
+		SELECT c.account, c.period, c.time_zone, c.usd::float8, c.on_exhausted, c.finish_reserve::float8, c.updated_by, c.updated_at,
 		       w.starts, w.resets, coalesce(p.spent, 0)::float8, coalesce(p.reserved, 0)::float8
 		FROM spend_caps c
 		CROSS JOIN LATERAL agentsaga_spend_period(c.period, c.time_zone, clock_timestamp()) w
@@ -150,7 +158,7 @@ func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState,
 	}
 	caps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendCapState, error) {
 		var c SpendCapState
-		err := row.Scan(&c.Account, &c.Period, &c.TimeZone, &c.USD, &c.OnExhausted, &c.UpdatedBy, &c.UpdatedAt,
+		err := row.Scan(&c.Account, &c.Period, &c.TimeZone, &c.USD, &c.OnExhausted, &c.FinishReserve, &c.UpdatedBy, &c.UpdatedAt,
 			&c.Starts, &c.Resets, &c.Spent, &c.Reserved)
 		return c, err
 	})
@@ -206,28 +214,31 @@ func (s *Store) SpendCapChanges(ctx context.Context, account string) ([]SpendCap
 
 // SpendReservation is how a call's reservation went: refused by Cap,
 // which had Spent and Reserved of its USD and resets at Resets; or
-// admitted, when Cap (if the account has caps: Cap.USD > 0 or
-// Cap.Period set) is the cap with the least room left, with the call's
-// part in Reserved.
+// admitted, when Cap (if the account has caps: Cap.Period set) is the cap
+// with the least room left, with the call's part in Reserved. Room is
+// what the call could use of the cap: all of it for a finishing turn,
+// less its finishing reserve otherwise.
 type SpendReservation struct {
 	Admitted        bool
 	Cap             SpendCap
 	Spent, Reserved float64
+	Room            float64
 	Resets          time.Time
 }
 
-// Left is the room the cap has.
-func (r SpendReservation) Left() float64 { return max(r.Cap.USD-r.Spent-r.Reserved, 0) }
+// Left is the room the cap has for calls like this one.
+func (r SpendReservation) Left() float64 { return max(r.Room-r.Spent-r.Reserved, 0) }
 
 // Refusal is a refused reservation of needed USD, as a run reads it.
 func (r SpendReservation) Refusal(needed float64) agentsagatype.SpendRefusal {
-	return agentsagatype.SpendRefusal{Account: r.Cap.Account, Period: r.Cap.Period, USD: r.Cap.USD, Spent: r.Spent,
+	return agentsagatype.SpendRefusal{Account: r.Cap.Account, Period: r.Cap.Period, USD: r.Cap.USD, Room: r.Room, Spent: r.Spent,
 		Reserved: r.Reserved, Resets: r.Resets, OnExhausted: r.Cap.OnExhausted, Needed: needed}
 }
 
 // ReserveSpend reserves usd for the call key against every cap of account
-// and its parents, or refuses it naming the first cap that binds (the
-// outermost account first). The hold lasts until SettleSpend, or until
+// and its parents (up to each cap's room: a call that is not a finishing
+// turn leaves the finishing reserve alone), or refuses it naming the
+// first cap that binds (the outermost account first). The hold lasts until SettleSpend, or until
 // lease passes (ExpireSpendHolds then ends it). A key that holds already
 // is admitted again without holding twice.
 func (s *Store) ReserveSpend(ctx context.Context, key, account string, usd float64, lease time.Duration) (SpendReservation, error) {
@@ -241,16 +252,16 @@ func (s *Store) ReserveSpend(ctx context.Context, key, account string, usd float
 		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s: lease %v must be positive", key, lease)
 	}
 	var r SpendReservation
-	var capUSD, spent, reserved *float64
+	var capUSD, spent, reserved, room *float64
 	var resets *time.Time
 	if err := s.pool.QueryRow(ctx, `
-		SELECT admitted, account, period, cap::float8, spent::float8, reserved::float8, resets, on_exhausted
-		FROM agentsaga_spend_reserve($1, $2, $3, $4)`, key, account, usd, lease.Milliseconds()).
-		Scan(&r.Admitted, &r.Cap.Account, &r.Cap.Period, &capUSD, &spent, &reserved, &resets, &r.Cap.OnExhausted); err != nil {
+		SELECT admitted, account, period, cap::float8, spent::float8, reserved::float8, resets, on_exhausted, room::float8
+		FROM agentsaga_spend_reserve($1, $2, $3, $4, false)`, key, account, usd, lease.Milliseconds()).
+		Scan(&r.Admitted, &r.Cap.Account, &r.Cap.Period, &capUSD, &spent, &reserved, &resets, &r.Cap.OnExhausted, &room); err != nil {
 		return SpendReservation{}, fmt.Errorf("ledger: reserve spend %s on %s: %w", key, account, err)
 	}
 	if capUSD != nil { // refused: the cap that binds; admitted: the one with the least room left
-		r.Cap.USD, r.Spent, r.Reserved, r.Resets = *capUSD, *spent, *reserved, *resets
+		r.Cap.USD, r.Spent, r.Reserved, r.Resets, r.Room = *capUSD, *spent, *reserved, *resets, *room
 	}
 	return r, nil
 }
@@ -289,6 +300,9 @@ type SpendClaim struct {
 	Account                                 string
 	InputUSDPerMillion, OutputUSDPerMillion float64
 	OutputTokens                            int64
+	// Finishing marks a graceful-finish turn, which may use the caps'
+	// finishing reserve.
+	Finishing bool
 }
 
 // ErrSpendCap is a turn's claim refused by a spend cap (in a
@@ -309,7 +323,7 @@ func (e *SpendCapError) Is(target error) bool { return target == ErrSpendCap }
 // spendRefusal is the spend_* columns of a claim a cap refused.
 type spendRefusal struct {
 	account, period, onExhausted *string
-	cap, spent, reserved         *float64
+	cap, spent, reserved, room   *float64
 	resets                       *time.Time
 }
 
@@ -335,6 +349,9 @@ func (r spendRefusal) reservation() SpendReservation {
 	}
 	if r.resets != nil {
 		out.Resets = *r.resets
+	}
+	if r.room != nil {
+		out.Room = *r.room
 	}
 	return out
 }

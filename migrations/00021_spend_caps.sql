@@ -18,6 +18,9 @@ CREATE TABLE spend_caps (
     time_zone    text NOT NULL DEFAULT 'UTC',
     usd          numeric NOT NULL CHECK (usd >= 0),
     on_exhausted text NOT NULL DEFAULT 'finish' CHECK (on_exhausted IN ('finish', 'wait', 'escalate')),
+    -- The share of the cap only finishing turns may use: a run the cap
+    -- stops can still pay for its partial answer and handoff note.
+    finish_reserve numeric NOT NULL DEFAULT 0 CHECK (finish_reserve >= 0 AND finish_reserve < 1),
     updated_by   text NOT NULL,
     updated_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (account, period)
@@ -87,7 +90,7 @@ $$;
 -- Sets a cap (p_usd not null) or removes it (null), and records the
 -- change. Returns the cap as it was (null when there was none).
 CREATE FUNCTION agentsaga_spend_set_cap(p_account text, p_period text, p_time_zone text, p_usd numeric,
-                                        p_on_exhausted text, p_by text)
+                                        p_on_exhausted text, p_finish_reserve numeric, p_by text)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -95,17 +98,19 @@ DECLARE
     v_new jsonb;
 BEGIN
     PERFORM clock_timestamp() AT TIME ZONE p_time_zone; -- an unknown zone fails here
-    SELECT jsonb_build_object('usd', c.usd, 'time_zone', c.time_zone, 'on_exhausted', c.on_exhausted) INTO v_old
+    SELECT jsonb_build_object('usd', c.usd, 'time_zone', c.time_zone, 'on_exhausted', c.on_exhausted,
+                              'finish_reserve', c.finish_reserve) INTO v_old
     FROM spend_caps c WHERE c.account = p_account AND c.period = p_period FOR UPDATE;
     IF p_usd IS NULL THEN
         DELETE FROM spend_caps c WHERE c.account = p_account AND c.period = p_period;
     ELSE
-        INSERT INTO spend_caps (account, period, time_zone, usd, on_exhausted, updated_by)
-        VALUES (p_account, p_period, p_time_zone, p_usd, p_on_exhausted, p_by)
+        INSERT INTO spend_caps (account, period, time_zone, usd, on_exhausted, finish_reserve, updated_by)
+        VALUES (p_account, p_period, p_time_zone, p_usd, p_on_exhausted, p_finish_reserve, p_by)
         ON CONFLICT (account, period) DO UPDATE
         SET time_zone = excluded.time_zone, usd = excluded.usd, on_exhausted = excluded.on_exhausted,
-            updated_by = excluded.updated_by, updated_at = clock_timestamp();
-        v_new := jsonb_build_object('usd', p_usd, 'time_zone', p_time_zone, 'on_exhausted', p_on_exhausted);
+            finish_reserve = excluded.finish_reserve, updated_by = excluded.updated_by, updated_at = clock_timestamp();
+        v_new := jsonb_build_object('usd', p_usd, 'time_zone', p_time_zone, 'on_exhausted', p_on_exhausted,
+                                    'finish_reserve', p_finish_reserve);
     END IF;
     IF v_old IS DISTINCT FROM v_new THEN
         INSERT INTO spend_cap_changes (account, period, old, new, changed_by) VALUES (p_account, p_period, v_old, v_new, p_by);
@@ -188,7 +193,9 @@ $$;
 
 -- +goose StatementBegin
 -- Reserves p_usd for the call p_key against every cap of p_account and
--- its parents, or refuses it. Admitted, the hold lasts until the call
+-- its parents, or refuses it. A call that is not a finishing turn
+-- (p_finishing) may use a cap only up to its room, the cap less its
+-- finish_reserve; a finishing turn may use all of it. Admitted, the hold lasts until the call
 -- settles or p_lease_ms passes (then the next reservation, or
 -- agentsaga_spend_expire, settles or releases it). Refused, it names the first cap that binds, the outermost
 -- account first: what it allows, what is spent and reserved, when it
@@ -197,9 +204,9 @@ $$;
 -- part (NULL cap: the account has none), for the run's budget note. A key
 -- that already holds is admitted again without holding twice (an
 -- activity delivered twice). An account without caps admits everything.
-CREATE FUNCTION agentsaga_spend_reserve(p_key text, p_account text, p_usd numeric, p_lease_ms bigint)
+CREATE FUNCTION agentsaga_spend_reserve(p_key text, p_account text, p_usd numeric, p_lease_ms bigint, p_finishing boolean)
 RETURNS TABLE (admitted boolean, account text, period text, cap numeric, spent numeric, reserved numeric,
-               resets timestamptz, on_exhausted text)
+               resets timestamptz, on_exhausted text, room numeric)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now      timestamptz := clock_timestamp();
@@ -220,11 +227,13 @@ BEGIN
     PERFORM agentsaga_spend_expire();
     PERFORM pg_advisory_xact_lock(hashtextextended('spend-hold' || chr(31) || p_key, 0));
     IF EXISTS (SELECT 1 FROM spend_holds h WHERE h.idempotency_key = p_key) THEN
-        RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
+        RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text,
+                            NULL::numeric;
         RETURN;
     END IF;
     FOR c IN
-        SELECT s.account, s.period, s.usd, s.on_exhausted, w.starts, w.resets
+        SELECT s.account, s.period, s.usd, s.on_exhausted, w.starts, w.resets,
+               CASE WHEN p_finishing THEN s.usd ELSE s.usd * (1 - s.finish_reserve) END AS room
         FROM spend_caps s, agentsaga_spend_period(s.period, s.time_zone, v_now) w
         WHERE s.account = ANY (agentsaga_spend_accounts(p_account))
         ORDER BY s.account, s.period
@@ -233,17 +242,18 @@ BEGIN
         VALUES (c.account, c.period, c.starts, c.resets) ON CONFLICT DO NOTHING;
         SELECT * INTO p FROM spend_periods sp
         WHERE sp.account = c.account AND sp.period = c.period AND sp.starts = c.starts FOR UPDATE;
-        IF p.spent + p.reserved + p_usd > c.usd THEN
-            RETURN QUERY SELECT false, c.account, c.period, c.usd, p.spent, p.reserved, c.resets, c.on_exhausted;
+        IF p.spent + p.reserved + p_usd > c.room THEN
+            RETURN QUERY SELECT false, c.account, c.period, c.usd, p.spent, p.reserved, c.resets, c.on_exhausted, c.room;
             RETURN; -- the transaction's locks go with it; nothing was held
         END IF;
         v_accounts := v_accounts || c.account;
         v_periods := v_periods || c.period;
         v_starts := v_starts || c.starts;
-        v_left := c.usd - p.spent - p.reserved - p_usd;
+        v_left := c.room - p.spent - p.reserved - p_usd;
         IF v_least IS NULL OR v_left < v_least THEN
             v_least := v_left;
-            SELECT c.account, c.period, c.usd, p.spent, p.reserved + p_usd AS reserved, c.resets, c.on_exhausted INTO v_tight;
+            SELECT c.account, c.period, c.usd, p.spent, p.reserved + p_usd AS reserved, c.resets, c.on_exhausted, c.room
+            INTO v_tight;
         END IF;
     END LOOP;
     UPDATE spend_periods sp SET reserved = sp.reserved + p_usd
@@ -252,10 +262,11 @@ BEGIN
     INSERT INTO spend_holds (idempotency_key, account, usd, accounts, periods, starts, lease_until)
     VALUES (p_key, p_account, p_usd, v_accounts, v_periods, v_starts, v_now + p_lease_ms * interval '1 millisecond');
     IF v_least IS NULL THEN
-        RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text;
+        RETURN QUERY SELECT true, p_account, ''::text, NULL::numeric, NULL::numeric, NULL::numeric, NULL::timestamptz, ''::text,
+                            NULL::numeric;
     ELSE
         RETURN QUERY SELECT true, v_tight.account, v_tight.period, v_tight.usd, v_tight.spent, v_tight.reserved, v_tight.resets,
-                            v_tight.on_exhausted;
+                            v_tight.on_exhausted, v_tight.room;
     END IF;
 END
 $$;
@@ -264,8 +275,8 @@ $$;
 -- +goose Down
 DROP FUNCTION agentsaga_spend_expire();
 DROP FUNCTION agentsaga_spend_settle(text, numeric);
-DROP FUNCTION agentsaga_spend_reserve(text, text, numeric, bigint);
-DROP FUNCTION agentsaga_spend_set_cap(text, text, text, numeric, text, text);
+DROP FUNCTION agentsaga_spend_reserve(text, text, numeric, bigint, boolean);
+DROP FUNCTION agentsaga_spend_set_cap(text, text, text, numeric, text, numeric, text);
 DROP FUNCTION agentsaga_spend_accounts(text);
 DROP FUNCTION agentsaga_spend_period(text, text, timestamptz);
 DROP TABLE spend_holds;

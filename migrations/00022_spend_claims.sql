@@ -33,7 +33,8 @@ $$;
 -- +goose StatementBegin
 -- agentsaga_claim_quota_turn, then, when the turn is claimed and
 -- p_account is set, a reservation of its most expensive outcome on the
--- account's caps (agentsaga_spend_reserve, held for p_lease_ms). Refused,
+-- account's caps (agentsaga_spend_reserve, held for p_lease_ms; a
+-- finishing turn, p_finishing, may use the caps' finishing reserve). Refused,
 -- the claim is undone and claim is 'spend', with the cap that binds in
 -- the spend_* columns. Claimed, spend_usd is what was reserved, and the
 -- spend_* columns describe the cap with the least room left.
@@ -46,7 +47,7 @@ CREATE FUNCTION agentsaga_claim_spend_turn(
     p_through integer, p_trailing integer, p_budget integer, p_cut_bytes integer, p_cut_tokens integer,
     p_note_tokens integer, p_kept_turns integer,
     p_quota_key text, p_quota_output bigint, p_quota_lease_ms float8,
-    p_account text, p_input_usd_per_mtok numeric, p_output_usd_per_mtok numeric, p_output_tokens bigint)
+    p_account text, p_input_usd_per_mtok numeric, p_output_usd_per_mtok numeric, p_output_tokens bigint, p_finishing boolean)
 RETURNS TABLE (claim text, run_fence text, leaf_call_id bigint, action actions,
                cut_before integer, omit_before integer, omitted integer,
                window_seqs integer[], window_roles text[], window_contents text[], window_tool_calls text[],
@@ -54,7 +55,7 @@ RETURNS TABLE (claim text, run_fence text, leaf_call_id bigint, action actions,
                window_tokens integer[], window_bytes integer[],
                quota_admitted boolean, quota_input bigint, quota_retry_at timestamptz, quota_reason text,
                spend_usd numeric, spend_account text, spend_period text, spend_cap numeric, spend_spent numeric,
-               spend_reserved numeric, spend_resets timestamptz, spend_on_exhausted text)
+               spend_reserved numeric, spend_resets timestamptz, spend_on_exhausted text, spend_room numeric)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -72,7 +73,7 @@ BEGIN
         IF c.claim = 'claimed' AND coalesce(p_account, '') <> '' THEN
             v_usd := (agentsaga_turn_input_tokens(p_conversation, p_through, p_trailing, p_budget) * p_input_usd_per_mtok
                       + p_output_tokens * p_output_usd_per_mtok) / 1000000;
-            SELECT * INTO s FROM agentsaga_spend_reserve(p_key, p_account, v_usd, p_lease_ms);
+            SELECT * INTO s FROM agentsaga_spend_reserve(p_key, p_account, v_usd, p_lease_ms, p_finishing);
             IF NOT s.admitted THEN
                 RAISE EXCEPTION 'spend cap' USING ERRCODE = 'AS001';
             END IF;
@@ -96,6 +97,7 @@ BEGIN
         spend_reserved := s.reserved;
         spend_resets := s.resets;
         spend_on_exhausted := s.on_exhausted;
+        spend_room := s.room;
         RETURN NEXT;
         RETURN;
     END;
@@ -110,7 +112,7 @@ BEGIN
     spend_usd := v_usd;
     IF v_reserved THEN -- the cap with the least room left, for the budget note
         spend_account := s.account; spend_period := s.period; spend_cap := s.cap; spend_spent := s.spent;
-        spend_reserved := s.reserved; spend_resets := s.resets; spend_on_exhausted := s.on_exhausted;
+        spend_reserved := s.reserved; spend_resets := s.resets; spend_on_exhausted := s.on_exhausted; spend_room := s.room;
     END IF;
     RETURN NEXT;
 END
@@ -137,5 +139,5 @@ ALTER TABLE spend_caps DROP CONSTRAINT spend_caps_period_check,
 DROP FUNCTION agentsaga_spend_answered(text, numeric);
 DROP FUNCTION agentsaga_claim_spend_turn(text, text, text, text, text, text, bigint, integer, text, text, integer[], text[],
     text[], text[], text[], text[], boolean[], text[], integer[], integer, integer, integer, integer, integer, integer, integer,
-    text, bigint, float8, text, numeric, numeric, bigint);
+    text, bigint, float8, text, numeric, numeric, bigint, boolean);
 DROP FUNCTION agentsaga_turn_input_tokens(text, integer, integer, integer);

@@ -498,6 +498,8 @@ func corpusScenarios() []scenario {
 		// and resumes it) or waits for the minute to reset.
 		{name: "spend-cap-finish", spec: billedSpec("corpus-acme"), billedNotes: 20,
 			spendCap: &ledger.SpendCap{Account: "corpus-acme", Period: ledger.SpendMonth, USD: 1}},
+		{name: "spend-cap-finish-reserve", spec: billedSpec("corpus-hooli"), billedNotes: 20,
+			spendCap: &ledger.SpendCap{Account: "corpus-hooli", Period: ledger.SpendMonth, USD: 1, FinishReserve: 0.5}},
 		{name: "spend-cap-escalated", spec: billedSpec("corpus-globex"), billedNotes: 4,
 			spendCap: &ledger.SpendCap{Account: "corpus-globex", Period: ledger.SpendMonth, USD: 0.6, OnExhausted: agentsagatype.OnExhaustedEscalate},
 			act: func(ctx context.Context, r *recorder, id string) {

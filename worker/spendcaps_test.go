@@ -178,7 +178,7 @@ func TestSpendCapFinishesTheRun(t *testing.T) {
 	assert.Regexp(t, `^the spend cap of account acme \(\$1\.00 a month\) has \$0\.\d\d spent and \$0\.00 reserved, and the next turn needs up to \$0\.\d{4}; it resets at \d{4}-\d\d-01T00:00:00Z; the run finishes without a last model turn`, result.Reason)
 	assert.Contains(t, result.HandoffNote, "Stopped after")
 	model.mu.Lock()
-	assert.Regexp(t, `ACCOUNT acme: \$0\.\d\d left of its \$1\.00 a month spend cap \(resets \d{4}-\d\d-01 00:00 UTC\); it binds before the run's own budget`, model.last,
+	assert.Regexp(t, `ACCOUNT acme: \$0\.\d\d left for turns of its \$1\.00 a month spend cap \(resets \d{4}-\d\d-01 00:00 UTC\); it binds before the run's own budget`, model.last,
 		"the model read what the account has left")
 	model.mu.Unlock()
 	requests, billed := model.billed()
@@ -189,6 +189,29 @@ func TestSpendCapFinishesTheRun(t *testing.T) {
 	stored, err := store.GetRun(ctx, "spend-finish")
 	require.NoError(t, err)
 	assert.Equal(t, result.Reason, stored.Reason)
+}
+
+// A cap that keeps its last half for finishing turns (a finishing turn
+// here may reserve $0.42, more than ordinary turns): once the room
+// for ordinary turns is spent, the run finishes with a turn the model
+// writes (its partial answer and handoff note), paid from the reserve,
+// and the cap is never passed.
+func TestSpendCapKeepsRoomForTheFinishingTurn(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := startCappedRun(ctx, t, "spend-finish-reserve", "hooli",
+		ledger.SpendCap{Account: "hooli", Period: ledger.SpendMonth, USD: 1, FinishReserve: 0.5}, 100)
+	var result workflows.RunResult
+	require.NoError(t, c.run.Get(ctx, &result))
+	assert.Equal(t, agentsagatype.RunPartial, result.Status, result.Reason)
+	assert.Contains(t, result.Reason, "the spend cap of account hooli ($1.00 a month (its last $0.50 kept for finishing turns))")
+	assert.Contains(t, result.Reason, "the run finishes with a turn paid from the cap's finishing reserve")
+	assert.Equal(t, "some notes", result.Answer, "the model wrote the partial answer")
+	assert.Contains(t, result.HandoffNote, "the account ran out")
+	requests, billed := c.model.billed()
+	assert.Equal(t, result.Usage.Steps, requests)
+	assert.Zero(t, spendViolations(ctx, t, c.store, "hooli", 1, c.started, billed))
 }
 
 // on_exhausted: escalate. The cap refuses a turn, the run asks a human,

@@ -359,6 +359,10 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		switch {
 		case ctx.Err() != nil:
 			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+		case errors.As(err, &capped) && capped.refusal.FinishingReserve():
+			// The cap keeps room only finishing turns may use: the model
+			// writes its partial answer and handoff note from it.
+			return r.gracefulFinish(ctx, step, r.lastContent, capped.finishingReason()), nil
 		case errors.As(err, &capped):
 			// The account cannot pay for a turn, so not for a finishing
 			// one either: the engine writes the handoff note itself.

@@ -51,6 +51,12 @@ type spendCapStop struct {
 func (e *spendCapStop) Error() string { return e.err.Error() }
 func (e *spendCapStop) Unwrap() error { return e.err }
 
+// finishingReason is the reason of a run whose cap keeps a finishing
+// reserve: it ends with a turn paid from it.
+func (e *spendCapStop) finishingReason() string {
+	return e.refusal.Reason() + "; the run finishes with a turn paid from the cap's finishing reserve"
+}
+
 // reason is the run's reason: the cap, and why no model call ended it.
 func (e *spendCapStop) reason() string {
 	if e.unaffordable {
@@ -81,7 +87,7 @@ const (
 // settle is not exhausted: it waits for them (the n-th wait of the turn
 // is back), whatever the cap says.
 func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now time.Time, n int) (back time.Time, stop error) {
-	if refusal.Reserved > 0 && refusal.Spent+refusal.Needed <= refusal.USD {
+	if refusal.Reserved > 0 && refusal.Spent+refusal.Needed <= refusal.RoomForTurns() {
 		back = now.Add(min(inFlightWait<<min(n-1, 8), inFlightWaitCap))
 		if !r.budget.ShouldFinish(back) {
 			return back, nil
@@ -137,6 +143,6 @@ func (r *run) accountNote() string {
 	if own := r.budget.Limits.USD - r.budget.Used.USD; r.budget.Limits.USD > 0 && own <= a.Left {
 		return ""
 	}
-	return fmt.Sprintf("ACCOUNT %s: $%.2f left of its $%.2f a %s spend cap (resets %s); it binds before the run's own budget.",
+	return fmt.Sprintf("ACCOUNT %s: $%.2f left for turns of its $%.2f a %s spend cap (resets %s); it binds before the run's own budget.",
 		a.Account, a.Left, a.USD, a.Period, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
 }

@@ -47,10 +47,10 @@ func spendCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ACCOUNT\tCAP\tSPENT\tRESERVED\tLEFT\tRESETS\tON EXHAUSTED\tSET BY")
+			fmt.Fprintln(tw, "ACCOUNT\tCAP\tFINISH RESERVE\tSPENT\tRESERVED\tLEFT\tRESETS\tON EXHAUSTED\tSET BY")
 			for _, c := range caps {
-				fmt.Fprintf(tw, "%s\t$%.2f a %s (%s)\t$%.4f\t$%.4f\t$%.4f\t%s\t%s\t%s %s\n", c.Account, c.USD, c.Period, c.TimeZone,
-					c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.OnExhausted, c.UpdatedBy,
+				fmt.Fprintf(tw, "%s\t$%.2f a %s (%s)\t%.0f%%\t$%.4f\t$%.4f\t$%.4f\t%s\t%s\t%s %s\n", c.Account, c.USD, c.Period, c.TimeZone,
+					100*c.FinishReserve, c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.OnExhausted, c.UpdatedBy,
 					c.UpdatedAt.UTC().Format(time.RFC3339))
 			}
 			return tw.Flush()
@@ -65,7 +65,7 @@ func spendSetCommand() *cobra.Command {
 	var c ledger.SpendCap
 	var by string
 	cmd := &cobra.Command{
-		Use:   "set ACCOUNT --usd N --per minute|hour|day|month [--tz ZONE] [--on-exhausted finish|wait|escalate] [--by NAME]",
+		Use:   "set ACCOUNT --usd N --per minute|hour|day|month [--tz ZONE] [--on-exhausted finish|wait|escalate] [--finish-reserve SHARE] [--by NAME]",
 		Short: "Cap what ACCOUNT (and the accounts under it) may spend a period; the ledger keeps who changed it, when, from what",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -94,6 +94,7 @@ func spendSetCommand() *cobra.Command {
 	cmd.Flags().StringVar(&c.Period, "per", ledger.SpendDay, "the period: minute, hour, day or month, calendar-aligned in --tz")
 	cmd.Flags().StringVar(&c.TimeZone, "tz", "UTC", "the time zone the period is aligned in (an IANA name: Europe/Paris)")
 	cmd.Flags().StringVar(&c.OnExhausted, "on-exhausted", "finish", "what a run does when the cap cannot pay for its next turn: finish, wait or escalate")
+	cmd.Flags().Float64Var(&c.FinishReserve, "finish-reserve", 0.1, "the share of the cap only finishing turns may use, so that a run the cap stops can pay for its partial answer (0: none)")
 	cmd.Flags().StringVar(&by, "by", "", "who sets it, as the ledger keeps it (default: your user@host)")
 	return cmd
 }

@@ -1,11 +1,14 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -381,4 +384,84 @@ func (s *Store) SpendPeriods(ctx context.Context, account string, since time.Tim
 		return nil, fmt.Errorf("ledger: spend periods %s: %w", account, err)
 	}
 	return periods, nil
+}
+
+// SpendLine is one line of the spend report: what the calls of Account on
+// Model settled on Day (UTC), in USD, and how many there were. A report
+// grouped by fewer dimensions leaves the others empty.
+type SpendLine struct {
+	Account string    `json:"account,omitempty"`
+	Model   string    `json:"model,omitempty"`
+	Day     time.Time `json:"day,omitzero"`
+	USD     float64   `json:"usd"`
+	Calls   int64     `json:"calls"`
+}
+
+// The dimensions a spend report groups by.
+const (
+	SpendByAccount = "account"
+	SpendByModel   = "model"
+	SpendByDay     = "day"
+)
+
+// SpendReport attributes what the calls charged to accounts settled since
+// since, grouped by the dimensions in by (SpendByAccount, SpendByModel,
+// SpendByDay; none: one line), the largest first.
+func (s *Store) SpendReport(ctx context.Context, since time.Time, by []string) ([]SpendLine, error) {
+	group := map[string]bool{}
+	for _, d := range by {
+		switch d {
+		case SpendByAccount, SpendByModel, SpendByDay:
+			group[d] = true
+		default:
+			return nil, fmt.Errorf("ledger: spend report: %q is not %s, %s or %s", d, SpendByAccount, SpendByModel, SpendByDay)
+		}
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.account, coalesce(a.tool, ''), date_trunc('day', e.settled_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+		       sum(e.usd)::float8, count(*)
+		FROM spend_entries e LEFT JOIN actions a ON a.idempotency_key = e.idempotency_key
+		WHERE e.settled_at >= $1
+		GROUP BY 1, 2, 3`, since)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend report: %w", err)
+	}
+	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendLine, error) {
+		var l SpendLine
+		err := row.Scan(&l.Account, &l.Model, &l.Day, &l.USD, &l.Calls)
+		l.Model = strings.TrimPrefix(l.Model, "model:") // a model turn's action is "model:<provider:name>"
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: spend report: %w", err)
+	}
+	merged := map[SpendLine]*SpendLine{}
+	var out []*SpendLine
+	for _, l := range lines {
+		k := SpendLine{}
+		if group[SpendByAccount] {
+			k.Account = l.Account
+		}
+		if group[SpendByModel] {
+			k.Model = l.Model
+		}
+		if group[SpendByDay] {
+			k.Day = l.Day
+		}
+		m, ok := merged[k]
+		if !ok {
+			line := k
+			m = &line
+			merged[k] = m
+			out = append(out, m)
+		}
+		m.USD += l.USD
+		m.Calls += l.Calls
+	}
+	report := make([]SpendLine, len(out))
+	for i, m := range out {
+		report[i] = *m
+	}
+	slices.SortStableFunc(report, func(a, b SpendLine) int { return cmp.Compare(b.USD, a.USD) })
+	return report, nil
 }

@@ -395,3 +395,52 @@ func TestATurnsReservationBoundsWhatTheProviderCounts(t *testing.T) {
 	}
 	t.Logf("%d conversations: the reservation is %.2fx to %.2fx the most the provider's count can bill", n, low, high)
 }
+
+// The spend report attributes what settled calls cost by account, model
+// and day; a key settled twice (a failed attempt gave its reservation
+// back, the next answered) is one call.
+func TestSpendReportAttributesByAccountModelAndDay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	since := time.Now().Add(-time.Minute)
+	for _, c := range []struct {
+		key, account, model string
+		costs               []float64
+	}{
+		{"wf-a/step-001-model", "acme/support", "openai:gpt-4o-mini", []float64{0, 0.3}},
+		{"wf-a/step-002-model", "acme/support", "openai:gpt-4o-mini", []float64{0.2}},
+		{"wf-b/step-001-model", "acme/sales", "anthropic:claude-sonnet-4-5", []float64{1.5}},
+	} {
+		req := ledger.ActionRequest{Key: c.key, WorkflowID: c.key[:4], ActivityID: c.key[5:], Tool: "model:" + c.model, Arguments: "{}", Kind: ledger.ActionModel}
+		_, err := store.ClaimCall(ctx, req, ledger.LeafCall{Attempt: 1, Kind: ledger.LeafModel, Target: c.model}, time.Minute)
+		require.NoError(t, err)
+		for _, usd := range c.costs {
+			r, err := store.ReserveSpend(ctx, c.key, c.account, 2, time.Minute)
+			require.NoError(t, err)
+			require.True(t, r.Admitted)
+			held, err := store.SettleSpend(ctx, c.key, usd)
+			require.NoError(t, err)
+			require.True(t, held)
+		}
+	}
+	byAccount, err := store.SpendReport(ctx, since, []string{ledger.SpendByAccount})
+	require.NoError(t, err)
+	require.Len(t, byAccount, 2)
+	assert.Equal(t, "acme/sales", byAccount[0].Account, "the largest first")
+	assert.InDelta(t, 1.5, byAccount[0].USD, 1e-9)
+	assert.Equal(t, "acme/support", byAccount[1].Account)
+	assert.InDelta(t, 0.5, byAccount[1].USD, 1e-9)
+	assert.EqualValues(t, 2, byAccount[1].Calls, "a key settled twice is one call")
+	all, err := store.SpendReport(ctx, since, []string{ledger.SpendByAccount, ledger.SpendByModel, ledger.SpendByDay})
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	assert.Equal(t, "anthropic:claude-sonnet-4-5", all[0].Model)
+	assert.Equal(t, time.Now().UTC().Truncate(24*time.Hour), all[0].Day.UTC())
+	total, err := store.SpendReport(ctx, since, nil)
+	require.NoError(t, err)
+	require.Len(t, total, 1)
+	assert.InDelta(t, 2.0, total[0].USD, 1e-9)
+	_, err = store.SpendReport(ctx, since, []string{"week"})
+	require.ErrorContains(t, err, `"week" is not account, model or day`)
+}

@@ -64,6 +64,19 @@ CREATE TABLE spend_holds (
 );
 CREATE INDEX spend_holds_by_lease ON spend_holds (lease_until);
 
+-- What each call charged to an account cost, by its idempotency key, as
+-- its settle recorded it: the spend report attributes it by account,
+-- model (the key's action) and day. A key settled again (a turn whose
+-- failed attempt gave its reservation back, then answered) adds to its
+-- row.
+CREATE TABLE spend_entries (
+    idempotency_key text PRIMARY KEY,
+    account         text NOT NULL,
+    usd             numeric NOT NULL,
+    settled_at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX spend_entries_by_time ON spend_entries (settled_at);
+
 -- +goose StatementBegin
 -- The period of a cap that holds p_at: its start and the next one's, in
 -- the cap's time zone (a local day is 23 or 25 hours across a DST change).
@@ -125,7 +138,7 @@ $$;
 -- Settles the call p_key to what it cost (p_usd; 0 releases it): its
 -- reservation leaves every period it was held in, and the cost is spent
 -- there, in the periods it was reserved in (a call that answers after
--- midnight was admitted before). Returns what was reserved, or null when
+-- midnight was admitted before), and recorded in spend_entries. Returns what was reserved, or null when
 -- the key holds nothing (settled already, or never admitted on a cap).
 CREATE FUNCTION agentsaga_spend_settle(p_key text, p_usd numeric)
 RETURNS numeric
@@ -151,6 +164,9 @@ BEGIN
     UPDATE spend_periods sp SET reserved = sp.reserved - h.usd, spent = sp.spent + p_usd
     FROM unnest(h.accounts, h.periods, h.starts) AS x(account, period, starts)
     WHERE sp.account = x.account AND sp.period = x.period AND sp.starts = x.starts;
+    INSERT INTO spend_entries (idempotency_key, account, usd) VALUES (p_key, h.account, p_usd)
+    ON CONFLICT (idempotency_key) DO UPDATE
+    SET usd = spend_entries.usd + excluded.usd, settled_at = excluded.settled_at;
     RETURN h.usd;
 END
 $$;
@@ -279,6 +295,7 @@ DROP FUNCTION agentsaga_spend_reserve(text, text, numeric, bigint, boolean);
 DROP FUNCTION agentsaga_spend_set_cap(text, text, text, numeric, text, numeric, text);
 DROP FUNCTION agentsaga_spend_accounts(text);
 DROP FUNCTION agentsaga_spend_period(text, text, timestamptz);
+DROP TABLE spend_entries;
 DROP TABLE spend_holds;
 DROP TABLE spend_periods;
 DROP TABLE spend_cap_changes;

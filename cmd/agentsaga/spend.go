@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -57,7 +58,7 @@ func spendCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(spendSetCommand(), spendRemoveCommand())
+	cmd.AddCommand(spendSetCommand(), spendRemoveCommand(), spendReportCommand())
 	return cmd
 }
 
@@ -124,5 +125,57 @@ func spendRemoveCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&period, "per", ledger.SpendDay, "the cap's period: minute, hour, day or month")
 	cmd.Flags().StringVar(&by, "by", "", "who removes it, as the ledger keeps it (default: your user@host)")
+	return cmd
+}
+
+func spendReportCommand() *cobra.Command {
+	var by, since string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "report [--by account,model,day] [--since YYYY-MM-DD] [--json]",
+		Short: "Attribute what the calls charged to accounts cost, from the ledger, by account, model and day (UTC)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			from := time.Now().UTC().AddDate(0, 0, -30)
+			if since != "" {
+				var err error
+				if from, err = time.Parse(time.DateOnly, since); err != nil {
+					return fmt.Errorf("spend report: --since %q is not a date (YYYY-MM-DD)", since)
+				}
+			}
+			var dims []string
+			if by != "" {
+				dims = strings.Split(by, ",")
+			}
+			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			lines, err := store.SpendReport(cmd.Context(), from, dims)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(lines)
+			}
+			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ACCOUNT\tMODEL\tDAY\tCALLS\tUSD")
+			for _, l := range lines {
+				day := ""
+				if !l.Day.IsZero() {
+					day = l.Day.UTC().Format(time.DateOnly)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t$%.4f\n", l.Account, l.Model, day, l.Calls, l.USD)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "account,model,day", "the dimensions to group by: account, model, day (comma-separated; empty: one total)")
+	cmd.Flags().StringVar(&since, "since", "", "the first day (UTC) counted (default: 30 days ago)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

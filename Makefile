@@ -54,7 +54,7 @@ FUZZ_TARGETS := \
 	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
 	./compensation:FuzzActivityID ./compensation:FuzzResolve ./ledger:FuzzFingerprint \
 	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate \
-	./ledger:FuzzSpendCap
+	./ledger:FuzzSpendCap ./budget:FuzzPriceTable
 fuzz: bin/temporal postgres
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$pkg $$name ($(FUZZTIME))"; \

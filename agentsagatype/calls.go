@@ -3,6 +3,7 @@ package agentsagatype
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -93,8 +94,30 @@ func (r SpendRefusal) Reason() string {
 	if r.FinishingReserve() {
 		kept = fmt.Sprintf(" (its last $%.2f kept for finishing turns)", r.USD-r.RoomForTurns())
 	}
-	return fmt.Sprintf("the spend cap of account %s ($%.2f a %s%s) has $%.2f spent and $%.2f reserved, and the next turn needs up to $%.4f; it resets at %s",
-		r.Account, r.USD, r.Period, kept, r.Spent, r.Reserved, r.Needed, r.Resets.UTC().Format(time.RFC3339))
+	return fmt.Sprintf("the spend cap of account %s ($%.2f %s%s) has $%.2f spent and $%.2f reserved, and the next turn needs up to $%.4f; %s %s",
+		r.Account, r.USD, SpendPer(r.Period), kept, r.Spent, r.Reserved, r.Needed, SpendResets(r.Period), r.Resets.UTC().Format(time.RFC3339))
+}
+
+// SpendPer is how a cap's period reads after its amount: "a day" for a
+// calendar period, "in any 24h" for a rolling window ("rolling 24h").
+func SpendPer(period string) string {
+	if window, rolling := RollingWindow(period); rolling {
+		return "in any " + window
+	}
+	return "a " + period
+}
+
+// RollingWindow is the window of a rolling cap's period ("24h" of
+// "rolling 24h"), and whether the period is one.
+func RollingWindow(period string) (string, bool) { return strings.CutPrefix(period, "rolling ") }
+
+// SpendResets is how a cap's reset reads before its time: a calendar
+// period resets; a rolling window frees room as its oldest spend leaves.
+func SpendResets(period string) string {
+	if _, rolling := RollingWindow(period); rolling {
+		return "room frees at"
+	}
+	return "it resets at"
 }
 
 // FinishingReserve says whether the cap keeps room that only a finishing

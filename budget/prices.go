@@ -24,23 +24,31 @@ type ModelPrice struct {
 	CachedInputPerMillion float64 `json:"cached_input_per_million,omitempty"`
 }
 
-// Validate rejects negative prices, naming the entry.
+// maxPrice bounds every price in the table (USD per million tokens, or
+// per tool call): a larger one is a typo, and would turn a turn's cost
+// into +Inf.
+const maxPrice = 1e6
+
+// Validate rejects a price that is negative, not a number or absurdly
+// large, naming the entry.
 func (p Prices) Validate() error {
-	if p.ToolCallUSD < 0 {
-		return fmt.Errorf("prices.tool_call_usd: %v is negative", p.ToolCallUSD)
+	if !isPrice(p.ToolCallUSD) {
+		return fmt.Errorf("prices.tool_call_usd: %v is not a price in [0, %g]", p.ToolCallUSD, maxPrice)
 	}
 	for model, price := range p.Models {
-		if price.InputPerMillion < 0 || price.OutputPerMillion < 0 || price.CachedInputPerMillion < 0 {
-			return fmt.Errorf("prices.models.%s: a price is negative", model)
+		if !isPrice(price.InputPerMillion) || !isPrice(price.OutputPerMillion) || !isPrice(price.CachedInputPerMillion) {
+			return fmt.Errorf("prices.models.%s: a price is not in [0, %g] USD per million tokens", model, maxPrice)
 		}
 	}
 	for tool, usd := range p.Tools {
-		if usd < 0 {
-			return fmt.Errorf("prices.tools.%s: %v is negative", tool, usd)
+		if !isPrice(usd) {
+			return fmt.Errorf("prices.tools.%s: %v is not a price in [0, %g]", tool, usd, maxPrice)
 		}
 	}
 	return nil
 }
+
+func isPrice(usd float64) bool { return usd >= 0 && usd <= maxPrice } // false for NaN
 
 // ModelUSD is what a model call with this usage cost: the input tokens
 // read from the provider's cache at the cached price, where the table has

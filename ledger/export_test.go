@@ -56,3 +56,32 @@ func (s *Store) SpendPeriod(ctx context.Context, period, timeZone string, at tim
 	err = s.pool.QueryRow(ctx, `SELECT starts, resets FROM agentsaga_spend_period($1, $2, $3)`, period, timeZone, at).Scan(&starts, &resets)
 	return starts, resets, err
 }
+
+// AgeSpend moves account's spend periods and entries d into the past, as
+// if d had passed since they were written: a fake clock for rolling caps,
+// whose reservations read the database's own clock.
+func (s *Store) AgeSpend(ctx context.Context, account string, d time.Duration) error {
+	_, err := s.pool.Exec(ctx, `
+		WITH p AS (UPDATE spend_periods SET starts = starts - $2::interval, resets = resets - $2::interval WHERE account = $1)
+		UPDATE spend_entries SET settled_at = settled_at - $2::interval WHERE account = $1`, account, d.String())
+	return err
+}
+
+// SpendSettledAt lists when each of account's calls settled, and what it
+// cost.
+func (s *Store) SpendSettledAt(ctx context.Context, account string) (at []time.Time, usd []float64, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT settled_at, usd::float8 FROM spend_entries WHERE account = $1 ORDER BY settled_at`, account)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t time.Time
+		var v float64
+		if err := rows.Scan(&t, &v); err != nil {
+			return nil, nil, err
+		}
+		at, usd = append(at, t), append(usd, v)
+	}
+	return at, usd, rows.Err()
+}

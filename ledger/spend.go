@@ -30,15 +30,35 @@ const (
 	SpendMonth  = "month"
 )
 
+// maxRollingWindow is the longest rolling window a cap may have.
+const maxRollingWindow = 31 * 24 * time.Hour
+
+// RollingPeriod is the period of a cap on what an account spends in any
+// window of length d ("rolling 24h", "rolling 90m"), in whole seconds. Its
+// spend is kept in buckets of a sixtieth of the window, and a bucket
+// counts whole while any of it is in the window: such a cap binds up to a
+// sixtieth early, never late.
+func RollingPeriod(d time.Duration) string {
+	d = d.Truncate(time.Second)
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("rolling %dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("rolling %dm", d/time.Minute)
+	}
+	return fmt.Sprintf("rolling %ds", d/time.Second)
+}
+
 // SpendCap is an operator's cap on what an account may spend in a period.
 type SpendCap struct {
 	// Account is a path ("acme/support"): a call charged to it is charged
 	// to each of its parents ("acme") too, and must fit their caps.
 	Account string `json:"account"`
 	// Period is SpendMinute (a burst cap), SpendHour, SpendDay or
-	// SpendMonth.
+	// SpendMonth, calendar-aligned, or a RollingPeriod.
 	Period string `json:"period"`
-	// TimeZone aligns the period ("Europe/Paris"); empty means UTC.
+	// TimeZone aligns a calendar period ("Europe/Paris"); empty means
+	// UTC. A rolling window ignores it.
 	TimeZone string `json:"time_zone,omitempty"`
 	// USD is the most the account may spend in one period.
 	USD float64 `json:"usd"`
@@ -70,7 +90,16 @@ func (c SpendCap) Validate() error {
 	switch c.Period {
 	case SpendMinute, SpendHour, SpendDay, SpendMonth:
 	default:
-		return fmt.Errorf("spend cap %s: period %q is not %s, %s, %s or %s", c.Account, c.Period, SpendMinute, SpendHour, SpendDay, SpendMonth)
+		window, rolling := agentsagatype.RollingWindow(c.Period)
+		if !rolling {
+			return fmt.Errorf("spend cap %s: period %q is not %s, %s, %s, %s or a rolling window (%q)", c.Account, c.Period,
+				SpendMinute, SpendHour, SpendDay, SpendMonth, RollingPeriod(24*time.Hour))
+		}
+		d, err := time.ParseDuration(window)
+		if err != nil || d <= 0 || d > maxRollingWindow || RollingPeriod(d) != c.Period {
+			return fmt.Errorf("spend cap %s: rolling window %q is not a whole number of hours, minutes or seconds between 1s and %s (%q, %q)",
+				c.Account, window, maxRollingWindow, RollingPeriod(24*time.Hour), RollingPeriod(90*time.Minute))
+		}
 	}
 	if c.TimeZone != "" {
 		if _, err := time.LoadLocation(c.TimeZone); err != nil {
@@ -132,14 +161,19 @@ func (s *Store) changeSpendCap(ctx context.Context, account, period, timeZone st
 	return &was, nil
 }
 
-// SpendCapState is a cap with its current period: what is spent and
-// reserved in it, and when it resets.
+// SpendCapState is a cap with its current period: what is spent in it
+// and reserved, and when it resets. For a rolling cap, Starts is where its
+// window begins now and Resets when room next frees, as its oldest spend
+// leaves the window.
 type SpendCapState struct {
 	SpendCap
 	UpdatedBy       string
 	UpdatedAt       time.Time
 	Starts, Resets  time.Time
 	Spent, Reserved float64
+	// Waiting is how many unfinished runs wait for the account's caps, or
+	// are escalated on them, as the runs' statuses say.
+	Waiting int
 }
 
 // Left is what the period has room for, its finishing reserve included.
@@ -150,10 +184,13 @@ func (c SpendCapState) Left() float64 { return max(c.USD-c.Spent-c.Reserved, 0) 
 func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT c.account, c.period, c.time_zone, c.usd::float8, c.on_exhausted, c.finish_reserve::float8, c.updated_by, c.updated_at,
-		       w.starts, w.resets, coalesce(p.spent, 0)::float8, coalesce(p.reserved, 0)::float8
+		       coalesce(clock_timestamp() - agentsaga_spend_window(c.period), w.starts), h.frees, h.spent::float8, h.reserved::float8,
+		       (SELECT count(*) FROM runs r WHERE r.finished_at IS NULL AND r.status IN ('running', 'escalated')
+		          AND (strpos(r.status_detail, 'spend cap of account ' || c.account || ' ') > 0
+		               OR strpos(r.status_detail, 'spend cap of account ' || c.account || ':') > 0))::int
 		FROM spend_caps c
 		CROSS JOIN LATERAL agentsaga_spend_period(c.period, c.time_zone, clock_timestamp()) w
-		LEFT JOIN spend_periods p ON p.account = c.account AND p.period = c.period AND p.starts = w.starts
+		CROSS JOIN LATERAL agentsaga_spend_held(c.account, c.period, c.time_zone, clock_timestamp()) h
 		WHERE $1 = '' OR c.account = $1 OR c.account LIKE replace(replace($1, '%', '\%'), '_', '\_') || '/%'
 		ORDER BY c.account, c.period`, account)
 	if err != nil {
@@ -162,7 +199,7 @@ func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState,
 	caps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendCapState, error) {
 		var c SpendCapState
 		err := row.Scan(&c.Account, &c.Period, &c.TimeZone, &c.USD, &c.OnExhausted, &c.FinishReserve, &c.UpdatedBy, &c.UpdatedAt,
-			&c.Starts, &c.Resets, &c.Spent, &c.Reserved)
+			&c.Starts, &c.Resets, &c.Spent, &c.Reserved, &c.Waiting)
 		return c, err
 	})
 	if err != nil {

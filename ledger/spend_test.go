@@ -254,7 +254,10 @@ func TestSpendCapChangesAreKeptAndBadCapsRefused(t *testing.T) {
 	for cap, want := range map[ledger.SpendCap]string{
 		{Account: "", Period: ledger.SpendDay, USD: 1}:                               "account: empty",
 		{Account: "acme//x", Period: ledger.SpendDay, USD: 1}:                        "not empty or padded",
-		{Account: "acme", Period: "week", USD: 1}:                                    `period "week" is not minute, hour, day or month`,
+		{Account: "acme", Period: "week", USD: 1}:                                    `period "week" is not minute, hour, day, month or a rolling window`,
+		{Account: "acme", Period: "rolling 1h30m", USD: 1}:                           `rolling window "1h30m" is not a whole number of hours, minutes or seconds`,
+		{Account: "acme", Period: "rolling 0s", USD: 1}:                              `rolling window "0s"`,
+		{Account: "acme", Period: "rolling 800h", USD: 1}:                            `rolling window "800h"`,
 		{Account: "acme", Period: ledger.SpendDay, USD: -1}:                          "usd -1",
 		{Account: "acme", Period: ledger.SpendDay, USD: 1, TimeZone: "Mars/Olympus"}: `time zone "Mars/Olympus"`,
 		{Account: "acme", Period: ledger.SpendDay, USD: 1, OnExhausted: "shrug"}:     `on_exhausted "shrug"`,
@@ -311,6 +314,12 @@ func FuzzSpendCap(f *testing.F) {
 		{"acme", "day", "", "shrug", 1},
 		{"acme", "day", "", "", -1},
 		{"acme", "day", "", "", 1e300},
+		{"acme", "rolling 24h", "", "wait", 50},
+		{"acme", "rolling 61s", "", "", 1},
+		{"acme", "rolling 90m", "Europe/Paris", "", 1},
+		{"acme", "rolling 1h30m", "", "", 1},
+		{"acme", "rolling -1h", "", "", 1},
+		{"acme", "rolling 24H", "", "", 1},
 	} {
 		f.Add(seed.account, seed.period, seed.zone, seed.onExhausted, seed.usd)
 	}

@@ -60,8 +60,8 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 				call.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
 				call.Retry = r.plan("model", call.Retry.Dependency)
 				// The model reads that its account held the turn back.
-				call.Note = fmt.Sprintf("%s\nThe spend cap of account %s ($%.2f a %s) held this turn back until %s.",
-					note, capped.Account, capped.USD, capped.Period, back.UTC().Format("15:04:05 UTC"))
+				call.Note = fmt.Sprintf("%s\nThe spend cap of account %s ($%.2f %s) held this turn back until %s.",
+					note, capped.Account, capped.USD, agentsagatype.SpendPer(capped.Period), back.UTC().Format("15:04:05 UTC"))
 				turn = agentsagatype.ModelTurn{}
 				err = r.sendModelTurn(ctx, fmt.Sprintf("%s/after-spend-%d", activityID, n), summary, call).Get(ctx, &turn)
 				continue

@@ -116,11 +116,11 @@ func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now ti
 // resets, showing why in the UI and the ledger, and books the wait.
 func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendRefusal, activityID string, back time.Time, n int) error {
 	now := workflow.Now(ctx)
-	waiting := fmt.Sprintf("waiting for the spend cap of account %s to reset at %s ($%.2f a %s; the turn goes out again then)",
-		refusal.Account, refusal.Resets.UTC().Format(time.RFC3339), refusal.USD, refusal.Period)
+	waiting := fmt.Sprintf("waiting for the spend cap of account %s to reset at %s ($%.2f %s; the turn goes out again then)",
+		refusal.Account, refusal.Resets.UTC().Format(time.RFC3339), refusal.USD, agentsagatype.SpendPer(refusal.Period))
 	if back.Before(refusal.Resets) {
-		waiting = fmt.Sprintf("waiting for the spend cap of account %s: $%.2f of its $%.2f a %s is held by turns in flight, which give back what they do not spend; the turn asks again at %s",
-			refusal.Account, refusal.Reserved, refusal.USD, refusal.Period, back.UTC().Format(time.RFC3339))
+		waiting = fmt.Sprintf("waiting for the spend cap of account %s: $%.2f of its $%.2f %s is held by turns in flight, which give back what they do not spend; the turn asks again at %s",
+			refusal.Account, refusal.Reserved, refusal.USD, agentsagatype.SpendPer(refusal.Period), back.UTC().Format(time.RFC3339))
 	}
 	r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(now, r.openBreakers()))
 	if n == 1 {
@@ -143,6 +143,10 @@ func (r *run) accountNote() string {
 	if own := r.budget.Limits.USD - r.budget.Used.USD; r.budget.Limits.USD > 0 && own <= a.Left {
 		return ""
 	}
-	return fmt.Sprintf("ACCOUNT %s: $%.2f left for turns of its $%.2f a %s spend cap (resets %s); it binds before the run's own budget.",
-		a.Account, a.Left, a.USD, a.Period, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
+	resets := "resets"
+	if _, rolling := agentsagatype.RollingWindow(a.Period); rolling {
+		resets = "room frees"
+	}
+	return fmt.Sprintf("ACCOUNT %s: $%.2f left for turns of its $%.2f %s spend cap (%s %s); it binds before the run's own budget.",
+		a.Account, a.Left, a.USD, agentsagatype.SpendPer(a.Period), resets, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
@@ -48,11 +49,15 @@ func spendCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ACCOUNT\tCAP\tFINISH RESERVE\tSPENT\tRESERVED\tLEFT\tRESETS\tON EXHAUSTED\tSET BY")
+			fmt.Fprintln(tw, "ACCOUNT\tCAP\tFINISH RESERVE\tSPENT\tRESERVED\tLEFT\tRESETS\tRUNS WAITING\tON EXHAUSTED\tSET BY")
 			for _, c := range caps {
-				fmt.Fprintf(tw, "%s\t$%.2f a %s (%s)\t%.0f%%\t$%.4f\t$%.4f\t$%.4f\t%s\t%s\t%s %s\n", c.Account, c.USD, c.Period, c.TimeZone,
-					100*c.FinishReserve, c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.OnExhausted, c.UpdatedBy,
-					c.UpdatedAt.UTC().Format(time.RFC3339))
+				cap := fmt.Sprintf("$%.2f %s (%s)", c.USD, agentsagatype.SpendPer(c.Period), c.TimeZone)
+				if _, rolling := agentsagatype.RollingWindow(c.Period); rolling {
+					cap = fmt.Sprintf("$%.2f %s", c.USD, agentsagatype.SpendPer(c.Period))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%.0f%%\t$%.4f\t$%.4f\t$%.4f\t%s\t%d\t%s\t%s %s\n", c.Account, cap,
+					100*c.FinishReserve, c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.Waiting, c.OnExhausted,
+					c.UpdatedBy, c.UpdatedAt.UTC().Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -65,14 +70,18 @@ func spendCommand() *cobra.Command {
 func spendSetCommand() *cobra.Command {
 	var c ledger.SpendCap
 	var by string
+	var rolling time.Duration
 	cmd := &cobra.Command{
-		Use:   "set ACCOUNT --usd N --per minute|hour|day|month [--tz ZONE] [--on-exhausted finish|wait|escalate] [--finish-reserve SHARE] [--by NAME]",
+		Use:   "set ACCOUNT --usd N (--per minute|hour|day|month [--tz ZONE] | --rolling 24h) [--on-exhausted finish|wait|escalate] [--finish-reserve SHARE] [--by NAME]",
 		Short: "Cap what ACCOUNT (and the accounts under it) may spend a period; the ledger keeps who changed it, when, from what",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c.Account = args[0]
 			if !cmd.Flags().Changed("usd") {
 				return fmt.Errorf("spend set %s: --usd is required", c.Account)
+			}
+			if err := rollingPeriod(cmd, &c.Period, rolling); err != nil {
+				return fmt.Errorf("spend set %s: %w", c.Account, err)
 			}
 			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
@@ -94,6 +103,7 @@ func spendSetCommand() *cobra.Command {
 	cmd.Flags().Float64Var(&c.USD, "usd", 0, "the most the account may spend a period, in USD (required)")
 	cmd.Flags().StringVar(&c.Period, "per", ledger.SpendDay, "the period: minute, hour, day or month, calendar-aligned in --tz")
 	cmd.Flags().StringVar(&c.TimeZone, "tz", "UTC", "the time zone the period is aligned in (an IANA name: Europe/Paris)")
+	cmd.Flags().DurationVar(&rolling, "rolling", 0, "cap what the account spends in any window this long (24h, 90m), in place of a calendar --per")
 	cmd.Flags().StringVar(&c.OnExhausted, "on-exhausted", "finish", "what a run does when the cap cannot pay for its next turn: finish, wait or escalate")
 	cmd.Flags().Float64Var(&c.FinishReserve, "finish-reserve", 0.1, "the share of the cap only finishing turns may use, so that a run the cap stops can pay for its partial answer (0: none)")
 	cmd.Flags().StringVar(&by, "by", "", "who sets it, as the ledger keeps it (default: your user@host)")
@@ -102,11 +112,15 @@ func spendSetCommand() *cobra.Command {
 
 func spendRemoveCommand() *cobra.Command {
 	var period, by string
+	var rolling time.Duration
 	cmd := &cobra.Command{
-		Use:   "remove ACCOUNT --per minute|hour|day|month [--by NAME]",
+		Use:   "remove ACCOUNT (--per minute|hour|day|month | --rolling 24h) [--by NAME]",
 		Short: "Remove ACCOUNT's cap for a period; the ledger keeps who removed it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := rollingPeriod(cmd, &period, rolling); err != nil {
+				return fmt.Errorf("spend remove %s: %w", args[0], err)
+			}
 			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
@@ -124,6 +138,7 @@ func spendRemoveCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&period, "per", ledger.SpendDay, "the cap's period: minute, hour, day or month")
+	cmd.Flags().DurationVar(&rolling, "rolling", 0, "the cap's rolling window (24h), in place of --per")
 	cmd.Flags().StringVar(&by, "by", "", "who removes it, as the ledger keeps it (default: your user@host)")
 	return cmd
 }
@@ -178,4 +193,17 @@ func spendReportCommand() *cobra.Command {
 	cmd.Flags().StringVar(&since, "since", "", "the first day (UTC) counted (default: 30 days ago)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// rollingPeriod sets *period to the rolling window's, when --rolling is
+// given: it replaces --per, and may not stand beside it.
+func rollingPeriod(cmd *cobra.Command, period *string, window time.Duration) error {
+	if !cmd.Flags().Changed("rolling") {
+		return nil
+	}
+	if cmd.Flags().Changed("per") {
+		return fmt.Errorf("--per %s and --rolling %s both name the period; give one", *period, window)
+	}
+	*period = ledger.RollingPeriod(window)
+	return nil
 }

@@ -220,7 +220,7 @@ func TestDenialIsNeverSentAndNotAskedTwice(t *testing.T) {
 	require.Len(t, recorded, 1, "the second ask made no new request")
 	require.Equal(t, "bob", recorded[0].DecidedBy)
 	// The denial is no retry; the model's asking again is one, by choice
-	// (DESIGN decision 1), and it was refused without a request.
+	// (ARCHITECTURE.md decision 1), and it was refused without a request.
 	require.Equal(t, 1, result.Retries.Retries)
 }
 

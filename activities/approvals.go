@@ -11,7 +11,7 @@ import (
 )
 
 // RequestApproval records a call that waits for a human, under its key,
-// before anything is sent (DESIGN decision 14).
+// before anything is sent (ARCHITECTURE.md decision 14).
 func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
 	return a.Ledger.RequestApproval(ctx, req)
 }

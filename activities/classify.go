@@ -27,7 +27,7 @@ type classified struct {
 
 // statusErrTypes is the error type of a non-retryable HTTP status; any
 // other is ErrTypeHTTP. Whether a status is retryable is
-// budget.ClassifyStatus's (DESIGN decision 2).
+// budget.ClassifyStatus's (ARCHITECTURE.md decision 2).
 var statusErrTypes = map[int]string{
 	http.StatusUnauthorized: agentsagatype.ErrTypePermission,
 	http.StatusForbidden:    agentsagatype.ErrTypePermission,

@@ -27,8 +27,8 @@ type SuccessRow struct {
 	Requests int     `json:"requests"`
 }
 
-// successTargets are the targets in DESIGN.md, with p = 20% raised from
-// 98.5% to issue 15's 99.0% (the ideal 1-p^3 is 99.2%).
+// successTargets are ARCHITECTURE.md's (Targets, logical success), with
+// p = 20% raised from 98.5% to issue 15's 99.0% (the ideal 1-p^3 is 99.2%).
 var successTargets = map[float64]float64{0.05: 0.999, 0.20: 0.990}
 
 // Success runs every contender against independent failures at each rate,

@@ -43,7 +43,7 @@ func TestClassifyStatus(t *testing.T) {
 		400: budget.NonRetryable, 401: budget.NonRetryable, 403: budget.NonRetryable, 404: budget.NonRetryable,
 		422: budget.NonRetryable,
 		// 409: a request with the same idempotency key is in progress
-		// (Stripe's meaning); another attempt finds it finished (DESIGN 2).
+		// (Stripe's meaning); another attempt finds it finished (ARCHITECTURE.md decision 2).
 		408: budget.Retryable, 409: budget.Retryable, 425: budget.Retryable, 429: budget.Retryable,
 		500: budget.Retryable, 502: budget.Retryable, 503: budget.Retryable, 504: budget.Retryable,
 	} {

@@ -27,7 +27,7 @@ func (c Class) String() string {
 
 // ClassifyStatus classifies an HTTP status code. 408, 409, 425, 429 and
 // 5xx are retryable; every other 4xx is not. 409 is retryable as Stripe
-// means it (DESIGN decision 2): a request with the same idempotency key
+// means it (ARCHITECTURE.md decision 2): a request with the same idempotency key
 // is still in progress, and a later attempt finds it finished. shouldRetry,
 // from an x-should-retry header, overrides the status when the server sent
 // one, so a server whose 409 is a lasting conflict says so with

@@ -61,7 +61,7 @@ func (c BucketConfig) Validate() error {
 
 // BreakerConfig shapes a circuit breaker. It opens when its dependency is
 // down: Threshold retryable failures in a row, with no success between them,
-// within Window of the first (DESIGN decision 12). A dependency that flaps,
+// within Window of the first (ARCHITECTURE.md decision 12). A dependency that flaps,
 // some requests failing and some not, never opens it: its failures are the
 // retry budget's business. Open, it refuses calls for Cooldown, then lets
 // exactly one probe through; while the outage lasts, each failed probe
@@ -186,7 +186,7 @@ func (c BreakerConfig) OutageProbes(d time.Duration) []time.Duration {
 }
 
 // AdaptiveRelease shapes the release rate of a dependency that declares
-// none (DESIGN decision 13): the rate at which the calls its open breaker
+// none (ARCHITECTURE.md decision 13): the rate at which the calls its open breaker
 // parked come back (the gate's release slots), and at which the calls
 // released once it has closed leave its paced line. The rate lives in the
 // dependency's breaker row and only single statements change it

@@ -17,7 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 )
 
-// Approval before the act (DESIGN decision 14). Between plan and send, a
+// Approval before the act (ARCHITECTURE.md decision 14). Between plan and send, a
 // tool call passes its tool's gates (gateCall): the per-call limits, the
 // approval rule, then the run's limits. A call that needs a human's yes
 // is recorded in the ledger, awaiting approval under its key, and waits on

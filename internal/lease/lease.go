@@ -2,7 +2,7 @@
 // attempt runs: the lease's length (the activity's heartbeat timeout), its
 // renewal every third of it, with a heartbeat to Temporal, and the check
 // just before the attempt acts that it still holds the key. Only package
-// activities imports it.
+// internal/keyed imports it, for package activities.
 package lease
 
 import (

@@ -11,7 +11,7 @@ import (
 
 // Gates are what stands between a model's call of a tool and the act: the
 // approval rule in force and the limits on the arguments, compiled
-// (DESIGN decision 14). The workflow evaluates them before a call is sent;
+// (ARCHITECTURE.md decision 14). The workflow evaluates them before a call is sent;
 // the expressions are pure, so replay gives the same answers.
 type Gates struct {
 	// Approval is the rule in force: the spec's, or "always" for an

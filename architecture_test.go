@@ -1,0 +1,237 @@
+package agentsaga_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// ARCHITECTURE.md's rooms table says, for every package of the module,
+// which of the module's packages it imports and which import it. This
+// test compares the table with what `go list` says today, so the map
+// cannot go stale: a new import, a new package or a package removed
+// fails it until the table says so too.
+func TestArchitectureRoomsMatchImports(t *testing.T) {
+	doc, err := os.ReadFile("ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := parseRoomsTable(string(doc))
+	if err != nil {
+		t.Fatalf("ARCHITECTURE.md: %v", err)
+	}
+	real, err := moduleImports()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var problems []string
+	for _, room := range sortedKeys(real) {
+		row, ok := table[room]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("package %s has no row; it imports %s and is imported by %s",
+				room, list(real[room].imports), list(real[room].importedBy)))
+			continue
+		}
+		if !slices.Equal(row.imports, real[room].imports) {
+			problems = append(problems, fmt.Sprintf("%s: the table says it imports %s; it imports %s",
+				room, list(row.imports), list(real[room].imports)))
+		}
+		if !slices.Equal(row.importedBy, real[room].importedBy) {
+			problems = append(problems, fmt.Sprintf("%s: the table says it is imported by %s; it is imported by %s",
+				room, list(row.importedBy), list(real[room].importedBy)))
+		}
+	}
+	for _, room := range sortedKeys(table) {
+		if _, ok := real[room]; !ok {
+			problems = append(problems, fmt.Sprintf("%s has a row but is no package of the module", room))
+		}
+	}
+	if len(problems) > 0 {
+		t.Errorf("ARCHITECTURE.md's rooms table does not match `go list -json ./...`:\n  %s", strings.Join(problems, "\n  "))
+	}
+}
+
+// The parser reads what the table says, and a wrong row is caught.
+func TestArchitectureTableParses(t *testing.T) {
+	doc := "# A\n\n## Rooms\n\n" +
+		"| room | imports | imported by | what it owns |\n| --- | --- | --- | --- |\n" +
+		"| `agentsaga` (root) | `budget`, `ledger` | - | the facade, which imports `workflows` |\n" +
+		"| `budget` | - | `agentsaga` | arithmetic |\n\n## Next\n\n| room | imports | imported by |\n"
+	table, err := parseRoomsTable(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := table["agentsaga"].imports; !slices.Equal(got, []string{"budget", "ledger"}) {
+		t.Errorf("root imports %v", got)
+	}
+	if got := table["budget"].importedBy; !slices.Equal(got, []string{"agentsaga"}) {
+		t.Errorf("budget imported by %v", got)
+	}
+	if len(table) != 2 {
+		t.Errorf("%d rows, want 2: a table after the section is not the rooms table", len(table))
+	}
+	if _, err := parseRoomsTable("## Rooms\n\n| room | owns |\n| --- | --- |\n| `a` | b |\n"); err == nil {
+		t.Error("a table without imports columns parsed")
+	}
+}
+
+type room struct{ imports, importedBy []string }
+
+var backticked = regexp.MustCompile("`([^`]+)`")
+
+// parseRoomsTable reads the first table of the "## Rooms" section: one row
+// per package, named by its path in the module in backticks (the root
+// package as `agentsaga`), with columns "imports" and "imported by" that
+// list the module's packages in backticks, or "-" for none.
+func parseRoomsTable(doc string) (map[string]room, error) {
+	_, section, ok := strings.Cut(doc, "\n## Rooms\n")
+	if !ok {
+		return nil, errors.New(`no "## Rooms" section`)
+	}
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	var header []string
+	rooms := map[string]room{}
+	inTable := false
+	for line := range strings.Lines(section) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break
+			}
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		switch {
+		case !inTable:
+			inTable, header = true, cells
+		case strings.HasPrefix(cells[0], "---"):
+		default:
+			if len(cells) != len(header) {
+				return nil, fmt.Errorf("rooms table row %q has %d cells, the header %d", line, len(cells), len(header))
+			}
+			names := backticked.FindStringSubmatch(cells[0])
+			if names == nil {
+				return nil, fmt.Errorf("rooms table row %q names no package in backticks", line)
+			}
+			r := room{}
+			for i, h := range header {
+				switch h {
+				case "imports":
+					r.imports = packageList(cells[i])
+				case "imported by":
+					r.importedBy = packageList(cells[i])
+				}
+			}
+			if _, dup := rooms[names[1]]; dup {
+				return nil, fmt.Errorf("rooms table has two rows for %s", names[1])
+			}
+			rooms[names[1]] = r
+		}
+	}
+	if !slices.Contains(header, "imports") || !slices.Contains(header, "imported by") {
+		return nil, fmt.Errorf(`the rooms table's header %q lacks the "imports" and "imported by" columns`, header)
+	}
+	return rooms, nil
+}
+
+func packageList(cell string) []string {
+	var names []string
+	for _, m := range backticked.FindAllStringSubmatch(cell, -1) {
+		names = append(names, m[1])
+	}
+	slices.Sort(names)
+	return names
+}
+
+// moduleImports is, for every non-test package of the module, the
+// module's packages it imports (its Imports field, test files left out)
+// and those that import it, named as the table names them.
+func moduleImports() (map[string]room, error) {
+	cmd := exec.Command("go", "list", "-json", "./...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -json ./...: %v: %s", err, stderr.String())
+	}
+	type pkg struct {
+		ImportPath string
+		Imports    []string
+		Module     *struct{ Path string }
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("go list -json ./...: %w", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 || pkgs[0].Module == nil {
+		return nil, errors.New("go list -json ./... listed no package of a module")
+	}
+	module := pkgs[0].Module.Path
+	name := func(path string) (string, bool) {
+		if path == module {
+			return "agentsaga", true
+		}
+		rel, ok := strings.CutPrefix(path, module+"/")
+		return rel, ok
+	}
+	rooms := map[string]room{}
+	for _, p := range pkgs {
+		from, _ := name(p.ImportPath)
+		r := rooms[from]
+		for _, imp := range p.Imports {
+			if to, ours := name(imp); ours {
+				r.imports = append(r.imports, to)
+				back := rooms[to]
+				back.importedBy = append(back.importedBy, from)
+				rooms[to] = back
+			}
+		}
+		rooms[from] = r
+	}
+	for k, r := range rooms {
+		slices.Sort(r.imports)
+		slices.Sort(r.importedBy)
+		rooms[k] = r
+	}
+	return rooms, nil
+}
+
+func sortedKeys(m map[string]room) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func list(names []string) string {
+	if len(names) == 0 {
+		return "-"
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = "`" + n + "`"
+	}
+	return strings.Join(quoted, ", ")
+}

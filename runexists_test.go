@@ -22,7 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga/worker/workertest"
 )
 
-// The README's start, on a dev server that then restarts with a fresh
+// docs/go-api.md's start, on a dev server that then restarts with a fresh
 // in-memory state (a second server on the same ledger): Temporal has
 // forgotten the run, the ledger has not, and the ID is refused, through
 // Start and through Engine.Start. Start with neither a ledger nor the
@@ -42,7 +42,7 @@ func TestRunExistsInTheLedgerAfterTheDevServerRestarts(t *testing.T) {
 	id := agentsagatest.RunID(t)
 
 	before, stopBefore := restartableServer(ctx, t, store, cfg)
-	// The README's form (on this test's task queue).
+	// docs/go-api.md's form (on this test's task queue).
 	run, err := agentsaga.Start(ctx, before.Client(), id, spec, agentsaga.StartOptions{Ledger: store, TaskQueue: cfg.TaskQueue})
 	require.NoError(t, err)
 	result, err := run.Result(ctx)

@@ -182,8 +182,9 @@ type ScriptedCall struct {
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
-// knownContextTokens are the context windows of models the README names,
-// by name prefix; the longest matching prefix wins.
+// knownContextTokens are the context windows of well-known models (those
+// docs/providers.md names among them), by name prefix; the longest
+// matching prefix wins.
 var knownContextTokens = map[string]int{
 	"gpt-4o":     128000,
 	"gpt-4.1":    1047576,

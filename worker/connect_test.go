@@ -466,7 +466,7 @@ func startDeadlineRecorder(t *testing.T) (*deadlineRecorder, string) {
 // The worker's task polls reach the server with a deadline of
 // DefaultPollTimeout (4 s), where the SDK asks for 70 s: a paused worker's
 // polls then stop taking tasks 3 s after it stopped, whatever the server's
-// keepalive (README, Reliability). Other long polls keep their deadline;
+// keepalive (docs/reliability.md). Other long polls keep their deadline;
 // AGENTSAGA_POLL_TIMEOUT sets the cap, 0 turns it off, and a value the
 // server would refuse (under 2 s) is an error naming the variable.
 func TestTaskPollsCarryTheCappedDeadline(t *testing.T) {

@@ -102,7 +102,7 @@ func workflowTaskBuilds(ctx context.Context, t *testing.T, id, runID string) []s
 // A pinned long run through a deploy: the workflow asks for upgrade on
 // continue-as-new, but Temporal Server 1.29.1 (the dev server here) does
 // not know that option and keeps every execution pinned to the build that
-// started the run. The README says so; when the server learns it, the
+// started the run. docs/deploys.md says so; when the server learns it, the
 // later executions run on build B and this test says so by failing.
 func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 	t.Parallel()

@@ -752,7 +752,7 @@ func devKeepalive(t *testing.T) map[string]time.Duration {
 }
 
 // The server reads the committed dynamic config, and it has the keepalive
-// settings a paused worker's takeover needs (README, Fencing), the same ones
+// settings a paused worker's takeover needs (docs/reliability.md), the same ones
 // `agentsaga dev` gives the dev server.
 func TestComposeDynamicConfigKeepalive(t *testing.T) {
 	root := repoRoot(t)

@@ -24,11 +24,11 @@ func TestExampleSpecsParse(t *testing.T) {
 	}
 }
 
-// The full spec example in the README parses.
-func TestReadmeSpecParses(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// The full spec example in docs/run-spec.md parses.
+func TestRunSpecDocExampleParses(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "run-spec.md"))
 	require.NoError(t, err)
-	_, block, ok := strings.Cut(string(readme), "## The run spec")
+	_, block, ok := strings.Cut(string(doc), "\n## A full spec\n")
 	require.True(t, ok)
 	_, block, ok = strings.Cut(block, "```yaml\n")
 	require.True(t, ok)

@@ -1,30 +1,3 @@
-// Package agentsaga is the engine as a Go API, for a team that runs its
-// own Temporal workers. It is a facade over the rooms of the engine: the
-// workflow (workflows), the activities and the retry hook (activities),
-// the ledger (ledger) and the budgets (budget) do the work; this package
-// wires them and names them.
-//
-// A worker:
-//
-//	store, _ := ledger.New(pool)                        // or ledger.Open(ctx, url)
-//	engine, _ := agentsaga.New(ctx, store, agentsaga.Config{Temporal: c, Tools: []agentsaga.Tool{lookup}})
-//	defer engine.Close()                                // after the worker stopped
-//	w := worker.New(c, engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
-//	engine.Register(w)
-//
-// A starter, with the ledger, which refuses an ID any run has had even
-// after Temporal forgot it (Start without one is ErrNoLedger, unless
-// StartOptions.SkipLedgerCheck takes that risk):
-//
-//	run, err := agentsaga.Start(ctx, c, "refund-42", spec, agentsaga.StartOptions{Ledger: store})
-//	run, err := engine.Start(ctx, c, "refund-42", spec, agentsaga.StartOptions{}) // the engine's ledger, queue and providers
-//	result, err := run.Result(ctx)
-//
-// A run waiting for a human is resumed, aborted, retried or skipped
-// through its handle (Run.Resume, Run.Abort, Run.Retry, Run.Skip).
-//
-// The schema is applied by the migrations package (migrations.Apply) or
-// `agentsaga migrate`, never implicitly.
 package agentsaga
 
 import (

@@ -1,13 +1,3 @@
-// Package activities owns every call that leaves the process: model turns
-// (scripted, OpenAI-compatible or Anthropic, SDK retries off) and tool calls
-// (Go functions, HTTP tools that receive the Idempotency-Key, and MCP tools
-// over streamable HTTP or stdio that receive it in _meta; a run lists an MCP
-// server's tools once, at its start). Each goes through the action ledger
-// under its idempotency key, held by a lease that
-// follows the attempt's heartbeats, so a key that completed once never
-// executes again and a lost or fenced attempt cannot act; each attempt is
-// recorded as a leaf call. Model turns read the run's conversation from the
-// ledger and fit it to the model's context budget.
 package activities
 
 import (

@@ -1,9 +1,3 @@
-// Package agentsagatest is the test kit for a Go team that embeds
-// agentsaga: a ledger database of the test's own, scripted models, and a
-// Temporal test environment with the engine wired in as a worker wires it
-// (namespaced activities, the retry hook), under a workflow ID unique to
-// the test, so that a second `go test` is never answered from the first
-// one's ledger rows.
 package agentsagatest
 
 import (

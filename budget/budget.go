@@ -1,8 +1,3 @@
-// Package budget owns the arithmetic of spending: a run's limits and usage
-// across steps, leaf calls, tokens, USD and wall clock, and the
-// classification of a failure as worth retrying or not. It is pure and
-// stdlib-only, so the workflow can use it deterministically; its Postgres
-// state lives in the ledger.
 package budget
 
 import (

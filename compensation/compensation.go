@@ -1,10 +1,3 @@
-// Package compensation owns the saga: pairing each forward action with the
-// action that undoes it (the pairing is registered in the ledger in the
-// same statement that claims the forward action, before it is attempted),
-// filling the compensation's arguments from what the forward call sent and
-// got back, and walking a failed run's stack backwards on a disconnected
-// context, so cancellation cannot stop it. A compensation that still fails
-// is handed to a human; the run never ends half-changed without saying so.
 package compensation
 
 import (

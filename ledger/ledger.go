@@ -1,8 +1,3 @@
-// Package ledger owns agentsaga's Postgres state: run records, the action
-// ledger with its idempotency keys, leases and fences, the saga's stack, one
-// row per leaf call, each run's conversation, and the fleet's shared retry
-// bucket and breaker rows. Every statement is parameterized and every error
-// says which operation failed.
 package ledger
 
 import (

@@ -1,7 +1,3 @@
-// Package migrations owns the ledger's schema: versioned SQL files embedded
-// in the binary and applied by pressly/goose. Applying them is idempotent,
-// and concurrent workers starting at once serialize on a Postgres advisory
-// lock, so every worker can migrate on start.
 package migrations
 
 import (

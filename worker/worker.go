@@ -1,14 +1,3 @@
-// Package worker is the CLI's worker (`agentsaga worker`, `agentsaga dev`):
-// it connects to Temporal as Temporal's own tools do (temporal.toml
-// profiles and the TEMPORAL_* variables, with API keys and mTLS; see
-// ClientOptions) and to Postgres, naming the address when either is
-// unreachable, applies the migrations, runs the engine (agentsaga.Engine,
-// with the workflows' and activities' bare names too, for runs from older
-// builds) as a build of a worker deployment when asked, serves its
-// metrics and its liveness and readiness probes, exports its traces,
-// prunes the ledger, and runs until its context ends, then drains the
-// calls in flight. A Go team embedding agentsaga uses the root package
-// instead.
 package worker
 
 import (

@@ -1,9 +1,3 @@
-// Package workflows owns the AgentRun workflow: the loop of model turns and
-// the tool calls each turn asks for, the explicit activity IDs that make
-// every call's idempotency key, the run budget the model reads every turn,
-// the graceful finish before the budget runs out, and the way a run ends.
-// Workflow code is deterministic: no I/O, no wall clock (workflow.Now), no
-// global state; everything that touches the world is an activity.
 package workflows
 
 import (

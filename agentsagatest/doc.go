@@ -1,0 +1,14 @@
+// Package agentsagatest is the test kit for a Go team that embeds
+// agentsaga.
+//
+//   - [NewLedger] gives a test a ledger database of its own, migrated, and
+//     drops it when the test ends.
+//   - [Script] makes a scripted model from turns: [Call] asks for a tool,
+//     [Answer] ends the run, [Refuse] refuses. It needs no model server and
+//     no API key.
+//   - [NewEnvironment] is a Temporal test environment with the engine wired
+//     in as a worker wires it (namespaced activities, the retry hook), and a
+//     workflow ID unique to the test ([RunID]), so that a second `go test`
+//     is never answered from the first one's ledger rows.
+//   - [Run] does all of it in one call and returns the run's result.
+package agentsagatest

@@ -272,11 +272,18 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 	key := IdempotencyKey(ctx)
 	markCall(ctx)
 	matcher, _ := toolcheck.Refusals(req.Tool)
+	settle, err := a.reserveToolAttempt(ctx, key, req.Tool.Name, req.Spend, info.Deadline)
+	if err != nil {
+		return agentsagatype.ToolResult{}, err
+	}
+	sent := false
+	defer func() { settle(sent) }()
 	output, replayed, err := keyed.Once(ctx, a.Ledger, keyed.Call{
 		Action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
 		Kind: ledger.LeafTool, Target: req.Tool.Name,
 		Run: func(ctx context.Context, _ ledger.Claim) (string, *ledger.Message, error) {
+			sent = true
 			spanCtx, span := startToolSpan(ctx, req)
 			output, err := run(spanCtx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
 			endSpan(span, err)
@@ -302,6 +309,40 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 		return agentsagatype.ToolResult{}, err
 	}
 	return toolResult(output, replayed, int(info.Attempt)), nil
+}
+
+// reserveToolAttempt reserves one attempt of a priced tool call on its
+// account's spend caps (nothing when spend is nil), or refuses it with
+// the cap that binds: the attempt then sends nothing. settle(sent) gives
+// the reservation back, spent when the attempt reached the tool. A worker
+// killed in between leaves the hold to its lease, the activity's deadline:
+// the ledger then spends it in full, since the key was claimed.
+func (a *Activities) reserveToolAttempt(ctx context.Context, key, tool string, spend *agentsagatype.ToolSpend, deadline time.Time) (settle func(sent bool), err error) {
+	if spend == nil || spend.USD <= 0 {
+		return func(bool) {}, nil
+	}
+	lease := time.Until(deadline) + time.Minute
+	r, err := a.Ledger.ReserveSpend(ctx, key, spend.Account, spend.USD, lease)
+	if err != nil {
+		return nil, temporal.NewApplicationError(fmt.Sprintf("tool: spend cap of %s: %v", spend.Account, err), agentsagatype.ErrTypeLedgerUnavailable)
+	}
+	if !r.Admitted {
+		refusal := r.Refusal(spend.USD)
+		refusal.Tool = tool
+		return nil, keyed.SpendCapRefusal(refusal.Reason(), refusal)
+	}
+	return func(sent bool) {
+		usd := 0.0
+		if sent {
+			usd = spend.USD
+		}
+		// Its own context: a cancelled attempt still settles what it held.
+		settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := a.Ledger.SettleSpend(settleCtx, key, usd); err != nil {
+			activity.GetLogger(ctx).Warn("a tool attempt's spend was not settled; its lease will settle it", "key", key, "error", err)
+		}
+	}, nil
 }
 
 func (a *Activities) toolRunner(tool agentsagatype.ToolSpec) (func(context.Context, ToolInvocation) (string, error), error) {

@@ -86,6 +86,8 @@ type SpendRefusal struct {
 	OnExhausted string    `json:"on_exhausted"`
 	// Needed is what the refused turn would have reserved.
 	Needed float64 `json:"needed"`
+	// Tool, for a refused tool call, is its tool (empty: a model turn).
+	Tool string `json:"tool,omitempty"`
 }
 
 // Reason names the account, the cap and when it resets.
@@ -94,8 +96,12 @@ func (r SpendRefusal) Reason() string {
 	if r.FinishingReserve() {
 		kept = fmt.Sprintf(" (its last $%.2f kept for finishing turns)", r.USD-r.RoomForTurns())
 	}
-	return fmt.Sprintf("the spend cap of account %s ($%.2f %s%s) has $%.2f spent and $%.2f reserved, and the next turn needs up to $%.4f; %s %s",
-		r.Account, r.USD, SpendPer(r.Period), kept, r.Spent, r.Reserved, r.Needed, SpendResets(r.Period), r.Resets.UTC().Format(time.RFC3339))
+	what := "the next turn"
+	if r.Tool != "" {
+		what = "a call of tool " + r.Tool
+	}
+	return fmt.Sprintf("the spend cap of account %s ($%.2f %s%s) has $%.2f spent and $%.2f reserved, and %s needs up to $%.4f; %s %s",
+		r.Account, r.USD, SpendPer(r.Period), kept, r.Spent, r.Reserved, what, r.Needed, SpendResets(r.Period), r.Resets.UTC().Format(time.RFC3339))
 }
 
 // SpendPer is how a cap's period reads after its amount: "a day" for a
@@ -150,6 +156,18 @@ type ToolCallRequest struct {
 	// activity's own: a call sent again after waiting for a breaker keeps
 	// the key of its first activity.
 	Key string `json:"key,omitempty"`
+	// Spend, when set, charges each attempt of the call to an account's
+	// spend caps: reserved before it is sent, settled once it returns. An
+	// attempt the caps cannot pay for sends nothing and fails with a
+	// budget.DenySpendCap refusal (CallFailure.Spend).
+	Spend *ToolSpend `json:"spend,omitempty"`
+}
+
+// ToolSpend is what each attempt of a priced tool call charged to an
+// account costs: the spec's prices.tools entry, or prices.tool_call_usd.
+type ToolSpend struct {
+	Account string  `json:"account"`
+	USD     float64 `json:"usd"`
 }
 
 // ToolResult is what a tool call produced, as history carries it: a

@@ -264,6 +264,7 @@ func (s *Store) claimed(ctx context.Context, req ActionRequest, got claimRow, er
 		return Claim{Quota: q}, fmt.Errorf("ledger: claim %s: quota %s has no room (%s) before %s: %w",
 			req.Key, q.Key, q.Reason, q.RetryAt.UTC().Format(time.RFC3339Nano), ErrQuotaWait)
 	case claimSpend:
+		s.countSpendRefusal(ctx, got.spend.Cap)
 		return Claim{}, fmt.Errorf("ledger: claim %s: %w", req.Key, &SpendCapError{Reservation: got.spend, USD: claim.SpendUSD})
 	case claimStored:
 		return Claim{Action: existing}, nil

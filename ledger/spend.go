@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -174,6 +175,8 @@ type SpendCapState struct {
 	// Waiting is how many unfinished runs wait for the account's caps, or
 	// are escalated on them, as the runs' statuses say.
 	Waiting int
+	// Refusals is how many calls the cap has refused since it was set.
+	Refusals int64
 }
 
 // Left is what the period has room for, its finishing reserve included.
@@ -187,7 +190,8 @@ func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState,
 		       coalesce(clock_timestamp() - agentsaga_spend_window(c.period), w.starts), h.frees, h.spent::float8, h.reserved::float8,
 		       (SELECT count(*) FROM runs r WHERE r.finished_at IS NULL AND r.status IN ('running', 'escalated')
 		          AND (strpos(r.status_detail, 'spend cap of account ' || c.account || ' ') > 0
-		               OR strpos(r.status_detail, 'spend cap of account ' || c.account || ':') > 0))::int
+		               OR strpos(r.status_detail, 'spend cap of account ' || c.account || ':') > 0))::int,
+		       coalesce((SELECT f.refusals FROM spend_refusals f WHERE f.account = c.account AND f.period = c.period), 0)
 		FROM spend_caps c
 		CROSS JOIN LATERAL agentsaga_spend_period(c.period, c.time_zone, clock_timestamp()) w
 		CROSS JOIN LATERAL agentsaga_spend_held(c.account, c.period, c.time_zone, clock_timestamp()) h
@@ -199,7 +203,7 @@ func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState,
 	caps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendCapState, error) {
 		var c SpendCapState
 		err := row.Scan(&c.Account, &c.Period, &c.TimeZone, &c.USD, &c.OnExhausted, &c.FinishReserve, &c.UpdatedBy, &c.UpdatedAt,
-			&c.Starts, &c.Resets, &c.Spent, &c.Reserved, &c.Waiting)
+			&c.Starts, &c.Resets, &c.Spent, &c.Reserved, &c.Waiting, &c.Refusals)
 		return c, err
 	})
 	if err != nil {
@@ -303,7 +307,20 @@ func (s *Store) ReserveSpend(ctx context.Context, key, account string, usd float
 	if capUSD != nil { // refused: the cap that binds; admitted: the one with the least room left
 		r.Cap.USD, r.Spent, r.Reserved, r.Resets, r.Room = *capUSD, *spent, *reserved, *resets, *room
 	}
+	if !r.Admitted {
+		s.countSpendRefusal(ctx, r.Cap)
+	}
 	return r, nil
+}
+
+// countSpendRefusal counts a call the cap refused. A count that cannot be
+// written is logged, not returned: the refusal stands either way.
+func (s *Store) countSpendRefusal(ctx context.Context, c SpendCap) {
+	if _, err := s.pool.Exec(ctx, `
+		INSERT INTO spend_refusals AS r (account, period, refusals, last_at) VALUES ($1, $2, 1, clock_timestamp())
+		ON CONFLICT (account, period) DO UPDATE SET refusals = r.refusals + 1, last_at = excluded.last_at`, c.Account, c.Period); err != nil {
+		slog.Default().Warn("ledger: a spend cap's refusal was not counted", "account", c.Account, "period", c.Period, "error", err)
+	}
 }
 
 // SettleSpend settles the call key to what it cost (usd; 0 releases it):

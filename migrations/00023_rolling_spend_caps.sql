@@ -14,6 +14,18 @@ ALTER TABLE spend_caps DROP CONSTRAINT spend_caps_period_check,
     ADD CONSTRAINT spend_caps_period_check
     CHECK (period IN ('minute', 'hour', 'day', 'month') OR period ~ '^rolling [1-9][0-9]*[hms]$');
 
+-- How many calls each cap refused, since it was first set: the
+-- operators' metric agentsaga_spend_refusals_total. A refusal writes
+-- nothing in the statement that refuses (the claim is undone whole), so
+-- it is counted by a statement of its own, off the path of calls that fit.
+CREATE TABLE spend_refusals (
+    account  text NOT NULL,
+    period   text NOT NULL,
+    refusals bigint NOT NULL DEFAULT 0,
+    last_at  timestamptz NOT NULL,
+    PRIMARY KEY (account, period)
+);
+
 -- +goose StatementBegin
 -- The window of a rolling period ('rolling 24h'), or null for a calendar
 -- one.
@@ -302,3 +314,4 @@ $$;
 
 DROP FUNCTION agentsaga_spend_held(text, text, text, timestamptz);
 DROP FUNCTION agentsaga_spend_window(text);
+DROP TABLE spend_refusals;

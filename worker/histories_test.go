@@ -511,6 +511,14 @@ func corpusScenarios() []scenario {
 			}},
 		{name: "spend-cap-waits", spec: billedSpec("corpus-initech"), billedNotes: 3,
 			spendCap: &ledger.SpendCap{Account: "corpus-initech", Period: ledger.SpendMinute, USD: 0.7, OnExhausted: agentsagatype.OnExhaustedWait}},
+		// A priced tool charged to the account per attempt
+		// (agentsaga-commands 8): three notes at $0.25 fit a cap of $1.00
+		// in any hour, the fourth is refused before it is sent, and the
+		// run finishes naming the tool and the cap.
+		{name: "spend-cap-tool", billedNotes: 20,
+			spec: strings.Replace(strings.Replace(billedSpec("corpus-umbrella"), fmt.Sprint(spendPrice), "1", 2),
+				"}}}\n", "}}, tools: {note: 0.25}}\n", 1),
+			spendCap: &ledger.SpendCap{Account: "corpus-umbrella", Period: ledger.RollingPeriod(time.Hour), USD: 1}},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,

@@ -184,7 +184,8 @@ type ledgerCollector struct {
 
 	up, bucketTokens, bucketCapacity, breakerState, runs          *prometheus.Desc
 	leafCalls, logicalCalls, amplification, usdSpent, tokensSpent *prometheus.Desc
-	spendCap, spendSpent, spendReserved                           *prometheus.Desc
+	spendCap, spendSpent, spendReserved, spendRefusals            *prometheus.Desc
+	spendWaiting                                                  *prometheus.Desc
 }
 
 // gauge is prometheus.MustNewConstMetric for a gauge that never panics: a
@@ -233,12 +234,17 @@ func newLedgerCollector(store *ledger.Store) *ledgerCollector {
 			"What an account spent in the current period of a cap, settled turns only, in USD.", "account", "period"),
 		spendReserved: desc("agentsaga_spend_reserved_usd",
 			"What an account holds for turns in flight in the current period of a cap, in USD.", "account", "period"),
+		spendRefusals: desc("agentsaga_spend_refusals_total",
+			"Calls (model turns and priced tool calls) an account's spend cap refused since it was set, fleet-wide.", "account", "period"),
+		spendWaiting: desc("agentsaga_spend_runs_waiting",
+			"Unfinished runs that wait for an account's spend caps, or are escalated on them.", "account", "period"),
 	}
 }
 
 func (c *ledgerCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.up, c.bucketTokens, c.bucketCapacity, c.breakerState, c.runs,
-		c.leafCalls, c.logicalCalls, c.amplification, c.usdSpent, c.tokensSpent, c.spendCap, c.spendSpent, c.spendReserved}
+		c.leafCalls, c.logicalCalls, c.amplification, c.usdSpent, c.tokensSpent, c.spendCap, c.spendSpent, c.spendReserved,
+		c.spendRefusals, c.spendWaiting}
 }
 
 // Describe implements prometheus.Collector.
@@ -291,5 +297,11 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- gauge(c.spendCap, s.USD, s.Account, s.Period)
 		ch <- gauge(c.spendSpent, s.Spent, s.Account, s.Period)
 		ch <- gauge(c.spendReserved, s.Reserved, s.Account, s.Period)
+		ch <- gauge(c.spendWaiting, float64(s.Waiting), s.Account, s.Period)
+		if m, err := prometheus.NewConstMetric(c.spendRefusals, prometheus.CounterValue, float64(s.Refusals), s.Account, s.Period); err == nil {
+			ch <- m
+		} else {
+			ch <- prometheus.NewInvalidMetric(c.spendRefusals, err)
+		}
 	}
 }

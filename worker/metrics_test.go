@@ -76,6 +76,9 @@ func TestMetricsReportRetriesLedgerAndSDK(t *testing.T) {
 	held, err := store.ReserveSpend(ctx, "wf/step-001-model", "acme/support", 0.25, time.Minute)
 	require.NoError(t, err)
 	require.True(t, held.Admitted)
+	refused, err := store.ReserveSpend(ctx, "wf/step-002-model", "acme/support", 60, time.Minute)
+	require.NoError(t, err)
+	require.False(t, refused.Admitted, "more than the cap")
 
 	// A client of its own on the dev server's connection, reporting to m,
 	// as worker.Dial's client does once MetricsHandler is wired.
@@ -154,6 +157,8 @@ tools:
 	assert.Equal(t, 50.0, series[`agentsaga_spend_cap_usd{account="acme",period="day"}`])
 	assert.Equal(t, 0.25, series[`agentsaga_spend_reserved_usd{account="acme",period="day"}`])
 	assert.Zero(t, series[`agentsaga_spend_spent_usd{account="acme",period="day"}`])
+	assert.Equal(t, 1.0, series[`agentsaga_spend_refusals_total{account="acme",period="day"}`])
+	assert.Contains(t, series, `agentsaga_spend_runs_waiting{account="acme",period="day"}`)
 	for name, v := range series {
 		if strings.HasPrefix(name, "agentsaga_circuit_breaker_state{") && strings.Contains(name, `state="closed"`) {
 			assert.Equal(t, 1.0, v, "%s: one 503 does not open a breaker", name)

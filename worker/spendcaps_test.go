@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -39,6 +40,7 @@ const spendPrice = 1000.0
 // tokens (a tokenizer's count is about that), 20 completion tokens.
 type billedModel struct {
 	stopAfter int
+	price     float64 // USD per million tokens both ways; 0: spendPrice
 	mu        sync.Mutex
 	requests  int
 	usd       float64 // the reported usage, priced by the test
@@ -64,7 +66,7 @@ func (m *billedModel) serve(t *testing.T) *httptest.Server {
 		prompt, completion := int64(len(body)/4), int64(20)
 		m.mu.Lock()
 		m.requests++
-		m.usd += float64(prompt+completion) * spendPrice / 1e6
+		m.usd += float64(prompt+completion) * cmp.Or(m.price, spendPrice) / 1e6
 		m.last = string(body)
 		m.mu.Unlock()
 		message := fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"note","arguments":"{\"index\":%d}"}}]}`, results+1, results+1)
@@ -272,4 +274,59 @@ func TestSpendCapWaitsForTheNextPeriod(t *testing.T) {
 	assert.Greater(t, len(periods), 1, "the turns spread over more than one minute")
 	assert.Zero(t, spendViolations(ctx, t, store, "initech", 0.7, started, billed))
 	t.Logf("completed after %s with %d waits for the cap", time.Since(started).Round(time.Second), waits)
+}
+
+// A priced tool is charged to the account per attempt, reserved before
+// it is sent (prices.tools; issue 31). The model costs next to nothing
+// here, and each note $0.25 against a cap of $1.00 in any hour: three
+// notes reach the tool, the fourth is refused before it is sent, and the
+// run finishes naming the tool and the cap. The tool server counts what
+// reached it; the ledger's spend is the notes' and the turns' cost.
+func TestAPricedToolIsChargedPerAttemptToItsAccount(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const id, account, notePrice, modelPrice = "spend-tool", "umbrella", 0.25, 1.0
+	store, queue := defaultBreakerWorker(ctx, t, id)
+	started := time.Now()
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: account, Period: ledger.RollingPeriod(time.Hour), USD: 1}, "ann")
+	require.NoError(t, err)
+	model := &billedModel{stopAfter: 100, price: modelPrice}
+	server := model.serve(t)
+	t.Cleanup(server.Close)
+	reached := 0
+	var mu sync.Mutex
+	tool := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		reached++
+		mu.Unlock()
+		fmt.Fprint(w, `{"noted": true}`)
+	}))
+	t.Cleanup(tool.Close)
+	spec := resolvedSpec(t, fmt.Sprintf(`
+goal: take notes
+budget: {steps: 30, seconds: 300, account: %s}
+model: {provider: openai, name: gpt-4o-mini, base_url: %q, max_tokens: 40}
+prices:
+  models: {gpt-4o-mini: {input_per_million: %v, output_per_million: %[3]v}}
+  tools: {note: %v}
+tools:
+  - name: note
+    kind: http
+    url: %q
+    parameters: {type: object, properties: {index: {type: integer}}, required: [index]}
+`, account, server.URL+"/v1", modelPrice, notePrice, tool.URL))
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
+	require.NoError(t, err)
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+
+	assert.Equal(t, agentsagatype.RunPartial, result.Status, result.Reason)
+	assert.Regexp(t, `^the spend cap of account umbrella \(\$1\.00 in any 1h\) has \$0\.75\d* spent and \$0\.00 reserved, and a call of tool note needs up to \$0\.2500; room frees at .*; the run finishes without a last model turn`, result.Reason)
+	mu.Lock()
+	assert.Equal(t, 3, reached, "three notes reached the tool; the fourth was refused before it was sent")
+	mu.Unlock()
+	requests, billed := model.billed()
+	assert.Equal(t, 4, requests, "four turns asked for a note")
+	assert.Zero(t, spendViolations(ctx, t, store, account, 1, started, billed+3*notePrice))
 }

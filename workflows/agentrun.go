@@ -257,6 +257,9 @@ type run struct {
 	// account is the room the run's account had at its last turn, for the
 	// note (spendcaps.go); nil before a turn said it.
 	account *agentsagatype.AccountLeft
+	// spendStop is the account's cap that could not pay for a tool call
+	// this turn, and said finish.
+	spendStop error
 	// waits is what the run's waits took of its wall clock, by cause.
 	waits waitBook
 	// answeredBy is the model that answered the last turn
@@ -353,14 +356,8 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		switch {
 		case ctx.Err() != nil:
 			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
-		case errors.As(err, &capped) && capped.refusal.FinishingReserve():
-			// The cap keeps room only finishing turns may use: the model
-			// writes its partial answer and handoff note from it.
-			return r.gracefulFinish(ctx, step, r.lastContent, capped.finishingReason()), nil
 		case errors.As(err, &capped):
-			// The account cannot pay for a turn, so not for a finishing
-			// one either: the engine writes the handoff note itself.
-			return r.outOfBudget(ctx, r.lastContent, "", capped.reason()), nil
+			return r.endOnSpendCap(ctx, step, capped), nil
 		case errors.As(err, &parked):
 			// Nothing of the turn was done: once a human resumes the run,
 			// the next step makes it again.
@@ -390,6 +387,9 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		if r.ending != "" {
 			r.failed = true
 			return r.rollback(ctx, r.ending, r.lastContent, ""), nil
+		}
+		if capped := (*spendCapStop)(nil); errors.As(r.spendStop, &capped) {
+			return r.endOnSpendCap(ctx, step+1, capped), nil
 		}
 		if why == "" && stuck != "" {
 			if r.spec.Watchdog.OnFire != WatchdogEscalate {

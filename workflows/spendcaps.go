@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -149,4 +150,60 @@ func (r *run) accountNote() string {
 	}
 	return fmt.Sprintf("ACCOUNT %s: $%.2f left for turns of its $%.2f %s spend cap (%s %s); it binds before the run's own budget.",
 		a.Account, a.Left, a.USD, agentsagatype.SpendPer(a.Period), resets, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// toolSpend is what each attempt of a call of tool costs the run's
+// account, or nil when the run has none or the tool is free.
+func (r *run) toolSpend(tool string) *agentsagatype.ToolSpend {
+	if !r.versions.toolSpend || r.spec.Budget.Account == "" {
+		return nil
+	}
+	usd := r.spec.Prices.ToolUSD(tool, 1)
+	if usd <= 0 {
+		return nil
+	}
+	return &agentsagatype.ToolSpend{Account: r.spec.Budget.Account, USD: usd}
+}
+
+// waitForToolSpend does what the cap that refused c says, as a model
+// turn does (meetSpendCap): while it says wait, the call goes out again
+// under its first key, as <activityID>/after-spend-cap-N, once the cap
+// has room; otherwise c.spendStop says why the run stops. It returns the
+// call's last error.
+func (r *run) waitForToolSpend(ctx workflow.Context, c *toolCall) error {
+	err := c.err
+	waited := false
+	defer func() {
+		if waited && ctx.Err() == nil {
+			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
+		}
+	}()
+	for n := 1; ; n++ {
+		refusal, refused := spendRefusalIn(err)
+		if !refused {
+			return err
+		}
+		back, stop := r.meetSpendCap(refusal, err, workflow.Now(ctx), n)
+		if stop != nil {
+			c.spendStop = stop
+			return err
+		}
+		waited = true
+		if timerErr := r.waitForSpendCap(ctx, refusal, c.activityID, back, n); timerErr != nil {
+			return timerErr // cancelled while waiting: nothing was sent
+		}
+		c.request.Key = cmp.Or(c.request.Key, agentsagatype.CallKey(r.workflowID, c.activityID))
+		c.result = agentsagatype.ToolResult{}
+		err = r.sendToolCall(ctx, fmt.Sprintf("%s/after-spend-cap-%d", c.activityID, n), c.call, c.request).Get(ctx, &c.result)
+	}
+}
+
+// endOnSpendCap ends a run whose account's cap could not pay for its next
+// call: with a turn paid from the cap's finishing reserve, where it keeps
+// one, or with the handoff note the engine writes without a model call.
+func (r *run) endOnSpendCap(ctx workflow.Context, step int, capped *spendCapStop) RunResult {
+	if capped.refusal.FinishingReserve() {
+		return r.gracefulFinish(ctx, step, r.lastContent, capped.finishingReason())
+	}
+	return r.outOfBudget(ctx, r.lastContent, "", capped.reason())
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -76,6 +77,10 @@ type toolCall struct {
 	err     error
 	gaveUp  agentsagatype.GaveUp // what the ledger knew of a call given up
 	parked  parkedCall           // how the call waited behind an open breaker
+	// spendStop is what the account's spend cap said of a call it could
+	// not pay for, when that was not to wait: a *spendCapStop (the run
+	// finishes) or a *modelParkedError (a human is asked).
+	spendStop error
 	// escalation is why a gate that refused the call asks for a human.
 	escalation string
 	// newArguments: the run had not called this tool with these arguments
@@ -172,7 +177,8 @@ func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatyp
 // where its output goes in the conversation, and its undo, when it has one.
 func (r *run) planTool(c *toolCall, tool agentsagatype.ToolSpec) *toolCall {
 	record := c.messageRef()
-	request := agentsagatype.ToolCallRequest{Tool: tool, Arguments: c.call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: &record}
+	request := agentsagatype.ToolCallRequest{Tool: tool, Arguments: c.call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: &record,
+		Spend: r.toolSpend(tool.Name)}
 	if tool.Compensate != nil {
 		request.Compensation = &agentsagatype.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
 	}
@@ -289,6 +295,9 @@ func (r *run) settleActivity(ctx workflow.Context, c *toolCall) {
 		tool, _ := r.spec.tool(c.call.Name)
 		c.err, c.parked = r.waitOutBreaker(ctx, c.activityID, tool, c.call, c.request, c.err, &c.result)
 	}
+	if _, refused := spendRefusalIn(c.err); refused && r.versions.toolSpend {
+		c.err = r.waitForToolSpend(ctx, c)
+	}
 	if c.err != nil && classify(c.err).mayHaveClaimed() && ctx.Err() == nil {
 		c.gaveUp = r.giveUp(ctx, c.activityID, c.call)
 		if c.gaveUp.Status == agentsagatype.ActionCompleted {
@@ -354,7 +363,15 @@ func (r *run) recordActivity(c *toolCall) (escalation string) {
 			e.Attempts = c.parked.leafCalls // a refusal at the gate was not a call
 		}
 		e.Attempts = max(e.Attempts, c.gaveUp.LeafCalls)
-		escalation = r.escalationFor(c.call.Name, c.err, e.Denial, c.parked.escalation)
+		var asked *modelParkedError
+		switch {
+		case errors.As(c.spendStop, &asked):
+			escalation = asked.why
+		case c.spendStop != nil:
+			r.spendStop = c.spendStop // the run finishes after this turn
+		default:
+			escalation = r.escalationFor(c.call.Name, c.err, e.Denial, c.parked.escalation)
+		}
 	} else {
 		e.Output, e.Digest, e.Replayed, e.Attempts = c.result.Output, c.result.Digest, c.result.Replayed, c.result.Attempt+c.parked.leafCalls
 	}

@@ -96,7 +96,12 @@ const (
 	// without another model call, waits on a timer for the period to
 	// reset, or escalates (run.meetSpendCap).
 	commandsVersion7 workflow.Version = 7
-	latestCommands                    = commandsVersion7
+	// commandsVersion8 charges each attempt of a priced tool call of a
+	// run with an account to the account's spend caps
+	// (ToolCallRequest.Spend); a call the caps cannot pay for does what
+	// the cap says, as a model turn does (run.waitForToolSpend).
+	commandsVersion8 workflow.Version = 8
+	latestCommands                    = commandsVersion8
 )
 
 // versions are the paths this execution takes.
@@ -123,6 +128,8 @@ type versions struct {
 	namesWaits bool
 	// The field below came with commandsVersion7.
 	spendCaps bool
+	// The field below came with commandsVersion8.
+	toolSpend bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -139,7 +146,8 @@ func readVersions(ctx workflow.Context) versions {
 			approvals:             commands >= commandsVersion4,
 			effectsProgress:       commands >= commandsVersion5,
 			namesWaits:            commands >= commandsVersion6,
-			spendCaps:             commands >= commandsVersion7}
+			spendCaps:             commands >= commandsVersion7,
+			toolSpend:             commands >= commandsVersion8}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

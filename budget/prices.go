@@ -27,7 +27,7 @@ type ModelPrice struct {
 // maxPrice bounds every price in the table (USD per million tokens, or
 // per tool call): a larger one is a typo, and would turn a turn's cost
 // into +Inf.
-const maxPrice = 1e6
+const maxPrice = 1e9
 
 // Validate rejects a price that is negative, not a number or absurdly
 // large, naming the entry.

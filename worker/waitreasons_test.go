@@ -65,8 +65,10 @@ func TestAnOutageThatSpendsTheWallClockIsNamedInTheReason(t *testing.T) {
 	server := httptest.NewServer(tool)
 	defer server.Close()
 	const wallClock = 40
-	spec := itemsSpec(t, server.URL, 8, "escalate: {after_breaker_open_seconds: 300}")
-	spec.Budget.Seconds = wallClock
+	// More items than the wall clock can reach, however fast the turns go:
+	// the run ends on its wall clock, never on the end of its script.
+	spec := itemsSpec(t, server.URL, 60, "escalate: {after_breaker_open_seconds: 300}")
+	spec.Budget.Seconds, spec.Budget.Steps = wallClock, 500
 
 	id := "wait-reasons-" + t.Name()
 	started := time.Now()

@@ -37,7 +37,7 @@ func TestParseSpecRejectsBadInputByName(t *testing.T) {
 		"finish_at of 1":          {"goal: g\nbudget: {steps: 3}\nfinish_at: 1\nmodel: {provider: scripted, script: [{content: x}]}", "finish_at: 1 is outside (0, 1)"},
 		"negative ratio":          {"goal: g\nbudget: {steps: 3}\nretry: {ratio: -0.5}\nmodel: {provider: scripted, script: [{content: x}]}", "retry.ratio: -0.5 is negative"},
 		"refusal rule bad regexp": {"goal: g\nbudget: {steps: 3}\nmodel: {provider: scripted, script: [{content: x}]}\ntools: [{name: pay, kind: go, refusal: [{pattern: \"(\"}]}]", "refusal[0]: pattern"},
-		"negative price":          {"goal: g\nbudget: {steps: 3}\nprices: {tool_call_usd: -1}\nmodel: {provider: scripted, script: [{content: x}]}", "prices.tool_call_usd: -1 is not a price in [0, 1e+06]"},
+		"negative price":          {"goal: g\nbudget: {steps: 3}\nprices: {tool_call_usd: -1}\nmodel: {provider: scripted, script: [{content: x}]}", "prices.tool_call_usd: -1 is not a price in [0, 1e+09]"},
 		"api key in spec":         {"goal: g\nbudget: {steps: 3}\nmodel: {provider: openai, name: m, api_key: sk-123}", `unknown field "api_key"`},
 	} {
 		t.Run(name, func(t *testing.T) {

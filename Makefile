@@ -113,5 +113,6 @@ bench: bin/temporal postgres build
 	$(BENCH) long --out bench/results/long.json --chart bench/long.png
 	$(BENCH) fleet --out bench/results/fleet.json
 	$(BENCH) ratelimit --out bench/results/ratelimit.json --chart bench/ratelimit.png
+	$(BENCH) spend --out bench/results/spend.json --chart bench/spend.png
 	$(BENCH) drain --out bench/results/drain.json
 	$(MAKE) chaos

@@ -156,6 +156,30 @@ func savePNG(p *plot.Plot, path string) error {
 	return f.Close()
 }
 
+// saveTiledPNG draws plots one under the other, each chartWidth x
+// chartHeight, on one PNG (as RateLimitChart lays out its panels), and
+// writes it to path.
+func saveTiledPNG(plots []*plot.Plot, path string) error {
+	img := vgimg.New(chartWidth, vg.Length(max(len(plots), 1))*chartHeight)
+	dc := draw.New(img)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	tiles := draw.Tiles{Rows: max(len(plots), 1), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(4),
+		PadRight: vg.Points(14), PadY: vg.Points(12)}
+	for i, p := range plots {
+		p.Draw(tiles.At(dc, 0, i))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // AmplificationChart writes to path a PNG bar chart of each contender's
 // amplification (requests at the downstream per logical call) with a plain
 // Y axis, and, when rows[0].Target is positive, the bound agentsaga

@@ -60,3 +60,33 @@ func TestAmplificationChart(t *testing.T) {
 	require.NoError(t, bench.AmplificationChart(path, rows))
 	assertPNG(t, path)
 }
+
+// The spend chart draws each contender's spend over time against the cap,
+// one panel per process count.
+func TestSpendChart(t *testing.T) {
+	series := func(total float64, seconds int) []bench.SpendPoint {
+		points := []bench.SpendPoint{{}}
+		for s := 1; s <= seconds; s++ {
+			points = append(points, bench.SpendPoint{Seconds: float64(s), USD: total * float64(s) / float64(seconds)})
+		}
+		return points
+	}
+	var rows []bench.SpendRow
+	for _, processes := range []int{2, 4} {
+		for _, r := range []struct {
+			contender string
+			spent     float64
+			seconds   int
+		}{
+			{bench.SpendPerRunContender, 17.9, 20},
+			{bench.SpendCheckContender, 5.9, 12},
+			{bench.SpendAgentsagaContender, 4.9, 30},
+		} {
+			rows = append(rows, bench.SpendRow{Contender: r.contender, Processes: processes, Runs: 40, CapUSD: 5, SpentUSD: r.spent,
+				OverspendUSD: max(r.spent-5, 0), Utilisation: r.spent / 5, Series: series(r.spent, r.seconds)})
+		}
+	}
+	path := filepath.Join(t.TempDir(), "spend.png")
+	require.NoError(t, bench.SpendChart(path, rows))
+	assertPNG(t, path)
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/color"
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -25,6 +27,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
@@ -154,6 +160,17 @@ type SpendRow struct {
 	LedgerReservedUSD *float64 `json:"ledger_reserved_usd,omitempty"`
 	GatewaySpentUSD   *float64 `json:"gateway_spent_usd,omitempty"`
 	Seconds           float64  `json:"seconds"`
+	// Series is the account's spend over time: after each reply the
+	// provider billed, what it had billed in all (SpentUSD at the end),
+	// from the runs' start.
+	Series []SpendPoint `json:"series,omitempty"`
+}
+
+// SpendPoint is what the provider had billed the account, at the bench's
+// price, Seconds after the runs started.
+type SpendPoint struct {
+	Seconds float64 `json:"seconds"`
+	USD     float64 `json:"usd"`
 }
 
 // SpendResult is the scenario's figures.
@@ -432,6 +449,7 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	counts := provider.Counts()
 	row.Requests, row.PromptTokens, row.CompletionTokens = counts.Answered, counts.PromptTokens, counts.CompletionTokens
 	row.SpentUSD = spendUSD(counts.PromptTokens, counts.CompletionTokens, cfg.USDPerMillion, cfg.USDPerMillion)
+	row.Series = provider.Series(began)
 	row.spendFigures()
 	if err := m.books(ctx, db, contender, &row); err != nil {
 		return fail(err)
@@ -578,6 +596,14 @@ type spendProvider struct {
 	mu     sync.Mutex
 	random *rand.Rand
 	counts SpendProviderCounts
+	// bills is each reply's cost at the bench's price, in the order billed.
+	bills []spendBill
+}
+
+// spendBill is one reply the provider billed: when, and what it cost.
+type spendBill struct {
+	at  time.Time
+	usd float64
 }
 
 func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
@@ -601,6 +627,21 @@ func (p *spendProvider) Counts() SpendProviderCounts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.counts
+}
+
+// Series is what the provider had billed in all after each reply, from
+// began (at 0 s, nothing).
+func (p *spendProvider) Series(began time.Time) []SpendPoint {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	series := make([]SpendPoint, 0, len(p.bills)+1)
+	series = append(series, SpendPoint{})
+	total := 0.0
+	for _, b := range p.bills {
+		total += b.usd
+		series = append(series, SpendPoint{Seconds: max(b.at.Sub(began).Seconds(), 0), USD: total})
+	}
+	return series
 }
 
 func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -656,6 +697,7 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.counts.Answered++
 	p.counts.PromptTokens += prompt
 	p.counts.CompletionTokens += completion
+	p.bills = append(p.bills, spendBill{at: time.Now(), usd: spendUSD(prompt, completion, p.cfg.USDPerMillion, p.cfg.USDPerMillion)})
 	p.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"id":"chatcmpl-spend","object":"chat.completion","created":%d,"model":%q,`+
@@ -819,4 +861,118 @@ func PrintSpend(out io.Writer, result SpendResult) {
 	fmt.Fprintln(out, "  TURNS: model turns the provider answered; PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;")
 	fmt.Fprintln(out, "  STATEMENTS A TURN: a model turn's ledger statements as TestStatementsPerSuccessfulCall counts them, not measured here: 2 (the claim,")
 	fmt.Fprintln(out, "    which holds agentsaga's reservation, and the settle, which settles it), plus the gateway's SELECT and UPDATE for check-then-record")
+}
+
+// SpendChart writes to path a PNG of the account's spend over time, one
+// panel per process count: per contender, what the provider had billed
+// the account since the runs started (a step at each reply), against the
+// cap (a dashed line), with the room above the cap shaded, so that an
+// overspend is a line that enters it. Every panel has the same axes.
+func SpendChart(path string, rows []SpendRow) error {
+	var processes []int
+	contenders := []string{}
+	maxX, maxY, capUSD := 1.0, 0.0, 0.0
+	for _, r := range rows {
+		if !slices.Contains(processes, r.Processes) {
+			processes = append(processes, r.Processes)
+		}
+		if !slices.Contains(contenders, r.Contender) {
+			contenders = append(contenders, r.Contender)
+		}
+		capUSD = max(capUSD, r.CapUSD)
+		maxY = max(maxY, r.SpentUSD, r.CapUSD)
+		for _, pt := range r.Series {
+			maxX, maxY = max(maxX, pt.Seconds), max(maxY, pt.USD)
+		}
+	}
+	maxY *= 1.3 // headroom for the legend
+	plots := make([]*plot.Plot, 0, len(processes))
+	for _, n := range processes {
+		p := plot.New()
+		runs := 0
+		for _, r := range rows {
+			if r.Processes == n {
+				runs = max(runs, r.Runs)
+			}
+		}
+		p.Title.Text = fmt.Sprintf("One account's spend: %d runs at once on %d worker processes", runs, n)
+		p.X.Label.Text = "time since the runs started (s)"
+		p.Y.Label.Text = "spent by the account (USD)"
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Add(plotter.NewGrid())
+
+		// Past the cap: a light band, and the cap itself.
+		band, err := plotter.NewPolygon(plotter.XYs{{X: 0, Y: capUSD}, {X: maxX, Y: capUSD}, {X: maxX, Y: maxY}, {X: 0, Y: maxY}})
+		if err != nil {
+			return fmt.Errorf("bench: spend chart: %w", err)
+		}
+		band.Color = color.RGBA{R: 0xfd, G: 0xf0, B: 0xf0, A: 0xff}
+		band.LineStyle.Width = 0
+		p.Add(band)
+		capLine, err := plotter.NewLine(plotter.XYs{{X: 0, Y: capUSD}, {X: maxX, Y: capUSD}})
+		if err != nil {
+			return fmt.Errorf("bench: spend chart: %w", err)
+		}
+		capLine.Color = color.Black
+		capLine.Width = vg.Points(1.5)
+		capLine.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		p.Add(capLine)
+		p.Legend.Add(fmt.Sprintf("the account's cap, $%.2f (shaded above: overspend)", capUSD), capLine)
+
+		for c, contender := range contenders {
+			for _, r := range rows {
+				if r.Processes != n || r.Contender != contender || len(r.Series) == 0 {
+					continue
+				}
+				xys := make(plotter.XYs, len(r.Series))
+				for i, pt := range r.Series {
+					xys[i] = plotter.XY{X: pt.Seconds, Y: pt.USD}
+				}
+				line, err := plotter.NewLine(xys)
+				if err != nil {
+					return fmt.Errorf("bench: spend chart: %w", err)
+				}
+				line.StepStyle = plotter.PostStep
+				line.Color = colorOf(c)
+				line.Width = vg.Points(2)
+				p.Add(line)
+				end, err := plotter.NewScatter(xys[len(xys)-1:])
+				if err != nil {
+					return fmt.Errorf("bench: spend chart: %w", err)
+				}
+				end.Color = colorOf(c)
+				end.Radius = vg.Points(3.5)
+				end.Shape = draw.CircleGlyph{}
+				p.Add(end)
+				figure := fmt.Sprintf("%.0f%% of the cap", 100*r.Utilisation)
+				if r.OverspendUSD > 0 {
+					figure = fmt.Sprintf("$%.2f over the cap", r.OverspendUSD)
+				}
+				p.Legend.Add(fmt.Sprintf("%s: $%.2f, %s", r.Contender, r.SpentUSD, figure), line)
+			}
+		}
+		p.X.Min, p.X.Max = 0, maxX*1.02
+		p.Y.Min, p.Y.Max = 0, maxY
+		p.X.Tick.Marker = plot.ConstantTicks(wholeTicks(maxX*1.02, "%g"))
+		p.Y.Tick.Marker = plot.ConstantTicks(wholeTicks(maxY, "$%g"))
+		plots = append(plots, p)
+	}
+	if err := saveTiledPNG(plots, path); err != nil {
+		return fmt.Errorf("bench: spend chart: %w", err)
+	}
+	return nil
+}
+
+// wholeTicks labels an axis from 0 to top every 1, 2, 5, 10, 20 ... units,
+// at most eight labels, each written by format.
+func wholeTicks(top float64, format string) []plot.Tick {
+	step := 1.0
+	for i := 0; top/step > 8; i++ {
+		step = []float64{2, 5, 10}[i%3] * math.Pow(10, float64(i/3))
+	}
+	var ticks []plot.Tick
+	for v := 0.0; v <= top; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: fmt.Sprintf(format, v)})
+	}
+	return ticks
 }

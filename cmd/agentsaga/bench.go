@@ -52,8 +52,8 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
 			}
-			if chart != "" && scenario != "amplification" && scenario != "storm" && scenario != "long" && scenario != "ratelimit" {
-				return fmt.Errorf("bench: --chart applies to amplification, storm, long and ratelimit, not %s", scenario)
+			if chart != "" && scenario != "amplification" && scenario != "storm" && scenario != "long" && scenario != "ratelimit" && scenario != "spend" {
+				return fmt.Errorf("bench: --chart applies to amplification, storm, long, ratelimit and spend, not %s", scenario)
 			}
 			if outputKiB < 1 || long.ContextTokens < 0 {
 				return fmt.Errorf("bench: --output-kib %d must be positive and --context-tokens %d not negative", outputKiB, long.ContextTokens)
@@ -201,7 +201,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the figures as JSON instead of a table")
 	cmd.Flags().StringVar(&outPath, "out", "", "also save the figures as JSON to this file")
-	cmd.Flags().StringVar(&chart, "chart", "", "also write a PNG chart to this file (amplification, storm and long only)")
+	cmd.Flags().StringVar(&chart, "chart", "", "also write a PNG chart to this file (amplification, storm, long, ratelimit and spend only)")
 	cmd.Flags().IntVar(&cfg.Runs, "runs", cfg.Runs, "concurrent runs per contender (amplification, success, overhead)")
 	cmd.Flags().IntVar(&cfg.Calls, "calls", cfg.Calls, "tool calls per run (amplification, success, overhead)")
 	cmd.Flags().IntVar(&cfg.Workers, "workers", cfg.Workers, "workers per contender, each with its own Postgres pool")
@@ -462,7 +462,8 @@ func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 		return scenarioResult{}, err
 	}
 	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintSpend(w, result) }}, nil
+		print: func(w io.Writer) { bench.PrintSpend(w, result) },
+		chart: func(path string) error { return bench.SpendChart(path, result.Rows) }}, nil
 }
 
 // benchSpendWorkerCommand is one worker process of the spend scenario,

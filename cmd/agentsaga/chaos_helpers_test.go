@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/procfs"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // The pieces of the chaos harness (chaos_test.go) that are not about one
@@ -437,6 +439,136 @@ func (l chaosLedger) actions(ctx context.Context, workflowID string) (map[string
 		return nil, fmt.Errorf("read actions of %s: %w", workflowID, err)
 	}
 	return byKey, nil
+}
+
+// ledgerSpendCap is a row of spend_caps.
+type ledgerSpendCap struct {
+	Account, Period string
+	USD             float64
+}
+
+func (l chaosLedger) spendCaps(ctx context.Context) ([]ledgerSpendCap, error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT account, period, usd::float8 FROM spend_caps ORDER BY account, period`)
+	if err != nil {
+		return nil, fmt.Errorf("read the spend caps: %w", err)
+	}
+	caps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledgerSpendCap, error) {
+		var c ledgerSpendCap
+		return c, row.Scan(&c.Account, &c.Period, &c.USD)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the spend caps: %w", err)
+	}
+	return caps, nil
+}
+
+// ledgerSpendPeriod is a row of spend_periods, with its cap's USD.
+type ledgerSpendPeriod struct {
+	Account, Period         string
+	Starts                  time.Time
+	CapUSD, Spent, Reserved float64
+}
+
+func (l chaosLedger) spendPeriods(ctx context.Context) ([]ledgerSpendPeriod, error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT p.account, p.period, p.starts, c.usd::float8, p.spent::float8, p.reserved::float8
+		FROM spend_periods p JOIN spend_caps c USING (account, period) ORDER BY p.account, p.period, p.starts`)
+	if err != nil {
+		return nil, fmt.Errorf("read the spend periods: %w", err)
+	}
+	periods, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledgerSpendPeriod, error) {
+		var p ledgerSpendPeriod
+		return p, row.Scan(&p.Account, &p.Period, &p.Starts, &p.CapUSD, &p.Spent, &p.Reserved)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the spend periods: %w", err)
+	}
+	return periods, nil
+}
+
+// ledgerSpendHold is a row of spend_holds: a reservation not settled yet.
+type ledgerSpendHold struct {
+	Key        string
+	USD        float64
+	LeaseUntil time.Time
+}
+
+func (l chaosLedger) spendHolds(ctx context.Context) ([]ledgerSpendHold, error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT idempotency_key, usd::float8, lease_until FROM spend_holds ORDER BY idempotency_key`)
+	if err != nil {
+		return nil, fmt.Errorf("read the spend holds: %w", err)
+	}
+	holds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledgerSpendHold, error) {
+		var h ledgerSpendHold
+		return h, row.Scan(&h.Key, &h.USD, &h.LeaseUntil)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the spend holds: %w", err)
+	}
+	return holds, nil
+}
+
+// spendLeaseEnd is when the last spend hold left lapses; nil when none
+// is left.
+func (l chaosLedger) spendLeaseEnd(ctx context.Context) (*time.Time, error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	var until *time.Time
+	if err := conn.QueryRow(ctx, `SELECT max(lease_until) FROM spend_holds`).Scan(&until); err != nil {
+		return nil, fmt.Errorf("read the spend holds' leases: %w", err)
+	}
+	return until, nil
+}
+
+// modelUsage adds up the usage the run's completed model turns reported,
+// as the ledger stored each turn's reply.
+func (l chaosLedger) modelUsage(ctx context.Context, workflowID string) (turns int, usage agentsagatype.Usage, err error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return 0, usage, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT idempotency_key, result FROM actions
+		WHERE workflow_id = $1 AND tool LIKE 'model:%' AND status = 'completed' ORDER BY id`, workflowID)
+	if err != nil {
+		return 0, usage, fmt.Errorf("read the model turns of %s: %w", workflowID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var result *string
+		if err := rows.Scan(&key, &result); err != nil {
+			return 0, usage, fmt.Errorf("read the model turns of %s: %w", workflowID, err)
+		}
+		var turn agentsagatype.ModelTurn
+		if result == nil || json.Unmarshal([]byte(*result), &turn) != nil {
+			return 0, usage, fmt.Errorf("model turn %s is completed but its stored reply does not decode", key)
+		}
+		turns++
+		usage.InputTokens += turn.Usage.InputTokens
+		usage.OutputTokens += turn.Usage.OutputTokens
+	}
+	if err := rows.Err(); err != nil {
+		return 0, usage, fmt.Errorf("read the model turns of %s: %w", workflowID, err)
+	}
+	return turns, usage, nil
 }
 
 // lockWaiters counts the sessions of this database waiting for a row or

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
@@ -29,8 +30,13 @@ import (
 // worker processes, a real Temporal dev server and Postgres, and a payments
 // service that is idempotent by key and counts what really happened. Each
 // run charges ann, bob and cat; a fault hits bob's charge (or, during the
-// walk, bob's refund) at one boundary of a tool call, and when everything
-// has settled the run is checked against five invariants:
+// walk, bob's refund) at one boundary of a tool call. Each run is also
+// charged to an account (issue 31) whose spend cap, set before the run
+// starts, pays for the three charging turns and, in most runs, not for the
+// fourth (chaosCapMode): the run finishes, or escalates and is aborted. When
+// everything has settled, and once every spend hold's lease has passed and
+// the ledger's ExpireSpendHolds has ended what outlived its lease, the run
+// is checked against seven invariants:
 //
 //	I1  no tool request for a run's key arrives after the run has ended
 //	    (the ledger's runs.finished_at, against the service's arrival time);
@@ -41,7 +47,13 @@ import (
 //	I4  every key is executed at most once at the service (answers from its
 //	    stored record do not count);
 //	I5  after a kill or a pause, a later attempt reaches the service within
-//	    the heartbeat timeout plus 5 s.
+//	    the heartbeat timeout plus 5 s;
+//	I6  no period of the account's cap spent more than the cap, and its
+//	    periods together spent no less than what the run's model turns
+//	    cost (their reported usage at the spec's price): the cap was never
+//	    passed in fact, unseen;
+//	I7  nothing is left reserved: no period holds a reservation and no
+//	    spend hold is left.
 //
 // `make test` runs a small configuration in about two minutes; `make chaos`
 // runs every fault at every boundary with every timeout, more than once, and
@@ -111,6 +123,85 @@ var (
 	chaosBoundaries = []chaosBoundary{boundaryBeforeClaim, boundaryWaitingKey, boundaryDuringEffect, boundaryAfterEffect, boundaryDuringWalk}
 	chaosTimeouts   = []int{3, 30, 60}
 )
+
+// chaosCapMode is how the spend cap of a run's account meets its model
+// turns. The first three turns (ann's, bob's and cat's charges) always fit
+// it; a cap sized to bind refuses the fourth (the answer or the ship),
+// after the fault.
+type chaosCapMode string
+
+const (
+	// capRoomy has room for every turn: the run ends as it would without
+	// a cap (the issue's scenario, and the abort ending's 403 path).
+	capRoomy chaosCapMode = "room"
+	// capFinish binds on the fourth turn, on_exhausted finish: the run
+	// ends partial without a last model turn.
+	capFinish chaosCapMode = "finish"
+	// capFinishReserve is capFinish whose cap keeps chaosFinishReserve of
+	// itself for finishing turns: the run ends partial with a finishing
+	// turn paid from it.
+	capFinishReserve chaosCapMode = "finish-reserve"
+	// capEscalate binds on the fourth turn (the ship), on_exhausted
+	// escalate: the run escalates, the harness aborts it, and it
+	// compensates, as the 403 would have made it.
+	capEscalate chaosCapMode = "escalate"
+)
+
+// The runs' account and its cap. A turn costs its usage at
+// chaosUSDPerMillion (the scripted model reports a token per four bytes of
+// each message, and one for a reply of tool calls) and reserves its
+// prompt's estimate (which counts the tool definitions too) and
+// chaosMaxTokens. Measured: the three charging turns cost $0.074, $0.114
+// and $0.120; the third reserves $0.337 with $0.188 spent ($0.525 in
+// all), the fourth $0.383 with $0.308 spent ($0.691). chaosCapUSD admits
+// the third and refuses the fourth, with $0.075 and $0.091 of margin
+// (TestChaos fails if a cap sized to bind refused nothing).
+const (
+	chaosAccount        = "chaos/payments"
+	chaosCapAccount     = "chaos" // the parent: the runs are charged to its caps too
+	chaosModel          = "chaos-model"
+	chaosUSDPerMillion  = 1000.0
+	chaosMaxTokens      = 16
+	chaosCapUSD         = 0.60
+	chaosRoomyCapUSD    = 100.0
+	chaosFinishReserve  = 0.5
+	chaosSpendTolerance = 1e-9
+)
+
+// capMode picks the case's cap: the issue's scenario and the abort
+// endings at a tool boundary keep their 403 path; the commit endings
+// finish on the cap (with a finishing reserve on a pause or a slow tool),
+// and the abort endings that fault while waiting for a key or during the
+// walk escalate on it.
+func (cc chaosCase) capMode() chaosCapMode {
+	switch {
+	case cc.Label != "":
+		return capRoomy
+	case cc.Ending == endingCommit && (cc.Fault == faultKill || cc.Fault == faultPostgres):
+		return capFinish
+	case cc.Ending == endingCommit:
+		return capFinishReserve
+	case cc.Boundary == boundaryWaitingKey || cc.Boundary == boundaryDuringWalk:
+		return capEscalate
+	}
+	return capRoomy
+}
+
+// spendCap is the cap the harness sets on the runs' account before the
+// run starts.
+func (cc chaosCase) spendCap() ledger.SpendCap {
+	c := ledger.SpendCap{Account: chaosCapAccount, Period: ledger.SpendMonth, USD: chaosCapUSD, OnExhausted: agentsagatype.OnExhaustedFinish}
+	switch cc.capMode() {
+	case capRoomy:
+		c.USD = chaosRoomyCapUSD
+	case capFinishReserve:
+		// Ordinary turns have chaosCapUSD of room, as with capFinish.
+		c.USD, c.FinishReserve = chaosCapUSD/(1-chaosFinishReserve), chaosFinishReserve
+	case capEscalate:
+		c.OnExhausted = agentsagatype.OnExhaustedEscalate
+	}
+	return c
+}
 
 // chaosCase is one run of the harness.
 type chaosCase struct {
@@ -346,7 +437,7 @@ type chaosEnv struct {
 	// takeoverMeasured reports I5 (the takeover bound) instead of failing
 	// on it: for a configuration measured to show why the bound needs
 	// what it is run without (cluster_test.go, the worker's poll cap
-	// off). I1-I4 still fail the run.
+	// off). I1-I4, I6 and I7 still fail the run.
 	takeoverMeasured bool
 }
 
@@ -355,11 +446,18 @@ type chaosOutcome struct {
 	Case   chaosCase
 	Status string
 	// Missed says why the fault did not strike at its boundary (the run
-	// still counts for I1-I4, not for I5).
+	// still counts for I1-I4, I6 and I7, not for I5).
 	Missed string
+	// CapMissed says why a cap sized to refuse a turn refused none (the
+	// run still counts for I6 and I7; TestChaos fails on it).
+	CapMissed string
 	// Err says why the run could not be checked.
 	Err        string
-	Violations [5]int
+	Violations [7]int
+	// Capped counts the model turns the account's spend cap refused, and
+	// Expired the spend holds ExpireSpendHolds had to end after the run
+	// (their worker never settled them).
+	Capped, Expired int
 	// Takeover is the time from the kill or pause to the next attempt's
 	// request; -1 when not measured.
 	Takeover time.Duration
@@ -497,6 +595,7 @@ func runChaosCase(t *testing.T, env chaosEnv, cc chaosCase) chaosOutcome {
 	r.must(sleepCtx(ctx, time.Until(settle)))
 
 	out := r.check(ctx, result)
+	r.checkSpend(ctx, result, &out)
 	r.report(out)
 	return out
 }
@@ -553,6 +652,20 @@ func (r *chaosRun) setUp(ctx context.Context) {
 
 	first := r.startWorker("worker-1")
 	waitPolling(ctx, t, r.c, first) // it also applied the migrations
+	r.setSpendCap(ctx)
+}
+
+// setSpendCap sets the cap of the runs' account as an operator would,
+// before the run starts.
+func (r *chaosRun) setSpendCap(ctx context.Context) {
+	store, err := ledger.Open(ctx, r.databaseURL())
+	r.must(err)
+	defer store.Close()
+	c := r.cc.spendCap()
+	_, err = store.SetSpendCap(ctx, c, "chaos harness")
+	r.must(err)
+	r.note("set the spend cap of %s: $%.4f a %s, on_exhausted %s, finish_reserve %v (%s)", c.Account, c.USD, c.Period,
+		c.OnExhausted, c.FinishReserve, r.cc.capMode())
 }
 
 func (r *chaosRun) databaseURL() string { return r.ledger.url }
@@ -590,14 +703,18 @@ tools:
 func chaosSpec(t *testing.T, cc chaosCase, toolURL string) workflows.RunSpec {
 	t.Helper()
 	var b strings.Builder
-	b.WriteString("goal: charge ann, bob and cat for order o-1, then ship it\nbudget: {steps: 10}\n")
+	fmt.Fprintf(&b, "goal: charge ann, bob and cat for order o-1, then ship it\nbudget: {steps: 10, account: %s}\n", chaosAccount)
 	if !cc.DefaultRetry {
 		b.WriteString("retry: {max_attempts: 5}\n")
 	}
-	b.WriteString(`model:
+	fmt.Fprintf(&b, "prices: {models: {%s: {input_per_million: %v, output_per_million: %[2]v}}}\n", chaosModel, chaosUSDPerMillion)
+	fmt.Fprintf(&b, `model:
   provider: scripted
+  name: %s
+  max_tokens: %d
   script:
-    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 10}}]
+`, chaosModel, chaosMaxTokens)
+	b.WriteString(`    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 10}}]
     - tool_calls: [{name: charge, arguments: {customer: bob, amount: 20}}]
     - tool_calls: [{name: charge, arguments: {customer: cat, amount: 30}}]
 `)
@@ -1016,6 +1133,118 @@ func (r *chaosRun) check(ctx context.Context, result workflows.RunResult) chaosO
 	return out
 }
 
+// checkSpend counts the model turns the account's cap refused, ends the
+// spend holds that outlived their leases, and counts the violations of I6
+// and I7 on the account's caps. A hold's lease is its model turn's
+// heartbeat timeout (min(2 min, 10 s)), set when the turn reserves and
+// never renewed, so a hold its worker never settled (killed, paused, cut
+// off from Postgres) keeps the cap's room until then, at most 10 s after
+// the run's last turn began: the harness waits until the last hold left
+// has passed its lease, calls ExpireSpendHolds as an operator's sweep
+// would (a claimed turn's hold is spent in full, any other released), and
+// only then reads the periods. The cost it compares them with is the
+// run's completed model turns' reported usage at the spec's price, read
+// from the turns the ledger stored.
+func (r *chaosRun) checkSpend(ctx context.Context, result workflows.RunResult, out *chaosOutcome) {
+	for _, entry := range result.Trace {
+		if entry.Kind == "model" && entry.Denial == budget.DenySpendCap {
+			out.Capped++
+		}
+	}
+	fail := func(err error) {
+		if out.Err != "" {
+			out.Err += "; "
+		}
+		out.Err += "spend: " + err.Error()
+	}
+	until, err := r.ledger.spendLeaseEnd(ctx)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if until != nil {
+		r.note("a spend hold is left, its lease until %s: waiting for it to pass", r.clock(*until))
+		if err := sleepCtx(ctx, time.Until(*until)+500*time.Millisecond); err != nil {
+			fail(fmt.Errorf("waiting for the spend holds' leases to pass: %w", err))
+			return
+		}
+	}
+	store, err := ledger.Open(ctx, r.databaseURL())
+	if err != nil {
+		fail(err)
+		return
+	}
+	spentInFull, released, err := store.ExpireSpendHolds(ctx)
+	store.Close()
+	if err != nil {
+		fail(err)
+		return
+	}
+	out.Expired = spentInFull + released
+	if out.Expired > 0 {
+		r.note("ExpireSpendHolds ended %d spend holds: %d spent in full, %d released", out.Expired, spentInFull, released)
+	}
+	caps, err := r.ledger.spendCaps(ctx)
+	if err != nil {
+		fail(err)
+		return
+	}
+	periods, err := r.ledger.spendPeriods(ctx)
+	if err != nil {
+		fail(err)
+		return
+	}
+	holds, err := r.ledger.spendHolds(ctx)
+	if err != nil {
+		fail(err)
+		return
+	}
+	turns, usage, err := r.ledger.modelUsage(ctx, r.wf)
+	if err != nil {
+		fail(err)
+		return
+	}
+	cost := (float64(usage.InputTokens) + float64(usage.OutputTokens)) * chaosUSDPerMillion / 1e6
+
+	// I6: each period under its cap, and each cap's periods together at
+	// least what the turns cost (a spend the ledger missed could pass the
+	// cap unseen; more than they cost is a hold spent in full).
+	spent := map[string]float64{}
+	periodsOf := map[string]int{}
+	for _, p := range periods {
+		name := p.Account + " per " + p.Period
+		spent[name] += p.Spent
+		periodsOf[name]++
+		if p.Spent > p.CapUSD+chaosSpendTolerance {
+			out.violate(6, "the %s period of %s's cap from %s spent $%.6f of its $%.4f cap", p.Period, p.Account,
+				p.Starts.UTC().Format(time.RFC3339), p.Spent, p.CapUSD)
+		}
+		// I7: nothing reserved once the holds have ended.
+		if p.Reserved > chaosSpendTolerance || p.Reserved < -chaosSpendTolerance {
+			out.violate(7, "the %s period of %s's cap from %s still holds $%.6f reserved", p.Period, p.Account,
+				p.Starts.UTC().Format(time.RFC3339), p.Reserved)
+		}
+	}
+	var book []string
+	for _, c := range caps {
+		name := c.Account + " per " + c.Period
+		if spent[name] < cost-chaosSpendTolerance {
+			out.violate(6, "%s's cap spent $%.6f in its periods, less than the $%.6f its %d model turns cost by their usage",
+				name, spent[name], cost, turns)
+		}
+		book = append(book, fmt.Sprintf("%s: $%.6f spent of $%.4f in %d periods", name, spent[name], c.USD, periodsOf[name]))
+		if r.cc.capMode() != capRoomy && out.Capped == 0 && periodsOf[name] <= 1 {
+			out.CapMissed = fmt.Sprintf("the cap of %s was sized to refuse the fourth turn and refused none ($%.6f spent of $%.4f); the harness's cap no longer fits its runs' costs",
+				name, spent[name], c.USD)
+		}
+	}
+	for _, h := range holds {
+		out.violate(7, "spend hold %s of $%.6f is left after ExpireSpendHolds, its lease until %s", h.Key, h.USD, r.clock(h.LeaseUntil))
+	}
+	r.note("spend (%s): %d model turns cost $%.6f by their usage; %s; %d turns refused by the cap", r.cc.capMode(), turns, cost,
+		strings.Join(book, "; "), out.Capped)
+}
+
 // report logs the run's summary, and its violations as errors with the
 // timeline they come from.
 func (r *chaosRun) report(out chaosOutcome) {
@@ -1054,8 +1283,8 @@ func (r *chaosRun) report(out chaosOutcome) {
 			strings.TrimPrefix(req.Key, r.wf+"/"), req.Outcome)
 	}
 	seen, _ := r.attemptsSeen()
-	t.Logf("%s: status=%s violations I1..I5=%v takeover=%s requests=%d executions=%d worker WARN lines=%d missed=%q took %s\n  %s%s\nattempts of %s: %s\nservice timeline:%s",
-		r.cc.name(), out.Status, out.Violations, takeover, requests, executions, warnings, out.Missed,
+	t.Logf("%s: status=%s violations I1..I7=%v takeover=%s requests=%d executions=%d worker WARN lines=%d missed=%q cap refusals=%d holds expired=%d took %s\n  %s%s\nattempts of %s: %s\nservice timeline:%s",
+		r.cc.name(), out.Status, out.Violations, takeover, requests, executions, warnings, out.Missed, out.Capped, out.Expired,
 		time.Since(r.began).Round(time.Second), notes, zombie, r.faultActivity, seen, timeline.String())
 	for _, e := range out.Evidence {
 		if r.env.takeoverMeasured && strings.HasPrefix(e, "I5: ") {
@@ -1066,6 +1295,9 @@ func (r *chaosRun) report(out chaosOutcome) {
 	}
 	if out.Err != "" {
 		t.Errorf("%s: could not check the run: %s", r.cc.name(), out.Err)
+	}
+	if out.CapMissed != "" {
+		t.Errorf("%s: %s", r.cc.name(), out.CapMissed)
 	}
 }
 
@@ -1108,13 +1340,16 @@ func clip(s string, n int) string {
 // total: runs, runs whose fault missed its boundary, runs that could not be
 // checked, violations per invariant, the slowest takeover against its
 // limit, the faulted call's attempts Temporal handed to a paused worker
-// (each lost until its heartbeat timeout), and how the runs ended.
+// (each lost until its heartbeat timeout), the runs whose account's cap
+// refused a turn, the spend holds ExpireSpendHolds ended after the runs,
+// and how the runs ended.
 func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 	type row struct {
 		cc                 chaosCase
 		runs, missed, errs int
 		toPaused           int
-		violations         [5]int
+		capped, expired    int
+		violations         [7]int
 		worstTakeover      time.Duration
 		measured           bool
 		statuses           map[string]int
@@ -1138,6 +1373,10 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 				rw.errs++
 			}
 			rw.toPaused += o.ToPaused
+			if o.Capped > 0 {
+				rw.capped++
+			}
+			rw.expired += o.Expired
 			for i, n := range o.Violations {
 				rw.violations[i] += n
 			}
@@ -1152,7 +1391,7 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 	}
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "fault\tboundary\ttimeout\truns\tmissed\terrors\tI1\tI2\tI3\tI4\tI5\tworst takeover (limit)\tto paused\tended\t")
+	fmt.Fprintln(w, "fault\tboundary\ttimeout\truns\tmissed\terrors\tI1\tI2\tI3\tI4\tI5\tI6\tI7\tworst takeover (limit)\tto paused\tcapped\tholds expired\tended\t")
 	line := func(fault, boundary, timeout string, rw *row, limit string) {
 		takeover := "-"
 		if rw.measured {
@@ -1166,8 +1405,9 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 			ended = append(ended, fmt.Sprintf("%s %d", s, rw.statuses[s]))
 		}
 		v := rw.violations
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t\n", fault, boundary, timeout,
-			rw.runs, rw.missed, rw.errs, v[0], v[1], v[2], v[3], v[4], takeover, rw.toPaused, strings.Join(ended, ", "))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t\n", fault, boundary, timeout,
+			rw.runs, rw.missed, rw.errs, v[0], v[1], v[2], v[3], v[4], v[5], v[6], takeover, rw.toPaused, rw.capped, rw.expired,
+			strings.Join(ended, ", "))
 	}
 	for _, key := range order {
 		rw := rows[key]

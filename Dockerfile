@@ -12,7 +12,8 @@ RUN go mod download
 COPY . .
 
 # Static binary: the runtime image has no libc.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/agentsaga ./cmd/agentsaga
+# The binary is the CLI's module (cmd/agentsaga), built on the library beside it.
+RUN cd cmd/agentsaga && go mod download && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/agentsaga .
 
 # ---- runtime stage ---------------------------------------------------------
 # distroless/static: CA certificates and tzdata, no shell, no package manager.

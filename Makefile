@@ -12,7 +12,7 @@ TEST_FLAGS ?= -race -timeout 20m
 .PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz chaos record-histories
 
 build:
-	$(GO) build -o bin/agentsaga ./cmd/agentsaga
+	$(GO) -C cmd/agentsaga build -o $(CURDIR)/bin/agentsaga .
 
 bin/temporal:
 	GOBIN=$(CURDIR)/bin GOFLAGS= $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
@@ -36,14 +36,17 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 		echo "make chromium: could not install Debian's chromium (apt-get missing or failed); the UI test will be skipped"
 
-# cmd/agentsaga (the chaos harness, the fault and deploy tests: real worker
-# processes with 3 s heartbeat timeouts) runs after the other packages, not
-# beside them: on a 2-core machine their load once pushed a takeover past
-# the harness's heartbeat-timeout-plus-5-s limit (I5) by 60 ms.
+# The CLI and the benchmarks are a module of their own (cmd/agentsaga), so
+# the library's go.mod carries only the library; each module is tested by a
+# `go test` of its own. cmd/agentsaga itself (the chaos harness, the fault
+# and deploy tests: real worker processes with 3 s heartbeat timeouts) runs
+# last and alone: on a 2-core machine other packages' load once pushed a
+# takeover past the harness's heartbeat-timeout-plus-5-s limit (I5) by 60 ms.
 test: bin/temporal postgres chromium
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/cmd/agentsaga$$')
+	$(GO) test $(TEST_FLAGS) ./...
 	cd deploy/k8s && $(GO) test ./...
-	$(GO) test $(TEST_FLAGS) ./cmd/agentsaga
+	$(GO) -C cmd/agentsaga test $(TEST_FLAGS) ./bench/...
+	$(GO) -C cmd/agentsaga test $(TEST_FLAGS) .
 
 # Every fuzz target, FUZZTIME each (`make fuzz FUZZTIME=10m`). `make test`
 # runs the same targets on their seed corpora (testdata/fuzz) only. What a
@@ -82,14 +85,14 @@ record-histories: bin/temporal postgres
 # CHAOS_RUNS runs a cell, CHAOS_PARALLEL at once, each run charged to an
 # account whose spend cap binds in most of them. It prints the table of
 # invariant violations (I1-I7; I6 and I7 are the spend cap's) and saves it
-# in bench/results/chaos.txt; it fails if any count is not 0. `make test`
+# in cmd/agentsaga/bench/results/chaos.txt; it fails if any count is not 0. `make test`
 # runs its small configuration.
 CHAOS_RUNS ?= 2
 CHAOS_PARALLEL ?= 6
 chaos: bin/temporal postgres
-	$(GO) test -race -timeout 180m -count=1 -v -run '^TestChaos$$' ./cmd/agentsaga -args \
+	$(GO) -C cmd/agentsaga test -race -timeout 180m -count=1 -v -run '^TestChaos$$' . -args \
 		-chaos.size=large -chaos.runs=$(CHAOS_RUNS) -chaos.parallel=$(CHAOS_PARALLEL) \
-		-chaos.out=$(CURDIR)/bench/results/chaos.txt
+		-chaos.out=$(CURDIR)/cmd/agentsaga/bench/results/chaos.txt
 
 # agentsaga on a real Temporal server (go.temporal.io/server v1.29.1, the
 # version compose pins, built into bin/ from Go modules when missing) on
@@ -103,18 +106,18 @@ test-cluster: postgres
 	@GO="$(GO)" scripts/test-cluster.sh
 
 # Benchmarks print their own figures; they are not part of `make test`.
-# Each scenario also saves its figures as JSON under bench/results/.
+# Each scenario also saves its figures as JSON under cmd/agentsaga/bench/results/.
 BENCH := ./bin/agentsaga bench
 bench: bin/temporal postgres build
-	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/ | tee bench/results/go-bench.txt
-	$(BENCH) amplification --out bench/results/amplification.json --chart bench/amplification.png
-	$(BENCH) success --runs 40 --calls 10 --out bench/results/success.json
-	$(BENCH) overhead --runs 4 --calls 50 --out bench/results/overhead.json
-	$(BENCH) storm --out bench/results/storm.json --chart bench/storm.png
-	$(BENCH) ledger --out bench/results/ledger.json
-	$(BENCH) long --out bench/results/long.json --chart bench/long.png
-	$(BENCH) fleet --out bench/results/fleet.json
-	$(BENCH) ratelimit --out bench/results/ratelimit.json --chart bench/ratelimit.png
-	$(BENCH) spend --out bench/results/spend.json --chart bench/spend.png
-	$(BENCH) drain --out bench/results/drain.json
+	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/ | tee cmd/agentsaga/bench/results/go-bench.txt
+	$(BENCH) amplification --out cmd/agentsaga/bench/results/amplification.json --chart cmd/agentsaga/bench/amplification.png
+	$(BENCH) success --runs 40 --calls 10 --out cmd/agentsaga/bench/results/success.json
+	$(BENCH) overhead --runs 4 --calls 50 --out cmd/agentsaga/bench/results/overhead.json
+	$(BENCH) storm --out cmd/agentsaga/bench/results/storm.json --chart cmd/agentsaga/bench/storm.png
+	$(BENCH) ledger --out cmd/agentsaga/bench/results/ledger.json
+	$(BENCH) long --out cmd/agentsaga/bench/results/long.json --chart cmd/agentsaga/bench/long.png
+	$(BENCH) fleet --out cmd/agentsaga/bench/results/fleet.json
+	$(BENCH) ratelimit --out cmd/agentsaga/bench/results/ratelimit.json --chart cmd/agentsaga/bench/ratelimit.png
+	$(BENCH) spend --out cmd/agentsaga/bench/results/spend.json --chart cmd/agentsaga/bench/spend.png
+	$(BENCH) drain --out cmd/agentsaga/bench/results/drain.json
 	$(MAKE) chaos

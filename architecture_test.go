@@ -160,28 +160,33 @@ func packageList(cell string) []string {
 // module's packages it imports (its Imports field, test files left out)
 // and those that import it, named as the table names them.
 func moduleImports() (map[string]room, error) {
-	cmd := exec.Command("go", "list", "-json", "./...")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("go list -json ./...: %v: %s", err, stderr.String())
-	}
 	type pkg struct {
 		ImportPath string
 		Imports    []string
 		Module     *struct{ Path string }
 	}
 	var pkgs []pkg
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		var p pkg
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("go list -json ./...: %w", err)
+	// The library's module, then the CLI's (cmd/agentsaga, with the
+	// benchmarks), which has a go.mod of its own.
+	for _, dir := range []string{".", "cmd/agentsaga"} {
+		cmd := exec.Command("go", "list", "-json", "./...")
+		cmd.Dir = dir
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("go list -json ./... in %s: %v: %s", dir, err, stderr.String())
 		}
-		pkgs = append(pkgs, p)
+		dec := json.NewDecoder(bytes.NewReader(out))
+		for {
+			var p pkg
+			if err := dec.Decode(&p); err == io.EOF {
+				break
+			} else if err != nil {
+				return nil, fmt.Errorf("go list -json ./... in %s: %w", dir, err)
+			}
+			pkgs = append(pkgs, p)
+		}
 	}
 	if len(pkgs) == 0 || pkgs[0].Module == nil {
 		return nil, errors.New("go list -json ./... listed no package of a module")

@@ -76,7 +76,7 @@ AGENTSAGA_CLUSTER_SERVER=$root/bin/temporal-server AGENTSAGA_CLUSTER_ROOT=$root 
 	AGENTSAGA_CLUSTER_REPORT=$report \
 	POSTGRES_SEEDS=$host DB_PORT=$pg_port POSTGRES_USER=$user POSTGRES_PWD=$password \
 	DBNAME=$db VISIBILITY_DBNAME=$visibility_db \
-	nice -n 19 "$GO" test -race -count=1 -timeout 90m -v -run '^TestCluster$' ./cmd/agentsaga > "$log" 2>&1 || status=$?
+	nice -n 19 "$GO" -C "$root/cmd/agentsaga" test -race -count=1 -timeout 90m -v -run '^TestCluster$' . > "$log" 2>&1 || status=$?
 grep -E '^\s*--- (FAIL|PASS|SKIP): TestCluster(/[^/]*)? ' "$log" || true
 if [ -f "$report" ]; then
 	echo

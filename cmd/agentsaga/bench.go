@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/worker"
 )
 

@@ -19,8 +19,10 @@ import (
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
-// TemporalBinary finds bin/temporal at the root of the module that holds
-// the working directory, or returns an error that says how to build it.
+// TemporalBinary finds bin/temporal at the root of a module that holds
+// the working directory (the innermost that has one: the CLI's module sits
+// inside the library's, and the binary is built at the repository's root),
+// or returns an error that says how to build it.
 func TemporalBinary() (string, error) {
 	if path := os.Getenv("TEMPORAL_CLI"); path != "" {
 		return path, nil
@@ -29,16 +31,20 @@ func TemporalBinary() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	missing := ""
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			bin := filepath.Join(dir, "bin", "temporal")
-			if _, err := os.Stat(bin); err != nil {
-				return "", fmt.Errorf("workertest: %s is missing; build it with `make bin/temporal`", bin)
+			if _, err := os.Stat(bin); err == nil {
+				return bin, nil
 			}
-			return bin, nil
+			missing = bin // the outermost, at the end
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
+			if missing != "" {
+				return "", fmt.Errorf("workertest: %s is missing; build it with `make bin/temporal`", missing)
+			}
 			return "", fmt.Errorf("workertest: no go.mod above the working directory")
 		}
 		dir = parent

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )

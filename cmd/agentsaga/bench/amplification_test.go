@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 )

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 )

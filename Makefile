@@ -9,7 +9,7 @@ export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disa
 DEMO_FLAGS ?= --exit
 TEST_FLAGS ?= -race -timeout 20m
 
-.PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz chaos record-histories
+.PHONY: build demo dev test postgres migrate vet clean bench chromium fuzz chaos record-histories surface
 
 build:
 	$(GO) -C cmd/agentsaga build -o $(CURDIR)/bin/agentsaga .
@@ -121,3 +121,8 @@ bench: bin/temporal postgres build
 	$(BENCH) spend --out cmd/agentsaga/bench/results/spend.json --chart cmd/agentsaga/bench/spend.png
 	$(BENCH) drain --out cmd/agentsaga/bench/results/drain.json
 	$(MAKE) chaos
+
+# The public API's size (issue 32): exported names and fields of each
+# package of the library's module; internal/ is counted apart.
+surface:
+	$(GO) run ./internal/surface

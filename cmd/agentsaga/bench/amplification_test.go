@@ -8,9 +8,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -43,4 +45,15 @@ func TestAmplificationSmoke(t *testing.T) {
 	assert.Greater(t, stacked.Amplification, 10.0, "stacked layers multiply: 2 x 3 x 3 = 18 per call")
 	assert.Greater(t, unbounded.Amplification, agentsaga.Amplification, "an unbounded policy retries until its timeout")
 	assert.Greater(t, unbounded.Amplification, 3.0)
+
+	// The benchmark's runs were started as users start them, so the UI
+	// lists them under the namespaced name, never as a bare AgentRun.
+	count := func(workflowType string) int64 {
+		n, err := temporalClient.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+			Query: "WorkflowType = '" + workflowType + "'"})
+		require.NoError(t, err)
+		return n.GetCount()
+	}
+	assert.Eventually(t, func() bool { return count(agentsagatype.NamePrefix+"AgentRun") >= 4 }, 10*time.Second, 100*time.Millisecond)
+	assert.Zero(t, count("AgentRun"), "a run started around the facade")
 }

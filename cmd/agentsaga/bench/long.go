@@ -231,7 +231,7 @@ func longOne(ctx context.Context, c client.Client, store *ledger.Store, cfg Long
 	runCtx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	began := time.Now()
-	run, err := c.ExecuteWorkflow(runCtx, client.StartWorkflowOptions{ID: queue, TaskQueue: queue}, workflows.AgentRun, spec)
+	run, err := startAgentRun(c, queue, spec)(runCtx, queue)
 	if err != nil {
 		return row, fmt.Errorf("bench: long: start run: %w", err)
 	}

@@ -166,12 +166,12 @@ type watchedRun struct {
 	started, ended time.Time
 }
 
-// run runs spec as AgentRun id and waits for its result. An escalated run
+// run runs spec as run id and waits for its result. An escalated run
 // waits for a human; the harness has none, so it counts the run escalated
 // and terminates it, so that the scenario ends too.
 func (o *outageWorker) run(ctx context.Context, id string, spec workflows.RunSpec) watchedRun {
 	out := watchedRun{started: time.Now()}
-	run, err := o.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: o.queue}, workflows.AgentRun, spec)
+	run, err := startAgentRun(o.client, o.queue, spec)(ctx, id)
 	if err != nil {
 		out.err, out.ended = fmt.Errorf("start: %w", err), time.Now()
 		return out

@@ -356,5 +356,5 @@ func TestCallKeyInsideACustomModel(t *testing.T) {
 	var result agentsaga.RunResult
 	require.NoError(t, env.GetWorkflowResult(&result))
 	require.Contains(t, result.Answer, `"words": 3`)
-	require.Equal(t, []string{id + "/" + workflows.ModelActivityID(1), id + "/" + workflows.ModelActivityID(2)}, keys)
+	require.Equal(t, []string{id + "/" + agentsagatype.ModelActivityID(1), id + "/" + agentsagatype.ModelActivityID(2)}, keys)
 }

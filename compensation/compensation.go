@@ -14,13 +14,13 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-const suffix = "/compensate"
-
 // ActivityID is the activity ID of the compensation of the forward call
 // with activity ID forward. With the workflow ID it makes the
 // compensation's idempotency key, <forward key>/compensate: derived, not
 // generated, so every attempt of every worker names the same compensation.
-func ActivityID(forward string) string { return forward + suffix }
+func ActivityID(forward string) string {
+	return agentsagatype.SubActivityID(forward, agentsagatype.SubCompensate, 0)
+}
 
 // RetryActivityID is the activity ID of the retry-th human retry of the
 // compensation of forward (retry 0 is ActivityID). Each retry gets a key of
@@ -31,7 +31,7 @@ func RetryActivityID(forward string, retry int) string {
 	if retry == 0 {
 		return ActivityID(forward)
 	}
-	return fmt.Sprintf("%s%s/retry-%d", forward, suffix, retry)
+	return agentsagatype.SubActivityID(ActivityID(forward), agentsagatype.SubRetry, retry)
 }
 
 // ForwardActivityID is the forward action's activity ID as seen from the

@@ -135,6 +135,6 @@ tools:
 		assert.Equal(t, fmt.Sprintf("charged %d", i+1), action.Result)
 		want[action.Key] = 1
 	}
-	assert.Contains(t, want, id+"/"+workflows.ToolActivityID(1, 1, "shop_charge"))
+	assert.Contains(t, want, id+"/"+agentsagatype.ToolActivityID(1, 1, "shop_charge"))
 	assert.Equal(t, want, keys, "the server read each call's ledger key from _meta, once")
 }

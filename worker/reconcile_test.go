@@ -65,7 +65,7 @@ func stageVanishedRun(ctx context.Context, t *testing.T, store *ledger.Store, wo
 	require.NoError(t, err)
 	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: workflowID, RunID: "lost", Goal: spec.Goal, Spec: specJSON}))
 	charge := spec.Tools[0]
-	activityID := workflows.ToolActivityID(1, 1, "charge")
+	activityID := agentsagatype.ToolActivityID(1, 1, "charge")
 	claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: workflowID + "/" + activityID, WorkflowID: workflowID, ActivityID: activityID,
 		Tool: "charge", Arguments: `{"customer": "bob", "amount": 20}`,
 		Compensation: &agentsagatype.CompensationRequest{Tool: charge.Compensate.Tool, ArgumentsTemplate: string(charge.Compensate.Arguments)}}, time.Minute)
@@ -213,7 +213,7 @@ agents:
 `, url)))
 	require.NoError(t, err)
 	const parent = "reconcile-parent"
-	child := parent + "/" + workflows.ToolActivityID(1, 1, "helper")
+	child := parent + "/" + agentsagatype.ToolActivityID(1, 1, "helper")
 	_, err = temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: parent, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
 	waitForStatus(ctx, t, store, child, agentsagatype.RunEscalated)
@@ -373,7 +373,7 @@ agents:
 `, url)))
 	require.NoError(t, err)
 	const parent = "reconcile-alone-parent"
-	child := parent + "/" + workflows.ToolActivityID(1, 1, "helper")
+	child := parent + "/" + agentsagatype.ToolActivityID(1, 1, "helper")
 	parentRun, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: parent, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
 	waitForStatus(ctx, t, store, child, agentsagatype.RunEscalated)

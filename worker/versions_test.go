@@ -54,7 +54,7 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		// The first call answers 2 s after the second: the new path gives
 		// the second up while the first still runs, the old one never would.
 		missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasSuffix(r.Header.Get("Idempotency-Key"), workflows.ToolActivityID(1, 1, "refund")) {
+			if strings.HasSuffix(r.Header.Get("Idempotency-Key"), agentsagatype.ToolActivityID(1, 1, "refund")) {
 				time.Sleep(2 * time.Second)
 			}
 			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)

@@ -117,19 +117,6 @@ type BudgetView struct {
 	Retries      RetryStats       `json:"retries"`
 }
 
-// ModelActivityID names a step's model call.
-func ModelActivityID(step int) string { return fmt.Sprintf("step-%03d-model", step) }
-
-// FinishActivityID names the graceful-finish model call, made instead of
-// step's turn.
-func FinishActivityID(step int) string { return fmt.Sprintf("step-%03d-finish", step) }
-
-// ToolActivityID names the call-th tool call of a step, e.g.
-// step-003-call-1-search. With the workflow ID it is the idempotency key.
-func ToolActivityID(step, call int, tool string) string {
-	return fmt.Sprintf("step-%03d-call-%d-%s", step, call, tool)
-}
-
 // AgentRun runs one agent: model turn, then the tool calls that turn asked
 // for, then their results back to the model, until the model answers or the
 // budget runs low, when it finishes gracefully with a partial answer and a
@@ -455,10 +442,10 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 	model := r.spec.Model
 	modelName := strings.TrimSpace(model.Provider + " " + model.Name)
 	summary := fmt.Sprintf("model turn %d (%s)", step, modelName)
-	activityID := ModelActivityID(step)
+	activityID := agentsagatype.ModelActivityID(step)
 	if finish {
 		summary += ": graceful finish"
-		activityID = FinishActivityID(step)
+		activityID = agentsagatype.FinishActivityID(step)
 	}
 	var turn agentsagatype.ModelTurn
 	var refusedLeafCalls int // leaf calls of the turn's sends that a down model refused
@@ -579,7 +566,7 @@ func (r *run) askModels(ctx workflow.Context, activityID, summary string, call a
 	for i, model := range models {
 		id, send, what := activityID, call, summary
 		if i > 0 {
-			id = fmt.Sprintf("%s/fallback-%d", activityID, i)
+			id = agentsagatype.SubActivityID(activityID, agentsagatype.SubFallback, i)
 			send.Model, send.TurnOf = model, r.spec.Model.Target()
 			send.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
 			send.Retry = r.plan("model", modelDependency(model))

@@ -121,7 +121,7 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 		}
 		var held agentsagatype.LimitHeld
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID: fmt.Sprintf("%s/limit-%d", c.activityID, i+1), StartToCloseTimeout: 30 * time.Second,
+			ActivityID: agentsagatype.SubActivityID(c.activityID, agentsagatype.SubLimit, i+1), StartToCloseTimeout: 30 * time.Second,
 			Summary: clip("limit "+l.Name(), 100),
 		})
 		if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityHoldLimit), agentsagatype.LimitHold{
@@ -189,7 +189,7 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
 		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID: c.activityID + "/approval", StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
+			ActivityID: agentsagatype.SubActivityID(c.activityID, agentsagatype.SubApproval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
 		})
 		var recorded agentsagatype.Approval
 		if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
@@ -254,7 +254,7 @@ func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWai
 	}
 	// Blocks a late Update: the ledger records the timeout first.
 	w.Decision = &agentsagatype.ApprovalDecision{Key: w.Key, Call: w.Call, By: "agentsaga", Reason: "nobody decided in time", TimedOut: true}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: w.Call + "/approval-timeout", StartToCloseTimeout: 30 * time.Second})
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: agentsagatype.SubActivityID(w.Call, agentsagatype.SubApprovalTimer, 0), StartToCloseTimeout: 30 * time.Second})
 	var recorded agentsagatype.Approval
 	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
@@ -305,7 +305,7 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 			}
 			w.Decision = &agentsagatype.ApprovalDecision{Key: w.Key, Call: w.Call, Approve: approve, By: in.By, Reason: in.Reason}
 			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-				ActivityID: w.Call + "/" + update, StartToCloseTimeout: 30 * time.Second, Summary: clip(update+" "+w.Call+" by "+in.By, 100),
+				ActivityID: agentsagatype.SubActivityID(w.Call, agentsagatype.SubActivity(update), 0), StartToCloseTimeout: 30 * time.Second, Summary: clip(update+" "+w.Call+" by "+in.By, 100),
 			})
 			var recorded agentsagatype.Approval
 			if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {

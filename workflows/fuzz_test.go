@@ -149,10 +149,10 @@ func FuzzIdempotencyKeys(f *testing.F) {
 		if child1 {
 			// The same call, made by a sub-agent that the parent's call
 			// step1/call1 started.
-			a.workflowID = wf1 + "/" + workflows.ToolActivityID(step1, call1, a.tool)
+			a.workflowID = wf1 + "/" + agentsagatype.ToolActivityID(step1, call1, a.tool)
 		}
 		if child2 {
-			b.workflowID = wf2 + "/" + workflows.ToolActivityID(step2, call2, b.tool)
+			b.workflowID = wf2 + "/" + agentsagatype.ToolActivityID(step2, call2, b.tool)
 		}
 		a, b = a.normalize(), b.normalize()
 		keyA, keyB := a.key(), b.key()
@@ -182,11 +182,11 @@ type call struct {
 func (c call) activityID() string {
 	switch c.kind {
 	case 0:
-		return workflows.ModelActivityID(c.step)
+		return agentsagatype.ModelActivityID(c.step)
 	case 1:
-		return workflows.ToolActivityID(c.step, c.call, c.tool)
+		return agentsagatype.ToolActivityID(c.step, c.call, c.tool)
 	case 2:
-		return compensation.ActivityID(workflows.ToolActivityID(c.step, c.call, c.tool))
+		return compensation.ActivityID(agentsagatype.ToolActivityID(c.step, c.call, c.tool))
 	case 3:
 		return "run-start"
 	}

@@ -95,7 +95,7 @@ tools:
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "done", result.Answer)
 
-	child := workflowID + "/" + workflows.ToolActivityID(1, 1, "helper")
+	child := workflowID + "/" + agentsagatype.ToolActivityID(1, 1, "helper")
 	actions, err := store.ListActions(context.Background(), child)
 	require.NoError(t, err)
 	require.Len(t, actions, 1)

@@ -204,7 +204,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 			}
 		},
 	}, func(ctx workflow.Context, n int) workflow.Future {
-		return send(ctx, fmt.Sprintf("%s/after-breaker-%d", activityID, n))
+		return send(ctx, agentsagatype.SubActivityID(activityID, agentsagatype.SubAfterBreaker, n))
 	}, result)
 	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
 	if out.Parks > 0 {

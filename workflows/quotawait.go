@@ -63,7 +63,7 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 				call.Note = fmt.Sprintf("%s\nThe spend cap of account %s ($%.2f %s) held this turn back until %s.",
 					note, capped.Account, capped.USD, agentsagatype.SpendPer(capped.Period), back.UTC().Format("15:04:05 UTC"))
 				turn = agentsagatype.ModelTurn{}
-				err = r.sendModelTurn(ctx, fmt.Sprintf("%s/after-spend-%d", activityID, n), summary, call).Get(ctx, &turn)
+				err = r.sendModelTurn(ctx, agentsagatype.SubActivityID(activityID, agentsagatype.SubAfterSpend, n), summary, call).Get(ctx, &turn)
 				continue
 			}
 			refusal, refused := quotaRefusal(err)
@@ -109,7 +109,7 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 			call.Note = fmt.Sprintf("%s\nThe provider's rate limit held this turn back %s (until %s).",
 				note, r.quota.waited.Round(time.Second), back.UTC().Format("15:04:05 UTC"))
 			turn = agentsagatype.ModelTurn{}
-			err = r.sendModelTurn(ctx, fmt.Sprintf("%s/after-quota-%d", activityID, n), summary, call).Get(ctx, &turn)
+			err = r.sendModelTurn(ctx, agentsagatype.SubActivityID(activityID, agentsagatype.SubAfterQuota, n), summary, call).Get(ctx, &turn)
 		}
 		if waited > 0 && !temporal.IsCanceledError(err) {
 			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting

@@ -39,8 +39,8 @@ func stageTerminatedRun(t *testing.T, store *ledger.Store, url string) {
 	specJSON, err := json.Marshal(spec)
 	require.NoError(t, err)
 	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: terminatedID, RunID: "r1", Goal: spec.Goal, Spec: specJSON}))
-	key := terminatedID + "/" + workflows.ToolActivityID(1, 1, "charge")
-	claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: terminatedID, ActivityID: workflows.ToolActivityID(1, 1, "charge"),
+	key := terminatedID + "/" + agentsagatype.ToolActivityID(1, 1, "charge")
+	claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: terminatedID, ActivityID: agentsagatype.ToolActivityID(1, 1, "charge"),
 		Tool: "charge", Arguments: `{"amount": 10}`,
 		Compensation: &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"charge_id": "{{result.id}}"}`}}, time.Minute)
 	require.NoError(t, err)

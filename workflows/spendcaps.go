@@ -194,7 +194,7 @@ func (r *run) waitForToolSpend(ctx workflow.Context, c *toolCall) error {
 		}
 		c.request.Key = cmp.Or(c.request.Key, agentsagatype.CallKey(r.workflowID, c.activityID))
 		c.result = agentsagatype.ToolResult{}
-		err = r.sendToolCall(ctx, fmt.Sprintf("%s/after-spend-cap-%d", c.activityID, n), c.call, c.request).Get(ctx, &c.result)
+		err = r.sendToolCall(ctx, agentsagatype.SubActivityID(c.activityID, agentsagatype.SubAfterSpendCap, n), c.call, c.request).Get(ctx, &c.result)
 	}
 }
 

@@ -141,7 +141,7 @@ func (c *toolCall) changedTheWorld() bool {
 // JSON, a budget to share, a payload within bounds) it checks here, so a
 // malformed call never becomes an activity and nothing reaches the ledger.
 func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatype.ToolCall) *toolCall {
-	c := &toolCall{call: call, seq: seq, activityID: ToolActivityID(step, n, call.Name),
+	c := &toolCall{call: call, seq: seq, activityID: agentsagatype.ToolActivityID(step, n, call.Name),
 		entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, agentsagatype.PreviewBytes)}}
 	if call.Name == agentsagatype.ReadResultTool && r.readBack {
 		r.stats.Calls++
@@ -315,7 +315,7 @@ func (r *run) settleActivity(ctx workflow.Context, c *toolCall) {
 func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype.ToolCall) agentsagatype.GaveUp {
 	tool, _ := r.spec.tool(call.Name)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID:          activityID + "/give-up",
+		ActivityID:          agentsagatype.SubActivityID(activityID, agentsagatype.SubGiveUp, 0),
 		StartToCloseTimeout: tool.Timeout() + time.Minute,
 		HeartbeatTimeout:    10 * time.Second,
 		Summary:             clip("give up on "+activityID, 100),

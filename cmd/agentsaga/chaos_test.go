@@ -643,7 +643,7 @@ func (r *chaosRun) setUp(ctx context.Context) {
 	r.tool = startChaosTool(t)
 	r.spec = chaosSpec(t, r.cc, r.tool.URL)
 
-	bob := workflows.ToolActivityID(2, 1, "charge")
+	bob := agentsagatype.ToolActivityID(2, 1, "charge")
 	r.faultActivity = bob
 	if r.cc.Boundary == boundaryDuringWalk {
 		r.faultActivity = compensation.ActivityID(bob)

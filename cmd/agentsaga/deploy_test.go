@@ -87,7 +87,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	defer store.Close()
 
 	midRun := "deploy-mid-run"
-	charges := startToolServer(t, midRun+"/"+workflows.ToolActivityID(1, 1, "charge"))
+	charges := startToolServer(t, midRun+"/"+agentsagatype.ToolActivityID(1, 1, "charge"))
 	// The first lookup of a turn answers 2 s after the second, so the new
 	// path gives the second up while the first still runs.
 	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

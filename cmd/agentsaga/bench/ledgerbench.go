@@ -152,8 +152,8 @@ func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round,
 		wg.Go(func() {
 			run := fmt.Sprintf("%s-%d", prefix, g)
 			for i := 0; (deadline.IsZero() || time.Now().Before(deadline)) && (perClient == 0 || i < perClient); i++ {
-				activityID := fmt.Sprintf("step-%03d-call-%d-bench", i, round)
-				key := run + "/" + activityID
+				activityID := agentsagatype.ToolActivityID(i, round, "bench")
+				key := agentsagatype.CallKey(run, activityID)
 				claim, err := store.ClaimCall(ctx, ledger.ActionRequest{Key: key, WorkflowID: run, ActivityID: activityID, Tool: "bench", Arguments: `{}`},
 					ledger.LeafCall{Attempt: 1, Kind: ledger.LeafTool, Target: "bench"}, time.Minute)
 				if err == nil && !claim.Execute {

@@ -139,11 +139,11 @@ func parkedCall(ctx workflow.Context, url string, i, toolRetryCap int, rate int6
 	future, settable := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		first := fmt.Sprintf("call-%d", i+1)
-		key := workflow.GetInfo(ctx).WorkflowExecution.ID + "/" + first
+		key := agentsagatype.CallKey(workflow.GetInfo(ctx).WorkflowExecution.ID, first)
 		err := agentsagaSend(ctx, url, i, first, "", toolRetryCap, rate).Get(ctx, nil)
 		err, _ = workflows.WaitOutBreaker(ctx, err, workflows.BreakerWait{Limit: StormBreakerWait, Summary: "parked: echo's breaker is open"},
 			func(ctx workflow.Context, n int) workflow.Future {
-				return agentsagaSend(ctx, url, i, fmt.Sprintf("%s/after-breaker-%d", first, n), key, toolRetryCap, rate)
+				return agentsagaSend(ctx, url, i, agentsagatype.SubActivityID(first, agentsagatype.SubAfterBreaker, n), key, toolRetryCap, rate)
 			}, nil)
 		settable.Set(nil, err)
 	})

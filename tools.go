@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 )
 
@@ -183,10 +182,14 @@ func WithLimits(limits ...LimitSpec) ToolOption {
 	}
 }
 
+// RefusalRule is one answer that means "no" although the call succeeded
+// (WithRefusal).
+type RefusalRule = agentsagatype.RefusalRule
+
 // WithRefusal declares the answers that mean "no" although the call
 // succeeded (a field equal to a value, say): a refusal is never retried and
 // brings in a human.
-func WithRefusal(rules ...budget.RefusalRule) ToolOption {
+func WithRefusal(rules ...RefusalRule) ToolOption {
 	return func(s *agentsagatype.ToolSpec) error {
 		s.Refusal = append(s.Refusal, rules...)
 		return nil

@@ -27,15 +27,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
-// The _meta fields every MCP tool call carries, so a server can recognise
-// a retry of a call it already made: the idempotency key is the same on
-// every attempt (workflow ID + "/" + activity ID), the attempt is
-// Temporal's, 1 for the first.
-const (
-	MCPMetaIdempotencyKey = "agentsaga/idempotency_key"
-	MCPMetaAttempt        = "agentsaga/attempt"
-)
-
 // mcpImplementation is how the worker introduces itself to MCP servers.
 var mcpImplementation = &mcp.Implementation{Name: "agentsaga", Version: "1"}
 
@@ -206,7 +197,7 @@ func (a *Activities) callMCPTool(ctx context.Context, tool agentsagatype.ToolSpe
 		return "", Permanent(fmt.Errorf("tool %s: MCP arguments must be a JSON object, not %s", tool.Name, agentsagatype.Clip(trimmed, 100)))
 	}
 	params := &mcp.CallToolParams{
-		Meta:      mcp.Meta{MCPMetaIdempotencyKey: call.Key, MCPMetaAttempt: call.Attempt},
+		Meta:      mcp.Meta{agentsagatype.MCPMetaIdempotencyKey: call.Key, agentsagatype.MCPMetaAttempt: call.Attempt},
 		Name:      tool.MCPTool,
 		Arguments: call.Arguments,
 	}

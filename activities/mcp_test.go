@@ -126,11 +126,11 @@ func testMCPServer(fx *mcpEffects, die bool) *mcp.Server {
 	}
 	mcp.AddTool(server, &mcp.Tool{Name: "charge", Description: "Charge an amount."},
 		func(_ context.Context, req *mcp.CallToolRequest, in chargeArgs) (*mcp.CallToolResult, any, error) {
-			key, _ := req.Params.Meta[MCPMetaIdempotencyKey].(string)
+			key, _ := req.Params.Meta[agentsagatype.MCPMetaIdempotencyKey].(string)
 			if key == "" {
 				return nil, nil, errors.New("no idempotency key in _meta")
 			}
-			if fx.execute(key, req.Params.Meta[MCPMetaAttempt]) == 1 && die {
+			if fx.execute(key, req.Params.Meta[agentsagatype.MCPMetaAttempt]) == 1 && die {
 				os.Exit(3)
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("charged %v under %s", in.Amount, key)}}}, nil, nil

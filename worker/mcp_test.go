@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -40,7 +39,7 @@ func newMCPShop(t *testing.T) *mcpShop {
 	}
 	mcp.AddTool(server, &mcp.Tool{Name: "charge", Description: "Charge an amount."},
 		func(_ context.Context, req *mcp.CallToolRequest, in chargeArgs) (*mcp.CallToolResult, any, error) {
-			key, _ := req.Params.Meta[activities.MCPMetaIdempotencyKey].(string)
+			key, _ := req.Params.Meta[agentsagatype.MCPMetaIdempotencyKey].(string)
 			shop.mu.Lock()
 			shop.keys[key]++
 			shop.mu.Unlock()

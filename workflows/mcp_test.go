@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -54,7 +53,7 @@ func TestSubAgentGetsTheListedToolsOfAnMCPServer(t *testing.T) {
 	mcp.AddTool(server, &mcp.Tool{Name: "charge"}, func(_ context.Context, req *mcp.CallToolRequest, in chargeArgs) (*mcp.CallToolResult, any, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		keys = append(keys, fmt.Sprint(req.Params.Meta[activities.MCPMetaIdempotencyKey]))
+		keys = append(keys, fmt.Sprint(req.Params.Meta[agentsagatype.MCPMetaIdempotencyKey]))
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("charged %v", in.Amount)}}}, nil, nil
 	})
 	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {

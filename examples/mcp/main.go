@@ -26,7 +26,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // Billing is the team's invoicing, behind MCP.
@@ -55,7 +55,7 @@ func (b *Billing) Server() *mcp.Server {
 	server := mcp.NewServer(&mcp.Implementation{Name: "billing", Version: "1.0.0"}, nil)
 	mcp.AddTool(server, &mcp.Tool{Name: "create_invoice", Description: "Issue an invoice to a customer."},
 		func(ctx context.Context, req *mcp.CallToolRequest, args InvoiceArgs) (*mcp.CallToolResult, Invoice, error) {
-			key, _ := req.Params.Meta[activities.MCPMetaIdempotencyKey].(string)
+			key, _ := req.Params.Meta[agentsagatype.MCPMetaIdempotencyKey].(string)
 			if key == "" {
 				// Not retried: the same request would lack it again.
 				return nil, Invoice{}, errors.New("status 400: no idempotency key in _meta")

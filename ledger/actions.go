@@ -169,15 +169,26 @@ func (s *Store) runFence(ctx context.Context, workflowID string, compensating bo
 // RenewLease extends the lease of the attempt holding key under claim
 // number attempt, from now. It returns ErrLeaseLost when that attempt no
 // longer holds the key. A fenced key's holder may still renew: it is alive,
-// and a rollback waits for it to settle.
+// and a rollback waits for it to settle. The key's spend hold, if it has
+// one, lives as long: a model turn slower than its first lease keeps its
+// reservation until it settles, instead of having it spent in full by the
+// next reservation while it still runs.
 func (s *Store) RenewLease(ctx context.Context, key string, attempt int, lease time.Duration) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE actions SET locked_until = clock_timestamp() + $3 * interval '1 millisecond'
-		WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'`, key, attempt, lease.Milliseconds())
+	var renewed int
+	err := s.pool.QueryRow(ctx, `
+		WITH renewed AS (
+			UPDATE actions SET locked_until = clock_timestamp() + $3 * interval '1 millisecond'
+			WHERE idempotency_key = $1 AND attempts = $2 AND status = 'started'
+			RETURNING locked_until
+		), held AS (
+			UPDATE spend_holds h SET lease_until = greatest(h.lease_until, r.locked_until)
+			FROM renewed r WHERE h.idempotency_key = $1
+		)
+		SELECT count(*) FROM renewed`, key, attempt, lease.Milliseconds()).Scan(&renewed)
 	if err != nil {
 		return fmt.Errorf("ledger: renew lease of %s (claim %d): %w", key, attempt, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if renewed == 0 {
 		return fmt.Errorf("ledger: renew lease of %s (claim %d): %w", key, attempt, ErrLeaseLost)
 	}
 	return nil

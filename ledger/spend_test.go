@@ -220,6 +220,34 @@ func TestExpiredHoldsAreSpentOrReleasedNeverLeftHeld(t *testing.T) {
 	assert.Zero(t, spent+released, "each hold ends once")
 }
 
+// A hold lives as long as its call's attempt does: each renewal of the
+// key's lease (the attempt's heartbeat) extends it, so a turn slower than
+// its first lease is not spent in full while it still runs.
+func TestAHoldLivesAsLongAsItsAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 10}, "ops")
+	require.NoError(t, err)
+	slow := request("step-001-model")
+	claim, err := store.ClaimCall(ctx, slow, leafOf(slow, 1), time.Minute)
+	require.NoError(t, err)
+	r, err := store.ReserveSpend(ctx, slow.Key, "acme", 0.7, time.Second)
+	require.NoError(t, err)
+	require.True(t, r.Admitted)
+	require.NoError(t, store.RenewLease(ctx, slow.Key, claim.Action.Attempts, time.Minute))
+	time.Sleep(1200 * time.Millisecond) // the hold's first lease has passed
+	spent, released, err := store.ExpireSpendHolds(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, spent+released, "the attempt renewed its lease: its hold lives")
+	held, err := store.SettleSpend(ctx, slow.Key, 0.2)
+	require.NoError(t, err)
+	assert.True(t, held, "the turn settles its own reservation")
+	states, err := store.SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	assert.InDelta(t, 0.2, states[0].Spent, 1e-9, "what the turn cost, not its reservation")
+}
+
 // Every change to a cap is kept, with who made it, and a cap that makes
 // no sense is refused with what is wrong, changing nothing.
 func TestSpendCapChangesAreKeptAndBadCapsRefused(t *testing.T) {

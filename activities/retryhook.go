@@ -177,7 +177,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		return nil, i.deny(ctx, f, budget.DenyQuota)
 	}
 	if appErr != nil && appErr.Type() == budget.DenySpendCap {
-		// The account's cap cannot pay for the turn: nothing was sent, the
+		// The account's cap cannot pay for the turn or tool call: nothing was sent, the
 		// dependency is not to blame, and the run does what the cap says.
 		f.benign, f.atGate = true, true
 		if capped := (*keyed.SpendCapWaitError)(nil); errors.As(err, &capped) {
@@ -390,7 +390,7 @@ var denialText = map[string]string{
 	budget.DenyFleetBucket:  "the fleet-wide retry budget is exhausted",
 	budget.DenyDeadline:     "the backoff would outlive the run's deadline",
 	budget.DenyQuota:        "the model's quota has no room; the turn waits for it",
-	budget.DenySpendCap:     "the account's spend cap cannot pay for the turn",
+	budget.DenySpendCap:     "the account's spend cap cannot pay for the call",
 }
 
 // deny fails the call with the budget that said no as its type. It is as

@@ -330,3 +330,83 @@ tools:
 	assert.Equal(t, 4, requests, "four turns asked for a note")
 	assert.Zero(t, spendViolations(ctx, t, store, account, 1, started, billed+3*notePrice))
 }
+
+// A priced tool whose account's cap says wait: at $0.25 a note against
+// $0.55 in any 10 s (the model's turns cost a few millionths), two notes
+// fit a window; the third is refused before
+// it is sent, waits on a timer until the window has room, and goes out
+// again under its first key. The run completes all four notes. Seen from
+// the tool, no 10 s held more than two requests ($0.50): the cap held where
+// the money is spent.
+func TestAPricedToolWaitsForItsRollingCap(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const id, account, notePrice, window = "spend-tool-wait", "stark", 0.25, 10 * time.Second
+	store, queue := defaultBreakerWorker(ctx, t, id)
+	started := time.Now()
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: account, Period: ledger.RollingPeriod(window), USD: 0.55,
+		OnExhausted: agentsagatype.OnExhaustedWait}, "ann")
+	require.NoError(t, err)
+	model := &billedModel{stopAfter: 4, price: 0.001}
+	server := model.serve(t)
+	t.Cleanup(server.Close)
+	var mu sync.Mutex
+	var reached []time.Time
+	tool := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		reached = append(reached, time.Now())
+		mu.Unlock()
+		fmt.Fprint(w, `{"noted": true}`)
+	}))
+	t.Cleanup(tool.Close)
+	spec := resolvedSpec(t, fmt.Sprintf(`
+goal: take notes
+budget: {steps: 30, seconds: 120, account: %s}
+model: {provider: openai, name: gpt-4o-mini, base_url: %q, max_tokens: 40}
+prices:
+  models: {gpt-4o-mini: {input_per_million: 0.001, output_per_million: 0.001}}
+  tools: {note: %v}
+tools:
+  - name: note
+    kind: http
+    url: %q
+    parameters: {type: object, properties: {index: {type: integer}}, required: [index]}
+`, account, server.URL+"/v1", notePrice, tool.URL))
+	run, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.AgentRun, spec)
+	require.NoError(t, err)
+	var result workflows.RunResult
+	require.NoError(t, run.Get(ctx, &result))
+
+	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, reached, 4, "each note reached the tool once")
+	violations := 0
+	for i := range reached {
+		in := 0
+		for _, at := range reached {
+			if !at.After(reached[i]) && at.After(reached[i].Add(-window)) {
+				in++
+			}
+		}
+		if in > 2 {
+			violations++
+		}
+	}
+	t.Logf("notes reached the tool at %v after the start; %d windows of %s held more than two; took %s",
+		offsets(reached, started), violations, window, time.Since(started).Round(time.Second))
+	assert.Zero(t, violations)
+	assert.GreaterOrEqual(t, reached[2].Sub(reached[0]), window-time.Second, "the third note waited for the window")
+	_, billed := model.billed()
+	assert.Zero(t, spendViolations(ctx, t, store, account, 0.55, started, billed+4*notePrice))
+}
+
+// offsets are times as seconds after start, for a log line.
+func offsets(at []time.Time, start time.Time) []string {
+	out := make([]string, len(at))
+	for i, t := range at {
+		out[i] = fmt.Sprintf("%.1fs", t.Sub(start).Seconds())
+	}
+	return out
+}

@@ -611,10 +611,17 @@ tools:
 // rateLimitGoal is a goal of about chars characters: an instruction and a
 // report to read, so that a request's tokens bind before its count.
 func rateLimitGoal(chars int) string {
+	return wordCountGoal(chars, "The report follows. ", "Line %d of the report says that the quarterly figures were filed on time and checked twice. ")
+}
+
+// wordCountGoal is a goal of about chars characters for the word_count
+// scenarios: the instruction and heading, then numbered lines (line, with
+// the line's number) to fill it.
+func wordCountGoal(chars int, heading, line string) string {
 	var b strings.Builder
-	b.WriteString("Count the words of the sentences you are given, one word_count call a turn, then answer. The report follows. ")
+	b.WriteString("Count the words of the sentences you are given, one word_count call a turn, then answer. " + heading)
 	for i := 0; b.Len() < chars; i++ {
-		fmt.Fprintf(&b, "Line %d of the report says that the quarterly figures were filed on time and checked twice. ", i+1)
+		fmt.Fprintf(&b, line, i+1)
 	}
 	return b.String()
 }

@@ -567,12 +567,7 @@ tools:
 
 // spendGoal is a goal of about chars characters.
 func spendGoal(chars int) string {
-	var b strings.Builder
-	b.WriteString("Count the words of the sentences you are given, one word_count call a turn, then answer. The notes follow. ")
-	for i := 0; b.Len() < chars; i++ {
-		fmt.Fprintf(&b, "Note %d says that the support queue was answered within the hour and checked twice. ", i+1)
-	}
-	return b.String()
+	return wordCountGoal(chars, "The notes follow. ", "Note %d says that the support queue was answered within the hour and checked twice. ")
 }
 
 // SpendProviderCounts is what the fake provider answered and counted.

@@ -38,3 +38,30 @@ func keepPruning(ctx context.Context, store *ledger.Store, logger *slog.Logger, 
 		}
 	}
 }
+
+// expireHoldsEvery is how often a worker ends the spend holds whose lease
+// has passed (a worker that died mid-call left them): each reservation
+// ends them first too, but an account nobody reserves on would show them
+// as reserved until then.
+const expireHoldsEvery = time.Minute
+
+// keepExpiringHolds ends dead spend holds every interval until ctx ends.
+func keepExpiringHolds(ctx context.Context, store *ledger.Store, logger *slog.Logger, interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		spent, released, err := store.ExpireSpendHolds(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			logger.Warn("spend holds: a pass failed; the next one retries", "error", err)
+		case spent+released > 0:
+			logger.Info("spend holds: ended holds whose lease passed", "spent_in_full", spent, "released", released)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
@@ -35,5 +36,35 @@ func TestTheWorkersCleanerPrunesOldRuns(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the cleaner did not stop with its context")
+	}
+}
+
+// A worker ends the spend holds a dead worker left, on its own schedule,
+// without waiting for the account's next reservation.
+func TestTheWorkerEndsDeadSpendHolds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := ledgertest.NewStore(t)
+	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 10}, "ops")
+	require.NoError(t, err)
+	r, err := store.ReserveSpend(ctx, "dead-worker/step-001-model", "acme", 2, 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, r.Admitted)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		keepExpiringHolds(ctx, store, slog.Default(), 50*time.Millisecond)
+	}()
+	require.Eventually(t, func() bool {
+		caps, err := store.SpendCaps(ctx, "acme")
+		return err == nil && len(caps) == 1 && caps[0].Reserved == 0
+	}, 10*time.Second, 20*time.Millisecond, "the hold whose call never reached the ledger is released")
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the expirer did not stop with its context")
 	}
 }

@@ -248,17 +248,22 @@ func Run(ctx context.Context, cfg Config) error {
 		logger = logger.With("deployment", d.Name, "build_id", d.BuildID, "versioning", cmp.Or(d.Versioning, VersioningAutoUpgrade))
 	}
 	logger.Info("agentsaga worker running")
-	pruned := make(chan struct{})
+	pruned, expired := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(pruned)
 		if cfg.Retention >= 0 {
 			keepPruning(ctx, store, logger, PruneEvery, cfg.Retention)
 		}
 	}()
+	go func() {
+		defer close(expired)
+		keepExpiringHolds(ctx, store, logger, expireHoldsEvery)
+	}()
 	<-ctx.Done()
 	ready.drain()
 	logger.Info("agentsaga worker draining: no new calls; the calls in flight may finish", "stop_timeout", cfg.StopTimeout.String())
 	<-pruned // before the store closes
+	<-expired
 	w.Stop()
 	logger.Info("agentsaga worker stopped")
 	return nil

@@ -279,7 +279,7 @@ func (e *AlreadyDecidedError) Unwrap() []error {
 const firstDecisionWait = 10 * time.Second
 
 // alreadyDecided matches the run's refusal of a decision on a call whose
-// decision is pending or recorded (workflows/approvals.go): "call X was
+// decision is pending or recorded (workflows/humans.go): "call X was
 // already denied by bob", or the ledger's ErrDecided.
 var alreadyDecided = regexp.MustCompile(`call (\S+) was already (\S+) by (.+)$`)
 

@@ -275,7 +275,7 @@ type run struct {
 	// aborted), which decides how an empty rollback ends.
 	failed bool
 	saga   *compensation.Report
-	// approvals are the calls waiting for a human's approval (approvals.go),
+	// approvals are the calls waiting for a human's approval (humans.go),
 	// oldest first; denied holds the calls a human denied (sameCall), with
 	// the denial, so the model's asking again is refused at once.
 	approvals []*ApprovalWait

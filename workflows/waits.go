@@ -13,7 +13,7 @@ import (
 // an open breaker, for a provider's quota, for a human after an
 // escalation. An ending on the wall clock names them (agentsaga-commands
 // 6), so that a reason never blames the budget alone when a wait spent it.
-// A wait for approval costs no wall clock (approvals.go gives it back):
+// A wait for approval costs no wall clock (humans.go gives it back):
 // the book counts what was given back, so the ending can say so.
 type waitBook struct {
 	// Causes are in the order the run first met them.

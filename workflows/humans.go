@@ -1,8 +1,6 @@
 package workflows
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,16 +12,200 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/internal/toolcheck"
 )
 
-// Approval before the act (ARCHITECTURE.md decision 14). Between plan and send, a
-// tool call passes its tool's gates (gateCall): the per-call limits, the
-// approval rule, then the run's limits. A call that needs a human's yes
-// is recorded in the ledger, awaiting approval under its key, and waits on
-// a durable condition that the approve and deny Updates satisfy; the wait
-// costs the run no wall clock. The commands this emits came with
-// commandsVersion4.
+// Where a run waits for a human, in one place: an escalation (resume or
+// abort), a failed compensation (retry, skip or abort), and a call that
+// needs approval (approve or deny). Each is a durable wait on an Update
+// that its validator admits only while the run waits for it; the wait is
+// carried across continue-as-new.
+
+// Updates a run accepts while it waits for a human.
+const (
+	// UpdateResume continues an escalated run with an instruction (and
+	// optionally more budget).
+	UpdateResume = "resume"
+	// UpdateAbort stops an escalated run (which then compensates) or a
+	// compensation walk that a failed compensation stopped.
+	UpdateAbort = "abort"
+	// UpdateRetry runs a failed compensation again.
+	UpdateRetry = "retry"
+	// UpdateSkip records that a human took responsibility for a failed
+	// compensation, and walks on.
+	UpdateSkip = "skip"
+)
+
+// ResumeInput is the resume Update's argument.
+type ResumeInput struct {
+	Message  string  `json:"message"`
+	AddUSD   float64 `json:"add_usd,omitempty"`
+	AddSteps int     `json:"add_steps,omitempty"`
+}
+
+// maxInstruction bounds a human's instruction: it is pinned, sent whole in
+// every model request, and carried across continue-as-new until then.
+const maxInstruction = 16 << 10
+
+// ReasonInput is the argument of skip and abort: who decided, and why.
+type ReasonInput struct {
+	Reason string `json:"reason"`
+}
+
+// What a waiting run waits for.
+const (
+	waitingNone         = ""
+	waitingEscalation   = "escalation"
+	waitingCompensation = "compensation"
+)
+
+var waitingText = map[string]string{
+	waitingEscalation:   "an escalation (resume or abort)",
+	waitingCompensation: "a failed compensation (retry, skip or abort)",
+}
+
+// humanInput is an accepted Update, for the waiting coroutine to act on.
+type humanInput struct {
+	action string
+	resume ResumeInput
+	reason string
+}
+
+// registerUpdates installs the Updates. Their validators reject anything
+// that does not fit what the run is waiting for, so a rejected Update
+// leaves no trace in history.
+func (r *run) registerUpdates(ctx workflow.Context) error {
+	accept := func(in humanInput) (string, error) {
+		if r.input != nil {
+			// Two Updates in one workflow task both passed their
+			// validators before either handler ran: the second is refused,
+			// never silently lost.
+			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, r.input.action)
+		}
+		r.input = &in
+		return "accepted: " + in.action, nil
+	}
+	waitingFor := func(update string, want ...string) error {
+		if r.input != nil {
+			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, r.input.action)
+		}
+		for _, w := range want {
+			if r.waiting == w {
+				return nil
+			}
+		}
+		if r.waiting == waitingNone {
+			return fmt.Errorf("%s: the run is not waiting for a human", update)
+		}
+		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[r.waiting], update)
+	}
+	needReason := func(update, reason string) error {
+		if strings.TrimSpace(reason) == "" {
+			return fmt.Errorf("%s: a reason is required (who decided, and why)", update)
+		}
+		return nil
+	}
+	updates := []struct {
+		name        string
+		description string
+		handler     any
+		validator   any
+	}{
+		{UpdateResume, "Continue an escalated run: {message} for the model, optional add_usd and add_steps.", func(ctx workflow.Context, in ResumeInput) (string, error) {
+			return accept(humanInput{action: UpdateResume, resume: in})
+		}, func(ctx workflow.Context, in ResumeInput) error {
+			if err := waitingFor(UpdateResume, waitingEscalation); err != nil {
+				return err
+			}
+			switch {
+			case strings.TrimSpace(in.Message) == "":
+				return errors.New("resume: a message for the model is required")
+			case len(in.Message) > maxInstruction:
+				return fmt.Errorf("resume: the message is %d KiB; at most %d KiB (an instruction is sent whole in every request)", len(in.Message)>>10, maxInstruction>>10)
+			case in.AddUSD < 0 || in.AddSteps < 0:
+				return fmt.Errorf("resume: add_usd %v and add_steps %d must not be negative", in.AddUSD, in.AddSteps)
+			}
+			return nil
+		}},
+		{UpdateAbort, "Stop an escalated run (it compensates) or a stalled compensation walk: {reason}.", func(ctx workflow.Context, in ReasonInput) (string, error) {
+			return accept(humanInput{action: UpdateAbort, reason: in.Reason})
+		}, func(ctx workflow.Context, in ReasonInput) error {
+			if err := waitingFor(UpdateAbort, waitingEscalation, waitingCompensation); err != nil {
+				return err
+			}
+			return needReason(UpdateAbort, in.Reason)
+		}},
+		{UpdateRetry, "Run the failed compensation again.", func(ctx workflow.Context) (string, error) {
+			return accept(humanInput{action: UpdateRetry})
+		}, func(ctx workflow.Context) error {
+			return waitingFor(UpdateRetry, waitingCompensation)
+		}},
+		{UpdateSkip, "Take responsibility for a failed compensation and walk on: {reason}.", func(ctx workflow.Context, in ReasonInput) (string, error) {
+			return accept(humanInput{action: UpdateSkip, reason: in.Reason})
+		}, func(ctx workflow.Context, in ReasonInput) error {
+			if err := waitingFor(UpdateSkip, waitingCompensation); err != nil {
+				return err
+			}
+			return needReason(UpdateSkip, in.Reason)
+		}},
+	}
+	for _, u := range updates {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler, workflow.UpdateHandlerOptions{Validator: u.validator, Description: u.description}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitForHuman records the run as status (escalated or needs-attention),
+// shows why in the UI, and waits for an accepted Update, at most until
+// timeout (zero: no limit). It returns nil on timeout.
+func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
+	r.waiting, r.input = waiting, nil
+	r.setStatus(ctx, status, why)
+	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+	condition := func() bool { return r.input != nil }
+	if timeout > 0 {
+		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)
+	} else {
+		_ = workflow.Await(ctx, condition)
+	}
+	in := r.input
+	r.waiting, r.input = waitingNone, nil
+	if in != nil {
+		r.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
+	}
+	return in
+}
+
+// escalate pauses the run, budget intact, until a human resumes it (the
+// model reads the instruction next turn) or aborts it, or the deadline
+// passes. It returns a result when the run ends here.
+func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
+	r.escalations++
+	var timeout time.Duration
+	if deadline := r.budget.Deadline(); !deadline.IsZero() {
+		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
+	}
+	escalated := workflow.Now(ctx)
+	in := r.waitForHuman(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
+		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
+	r.waits.escalated(why, escalated, workflow.Now(ctx))
+	switch {
+	case ctx.Err() != nil:
+		result := r.rollback(ctx, "the run was cancelled while escalated ("+why+")", "", "")
+		return &result
+	case in == nil:
+		result := r.outOfBudget(ctx, "", "", r.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
+		return &result
+	case in.action == UpdateAbort:
+		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
+		return &result
+	}
+	// More budget is added only where there is a limit (budget.RunBudget.Raise).
+	r.budget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
+	r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
+	return nil
+}
 
 // Updates that decide on a call waiting for approval.
 const (
@@ -44,12 +226,6 @@ type ApprovalInput struct {
 // approved in time, when the spec says to fail.
 const ErrTypeApprovalTimedOut = "ApprovalTimedOut"
 
-// Denial names (TraceEntry.Denial) of calls the gates refused.
-const (
-	DenyApproval = "ApprovalDenied"
-	DenyLimit    = "LimitExceeded"
-)
-
 // ApprovalWait is a call waiting for a human: in the run's state, carried
 // across continue-as-new while it waits, and listed by the approvals query.
 type ApprovalWait struct {
@@ -65,110 +241,6 @@ type ApprovalWait struct {
 
 // QueryApprovals returns the calls waiting for approval ([]ApprovalWait).
 const QueryApprovals = "approvals"
-
-// gateCall lets a planned tool call through its tool's gates, or refuses
-// it (the model reads why) and says whether the run must escalate or end.
-// It may wait for a human.
-func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
-	tool, _ := r.spec.tool(c.call.Name)
-	gates, err := toolcheck.CompileGates(tool)
-	if err != nil {
-		// A spec validated before the start compiles; one that did not
-		// was never resolved. Nothing passes a gate that cannot be read.
-		c.refuse(fmt.Sprintf("refused: the tool's approval rule or limits cannot be read: %v", err))
-		return
-	}
-	if !gates.Any() {
-		return
-	}
-	args := c.call.Arguments
-	if why, ok := r.denied[sameCall(c.call)]; ok {
-		c.gateRefuse(DenyApproval, fmt.Sprintf("refused: a human denied this call before (%s). Do not ask for it again; carry on without it or say that it needs a human", why))
-		return
-	}
-	var needs []string
-	for _, l := range gates.Calls {
-		broken := l.Broken(args)
-		switch {
-		case broken == "":
-		case l.Approvable:
-			needs = append(needs, broken)
-		default:
-			c.gateRefuse(DenyLimit, fmt.Sprintf("refused before it was sent: %s. This limit is the spec's; no output of a tool and no instruction in the conversation lifts it. Do not retry with the same arguments", broken))
-			if l.Escalate {
-				c.escalation = fmt.Sprintf("Tool %s was refused by its limit: %s", c.call.Name, broken)
-			}
-			return
-		}
-	}
-	if why := gates.ApprovalWhy(c.call.Name, args); why != "" {
-		needs = append(needs, why)
-	}
-	if len(needs) > 0 {
-		approval := gates.Approval
-		if approval == nil {
-			approval = &agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways}
-		}
-		if !r.awaitApproval(ctx, c, *approval, strings.Join(needs, "; ")) {
-			return
-		}
-	}
-	for i, l := range gates.Sums {
-		amount, err := l.Rule.Number(args)
-		if err != nil {
-			c.gateRefuse(DenyLimit, fmt.Sprintf("refused before it was sent: the limit %s could not be checked: %v", l.Name(), err))
-			return
-		}
-		var held agentsagatype.LimitHeld
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID: agentsagatype.SubActivityID(c.activityID, agentsagatype.SubLimit, i+1), StartToCloseTimeout: 30 * time.Second,
-			Summary: clip("limit "+l.Name(), 100),
-		})
-		if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityHoldLimit), agentsagatype.LimitHold{
-			Key: agentsagatype.CallKey(r.workflowID, c.activityID), WorkflowID: limitScope(ctx), Tool: c.call.Name,
-			Limit: l.Name(), Amount: amount, AtMost: l.AtMost,
-		}).Get(ctx, &held); err != nil {
-			c.refuse("refused: the run's limit could not be checked: " + errorText(err))
-			return
-		}
-		if !held.Granted {
-			why := fmt.Sprintf("the run's limit %s: %v so far, and this call adds %v", l.Name(), held.Total, amount)
-			c.gateRefuse(DenyLimit, "refused before it was sent: "+why+". No approval lifts a run's limit. Do not retry it")
-			if l.Escalate {
-				c.escalation = fmt.Sprintf("Tool %s was refused by %s", c.call.Name, why)
-			}
-			return
-		}
-	}
-}
-
-// limitScope is the run a limit counts over: the root of the run's tree,
-// so that a model cannot get past a run's limit by handing the calls to a
-// sub-agent, and a sub-agent's calls that its failure compensated stop
-// counting for the whole tree.
-func limitScope(ctx workflow.Context) string {
-	info := workflow.GetInfo(ctx)
-	if root := info.RootWorkflowExecution; root != nil && root.ID != "" {
-		return root.ID
-	}
-	return info.WorkflowExecution.ID
-}
-
-// gateRefuse refuses a call at a gate, naming the gate as its denial.
-func (c *toolCall) gateRefuse(denial, why string) {
-	c.refuse(why)
-	c.entry.Denial = denial
-}
-
-// sameCall is what makes two calls the same request: the tool and its
-// arguments, whitespace aside.
-func sameCall(call agentsagatype.ToolCall) string {
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, []byte(call.Arguments)); err != nil {
-		return call.Name + "\x00" + call.Arguments
-	}
-	return call.Name + "\x00" + compact.String()
-}
 
 // awaitApproval records the call as awaiting approval and waits for a
 // human's decision. It returns true when the call may go. A call the

@@ -89,17 +89,11 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 			}
 			waiting := fmt.Sprintf("waiting for the quota of %s: its provider's rate limit has no room; the turn goes out at %s (waited %d times)",
 				what, back.UTC().Format(time.RFC3339), n)
-			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, note+"\n"+waiting)
-			if n == 1 {
-				r.setStatus(ctx, agentsagatype.RunRunning, waiting)
-			}
 			waited++
 			r.quota.waits++
 			r.quota.waited += wait
-			timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{Summary: clip("waiting for the quota of "+what, 100)})
-			timerErr := timer.Get(ctx, nil)
-			r.waits.add("the quota of "+what, now, workflow.Now(ctx), 1, time.Time{})
-			if timerErr != nil {
+			if timerErr := r.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
+				details: note + "\n" + waiting, summary: "waiting for the quota of " + what, cause: "the quota of " + what}, n); timerErr != nil {
 				err = timerErr // cancelled while waiting: nothing was sent
 				break
 			}
@@ -124,4 +118,29 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 func quotaRefusal(err error) (agentsagatype.CallFailure, bool) {
 	failure, ok := callFailureIn(err)
 	return failure, ok && failure.Denial == budget.DenyQuota
+}
+
+// refusalWait is one wait of a call behind a refusal that a timer waits
+// out (a quota, a spend cap): when the call goes out again, what the run's
+// status (waiting), the UI's progress and details and the timer's summary
+// say meanwhile, and the cause the run's book of waits charges it to.
+type refusalWait struct {
+	back                                       time.Time
+	waiting, progress, details, summary, cause string
+}
+
+// waitOnce waits w out, the n-th wait of its call: the UI shows it, the
+// ledger's status says it the first time, a timer waits until w.back, and
+// the book of waits keeps it. It returns the timer's error (cancelled:
+// nothing is sent again).
+func (r *run) waitOnce(ctx workflow.Context, w refusalWait, n int) error {
+	now := workflow.Now(ctx)
+	r.showProgress(ctx, agentsagatype.RunRunning, w.progress, w.details)
+	if n == 1 {
+		r.setStatus(ctx, agentsagatype.RunRunning, w.waiting)
+	}
+	timer := workflow.NewTimerWithOptions(ctx, w.back.Sub(now), workflow.TimerOptions{Summary: clip(w.summary, 100)})
+	err := timer.Get(ctx, nil)
+	r.waits.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
+	return err
 }

@@ -123,14 +123,9 @@ func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendR
 		waiting = fmt.Sprintf("waiting for the spend cap of account %s: $%.2f of its $%.2f %s is held by turns in flight, which give back what they do not spend; the turn asks again at %s",
 			refusal.Account, refusal.Reserved, refusal.USD, agentsagatype.SpendPer(refusal.Period), back.UTC().Format(time.RFC3339))
 	}
-	r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(now, r.openBreakers()))
-	if n == 1 {
-		r.setStatus(ctx, agentsagatype.RunRunning, waiting)
-	}
-	timer := workflow.NewTimerWithOptions(ctx, back.Sub(now), workflow.TimerOptions{Summary: clip("waiting for the spend cap of "+refusal.Account, 100)})
-	err := timer.Get(ctx, nil)
-	r.waits.add(spendCause(refusal), now, workflow.Now(ctx), 1, time.Time{})
-	return err
+	return r.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
+		details: r.budget.Note(now, r.openBreakers()), summary: "waiting for the spend cap of " + refusal.Account,
+		cause: spendCause(refusal)}, n)
 }
 
 // accountNote is the line of the budget note about the run's account: the

@@ -144,7 +144,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget,
 		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
 		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-		open:       map[string]time.Time{}, toolFailures: map[string]int{}, denied: map[string]string{},
+		open:       map[string]time.Time{}, toolFailures: map[string]int{}, humans: humanWaits{denied: map[string]string{}},
 		watch: newWatchdog(spec.Watchdog), step: 1,
 		progressShown: workflow.GetInfo(ctx).WorkflowStartTime,
 	}
@@ -241,12 +241,8 @@ type run struct {
 	open map[string]time.Time
 	// quota is how the current model turn met its provider's quota.
 	quota quotaWaits
-	// account is the room the run's account had at its last turn, for the
-	// note (spendcaps.go); nil before a turn said it.
-	account *agentsagatype.AccountLeft
-	// spendStop is the account's cap that could not pay for a tool call
-	// this turn, and said finish.
-	spendStop error
+	// account is the run's account as its caps last said (spendcaps.go).
+	account accountState
 	// waits is what the run's waits took of its wall clock, by cause.
 	waits waitBook
 	// answeredBy is the model that answered the last turn
@@ -270,24 +266,16 @@ type run struct {
 	readBack bool
 	// toolFailures counts failed calls per tool, for escalation.
 	toolFailures map[string]int
-	escalations  int
 	// failed is set when the run fails (rather than being cancelled or
 	// aborted), which decides how an empty rollback ends.
 	failed bool
 	saga   *compensation.Report
-	// approvals are the calls waiting for a human's approval (humans.go),
-	// oldest first; denied holds the calls a human denied (sameCall), with
-	// the denial, so the model's asking again is refused at once.
-	approvals []*ApprovalWait
-	denied    map[string]string
+	// humans is what the run waits on a human for (humans.go).
+	humans humanWaits
 	// ending, once set by a turn's tool calls, fails the run (an approval
 	// nobody gave in time, when the spec says so).
 	ending string
-	// waiting and input carry Updates from their handlers to the coroutine
-	// that waits for a human.
-	waiting string
-	input   *humanInput
-	watch   *watchdog
+	watch  *watchdog
 	// versions says which side of each GetVersion change this execution
 	// takes (versions.go).
 	versions versions
@@ -375,7 +363,7 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 			r.failed = true
 			return r.rollback(ctx, r.ending, r.lastContent, ""), nil
 		}
-		if capped := (*spendCapStop)(nil); errors.As(r.spendStop, &capped) {
+		if capped := (*spendCapStop)(nil); errors.As(r.account.stop, &capped) {
 			return r.endOnSpendCap(ctx, step+1, capped), nil
 		}
 		if why == "" && stuck != "" {
@@ -500,7 +488,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// AnsweredBy existed was the spec's model's.
 		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
 		r.answeredBy = entry.Model
-		r.account = cmp.Or(turn.Account, r.account)
+		r.account.left = cmp.Or(turn.Account, r.account.left)
 	} else {
 		entry.Error = errorText(err)
 		entry.Attempts, entry.Denial = callFailure(err)

@@ -63,10 +63,10 @@ func (r *run) carry() Carried {
 	return Carried{
 		Step: r.step, Seq: r.seq, Pending: r.pending,
 		Start: r.budget.Start, Limits: r.budget.Limits, Used: r.budget.Used, Stats: r.stats,
-		Open: r.openDependencies(), OpenSince: r.openSince(), ToolFailures: r.toolFailures, Escalations: r.escalations,
+		Open: r.openDependencies(), OpenSince: r.openSince(), ToolFailures: r.toolFailures, Escalations: r.humans.escalations,
 		Watchdog: r.watch.state(), LastContent: r.lastContent, ReadBack: r.readBack,
 		Trace: r.trace, Traced: r.traced, Continued: r.continued + 1,
-		Approvals: r.openApprovals(), Denied: r.denied, Waits: r.waits,
+		Approvals: r.openApprovals(), Denied: r.humans.denied, Waits: r.waits,
 	}
 }
 
@@ -74,7 +74,7 @@ func (r *run) carry() Carried {
 // continue-as-new.
 func (r *run) openApprovals() []ApprovalWait {
 	var open []ApprovalWait
-	for _, w := range r.approvals {
+	for _, w := range r.humans.approvals {
 		open = append(open, *w)
 	}
 	return open
@@ -97,15 +97,15 @@ func (r *run) resume(c Carried) {
 	for tool, n := range c.ToolFailures {
 		r.toolFailures[tool] = n
 	}
-	r.escalations = c.Escalations
+	r.humans.escalations = c.Escalations
 	r.watch.restore(c.Watchdog)
 	r.lastContent, r.readBack = c.LastContent, c.ReadBack
 	r.trace, r.traced, r.continued = c.Trace, c.Traced, c.Continued
 	for _, w := range c.Approvals {
-		r.approvals = append(r.approvals, &w)
+		r.humans.approvals = append(r.humans.approvals, &w)
 	}
 	for call, why := range c.Denied {
-		r.denied[call] = why
+		r.humans.denied[call] = why
 	}
 	r.waits = c.Waits
 }

@@ -51,6 +51,22 @@ type ReasonInput struct {
 	Reason string `json:"reason"`
 }
 
+// humanWaits is what a run waits on a human for, and what humans
+// decided: the approvals still open, the calls denied, the Update a
+// waiting coroutine is handed, and how often the run escalated.
+type humanWaits struct {
+	// approvals are the calls waiting for a human's approval, oldest
+	// first; denied holds the calls a human denied (sameCall), with the
+	// denial, so the model's asking again is refused at once.
+	approvals []*ApprovalWait
+	denied    map[string]string
+	// waiting and input carry Updates from their handlers to the coroutine
+	// that waits for a human.
+	waiting     string
+	input       *humanInput
+	escalations int
+}
+
 // What a waiting run waits for.
 const (
 	waitingNone         = ""
@@ -75,28 +91,28 @@ type humanInput struct {
 // leaves no trace in history.
 func (r *run) registerUpdates(ctx workflow.Context) error {
 	accept := func(in humanInput) (string, error) {
-		if r.input != nil {
+		if r.humans.input != nil {
 			// Two Updates in one workflow task both passed their
 			// validators before either handler ran: the second is refused,
 			// never silently lost.
-			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, r.input.action)
+			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, r.humans.input.action)
 		}
-		r.input = &in
+		r.humans.input = &in
 		return "accepted: " + in.action, nil
 	}
 	waitingFor := func(update string, want ...string) error {
-		if r.input != nil {
-			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, r.input.action)
+		if r.humans.input != nil {
+			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, r.humans.input.action)
 		}
 		for _, w := range want {
-			if r.waiting == w {
+			if r.humans.waiting == w {
 				return nil
 			}
 		}
-		if r.waiting == waitingNone {
+		if r.humans.waiting == waitingNone {
 			return fmt.Errorf("%s: the run is not waiting for a human", update)
 		}
-		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[r.waiting], update)
+		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[r.humans.waiting], update)
 	}
 	needReason := func(update, reason string) error {
 		if strings.TrimSpace(reason) == "" {
@@ -160,17 +176,17 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 // shows why in the UI, and waits for an accepted Update, at most until
 // timeout (zero: no limit). It returns nil on timeout.
 func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
-	r.waiting, r.input = waiting, nil
+	r.humans.waiting, r.humans.input = waiting, nil
 	r.setStatus(ctx, status, why)
 	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
-	condition := func() bool { return r.input != nil }
+	condition := func() bool { return r.humans.input != nil }
 	if timeout > 0 {
 		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)
 	} else {
 		_ = workflow.Await(ctx, condition)
 	}
-	in := r.input
-	r.waiting, r.input = waitingNone, nil
+	in := r.humans.input
+	r.humans.waiting, r.humans.input = waitingNone, nil
 	if in != nil {
 		r.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
 	}
@@ -181,7 +197,7 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 // model reads the instruction next turn) or aborts it, or the deadline
 // passes. It returns a result when the run ends here.
 func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
-	r.escalations++
+	r.humans.escalations++
 	var timeout time.Duration
 	if deadline := r.budget.Deadline(); !deadline.IsZero() {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
@@ -248,12 +264,12 @@ const QueryApprovals = "approvals"
 // takes that request (and its key) over rather than stacking another.
 func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatype.ApprovalSpec, why string) bool {
 	same := sameCall(c.call)
-	i := slices.IndexFunc(r.approvals, func(w *ApprovalWait) bool {
+	i := slices.IndexFunc(r.humans.approvals, func(w *ApprovalWait) bool {
 		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
 	})
 	var w *ApprovalWait
 	if i >= 0 {
-		w = r.approvals[i]
+		w = r.humans.approvals[i]
 		c.activityID, c.entry.ActivityID = w.Call, w.Call
 	} else {
 		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
@@ -268,7 +284,7 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
 			return false
 		}
-		r.approvals = append(r.approvals, w)
+		r.humans.approvals = append(r.humans.approvals, w)
 	}
 	if w.Recorded == nil {
 		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
@@ -303,13 +319,13 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 	case w.Recorded == nil:
 		return r.approvalTimedOut(ctx, c, w, rule)
 	}
-	r.approvals = slices.DeleteFunc(r.approvals, func(x *ApprovalWait) bool { return x == w })
+	r.humans.approvals = slices.DeleteFunc(r.humans.approvals, func(x *ApprovalWait) bool { return x == w })
 	c.entry.Approval = fmt.Sprintf("%s by %s", w.Recorded.Status, w.Recorded.DecidedBy)
 	if w.Recorded.Status == agentsagatype.ApprovalApproved {
 		return true
 	}
 	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
-	r.denied[same] = denial
+	r.humans.denied[same] = denial
 	c.gateRefuse(DenyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
 	return false
 }
@@ -331,7 +347,7 @@ func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWai
 	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
 	}
-	r.approvals = slices.DeleteFunc(r.approvals, func(x *ApprovalWait) bool { return x == w })
+	r.humans.approvals = slices.DeleteFunc(r.humans.approvals, func(x *ApprovalWait) bool { return x == w })
 	c.gateRefuse(DenyApproval, "not sent: "+waited)
 	r.ending = "the run ends: " + waited
 	return false
@@ -355,15 +371,15 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		case len(in.Reason) > maxInstruction:
 			return nil, fmt.Errorf("%s: the reason is %d KiB; at most %d KiB", update, len(in.Reason)>>10, maxInstruction>>10)
 		}
-		i := slices.IndexFunc(r.approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
+		i := slices.IndexFunc(r.humans.approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
 		if i < 0 {
 			var waiting []string
-			for _, w := range r.approvals {
+			for _, w := range r.humans.approvals {
 				waiting = append(waiting, w.Call)
 			}
 			return nil, fmt.Errorf("%s: no call %q waits for approval in this run (waiting: %s)", update, in.Call, listOrNone(waiting))
 		}
-		w := r.approvals[i]
+		w := r.humans.approvals[i]
 		if d := w.Decision; d != nil {
 			return nil, fmt.Errorf("%s: refused: call %s was already %s by %s", update, in.Call, d.Status(), d.By)
 		}
@@ -410,8 +426,8 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		}
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, QueryApprovals, func() ([]ApprovalWait, error) {
-		list := make([]ApprovalWait, len(r.approvals))
-		for i, w := range r.approvals {
+		list := make([]ApprovalWait, len(r.humans.approvals))
+		for i, w := range r.humans.approvals {
 			list[i] = *w
 		}
 		return list, nil

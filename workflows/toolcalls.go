@@ -368,7 +368,7 @@ func (r *run) recordActivity(c *toolCall) (escalation string) {
 		case errors.As(c.spendStop, &asked):
 			escalation = asked.why
 		case c.spendStop != nil:
-			r.spendStop = c.spendStop // the run finishes after this turn
+			r.account.stop = c.spendStop // the run finishes after this turn
 		default:
 			escalation = r.escalationFor(c.call.Name, c.err, e.Denial, c.parked.escalation)
 		}

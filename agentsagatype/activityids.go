@@ -54,12 +54,3 @@ func SubActivityID(call string, kind SubActivity, n int) string {
 	}
 	return fmt.Sprintf("%s/%s-%d", call, kind, n)
 }
-
-// The _meta fields every MCP tool call carries, so that a server can
-// recognise a retry of a call it already made: the idempotency key is the
-// same on every attempt (CallKey), the attempt is Temporal's, 1 for the
-// first.
-const (
-	MCPMetaIdempotencyKey = "agentsaga/idempotency_key"
-	MCPMetaAttempt        = "agentsaga/attempt"
-)

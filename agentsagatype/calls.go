@@ -101,7 +101,7 @@ func (r SpendRefusal) Reason() string {
 		what = "a call of tool " + r.Tool
 	}
 	return fmt.Sprintf("the spend cap of account %s ($%.2f %s%s) has $%.2f spent and $%.2f reserved, and %s needs up to $%.4f; %s %s",
-		r.Account, r.USD, SpendPer(r.Period), kept, r.Spent, r.Reserved, what, r.Needed, SpendResets(r.Period), r.Resets.UTC().Format(time.RFC3339))
+		r.Account, r.USD, SpendPer(r.Period), kept, r.Spent, r.Reserved, what, r.Needed, spendResets(r.Period), r.Resets.UTC().Format(time.RFC3339))
 }
 
 // SpendPer is how a cap's period reads after its amount: "a day" for a
@@ -117,9 +117,9 @@ func SpendPer(period string) string {
 // "rolling 24h"), and whether the period is one.
 func RollingWindow(period string) (string, bool) { return strings.CutPrefix(period, "rolling ") }
 
-// SpendResets is how a cap's reset reads before its time: a calendar
+// spendResets is how a cap's reset reads before its time: a calendar
 // period resets; a rolling window frees room as its oldest spend leaves.
-func SpendResets(period string) string {
+func spendResets(period string) string {
 	if _, rolling := RollingWindow(period); rolling {
 		return "room frees at"
 	}

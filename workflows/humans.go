@@ -17,8 +17,9 @@ import (
 // Where a run waits for a human, in one place: an escalation (resume or
 // abort), a failed compensation (retry, skip or abort), and a call that
 // needs approval (approve or deny). Each is a durable wait on an Update
-// that its validator admits only while the run waits for it; the wait is
-// carried across continue-as-new.
+// that its validator admits only while the run waits for it. A run never
+// continues as new while it waits for a human, but an approval left open
+// (an escalated timeout) is carried across (Carried.Approvals).
 
 // Updates a run accepts while it waits for a human.
 const (

@@ -15,15 +15,18 @@ import (
 // workflow can pass its replay-safe time and get the same answer on replay.
 // It is not safe for concurrent use; a run's budget belongs to its
 // workflow.
+//
+// Its JSON (what continue-as-new carries of it) is its limits, start and
+// spending; FinishAt comes from the run's spec.
 type RunBudget struct {
-	Limits Limits
+	Limits Limits `json:"limits"`
 	// FinishAt is the fraction of budget left at or below which the run
 	// must switch to writing its partial answer and handoff note.
-	FinishAt float64
+	FinishAt float64 `json:"-"`
 	// Start is when the run's wall clock began, for the seconds limit.
-	Start time.Time
+	Start time.Time `json:"start"`
 	// Used is what the run has spent so far.
-	Used Usage
+	Used Usage `json:"used"`
 	// reserved is what sub-runs still running were granted and not yet
 	// released (Reserve, Release): Grant shares out only what is left
 	// after it.

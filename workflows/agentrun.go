@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -136,18 +135,11 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if carried != nil {
 		start = carried.Start
 	}
-	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), start)
+	r, err := newRun(spec, workflow.GetInfo(ctx).WorkflowExecution.ID, start)
 	if err != nil {
 		return RunResult{}, temporal.NewNonRetryableApplicationError("spec: "+err.Error(), "InvalidSpec", nil)
 	}
-	r := &run{
-		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget,
-		workflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
-		stats:      RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-		open:       map[string]time.Time{}, toolFailures: map[string]int{}, humans: humanWaits{denied: map[string]string{}},
-		watch: newWatchdog(spec.Watchdog), step: 1,
-		progressShown: workflow.GetInfo(ctx).WorkflowStartTime,
-	}
+	r.ui.progressShown = workflow.GetInfo(ctx).WorkflowStartTime
 	if carried != nil {
 		r.resume(*carried)
 	}
@@ -161,7 +153,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		return RunResult{}, err
 	}
 	r.versions = readVersions(ctx)
-	r.watch.namesRules = r.versions.effectsProgress
+	r.Watchdog.namesRules = r.versions.effectsProgress
 	if carried == nil {
 		specJSON, err := json.Marshal(spec)
 		if err != nil {
@@ -206,7 +198,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 			InitialVersioningBehavior: workflow.ContinueAsNewVersioningBehaviorAutoUpgrade,
 		}, AgentRun, spec)
 	}
-	r.showProgress(ctx, result.Status, result.Reason, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+	r.showProgress(ctx, result.Status, result.Reason, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
 
 	// The ending is recorded even when the run was cancelled.
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
@@ -230,59 +222,45 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 }
 
 type run struct {
+	// spec is the run's resolved spec, read and never changed; its retry
+	// policy has its defaults.
 	spec       RunSpec
-	policy     budget.RetryPolicy
-	budget     *budget.RunBudget
 	workflowID string
-	stats      RetryStats
-	// open holds the dependencies whose breaker was seen open (a tool's
-	// name, "model", or "model <provider:name>"), for the note, with since
-	// when the outage has lasted when a refusal said it (else zero).
-	open map[string]time.Time
+	// Carried is the run's own state, which continue-as-new carries whole
+	// (continue.go).
+	Carried
 	// quota is how the current model turn met its provider's quota.
 	quota quotaWaits
 	// account is the run's account as its caps last said (spendcaps.go).
 	account accountState
-	// waits is what the run's waits took of its wall clock, by cause.
-	waits waitBook
-	// answeredBy is the model that answered the last turn
-	// (agentsagatype.ModelSpec.Target), for the UI.
-	answeredBy string
-	// trace holds the last traceTail entries; traced counts them all.
-	trace  []TraceEntry
-	traced int
-	// step is the next step; seq is the next message's place in the
-	// conversation, and pending are messages the workflow produced that
-	// the next model call writes to the ledger.
-	step    int
-	seq     int
-	pending []agentsagatype.Message
-	// continued counts the executions of this run before this one.
-	continued int
-	// lastContent is the model's latest text, for a partial answer.
-	lastContent string
-	// readBack is set once the model was told outputs were shortened: it
-	// is offered read_result from then on.
-	readBack bool
-	// toolFailures counts failed calls per tool, for escalation.
-	toolFailures map[string]int
-	// failed is set when the run fails (rather than being cancelled or
-	// aborted), which decides how an empty rollback ends.
-	failed bool
-	saga   *compensation.Report
 	// humans is what the run waits on a human for (humans.go).
 	humans humanWaits
 	// ending, once set by a turn's tool calls, fails the run (an approval
 	// nobody gave in time, when the spec says so).
 	ending string
-	watch  *watchdog
 	// versions says which side of each GetVersion change this execution
 	// takes (versions.go).
 	versions versions
-	// progressShown is when the search attributes last got the run's
-	// progress: this execution's start (a starter sets them, and
-	// continue-as-new carries them), then each upsert (showProgress).
-	progressShown time.Time
+	// ui is what the Temporal UI was last shown (ui.go).
+	ui uiState
+}
+
+// newRun is a run of spec at its first step, its budget's clock started at
+// start; resume takes up what an earlier execution carried.
+func newRun(spec RunSpec, workflowID string, start time.Time) (*run, error) {
+	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), start)
+	if err != nil {
+		return nil, err
+	}
+	spec.Retry = spec.Retry.WithDefaults()
+	return &run{
+		spec: spec, workflowID: workflowID,
+		Carried: Carried{
+			Step: 1, RunBudget: runBudget, Watchdog: newWatchdog(spec.Watchdog),
+			Stats:        RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
+			ToolFailures: map[string]int{}, Denied: map[string]string{},
+		},
+	}, nil
 }
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, name string, arg any) error {
@@ -304,25 +282,25 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 	for _, t := range r.spec.Tools {
 		defs = append(defs, t.Def())
 	}
-	for ; ; r.step++ {
-		step := r.step
+	for ; ; r.Step++ {
+		step := r.Step
 		if ctx.Err() != nil {
-			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+			return r.rollback(ctx, "the run was cancelled", r.LastContent, ""), nil
 		}
 		if r.historyIsLong(ctx) {
 			state := r.carry()
 			return RunResult{}, &state
 		}
-		r.waits.newStep()
+		r.Waits.newStep()
 		now := workflow.Now(ctx)
-		if dimension := r.budget.Exhausted(now); dimension != "" {
-			return r.outOfBudget(ctx, r.lastContent, "", r.budgetSpent(dimension)), nil
+		if dimension := r.RunBudget.Exhausted(now); dimension != "" {
+			return r.outOfBudget(ctx, r.LastContent, "", r.budgetSpent(dimension)), nil
 		}
-		if r.budget.ShouldFinish(now) {
-			return r.gracefulFinish(ctx, step, r.lastContent, r.finishingEarly(now)), nil
+		if r.RunBudget.ShouldFinish(now) {
+			return r.gracefulFinish(ctx, step, r.LastContent, r.finishingEarly(now)), nil
 		}
 		offered := defs
-		if r.readBack {
+		if r.ReadBack {
 			offered = append(slices.Clone(defs), agentsagatype.ReadResultDef)
 		}
 		turn, err := r.modelTurn(ctx, step, offered, false)
@@ -330,7 +308,7 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		var capped *spendCapStop
 		switch {
 		case ctx.Err() != nil:
-			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+			return r.rollback(ctx, "the run was cancelled", r.LastContent, ""), nil
 		case errors.As(err, &capped):
 			return r.endOnSpendCap(ctx, step, capped), nil
 		case errors.As(err, &parked):
@@ -341,8 +319,7 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 			}
 			continue
 		case err != nil:
-			r.failed = true
-			return r.rollback(ctx, fmt.Sprintf("model call at step %d failed: %s", step, errorText(err)), r.lastContent, ""), nil
+			return r.fail(ctx, fmt.Sprintf("model call at step %d failed: %s", step, errorText(err))), nil
 		case turn.Refusal != "":
 			// The refusal stays in the conversation (the model call
 			// recorded it), so the model (and a script) moves on after the
@@ -354,21 +331,20 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		case len(turn.ToolCalls) == 0:
 			return r.end(agentsagatype.RunCompleted, turn.Content, "the model answered"), nil
 		}
-		r.lastContent = turn.Content
+		r.LastContent = turn.Content
 		why, stuck := r.toolCalls(ctx, step, turn.ToolCalls)
 		if ctx.Err() != nil {
-			return r.rollback(ctx, "the run was cancelled", r.lastContent, ""), nil
+			return r.rollback(ctx, "the run was cancelled", r.LastContent, ""), nil
 		}
 		if r.ending != "" {
-			r.failed = true
-			return r.rollback(ctx, r.ending, r.lastContent, ""), nil
+			return r.fail(ctx, r.ending), nil
 		}
 		if capped := (*spendCapStop)(nil); errors.As(r.account.stop, &capped) {
 			return r.endOnSpendCap(ctx, step+1, capped), nil
 		}
 		if why == "" && stuck != "" {
 			if r.spec.Watchdog.OnFire != WatchdogEscalate {
-				return r.gracefulFinish(ctx, step+1, r.lastContent, "watchdog: "+stuck), nil
+				return r.gracefulFinish(ctx, step+1, r.LastContent, "watchdog: "+stuck), nil
 			}
 			why = "The watchdog fired: " + stuck
 		}
@@ -384,9 +360,9 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 // instruction, a failed call's error) at the next place in the
 // conversation; the next model call writes it to the ledger.
 func (r *run) say(m agentsagatype.Message) {
-	m.Seq = r.seq
-	r.seq++
-	r.pending = append(r.pending, m)
+	m.Seq = r.Seq
+	r.Seq++
+	r.Pending = append(r.Pending, m)
 }
 
 // gracefulFinish spends one last model turn, with no tools and switched
@@ -408,19 +384,19 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 }
 
 func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
-	r.stats.Calls++
+	r.Stats.Calls++
 	r.quota = quotaWaits{}
-	note := r.budget.Note(workflow.Now(ctx), r.openBreakers())
+	note := r.RunBudget.Note(workflow.Now(ctx), r.openBreakers())
 	if account := r.accountNote(); account != "" {
 		note += "\n" + account
 	}
-	if warning := r.watch.note(); warning != "" {
+	if warning := r.Watchdog.note(); warning != "" {
 		note += "\n" + warning
 	}
-	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.budget.Limits.Steps), note)
+	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.RunBudget.Limits.Steps), note)
 	call := agentsagatype.ModelCall{
 		Model:        r.spec.Model,
-		Conversation: agentsagatype.Conversation{WorkflowID: r.workflowID, Append: r.pending, Through: r.seq},
+		Conversation: agentsagatype.Conversation{WorkflowID: r.workflowID, Append: r.Pending, Through: r.Seq},
 		Tools:        defs, Note: note, Finish: finish,
 		Retry: r.plan("model", modelDependency(r.spec.Model)),
 	}
@@ -475,10 +451,10 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		}
 	}
 	if err == nil {
-		// The reply is message r.seq now; what was pending is written.
-		r.pending = nil
-		r.seq++
-		r.readBack = r.readBack || turn.Shortened > 0 || turn.OmittedTurns > 0
+		// The reply is message r.Seq now; what was pending is written.
+		r.Pending = nil
+		r.Seq++
+		r.ReadBack = r.ReadBack || turn.Shortened > 0 || turn.OmittedTurns > 0
 	}
 
 	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: agentsagatype.Preview(turn.Content), Note: note}
@@ -487,7 +463,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// A reply stored earlier says who answered it; one from before
 		// AnsweredBy existed was the spec's model's.
 		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
-		r.answeredBy = entry.Model
+		r.ui.answeredBy = entry.Model
 		r.account.left = cmp.Or(turn.Account, r.account.left)
 	} else {
 		entry.Error = errorText(err)
@@ -514,7 +490,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 	if entry.Denial == budget.DenySpendCap {
 		steps = 0 // the account could not pay for the turn: nothing was sent
 	}
-	r.budget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
+	r.RunBudget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
 		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage)})
 	r.record(entry)
 	return turn, err
@@ -631,10 +607,10 @@ func (e *modelParkedError) Unwrap() error { return e.err }
 
 // record adds an entry to the trace, keeping the last traceTail.
 func (r *run) record(entries ...TraceEntry) {
-	r.traced += len(entries)
-	r.trace = append(r.trace, entries...)
-	if over := len(r.trace) - traceTail; over > 0 {
-		r.trace = slices.Delete(r.trace, 0, over)
+	r.Traced += len(entries)
+	r.Trace = append(r.Trace, entries...)
+	if over := len(r.Trace) - traceTail; over > 0 {
+		r.Trace = slices.Delete(r.Trace, 0, over)
 	}
 }
 
@@ -647,13 +623,13 @@ func (r *run) charge(tool string, entry *TraceEntry) {
 	if (!r.versions.parkOnOpenBreaker || entry.Denial != budget.DenyCircuitOpen) && entry.Denial != budget.DenySpendCap {
 		entry.Attempts = max(entry.Attempts, 1)
 	}
-	r.budget.Spend(budget.Usage{LeafCalls: entry.Attempts})
+	r.RunBudget.Spend(budget.Usage{LeafCalls: entry.Attempts})
 	if retries := entry.Attempts - 1; retries > 0 {
-		r.stats.Retries += retries
-		r.stats.ToolRetries[tool] += retries
+		r.Stats.Retries += retries
+		r.Stats.ToolRetries[tool] += retries
 	}
 	if entry.Denial != "" {
-		r.stats.Denials[entry.Denial]++
+		r.Stats.Denials[entry.Denial]++
 	}
 	switch {
 	case entry.Denial == budget.DenyCircuitOpen:
@@ -666,29 +642,42 @@ func (r *run) charge(tool string, entry *TraceEntry) {
 // markOpen notes that dependency's breaker was seen open, since when the
 // outage has lasted when that is known (a zero since keeps what was known).
 func (r *run) markOpen(dependency string, since time.Time) {
-	if known := r.open[dependency]; since.IsZero() || (!known.IsZero() && known.Before(since)) {
+	if i, found := slices.BinarySearch(r.Open, dependency); !found {
+		r.Open = slices.Insert(r.Open, i, dependency)
+	}
+	if known := r.OpenSince[dependency]; since.IsZero() || (!known.IsZero() && known.Before(since)) {
 		since = known
 	}
-	r.open[dependency] = since
+	if !since.IsZero() {
+		if r.OpenSince == nil {
+			r.OpenSince = map[string]time.Time{}
+		}
+		r.OpenSince[dependency] = since
+	}
 }
 
 // markClosed notes that a call to dependency went through.
-func (r *run) markClosed(dependency string) { delete(r.open, dependency) }
+func (r *run) markClosed(dependency string) {
+	if i, found := slices.BinarySearch(r.Open, dependency); found {
+		r.Open = slices.Delete(r.Open, i, i+1)
+	}
+	delete(r.OpenSince, dependency)
+}
 
 // plan is the retry allowance handed to one call. The run allowance counts
 // the logical calls scheduled so far, this turn's included, so parallel
 // calls of one turn share one allowance and pay against one counter.
 func (r *run) plan(tool, dependency string) agentsagatype.RetryPlan {
-	p := r.policy
+	p := r.spec.Retry
 	backoff := p.Backoff()
 	// Voluntary retries (the model repeating a call) were charged in the
 	// workflow, so they come off what the hook may still grant.
 	return agentsagatype.RetryPlan{
 		Tool: tool, Dependency: dependency, MaxAttempts: p.MaxAttempts,
-		ToolRetryCap: p.ToolCap(tool) - r.watch.voluntary[tool],
-		RunAllowance: p.RunAllowance(r.stats.Calls) - float64(r.watch.totalVoluntary()),
+		ToolRetryCap: p.ToolCap(tool) - r.Watchdog.voluntary[tool],
+		RunAllowance: p.RunAllowance(r.Stats.Calls) - float64(r.Watchdog.totalVoluntary()),
 		BackoffBase:  backoff.Base, BackoffCap: backoff.Cap,
-		Deadline: r.budget.Deadline(),
+		Deadline: r.RunBudget.Deadline(),
 	}
 }
 
@@ -696,7 +685,7 @@ func (r *run) plan(tool, dependency string) agentsagatype.RetryPlan {
 // run's deadline, and keeps Temporal's attempt cap in step with the hook's
 // as a backstop.
 func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout time.Duration, summary string) workflow.ActivityOptions {
-	if deadline := r.budget.Deadline(); !deadline.IsZero() {
+	if deadline := r.RunBudget.Deadline(); !deadline.IsZero() {
 		timeout = min(timeout, max(time.Second, deadline.Sub(workflow.Now(ctx))))
 	}
 	return workflow.ActivityOptions{
@@ -704,10 +693,10 @@ func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout t
 		StartToCloseTimeout: timeout,
 		Summary:             summary,
 		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:    r.policy.Backoff().Base,
+			InitialInterval:    r.spec.Retry.Backoff().Base,
 			BackoffCoefficient: 2,
-			MaximumInterval:    r.policy.Backoff().Cap,
-			MaximumAttempts:    int32(r.policy.MaxAttempts),
+			MaximumInterval:    r.spec.Retry.Backoff().Cap,
+			MaximumAttempts:    int32(r.spec.Retry.MaxAttempts),
 		},
 	}
 }
@@ -715,9 +704,9 @@ func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout t
 // openBreakers names the dependencies whose breaker is open, for the
 // model's note and the UI: each is down, since when when that is known.
 func (r *run) openBreakers() []string {
-	open := make([]string, 0, len(r.open))
-	for _, dependency := range r.openDependencies() {
-		if since := r.open[dependency]; !since.IsZero() {
+	open := make([]string, 0, len(r.Open))
+	for _, dependency := range r.Open {
+		if since := r.OpenSince[dependency]; !since.IsZero() {
 			dependency += " (down since " + since.UTC().Format("15:04:05") + " UTC)"
 		}
 		open = append(open, dependency)
@@ -725,35 +714,25 @@ func (r *run) openBreakers() []string {
 	return open
 }
 
-// openDependencies are the keys of r.open, sorted.
-func (r *run) openDependencies() []string {
-	open := make([]string, 0, len(r.open))
-	for dependency := range r.open {
-		open = append(open, dependency)
-	}
-	sort.Strings(open)
-	return open
-}
-
 func (r *run) finalStats() RetryStats {
-	stats := r.stats
+	stats := r.Stats
 	if stats.Calls > 0 {
-		stats.Amplification = float64(r.budget.Used.LeafCalls) / float64(stats.Calls)
+		stats.Amplification = float64(r.RunBudget.Used.LeafCalls) / float64(stats.Calls)
 	}
 	return stats
 }
 
 func (r *run) view(now time.Time) BudgetView {
 	return BudgetView{
-		Limits: r.budget.Limits, Used: r.budget.Used, Remaining: r.budget.Remaining(now),
-		FractionLeft: r.budget.FractionLeft(now), ShouldFinish: r.budget.ShouldFinish(now),
-		Note: r.budget.Note(now, r.openBreakers()), Retries: r.finalStats(),
+		Limits: r.RunBudget.Limits, Used: r.RunBudget.Used, Remaining: r.RunBudget.Remaining(now),
+		FractionLeft: r.RunBudget.FractionLeft(now), ShouldFinish: r.RunBudget.ShouldFinish(now),
+		Note: r.RunBudget.Note(now, r.openBreakers()), Retries: r.finalStats(),
 	}
 }
 
 func (r *run) end(status, answer, reason string) RunResult {
-	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.budget.Used, Retries: r.finalStats(),
-		Trace: r.trace, TraceEntries: r.traced}
+	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.RunBudget.Used, Retries: r.finalStats(),
+		Trace: r.Trace, TraceEntries: r.Traced}
 }
 
 // partial ends a run whose budget ran low, with what it has and a handoff
@@ -762,7 +741,7 @@ func (r *run) end(status, answer, reason string) RunResult {
 func (r *run) partial(answer, modelNote, reason string) RunResult {
 	result := r.end(agentsagatype.RunPartial, answer, reason)
 	var done, failed []string
-	for _, e := range r.trace {
+	for _, e := range r.Trace {
 		if e.Kind != "tool" && e.Kind != "agent" {
 			continue
 		}
@@ -776,10 +755,10 @@ func (r *run) partial(answer, modelNote, reason string) RunResult {
 	if modelNote != "" {
 		fmt.Fprintf(&note, "%s\n\n", modelNote)
 	}
-	fmt.Fprintf(&note, "Stopped after %d model turns: %s.", r.budget.Used.Steps, reason)
+	fmt.Fprintf(&note, "Stopped after %d model turns: %s.", r.RunBudget.Used.Steps, reason)
 	fmt.Fprintf(&note, " Tool calls that succeeded: %s.", listOrNone(done))
 	fmt.Fprintf(&note, " Tool calls that failed: %s.", listOrNone(failed))
-	fmt.Fprintf(&note, " Retries: %d over %d calls.", r.stats.Retries, r.stats.Calls)
+	fmt.Fprintf(&note, " Retries: %d over %d calls.", r.Stats.Retries, r.Stats.Calls)
 	result.HandoffNote = note.String()
 	return result
 }

@@ -43,7 +43,7 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 		return
 	}
 	args := c.call.Arguments
-	if why, ok := r.humans.denied[sameCall(c.call)]; ok {
+	if why, ok := r.Denied[sameCall(c.call)]; ok {
 		c.gateRefuse(DenyApproval, fmt.Sprintf("refused: a human denied this call before (%s). Do not ask for it again; carry on without it or say that it needs a human", why))
 		return
 	}

@@ -52,20 +52,13 @@ type ReasonInput struct {
 	Reason string `json:"reason"`
 }
 
-// humanWaits is what a run waits on a human for, and what humans
-// decided: the approvals still open, the calls denied, the Update a
-// waiting coroutine is handed, and how often the run escalated.
+// humanWaits carries Updates from their handlers to the coroutine that
+// waits for a human: what it waits for, and the Update it is handed. What
+// humans decided (approvals still open, calls denied, escalations) is the
+// run's carried state (Carried).
 type humanWaits struct {
-	// approvals are the calls waiting for a human's approval, oldest
-	// first; denied holds the calls a human denied (sameCall), with the
-	// denial, so the model's asking again is refused at once.
-	approvals []*ApprovalWait
-	denied    map[string]string
-	// waiting and input carry Updates from their handlers to the coroutine
-	// that waits for a human.
-	waiting     string
-	input       *humanInput
-	escalations int
+	waiting string
+	input   *humanInput
 }
 
 // What a waiting run waits for.
@@ -179,7 +172,7 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
 	r.humans.waiting, r.humans.input = waiting, nil
 	r.setStatus(ctx, status, why)
-	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
 	condition := func() bool { return r.humans.input != nil }
 	if timeout > 0 {
 		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)
@@ -198,15 +191,15 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 // model reads the instruction next turn) or aborts it, or the deadline
 // passes. It returns a result when the run ends here.
 func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
-	r.humans.escalations++
+	r.Escalations++
 	var timeout time.Duration
-	if deadline := r.budget.Deadline(); !deadline.IsZero() {
+	if deadline := r.RunBudget.Deadline(); !deadline.IsZero() {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
 	}
 	escalated := workflow.Now(ctx)
 	in := r.waitForHuman(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
 		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
-	r.waits.escalated(why, escalated, workflow.Now(ctx))
+	r.Waits.escalated(why, escalated, workflow.Now(ctx))
 	switch {
 	case ctx.Err() != nil:
 		result := r.rollback(ctx, "the run was cancelled while escalated ("+why+")", "", "")
@@ -219,7 +212,7 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 		return &result
 	}
 	// More budget is added only where there is a limit (budget.RunBudget.Raise).
-	r.budget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
+	r.RunBudget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
 	r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 	return nil
 }
@@ -265,12 +258,12 @@ const QueryApprovals = "approvals"
 // takes that request (and its key) over rather than stacking another.
 func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatype.ApprovalSpec, why string) bool {
 	same := sameCall(c.call)
-	i := slices.IndexFunc(r.humans.approvals, func(w *ApprovalWait) bool {
+	i := slices.IndexFunc(r.Approvals, func(w *ApprovalWait) bool {
 		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
 	})
 	var w *ApprovalWait
 	if i >= 0 {
-		w = r.humans.approvals[i]
+		w = r.Approvals[i]
 		c.activityID, c.entry.ActivityID = w.Call, w.Call
 	} else {
 		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
@@ -285,13 +278,13 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
 			return false
 		}
-		r.humans.approvals = append(r.humans.approvals, w)
+		r.Approvals = append(r.Approvals, w)
 	}
 	if w.Recorded == nil {
 		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
 			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})",
 				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call),
-			r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+			r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
 		start := workflow.Now(ctx)
 		for w.Recorded == nil && ctx.Err() == nil {
 			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
@@ -307,11 +300,11 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			_ = workflow.Await(ctx, func() bool { return w.Recorded != nil || w.Decision == nil })
 		}
 		// Waiting for a human costs the run no wall clock.
-		r.budget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
-		if r.budget.Limits.Seconds > 0 {
-			r.waits.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
+		r.RunBudget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
+		if r.RunBudget.Limits.Seconds > 0 {
+			r.Waits.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
 		}
-		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -320,13 +313,13 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 	case w.Recorded == nil:
 		return r.approvalTimedOut(ctx, c, w, rule)
 	}
-	r.humans.approvals = slices.DeleteFunc(r.humans.approvals, func(x *ApprovalWait) bool { return x == w })
+	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.entry.Approval = fmt.Sprintf("%s by %s", w.Recorded.Status, w.Recorded.DecidedBy)
 	if w.Recorded.Status == agentsagatype.ApprovalApproved {
 		return true
 	}
 	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
-	r.humans.denied[same] = denial
+	r.Denied[same] = denial
 	c.gateRefuse(DenyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
 	return false
 }
@@ -348,7 +341,7 @@ func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWai
 	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
 	}
-	r.humans.approvals = slices.DeleteFunc(r.humans.approvals, func(x *ApprovalWait) bool { return x == w })
+	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.gateRefuse(DenyApproval, "not sent: "+waited)
 	r.ending = "the run ends: " + waited
 	return false
@@ -372,15 +365,15 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		case len(in.Reason) > maxInstruction:
 			return nil, fmt.Errorf("%s: the reason is %d KiB; at most %d KiB", update, len(in.Reason)>>10, maxInstruction>>10)
 		}
-		i := slices.IndexFunc(r.humans.approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
+		i := slices.IndexFunc(r.Approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
 		if i < 0 {
 			var waiting []string
-			for _, w := range r.humans.approvals {
+			for _, w := range r.Approvals {
 				waiting = append(waiting, w.Call)
 			}
 			return nil, fmt.Errorf("%s: no call %q waits for approval in this run (waiting: %s)", update, in.Call, listOrNone(waiting))
 		}
-		w := r.humans.approvals[i]
+		w := r.Approvals[i]
 		if d := w.Decision; d != nil {
 			return nil, fmt.Errorf("%s: refused: call %s was already %s by %s", update, in.Call, d.Status(), d.By)
 		}
@@ -427,8 +420,8 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		}
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, QueryApprovals, func() ([]ApprovalWait, error) {
-		list := make([]ApprovalWait, len(r.humans.approvals))
-		for i, w := range r.humans.approvals {
+		list := make([]ApprovalWait, len(r.Approvals))
+		for i, w := range r.Approvals {
 			list[i] = *w
 		}
 		return list, nil

@@ -25,7 +25,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 	if !slices.ContainsFunc(spec.Tools, agentsagatype.ToolSpec.IsMCPServer) {
 		return nil
 	}
-	backoff := r.policy.Backoff()
+	backoff := r.spec.Retry.Backoff()
 	futures := make([]workflow.Future, len(spec.Tools))
 	for i, tool := range spec.Tools {
 		if !tool.IsMCPServer() {
@@ -37,7 +37,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 			Summary:             clip("list the tools of MCP server "+tool.Name, 100),
 			RetryPolicy: &temporal.RetryPolicy{
 				InitialInterval: max(backoff.Base, time.Millisecond), BackoffCoefficient: 2,
-				MaximumInterval: max(backoff.Cap, time.Millisecond), MaximumAttempts: int32(r.policy.MaxAttempts),
+				MaximumInterval: max(backoff.Cap, time.Millisecond), MaximumAttempts: int32(r.spec.Retry.MaxAttempts),
 			},
 		})
 		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityListMCPTools), tool)
@@ -69,7 +69,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 // listed): nothing was done, so there is nothing to roll back.
 func (r *run) failAtStart(ctx workflow.Context, reason string) (RunResult, error) {
 	result := r.end(agentsagatype.RunFailed, "", reason)
-	r.showProgress(ctx, result.Status, reason, r.budget.Note(workflow.Now(ctx), nil))
+	r.showProgress(ctx, result.Status, reason, r.RunBudget.Note(workflow.Now(ctx), nil))
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
 	if err := r.bookkeeping(finishCtx, "run-finish", agentsagatype.ActivityRecordRunFinish, agentsagatype.RunFinish{
 		WorkflowID: r.workflowID, Outcome: agentsagatype.RunOutcome{Status: result.Status, Reason: reason},

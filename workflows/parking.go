@@ -190,7 +190,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 	start := workflow.Now(ctx)
 	err, out := WaitOutBreaker(ctx, err, BreakerWait{
 		Limit:           limit,
-		Affordable:      func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
+		Affordable:      func(back time.Time) bool { return !r.RunBudget.ShouldFinish(back) },
 		ForgetOpenSince: !r.versions.keepOpenSince,
 		WakeAtLimit:     r.versions.wakeAtLimit,
 		Summary:         clip("parked: "+whose+" breaker is open", 100),
@@ -198,7 +198,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 			r.markOpen(dependency, since)
 			waiting := fmt.Sprintf("waiting for %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
 				what, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
-			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.openBreakers()))
+			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
 			if n == 1 {
 				r.setStatus(ctx, agentsagatype.RunRunning, waiting)
 			}
@@ -208,7 +208,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 	}, result)
 	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
 	if out.Parks > 0 {
-		r.waits.add(what, start, workflow.Now(ctx), out.Parks, cmp.Or(out.OpenSince, out.Since))
+		r.Waits.add(what, start, workflow.Now(ctx), out.Parks, cmp.Or(out.OpenSince, out.Since))
 	}
 	switch out.Stopped {
 	case StoppedNoWait:
@@ -229,7 +229,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 		}
 	}
 	if parked.escalation != "" {
-		r.waits.stoppedWaiting(parked.escalation, what)
+		r.Waits.stoppedWaiting(parked.escalation, what)
 	}
 	return err, parked
 }

@@ -80,10 +80,10 @@ func (r *run) sendModelTurnInQuota(ctx workflow.Context, activityID, summary str
 				wait = max(refusal.RetryAt.Sub(now), minimumPark)
 			}
 			back := now.Add(wait)
-			if r.budget.ShouldFinish(back) {
+			if r.RunBudget.ShouldFinish(back) {
 				why := fmt.Sprintf("The quota of %s has no room until %s, and the run's budget cannot afford the wait",
 					what, back.UTC().Format(time.RFC3339))
-				r.waits.stoppedWaiting(why, "the quota of "+what)
+				r.Waits.stoppedWaiting(why, "the quota of "+what)
 				err = &modelParkedError{err: err, why: why}
 				break
 			}
@@ -141,6 +141,6 @@ func (r *run) waitOnce(ctx workflow.Context, w refusalWait, n int) error {
 	}
 	timer := workflow.NewTimerWithOptions(ctx, w.back.Sub(now), workflow.TimerOptions{Summary: clip(w.summary, 100)})
 	err := timer.Get(ctx, nil)
-	r.waits.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
+	r.Waits.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
 	return err
 }

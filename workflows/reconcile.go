@@ -274,14 +274,5 @@ func rollbackState(ctx workflow.Context, workflowID string, specJSON []byte) (*r
 	if err := json.Unmarshal(specJSON, &spec); err != nil {
 		return nil, err
 	}
-	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), workflow.Now(ctx))
-	if err != nil {
-		return nil, err
-	}
-	return &run{
-		spec: spec, policy: spec.Retry.WithDefaults(), budget: runBudget, workflowID: workflowID,
-		stats: RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-		open:  map[string]time.Time{}, toolFailures: map[string]int{},
-		watch: newWatchdog(spec.Watchdog),
-	}, nil
+	return newRun(spec, workflowID, workflow.Now(ctx))
 }

@@ -41,9 +41,18 @@ func (r *run) outOfBudget(ctx workflow.Context, answer, modelNote, reason string
 // or needs-attention when a human skipped a compensation or stopped the
 // walk, or when an action that cannot be undone had happened.
 func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) RunResult {
+	return r.unwind(ctx, false, reason, answer, handoff)
+}
+
+// fail ends a run that failed (rather than being cancelled or aborted):
+// rolled back, and failed when there was nothing to undo.
+func (r *run) fail(ctx workflow.Context, reason string) RunResult {
+	return r.unwind(ctx, true, reason, r.LastContent, "")
+}
+
+func (r *run) unwind(ctx workflow.Context, failed bool, reason, answer, handoff string) RunResult {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	report, err := compensation.Walk(ctx, &sagaRunner{run: r})
-	r.saga = &report
 	result := r.end(agentsagatype.RunCompensated, answer, "")
 	result.HandoffNote = handoff
 	switch {
@@ -55,7 +64,7 @@ func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) Run
 	case len(report.Skipped) > 0:
 		result.Status = agentsagatype.RunNeedsAttention
 		result.Reason = fmt.Sprintf("%s; resolved by a human: compensated %d, skipped %s", reason, report.Compensated, strings.Join(report.Skipped, "; "))
-	case report.Stack == 0 && r.failed:
+	case report.Stack == 0 && failed:
 		result.Status, result.Reason = agentsagatype.RunFailed, reason+"; nothing to compensate"
 	default:
 		result.Reason = fmt.Sprintf("%s; compensated %d actions, %d needed no undoing", reason, report.Compensated, report.NotNeeded)
@@ -65,7 +74,7 @@ func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) Run
 		result.Status = agentsagatype.RunNeedsAttention
 		result.Reason += "; not undone, because it cannot be: " + strings.Join(report.Irreversible, "; ")
 	}
-	result.Saga = r.saga
+	result.Saga = &report
 	return result
 }
 

@@ -100,7 +100,7 @@ const (
 func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now time.Time, n int) (back time.Time, stop error) {
 	if refusal.Reserved > 0 && refusal.Spent+refusal.Needed <= refusal.RoomForTurns() {
 		back = now.Add(min(inFlightWait<<min(n-1, 8), inFlightWaitCap))
-		if !r.budget.ShouldFinish(back) {
+		if !r.RunBudget.ShouldFinish(back) {
 			return back, nil
 		}
 	}
@@ -110,14 +110,14 @@ func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now ti
 		if back.Before(now) {
 			back = now.Add(minimumPark)
 		}
-		if r.budget.ShouldFinish(back) {
+		if r.RunBudget.ShouldFinish(back) {
 			return time.Time{}, &spendCapStop{refusal: refusal, unaffordable: true, err: err}
 		}
 		return back, nil
 	case agentsagatype.OnExhaustedEscalate:
 		why := fmt.Sprintf("The run's account cannot pay for its next turn: %s. Raise the cap (`agentsaga spend set %s --usd ... --per %s`) and resume, or abort",
 			refusal.Reason(), refusal.Account, refusal.Period)
-		r.waits.stoppedWaiting(why, spendCause(refusal))
+		r.Waits.stoppedWaiting(why, spendCause(refusal))
 		return time.Time{}, &modelParkedError{why: why, err: err}
 	}
 	return time.Time{}, &spendCapStop{refusal: refusal, err: err}
@@ -134,7 +134,7 @@ func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendR
 			refusal.Account, refusal.Reserved, refusal.USD, agentsagatype.SpendPer(refusal.Period), back.UTC().Format(time.RFC3339))
 	}
 	return r.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
-		details: r.budget.Note(now, r.openBreakers()), summary: "waiting for the spend cap of " + refusal.Account,
+		details: r.RunBudget.Note(now, r.openBreakers()), summary: "waiting for the spend cap of " + refusal.Account,
 		cause: spendCause(refusal)}, n)
 }
 
@@ -146,7 +146,7 @@ func (r *run) accountNote() string {
 	if a == nil {
 		return ""
 	}
-	if own := r.budget.Limits.USD - r.budget.Used.USD; r.budget.Limits.USD > 0 && own <= a.Left {
+	if own := r.RunBudget.Limits.USD - r.RunBudget.Used.USD; r.RunBudget.Limits.USD > 0 && own <= a.Left {
 		return ""
 	}
 	resets := "resets"
@@ -208,7 +208,7 @@ func (r *run) waitForToolSpend(ctx workflow.Context, c *toolCall) error {
 // one, or with the handoff note the engine writes without a model call.
 func (r *run) endOnSpendCap(ctx workflow.Context, step int, capped *spendCapStop) RunResult {
 	if capped.refusal.FinishingReserve() {
-		return r.gracefulFinish(ctx, step, r.lastContent, capped.finishingReason())
+		return r.gracefulFinish(ctx, step, r.LastContent, capped.finishingReason())
 	}
-	return r.outOfBudget(ctx, r.lastContent, "", capped.reason())
+	return r.outOfBudget(ctx, r.LastContent, "", capped.reason())
 }

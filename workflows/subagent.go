@@ -28,7 +28,7 @@ func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.
 	if share == 0 {
 		share = defaultShare
 	}
-	limits, err := r.budget.Grant(now, share)
+	limits, err := r.RunBudget.Grant(now, share)
 	if err != nil {
 		return RunSpec{}, budget.Limits{}, fmt.Errorf("sub-agent %s: %w", name, err)
 	}
@@ -89,14 +89,14 @@ func childResult(err error, result RunResult) (RunResult, error) {
 // absorb adds a finished sub-agent's spending to the parent's counters and
 // releases its reservation: the parent's counters are the true total.
 func (r *run) absorb(reservation budget.Reservation, child RunResult) {
-	r.budget.Release(reservation, child.Usage)
-	r.stats.Calls += child.Retries.Calls
-	r.stats.Retries += child.Retries.Retries
+	r.RunBudget.Release(reservation, child.Usage)
+	r.Stats.Calls += child.Retries.Calls
+	r.Stats.Retries += child.Retries.Retries
 	for tool, n := range child.Retries.ToolRetries {
-		r.stats.ToolRetries[tool] += n
+		r.Stats.ToolRetries[tool] += n
 	}
 	for denial, n := range child.Retries.Denials {
-		r.stats.Denials[denial] += n
+		r.Stats.Denials[denial] += n
 	}
 }
 

@@ -93,8 +93,8 @@ type toolCall struct {
 // order, for the model to read. It returns why the run should escalate,
 // and why the watchdog thinks it is stuck, if either.
 func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) (escalation, stuck string) {
-	first := r.seq
-	r.seq += len(calls)
+	first := r.Seq
+	r.Seq += len(calls)
 	turn := make([]*toolCall, len(calls))
 	for i, call := range calls {
 		turn[i] = r.planCall(ctx, step, i+1, first+i, call)
@@ -123,7 +123,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		effects[i] = c.changedTheWorld()
 	}
 	r.record(entries...)
-	return escalation, r.watch.endTurn(entries, effects, r.versions.outageAwareWatchdog)
+	return escalation, r.Watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
 }
 
 // changedTheWorld says whether a settled call is a new effect: it
@@ -143,8 +143,8 @@ func (c *toolCall) changedTheWorld() bool {
 func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatype.ToolCall) *toolCall {
 	c := &toolCall{call: call, seq: seq, activityID: agentsagatype.ToolActivityID(step, n, call.Name),
 		entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, agentsagatype.PreviewBytes)}}
-	if call.Name == agentsagatype.ReadResultTool && r.readBack {
-		r.stats.Calls++
+	if call.Name == agentsagatype.ReadResultTool && r.ReadBack {
+		r.Stats.Calls++
 		c.route, c.entry.ActivityID = routeReadBack, c.activityID
 		return c
 	}
@@ -155,17 +155,17 @@ func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatyp
 	if !json.Valid([]byte(call.Arguments)) {
 		return c.refuse(fmt.Sprintf("the arguments for tool %q are not valid JSON: %s", call.Name, clip(call.Arguments, 200)))
 	}
-	if r.watch.voluntaryRetry(call.Name, call.Arguments) {
+	if r.Watchdog.voluntaryRetry(call.Name, call.Arguments) {
 		// The model retried by choice: counted and charged as a retry.
-		r.stats.Retries++
-		r.stats.ToolRetries[call.Name]++
+		r.Stats.Retries++
+		r.Stats.ToolRetries[call.Name]++
 	} else {
 		c.newArguments = true
 	}
 	c.readOnly = tool.ReadOnly
 	// Counted before its request is built: the run's retry allowance
 	// (plan) includes this turn's calls so far.
-	r.stats.Calls++
+	r.Stats.Calls++
 	c.entry.ActivityID = c.activityID
 	if tool.Kind == agentsagatype.ToolKindAgent {
 		return r.planAgent(ctx, c)
@@ -202,7 +202,7 @@ func (r *run) planAgent(ctx workflow.Context, c *toolCall) *toolCall {
 		return c.refuse(errorText(err))
 	}
 	c.route, c.entry.Kind, c.child = routeAgent, "agent", spec
-	c.reservation = r.budget.Reserve(granted)
+	c.reservation = r.RunBudget.Reserve(granted)
 	return c
 }
 
@@ -241,7 +241,7 @@ func (r *run) readResult(ctx workflow.Context, activityID string, call agentsaga
 	_ = json.Unmarshal([]byte(call.Arguments), &args)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID: activityID, StartToCloseTimeout: 30 * time.Second, Summary: clip("read_result "+args.Key, 100),
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(r.policy.MaxAttempts)},
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(r.spec.Retry.MaxAttempts)},
 	})
 	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityReadResult), agentsagatype.ReadResultRequest{
 		WorkflowID: r.workflowID, Key: args.Key, Record: record})
@@ -345,7 +345,7 @@ func (r *run) recordCall(c *toolCall) (escalation string) {
 	if c.entry.Error != "" {
 		// A successful call's output was written by its activity; an
 		// error is the workflow's to write.
-		r.pending = append(r.pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
+		r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
 			Content: agentsagatype.Preview("error: " + c.entry.Error)})
 	}
 	return escalation
@@ -377,7 +377,7 @@ func (r *run) recordActivity(c *toolCall) (escalation string) {
 	}
 	e.Parks = c.parked.parks
 	r.charge(c.call.Name, e)
-	r.budget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(c.call.Name, e.Attempts)})
+	r.RunBudget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(c.call.Name, e.Attempts)})
 	return escalation
 }
 
@@ -391,7 +391,7 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 	if failed.cancelled {
 		return ""
 	}
-	r.toolFailures[tool]++
+	r.ToolFailures[tool]++
 	switch {
 	case failed.asksHuman != "":
 		return fmt.Sprintf(failed.asksHuman, tool, failed.message)
@@ -399,8 +399,8 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 		return parkEscalation
 	case denial == budget.DenyCircuitOpen:
 		return fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", tool)
-	case r.spec.Escalate.AfterToolFailures > 0 && r.toolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
-		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.toolFailures[tool], failed.message)
+	case r.spec.Escalate.AfterToolFailures > 0 && r.ToolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
+		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.ToolFailures[tool], failed.message)
 	}
 	return ""
 }
@@ -415,6 +415,6 @@ func (r *run) recordAgent(c *toolCall) {
 	if c.err != nil {
 		c.entry.Error = errorText(c.err)
 	}
-	r.pending = append(r.pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
+	r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
 		Content: c.entry.Output, Key: agentsagatype.CallKey(r.workflowID, c.entry.ActivityID)})
 }

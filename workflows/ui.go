@@ -54,13 +54,13 @@ func (r *run) registerQueries(ctx workflow.Context) error {
 		return err
 	}
 	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryTrace, func() ([]TraceEntry, error) {
-		return r.trace, nil
+		return r.Trace, nil
 	}, workflow.QueryHandlerOptions{Description: "Every model turn, tool call, sub-agent and compensation so far, in order."}); err != nil {
 		return err
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, QueryLedger, func() ([]LedgerEntry, error) {
 		var entries []LedgerEntry
-		for _, e := range r.trace {
+		for _, e := range r.Trace {
 			if e.ActivityID == "" || e.Kind == "model" {
 				continue
 			}
@@ -81,12 +81,12 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 	fmt.Fprintf(&details, "## %s\n\n%s\n\n```\n%s\n```\n\n", status, headline, note)
 	stats := r.finalStats()
 	fmt.Fprintf(&details, "**Calls** %d · **leaf calls** %d · **retries** %d · **amplification** %.2f\n\n",
-		stats.Calls, r.budget.Used.LeafCalls, stats.Retries, stats.Amplification)
+		stats.Calls, r.RunBudget.Used.LeafCalls, stats.Retries, stats.Amplification)
 	if open := r.openBreakers(); len(open) > 0 {
 		fmt.Fprintf(&details, "**Open breakers:** %s\n\n", strings.Join(open, ", "))
 	}
-	if r.answeredBy != "" && r.answeredBy != r.spec.Model.Target() {
-		fmt.Fprintf(&details, "**Last turn answered by:** %s (fallback for %s)\n\n", r.answeredBy, r.spec.Model.Target())
+	if r.ui.answeredBy != "" && r.ui.answeredBy != r.spec.Model.Target() {
+		fmt.Fprintf(&details, "**Last turn answered by:** %s (fallback for %s)\n\n", r.ui.answeredBy, r.spec.Model.Target())
 	}
 	if last := r.lastError(); last != "" {
 		fmt.Fprintf(&details, "**Last error:** %s\n\n", clip(last, 300))
@@ -94,24 +94,24 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 	if spent := r.withWaits("", "the wall clock"); spent != "" {
 		fmt.Fprintf(&details, "**Waits:** %s\n\n", strings.TrimPrefix(spent, "; "))
 	}
-	if len(r.watch.turns) > 0 {
-		fmt.Fprintf(&details, "**Watchdog:** %d voluntary retries, %d turns without new information\n", r.watch.totalVoluntary(), r.watch.stale)
+	if len(r.Watchdog.turns) > 0 {
+		fmt.Fprintf(&details, "**Watchdog:** %d voluntary retries, %d turns without new information\n", r.Watchdog.totalVoluntary(), r.Watchdog.stale)
 	}
 	workflow.SetCurrentDetails(ctx, details.String())
 	if !r.spec.SearchAttributes {
 		return
 	}
-	progress := searchProgress{status: status, steps: int64(r.budget.Used.Steps), leafCalls: int64(r.budget.Used.LeafCalls),
-		usd: r.budget.Used.USD, amplification: stats.Amplification}
+	progress := searchProgress{status: status, steps: int64(r.RunBudget.Used.Steps), leafCalls: int64(r.RunBudget.Used.LeafCalls),
+		usd: r.RunBudget.Used.USD, amplification: stats.Amplification}
 	now := workflow.Now(ctx)
 	if current, set := searchProgressOf(workflow.GetTypedSearchAttributes(ctx)); r.versions.quietSearchAttributes &&
-		!progressDue(current, set, progress, now.Sub(r.progressShown)) {
+		!progressDue(current, set, progress, now.Sub(r.ui.progressShown)) {
 		return
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, progress.updates()...); err != nil {
 		workflow.GetLogger(ctx).Warn("could not update search attributes", "error", err)
 	}
-	r.progressShown = now
+	r.ui.progressShown = now
 }
 
 // SearchProgressInterval is how often a run's search attributes follow its
@@ -121,6 +121,17 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 // figures the current details already show every step. A change of status
 // (escalated, completed, ...) is upserted at once.
 const SearchProgressInterval = 10 * time.Second
+
+// uiState is what the Temporal UI was last shown of a run.
+type uiState struct {
+	// answeredBy is the model that answered the last turn
+	// (agentsagatype.ModelSpec.Target).
+	answeredBy string
+	// progressShown is when the search attributes last got the run's
+	// progress: this execution's start (a starter sets them, and
+	// continue-as-new carries them), then each upsert (showProgress).
+	progressShown time.Time
+}
 
 // progressDue says whether the search attributes, which say current (set:
 // they say anything), should now say next, sinceShown after the run last
@@ -172,9 +183,9 @@ func InitialSearchAttributes() temporal.SearchAttributes {
 }
 
 func (r *run) lastError() string {
-	for i := len(r.trace) - 1; i >= 0; i-- {
-		if r.trace[i].Error != "" {
-			return r.trace[i].Tool + ": " + r.trace[i].Error
+	for i := len(r.Trace) - 1; i >= 0; i-- {
+		if r.Trace[i].Error != "" {
+			return r.Trace[i].Tool + ": " + r.Trace[i].Error
 		}
 	}
 	return ""

@@ -184,12 +184,12 @@ func (r *run) budgetSpent(dimension string) string {
 // the dimension nearest its end, and, for the wall clock, what the waits
 // took of it.
 func (r *run) finishingEarly(now time.Time) string {
-	left := 100 * r.budget.FractionLeft(now)
+	left := 100 * r.RunBudget.FractionLeft(now)
 	if !r.versions.namesWaits {
-		return fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)", left, r.budget.FinishAt)
+		return fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)", left, r.RunBudget.FinishAt)
 	}
-	dimension := r.budget.Scarcest(now)
-	reason := fmt.Sprintf("graceful finish: %.0f%% of the %s left (finish_at %.2f)", left, dimensionNames[dimension], r.budget.FinishAt)
+	dimension := r.RunBudget.Scarcest(now)
+	reason := fmt.Sprintf("graceful finish: %.0f%% of the %s left (finish_at %.2f)", left, dimensionNames[dimension], r.RunBudget.FinishAt)
 	if dimension == "seconds" {
 		reason = r.withWaits(reason, "it")
 	}
@@ -208,7 +208,7 @@ func (r *run) withWaits(reason, subject string) string {
 	if !r.versions.namesWaits {
 		return reason
 	}
-	if spent := r.waits.spent(subject); spent != "" {
+	if spent := r.Waits.spent(subject); spent != "" {
 		return reason + "; " + spent
 	}
 	return reason

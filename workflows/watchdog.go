@@ -3,6 +3,7 @@ package workflows
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -93,6 +94,22 @@ func (w *watchdog) state() watchdogState {
 		st.Counts = append(st.Counts, w.calls[c])
 	}
 	return st
+}
+
+// MarshalJSON writes the watchdog as continue-as-new carries it
+// (Carried.Watchdog): its memory, not its configuration.
+func (w *watchdog) MarshalJSON() ([]byte, error) { return json.Marshal(w.state()) }
+
+// UnmarshalJSON takes up a carried watchdog's memory; resume gives it this
+// execution's configuration.
+func (w *watchdog) UnmarshalJSON(data []byte) error {
+	var st watchdogState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return err
+	}
+	*w = *newWatchdog(WatchdogSpec{})
+	w.restore(st)
+	return nil
 }
 
 func (w *watchdog) restore(st watchdogState) {

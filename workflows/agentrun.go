@@ -231,13 +231,12 @@ type run struct {
 	Carried
 	// quota is how the current model turn met its provider's quota.
 	quota quotaWaits
-	// account is the run's account as its caps last said (spendcaps.go).
-	account accountState
+	// accountLeft is the room the run's account had at the last turn, as
+	// its caps said, for the budget note; nil before a turn said it
+	// (spendcaps.go).
+	accountLeft *agentsagatype.AccountLeft
 	// humans is what the run waits on a human for (humans.go).
 	humans humanWaits
-	// ending, once set by a turn's tool calls, fails the run (an approval
-	// nobody gave in time, when the spec says so).
-	ending string
 	// versions says which side of each GetVersion change this execution
 	// takes (versions.go).
 	versions versions
@@ -303,57 +302,92 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		if r.ReadBack {
 			offered = append(slices.Clone(defs), agentsagatype.ReadResultDef)
 		}
-		turn, err := r.modelTurn(ctx, step, offered, false)
-		var parked *modelParkedError
-		var capped *spendCapStop
-		switch {
-		case ctx.Err() != nil:
-			return r.rollback(ctx, "the run was cancelled", r.LastContent, ""), nil
-		case errors.As(err, &capped):
-			return r.endOnSpendCap(ctx, step, capped), nil
-		case errors.As(err, &parked):
-			// Nothing of the turn was done: once a human resumes the run,
-			// the next step makes it again.
-			if result := r.escalate(ctx, parked.why); result != nil {
-				return *result, nil
-			}
-			continue
-		case err != nil:
-			return r.fail(ctx, fmt.Sprintf("model call at step %d failed: %s", step, errorText(err))), nil
-		case turn.Refusal != "":
-			// The refusal stays in the conversation (the model call
-			// recorded it), so the model (and a script) moves on after the
-			// human's instruction.
-			if result := r.escalate(ctx, fmt.Sprintf("The model refused at step %d: %s", step, turn.Refusal)); result != nil {
-				return *result, nil
-			}
-			continue
-		case len(turn.ToolCalls) == 0:
-			return r.end(agentsagatype.RunCompleted, turn.Content, "the model answered"), nil
-		}
-		r.LastContent = turn.Content
-		why, stuck := r.toolCalls(ctx, step, turn.ToolCalls)
-		if ctx.Err() != nil {
-			return r.rollback(ctx, "the run was cancelled", r.LastContent, ""), nil
-		}
-		if r.ending != "" {
-			return r.fail(ctx, r.ending), nil
-		}
-		if capped := (*spendCapStop)(nil); errors.As(r.account.stop, &capped) {
-			return r.endOnSpendCap(ctx, step+1, capped), nil
-		}
-		if why == "" && stuck != "" {
-			if r.spec.Watchdog.OnFire != WatchdogEscalate {
-				return r.gracefulFinish(ctx, step+1, r.LastContent, "watchdog: "+stuck), nil
-			}
-			why = "The watchdog fired: " + stuck
-		}
-		if why != "" {
-			if result := r.escalate(ctx, why); result != nil {
-				return *result, nil
-			}
+		if result := r.conclude(ctx, r.turn(ctx, step, offered)); result != nil {
+			return *result, nil
 		}
 	}
+}
+
+// turnOutcome is how a turn ended, the one thing the loop reads of it: the
+// run goes on (the zero value), goes on once a human answers, or ends.
+type turnOutcome struct {
+	end turnEnd
+	// why is what failed, why a human is asked, or what the watchdog found.
+	why    string
+	answer string // the model's answer (endAnswered)
+	// capped is the spend cap that stopped the run (endSpendCap), and step
+	// the step the run ends at (endSpendCap, endWatchdog).
+	capped *spendCapStop
+	step   int
+}
+
+type turnEnd int
+
+const (
+	goOn turnEnd = iota
+	askHuman
+	endCancelled
+	endAnswered
+	endFailed
+	endSpendCap
+	endWatchdog
+)
+
+// turn is one step of the run: a model turn, then the tool calls it asked
+// for, their results queued for the next turn.
+func (r *run) turn(ctx workflow.Context, step int, offered []agentsagatype.ToolDef) turnOutcome {
+	turn, err := r.modelTurn(ctx, step, offered, false)
+	var parked *modelParkedError
+	var capped *spendCapStop
+	switch {
+	case ctx.Err() != nil:
+		return turnOutcome{end: endCancelled}
+	case errors.As(err, &capped):
+		return turnOutcome{end: endSpendCap, capped: capped, step: step}
+	case errors.As(err, &parked):
+		// Nothing of the turn was done: once a human resumes the run, the
+		// next step makes it again.
+		return turnOutcome{end: askHuman, why: parked.why}
+	case err != nil:
+		return turnOutcome{end: endFailed, why: fmt.Sprintf("model call at step %d failed: %s", step, errorText(err))}
+	case turn.Refusal != "":
+		// The refusal stays in the conversation (the model call recorded
+		// it), so the model (and a script) moves on after the human's
+		// instruction.
+		return turnOutcome{end: askHuman, why: fmt.Sprintf("The model refused at step %d: %s", step, turn.Refusal)}
+	case len(turn.ToolCalls) == 0:
+		return turnOutcome{end: endAnswered, answer: turn.Content}
+	}
+	r.LastContent = turn.Content
+	out := r.toolCalls(ctx, step, turn.ToolCalls)
+	if ctx.Err() != nil {
+		return turnOutcome{end: endCancelled}
+	}
+	return out
+}
+
+// conclude acts on a turn's outcome: it returns the run's result when the
+// run ends, after a human's answer when one was asked, and nil when the
+// run goes on.
+func (r *run) conclude(ctx workflow.Context, out turnOutcome) *RunResult {
+	var result RunResult
+	switch out.end {
+	case goOn:
+		return nil
+	case askHuman:
+		return r.escalate(ctx, out.why)
+	case endCancelled:
+		result = r.rollback(ctx, "the run was cancelled", r.LastContent, "")
+	case endAnswered:
+		result = r.end(agentsagatype.RunCompleted, out.answer, "the model answered")
+	case endFailed:
+		result = r.fail(ctx, out.why)
+	case endSpendCap:
+		result = r.endOnSpendCap(ctx, out.step, out.capped)
+	case endWatchdog:
+		result = r.gracefulFinish(ctx, out.step, r.LastContent, out.why)
+	}
+	return &result
 }
 
 // say queues a message the workflow itself produced (the goal, a human's
@@ -464,7 +498,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// AnsweredBy existed was the spec's model's.
 		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
 		r.ui.answeredBy = entry.Model
-		r.account.left = cmp.Or(turn.Account, r.account.left)
+		r.accountLeft = cmp.Or(turn.Account, r.accountLeft)
 	} else {
 		entry.Error = errorText(err)
 		entry.Attempts, entry.Denial = callFailure(err)

@@ -343,7 +343,7 @@ func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWai
 	}
 	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.gateRefuse(DenyApproval, "not sent: "+waited)
-	r.ending = "the run ends: " + waited
+	c.ending = "the run ends: " + waited
 	return false
 }
 

@@ -28,16 +28,6 @@ func (r *run) spendPlan(m agentsagatype.ModelSpec) *agentsagatype.SpendPlan {
 		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion}
 }
 
-// accountState is the run's account as its caps last said.
-type accountState struct {
-	// left is the room the account had at the last turn, for the budget
-	// note; nil before a turn said it.
-	left *agentsagatype.AccountLeft
-	// stop is the cap that could not pay for a tool call this turn, and
-	// said finish: the run ends after the turn.
-	stop error
-}
-
 // spendRefusalIn is the spend cap's refusal in err, when that is what err
 // is.
 func spendRefusalIn(err error) (agentsagatype.SpendRefusal, bool) {
@@ -142,7 +132,7 @@ func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendR
 // room its tightest cap had at the last turn, when that binds sooner than
 // the run's own USD budget (or the run has none).
 func (r *run) accountNote() string {
-	a := r.account.left
+	a := r.accountLeft
 	if a == nil {
 		return ""
 	}

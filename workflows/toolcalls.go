@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,8 +82,10 @@ type toolCall struct {
 	// not pay for, when that was not to wait: a *spendCapStop (the run
 	// finishes) or a *modelParkedError (a human is asked).
 	spendStop error
-	// escalation is why a gate that refused the call asks for a human.
-	escalation string
+	// escalation is why a gate that refused the call asks for a human, and
+	// ending why the run fails after this turn (an approval nobody gave in
+	// time, when the spec says so).
+	escalation, ending string
 	// newArguments: the run had not called this tool with these arguments
 	// before; readOnly: the tool only reads. Together with success they
 	// make the call progress for the watchdog (changedTheWorld).
@@ -90,9 +93,10 @@ type toolCall struct {
 }
 
 // toolCalls runs one turn's tool calls and queues their results, in call
-// order, for the model to read. It returns why the run should escalate,
-// and why the watchdog thinks it is stuck, if either.
-func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) (escalation, stuck string) {
+// order, for the model to read. Its outcome is, first to last: the run
+// fails (a call's ending), stops on a spend cap, asks a human (the first
+// call that asks says why), or the watchdog finds it stuck.
+func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) turnOutcome {
 	first := r.Seq
 	r.Seq += len(calls)
 	turn := make([]*toolCall, len(calls))
@@ -108,6 +112,8 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 	}
 	entries := make([]TraceEntry, len(turn))
 	effects := make([]bool, len(turn))
+	var escalation, ending string
+	var capped *spendCapStop
 	for i, c := range turn {
 		if !c.settled {
 			r.settleCall(ctx, c) // a sub-agent; on the old path, every call
@@ -119,11 +125,28 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		if escalation == "" {
 			escalation = why // the first call that asks for a human says why
 		}
+		ending = cmp.Or(c.ending, ending)
+		if stop := (*spendCapStop)(nil); errors.As(c.spendStop, &stop) {
+			capped = stop
+		}
 		entries[i] = c.entry
 		effects[i] = c.changedTheWorld()
 	}
 	r.record(entries...)
-	return escalation, r.Watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
+	stuck := r.Watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
+	switch {
+	case ending != "":
+		return turnOutcome{end: endFailed, why: ending}
+	case capped != nil:
+		return turnOutcome{end: endSpendCap, capped: capped, step: step + 1}
+	case escalation != "":
+		return turnOutcome{end: askHuman, why: escalation}
+	case stuck != "" && r.spec.Watchdog.OnFire != WatchdogEscalate:
+		return turnOutcome{end: endWatchdog, why: "watchdog: " + stuck, step: step + 1}
+	case stuck != "":
+		return turnOutcome{end: askHuman, why: "The watchdog fired: " + stuck}
+	}
+	return turnOutcome{}
 }
 
 // changedTheWorld says whether a settled call is a new effect: it
@@ -368,7 +391,7 @@ func (r *run) recordActivity(c *toolCall) (escalation string) {
 		case errors.As(c.spendStop, &asked):
 			escalation = asked.why
 		case c.spendStop != nil:
-			r.account.stop = c.spendStop // the run finishes after this turn
+			// The run finishes after this turn (toolCalls).
 		default:
 			escalation = r.escalationFor(c.call.Name, c.err, e.Denial, c.parked.escalation)
 		}

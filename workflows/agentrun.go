@@ -33,11 +33,11 @@ const DefaultSystemPrompt = "You are an agent working toward the user's goal. Ca
 	"When you are done, answer in plain text without calling a tool. Each turn ends with a note of the budget " +
 	"you have left: plan within it."
 
-// FinishInstructions replace the usual ones once the budget is nearly
+// finishInstructions replace the usual ones once the budget is nearly
 // spent: a hard switch, not a hint. They are the budget note's finish
 // instruction (budget.FinishInstruction, one text for both) and the shape
 // the reply must take, which the workflow reads back.
-const FinishInstructions = budget.FinishInstruction + " No tools are available any more. " +
+const finishInstructions = budget.FinishInstruction + " No tools are available any more. " +
 	"Reply in exactly two parts. First a line starting with \"PARTIAL ANSWER:\" followed by the best answer the " +
 	"results so far support. Then a line starting with \"HANDOFF NOTE:\"."
 
@@ -435,7 +435,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		Retry: r.plan("model", modelDependency(r.spec.Model)),
 	}
 	if finish {
-		call.Tools, call.FinishInstructions = nil, FinishInstructions
+		call.Tools, call.FinishInstructions = nil, finishInstructions
 	}
 	model := r.spec.Model
 	modelName := strings.TrimSpace(model.Provider + " " + model.Name)

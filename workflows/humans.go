@@ -232,9 +232,9 @@ type ApprovalInput struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ErrTypeApprovalTimedOut is the failure of a run whose call nobody
+// errTypeApprovalTimedOut is the failure of a run whose call nobody
 // approved in time, when the spec says to fail.
-const ErrTypeApprovalTimedOut = "ApprovalTimedOut"
+const errTypeApprovalTimedOut = "ApprovalTimedOut"
 
 // ApprovalWait is a call waiting for a human: in the run's state, carried
 // across continue-as-new while it waits, and listed by the approvals query.
@@ -320,7 +320,7 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 	}
 	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
 	r.Denied[same] = denial
-	c.gateRefuse(DenyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
+	c.gateRefuse(denyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
 	return false
 }
 
@@ -330,7 +330,7 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWait, rule agentsagatype.ApprovalSpec) bool {
 	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided", w.Call, w.Tool, w.Timeout, w.Why)
 	if rule.OnTimeout != agentsagatype.ApprovalTimeoutFail {
-		c.gateRefuse(DenyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")
+		c.gateRefuse(denyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")
 		c.escalation = "A call waits for approval: " + waited
 		return false
 	}
@@ -342,7 +342,7 @@ func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWai
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
 	}
 	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
-	c.gateRefuse(DenyApproval, "not sent: "+waited)
+	c.gateRefuse(denyApproval, "not sent: "+waited)
 	c.ending = "the run ends: " + waited
 	return false
 }

@@ -39,8 +39,8 @@ const (
 	// DefaultReconcileOlderThan leaves runs younger than this out of a
 	// scheduled pass.
 	DefaultReconcileOlderThan = 10 * time.Second
-	// DefaultReconcilePageSize is how many runs one activity examines.
-	DefaultReconcilePageSize = 100
+	// defaultReconcilePageSize is how many runs one activity examines.
+	defaultReconcilePageSize = 100
 	// reconcileMaxPages bounds one pass (and its history); the next pass
 	// starts over.
 	reconcileMaxPages = 500
@@ -51,7 +51,7 @@ type ReconcileInput struct {
 	// OlderThan leaves out runs that started less than this ago.
 	OlderThan time.Duration `json:"older_than,omitempty"`
 	// PageSize is how many runs each activity examines; 0 means
-	// DefaultReconcilePageSize.
+	// defaultReconcilePageSize.
 	PageSize int `json:"page_size,omitempty"`
 }
 
@@ -143,7 +143,7 @@ func ReconcilerLoop(ctx workflow.Context, in ReconcileLoopInput) error {
 func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error) {
 	pageSize := in.PageSize
 	if pageSize <= 0 {
-		pageSize = DefaultReconcilePageSize
+		pageSize = defaultReconcilePageSize
 	}
 	v := readVersions(ctx)
 	var result ReconcileResult

@@ -34,13 +34,13 @@ func SearchAttributes() temporal.SearchAttributes {
 
 // Queries a run answers while a worker is up.
 const (
-	QueryLedger = "ledger"
+	queryLedger = "ledger"
 	QueryTrace  = "trace"
 )
 
-// LedgerEntry is one action as the workflow saw it: the ledger query's
+// ledgerEntry is one action as the workflow saw it: the ledger query's
 // answer. The ledger itself (agentsaga show) is the record of truth.
-type LedgerEntry struct {
+type ledgerEntry struct {
 	Key      string `json:"idempotency_key"`
 	Tool     string `json:"tool"`
 	Outcome  string `json:"outcome"`
@@ -58,8 +58,8 @@ func (r *run) registerQueries(ctx workflow.Context) error {
 	}, workflow.QueryHandlerOptions{Description: "Every model turn, tool call, sub-agent and compensation so far, in order."}); err != nil {
 		return err
 	}
-	return workflow.SetQueryHandlerWithOptions(ctx, QueryLedger, func() ([]LedgerEntry, error) {
-		var entries []LedgerEntry
+	return workflow.SetQueryHandlerWithOptions(ctx, queryLedger, func() ([]ledgerEntry, error) {
+		var entries []ledgerEntry
 		for _, e := range r.Trace {
 			if e.ActivityID == "" || e.Kind == "model" {
 				continue
@@ -68,7 +68,7 @@ func (r *run) registerQueries(ctx workflow.Context) error {
 			if e.Error != "" {
 				outcome = "failed: " + clip(e.Error, 120)
 			}
-			entries = append(entries, LedgerEntry{Key: agentsagatype.CallKey(r.workflowID, e.ActivityID), Tool: e.Tool, Outcome: outcome, Attempts: e.Attempts})
+			entries = append(entries, ledgerEntry{Key: agentsagatype.CallKey(r.workflowID, e.ActivityID), Tool: e.Tool, Outcome: outcome, Attempts: e.Attempts})
 		}
 		return entries, nil
 	}, workflow.QueryHandlerOptions{Description: "The run's actions under their idempotency keys, as the workflow saw them."})

@@ -169,11 +169,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if err := r.listMCPTools(ctx, &spec); err != nil {
 			return r.failAtStart(ctx, err.Error())
 		}
-		system := spec.System
-		if system == "" {
-			system = DefaultSystemPrompt
-		}
-		r.say(agentsagatype.Message{Role: "system", Content: system, Pinned: true})
+		r.say(agentsagatype.Message{Role: "system", Content: r.spec.System, Pinned: true})
 		r.say(agentsagatype.Message{Role: "user", Content: spec.Goal, Pinned: true})
 	}
 
@@ -247,15 +243,15 @@ type run struct {
 // newRun is a run of spec at its first step, its budget's clock started at
 // start; resume takes up what an earlier execution carried.
 func newRun(spec RunSpec, workflowID string, start time.Time) (*run, error) {
-	runBudget, err := budget.NewRunBudget(spec.Budget, spec.finishAt(), start)
+	spec = spec.withRunDefaults()
+	runBudget, err := budget.NewRunBudget(spec.Budget, spec.FinishAt, start)
 	if err != nil {
 		return nil, err
 	}
-	spec.Retry = spec.Retry.WithDefaults()
 	return &run{
 		spec: spec, workflowID: workflowID,
 		Carried: Carried{
-			Step: 1, RunBudget: runBudget, Watchdog: newWatchdog(spec.Watchdog),
+			Step: 1, RunBudget: runBudget, Watchdog: newWatchdog(spec.Watchdog.NoProgressTurns),
 			Stats:        RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
 			ToolFailures: map[string]int{}, Denied: map[string]string{},
 		},

@@ -60,11 +60,7 @@ type Carried struct {
 // A run waiting on a sub-agent or a human never gets here.
 func (r *run) historyIsLong(ctx workflow.Context) bool {
 	info := workflow.GetInfo(ctx)
-	limit := r.spec.History.MaxEvents
-	if limit == 0 {
-		limit = DefaultMaxEvents
-	}
-	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= limit
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= r.spec.History.MaxEvents
 }
 
 // carry is the run's state for its next execution.

@@ -186,7 +186,7 @@ func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agent
 // and dependency its entry in the model's note of open breakers.
 func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, activityID string, err error,
 	send func(ctx workflow.Context, again string) workflow.Future, result any) (error, parkedCall) {
-	limit := r.spec.breakerOpenEscalation()
+	limit := time.Duration(r.spec.Escalate.AfterBreakerOpenSeconds) * time.Second
 	start := workflow.Now(ctx)
 	err, out := WaitOutBreaker(ctx, err, BreakerWait{
 		Limit:           limit,

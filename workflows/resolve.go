@@ -29,6 +29,36 @@ const SpecVersion = 3
 // again, so tightening validation never breaks a run in flight.
 func (s RunSpec) Resolve() (RunSpec, error) { return s.ResolveFor() }
 
+// withRunDefaults writes out the default of each field the workflow reads,
+// where the spec leaves it zero. Resolve writes them for the client, and
+// the workflow once more as each execution starts (newRun), for a spec no
+// client resolved (version 0) and one resolved before a field existed; no
+// use site applies a default again. escalate.after_breaker_open_seconds is
+// the exception: a spec resolved at version 1, before parking, carries 0,
+// which meant to escalate at the first refusal.
+func (s RunSpec) withRunDefaults() RunSpec {
+	if s.System == "" {
+		s.System = DefaultSystemPrompt
+	}
+	if s.FinishAt <= 0 {
+		s.FinishAt = defaultFinishAt
+	}
+	s.Retry = s.Retry.WithDefaults()
+	if s.CompensationAttempts <= 0 {
+		s.CompensationAttempts = defaultCompensationAttempts
+	}
+	if s.Watchdog.NoProgressTurns == 0 {
+		s.Watchdog.NoProgressTurns = defaultNoProgressTurns
+	}
+	if s.Version == 0 && s.Escalate.AfterBreakerOpenSeconds == 0 {
+		s.Escalate.AfterBreakerOpenSeconds = DefaultBreakerOpenEscalation
+	}
+	if s.History.MaxEvents == 0 {
+		s.History.MaxEvents = DefaultMaxEvents
+	}
+	return s
+}
+
 // ResolveFor is Resolve for a fleet whose workers also register the custom
 // model providers named.
 func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
@@ -38,28 +68,13 @@ func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
 	if s.Version != 0 {
 		return s, nil
 	}
-	r := s
+	r := s.withRunDefaults()
 	r.Version = SpecVersion
-	if r.System == "" {
-		r.System = DefaultSystemPrompt
-	}
-	r.FinishAt = s.finishAt()
-	r.Retry = s.Retry.WithDefaults()
-	r.CompensationAttempts = s.compensationAttempts()
 	if r.OnBudgetExhausted == "" {
 		r.OnBudgetExhausted = OnBudgetKeep
 	}
-	if r.Watchdog.NoProgressTurns == 0 {
-		r.Watchdog.NoProgressTurns = defaultNoProgressTurns
-	}
 	if r.Watchdog.OnFire == "" {
 		r.Watchdog.OnFire = WatchdogFinish
-	}
-	if r.Escalate.AfterBreakerOpenSeconds == 0 {
-		r.Escalate.AfterBreakerOpenSeconds = DefaultBreakerOpenEscalation
-	}
-	if r.History.MaxEvents == 0 {
-		r.History.MaxEvents = DefaultMaxEvents
 	}
 	r.Model = resolveModel(s.Model)
 	r.Prices = s.withDefaultPrices()

@@ -127,7 +127,7 @@ func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arg
 		Summary:             clip("compensate "+c.ForwardActivityID+": "+c.Tool+" "+arguments, 100),
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
-			MaximumAttempts: int32(s.run.spec.compensationAttempts()),
+			MaximumAttempts: int32(s.run.spec.CompensationAttempts),
 		},
 	})
 	var result agentsagatype.ToolResult

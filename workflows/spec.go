@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"sigs.k8s.io/yaml"
@@ -297,12 +296,11 @@ func nulField(s RunSpec) string {
 	return "spec"
 }
 
-func (s RunSpec) compensationAttempts() int {
-	if s.CompensationAttempts > 0 {
-		return s.CompensationAttempts
-	}
-	return 5
-}
+// The defaults of budget.finish_at and compensation_attempts.
+const (
+	defaultFinishAt             = 0.2
+	defaultCompensationAttempts = 5
+)
 
 func (s RunSpec) tool(name string) (agentsagatype.ToolSpec, bool) {
 	for _, t := range s.Tools {
@@ -311,25 +309,6 @@ func (s RunSpec) tool(name string) (agentsagatype.ToolSpec, bool) {
 		}
 	}
 	return agentsagatype.ToolSpec{}, false
-}
-
-func (s RunSpec) finishAt() float64 {
-	if s.FinishAt > 0 {
-		return s.FinishAt
-	}
-	return 0.2
-}
-
-// breakerOpenEscalation is how long a call may wait behind an open breaker.
-// A spec the client did not resolve (version 0) gets the default here, as
-// it gets every other; a resolved spec carries its own, and one resolved
-// at version 1, before parking, carries 0: escalate at the first refusal.
-func (s RunSpec) breakerOpenEscalation() time.Duration {
-	seconds := s.Escalate.AfterBreakerOpenSeconds
-	if s.Version == 0 && seconds == 0 {
-		seconds = DefaultBreakerOpenEscalation
-	}
-	return time.Duration(seconds) * time.Second
 }
 
 // pricedForTheAccount refuses a run charged to an account (budget.account)

@@ -68,11 +68,9 @@ const defaultNoProgressTurns = 3
 // watchdogMemory bounds the calls and results the watchdog remembers.
 const watchdogMemory = 256
 
-func newWatchdog(spec WatchdogSpec) *watchdog {
-	turns := spec.NoProgressTurns
-	if turns == 0 {
-		turns = defaultNoProgressTurns
-	}
+// newWatchdog is a watchdog with no memory, which fires after turns turns
+// without progress (watchdog.no_progress_turns).
+func newWatchdog(turns int) *watchdog {
 	return &watchdog{noProgressTurns: turns, calls: map[string]int{}, results: map[string]bool{}, voluntary: map[string]int{}}
 }
 
@@ -107,7 +105,7 @@ func (w *watchdog) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return err
 	}
-	*w = *newWatchdog(WatchdogSpec{})
+	*w = *newWatchdog(0)
 	w.restore(st)
 	return nil
 }

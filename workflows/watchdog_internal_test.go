@@ -21,7 +21,7 @@ func TestWatchdogTakesAnOutageForAWait(t *testing.T) {
 			Error: "retry denied: the dependency's circuit breaker is open: tool fetch: HTTP 503"}}
 	}
 	for _, outageAware := range []bool{false, true} {
-		w := newWatchdog(WatchdogSpec{})
+		w := newWatchdog(defaultNoProgressTurns)
 		fired := ""
 		for item := 1; item <= 4 && fired == ""; item++ {
 			fired = w.endTurn(refused(item), nil, outageAware)
@@ -34,7 +34,7 @@ func TestWatchdogTakesAnOutageForAWait(t *testing.T) {
 		}
 	}
 
-	w := newWatchdog(WatchdogSpec{})
+	w := newWatchdog(defaultNoProgressTurns)
 	same := TraceEntry{Tool: "fetch", Arguments: `{"item":1}`, Output: "ok"}
 	assert.Empty(t, w.endTurn([]TraceEntry{same}, nil, true), "new: learned")
 	waited := same
@@ -57,7 +57,7 @@ func TestWatchdogTakesAnOutageForAWait(t *testing.T) {
 func TestWatchdogCountsNewEffectsAsProgress(t *testing.T) {
 	t.Parallel()
 	for _, judgesEffects := range []bool{false, true} {
-		w := newWatchdog(WatchdogSpec{})
+		w := newWatchdog(defaultNoProgressTurns)
 		w.namesRules = judgesEffects
 		fired, turns := "", 0
 		for item := 1; item <= 20 && fired == ""; item++ {
@@ -77,7 +77,7 @@ func TestWatchdogCountsNewEffectsAsProgress(t *testing.T) {
 
 	// A read-only search: new queries, the same "no results". Its calls are
 	// never effects (changedTheWorld is false for a read_only tool).
-	w := newWatchdog(WatchdogSpec{})
+	w := newWatchdog(defaultNoProgressTurns)
 	w.namesRules = true
 	fired, turns := "", 0
 	for q := 1; q <= 10 && fired == ""; q++ {
@@ -93,7 +93,7 @@ func TestWatchdogCountsNewEffectsAsProgress(t *testing.T) {
 	assert.Contains(t, w.note(), "(rule nothing new: progress is", "the note names the rule")
 
 	// A repeated identical write is not a new effect, and is named as a repeat.
-	w = newWatchdog(WatchdogSpec{})
+	w = newWatchdog(defaultNoProgressTurns)
 	w.namesRules = true
 	assert.False(t, w.voluntaryRetry("inventory", `{"item":1}`))
 	assert.True(t, w.voluntaryRetry("inventory", `{"item":1}`))

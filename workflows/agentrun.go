@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -225,8 +224,6 @@ type run struct {
 	// Carried is the run's own state, which continue-as-new carries whole
 	// (continue.go).
 	Carried
-	// quota is how the current model turn met its provider's quota.
-	quota quotaWaits
 	// accountLeft is the room the run's account had at the last turn, as
 	// its caps said, for the budget note; nil before a turn said it
 	// (spendcaps.go).
@@ -413,208 +410,6 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 	return r.outOfBudget(ctx, answer, strings.TrimSpace(note), reason)
 }
 
-func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
-	r.Stats.Calls++
-	r.quota = quotaWaits{}
-	note := r.RunBudget.Note(workflow.Now(ctx), r.openBreakers())
-	if account := r.accountNote(); account != "" {
-		note += "\n" + account
-	}
-	if warning := r.Watchdog.note(); warning != "" {
-		note += "\n" + warning
-	}
-	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.RunBudget.Limits.Steps), note)
-	call := agentsagatype.ModelCall{
-		Model:        r.spec.Model,
-		Conversation: agentsagatype.Conversation{WorkflowID: r.workflowID, Append: r.Pending, Through: r.Seq},
-		Tools:        defs, Note: note, Finish: finish,
-		Retry: r.plan("model", modelDependency(r.spec.Model)),
-	}
-	if finish {
-		call.Tools, call.FinishInstructions = nil, finishInstructions
-	}
-	model := r.spec.Model
-	modelName := strings.TrimSpace(model.Provider + " " + model.Name)
-	summary := fmt.Sprintf("model turn %d (%s)", step, modelName)
-	activityID := agentsagatype.ModelActivityID(step)
-	if finish {
-		summary += ": graceful finish"
-		activityID = agentsagatype.FinishActivityID(step)
-	}
-	var turn agentsagatype.ModelTurn
-	var refusedLeafCalls int // leaf calls of the turn's sends that a down model refused
-	err := payload.Check("model call "+activityID, call)
-	if err == nil {
-		refusedLeafCalls, err = r.askModels(ctx, activityID, summary, call, &turn)
-	}
-	var parked parkedCall
-	if _, refused := openBreakerRefusal(err); refused && r.versions.parkModelTurns {
-		// The provider is down (every model of the turn, with fallbacks):
-		// the turn waits for its breaker, as a tool call does, and goes
-		// out again under its first key.
-		call.Key = agentsagatype.CallKey(r.workflowID, activityID)
-		what, dependency := "the model "+modelName, "model"
-		if models := r.turnModels(); len(models) > 1 {
-			// askModels notes each model as "model <target>": the wait
-			// notes the primary's under the same name.
-			what, dependency = fmt.Sprintf("the models %s", modelTargets(models)), "model "+model.Target()
-		}
-		err, parked = r.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
-			call.Retry = r.plan("model", call.Retry.Dependency)
-			call.Retry.Released = true
-			turn = agentsagatype.ModelTurn{}
-			if len(r.turnModels()) == 1 {
-				// One model: its send, as before fallbacks existed.
-				return r.sendModelTurnInQuota(ctx, again, summary, call)
-			}
-			asked, answered := workflow.NewFuture(ctx)
-			workflow.Go(ctx, func(ctx workflow.Context) {
-				var reply agentsagatype.ModelTurn
-				refused, err := r.askModels(ctx, again, summary, call, &reply)
-				refusedLeafCalls += refused
-				answered.Set(reply, err)
-			})
-			return asked
-		}, &turn)
-		if err != nil && parked.escalation != "" {
-			err = &modelParkedError{why: parked.escalation, err: err}
-		}
-	}
-	if err == nil {
-		// The reply is message r.Seq now; what was pending is written.
-		r.Pending = nil
-		r.Seq++
-		r.ReadBack = r.ReadBack || turn.Shortened > 0 || turn.OmittedTurns > 0
-	}
-
-	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: agentsagatype.Preview(turn.Content), Note: note}
-	entry.Attempts, entry.Denial, entry.Parks = turn.Attempt+parked.leafCalls+refusedLeafCalls, "", parked.parks
-	if err == nil {
-		// A reply stored earlier says who answered it; one from before
-		// AnsweredBy existed was the spec's model's.
-		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
-		r.ui.answeredBy = entry.Model
-		r.accountLeft = cmp.Or(turn.Account, r.accountLeft)
-	} else {
-		entry.Error = errorText(err)
-		entry.Attempts, entry.Denial = callFailure(err)
-		if r.versions.parkModelTurns && entry.Denial == budget.DenyCircuitOpen {
-			entry.Attempts = parked.leafCalls // a refusal at the gate was not a call
-		}
-		if entry.Denial == budget.DenyQuota || entry.Denial == budget.DenySpendCap {
-			entry.Attempts = 0 // r.quota counts the requests answered 429; a spend cap's refusal sent nothing
-		}
-		entry.Attempts += refusedLeafCalls
-	}
-	entry.Attempts += r.quota.leafCalls
-	entry.QuotaWaits, entry.QuotaWaitSeconds = r.quota.waits, r.quota.waited.Seconds()
-	if turn.Refusal != "" {
-		entry.Error = "refusal: " + turn.Refusal
-	}
-	for _, c := range turn.ToolCalls {
-		entry.Output += fmt.Sprintf("\n-> %s %s", c.Name, clip(c.Arguments, 200))
-	}
-	r.charge("model", &entry)
-	// The turn is priced at the model that answered it.
-	steps := 1
-	if entry.Denial == budget.DenySpendCap {
-		steps = 0 // the account could not pay for the turn: nothing was sent
-	}
-	r.RunBudget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
-		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage)})
-	r.record(entry)
-	return turn, err
-}
-
-// turnModels are the models a turn may go to, in order: the spec's model,
-// then its fallbacks (model.fallbacks, from agentsaga-commands 2).
-func (r *run) turnModels() []agentsagatype.ModelSpec {
-	models := []agentsagatype.ModelSpec{r.spec.Model}
-	if r.versions.modelFallbacks {
-		models = append(models, r.spec.Model.Fallbacks...)
-	}
-	return models
-}
-
-// modelNamed is the turn model whose Target is target; the spec's model
-// when none is (a turn answered before AnsweredBy was stored).
-func (r *run) modelNamed(target string) agentsagatype.ModelSpec {
-	for _, m := range r.turnModels() {
-		if m.Target() == target {
-			return m
-		}
-	}
-	return r.spec.Model
-}
-
-// askModels sends a turn to the first of its models whose circuit breaker
-// does not refuse it: the spec's model, then each fallback in order, each
-// under activity ID <activityID>/fallback-N but all under the turn's first
-// key (ModelCall.TurnOf says why that is safe). A model that is down costs
-// the turn no wait: it goes to the next one at once. It returns the leaf
-// calls that the sends refused by a down model made before they were
-// refused, and the last send's outcome: a refusal only when every model
-// refused the turn.
-func (r *run) askModels(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall, turn *agentsagatype.ModelTurn) (refusedLeafCalls int, err error) {
-	models := r.turnModels()
-	for i, model := range models {
-		id, send, what := activityID, call, summary
-		if i > 0 {
-			id = agentsagatype.SubActivityID(activityID, agentsagatype.SubFallback, i)
-			send.Model, send.TurnOf = model, r.spec.Model.Target()
-			send.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
-			send.Retry = r.plan("model", modelDependency(model))
-			what = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
-		}
-		*turn = agentsagatype.ModelTurn{}
-		err = r.sendModelTurnInQuota(ctx, id, what, send).Get(ctx, turn)
-		failure, refused := openBreakerRefusal(err)
-		var outOfQuota *modelParkedError
-		if errors.As(err, &outOfQuota) && i < len(models)-1 {
-			// The run cannot afford to wait for this model's quota: the
-			// next model answers the turn.
-			continue
-		}
-		if len(models) > 1 {
-			// The note names each model that is down, and since when.
-			if refused {
-				r.markOpen("model "+model.Target(), failure.OpenSince)
-			} else {
-				r.markClosed("model " + model.Target())
-			}
-		}
-		if !refused || i == len(models)-1 {
-			return refusedLeafCalls, err
-		}
-		refusedLeafCalls += failure.Attempt
-		if failure.AtGate {
-			refusedLeafCalls-- // refused before it was made
-		}
-	}
-	return refusedLeafCalls, err
-}
-
-// modelDependency is a model's circuit breaker's key.
-func modelDependency(m agentsagatype.ModelSpec) string { return "model:" + m.Target() }
-
-// modelTargets lists models as "a, then b".
-func modelTargets(models []agentsagatype.ModelSpec) string {
-	targets := make([]string, len(models))
-	for i, m := range models {
-		targets[i] = m.Target()
-	}
-	return strings.Join(targets, ", then ")
-}
-
-// sendModelTurn schedules a model turn under activityID: its first send
-// and each send after waiting for the model's breaker.
-func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall) workflow.Future {
-	call.Spend = r.spendPlan(call.Model) // each model at its own price
-	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
-	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
-	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityCallModel), call)
-}
-
 // sendToolCall schedules a tool call under activityID: its first send and
 // each send after waiting for the tool's breaker.
 func (r *run) sendToolCall(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, request agentsagatype.ToolCallRequest) workflow.Future {
@@ -623,17 +418,6 @@ func (r *run) sendToolCall(ctx workflow.Context, activityID string, call agentsa
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(timeout))
 	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityCallTool), request)
 }
-
-// modelParkedError is a model turn that waited for the model's open
-// breaker until it could wait no longer: the run asks a human (why)
-// instead of failing.
-type modelParkedError struct {
-	why string
-	err error
-}
-
-func (e *modelParkedError) Error() string { return e.err.Error() }
-func (e *modelParkedError) Unwrap() error { return e.err }
 
 // record adds an entry to the trace, keeping the last traceTail.
 func (r *run) record(entries ...TraceEntry) {

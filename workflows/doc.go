@@ -13,6 +13,14 @@
 // engine's back, and the reconciler ([ReconcilerLoop]) that finds such
 // runs.
 //
+// One turn reads in two files: modelturn.go (the model turn: its note,
+// its models and fallbacks, its waits for the quota, the spend cap and an
+// open breaker, its trace entry) and toolcalls.go (the tool calls it asked
+// for: gates and approvals, sends, parking, and the turn's outcome, which
+// the loop in agentrun.go acts on). The run's state is run, in
+// agentrun.go, with what it carries across continue-as-new (Carried,
+// continue.go).
+//
 // Workflow code is deterministic: no I/O, no wall clock (workflow.Now), no
 // global state; everything that touches the world is an activity. A
 // change to the commands it emits goes behind workflow.GetVersion, and the

@@ -69,7 +69,7 @@ const (
 	// commandsVersion3 admits every model turn on its provider's quota,
 	// shared by the fleet (ModelCall.Quota), and waits on a durable timer
 	// while the quota has no room, or after a 429, instead of retrying
-	// (run.sendModelTurnInQuota).
+	// (modelTurn.sendInQuota).
 	commandsVersion3 workflow.Version = 3
 	// commandsVersion4 passes every tool call through its tool's gates
 	// before it is sent (run.gateCall): a per-call limit refuses it, an

@@ -7,6 +7,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // waitBook is what a run's waits took of its wall clock, by cause: behind
@@ -212,4 +216,29 @@ func (r *run) withWaits(reason, subject string) string {
 		return reason + "; " + spent
 	}
 	return reason
+}
+
+// refusalWait is one wait of a call behind a refusal that a timer waits
+// out (a quota, a spend cap): when the call goes out again, what the run's
+// status (waiting), the UI's progress and details and the timer's summary
+// say meanwhile, and the cause the run's book of waits charges it to.
+type refusalWait struct {
+	back                                       time.Time
+	waiting, progress, details, summary, cause string
+}
+
+// waitOnce waits w out, the n-th wait of its call: the UI shows it, the
+// ledger's status says it the first time, a timer waits until w.back, and
+// the book of waits keeps it. It returns the timer's error (cancelled:
+// nothing is sent again).
+func (r *run) waitOnce(ctx workflow.Context, w refusalWait, n int) error {
+	now := workflow.Now(ctx)
+	r.showProgress(ctx, agentsagatype.RunRunning, w.progress, w.details)
+	if n == 1 {
+		r.setStatus(ctx, agentsagatype.RunRunning, w.waiting)
+	}
+	timer := workflow.NewTimerWithOptions(ctx, w.back.Sub(now), workflow.TimerOptions{Summary: clip(w.summary, 100)})
+	err := timer.Get(ctx, nil)
+	r.Waits.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
+	return err
 }

@@ -16,8 +16,11 @@ import (
 
 func main() {
 	ctx, stop := stopOnSignals(os.Stderr)
-	defer stop()
-	if err := rootCommand().ExecuteContext(ctx); err != nil {
+	stopProfile := startCPUProfile(os.Stderr)
+	err := rootCommand().ExecuteContext(ctx)
+	stopProfile()
+	stop()
+	if err != nil {
 		// The facade's errors already begin with the package's name.
 		fmt.Fprintln(os.Stderr, "agentsaga:", strings.TrimPrefix(err.Error(), "agentsaga: "))
 		os.Exit(1)

@@ -22,8 +22,9 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -152,7 +153,7 @@ func TestStartRefusesAnIDTheLedgerHas(t *testing.T) {
 	c := devServer.Client()
 	store := agentsagatest.NewLedger(t)
 	id := agentsagatest.RunID(t)
-	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, Goal: "the first run, which Temporal forgot"}))
+	require.NoError(t, ledgerdb.Of(store).StartRun(ctx, agentsagatype.Run{WorkflowID: id, Goal: "the first run, which Temporal forgot"}))
 
 	spec := agentsaga.RunSpec{Goal: "the second", Budget: agentsaga.Budget{Steps: 2}, Model: agentsagatest.Script(agentsagatest.Answer("hi"))}
 	_, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: id, Ledger: store})
@@ -206,7 +207,7 @@ func TestCloseFlushesTheSuccessBonuses(t *testing.T) {
 		BucketConfig: budget.BucketConfig{Capacity: 10, RefillPerSecond: 0.001, SuccessBonus: 1}})
 	require.NoError(t, err)
 	for range 10 { // empty, so that every bonus raises it
-		_, err := ledgertest.TakeRetryToken(ctx, store, bucket)
+		_, err := ledgertest.TakeRetryToken(ctx, ledgerdb.Of(store), bucket)
 		require.NoError(t, err)
 	}
 	result := agentsagatest.Run(t, engine, agentsaga.RunSpec{Goal: "count", Budget: agentsaga.Budget{Steps: 3},
@@ -217,7 +218,7 @@ func TestCloseFlushesTheSuccessBonuses(t *testing.T) {
 	// Two model turns and a tool call succeeded: three bonuses, whether
 	// the timer flushed them already or Close does.
 	require.NoError(t, engine.Close())
-	level, err := ledgertest.BucketLevel(ctx, store, bucket)
+	level, err := ledgertest.BucketLevel(ctx, ledgerdb.Of(store), bucket)
 	require.NoError(t, err)
 	require.InDelta(t, 3, level, 0.1, "every bonus is in the bucket once Close returns")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -166,15 +167,16 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 	if hookConfig.Breaker == (budget.BreakerConfig{}) {
 		hookConfig.Breaker = budget.DefaultBreaker
 	}
-	if err := store.EnsureBucket(ctx, hookConfig.Bucket, hookConfig.BucketConfig); err != nil {
+	db := ledgerdb.Of(store)
+	if err := db.EnsureBucket(ctx, hookConfig.Bucket, hookConfig.BucketConfig); err != nil {
 		return nil, fmt.Errorf("agentsaga: %w", err)
 	}
 	e := &Engine{
 		cfg:   cfg,
 		store: store,
-		acts: &activities.Activities{Ledger: store, Toolbox: toolbox, HTTPClient: httpClient, Models: models,
+		acts: &activities.Activities{Ledger: db, Toolbox: toolbox, HTTPClient: httpClient, Models: models,
 			MCP: activities.NewMCPSessions(httpClient)},
-		hook: activities.NewRetryHook(store, hookConfig),
+		hook: activities.NewRetryHook(db, hookConfig),
 	}
 	if cfg.TracerProvider != nil {
 		tracing, err := TracingInterceptor(cfg.TracerProvider)
@@ -184,7 +186,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 		e.tracing = []interceptor.WorkerInterceptor{tracing}
 	}
 	if cfg.Temporal != nil {
-		e.reconciler = &activities.Reconciliation{Ledger: store, Temporal: cfg.Temporal}
+		e.reconciler = &activities.Reconciliation{Ledger: db, Temporal: cfg.Temporal}
 		if cfg.ReconcileEvery >= 0 {
 			every := cmp.Or(cfg.ReconcileEvery, workflows.ReconcileInterval)
 			if err := EnsureReconciler(ctx, cfg.Temporal, cfg.TaskQueue, every); err != nil {

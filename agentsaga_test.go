@@ -17,6 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 )
 
@@ -74,7 +75,7 @@ func TestEngineRunsATypedToolInTheTestKit(t *testing.T) {
 	require.Equal(t, "completed", result.Status, result.Reason)
 	require.EqualValues(t, 1, calls.Load())
 
-	actions, err := store.ListActions(ctx, id)
+	actions, err := ledgerdb.Of(store).ListActions(ctx, id)
 	require.NoError(t, err)
 	require.Len(t, actions, 2, "the typed tool and the built-in word_count")
 	require.Contains(t, actions[1].Result, `"words": 2`)

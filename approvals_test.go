@@ -22,6 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -128,7 +129,7 @@ func TestApprovalThenTheActOnce(t *testing.T) {
 	require.Equal(t, "refund", wait.Tool)
 	require.Contains(t, wait.Why, "amount > 100")
 	require.Equal(t, 1, desk.count(), "the 20 went without approval; the 250 waits")
-	fleet, err := store.AwaitingApprovals(ctx, 100)
+	fleet, err := ledgerdb.Of(store).AwaitingApprovals(ctx, 100)
 	require.NoError(t, err)
 	require.True(t, containsCall(fleet, run.ID, wait.Call), "the fleet's list has it")
 	require.Eventually(t, func() bool {
@@ -150,12 +151,12 @@ func TestApprovalThenTheActOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, view.Limits.Seconds, 61.0, "the wait for a human was given back to the wall clock")
 
-	recorded, err := store.RunApprovals(ctx, run.ID)
+	recorded, err := ledgerdb.Of(store).RunApprovals(ctx, run.ID)
 	require.NoError(t, err)
 	require.Len(t, recorded, 1)
 	require.Equal(t, agentsagatype.ApprovalApproved, recorded[0].Status)
 	require.Equal(t, "order checked", recorded[0].Reason)
-	action, err := store.GetAction(ctx, recorded[0].Key)
+	action, err := ledgerdb.Of(store).GetAction(ctx, recorded[0].Key)
 	require.NoError(t, err, "the act is in the ledger under the approved call's key")
 	require.Equal(t, agentsagatype.ActionCompleted, action.Status)
 	_, err = run.Approve(ctx, wait.Call, "bob", "")
@@ -215,7 +216,7 @@ func TestDenialIsNeverSentAndNotAskedTwice(t *testing.T) {
 	require.Contains(t, errs[0], "denied by bob: order A was never paid")
 	require.Contains(t, errs[0], "Do not ask for this call again")
 	require.Contains(t, errs[1], "a human denied this call before")
-	recorded, err := store.RunApprovals(ctx, run.ID)
+	recorded, err := ledgerdb.Of(store).RunApprovals(ctx, run.ID)
 	require.NoError(t, err)
 	require.Len(t, recorded, 1, "the second ask made no new request")
 	require.Equal(t, "bob", recorded[0].DecidedBy)
@@ -250,7 +251,7 @@ func TestTwoApprovalsRace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	recorded, err := store.RunApprovals(ctx, run.ID)
+	recorded, err := ledgerdb.Of(store).RunApprovals(ctx, run.ID)
 	require.NoError(t, err)
 	require.Len(t, recorded, 1)
 	won := 0
@@ -380,7 +381,7 @@ func TestApprovalTimeout(t *testing.T) {
 		require.ErrorAs(t, err, &failed)
 		require.Contains(t, failed.Result.Reason, "waited 1s for approval")
 		require.Zero(t, desk.count())
-		recorded, err := store.RunApprovals(ctx, run.ID)
+		recorded, err := ledgerdb.Of(store).RunApprovals(ctx, run.ID)
 		require.NoError(t, err)
 		require.Equal(t, agentsagatype.ApprovalTimedOut, recorded[0].Status)
 		require.Zero(t, failed.Result.Retries.Retries)
@@ -402,10 +403,10 @@ func TestApprovalTimeout(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 		require.Equal(t, 1, desk.count())
-		recorded, err := store.RunApprovals(ctx, run.ID)
+		recorded, err := ledgerdb.Of(store).RunApprovals(ctx, run.ID)
 		require.NoError(t, err)
 		require.Len(t, recorded, 1, "the second ask reused the open request")
-		action, err := store.GetAction(ctx, recorded[0].Key)
+		action, err := ledgerdb.Of(store).GetAction(ctx, recorded[0].Key)
 		require.NoError(t, err)
 		require.Equal(t, agentsagatype.ActionCompleted, action.Status, "under the first request's key")
 	})
@@ -550,10 +551,10 @@ func TestCumulativeLimitWithACompensationBetween(t *testing.T) {
 // undo is within the limit.
 func checkLimitInvariant(t *testing.T, store *ledger.Store, id string, limit float64) {
 	t.Helper()
-	actions, err := store.ListActions(t.Context(), id)
+	actions, err := ledgerdb.Of(store).ListActions(t.Context(), id)
 	require.NoError(t, err)
 	require.NotEmpty(t, actions)
-	held, err := store.HoldLimit(t.Context(), agentsagatype.LimitHold{Key: id + "/probe", WorkflowID: id, Limit: "sum(amount) <= 200", Amount: 0, AtMost: limit})
+	held, err := ledgerdb.Of(store).HoldLimit(t.Context(), agentsagatype.LimitHold{Key: id + "/probe", WorkflowID: id, Limit: "sum(amount) <= 200", Amount: 0, AtMost: limit})
 	require.NoError(t, err)
 	t.Logf("the run's total against the limit: %v of %v; violations: %d", held.Total, limit, map[bool]int{true: 1}[held.Total > limit])
 	require.LessOrEqual(t, held.Total, limit)

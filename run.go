@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -72,7 +73,7 @@ func (r *Run) Status(ctx context.Context) (agentsagatype.Run, error) {
 	if r.ledger == nil {
 		return agentsagatype.Run{}, fmt.Errorf("agentsaga: status of run %s: the handle has no ledger (StartOptions.Ledger, Run.WithLedger)", r.ID)
 	}
-	run, err := r.ledger.GetRun(ctx, r.ID)
+	run, err := ledgerdb.Of(r.ledger).GetRun(ctx, r.ID)
 	if err != nil {
 		return agentsagatype.Run{}, fmt.Errorf("agentsaga: status of run %s: %w", r.ID, err)
 	}
@@ -315,7 +316,7 @@ func (r *Run) decideApproval(ctx context.Context, update string, in workflows.Ap
 		return Approval{}, err
 	}
 	key := agentsagatype.CallKey(r.ID, in.Call)
-	first, lerr := r.ledger.GetApproval(ctx, key)
+	first, lerr := ledgerdb.Of(r.ledger).GetApproval(ctx, key)
 	// A decision that lost a race is refused while the winner's is being
 	// recorded: wait, briefly, for the ledger to have it.
 	if lerr == nil && first.Status == agentsagatype.ApprovalAwaiting && isRefused && strings.Contains(refused.Reason, "already") {
@@ -325,12 +326,12 @@ func (r *Run) decideApproval(ctx context.Context, update string, in workflows.Ap
 			case <-ctx.Done():
 				return Approval{}, err
 			case <-time.After(50 * time.Millisecond):
-				first, lerr = r.ledger.GetApproval(ctx, key)
+				first, lerr = ledgerdb.Of(r.ledger).GetApproval(ctx, key)
 			}
 		}
 	}
 	switch {
-	case errors.Is(lerr, ledger.ErrNotFound):
+	case errors.Is(lerr, ledgerdb.ErrNotFound):
 		return Approval{}, err // no such request: the run's refusal says what waits
 	case lerr != nil:
 		return Approval{}, fmt.Errorf("%w (and the ledger, asked whose decision came first: %v)", err, lerr)

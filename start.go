@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -110,11 +111,11 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 		return nil, fmt.Errorf("agentsaga: start run %s: %w", id, ErrNoLedger)
 	}
 	if opts.Ledger != nil && !opts.SkipLedgerCheck {
-		_, err := opts.Ledger.GetRun(ctx, id)
+		_, err := ledgerdb.Of(opts.Ledger).GetRun(ctx, id)
 		if err == nil {
 			return nil, &RunExistsError{ID: id, InLedger: true}
 		}
-		if !errors.Is(err, ledger.ErrNotFound) {
+		if !errors.Is(err, ledgerdb.ErrNotFound) {
 			return nil, fmt.Errorf("agentsaga: start run %s: %w", id, err)
 		}
 	}

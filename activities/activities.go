@@ -19,15 +19,15 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/convfit"
 	"github.com/agentsaga/agentsaga/internal/keyed"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/payload"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
-	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // Activities are the worker's activity implementations. Register a pointer
 // with the worker; the workflow refers to the methods through a nil pointer.
 type Activities struct {
-	Ledger  *ledger.Store
+	Ledger  *ledgerdb.Store
 	Toolbox *Toolbox
 	// HTTPClient carries HTTP tools and model providers; nil means
 	// http.DefaultClient. It must not retry on its own.
@@ -92,7 +92,7 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeModelConfig, nil)
 	}
 	conv := call.Conversation
-	appended := make([]ledger.Message, len(conv.Append))
+	appended := make([]ledgerdb.Message, len(conv.Append))
 	for i, m := range conv.Append {
 		appended[i] = convfit.ToLedger(m)
 	}
@@ -121,12 +121,12 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
 	output, _, err := keyed.Once(ctx, a.Ledger, keyed.Call{
-		Action: ledger.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
-			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledger.ActionModel},
-		Kind: ledger.LeafModel, Target: target,
-		Turn: &ledger.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
+		Action: ledgerdb.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledgerdb.ActionModel},
+		Kind: ledgerdb.LeafModel, Target: target,
+		Turn: &ledgerdb.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
 			Fit: convfit.Request(trailing, defTokens, call.Model.ContextTokens()), Quota: quotaClaim, Spend: turnSpend(call)},
-		Quota: func(admission ledger.Admission, callErr error) *ledger.QuotaAnswer {
+		Quota: func(admission ledgerdb.Admission, callErr error) *ledgerdb.QuotaAnswer {
 			return sink.answer(admission, used, callErr)
 		},
 		Spend: func(error) float64 {
@@ -139,7 +139,7 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 			return budget.ModelPrice{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
 				CachedInputPerMillion: p.CachedInputPerMillion}.USD(used)
 		},
-		Run: func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error) {
+		Run: func(ctx context.Context, claim ledgerdb.Claim) (string, *ledgerdb.Message, error) {
 			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens)
 			if err != nil {
 				return "", nil, err
@@ -176,11 +176,11 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 // turnSpend is what a turn charged to an account reserves in its claim:
 // the conversation's tokens at the input price and max_tokens (or the
 // reply's default reservation) at the output price.
-func turnSpend(call agentsagatype.ModelCall) *ledger.SpendClaim {
+func turnSpend(call agentsagatype.ModelCall) *ledgerdb.SpendClaim {
 	if call.Spend == nil {
 		return nil
 	}
-	return &ledger.SpendClaim{Account: call.Spend.Account, InputUSDPerMillion: call.Spend.InputPerMillion,
+	return &ledgerdb.SpendClaim{Account: call.Spend.Account, InputUSDPerMillion: call.Spend.InputPerMillion,
 		OutputUSDPerMillion: call.Spend.OutputPerMillion, OutputTokens: cmp.Or(call.Model.MaxTokens, defaultOutputReservation),
 		Finishing: call.Finish}
 }
@@ -279,10 +279,10 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 	sent := false
 	defer func() { settle(sent) }()
 	output, replayed, err := keyed.Once(ctx, a.Ledger, keyed.Call{
-		Action: ledger.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+		Action: ledgerdb.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
-		Kind: ledger.LeafTool, Target: req.Tool.Name,
-		Run: func(ctx context.Context, _ ledger.Claim) (string, *ledger.Message, error) {
+		Kind: ledgerdb.LeafTool, Target: req.Tool.Name,
+		Run: func(ctx context.Context, _ ledgerdb.Claim) (string, *ledgerdb.Message, error) {
 			sent = true
 			spanCtx, span := startToolSpan(ctx, req)
 			output, err := run(spanCtx, ToolInvocation{Key: key, Arguments: json.RawMessage(req.Arguments), Deadline: info.Deadline, Attempt: info.Attempt})
@@ -293,7 +293,7 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 			if err != nil || req.Record == nil {
 				return output, nil, err
 			}
-			return output, &ledger.Message{Seq: req.Record.Seq, Role: "tool", Content: output,
+			return output, &ledgerdb.Message{Seq: req.Record.Seq, Role: "tool", Content: output,
 				ToolCallID: req.Record.ToolCallID, Name: req.Record.Name, SourceKey: key,
 				Tokens: convfit.EstimateTokens(agentsagatype.Message{Content: output})}, nil
 		},
@@ -419,9 +419,9 @@ const settlePoll = 250 * time.Millisecond
 // holds a live lease, it waits (heartbeating) until that attempt settles,
 // so the answer is what happened, not a guess made while it was at work.
 func (a *Activities) GiveUpCall(ctx context.Context, g agentsagatype.GiveUp) (agentsagatype.GaveUp, error) {
-	req := ledger.ActionRequest{Key: g.Key, WorkflowID: g.WorkflowID, ActivityID: g.ActivityID, Tool: g.Tool, Arguments: g.Arguments}
+	req := ledgerdb.ActionRequest{Key: g.Key, WorkflowID: g.WorkflowID, ActivityID: g.ActivityID, Tool: g.Tool, Arguments: g.Arguments}
 	for {
-		fenced, err := a.Ledger.FenceAction(ctx, req, ledger.FenceGivenUp)
+		fenced, err := a.Ledger.FenceAction(ctx, req, ledgerdb.FenceGivenUp)
 		if err != nil {
 			return agentsagatype.GaveUp{}, err
 		}
@@ -472,9 +472,9 @@ func waitSettle(ctx context.Context) error {
 // the model's requests, into the conversation as the answer to the model's
 // read_result call. The key must be one of the run's (or its sub-agents').
 func (a *Activities) ReadResult(ctx context.Context, req agentsagatype.ReadResultRequest) (agentsagatype.ToolResult, error) {
-	result, err := a.Ledger.RecordResultMessage(ctx, req.WorkflowID, req.Key, ledger.Message{
+	result, err := a.Ledger.RecordResultMessage(ctx, req.WorkflowID, req.Key, ledgerdb.Message{
 		Seq: req.Record.Seq, ToolCallID: req.Record.ToolCallID, Name: req.Record.Name})
-	if errors.Is(err, ledger.ErrNotFound) {
+	if errors.Is(err, ledgerdb.ErrNotFound) {
 		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("read_result: %q is not the key of a completed call of this run", req.Key), agentsagatype.ErrTypeNotFound, nil)
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // countingServer is an HTTP tool that records every Idempotency-Key it sees.

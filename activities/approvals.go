@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // RequestApproval records a call that waits for a human, under its key,
@@ -22,9 +22,9 @@ func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.Appr
 func (a *Activities) DecideApproval(ctx context.Context, d agentsagatype.ApprovalDecision) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.DecideApproval(ctx, d.Key, d.Status(), d.By, d.Reason)
 	switch {
-	case errors.Is(err, ledger.ErrDecided):
+	case errors.Is(err, ledgerdb.ErrDecided):
 		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeApprovalDecided, nil)
-	case errors.Is(err, ledger.ErrNotFound):
+	case errors.Is(err, ledgerdb.ErrNotFound):
 		// No request under the key: retrying cannot make one appear.
 		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeNotFound, nil)
 	}
@@ -32,7 +32,7 @@ func (a *Activities) DecideApproval(ctx context.Context, d agentsagatype.Approva
 }
 
 // HoldLimit counts a call against its run's limit on a tool's arguments,
-// or refuses it, atomically across the fleet (ledger.Store.HoldLimit).
+// or refuses it, atomically across the fleet (ledgerdb.Store.HoldLimit).
 func (a *Activities) HoldLimit(ctx context.Context, hold agentsagatype.LimitHold) (agentsagatype.LimitHeld, error) {
 	return a.Ledger.HoldLimit(ctx, hold)
 }

@@ -18,9 +18,9 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 const testWorkflowID = "default-test-workflow-id"
@@ -115,7 +115,7 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 				assert.Equal(t, agentsagatype.ActionCompleted, actions[0].Status)
 				stored := actions[0].Result
 				requireStorable(t, stored)
-				assert.LessOrEqual(t, len(stored), ledger.MaxStoredText)
+				assert.LessOrEqual(t, len(stored), ledgerdb.MaxStoredText)
 				if tc.truncated {
 					assert.True(t, strings.HasSuffix(stored, activities.TruncationMarker), "the cut is marked for the model")
 					assert.LessOrEqual(t, len(stored), activities.MaxToolOutput+len(activities.TruncationMarker))

@@ -18,9 +18,9 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // callToolWorkflow runs one CallTool with a heartbeat timeout, one attempt,
@@ -57,8 +57,8 @@ func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbe
 
 const slowKey = "default-test-workflow-id/step-001-call-1-slow"
 
-func slowRequest() ledger.ActionRequest {
-	return ledger.ActionRequest{Key: slowKey, WorkflowID: "default-test-workflow-id", ActivityID: "step-001-call-1-slow", Tool: "slow", Arguments: "{}"}
+func slowRequest() ledgerdb.ActionRequest {
+	return ledgerdb.ActionRequest{Key: slowKey, WorkflowID: "default-test-workflow-id", ActivityID: "step-001-call-1-slow", Tool: "slow", Arguments: "{}"}
 }
 
 // The lease follows the attempt, not the tool's timeout: while a slow tool
@@ -96,7 +96,7 @@ func TestSupersededAttemptStopsAndCannotWrite(t *testing.T) {
 	require.Error(t, err)
 	assert.Less(t, time.Since(began), 5*time.Second, "stopped at a renewal, not at the tool's timeout")
 	got, _ := cause.Load().(error)
-	assert.ErrorIs(t, got, ledger.ErrLeaseLost)
+	assert.ErrorIs(t, got, ledgerdb.ErrLeaseLost)
 	action, err := store.GetAction(context.Background(), slowKey)
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.ActionStarted, action.Status, "the superseded attempt's failure did not overwrite the holder's claim")

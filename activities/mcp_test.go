@@ -25,8 +25,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // The test binary doubles as a stdio MCP server: run as

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/quota"
-	"github.com/agentsaga/agentsaga/ledger"
 	"go.temporal.io/sdk/activity"
 )
 
@@ -35,7 +35,7 @@ const closedWithoutHint = time.Second
 // none: the workflow did not ask (a run from before the quota), or the
 // model is neither a built-in provider with rate-limit headers nor one
 // whose spec declares its limits.
-func (a *Activities) turnQuota(ctx context.Context, call agentsagatype.ModelCall) (*ledger.QuotaClaim, error) {
+func (a *Activities) turnQuota(ctx context.Context, call agentsagatype.ModelCall) (*ledgerdb.QuotaClaim, error) {
 	m := call.Model
 	if !call.Quota || (m.RateLimit == nil && m.Provider != agentsagatype.ProviderOpenAI && m.Provider != agentsagatype.ProviderAnthropic) {
 		return nil, nil
@@ -44,7 +44,7 @@ func (a *Activities) turnQuota(ctx context.Context, call agentsagatype.ModelCall
 	if err != nil {
 		return nil, err
 	}
-	claim := &ledger.QuotaClaim{Key: quota.Key(m.Provider, m.Name, apiKey), Output: m.MaxTokens}
+	claim := &ledgerdb.QuotaClaim{Key: quota.Key(m.Provider, m.Name, apiKey), Output: m.MaxTokens}
 	// A concurrency slot is held no longer than the attempt may last: a
 	// worker that dies holding one frees it then.
 	if deadline := activity.GetInfo(ctx).Deadline; !deadline.IsZero() {
@@ -111,8 +111,8 @@ func noteResponse(ctx context.Context, resp *http.Response) {
 // answer is what the turn's response said of its quota, for the settle:
 // the tokens used, what the headers say and, on a 429, until when the
 // quota is closed.
-func (s *headerSink) answer(admission ledger.Admission, used agentsagatype.Usage, callErr error) *ledger.QuotaAnswer {
-	a := &ledger.QuotaAnswer{Admission: admission, Observed: quota.Parse(s.header, time.Now()),
+func (s *headerSink) answer(admission ledgerdb.Admission, used agentsagatype.Usage, callErr error) *ledgerdb.QuotaAnswer {
+	a := &ledgerdb.QuotaAnswer{Admission: admission, Observed: quota.Parse(s.header, time.Now()),
 		Used: quota.Tokens{Input: used.InputTokens, Output: used.OutputTokens}}
 	if rateLimited(callErr) {
 		a.ClosedUntil = s.closedUntil()

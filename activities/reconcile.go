@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // reconcileParallelism bounds the runs one page asks Temporal about at once.
@@ -26,7 +26,7 @@ const reconcileParallelism = 8
 // registered beside Activities (a struct of its own, so the activities that
 // run tools need no Temporal client).
 type Reconciliation struct {
-	Ledger *ledger.Store
+	Ledger *ledgerdb.Store
 	// Temporal is the client the worker polls with: it describes
 	// workflows and starts RollbackRun.
 	Temporal client.Client
@@ -188,7 +188,7 @@ func (r *Reconciliation) examine(ctx context.Context, run agentsagatype.Run) ver
 // on its own; so is one whose parent ended.
 func (r *Reconciliation) coveredByParent(ctx context.Context, parentID string) (bool, error) {
 	parent, err := r.Ledger.GetRun(ctx, parentID)
-	if errors.Is(err, ledger.ErrNotFound) {
+	if errors.Is(err, ledgerdb.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -277,7 +277,7 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run agentsagatype.Ab
 // ReadTerminatedRun reads the run a RollbackRun walks.
 func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (agentsagatype.TerminatedRun, error) {
 	run, err := r.Ledger.GetRun(ctx, workflowID)
-	if errors.Is(err, ledger.ErrNotFound) {
+	if errors.Is(err, ledgerdb.ErrNotFound) {
 		// No retry brings the row back (it was pruned, or the run never
 		// started): a rollback started by hand for such an ID would
 		// otherwise retry forever.

@@ -15,7 +15,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/keyed"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // planned is implemented by the activity inputs that carry a RetryPlan
@@ -31,10 +31,10 @@ type firstKeyed interface{ FirstKey() string }
 // RetryStore is the shared state the hook pays with: the ledger in
 // production.
 type RetryStore interface {
-	DecideRetry(ctx context.Context, req ledger.RetryRequest) (string, error)
+	DecideRetry(ctx context.Context, req ledgerdb.RetryRequest) (string, error)
 	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
-	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledger.Gate, error)
-	BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (ledger.BreakerReport, error)
+	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error)
+	BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (ledgerdb.BreakerReport, error)
 	BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error)
 }
 
@@ -125,7 +125,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 			retryAt: gate.RetryAt, openSince: gate.OpenSince}
 		return nil, i.deny(ctx, f, budget.DenyCircuitOpen)
 	}
-	probe := gate.State == ledger.BreakerProbe
+	probe := gate.State == ledgerdb.BreakerProbe
 	paced := plan.Released && gate.State == budget.BreakerClosed
 	if paced {
 		h.awaitPace(ctx, plan)
@@ -375,7 +375,7 @@ func (i *retryInbound) pay(ctx context.Context, plan agentsagatype.RetryPlan, at
 		return budget.DenyDeadline, 0, nil
 	}
 	delay = max(delay, time.Millisecond) // zero would mean "use the policy's interval"
-	decision, err := h.store.DecideRetry(ctx, ledger.RetryRequest{
+	decision, err := h.store.DecideRetry(ctx, ledgerdb.RetryRequest{
 		ChargeKey: chargeKey, WorkflowID: activity.GetInfo(ctx).WorkflowExecution.ID, Tool: plan.Tool,
 		ToolCap: plan.ToolRetryCap, RunAllowance: plan.RunAllowance, Bucket: h.cfg.Bucket, Dependency: plan.Dependency,
 	})
@@ -416,7 +416,7 @@ func (h *RetryHook) releaseJitter() time.Duration {
 
 // awaitPace holds a call released from an open breaker's queue, now that
 // the breaker has closed, until its place in the dependency's paced line
-// (ledger.Store.BreakerPace): a worker that lagged would otherwise send
+// (ledgerdb.Store.BreakerPace): a worker that lagged would otherwise send
 // the calls of several release slots at once, more than the dependency
 // takes, and open the breaker again. The booking carries the released
 // calls this worker saw succeed since its last one, which raise the
@@ -450,7 +450,7 @@ func (h *RetryHook) awaitPace(ctx context.Context, plan agentsagatype.RetryPlan)
 
 // releasedSuccesses counts, per dependency, the released calls (ones that
 // took a place in the paced line) that succeeded on this worker since its
-// last booking in that line, which reports them (ledger.Store.BreakerPace).
+// last booking in that line, which reports them (ledgerdb.Store.BreakerPace).
 // The successes after a worker's last booking of a drain wait for its
 // next booking, in a later drain, and count only if calls wait in the line
 // then: the adaptive rate rises slower than the evidence allows, never
@@ -495,10 +495,10 @@ func minTime(a, b time.Time) time.Time {
 // dependency cost no statement for it; an open or probing breaker is asked
 // every time. A closed breaker whose dependency is in a streak of failures
 // is remembered as such, so that the next success here ends the streak.
-func (h *RetryHook) gate(ctx context.Context, plan agentsagatype.RetryPlan) (ledger.Gate, error) {
+func (h *RetryHook) gate(ctx context.Context, plan agentsagatype.RetryPlan) (ledgerdb.Gate, error) {
 	dependency := plan.Dependency
 	if fresh, streak := h.closed.fresh(dependency); fresh {
-		gate := ledger.Gate{State: budget.BreakerClosed}
+		gate := ledgerdb.Gate{State: budget.BreakerClosed}
 		if streak {
 			gate.Failures = 1 // at least: enough to report the next success
 		}

@@ -22,8 +22,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // fakeRetryStore answers the hook's questions from fixed values and counts
@@ -49,7 +49,7 @@ type fakeRetryStore struct {
 	failures  atomic.Int32
 }
 
-func (f *fakeRetryStore) DecideRetry(context.Context, ledger.RetryRequest) (string, error) {
+func (f *fakeRetryStore) DecideRetry(context.Context, ledgerdb.RetryRequest) (string, error) {
 	f.decisions.Add(1)
 	return f.decision, f.err
 }
@@ -57,10 +57,10 @@ func (f *fakeRetryStore) DepositUnlessFull(context.Context, string, float64) (bo
 	f.successes.Add(1)
 	return true, nil
 }
-func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.BreakerConfig) (ledger.Gate, error) {
+func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.BreakerConfig) (ledgerdb.Gate, error) {
 	f.gates.Add(1)
 	f.release.Store(int64(cfg.ReleaseInterval()))
-	gate := ledger.Gate{State: f.breaker}
+	gate := ledgerdb.Gate{State: f.breaker}
 	if f.breaker == budget.BreakerOpen {
 		gate.RetryAt, gate.OpenSince = f.retryAt, f.openSince
 	}
@@ -71,12 +71,12 @@ func (f *fakeRetryStore) BreakerPace(_ context.Context, _ string, _ budget.Break
 	f.reported.Add(int32(successes))
 	return time.Now().Add(f.pace), nil
 }
-func (f *fakeRetryStore) BreakerReport(_ context.Context, _ string, success, _ bool, _ budget.BreakerConfig) (ledger.BreakerReport, error) {
+func (f *fakeRetryStore) BreakerReport(_ context.Context, _ string, success, _ bool, _ budget.BreakerConfig) (ledgerdb.BreakerReport, error) {
 	if success {
-		return ledger.BreakerReport{State: budget.BreakerClosed}, nil
+		return ledgerdb.BreakerReport{State: budget.BreakerClosed}, nil
 	}
 	f.failures.Add(1)
-	report := ledger.BreakerReport{State: cmp.Or(f.recorded, f.breaker)}
+	report := ledgerdb.BreakerReport{State: cmp.Or(f.recorded, f.breaker)}
 	if report.State == budget.BreakerOpen {
 		report.RetryAt = f.retryAt
 	}
@@ -274,7 +274,7 @@ func TestFailedProbeWaitsForTheNextProbe(t *testing.T) {
 	next := time.Now().Add(cfg.MaxCooldown).UTC().Truncate(time.Millisecond)
 	for _, random := range []float64{0, 0.5} {
 		jitter := time.Duration(random * float64(cfg.Cooldown/2))
-		store := &fakeRetryStore{breaker: ledger.BreakerProbe, recorded: budget.BreakerOpen, retryAt: next}
+		store := &fakeRetryStore{breaker: ledgerdb.BreakerProbe, recorded: budget.BreakerOpen, retryAt: next}
 		failure := callThroughHook(t, store, activities.RetryHookConfig{Bucket: "fleet", Breaker: cfg,
 			Random: func() float64 { return random }}, "http://127.0.0.1:1/down")
 		assert.Equal(t, budget.DenyCircuitOpen, failure.Denial)
@@ -284,7 +284,7 @@ func TestFailedProbeWaitsForTheNextProbe(t *testing.T) {
 		// Without a probe time from the ledger, a cooldown (and its jitter)
 		// from when the hook saw the failure: between the send and the
 		// return, however slow the machine.
-		store = &fakeRetryStore{breaker: ledger.BreakerProbe, recorded: budget.BreakerOpen}
+		store = &fakeRetryStore{breaker: ledgerdb.BreakerProbe, recorded: budget.BreakerOpen}
 		sent := time.Now()
 		failure = callThroughHook(t, store, activities.RetryHookConfig{Bucket: "fleet", Breaker: cfg,
 			Random: func() float64 { return random }}, "http://127.0.0.1:1/down")

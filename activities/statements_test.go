@@ -21,9 +21,9 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/quota"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // byActivity names each statement sent under an activity's context (the
@@ -41,7 +41,7 @@ func byActivity(ctx context.Context) (string, bool) {
 // countingHook is a retry hook on store as a worker configures it, with its
 // clock stopped, so a closed breaker's answer stays fresh for the whole
 // test however slowly it runs.
-func countingHook(t *testing.T, store *ledger.Store) *activities.RetryHook {
+func countingHook(t *testing.T, store *ledgerdb.Store) *activities.RetryHook {
 	t.Helper()
 	require.NoError(t, store.EnsureBucket(context.Background(), "fleet", budget.DefaultBucket))
 	// The successes' bonuses are flushed within DepositLag of the first:
@@ -144,7 +144,7 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 		assert.Equal(t, "ok", leaf.Outcome, "%s", leaf.ActivityID)
 		assert.NotNil(t, leaf.FinishedAt)
 	}
-	msgs, err := store.Messages(context.Background(), wf, 100, ledger.MessageWindow{})
+	msgs, err := store.Messages(context.Background(), wf, 100, ledgerdb.MessageWindow{})
 	require.NoError(t, err)
 	roles := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -156,7 +156,7 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	// A turn charged to a capped account reserves in its claim and
 	// settles in its completion: still two statements.
 	ctx := context.Background()
-	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 10}, "test")
+	_, err = store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: "acme", Period: ledgerdb.SpendDay, USD: 10}, "test")
 	require.NoError(t, err)
 	capped := turn(6)
 	capped.Spend = &agentsagatype.SpendPlan{Account: "acme/support", InputPerMillion: 1000, OutputPerMillion: 1000}

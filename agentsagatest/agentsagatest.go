@@ -16,8 +16,8 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -26,7 +26,7 @@ import (
 // is dropped when the test ends.
 func NewLedger(t testing.TB) *ledger.Store {
 	t.Helper()
-	return ledgertest.NewStore(t)
+	return ledgertest.NewHandle(t)
 }
 
 // Turn is one turn of a scripted model.

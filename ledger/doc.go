@@ -1,26 +1,17 @@
-// Package ledger owns agentsaga's Postgres state: run records, the action
-// ledger with its idempotency keys, leases and fences, the saga's stack,
-// one row per leaf call (attempt), each run's conversation, the fleet's
-// shared retry bucket, breakers and provider quotas, approvals and
-// per-run limits, and accounts' spend caps. Every statement is
-// parameterized and every error says which operation failed.
+// Package ledger is the handle on agentsaga's Postgres ledger that a team
+// holds: a [Store] opened with [Open] from a database URL, or made with
+// [New] on a pool the caller owns, to give agentsaga.New,
+// StartOptions.Ledger and Run.WithLedger. [EnsureDatabase] creates the
+// database on a fresh server; the schema is package migrations' to apply.
 //
-// A [Store] is opened with [Open] from a database URL, or made with [New]
-// on a pool the caller owns; the schema is package migrations' to apply.
+// Beside opening and closing it, a team calls the handle for the accounts'
+// spend caps ([Store.SetSpendCap], [Store.RemoveSpendCap],
+// [Store.SpendCaps]) and to delete the rows of runs that finished long ago
+// ([Store.Prune]), as `agentsaga spend` and `agentsaga prune` do.
 //
-// An action is claimed under its key before the call is made
-// ([Store.ClaimCall], [Store.ClaimTurn]) and settled after it
-// ([Store.SettleAttempt], [Store.CompleteAction]). A key that completed
-// returns its stored result; a different request under it is
-// [ErrConflict]; a key another attempt holds with a live lease is
-// [ErrInFlight]; a fenced key is [ErrFenced], and an attempt that lost its
-// lease gets [ErrLeaseLost]. [Store.FenceAction] and [Store.CloseRun]
-// fence keys when the workflow gives up on a call or rolls the run back.
-//
-// The fleet's shared state is changed by single statements:
-// [Store.DecideRetry] for the retry budgets, [Store.BreakerGate] and
-// [Store.BreakerReport] for the breakers, [Store.AdmitQuota] for a
-// provider's quota, and [Store.SetSpendCap], [Store.SpendCaps] and
-// [Store.SpendReport] for operators' spend caps. [Store.Prune] deletes
-// the rows of runs that finished long ago.
+// The ledger's machinery (run records, the action ledger with its
+// idempotency keys, leases and fences, the saga's stack, leaf calls, each
+// run's conversation, the fleet's retry bucket, breakers and quotas,
+// approvals and limits, spend reservations) is this room's too, under
+// internal/ledgerdb, where the engine's rooms reach it through the handle.
 package ledger

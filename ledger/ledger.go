@@ -4,49 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"time"
 
-	"github.com/agentsaga/agentsaga/internal/coalesce"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ErrNotFound is returned when a run or action does not exist.
-var ErrNotFound = errors.New("not found")
-
-// Store is the ledger, backed by a pgx connection pool. It is safe for
+// Store is a handle on the ledger, backed by a pgx connection pool, to give
+// agentsaga.New, StartOptions.Ledger and Run.WithLedger. It is safe for
 // concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
-	// calls sends the claims and completions of concurrent calls together.
-	calls *coalesce.Coalescer
+	// machinery is the store the engine's rooms work on, reached through
+	// the handle (ledgerdb.Of); none of its methods is the handle's.
+	machinery
 }
 
+type machinery = ledgerdb.Handle
+
+func wrap(store *ledgerdb.Store) *Store { return &Store{ledgerdb.NewHandle(store)} }
+
+// db is the store behind the handle.
+func (s *Store) db() *ledgerdb.Store { return ledgerdb.Of(s) }
+
 // Open connects to databaseURL and checks that Postgres answers. An
-// unreachable server gets an error that names its address.
+// unreachable server gets an error that names its address. Unless the URL
+// sets pool_max_conns, the pool holds up to 32 connections: enough for a
+// worker's concurrent calls; size the sum across a fleet's workers below
+// Postgres' max_connections.
 func Open(ctx context.Context, databaseURL string) (*Store, error) {
-	config, err := pgxpool.ParseConfig(databaseURL)
+	store, err := ledgerdb.Open(ctx, databaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: parse DATABASE_URL: %w", err)
+		return nil, err
 	}
-	if !strings.Contains(databaseURL, "pool_max_conns") {
-		// pgxpool's own default, max(4, CPUs), is one statement at a time
-		// for a few calls: a worker runs many calls at once, each renewing
-		// its lease every few seconds, and a renewal that waits for a
-		// connection can lose the lease.
-		config.MaxConns = DefaultMaxConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: connect to postgres at %s: %w", Address(config.ConnConfig.Host, config.ConnConfig.Port), err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("ledger: postgres at %s (database %q) is unreachable: %w",
-			Address(config.ConnConfig.Host, config.ConnConfig.Port), config.ConnConfig.Database, err)
-	}
-	return &Store{pool: pool, calls: coalesce.New(pool)}, nil
+	return wrap(store), nil
 }
 
 // New makes a store on a pool the caller already has (its own settings,
@@ -54,32 +46,19 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 // store closes the pool; a caller that shares the pool closes it itself
 // and never calls Close.
 func New(pool *pgxpool.Pool) (*Store, error) {
-	if pool == nil {
-		return nil, fmt.Errorf("ledger: the pool is nil")
+	store, err := ledgerdb.New(pool)
+	if err != nil {
+		return nil, err
 	}
-	return &Store{pool: pool, calls: coalesce.New(pool)}, nil
-}
-
-// DefaultMaxConns is the pool size Open uses when DATABASE_URL sets no
-// pool_max_conns (which pgxpool reads, as it reads pool_min_conns and the
-// rest): enough for a worker's concurrent calls, each of which holds a
-// connection only for one short statement at a time. Size the sum across
-// a fleet's workers below Postgres' max_connections.
-const DefaultMaxConns = 32
-
-// Address formats a Postgres host and port for error messages.
-func Address(host string, port uint16) string {
-	return fmt.Sprintf("%s:%d", host, port)
+	return wrap(store), nil
 }
 
 // Close releases the pool.
-func (s *Store) Close() { s.pool.Close() }
-
-// Pool exposes the underlying pool for tests and operator queries.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+func (s *Store) Close() { s.db().Close() }
 
 // EnsureDatabase creates the database databaseURL names when the server is
-// up but the database is not there yet, as on a fresh machine.
+// up but the database is not there yet, as on a fresh machine. The schema
+// is package migrations' to apply.
 func EnsureDatabase(ctx context.Context, databaseURL string) error {
 	// pgxpool's parser takes the pool_* keys (pool_max_conns) out of the
 	// URL; pgx's own would send them to the server, which refuses them.
@@ -88,7 +67,7 @@ func EnsureDatabase(ctx context.Context, databaseURL string) error {
 		return fmt.Errorf("ledger: parse DATABASE_URL: %w", err)
 	}
 	config := poolConfig.ConnConfig
-	address := Address(config.Host, config.Port)
+	address := ledgerdb.Address(config.Host, config.Port)
 	conn, err := pgx.ConnectConfig(ctx, config)
 	if err == nil {
 		return conn.Close(ctx)
@@ -111,4 +90,71 @@ func EnsureDatabase(ctx context.Context, databaseURL string) error {
 		return fmt.Errorf("ledger: create database %q on %s: %w", config.Database, address, err)
 	}
 	return nil
+}
+
+// SpendCap is an operator's cap on what an account may spend in a period:
+// Account (a path, "acme/support", whose calls are charged to its parents'
+// caps too), Period (SpendMinute, SpendHour, SpendDay or SpendMonth,
+// calendar-aligned in TimeZone, or a RollingPeriod), USD, OnExhausted
+// (agentsagatype.OnExhaustedFinish, the default, OnExhaustedWait or
+// OnExhaustedEscalate) and FinishReserve (the share of the cap only
+// finishing turns may use). Its Validate says what is wrong with it.
+type SpendCap = ledgerdb.SpendCap
+
+// SpendCapState is a cap with its current period: what is spent in it and
+// reserved, when it resets, the runs waiting on it and its refusals; Left
+// is the room it has.
+type SpendCapState = ledgerdb.SpendCapState
+
+// A cap's calendar periods, aligned in the cap's time zone.
+const (
+	SpendMinute = ledgerdb.SpendMinute
+	SpendHour   = ledgerdb.SpendHour
+	SpendDay    = ledgerdb.SpendDay
+	SpendMonth  = ledgerdb.SpendMonth
+)
+
+// RollingPeriod is the period of a cap on what an account spends in any
+// window of d ("rolling:24h").
+func RollingPeriod(d time.Duration) string { return ledgerdb.RollingPeriod(d) }
+
+// SetSpendCap sets an account's cap for a period, replacing the one it had,
+// and records who changed it (by), when, from what and to what. It returns
+// the cap as it was (nil when there was none).
+func (s *Store) SetSpendCap(ctx context.Context, c SpendCap, by string) (*SpendCap, error) {
+	return s.db().SetSpendCap(ctx, c, by)
+}
+
+// RemoveSpendCap removes an account's cap for a period, recording who did
+// it (by); it returns the cap removed (nil when there was none).
+func (s *Store) RemoveSpendCap(ctx context.Context, account, period, by string) (*SpendCap, error) {
+	return s.db().RemoveSpendCap(ctx, account, period, by)
+}
+
+// SpendCaps lists the caps of account and every account under it (all caps
+// when account is empty), each with its current period.
+func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState, error) {
+	return s.db().SpendCaps(ctx, account)
+}
+
+// PruneOptions say what Prune deletes: the runs that finished before
+// RunsFinishedBefore, with all their rows (runs still running, escalated or
+// needing attention are kept however old), the retry charges recorded
+// before ChargesBefore, Batch rows per delete. Zero fields take the
+// defaults: 30 days, 24 hours, 500.
+type PruneOptions = ledgerdb.PruneOptions
+
+// PruneReport counts what a prune deleted.
+type PruneReport = ledgerdb.PruneReport
+
+// ErrPruneBusy is what Prune returns when another pruner holds the lock.
+var ErrPruneBusy = ledgerdb.ErrPruneBusy
+
+// Prune deletes what the ledger no longer needs, in bounded batches, under
+// an advisory lock so that one pruner in the fleet works at a time (a
+// second gets ErrPruneBusy). It stops early, with what it did so far, when
+// ctx ends. The CLI's worker prunes hourly; a team that runs the engine on
+// its own worker calls it on a schedule of its own.
+func (s *Store) Prune(ctx context.Context, opts PruneOptions) (PruneReport, error) {
+	return s.db().Prune(ctx, opts)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/migrations"
 )
 

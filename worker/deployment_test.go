@@ -13,7 +13,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -52,7 +52,7 @@ func TestWorkerVersioningAcrossADeploy(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			store := ledgertest.NewStore(t)
+			store := ledgertest.NewHandle(t)
 			name := fmt.Sprintf("versioning-%s-%d", versioning, time.Now().UnixNano())
 			queue := name
 			start := func(build string) {
@@ -108,7 +108,7 @@ func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	name := fmt.Sprintf("pinned-long-%d", time.Now().UnixNano())
 	box := activities.Builtins()
 	deployed := make(chan struct{})

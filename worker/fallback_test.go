@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -168,10 +169,10 @@ func answeredBy(ctx context.Context, t *testing.T, store *ledger.Store, id strin
 			traced = append(traced, e.Model)
 		}
 	}
-	calls, err := store.ListLeafCalls(ctx, id)
+	calls, err := ledgerdb.Of(store).ListLeafCalls(ctx, id)
 	require.NoError(t, err)
 	for _, c := range calls {
-		if c.Kind == ledger.LeafModel && c.Outcome == "ok" {
+		if c.Kind == ledgerdb.LeafModel && c.Outcome == "ok" {
 			leaves = append(leaves, c.Target)
 		}
 	}
@@ -212,10 +213,10 @@ func TestTurnsGoToTheFallbackWhileThePrimaryIsDown(t *testing.T) {
 	assert.EqualValues(t, 3, fallback.answered.Load(), "three turns, each answered once")
 	assert.Equal(t, []string{fallbackModel, fallbackModel, fallbackModel}, traced, "trace: the model that answered each turn")
 	assert.Equal(t, []string{fallbackModel, fallbackModel, fallbackModel}, leaves, "leaf calls: the model each turn was answered by")
-	calls, err := store.ListLeafCalls(ctx, id)
+	calls, err := ledgerdb.Of(store).ListLeafCalls(ctx, id)
 	require.NoError(t, err)
 	for _, c := range calls {
-		if c.Kind == ledger.LeafModel && c.Outcome != "ok" {
+		if c.Kind == ledgerdb.LeafModel && c.Outcome != "ok" {
 			assert.Equal(t, primaryModel, c.Target, "only the primary failed: %+v", c)
 		}
 	}

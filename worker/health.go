@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/migrations"
 )
 
@@ -34,12 +34,12 @@ const (
 type readiness struct {
 	mu       sync.Mutex
 	temporal client.Client
-	store    *ledger.Store
+	store    *ledgerdb.Store
 	schema   *sql.DB
 	draining bool
 }
 
-func (r *readiness) setStore(store *ledger.Store) {
+func (r *readiness) setStore(store *ledgerdb.Store) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.store = store

@@ -17,8 +17,9 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -197,7 +198,7 @@ func TestReadyNamesAnOldSchema(t *testing.T) {
 	store, err := ledger.Open(ctx, cfg.DatabaseURL)
 	require.NoError(t, err)
 	defer store.Close()
-	_, err = store.Pool().Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)`)
+	_, err = ledgerdb.Of(store).Pool().Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)`)
 	require.NoError(t, err)
 	code, body = get(t, base+worker.ReadyPath)
 	assert.Equal(t, http.StatusServiceUnavailable, code, body)

@@ -23,8 +23,9 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -108,7 +109,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	r := &recorder{t: t, store: ledgertest.NewStore(t), queue: "record-histories"}
+	r := &recorder{t: t, store: ledgertest.NewHandle(t), queue: "record-histories"}
 	pay, url := startPayments(t, func(*payments) {})
 	r.url = url
 	refunds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -255,7 +256,7 @@ func (r *recorder) save(ctx context.Context, name, id, runID string) {
 // waitStatus waits until the ledger says the run is status.
 func (r *recorder) waitStatus(ctx context.Context, id, status string) {
 	for {
-		run, err := r.store.GetRun(ctx, id)
+		run, err := ledgerdb.Of(r.store).GetRun(ctx, id)
 		if err == nil && run.Status == status {
 			return
 		}
@@ -440,7 +441,7 @@ func corpusScenarios() []scenario {
 			"    - content: updated\n" + corpusTools,
 			act: func(ctx context.Context, r *recorder, id string) {
 				for {
-					run, err := r.store.GetRun(ctx, id)
+					run, err := ledgerdb.Of(r.store).GetRun(ctx, id)
 					if err == nil && run.Status == agentsagatype.RunEscalated {
 						r.update(ctx, id, workflows.UpdateResume, workflows.ResumeInput{Message: "the CRM is back", AddSteps: 1})
 						return
@@ -525,7 +526,7 @@ func corpusScenarios() []scenario {
 			act: func(ctx context.Context, r *recorder, id string) {
 				r.waitStatus(ctx, id, agentsagatype.RunEscalated)
 				require.NoError(r.t, temporalClient.TerminateWorkflow(ctx, id, "", "corpus: pulled the plug"))
-				marked, err := r.store.MarkTerminated(ctx, id, "terminated: corpus: pulled the plug")
+				marked, err := ledgerdb.Of(r.store).MarkTerminated(ctx, id, "terminated: corpus: pulled the plug")
 				require.NoError(r.t, err)
 				require.True(r.t, marked)
 				rollback, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: r.queue},

@@ -19,8 +19,8 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -51,7 +51,7 @@ func TestLongRunUnderLoweredHistoryLimits(t *testing.T) {
 	require.NoError(t, err)
 	defer server.Stop()
 	c := server.Client()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 
 	const turns, size = 60, 8 << 10
 	box := activities.Builtins()
@@ -113,10 +113,10 @@ tools:
 	assert.Less(t, largest, 64<<10, "largest event %d bytes", largest)
 	t.Logf("turns=%d executions=%d events=%d largest event=%d bytes", turns, executions, events, largest)
 
-	msgs, err := store.Messages(ctx, id, 1<<30, ledger.MessageWindow{})
+	msgs, err := ledgerdb.Of(store).Messages(ctx, id, 1<<30, ledgerdb.MessageWindow{})
 	require.NoError(t, err)
 	assert.Len(t, msgs, 2+2*turns+1, "the conversation is whole in the ledger")
-	stored, err := store.GetRun(ctx, id)
+	stored, err := ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 }
@@ -133,7 +133,7 @@ func TestContinueAsNewWithAHumanInTheLoop(t *testing.T) {
 	require.NoError(t, err)
 	defer server.Stop()
 	c := server.Client()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	box := activities.Builtins()
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return strings.Repeat("page "+string(call.Arguments)+". ", 128), nil
@@ -170,15 +170,15 @@ model:
 	firstRun := run.GetRunID()
 
 	for {
-		stored, err := store.GetRun(ctx, id)
+		stored, err := ledgerdb.Of(store).GetRun(ctx, id)
 		if err == nil && stored.Status == agentsagatype.RunEscalated {
 			break
 		}
-		require.True(t, err == nil || errors.Is(err, ledger.ErrNotFound), "%v", err)
+		require.True(t, err == nil || errors.Is(err, ledgerdb.ErrNotFound), "%v", err)
 		select {
 		case <-ctx.Done():
 			d, _ := c.DescribeWorkflowExecution(context.Background(), id, "")
-			stored, _ := store.GetRun(context.Background(), id)
+			stored, _ := ledgerdb.Of(store).GetRun(context.Background(), id)
 			t.Fatalf("the run never escalated: Temporal says %v; the ledger says %s (%s)", d.GetWorkflowExecutionInfo().GetStatus(), stored.Status, stored.Reason)
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -202,9 +202,9 @@ model:
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "read all 35", result.Answer)
 
-	msgs, err := store.Messages(ctx, id, 1<<30, ledger.MessageWindow{})
+	msgs, err := ledgerdb.Of(store).Messages(ctx, id, 1<<30, ledgerdb.MessageWindow{})
 	require.NoError(t, err)
-	var instruction *ledger.Message
+	var instruction *ledgerdb.Message
 	for i := range msgs {
 		if strings.Contains(msgs[i].Content, "go ahead with page 31") {
 			instruction = &msgs[i]

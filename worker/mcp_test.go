@@ -16,7 +16,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -73,7 +74,7 @@ func TestRunCallsAnMCPToolListedOnce(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	shop := newMCPShop(t)
 	const turns = 24
 	var script strings.Builder
@@ -124,7 +125,7 @@ tools:
 	keys := shop.keys
 	shop.mu.Unlock()
 
-	actions, err := store.ListActions(ctx, id)
+	actions, err := ledgerdb.Of(store).ListActions(ctx, id)
 	require.NoError(t, err)
 	require.Len(t, actions, turns)
 	want := map[string]int{}

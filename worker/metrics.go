@@ -22,7 +22,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // MetricsPath is where Serve answers.
@@ -54,7 +54,7 @@ type Metrics struct {
 // NewMetrics builds the registry. A nil store leaves the ledger figures
 // out. Close it when done, after the Temporal client that uses
 // TemporalHandler.
-func NewMetrics(store *ledger.Store) (*Metrics, error) {
+func NewMetrics(store *ledgerdb.Store) (*Metrics, error) {
 	m := &Metrics{registry: prometheus.NewRegistry()}
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentsaga_retry_decisions_total",
@@ -180,7 +180,7 @@ func (m *Metrics) Close() error { return m.closer.Close() }
 // ledgerCollector reads the fleet's figures from the ledger at every
 // scrape.
 type ledgerCollector struct {
-	store *ledger.Store
+	store *ledgerdb.Store
 
 	up, bucketTokens, bucketCapacity, breakerState, runs          *prometheus.Desc
 	leafCalls, logicalCalls, amplification, usdSpent, tokensSpent *prometheus.Desc
@@ -201,7 +201,7 @@ func gauge(desc *prometheus.Desc, v float64, labels ...string) prometheus.Metric
 
 var breakerStates = []string{budget.BreakerClosed, budget.BreakerOpen, budget.BreakerHalfOpen}
 
-func newLedgerCollector(store *ledger.Store) *ledgerCollector {
+func newLedgerCollector(store *ledgerdb.Store) *ledgerCollector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}

@@ -20,8 +20,9 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -67,16 +68,16 @@ func TestMetricsReportRetriesLedgerAndSDK(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
-	m, err := worker.NewMetrics(store)
+	store := ledgertest.NewHandle(t)
+	m, err := worker.NewMetrics(ledgerdb.Of(store))
 	require.NoError(t, err)
 	defer m.Close()
 	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 50}, "ops")
 	require.NoError(t, err)
-	held, err := store.ReserveSpend(ctx, "wf/step-001-model", "acme/support", 0.25, time.Minute)
+	held, err := ledgerdb.Of(store).ReserveSpend(ctx, "wf/step-001-model", "acme/support", 0.25, time.Minute)
 	require.NoError(t, err)
 	require.True(t, held.Admitted)
-	refused, err := store.ReserveSpend(ctx, "wf/step-002-model", "acme/support", 60, time.Minute)
+	refused, err := ledgerdb.Of(store).ReserveSpend(ctx, "wf/step-002-model", "acme/support", 60, time.Minute)
 	require.NoError(t, err)
 	require.False(t, refused.Admitted, "more than the cap")
 
@@ -183,9 +184,9 @@ func TestMetricsServeWhenLedgerIsDown(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	store.Close()
-	m, err := worker.NewMetrics(store)
+	m, err := worker.NewMetrics(ledgerdb.Of(store))
 	require.NoError(t, err)
 	defer m.Close()
 

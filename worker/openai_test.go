@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -62,7 +62,7 @@ func TestRunWithOpenAICompatibleModel(t *testing.T) {
 	t.Setenv("AGENTSAGA_TEST_KEY", "sk-test-secret-123")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	model, requests, auth := fakeOpenAI(t)
 	defer model.Close()
 	queue := "openai-" + t.Name()

@@ -14,8 +14,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -31,7 +32,7 @@ import (
 // of the test's own, against a ledger of its own; both stop with the test.
 func defaultBreakerWorker(ctx context.Context, t *testing.T, prefix string) (*ledger.Store, string) {
 	t.Helper()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	queue := prefix + "-" + t.Name()
 	w := startWorker(ctx, t, store, queue)
 	t.Cleanup(w.Stop)
@@ -99,7 +100,7 @@ func escalationsIn(events []*historypb.HistoryEvent) int {
 func waitForEscalation(ctx context.Context, t *testing.T, store *ledger.Store, id string) agentsagatype.Run {
 	t.Helper()
 	for {
-		run, err := store.GetRun(ctx, id)
+		run, err := ledgerdb.Of(store).GetRun(ctx, id)
 		if err == nil {
 			switch run.Status {
 			case agentsagatype.RunEscalated:
@@ -182,7 +183,7 @@ func TestOutageOfAToolIsWaitedOutByTheDefaultBreaker(t *testing.T) {
 	<-recovered
 
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
-	stored, err := store.GetRun(ctx, id)
+	stored, err := ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompleted, stored.Status, stored.Reason)
 
@@ -201,7 +202,7 @@ func TestOutageOfAToolIsWaitedOutByTheDefaultBreaker(t *testing.T) {
 		assert.Contains(t, applied, id+"/"+agentsagatype.ToolActivityID(i, 1, "fetch"), "item %d", i)
 	}
 	fetched := 0
-	actions, err := store.ListActions(ctx, id)
+	actions, err := ledgerdb.Of(store).ListActions(ctx, id)
 	require.NoError(t, err)
 	for _, a := range actions {
 		if a.Tool == "fetch" && a.Status == agentsagatype.ActionCompleted {
@@ -300,7 +301,7 @@ model:
 	if assert.NotNil(t, result.Saga) {
 		assert.Equal(t, 1, result.Saga.Compensated)
 	}
-	stored, err = store.GetRun(ctx, id)
+	stored, err = ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompensated, stored.Status)
 	assert.Equal(t, 1, escalationsIn(runEvents(ctx, t, id, run.GetRunID())), "the run asked a human once")
@@ -344,7 +345,7 @@ model: {provider: openai, name: gpt-4o-mini, base_url: %q}
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "all done", result.Answer)
 
-	turns, err := store.ListModelTurns(ctx, id)
+	turns, err := ledgerdb.Of(store).ListModelTurns(ctx, id)
 	require.NoError(t, err)
 	keys := map[string]bool{}
 	for _, turn := range turns {
@@ -357,7 +358,7 @@ model: {provider: openai, name: gpt-4o-mini, base_url: %q}
 	assert.NotEmpty(t, turns)
 	assert.Equal(t, len(turns), answered, "the provider answered each turn once")
 	assert.Equal(t, int64(12*answered), result.Usage.Tokens, "the run paid for the turns that answered, once each")
-	stored, err := store.GetRun(ctx, id)
+	stored, err := ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 	assert.Equal(t, result.Usage.Tokens, stored.TokensUsed)

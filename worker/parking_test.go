@@ -19,8 +19,9 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -138,7 +139,7 @@ func TestShortOutageIsWaitedOutWithoutEscalation(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for i := range runs {
 			id := fmt.Sprintf("short-outage-%d", i)
-			if stored, err := store.GetRun(ctx, id); err == nil && strings.Contains(stored.StatusDetail, "waiting for tool crm") {
+			if stored, err := ledgerdb.Of(store).GetRun(ctx, id); err == nil && strings.Contains(stored.StatusDetail, "waiting for tool crm") {
 				statusDetail = stored.StatusDetail
 				details = currentDetails(ctx, t, id)
 				return strings.Contains(details, "waiting for tool crm")
@@ -160,7 +161,7 @@ func TestShortOutageIsWaitedOutWithoutEscalation(t *testing.T) {
 		}
 		assert.Equal(t, agentsagatype.RunCompleted, result.Status, "run %d: %s", i, result.Reason)
 		assert.Equal(t, 2, countTool(result.Trace, "crm"), "run %d", i)
-		stored, err := store.GetRun(ctx, run.GetID())
+		stored, err := ledgerdb.Of(store).GetRun(ctx, run.GetID())
 		require.NoError(t, err)
 		assert.Empty(t, stored.StatusDetail, "run %d: the wait is cleared once it ends", i)
 	}
@@ -182,10 +183,10 @@ func TestShortOutageIsWaitedOutWithoutEscalation(t *testing.T) {
 	// refused at the gate cost none.
 	leaves := 0
 	for _, run := range handles {
-		stored, err := store.ListLeafCalls(ctx, run.GetID())
+		stored, err := ledgerdb.Of(store).ListLeafCalls(ctx, run.GetID())
 		require.NoError(t, err)
 		for _, l := range stored {
-			if l.Kind == ledger.LeafTool {
+			if l.Kind == ledgerdb.LeafTool {
 				leaves++
 			}
 		}
@@ -215,7 +216,7 @@ func TestLongOutageEscalatesAfterTheThreshold(t *testing.T) {
 		var stored agentsagatype.Run
 		require.Eventually(t, func() bool {
 			var err error
-			stored, err = store.GetRun(ctx, id)
+			stored, err = ledgerdb.Of(store).GetRun(ctx, id)
 			return err == nil && stored.Status == agentsagatype.RunEscalated
 		}, time.Minute, 200*time.Millisecond, "run %d never escalated", i)
 		assert.Contains(t, stored.StatusDetail, "after_breaker_open_seconds", "run %d", i)
@@ -229,7 +230,7 @@ func TestLongOutageEscalatesAfterTheThreshold(t *testing.T) {
 // stop with the test.
 func startOutage(ctx context.Context, t *testing.T) (*ledger.Store, *outage, string, string) {
 	t.Helper()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	crm := newOutage()
 	server := httptest.NewServer(crm)
 	t.Cleanup(server.Close)
@@ -324,7 +325,7 @@ model: {provider: openai, name: gpt-4o-mini, base_url: %q}
 		}
 	}
 	assert.Positive(t, timers, "the refused turn was parked on a timer")
-	stored, err := store.GetRun(ctx, "model-outage")
+	stored, err := ledgerdb.Of(store).GetRun(ctx, "model-outage")
 	require.NoError(t, err)
 	assert.Empty(t, stored.StatusDetail, "the wait is cleared once it ends")
 	// The breaker (3 failures, 1 s cooldown) let through the failures that

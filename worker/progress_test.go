@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -67,7 +68,7 @@ func TestReadOnlyToolThatFindsNothingIsStoppedByTheWatchdog(t *testing.T) {
 	assert.Contains(t, result.Reason, "watchdog")
 	assert.Contains(t, result.Reason, "(rule nothing new)")
 	assert.Equal(t, int64(1+turns), requests.Load(), "searches sent: the first answer, then %d turns of nothing new", turns)
-	stored, err := store.GetRun(ctx, id)
+	stored, err := ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, result.Reason, stored.Reason, "the ledger's reason")
 

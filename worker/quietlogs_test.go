@@ -18,7 +18,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -31,7 +31,7 @@ func TestACancelledRunLogsNothingAtError(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(p *payments) { p.blockChargeOf = "bob" })
 
 	queue := "quiet-" + t.Name()
@@ -84,7 +84,7 @@ func TestAGoToolsRetriedErrorLogsNothingAtError(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	var calls atomic.Int32
 	box := activities.NewToolbox()
 	box.Register("reserve", func(_ context.Context, call activities.ToolInvocation) (string, error) {

@@ -16,9 +16,10 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/quota"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -70,7 +71,7 @@ func (m *quotaModel) serve() *httptest.Server {
 // breakers) and returns its queue.
 func quotaWorker(ctx context.Context, t *testing.T) (*ledger.Store, string) {
 	t.Helper()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	queue := "quota-" + t.Name()
 	w, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue}})
 	require.NoError(t, err)
@@ -113,15 +114,15 @@ model: {provider: openai, name: gpt-4o-mini, base_url: %q}
 	assert.Equal(t, 3, turn.QuotaWaits, "one wait per 429")
 	assert.Greater(t, turn.QuotaWaitSeconds, 1.0, "each waited out the rest of the retry-after")
 	assert.Equal(t, 4, turn.Attempts, "the 429s were requests: leaf calls, not retries")
-	counters, err := store.RunRetryCounters(ctx, "quota-429")
+	counters, err := ledgerdb.Of(store).RunRetryCounters(ctx, "quota-429")
 	require.NoError(t, err)
 	assert.Zero(t, counters.Retries, "no retry token was spent")
-	turns, err := store.ListModelTurns(ctx, "quota-429")
+	turns, err := ledgerdb.Of(store).ListModelTurns(ctx, "quota-429")
 	require.NoError(t, err)
 	require.Len(t, turns, 1, "one turn, one key")
 	assert.Equal(t, agentsagatype.ActionCompleted, turns[0].Status)
 
-	st, err := store.QuotaState(ctx, quota.Key("openai", "gpt-4o-mini", ""))
+	st, err := ledgerdb.Of(store).QuotaState(ctx, quota.Key("openai", "gpt-4o-mini", ""))
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, st.RateLimited)
 	assert.InDelta(t, 600, st.RequestsPerMinute, 0.001, "learned from the headers")
@@ -168,7 +169,7 @@ model:
 	assert.Equal(t, 1, model.maxInFlight, "the quota admits one request at a time, fleet-wide")
 	assert.EqualValues(t, runs, model.requests.Load(), "a wait sends nothing")
 	assert.Positive(t, waits, "the turns that found the quota full waited")
-	st, err := store.QuotaState(ctx, quota.Key("openai", "gpt-4o-mini", ""))
+	st, err := ledgerdb.Of(store).QuotaState(ctx, quota.Key("openai", "gpt-4o-mini", ""))
 	require.NoError(t, err)
 	assert.EqualValues(t, waits, st.Refused)
 	assert.Zero(t, st.InFlight, "every admission was settled")

@@ -15,8 +15,9 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -44,7 +45,7 @@ func paymentSpec(t *testing.T, url, customer string) workflows.RunSpec {
 func waitForStatus(ctx context.Context, t *testing.T, store *ledger.Store, workflowID, status string) {
 	t.Helper()
 	for {
-		run, err := store.GetRun(ctx, workflowID)
+		run, err := ledgerdb.Of(store).GetRun(ctx, workflowID)
 		if err == nil && run.Status == status {
 			return
 		}
@@ -63,14 +64,14 @@ func stageVanishedRun(ctx context.Context, t *testing.T, store *ledger.Store, wo
 	t.Helper()
 	specJSON, err := json.Marshal(spec)
 	require.NoError(t, err)
-	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: workflowID, RunID: "lost", Goal: spec.Goal, Spec: specJSON}))
+	require.NoError(t, ledgerdb.Of(store).StartRun(ctx, agentsagatype.Run{WorkflowID: workflowID, RunID: "lost", Goal: spec.Goal, Spec: specJSON}))
 	charge := spec.Tools[0]
 	activityID := agentsagatype.ToolActivityID(1, 1, "charge")
-	claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: workflowID + "/" + activityID, WorkflowID: workflowID, ActivityID: activityID,
+	claim, err := ledgerdb.Of(store).ClaimAction(ctx, ledgerdb.ActionRequest{Key: workflowID + "/" + activityID, WorkflowID: workflowID, ActivityID: activityID,
 		Tool: "charge", Arguments: `{"customer": "bob", "amount": 20}`,
 		Compensation: &agentsagatype.CompensationRequest{Tool: charge.Compensate.Tool, ArgumentsTemplate: string(charge.Compensate.Arguments)}}, time.Minute)
 	require.NoError(t, err)
-	_, err = store.CompleteAction(ctx, workflowID+"/"+activityID, claim.Action.Attempts, `{"id": "ch_bob"}`)
+	_, err = ledgerdb.Of(store).CompleteAction(ctx, workflowID+"/"+activityID, claim.Action.Attempts, `{"id": "ch_bob"}`)
 	require.NoError(t, err)
 }
 
@@ -96,7 +97,7 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(*payments) {})
 	queue := "reconcile-" + t.Name()
 	w := startWorker(ctx, t, store, queue)
@@ -121,7 +122,7 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	require.NoError(t, temporalClient.TerminateWorkflow(ctx, terminated, "", "operator pulled the plug"))
 	require.Error(t, timing.Get(ctx, nil), "the run times out while it waits for a human")
 	for _, id := range []string{terminated, timedOut} {
-		run, err := store.GetRun(ctx, id)
+		run, err := ledgerdb.Of(store).GetRun(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, agentsagatype.RunEscalated, run.Status, "%s: the ledger does not know yet", id)
 	}
@@ -143,12 +144,12 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	assert.Contains(t, reasons[vanished], "the workflow vanished")
 
 	for id, reason := range reasons {
-		run, err := store.GetRun(ctx, id)
+		run, err := ledgerdb.Of(store).GetRun(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, agentsagatype.RunCompensated, run.Status, id)
 		assert.Contains(t, run.Reason, "terminated: "+reason, id)
 		assert.NotNil(t, run.FinishedAt, id)
-		stack, err := store.CompensationStack(ctx, id)
+		stack, err := ledgerdb.Of(store).CompensationStack(ctx, id)
 		require.NoError(t, err)
 		require.Len(t, stack, 1, id)
 		assert.Equal(t, agentsagatype.CompensationDone, stack[0].Status, id)
@@ -169,7 +170,7 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	}
 	pay.mu.Unlock()
 
-	run, err := store.GetRun(ctx, "reconcile-completed")
+	run, err := ledgerdb.Of(store).GetRun(ctx, "reconcile-completed")
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompleted, run.Status)
 	assert.Equal(t, "the model answered", run.Reason)
@@ -185,7 +186,7 @@ func TestTerminatedParentCompensatesItsSubAgents(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(*payments) {})
 	queue := "reconcile-tree-" + t.Name()
 	w := startWorker(ctx, t, store, queue)
@@ -228,7 +229,7 @@ agents:
 	assert.Contains(t, result.Reason, "operator pulled the plug on the tree; compensated 1 actions")
 
 	for _, id := range []string{parent, child} {
-		run, err := store.GetRun(ctx, id)
+		run, err := ledgerdb.Of(store).GetRun(ctx, id)
 		require.NoError(t, err)
 		assert.Equal(t, agentsagatype.RunCompensated, run.Status, id)
 		assert.NotNil(t, run.FinishedAt, id)
@@ -252,13 +253,13 @@ agents:
 func TestWorkerEnsuresTheReconciler(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(*payments) {})
 	queue := "reconcile-loop-" + t.Name()
 	const vanished = "schedule-vanished"
 	stageVanishedRun(ctx, t, store, vanished, paymentSpec(t, url, "bob"))
 	// A pass leaves runs younger than DefaultReconcileOlderThan.
-	_, err := store.Pool().Exec(ctx, `UPDATE runs SET started_at = started_at - interval '1 minute' WHERE workflow_id = $1`, vanished)
+	_, err := ledgerdb.Of(store).Pool().Exec(ctx, `UPDATE runs SET started_at = started_at - interval '1 minute' WHERE workflow_id = $1`, vanished)
 	require.NoError(t, err)
 	// What an older build made: a Schedule that starts a pass every 30 s.
 	old, err := temporalClient.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: workflows.ReconcileScheduleID,
@@ -311,7 +312,7 @@ func TestWorkerEnsuresTheReconciler(t *testing.T) {
 	defer pay.mu.Unlock()
 	assert.Equal(t, map[string]string{vanished + "/step-001-call-1-charge/compensate": "ch_bob"}, pay.refunds)
 	assert.Equal(t, 1, pay.requests[vanished+"/step-001-call-1-charge/compensate"])
-	run, err := store.GetRun(ctx, vanished)
+	run, err := ledgerdb.Of(store).GetRun(ctx, vanished)
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompensated, run.Status)
 }
@@ -344,7 +345,7 @@ func TestSubAgentTerminatedAloneIsReconciledOnItsOwn(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(*payments) {})
 	queue := "reconcile-alone-" + t.Name()
 	w := startWorker(ctx, t, store, queue)

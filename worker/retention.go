@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // PruneEvery is how often a worker runs the ledger's cleaner. Every worker
@@ -14,21 +14,21 @@ import (
 const PruneEvery = time.Hour
 
 // keepPruning runs the ledger's cleaner every interval until ctx ends,
-// keeping finished runs for retention (ledger.DefaultRunRetention when
+// keeping finished runs for retention (ledgerdb.DefaultRunRetention when
 // zero). A pass another worker is doing is skipped quietly.
-func keepPruning(ctx context.Context, store *ledger.Store, logger *slog.Logger, interval, retention time.Duration) {
+func keepPruning(ctx context.Context, store *ledgerdb.Store, logger *slog.Logger, interval, retention time.Duration) {
 	if retention <= 0 {
-		retention = ledger.DefaultRunRetention
+		retention = ledgerdb.DefaultRunRetention
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
-		report, err := store.Prune(ctx, ledger.PruneOptions{RunsFinishedBefore: time.Now().Add(-retention)})
+		report, err := store.Prune(ctx, ledgerdb.PruneOptions{RunsFinishedBefore: time.Now().Add(-retention)})
 		switch {
-		case errors.Is(err, ledger.ErrPruneBusy), ctx.Err() != nil:
+		case errors.Is(err, ledgerdb.ErrPruneBusy), ctx.Err() != nil:
 		case err != nil:
 			logger.Warn("ledger cleaner: a pass failed; the next one retries", "error", err)
-		case report != (ledger.PruneReport{}):
+		case report != (ledgerdb.PruneReport{}):
 			logger.Info("ledger cleaner: pruned", "runs", report.Runs, "retry_charges", report.Charges, "retention", retention)
 		}
 		select {
@@ -46,7 +46,7 @@ func keepPruning(ctx context.Context, store *ledger.Store, logger *slog.Logger, 
 const expireHoldsEvery = time.Minute
 
 // keepExpiringHolds ends dead spend holds every interval until ctx ends.
-func keepExpiringHolds(ctx context.Context, store *ledger.Store, logger *slog.Logger, interval time.Duration) {
+func keepExpiringHolds(ctx context.Context, store *ledgerdb.Store, logger *slog.Logger, interval time.Duration) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {

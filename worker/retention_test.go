@@ -9,8 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // A worker's cleaner prunes on its schedule and stops with the worker.
@@ -18,17 +19,17 @@ func TestTheWorkersCleanerPrunesOldRuns(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := ledgertest.NewStore(t)
-	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: "old", RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
-	require.NoError(t, store.FinishRun(ctx, "old", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted}))
+	store := ledgertest.NewHandle(t)
+	require.NoError(t, ledgerdb.Of(store).StartRun(ctx, agentsagatype.Run{WorkflowID: "old", RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
+	require.NoError(t, ledgerdb.Of(store).FinishRun(ctx, "old", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted}))
 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		keepPruning(ctx, store, slog.Default(), 20*time.Millisecond, time.Second)
+		keepPruning(ctx, ledgerdb.Of(store), slog.Default(), 20*time.Millisecond, time.Second)
 	}()
 	require.Eventually(t, func() bool {
-		_, err := store.GetRun(ctx, "old")
+		_, err := ledgerdb.Of(store).GetRun(ctx, "old")
 		return err != nil
 	}, 10*time.Second, 20*time.Millisecond, "the run finished more than the retention ago is pruned")
 	cancel()
@@ -45,17 +46,17 @@ func TestTheWorkerEndsDeadSpendHolds(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	_, err := store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 10}, "ops")
 	require.NoError(t, err)
-	r, err := store.ReserveSpend(ctx, "dead-worker/step-001-model", "acme", 2, 200*time.Millisecond)
+	r, err := ledgerdb.Of(store).ReserveSpend(ctx, "dead-worker/step-001-model", "acme", 2, 200*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, r.Admitted)
 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		keepExpiringHolds(ctx, store, slog.Default(), 50*time.Millisecond)
+		keepExpiringHolds(ctx, ledgerdb.Of(store), slog.Default(), 50*time.Millisecond)
 	}()
 	require.Eventually(t, func() bool {
 		caps, err := store.SpendCaps(ctx, "acme")

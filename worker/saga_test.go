@@ -15,7 +15,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -123,7 +124,7 @@ func TestFailedRunRefundsInReverseAcrossWorkerLoss(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(p *payments) { p.blockRefundOf = "bob" })
 	queue := "saga-" + t.Name()
 
@@ -170,13 +171,13 @@ model:
 	}, pay.refunds, "each refund under its own key, of the charge its forward call made")
 	assert.GreaterOrEqual(t, pay.requests["saga-run/step-002-call-1-charge/compensate"], 2, "bob's refund was retried by the second worker")
 
-	stack, err := store.CompensationStack(ctx, "saga-run")
+	stack, err := ledgerdb.Of(store).CompensationStack(ctx, "saga-run")
 	require.NoError(t, err)
 	require.Len(t, stack, 3)
 	for _, c := range stack {
 		assert.Equal(t, agentsagatype.CompensationDone, c.Status, c.ForwardKey)
 	}
-	stored, err := store.GetRun(ctx, "saga-run")
+	stored, err := ledgerdb.Of(store).GetRun(ctx, "saga-run")
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompensated, stored.Status)
 }
@@ -187,7 +188,7 @@ func TestCancelledRunCompensates(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(p *payments) { p.blockChargeOf = "bob" })
 	queue := "cancel-" + t.Name()
 
@@ -230,7 +231,7 @@ model:
 	// bob's outcome was ambiguous (the call was abandoned mid-flight).
 	assert.ElementsMatch(t, []string{"ann", "bob"}, pay.refundOrder)
 	assert.Equal(t, "bob", pay.refundOrder[0], "the newest action is undone first")
-	stack, err := store.CompensationStack(ctx, "cancel-run")
+	stack, err := ledgerdb.Of(store).CompensationStack(ctx, "cancel-run")
 	require.NoError(t, err)
 	require.Len(t, stack, 2)
 	for _, c := range stack {

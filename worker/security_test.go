@@ -26,8 +26,9 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -160,7 +161,7 @@ func TestAPIKeyNeverLeavesTheWorker(t *testing.T) {
 	t.Setenv("AGENTSAGA_LEAK_TEST_KEY", leakSecret)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	provider := &echoingProvider{}
 	server := httptest.NewServer(provider)
 	defer server.Close()
@@ -218,7 +219,7 @@ tools:
 	}
 
 	var ledgerText strings.Builder
-	for table, rows := range ledgertest.Dump(t, store) {
+	for table, rows := range ledgertest.Dump(t, ledgerdb.Of(store)) {
 		for _, row := range rows {
 			fmt.Fprintf(&ledgerText, "%s: %s\n", table, row)
 		}
@@ -282,7 +283,7 @@ func TestToolHeaderNeverLeavesTheWorker(t *testing.T) {
 	t.Setenv("AGENTSAGA_LEAK_TEST_TOKEN", headerSecret)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	tool := &echoingTool{}
 	server := httptest.NewServer(tool)
 	defer server.Close()
@@ -333,7 +334,7 @@ tools:
 	encoded, err := json.Marshal(result)
 	require.NoError(t, err)
 	var ledgerText strings.Builder
-	for table, rows := range ledgertest.Dump(t, store) {
+	for table, rows := range ledgertest.Dump(t, ledgerdb.Of(store)) {
 		for _, row := range rows {
 			fmt.Fprintf(&ledgerText, "%s: %s\n", table, row)
 		}
@@ -366,7 +367,7 @@ func TestIdempotencyKeysAreNamespacedByWorkflow(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	tool := newSideEffects("")
 	server := httptest.NewServer(tool)
 	defer server.Close()
@@ -396,7 +397,7 @@ func TestIdempotencyKeysAreNamespacedByWorkflow(t *testing.T) {
 			assert.Equal(t, 1, seen[key], "%s reached the tool once", key)
 			assert.Equal(t, 1, applied[key], "%s was applied once", key)
 		}
-		actions, err := store.ListActions(ctx, id)
+		actions, err := ledgerdb.Of(store).ListActions(ctx, id)
 		require.NoError(t, err)
 		require.Len(t, actions, 2, id)
 		for _, a := range actions {
@@ -406,7 +407,7 @@ func TestIdempotencyKeysAreNamespacedByWorkflow(t *testing.T) {
 	}
 	assert.ElementsMatch(t, want, keysOf(applied), "four distinct keys for four calls")
 	var toolActions int
-	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM actions WHERE kind = 'tool'`).Scan(&toolActions))
+	require.NoError(t, ledgerdb.Of(store).Pool().QueryRow(ctx, `SELECT count(*) FROM actions WHERE kind = 'tool'`).Scan(&toolActions))
 	assert.Equal(t, 4, toolActions, "four ledger actions, none shared")
 }
 

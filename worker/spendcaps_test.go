@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -119,7 +120,7 @@ func noteServer(t *testing.T) *httptest.Server {
 // violations, each logged.
 func spendViolations(ctx context.Context, t *testing.T, store *ledger.Store, account string, cap float64, since time.Time, billed float64) int {
 	t.Helper()
-	periods, err := store.SpendPeriods(ctx, account, since.Add(-time.Hour*24*31))
+	periods, err := ledgerdb.Of(store).SpendPeriods(ctx, account, since.Add(-time.Hour*24*31))
 	require.NoError(t, err)
 	violations, spent := 0, 0.0
 	for _, p := range periods {
@@ -188,7 +189,7 @@ func TestSpendCapFinishesTheRun(t *testing.T) {
 	assert.Greater(t, requests, 1, "the cap let some turns through")
 	assert.Zero(t, spendViolations(ctx, t, store, "acme", 1, started, billed))
 	assert.Zero(t, spendViolations(ctx, t, store, "acme/support", 1e9, started, 0), "acme/support has no cap: no period")
-	stored, err := store.GetRun(ctx, "spend-finish")
+	stored, err := ledgerdb.Of(store).GetRun(ctx, "spend-finish")
 	require.NoError(t, err)
 	assert.Equal(t, result.Reason, stored.Reason)
 }
@@ -241,7 +242,7 @@ func TestSpendCapEscalatesAndAHumanRaisesIt(t *testing.T) {
 	assert.Equal(t, "all noted", result.Answer)
 	_, billed := model.billed()
 	assert.Zero(t, spendViolations(ctx, t, store, "globex", 100, started, billed))
-	changes, err := store.SpendCapChanges(ctx, "globex")
+	changes, err := ledgerdb.Of(store).SpendCapChanges(ctx, "globex")
 	require.NoError(t, err)
 	require.Len(t, changes, 2)
 	assert.Equal(t, "bob", changes[1].By)
@@ -269,7 +270,7 @@ func TestSpendCapWaitsForTheNextPeriod(t *testing.T) {
 	assert.Positive(t, waits, "the run waited for a minute to reset")
 	requests, billed := model.billed()
 	assert.Equal(t, 4, requests, "three notes and the answer, each sent once")
-	periods, err := store.SpendPeriods(ctx, "initech", started.Add(-time.Minute))
+	periods, err := ledgerdb.Of(store).SpendPeriods(ctx, "initech", started.Add(-time.Minute))
 	require.NoError(t, err)
 	assert.Greater(t, len(periods), 1, "the turns spread over more than one minute")
 	assert.Zero(t, spendViolations(ctx, t, store, "initech", 0.7, started, billed))

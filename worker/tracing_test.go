@@ -25,7 +25,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -106,7 +106,7 @@ func TestRunIsOneTraceOfTurnsToolCallsAndCompensations(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	pay, url := startPayments(t, func(*payments) {})
 	queue := "trace-" + t.Name()
 	const id = "trace-run"

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -60,7 +60,7 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)
 		}))
 		defer missing.Close()
-		store := ledgertest.NewStore(t)
+		store := ledgertest.NewHandle(t)
 		queue := fmt.Sprintf("versions-%d", time.Now().UnixNano())
 		w := startWorker(ctx, t, store, queue)
 		defer w.Stop()

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -25,7 +26,7 @@ func resumeWhileEscalated(ctx context.Context, t *testing.T, store *ledger.Store
 		n := 0
 		defer func() { resumed <- n }()
 		for ctx.Err() == nil {
-			run, err := store.GetRun(ctx, id)
+			run, err := ledgerdb.Of(store).GetRun(ctx, id)
 			switch {
 			case err != nil, run.Status == agentsagatype.RunRunning:
 			case run.Status == agentsagatype.RunEscalated:
@@ -35,7 +36,7 @@ func resumeWhileEscalated(ctx context.Context, t *testing.T, store *ledger.Store
 					n++
 					// The ledger says running again once the run moves on.
 					for ctx.Err() == nil {
-						if run, err := store.GetRun(ctx, id); err == nil && run.Status != agentsagatype.RunEscalated {
+						if run, err := ledgerdb.Of(store).GetRun(ctx, id); err == nil && run.Status != agentsagatype.RunEscalated {
 							break
 						}
 						time.Sleep(50 * time.Millisecond)
@@ -88,7 +89,7 @@ func TestAnOutageThatSpendsTheWallClockIsNamedInTheReason(t *testing.T) {
 		assert.GreaterOrEqual(t, waited, wallClock/2, "most of the wall clock went waiting")
 		assert.LessOrEqual(t, float64(waited), took.Seconds()+1, "no more than the run lasted")
 	}
-	stored, err := store.GetRun(ctx, id)
+	stored, err := ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, result.Reason, stored.Reason, "the ledger's reason (agentsaga show prints it)")
 	assert.Contains(t, currentDetails(ctx, t, id), result.Reason, "the UI's details")
@@ -132,7 +133,7 @@ model: {provider: openai, name: gpt-4o-mini, base_url: "`+server.URL+`/v1"}
 		assert.GreaterOrEqual(t, waited, 6, "the quota's waits and the escalation took most of the wall clock")
 		assert.LessOrEqual(t, waited, 13, "no more than the wall clock")
 	}
-	stored, err := store.GetRun(ctx, id)
+	stored, err := ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
 	assert.Equal(t, result.Reason, stored.Reason)
 	t.Logf("%d requests, %d answered 429: %s", model.requests.Load(), model.refused.Load(), result.Reason)

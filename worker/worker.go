@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -46,7 +47,7 @@ type Config struct {
 	// deployment (--deployment, --build-id, --versioning).
 	Deployment Deployment
 	// Retention is how long the ledger keeps a finished run's rows
-	// (--retention); zero means ledger.DefaultRunRetention, negative
+	// (--retention); zero means 30 days (ledgerdb.DefaultRunRetention), negative
 	// turns the worker's cleaner off.
 	Retention time.Duration
 	// StopTimeout is how long a stopping worker lets the calls in flight
@@ -203,12 +204,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer store.Close()
+	db := ledgerdb.Of(store)
 	ready := &readiness{}
-	ready.setStore(store)
+	ready.setStore(db)
 	defer ready.close() // before the store closes
 	var observe func(agentsagatype.RetryPlan, string)
 	if cfg.MetricsAddr != "" {
-		m, err := NewMetrics(store)
+		m, err := NewMetrics(db)
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
@@ -252,12 +254,12 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		defer close(pruned)
 		if cfg.Retention >= 0 {
-			keepPruning(ctx, store, logger, PruneEvery, cfg.Retention)
+			keepPruning(ctx, db, logger, PruneEvery, cfg.Retention)
 		}
 	}()
 	go func() {
 		defer close(expired)
-		keepExpiringHolds(ctx, store, logger, expireHoldsEvery)
+		keepExpiringHolds(ctx, db, logger, expireHoldsEvery)
 	}()
 	<-ctx.Done()
 	ready.drain()

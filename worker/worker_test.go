@@ -18,8 +18,9 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -121,7 +122,7 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	tool := newSideEffects("step-002-call-1-charge")
 	server := httptest.NewServer(tool)
 	defer server.Close()
@@ -156,7 +157,7 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	assert.Equal(t, 1, seen[firstKey], "a completed call never reaches the tool again")
 	assert.GreaterOrEqual(t, seen[secondKey], 2, "the lost call was retried by the second worker under the same key")
 
-	actions, err := store.ListActions(ctx, "lost-worker-run")
+	actions, err := ledgerdb.Of(store).ListActions(ctx, "lost-worker-run")
 	require.NoError(t, err)
 	require.Len(t, actions, 2)
 	for _, a := range actions {
@@ -164,7 +165,7 @@ func TestSecondWorkerFinishesRunAfterFirstIsLost(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, actions[1].Attempts, 2)
 
-	stored, err := store.GetRun(ctx, "lost-worker-run")
+	stored, err := ledgerdb.Of(store).GetRun(ctx, "lost-worker-run")
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompleted, stored.Status)
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -22,7 +22,7 @@ const workflowID = "default-test-workflow-id"
 
 // registerWithRetryHook registers the workflow with the retry hook paying
 // from a bucket in store, as a worker does.
-func registerWithRetryHook(t *testing.T, env *testsuite.TestWorkflowEnvironment, store *ledger.Store) {
+func registerWithRetryHook(t *testing.T, env *testsuite.TestWorkflowEnvironment, store *ledgerdb.Store) {
 	t.Helper()
 	require.NoError(t, store.EnsureBucket(context.Background(), "fleet", budget.DefaultBucket))
 	options := tolerantWorker
@@ -42,20 +42,20 @@ func mustSpec(t *testing.T, yaml string) workflows.RunSpec {
 
 // runAgent executes AgentRun in the test environment with the real
 // activities against a fresh ledger.
-func runAgent(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error, *ledger.Store) {
+func runAgent(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error, *ledgerdb.Store) {
 	t.Helper()
 	return runAgentWith(t, spec, nil)
 }
 
 // runAgentWithAbort runs spec and aborts it once it waits for a human.
-func runAgentWithAbort(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error, *ledger.Store) {
+func runAgentWithAbort(t *testing.T, spec workflows.RunSpec) (workflows.RunResult, error, *ledgerdb.Store) {
 	t.Helper()
 	return runAgentWith(t, spec, func(env *testsuite.TestWorkflowEnvironment) {
 		update(env, workflows.UpdateAbort, workflows.ReasonInput{Reason: "test: stop here"})
 	})
 }
 
-func runAgentWith(t *testing.T, spec workflows.RunSpec, human func(env *testsuite.TestWorkflowEnvironment)) (workflows.RunResult, error, *ledger.Store) {
+func runAgentWith(t *testing.T, spec workflows.RunSpec, human func(env *testsuite.TestWorkflowEnvironment)) (workflows.RunResult, error, *ledgerdb.Store) {
 	t.Helper()
 	store := ledgertest.NewStore(t)
 	box := activities.NewToolbox()

@@ -20,8 +20,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -101,7 +101,7 @@ func TestParseSpecNamesTheFieldOfEveryMalformedSpec(t *testing.T) {
 
 // newEnv is a workflow test environment with the real activities on a
 // fresh ledger and box as the worker's Go tools.
-func newRunEnv(t *testing.T, box *activities.Toolbox) (*testsuite.TestWorkflowEnvironment, *ledger.Store) {
+func newRunEnv(t *testing.T, box *activities.Toolbox) (*testsuite.TestWorkflowEnvironment, *ledgerdb.Store) {
 	t.Helper()
 	store := ledgertest.NewStore(t)
 	env := newEnv()
@@ -235,7 +235,7 @@ tools:
 			leaves, err := store.ListLeafCalls(context.Background(), workflowID)
 			require.NoError(t, err)
 			for _, leaf := range leaves {
-				assert.Equal(t, ledger.LeafModel, leaf.Kind, "only the model's turns left the process: %s", leaf.ActivityID)
+				assert.Equal(t, ledgerdb.LeafModel, leaf.Kind, "only the model's turns left the process: %s", leaf.ActivityID)
 			}
 		})
 	}

@@ -24,7 +24,7 @@ func TestWorkflowsImportNoIO(t *testing.T) {
 		"github.com/modelcontextprotocol/go-sdk",
 		"github.com/tiktoken-go/tokenizer",
 		"github.com/agentsaga/agentsaga/activities",
-		"github.com/agentsaga/agentsaga/ledger",
+		"github.com/agentsaga/agentsaga/internal/ledgerdb",
 	}
 	var reached []string
 	for _, dep := range strings.Fields(string(out)) {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/payload"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -89,7 +89,7 @@ model:
 	}
 	assert.Positive(t, shortened, "old outputs were shortened to fit")
 
-	msgs, err := store.Messages(context.Background(), "default-test-workflow-id", 1<<30, ledger.MessageWindow{})
+	msgs, err := store.Messages(context.Background(), "default-test-workflow-id", 1<<30, ledgerdb.MessageWindow{})
 	require.NoError(t, err)
 	var readBack, first string
 	for _, m := range msgs {

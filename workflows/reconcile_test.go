@@ -20,8 +20,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -32,7 +32,7 @@ const terminatedReason = "the workflow was terminated in Temporal by ops: pulled
 // stageTerminatedRun records, as a run would have, a run that charged once
 // (its refund registered before the charge) and was then terminated from
 // outside and marked so by the reconciler.
-func stageTerminatedRun(t *testing.T, store *ledger.Store, url string) {
+func stageTerminatedRun(t *testing.T, store *ledgerdb.Store, url string) {
 	t.Helper()
 	ctx := context.Background()
 	spec := mustSpec(t, fmt.Sprintf(failingRunSpec, url))
@@ -40,7 +40,7 @@ func stageTerminatedRun(t *testing.T, store *ledger.Store, url string) {
 	require.NoError(t, err)
 	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: terminatedID, RunID: "r1", Goal: spec.Goal, Spec: specJSON}))
 	key := terminatedID + "/" + agentsagatype.ToolActivityID(1, 1, "charge")
-	claim, err := store.ClaimAction(ctx, ledger.ActionRequest{Key: key, WorkflowID: terminatedID, ActivityID: agentsagatype.ToolActivityID(1, 1, "charge"),
+	claim, err := store.ClaimAction(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: terminatedID, ActivityID: agentsagatype.ToolActivityID(1, 1, "charge"),
 		Tool: "charge", Arguments: `{"amount": 10}`,
 		Compensation: &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"charge_id": "{{result.id}}"}`}}, time.Minute)
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func newEnv() *testsuite.TestWorkflowEnvironment {
 	return env
 }
 
-func rollbackEnv(t *testing.T, store *ledger.Store) *testsuite.TestWorkflowEnvironment {
+func rollbackEnv(t *testing.T, store *ledgerdb.Store) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
 	env := newEnv()
 	env.RegisterWorkflow(workflows.RollbackRun)

@@ -27,15 +27,15 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // runWithTools runs spec with the Go tools of box, human acting (through
 // Updates) an hour in, and returns how the run ended, a failed run's
 // result included, and the environment, for queries.
-func runWithTools(t *testing.T, spec workflows.RunSpec, box *activities.Toolbox, human func(env *testsuite.TestWorkflowEnvironment)) (workflows.RunResult, *ledger.Store, *testsuite.TestWorkflowEnvironment) {
+func runWithTools(t *testing.T, spec workflows.RunSpec, box *activities.Toolbox, human func(env *testsuite.TestWorkflowEnvironment)) (workflows.RunResult, *ledgerdb.Store, *testsuite.TestWorkflowEnvironment) {
 	t.Helper()
 	store := ledgertest.NewStore(t)
 	env := newEnv()

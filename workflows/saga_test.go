@@ -16,8 +16,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -65,14 +65,14 @@ tools:
 // runFailingSaga runs a charge whose run then fails, with the refund
 // broken, and lets decide act (through Updates) once the compensation has
 // escalated.
-func runFailingSaga(t *testing.T, decide func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds)) (workflows.RunResult, *brokenRefunds, *ledger.Store) {
+func runFailingSaga(t *testing.T, decide func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds)) (workflows.RunResult, *brokenRefunds, *ledgerdb.Store) {
 	t.Helper()
 	return runFailingSagaAnswering(t, http.StatusInternalServerError, decide)
 }
 
 // runFailingSagaAnswering is runFailingSaga with the broken refunds
 // answering status.
-func runFailingSagaAnswering(t *testing.T, status int, decide func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds)) (workflows.RunResult, *brokenRefunds, *ledger.Store) {
+func runFailingSagaAnswering(t *testing.T, status int, decide func(env *testsuite.TestWorkflowEnvironment, desk *brokenRefunds)) (workflows.RunResult, *brokenRefunds, *ledgerdb.Store) {
 	t.Helper()
 	desk := &brokenRefunds{refunds: map[string]int{}, status: status}
 	desk.broken.Store(true)

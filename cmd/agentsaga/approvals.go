@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
@@ -29,7 +30,7 @@ func approvalsCommand() *cobra.Command {
 			if limit < 1 {
 				return fmt.Errorf("approvals: --limit %d must be positive", limit)
 			}
-			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
 			}

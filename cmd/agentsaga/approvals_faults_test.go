@@ -10,8 +10,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -76,7 +76,7 @@ tools:
 	key := id + "/" + waiting[0].Call
 	counts := tool.counts()
 	assert.Equal(t, map[string]int{key: 1}, counts.executions, "the approved charge executed exactly once")
-	store, err := ledger.Open(ctx, databaseURL)
+	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 	approvals, err := store.RunApprovals(ctx, id)

@@ -20,8 +20,9 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -189,8 +190,8 @@ func (cc chaosCase) capMode() chaosCapMode {
 
 // spendCap is the cap the harness sets on the runs' account before the
 // run starts.
-func (cc chaosCase) spendCap() ledger.SpendCap {
-	c := ledger.SpendCap{Account: chaosCapAccount, Period: ledger.SpendMonth, USD: chaosCapUSD, OnExhausted: agentsagatype.OnExhaustedFinish}
+func (cc chaosCase) spendCap() ledgerdb.SpendCap {
+	c := ledgerdb.SpendCap{Account: chaosCapAccount, Period: ledgerdb.SpendMonth, USD: chaosCapUSD, OnExhausted: agentsagatype.OnExhaustedFinish}
 	switch cc.capMode() {
 	case capRoomy:
 		c.USD = chaosRoomyCapUSD
@@ -658,7 +659,7 @@ func (r *chaosRun) setUp(ctx context.Context) {
 // setSpendCap sets the cap of the runs' account as an operator would,
 // before the run starts.
 func (r *chaosRun) setSpendCap(ctx context.Context) {
-	store, err := ledger.Open(ctx, r.databaseURL())
+	store, err := ledgerdb.Open(ctx, r.databaseURL())
 	r.must(err)
 	defer store.Close()
 	c := r.cc.spendCap()
@@ -1169,7 +1170,7 @@ func (r *chaosRun) checkSpend(ctx context.Context, result workflows.RunResult, o
 			return
 		}
 	}
-	store, err := ledger.Open(ctx, r.databaseURL())
+	store, err := ledgerdb.Open(ctx, r.databaseURL())
 	if err != nil {
 		fail(err)
 		return

@@ -18,8 +18,9 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -52,7 +53,7 @@ func writeFile(t *testing.T, name, content string) string {
 
 // cliWorld points the CLI at the dev server and a fresh database, with a
 // worker polling the default task queue, and returns the worker's ledger.
-func cliWorld(t *testing.T) *ledger.Store {
+func cliWorld(t *testing.T) *ledgerdb.Store {
 	t.Helper()
 	databaseURL := ledgertest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
@@ -64,7 +65,7 @@ func cliWorld(t *testing.T) *ledger.Store {
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop) // runs before store.Close: cleanups run last first
-	return store
+	return ledgerdb.Of(store)
 }
 
 // The CLI against a real dev server and Postgres: run --wait, then show.
@@ -156,7 +157,7 @@ func TestBadInputGetsAClearErrorAndStartsNothing(t *testing.T) {
 	assert.ErrorContains(t, err, "missing.yaml: no such file")
 
 	_, err = runCLI(t, "show", "no-such-run")
-	assert.ErrorIs(t, err, ledger.ErrNotFound)
+	assert.ErrorIs(t, err, ledgerdb.ErrNotFound)
 
 	good := writeFile(t, "good.yaml", "goal: g\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: x}]}\n")
 	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")

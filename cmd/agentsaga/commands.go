@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/worker"
@@ -78,13 +79,13 @@ func pruneCommand() *cobra.Command {
 				return fmt.Errorf("prune: --charges-older-than %s: give a positive duration, such as 24h", chargesOlderThan)
 			}
 			cfg := worker.ConfigFromEnv()
-			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
+			store, err := ledgerdb.Open(cmd.Context(), cfg.DatabaseURL)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
 			now := time.Now()
-			report, err := store.Prune(cmd.Context(), ledger.PruneOptions{
+			report, err := store.Prune(cmd.Context(), ledgerdb.PruneOptions{
 				RunsFinishedBefore: now.Add(-olderThan), ChargesBefore: now.Add(-chargesOlderThan)})
 			if err != nil {
 				return err
@@ -95,7 +96,7 @@ func pruneCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "delete runs that finished longer ago than this (e.g. 720h)")
-	cmd.Flags().DurationVar(&chargesOlderThan, "charges-older-than", ledger.DefaultChargeRetention, "delete retry charges older than this")
+	cmd.Flags().DurationVar(&chargesOlderThan, "charges-older-than", ledgerdb.DefaultChargeRetention, "delete retry charges older than this")
 	return cmd
 }
 
@@ -350,7 +351,7 @@ func showCommand() *cobra.Command {
 			if page.Limit < 1 || page.From < -1 {
 				return fmt.Errorf("show: --limit %d must be positive and --from %d not negative", page.Limit, page.From)
 			}
-			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
 			}
@@ -376,7 +377,7 @@ type conversationPage struct{ From, Limit int }
 
 // showConversation prints a page of the run's conversation from the
 // ledger: the whole run, however many times it continued as new.
-func showConversation(ctx context.Context, out io.Writer, store *ledger.Store, id string, page conversationPage) error {
+func showConversation(ctx context.Context, out io.Writer, store *ledgerdb.Store, id string, page conversationPage) error {
 	msgs, total, err := store.ConversationPage(ctx, id, page.From, page.Limit, 160)
 	if err != nil {
 		return err
@@ -400,7 +401,7 @@ func showConversation(ctx context.Context, out io.Writer, store *ledger.Store, i
 
 // showRunJSON is show --json: what showRun prints, and a page of the
 // conversation, as one document.
-func showRunJSON(ctx context.Context, out io.Writer, store *ledger.Store, id string, page conversationPage) error {
+func showRunJSON(ctx context.Context, out io.Writer, store *ledgerdb.Store, id string, page conversationPage) error {
 	var doc map[string]any
 	var buf strings.Builder
 	if err := showRun(ctx, &buf, store, id, true); err != nil {
@@ -419,7 +420,7 @@ func showRunJSON(ctx context.Context, out io.Writer, store *ledger.Store, id str
 	return enc.Encode(doc)
 }
 
-func showRun(ctx context.Context, out io.Writer, store *ledger.Store, id string, asJSON bool) error {
+func showRun(ctx context.Context, out io.Writer, store *ledgerdb.Store, id string, asJSON bool) error {
 	run, err := store.GetRun(ctx, id)
 	if err != nil {
 		return err

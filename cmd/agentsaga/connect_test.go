@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // The UI link is printed only where the UI is known: TEMPORAL_UI, Temporal

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -102,10 +103,10 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 	}
 	printResult(out, result)
 	fmt.Fprintln(out, "\n--- ledger ---")
-	if err := showRun(ctx, out, stack.store, id, false); err != nil {
+	if err := showRun(ctx, out, ledgerdb.Of(stack.store), id, false); err != nil {
 		return err
 	}
-	leaves, err := stack.store.ListLeafCalls(ctx, id)
+	leaves, err := ledgerdb.Of(stack.store).ListLeafCalls(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -82,7 +82,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	temporal := startTemporalServer(t, dir, nsDeploy)
 	c := temporal.client(t, nsDeploy)
 	databaseURL := ledgertest.NewDatabase(t)
-	store, err := ledger.Open(ctx, databaseURL)
+	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 
@@ -237,7 +237,7 @@ func buildAgentsagaAt(t *testing.T, dir, commit string) string {
 }
 
 // waitForLedgerStatus waits until the ledger says the run is status.
-func waitForLedgerStatus(ctx context.Context, t *testing.T, store *ledger.Store, id, status string) {
+func waitForLedgerStatus(ctx context.Context, t *testing.T, store *ledgerdb.Store, id, status string) {
 	t.Helper()
 	err := pollUntil(ctx, id+" "+status, 100*time.Millisecond, func() bool {
 		run, err := store.GetRun(ctx, id)

@@ -18,8 +18,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -145,7 +146,7 @@ func killedBySIGKILL(p *process) bool {
 // storedActions reads the run's ledger rows by key.
 func storedActions(ctx context.Context, t *testing.T, databaseURL, workflowID string) (map[string]agentsagatype.Action, agentsagatype.Run) {
 	t.Helper()
-	store, err := ledger.Open(ctx, databaseURL)
+	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 	actions, err := store.ListActions(ctx, workflowID)
@@ -242,7 +243,7 @@ model:
 	assert.GreaterOrEqual(t, counts.requests[refund(2)], 2, "worker-2 re-sent bob's refund under the same key")
 	assert.Equal(t, 1, counts.requests[refund(3)], "a finished refund never reaches the tool again")
 
-	store, err := ledger.Open(ctx, databaseURL)
+	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 	stack, err := store.CompensationStack(ctx, id)

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // `agentsaga prune` deletes an old finished run and keeps a recent one;
@@ -17,7 +17,7 @@ func TestPruneFromTheCLI(t *testing.T) {
 	ctx := context.Background()
 	databaseURL := ledgertest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
-	store, err := ledger.Open(ctx, databaseURL)
+	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 	for _, id := range []string{"old", "recent"} {

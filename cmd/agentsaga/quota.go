@@ -10,20 +10,20 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // runQuotas are the fleet's quotas of the run's models (its model and
 // fallbacks), whatever the API key: show prints them so that an operator
 // sees what the run shares with the fleet, and whether turns are waiting.
-func runQuotas(ctx context.Context, store *ledger.Store, spec []byte) ([]ledger.QuotaState, error) {
+func runQuotas(ctx context.Context, store *ledgerdb.Store, spec []byte) ([]ledgerdb.QuotaState, error) {
 	var parsed struct {
 		Model agentsagatype.ModelSpec `json:"model"`
 	}
 	if len(spec) == 0 || json.Unmarshal(spec, &parsed) != nil {
 		return nil, nil // a run recorded without its spec
 	}
-	var quotas []ledger.QuotaState
+	var quotas []ledgerdb.QuotaState
 	for _, m := range append([]agentsagatype.ModelSpec{parsed.Model}, parsed.Model.Fallbacks...) {
 		if m.Name == "" {
 			continue
@@ -39,7 +39,7 @@ func runQuotas(ctx context.Context, store *ledger.Store, spec []byte) ([]ledger.
 
 // printQuota prints one quota in a line: what is left of each limit, the
 // turns waiting, the waits so far and the 429s.
-func printQuota(out io.Writer, q ledger.QuotaState) {
+func printQuota(out io.Writer, q ledgerdb.QuotaState) {
 	var limits []string
 	for _, d := range []struct {
 		name         string
@@ -71,11 +71,11 @@ func printQuota(out io.Writer, q ledger.QuotaState) {
 // quotaView is a quota as `show --json` prints it: a level is null where
 // nothing is limited.
 type quotaView struct {
-	ledger.QuotaState
+	ledgerdb.QuotaState
 	Requests, Tokens, InputTokens, OutputTokens *float64
 }
 
-func newQuotaView(q ledger.QuotaState) quotaView {
+func newQuotaView(q ledgerdb.QuotaState) quotaView {
 	level := func(f float64) *float64 {
 		if math.IsNaN(f) {
 			return nil

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/quota"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
 )
 
 // show prints the quotas of the run's models: what is left of each limit,

@@ -16,8 +16,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -38,7 +38,7 @@ func TestSeed002Demo(t *testing.T) {
 	}
 }
 
-func playSeed002(t *testing.T, store *ledger.Store, workflowID string) {
+func playSeed002(t *testing.T, store *ledgerdb.Store, workflowID string) {
 	desk := &seedDesk{}
 	server := httptest.NewServer(desk)
 	defer server.Close()

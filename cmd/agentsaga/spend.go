@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
@@ -29,7 +29,7 @@ func spendCommand() *cobra.Command {
 			if len(args) == 1 {
 				account = args[0]
 			}
-			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
 			}
@@ -68,7 +68,7 @@ func spendCommand() *cobra.Command {
 }
 
 func spendSetCommand() *cobra.Command {
-	var c ledger.SpendCap
+	var c ledgerdb.SpendCap
 	var by string
 	var rolling time.Duration
 	cmd := &cobra.Command{
@@ -83,7 +83,7 @@ func spendSetCommand() *cobra.Command {
 			if err := rollingPeriod(cmd, &c.Period, rolling); err != nil {
 				return fmt.Errorf("spend set %s: %w", c.Account, err)
 			}
-			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
 			}
@@ -101,7 +101,7 @@ func spendSetCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().Float64Var(&c.USD, "usd", 0, "the most the account may spend a period, in USD (required)")
-	cmd.Flags().StringVar(&c.Period, "per", ledger.SpendDay, "the period: minute, hour, day or month, calendar-aligned in --tz")
+	cmd.Flags().StringVar(&c.Period, "per", ledgerdb.SpendDay, "the period: minute, hour, day or month, calendar-aligned in --tz")
 	cmd.Flags().StringVar(&c.TimeZone, "tz", "UTC", "the time zone the period is aligned in (an IANA name: Europe/Paris)")
 	cmd.Flags().DurationVar(&rolling, "rolling", 0, "cap what the account spends in any window this long (24h, 90m), in place of a calendar --per")
 	cmd.Flags().StringVar(&c.OnExhausted, "on-exhausted", "finish", "what a run does when the cap cannot pay for its next turn: finish, wait or escalate")
@@ -121,7 +121,7 @@ func spendRemoveCommand() *cobra.Command {
 			if err := rollingPeriod(cmd, &period, rolling); err != nil {
 				return fmt.Errorf("spend remove %s: %w", args[0], err)
 			}
-			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
 			}
@@ -137,7 +137,7 @@ func spendRemoveCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&period, "per", ledger.SpendDay, "the cap's period: minute, hour, day or month")
+	cmd.Flags().StringVar(&period, "per", ledgerdb.SpendDay, "the cap's period: minute, hour, day or month")
 	cmd.Flags().DurationVar(&rolling, "rolling", 0, "the cap's rolling window (24h), in place of --per")
 	cmd.Flags().StringVar(&by, "by", "", "who removes it, as the ledger keeps it (default: your user@host)")
 	return cmd
@@ -162,7 +162,7 @@ func spendReportCommand() *cobra.Command {
 			if by != "" {
 				dims = strings.Split(by, ",")
 			}
-			store, err := ledger.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
+			store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 			if err != nil {
 				return err
 			}
@@ -204,6 +204,6 @@ func rollingPeriod(cmd *cobra.Command, period *string, window time.Duration) err
 	if cmd.Flags().Changed("per") {
 		return fmt.Errorf("--per %s and --rolling %s both name the period; give one", *period, window)
 	}
-	*period = ledger.RollingPeriod(window)
+	*period = ledgerdb.RollingPeriod(window)
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // An operator sets a cap, lists it, reads the report and removes it, from
@@ -39,7 +39,7 @@ func TestSpendFromTheCLI(t *testing.T) {
 	assert.Contains(t, out, "$80.00 in any 24h")
 
 	// A run waiting for the account's cap is counted beside it.
-	store, err := ledger.Open(context.Background(), databaseURL)
+	store, err := ledgerdb.Open(context.Background(), databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 	require.NoError(t, store.StartRun(context.Background(), agentsagatype.Run{WorkflowID: "wf-waiting", RunID: "r", Goal: "g"}))
@@ -47,7 +47,7 @@ func TestSpendFromTheCLI(t *testing.T) {
 		"waiting for the spend cap of account acme to reset at 2026-12-04T00:00:00Z ($80.00 in any 24h; the turn goes out again then)"))
 	out, err = runCLI(t, "spend", "--json")
 	require.NoError(t, err, out)
-	var caps []ledger.SpendCapState
+	var caps []ledgerdb.SpendCapState
 	require.NoError(t, json.Unmarshal([]byte(out), &caps), out)
 	require.Len(t, caps, 2)
 	for _, c := range caps {
@@ -60,7 +60,7 @@ func TestSpendFromTheCLI(t *testing.T) {
 	require.NoError(t, err)
 	out, err = runCLI(t, "spend", "report", "--by", "account", "--json")
 	require.NoError(t, err, out)
-	var lines []ledger.SpendLine
+	var lines []ledgerdb.SpendLine
 	require.NoError(t, json.Unmarshal([]byte(out), &lines), out)
 	require.Len(t, lines, 1)
 	assert.Equal(t, "acme/support", lines[0].Account)

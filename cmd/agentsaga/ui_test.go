@@ -16,7 +16,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -77,7 +77,7 @@ func TestRunIsVisibleInTheTemporalUI(t *testing.T) {
 	server, uiURL, err := workertest.StartDevServerWithUI(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = server.Stop() })
-	store := ledgertest.NewStore(t)
+	store := ledgertest.NewHandle(t)
 	w, err := worker.New(ctx, server.Client(), store, worker.Options{Config: agentsaga.Config{TaskQueue: workflows.TaskQueue}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())

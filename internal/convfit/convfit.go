@@ -13,12 +13,12 @@ import (
 	"github.com/tiktoken-go/tokenizer"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // ToLedger is m as a conversation row.
-func ToLedger(m agentsagatype.Message) ledger.Message {
-	row := ledger.Message{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name,
+func ToLedger(m agentsagatype.Message) ledgerdb.Message {
+	row := ledgerdb.Message{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name,
 		Pinned: m.Pinned, SourceKey: m.Key, Tokens: EstimateTokens(m)}
 	if len(m.ToolCalls) > 0 {
 		row.ToolCalls, _ = json.Marshal(m.ToolCalls)
@@ -27,7 +27,7 @@ func ToLedger(m agentsagatype.Message) ledger.Message {
 }
 
 // FromLedger is a conversation row as a Message.
-func FromLedger(row ledger.Message) agentsagatype.Message {
+func FromLedger(row ledgerdb.Message) agentsagatype.Message {
 	m := agentsagatype.Message{Seq: row.Seq, Role: row.Role, Content: row.Content, ToolCallID: row.ToolCallID, Name: row.Name,
 		Pinned: row.Pinned, Key: row.SourceKey}
 	if len(row.ToolCalls) > 0 {
@@ -66,18 +66,18 @@ type Fitted struct {
 // human's instructions) are always sent, and so is the last turn. The plan
 // is made from estimates of what previews will cost; a twentieth of slack
 // keeps the request under the budget itself.
-func Request(trailing []agentsagatype.Message, extraTokens, budget int) ledger.FitRequest {
+func Request(trailing []agentsagatype.Message, extraTokens, budget int) ledgerdb.FitRequest {
 	trailingTokens := 0
 	for _, m := range trailing {
 		trailingTokens += EstimateTokens(m)
 	}
-	return ledger.FitRequest{Budget: budget - budget/20, Trailing: trailingTokens + extraTokens, KeptTurns: keptTurns,
+	return ledgerdb.FitRequest{Budget: budget - budget/20, Trailing: trailingTokens + extraTokens, KeptTurns: keptTurns,
 		CutBytes: shortenedPreviewBytes, CutTokens: shortenedTokens, NoteTokens: noteTokens}
 }
 
 // Claimed is the request a model turn's claim read the conversation
 // for, with trailing after it.
-func Claimed(claim ledger.Claim, trailing []agentsagatype.Message) Fitted {
+func Claimed(claim ledgerdb.Claim, trailing []agentsagatype.Message) Fitted {
 	msgs := make([]agentsagatype.Message, len(claim.Conversation))
 	bytes := make(map[int]int, len(claim.Conversation))
 	for i, row := range claim.Conversation {
@@ -97,7 +97,7 @@ const noteTokens = 80
 // read, the cut ones read only in part, whole holding each one's whole
 // length): it shortens the cut ones, says what was left out where it was,
 // and appends trailing.
-func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledger.FitPlan, trailing []agentsagatype.Message) Fitted {
+func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledgerdb.FitPlan, trailing []agentsagatype.Message) Fitted {
 	out := make([]agentsagatype.Message, 0, len(msgs)+1+len(trailing))
 	shortened, told := 0, false
 	var note *agentsagatype.Message

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // longConversation is a run of turns, each an assistant message calling a
@@ -40,20 +40,20 @@ func longConversation(turns, outputBytes int) []agentsagatype.Message {
 // the run's conversation, the turn's claim plans from their sizes and reads
 // what the plan sends, and the request is assembled. budget is the plan's
 // own (CallModel's Request keeps a twentieth of slack besides).
-func fit(t *testing.T, msgs []agentsagatype.Message, trailing []agentsagatype.Message, budget int) (Fitted, ledger.FitPlan) {
+func fit(t *testing.T, msgs []agentsagatype.Message, trailing []agentsagatype.Message, budget int) (Fitted, ledgerdb.FitPlan) {
 	t.Helper()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	rows := make([]ledger.Message, len(msgs))
+	rows := make([]ledgerdb.Message, len(msgs))
 	for i, m := range msgs {
 		rows[i] = ToLedger(m)
 	}
 	req := Request(trailing, 0, 0)
 	req.Budget = budget
-	claim, err := store.ClaimTurn(ctx, ledger.ActionRequest{Key: "wf/step-999-model", WorkflowID: "wf", ActivityID: "step-999-model",
-		Tool: "model:scripted", Arguments: "{}", Kind: ledger.ActionModel},
-		ledger.LeafCall{Attempt: 1, Kind: ledger.LeafModel, Target: "scripted"}, time.Minute,
-		ledger.TurnRead{WorkflowID: "wf", Append: rows, Through: len(msgs), Fit: req})
+	claim, err := store.ClaimTurn(ctx, ledgerdb.ActionRequest{Key: "wf/step-999-model", WorkflowID: "wf", ActivityID: "step-999-model",
+		Tool: "model:scripted", Arguments: "{}", Kind: ledgerdb.ActionModel},
+		ledgerdb.LeafCall{Attempt: 1, Kind: ledgerdb.LeafModel, Target: "scripted"}, time.Minute,
+		ledgerdb.TurnRead{WorkflowID: "wf", Append: rows, Through: len(msgs), Fit: req})
 	require.NoError(t, err)
 	require.True(t, claim.Execute)
 	return Claimed(claim, trailing), claim.Plan
@@ -158,8 +158,8 @@ func TestContextBudgetLeavesOutTheOldestTurnsOfAVeryLongRun(t *testing.T) {
 // referencePlan is the plan agentsaga_fit_plan makes, written in Go as
 // the model the SQL must match (it was the engine's own planner before the
 // plan moved into the turn's claim statement).
-func referencePlan(sizes []ledger.MessageSize, trailing, budget int) ledger.FitPlan {
-	shortens := func(m ledger.MessageSize) bool {
+func referencePlan(sizes []ledgerdb.MessageSize, trailing, budget int) ledgerdb.FitPlan {
+	shortens := func(m ledgerdb.MessageSize) bool {
 		return !m.Pinned && m.Role == "tool" && m.Bytes > shortenedPreviewBytes
 	}
 	turnsFrom := func(n int) int { // the index where the last n assistant turns begin
@@ -181,7 +181,7 @@ func referencePlan(sizes []ledger.MessageSize, trailing, budget int) ledger.FitP
 		}
 		total += tokens[i]
 	}
-	var plan ledger.FitPlan
+	var plan ledgerdb.FitPlan
 	from := 0
 	cut := func(kept int) {
 		protectedFrom := turnsFrom(kept)
@@ -233,14 +233,14 @@ func TestFitPlanInTheLedgerMatchesTheReference(t *testing.T) {
 	roles := []string{"assistant", "tool", "tool", "user", "system"}
 	var cut, omitted int
 	for n := range 400 {
-		sizes := make([]ledger.MessageSize, random.IntN(60))
+		sizes := make([]ledgerdb.MessageSize, random.IntN(60))
 		seqs, tokens, bytes := make([]int32, len(sizes)), make([]int32, len(sizes)), make([]int32, len(sizes))
 		assistant, tool, pinned := make([]bool, len(sizes)), make([]bool, len(sizes)), make([]bool, len(sizes))
 		seq := 0
 		total := 0
 		for i := range sizes {
 			seq += 1 + random.IntN(2) // seqs need not be dense
-			m := ledger.MessageSize{Seq: seq, Role: roles[random.IntN(len(roles))], Pinned: random.IntN(6) == 0,
+			m := ledgerdb.MessageSize{Seq: seq, Role: roles[random.IntN(len(roles))], Pinned: random.IntN(6) == 0,
 				Bytes: random.IntN(2 * shortenedPreviewBytes), Tokens: random.IntN(400) - 100}
 			if m.Tokens < 0 {
 				m.Tokens = 0 // not estimated
@@ -257,7 +257,7 @@ func TestFitPlanInTheLedgerMatchesTheReference(t *testing.T) {
 		trailing := random.IntN(300)
 		budget := random.IntN(total*3/2+2) - 1 // sometimes none, sometimes ample
 		want := referencePlan(sizes, trailing, budget)
-		var got ledger.FitPlan
+		var got ledgerdb.FitPlan
 		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT * FROM agentsaga_fit_plan($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			seqs, assistant, tool, pinned, tokens, bytes, trailing, budget, shortenedPreviewBytes, shortenedTokens, noteTokens, keptTurns).
 			Scan(&got.CutBefore, &got.OmitBefore, &got.Omitted))

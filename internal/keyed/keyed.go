@@ -18,28 +18,28 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/lease"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // Call is one attempt of a call that must take effect once per
 // idempotency key: a tool call or a model turn.
 type Call struct {
-	Action       ledger.ActionRequest
+	Action       ledgerdb.ActionRequest
 	Kind, Target string // the leaf call's
 	// Turn, for a model turn, is what its claim writes and reads: the
 	// messages the workflow appends, and the conversation it sends.
-	Turn *ledger.TurnRead
+	Turn *ledgerdb.TurnRead
 	// Run makes the call under the attempt's lease, given the claim (for a
 	// model turn, the conversation it read). It returns the output to store
 	// and, optionally, the conversation message to record with it.
-	Run func(ctx context.Context, claim ledger.Claim) (string, *ledger.Message, error)
+	Run func(ctx context.Context, claim ledgerdb.Claim) (string, *ledgerdb.Message, error)
 	// Refused, when set, reads a successful output as a refusal: a 200
 	// whose meaning is "no", stored like a 4xx and never retried.
 	Refused func(output string) (string, bool)
 	// Quota, for a model turn admitted on a quota (Turn.Quota), is what
 	// the turn's response said of it, given the admission and the call's
 	// error: settled with the attempt.
-	Quota func(admission ledger.Admission, callErr error) *ledger.QuotaAnswer
+	Quota func(admission ledgerdb.Admission, callErr error) *ledgerdb.QuotaAnswer
 	// Spend, for a model turn charged to an account (Turn.Spend), is what
 	// the attempt cost by the usage the provider reported (0 when it
 	// reported none): settled with the attempt.
@@ -89,7 +89,7 @@ func (e *QuotaWaitError) Error() string {
 }
 
 // quotaAnswer is what c's response said of its admitted quota, or nil.
-func (c Call) quotaAnswer(claim ledger.Claim, callErr error) *ledger.QuotaAnswer {
+func (c Call) quotaAnswer(claim ledgerdb.Claim, callErr error) *ledgerdb.QuotaAnswer {
 	if c.Quota == nil || !claim.Quota.Admitted {
 		return nil
 	}
@@ -109,31 +109,31 @@ func (c Call) quotaAnswer(claim ledger.Claim, callErr error) *ledger.QuotaAnswer
 //
 // classify turns the call's own error into the activity error Temporal
 // retries by (or does not).
-func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error) error) (output string, replayed bool, err error) {
+func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(error) error) (output string, replayed bool, err error) {
 	info := activity.GetInfo(ctx)
 	log := activity.GetLogger(ctx)
 	key := c.Action.Key
 	leaseFor := lease.Length(info)
-	leaf := ledger.LeafCall{WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: key,
+	leaf := ledgerdb.LeafCall{WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID, Key: key,
 		Attempt: int(info.Attempt), Kind: c.Kind, Target: c.Target}
 	claimedAt := time.Now()
 	claim, err := claimKey(ctx, store, c, leaf, leaseFor)
 	switch {
-	case errors.Is(err, ledger.ErrConflict):
+	case errors.Is(err, ledgerdb.ErrConflict):
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeConflict, nil)
-	case errors.Is(err, ledger.ErrFenced):
+	case errors.Is(err, ledgerdb.ErrFenced):
 		// The retry hook logs the refusal at WARN, once, with its decision.
 		log.Debug("call: the key is fenced; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
-	case errors.Is(err, ledger.ErrInFlight):
+	case errors.Is(err, ledgerdb.ErrInFlight):
 		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeInFlight)
-	case errors.Is(err, ledger.ErrQuotaWait):
+	case errors.Is(err, ledgerdb.ErrQuotaWait):
 		return "", false, QuotaWait(err.Error(), claim.Quota.RetryAt, false)
-	case errors.Is(err, ledger.ErrSpendCap):
-		var capped *ledger.SpendCapError
+	case errors.Is(err, ledgerdb.ErrSpendCap):
+		var capped *ledgerdb.SpendCapError
 		errors.As(err, &capped)
 		return "", false, SpendCapRefusal(err.Error(), capped.Reservation.Refusal(capped.USD))
-	case errors.Is(err, ledger.ErrQuotaTooLarge):
+	case errors.Is(err, ledgerdb.ErrQuotaTooLarge):
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeModelConfig, nil)
 	case err != nil:
 		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
@@ -154,7 +154,7 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 			log.Warn("ledger: could not drop the leaf call of an attempt that sent nothing", "key", key, "error", err)
 		}
 		cancel()
-		if errors.Is(err, ledger.ErrLeaseLost) {
+		if errors.Is(err, ledgerdb.ErrLeaseLost) {
 			return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
 		}
 		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
@@ -175,7 +175,7 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 		}
 		// Recorded even when the attempt was cancelled, so the next attempt
 		// can claim the key at once instead of waiting out the lease.
-		end := ledger.FailedAttempt(callErr.Error(), errType, permanent)
+		end := ledgerdb.FailedAttempt(callErr.Error(), errType, permanent)
 		end.LeafCallID, end.CallErr, end.Quota = claim.LeafCallID, callErr, c.quotaAnswer(claim, callErr)
 		end.Spend, end.SpendUSD = c.settlesSpend(callErr)
 		if _, err := store.SettleAttempt(context.WithoutCancel(ctx), key, claim.Action.Attempts, end); err != nil {
@@ -185,7 +185,7 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 	}
 	if c.Refused != nil {
 		if message, refused := c.Refused(output); refused {
-			end := ledger.FailedAttempt(message, agentsagatype.ErrTypeRefusal, true)
+			end := ledgerdb.FailedAttempt(message, agentsagatype.ErrTypeRefusal, true)
 			end.LeafCallID = claim.LeafCallID // the call itself succeeded
 			if err := recordAfterEffect(ctx, key, func(ctx context.Context) error {
 				_, err := store.SettleAttempt(ctx, key, claim.Action.Attempts, end)
@@ -199,17 +199,17 @@ func Once(ctx context.Context, store *ledger.Store, c Call, classify func(error)
 	var stored agentsagatype.Action
 	settles, cost := c.settlesSpend(nil)
 	err = recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
-		stored, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
+		stored, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledgerdb.AttemptEnd{
 			Status: agentsagatype.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID,
 			Quota: c.quotaAnswer(claim, nil), Spend: settles, SpendUSD: cost})
 		return err
 	})
 	switch {
-	case errors.Is(err, ledger.ErrLeaseLost) && stored.Status == agentsagatype.ActionCompleted:
+	case errors.Is(err, ledgerdb.ErrLeaseLost) && stored.Status == agentsagatype.ActionCompleted:
 		// Another attempt completed the key first: its result is the one.
 		logRefusedWrite(log, key, err)
 		return stored.Result, true, nil
-	case errors.Is(err, ledger.ErrLeaseLost):
+	case errors.Is(err, ledgerdb.ErrLeaseLost):
 		logRefusedWrite(log, key, err)
 		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
 	case err != nil:
@@ -239,7 +239,7 @@ func storedOutcome(action agentsagatype.Action) (string, bool, error) {
 // land: refused because the attempt was superseded or fenced (a WARN: the
 // ledger kept the truth of the attempt that holds the key), or failed.
 func logRefusedWrite(log interface{ Warn(string, ...any) }, key string, err error) {
-	if errors.Is(err, ledger.ErrLeaseLost) {
+	if errors.Is(err, ledgerdb.ErrLeaseLost) {
 		log.Warn("ledger: write refused: this attempt no longer holds the key", "key", key, "error", err)
 		return
 	}
@@ -262,7 +262,7 @@ func recordAfterEffect(ctx context.Context, key string, write func(context.Conte
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err := write(wctx)
 		cancel()
-		if err == nil || errors.Is(err, ledger.ErrLeaseLost) {
+		if err == nil || errors.Is(err, ledgerdb.ErrLeaseLost) {
 			return err
 		}
 		activity.GetLogger(ctx).Warn("ledger: could not record a tool's outcome; retrying while the attempt lasts", "key", key, "error", err)
@@ -282,23 +282,23 @@ func recordAfterEffect(ctx context.Context, key string, write func(context.Conte
 // worker that woke past its deadline) has its context cancelled and stops
 // at once, with ErrInFlight. The claim records leaf, and a model turn's
 // claim writes and reads its conversation (c.Turn), in the same statement.
-func claimKey(ctx context.Context, store *ledger.Store, c Call, leaf ledger.LeafCall, lease time.Duration) (ledger.Claim, error) {
+func claimKey(ctx context.Context, store *ledgerdb.Store, c Call, leaf ledgerdb.LeafCall, lease time.Duration) (ledgerdb.Claim, error) {
 	const poll = 250 * time.Millisecond
 	for {
-		var claim ledger.Claim
+		var claim ledgerdb.Claim
 		var err error
 		if c.Turn != nil {
 			claim, err = store.ClaimTurn(ctx, c.Action, leaf, lease, *c.Turn)
 		} else {
 			claim, err = store.ClaimCall(ctx, c.Action, leaf, lease)
 		}
-		if !errors.Is(err, ledger.ErrInFlight) || ctx.Err() != nil {
+		if !errors.Is(err, ledgerdb.ErrInFlight) || ctx.Err() != nil {
 			return claim, err
 		}
 		activity.RecordHeartbeat(ctx)
 		select {
 		case <-ctx.Done():
-			return ledger.Claim{}, err
+			return ledgerdb.Claim{}, err
 		case <-time.After(poll):
 		}
 	}

@@ -14,7 +14,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // defaultLease is an attempt's lease on its key when the activity has no
@@ -44,7 +44,7 @@ var errLeaseLapsed = errors.New("the attempt's lease on its key lapsed before it
 // attempt takes over once the lease lapses. The attempt's context is
 // cancelled as soon as it learns it no longer holds the key.
 type Held struct {
-	store  *ledger.Store
+	store  *ledgerdb.Store
 	key    string
 	claim  int
 	length time.Duration
@@ -63,7 +63,7 @@ type Held struct {
 }
 
 // Hold starts keeping the lease that the claim sent at claimedAt took.
-func Hold(ctx context.Context, store *ledger.Store, key string, claim int, length time.Duration, claimedAt time.Time) *Held {
+func Hold(ctx context.Context, store *ledgerdb.Store, key string, claim int, length time.Duration, claimedAt time.Time) *Held {
 	l := &Held{store: store, key: key, claim: claim, length: length, done: make(chan struct{}),
 		validUntil: claimedAt.Add(length)}
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
@@ -84,7 +84,7 @@ func (l *Held) keep() {
 			return
 		case <-ticker.C:
 			activity.RecordHeartbeat(l.ctx)
-			if err := l.renew(); err != nil && (errors.Is(err, ledger.ErrLeaseLost) || l.lapsed()) {
+			if err := l.renew(); err != nil && (errors.Is(err, ledgerdb.ErrLeaseLost) || l.lapsed()) {
 				l.cancel(err)
 				return
 			}
@@ -124,7 +124,7 @@ func (l *Held) Confirm() error {
 		return nil
 	}
 	if err := l.renew(); err != nil {
-		if !errors.Is(err, ledger.ErrLeaseLost) {
+		if !errors.Is(err, ledgerdb.ErrLeaseLost) {
 			err = fmt.Errorf("%w: %w", errLeaseLapsed, err)
 		}
 		l.cancel(err)

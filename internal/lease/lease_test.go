@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/ledger/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // A worker paused (SIGSTOP) between its claim and its call wakes with a
@@ -19,8 +19,8 @@ func TestConfirmAfterAPauseLongerThanTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	req := func(id string) ledger.ActionRequest {
-		return ledger.ActionRequest{Key: "wf/" + id, WorkflowID: "wf", ActivityID: id, Tool: "t", Arguments: "{}"}
+	req := func(id string) ledgerdb.ActionRequest {
+		return ledgerdb.ActionRequest{Key: "wf/" + id, WorkflowID: "wf", ActivityID: id, Tool: "t", Arguments: "{}"}
 	}
 	const lease = 100 * time.Millisecond
 
@@ -33,8 +33,8 @@ func TestConfirmAfterAPauseLongerThanTheLease(t *testing.T) {
 	require.NoError(t, err)
 	held := &Held{store: store, key: "wf/a", claim: paused.Action.Attempts, length: lease, validUntil: claimedAt.Add(lease)}
 	held.ctx, held.cancel = context.WithCancelCause(ctx)
-	require.ErrorIs(t, held.Confirm(), ledger.ErrLeaseLost)
-	assert.ErrorIs(t, context.Cause(held.ctx), ledger.ErrLeaseLost, "the attempt's context ends with the cause")
+	require.ErrorIs(t, held.Confirm(), ledgerdb.ErrLeaseLost)
+	assert.ErrorIs(t, context.Cause(held.ctx), ledgerdb.ErrLeaseLost, "the attempt's context ends with the cause")
 
 	// Nobody came: the lease is renewed and the attempt may act.
 	alone, err := store.ClaimAction(ctx, req("b"), lease)

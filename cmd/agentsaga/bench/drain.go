@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"go.temporal.io/sdk/workflow"
@@ -152,7 +153,7 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 	row.IdealSeconds = float64(row.AfterOutage-row.FailedAfter) / float64(cfg.RatePerSecond)
 	if declared == 0 {
 		row.ReleaseRate = budget.DefaultBreaker.AdaptiveRate().Start // a new dependency's
-		if row.LearnedRate, err = store.ReleaseRate(ctx, dependency, budget.DefaultBreaker); err != nil {
+		if row.LearnedRate, err = ledgerdb.Of(store).ReleaseRate(ctx, dependency, budget.DefaultBreaker); err != nil {
 			return DrainRow{}, fmt.Errorf("bench: drain: %s: %w", name, err)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/migrations"
 )
 
@@ -81,7 +81,7 @@ func ledgerScenario(ctx context.Context, databaseURL string, clients, rounds int
 		return nil, err
 	}
 	defer db.drop(context.WithoutCancel(ctx))
-	store, err := ledger.Open(ctx, db.url)
+	store, err := ledgerdb.Open(ctx, db.url)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func ledgerScenario(ctx context.Context, databaseURL string, clients, rounds int
 // until deadline (when it is not zero) and perClient calls each (when it
 // is not zero), as the engine makes a successful tool call's writes, and
 // returns how many it completed. A claim of a new key must execute.
-func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round, clients int, deadline time.Time, perClient int) (int64, error) {
+func ledgerCalls(ctx context.Context, store *ledgerdb.Store, prefix string, round, clients int, deadline time.Time, perClient int) (int64, error) {
 	var writes atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -154,13 +154,13 @@ func ledgerCalls(ctx context.Context, store *ledger.Store, prefix string, round,
 			for i := 0; (deadline.IsZero() || time.Now().Before(deadline)) && (perClient == 0 || i < perClient); i++ {
 				activityID := agentsagatype.ToolActivityID(i, round, "bench")
 				key := agentsagatype.CallKey(run, activityID)
-				claim, err := store.ClaimCall(ctx, ledger.ActionRequest{Key: key, WorkflowID: run, ActivityID: activityID, Tool: "bench", Arguments: `{}`},
-					ledger.LeafCall{Attempt: 1, Kind: ledger.LeafTool, Target: "bench"}, time.Minute)
+				claim, err := store.ClaimCall(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: run, ActivityID: activityID, Tool: "bench", Arguments: `{}`},
+					ledgerdb.LeafCall{Attempt: 1, Kind: ledgerdb.LeafTool, Target: "bench"}, time.Minute)
 				if err == nil && !claim.Execute {
 					err = fmt.Errorf("the claim of new key %s did not execute", key)
 				}
 				if err == nil {
-					_, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledger.AttemptEnd{
+					_, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledgerdb.AttemptEnd{
 						Status: agentsagatype.ActionCompleted, Result: `{"ok":true}`, LeafCallID: claim.LeafCallID})
 				}
 				if err != nil {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -265,7 +266,7 @@ func longOne(ctx context.Context, c client.Client, store *ledger.Store, cfg Long
 	}
 	row.Executions, row.HistoryBytes, row.ServerHistoryBytes, row.HistoryEvents = chain.executions, chain.bytes, chain.serverBytes, chain.events
 	row.LargestPayload, row.LargestPayloadIn = chain.largest, chain.largestIn
-	if got, err := store.GetRun(hctx, queue); err == nil {
+	if got, err := ledgerdb.Of(store).GetRun(hctx, queue); err == nil {
 		row.LedgerStatus = got.Status
 	} else {
 		row.LedgerStatus = "unknown: " + err.Error()

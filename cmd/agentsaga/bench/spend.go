@@ -35,6 +35,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -473,12 +474,12 @@ func cmpNonEmpty(a, b string) string {
 func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, contender string) error {
 	switch contender {
 	case SpendAgentsaga:
-		store, err := ledger.Open(ctx, db.url)
+		store, err := ledgerdb.Open(ctx, db.url)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: spendAccount, Period: ledger.SpendMonth, USD: m.cfg.CapUSD,
+		_, err = store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: spendAccount, Period: ledgerdb.SpendMonth, USD: m.cfg.CapUSD,
 			OnExhausted: agentsagatype.OnExhaustedFinish}, "bench")
 		return err
 	case SpendCheck:
@@ -500,7 +501,7 @@ func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, conten
 func (m spendMeasurement) books(ctx context.Context, db *fleetDatabase, contender string, row *SpendRow) error {
 	switch contender {
 	case SpendAgentsaga:
-		store, err := ledger.Open(ctx, db.url)
+		store, err := ledgerdb.Open(ctx, db.url)
 		if err != nil {
 			return err
 		}
@@ -804,7 +805,7 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		cfg.LatencyMin, cfg.LatencyMax, cfg.USDPerMillion)
 	fmt.Fprintf(out, "  %s: budget.usd per run, no account; %s: a custom model provider on the workers that SELECTs the account's spend\n", SpendPerRunContender, SpendCheckContender)
 	fmt.Fprintf(out, "    before each call, refuses at or over the cap (HTTP 400 budget_exceeded), and UPDATEs it by the call's cost after (as LiteLLM);\n")
-	fmt.Fprintf(out, "  %s: budget.account %s with a $%.2f a month cap (ledger.SetSpendCap, on_exhausted finish)\n", SpendAgentsagaContender, spendAccount, cfg.CapUSD)
+	fmt.Fprintf(out, "  %s: budget.account %s with a $%.2f a month cap (ledgerdb.SetSpendCap, on_exhausted finish)\n", SpendAgentsagaContender, spendAccount, cfg.CapUSD)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
 	for _, r := range result.Rows {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -130,7 +131,7 @@ tools:
 // retries spend from it.
 type outageWorker struct {
 	client client.Client
-	store  *ledger.Store
+	store  *ledgerdb.Store
 	queue  string
 	close  func()
 }
@@ -150,7 +151,7 @@ func startOutageWorker(ctx context.Context, c client.Client, databaseURL, queueP
 		store.Close()
 		return nil, fmt.Errorf("start worker: %w", err)
 	}
-	return &outageWorker{client: c, store: store, queue: queue, close: func() { w.Stop(); store.Close() }}, nil
+	return &outageWorker{client: c, store: ledgerdb.Of(store), queue: queue, close: func() { w.Stop(); store.Close() }}, nil
 }
 
 // watchedRun is how one AgentRun run of an outage scenario ended.

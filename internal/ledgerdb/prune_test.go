@@ -1,0 +1,121 @@
+package ledgerdb_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
+)
+
+// seedRun makes a run with an action (and its compensation), a leaf call
+// and a message, ends it with status (running: not at all), and moves its
+// finish back by age.
+func seedRun(ctx context.Context, t *testing.T, store *ledgerdb.Store, id, status string, age time.Duration) {
+	t.Helper()
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
+	key := id + "/step-001-call-1-charge"
+	_, err := store.ClaimAction(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: id, ActivityID: "step-001-call-1-charge", Tool: "charge",
+		Arguments: `{}`, Compensation: &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{}`}}, time.Minute)
+	require.NoError(t, err)
+	_, err = store.CompleteAction(ctx, key, 1, `{"id":"ch"}`)
+	require.NoError(t, err)
+	_, err = store.BeginLeafCall(ctx, ledgerdb.LeafCall{WorkflowID: id, ActivityID: "step-001-call-1-charge", Key: key, Attempt: 1, Kind: "tool", Target: "charge"})
+	require.NoError(t, err)
+	require.NoError(t, store.AppendMessages(ctx, id, []ledgerdb.Message{{Seq: 0, Role: "user", Content: "g"}}))
+	if status == agentsagatype.RunRunning {
+		return
+	}
+	require.NoError(t, store.FinishRun(ctx, id, agentsagatype.RunOutcome{Status: status}))
+	_, err = store.Pool().Exec(ctx, `UPDATE runs SET finished_at = now() - $2::interval WHERE workflow_id = $1`, id, fmt.Sprintf("%d seconds", int(age.Seconds())))
+	require.NoError(t, err)
+}
+
+// rowsOf counts a run's rows in every table Prune touches.
+func rowsOf(ctx context.Context, t *testing.T, store *ledgerdb.Store, id string) int {
+	t.Helper()
+	total := 0
+	for _, table := range []string{"runs", "actions", "compensations", "leaf_calls", "messages"} {
+		var n int
+		require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE workflow_id = $1", id).Scan(&n))
+		total += n
+	}
+	return total
+}
+
+// Prune deletes old finished runs whole and old retry charges, in batches,
+// and keeps what a human may still need: runs not finished, escalated or
+// needing attention, however old, and anything recent.
+func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	old, recent := 40*24*time.Hour, time.Hour
+	for i := range 3 {
+		seedRun(ctx, t, store, fmt.Sprintf("old-completed-%d", i), agentsagatype.RunCompleted, old)
+	}
+	seedRun(ctx, t, store, "old-compensated", agentsagatype.RunCompensated, old)
+	seedRun(ctx, t, store, "old-needs-attention", agentsagatype.RunNeedsAttention, old)
+	seedRun(ctx, t, store, "recent-completed", agentsagatype.RunCompleted, recent)
+	seedRun(ctx, t, store, "still-running", agentsagatype.RunRunning, 0)
+	_, err := store.Pool().Exec(ctx, `INSERT INTO retry_charges (charge_key, kind, created_at) VALUES
+		('old-1', 'withdraw', now() - interval '2 days'), ('old-2', 'deposit', now() - interval '25 hours'),
+		('new-1', 'withdraw', now() - interval '1 hour')`)
+	require.NoError(t, err)
+
+	report, err := store.Prune(ctx, ledgerdb.PruneOptions{Batch: 2}) // the defaults: 30 days, 24 h
+	require.NoError(t, err)
+	require.Equal(t, ledgerdb.PruneReport{Runs: 4, Charges: 2}, report)
+	for _, gone := range []string{"old-completed-0", "old-completed-1", "old-completed-2", "old-compensated"} {
+		require.Zero(t, rowsOf(ctx, t, store, gone), gone)
+	}
+	for _, kept := range []string{"old-needs-attention", "recent-completed", "still-running"} {
+		require.Equal(t, 5, rowsOf(ctx, t, store, kept), kept)
+	}
+	var charges int
+	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM retry_charges WHERE charge_key LIKE 'new-%'`).Scan(&charges))
+	require.Equal(t, 1, charges)
+
+	again, err := store.Prune(ctx, ledgerdb.PruneOptions{})
+	require.NoError(t, err)
+	require.Equal(t, ledgerdb.PruneReport{}, again, "nothing left to prune")
+}
+
+// Pruners across the fleet take turns: while one holds the lock, the
+// others are told so and delete nothing.
+func TestPrunersTakeTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	for i := range 20 {
+		seedRun(ctx, t, store, fmt.Sprintf("old-%d", i), agentsagatype.RunCompleted, 40*24*time.Hour)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var pruned int64
+	busy := 0
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			report, err := store.Prune(ctx, ledgerdb.PruneOptions{Batch: 1})
+			mu.Lock()
+			defer mu.Unlock()
+			if errors.Is(err, ledgerdb.ErrPruneBusy) {
+				busy++
+				return
+			}
+			require.NoError(t, err)
+			pruned += report.Runs
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 20, pruned, "every run pruned once, whoever did it (%d pruners were turned away)", busy)
+}

@@ -55,9 +55,9 @@ FUZZTIME ?= 1m
 FUZZ_TARGETS := \
 	./budget:FuzzClassifyStatus ./budget:FuzzRefusalRules ./budget:FuzzRefusalIntegerRendering \
 	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
-	./compensation:FuzzActivityID ./compensation:FuzzResolve ./ledger:FuzzFingerprint \
+	./compensation:FuzzActivityID ./compensation:FuzzResolve ./internal/ledgerdb:FuzzFingerprint \
 	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate \
-	./ledger:FuzzSpendCap ./budget:FuzzPriceTable
+	./internal/ledgerdb:FuzzSpendCap ./budget:FuzzPriceTable
 fuzz: bin/temporal postgres
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$pkg $$name ($(FUZZTIME))"; \
@@ -109,7 +109,7 @@ test-cluster: postgres
 # Each scenario also saves its figures as JSON under cmd/agentsaga/bench/results/.
 BENCH := ./bin/agentsaga bench
 bench: bin/temporal postgres build
-	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./ledger/ | tee cmd/agentsaga/bench/results/go-bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem ./budget/ ./internal/ledgerdb/ | tee cmd/agentsaga/bench/results/go-bench.txt
 	$(BENCH) amplification --out cmd/agentsaga/bench/results/amplification.json --chart cmd/agentsaga/bench/amplification.png
 	$(BENCH) success --runs 40 --calls 10 --out cmd/agentsaga/bench/results/success.json
 	$(BENCH) overhead --runs 4 --calls 50 --out cmd/agentsaga/bench/results/overhead.json

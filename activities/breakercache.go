@@ -14,7 +14,7 @@ const BreakerStaleness = time.Second
 
 // closedBreakers remembers, per dependency, when the ledger last answered
 // that its breaker was closed, and whether the dependency was then in a
-// streak of failures (ledger.Gate.Failures), which the next success must
+// streak of failures (ledgerdb.Gate.Failures), which the next success must
 // end by reporting itself.
 type closedBreakers struct {
 	ttl time.Duration

@@ -15,7 +15,7 @@ import (
 // only make the bucket deny a retry it could have granted.
 //
 // Deposits are not idempotent per attempt, as withdrawals are (a retry is
-// paid once per ledger.RetryRequest.ChargeKey: workflow ID, activity ID and
+// paid once per ledgerdb.RetryRequest.ChargeKey: workflow ID, activity ID and
 // attempt). Every success the retry hook sees accrues a bonus: a second
 // delivery of an attempt that succeeded, or a later attempt that finds its
 // key completed and returns the stored result, accrues one again. The

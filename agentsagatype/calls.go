@@ -279,7 +279,7 @@ type CallFailure struct {
 	Denial  string `json:"denial,omitempty"`
 	// RetryAt, on a budget.DenyCircuitOpen denial, is when the call may go
 	// out again. Refused at the gate, it is the release slot the gate
-	// handed this call (ledger.Gate.RetryAt): the parked calls come back
+	// handed this call (ledgerdb.Gate.RetryAt): the parked calls come back
 	// one per budget.BreakerConfig.ReleaseInterval, not in one wave. A
 	// retry refused because the breaker had just opened comes back a
 	// cooldown later, jittered by up to half of it, and takes a slot then.
@@ -288,7 +288,7 @@ type CallFailure struct {
 	// made: the call made Attempt-1 leaf calls, not Attempt.
 	AtGate bool `json:"at_gate,omitempty"`
 	// OpenSince, on a refusal at the gate, is when this outage opened the
-	// breaker (ledger.Gate.OpenSince); zero when the hook could not tell.
+	// breaker (ledgerdb.Gate.OpenSince); zero when the hook could not tell.
 	OpenSince time.Time `json:"open_since,omitzero"`
 	// Spend, on a budget.DenySpendCap refusal, is the cap that refused the
 	// turn; RetryAt is then when it resets.

@@ -3,7 +3,7 @@
 # the peak (with the databases that held them at that moment) when stopped.
 #
 #   scripts/pgpeak.sh                       # until Ctrl-C / SIGTERM
-#   scripts/pgpeak.sh go test ./ledger      # while the command runs; exits with its status
+#   scripts/pgpeak.sh go test ./internal/ledgerdb      # while the command runs; exits with its status
 #
 # With a command it also reports the peak of the command's own connections:
 # it runs the command with PGAPPNAME=pgpeak-<pid>, which libpq and pgx (and

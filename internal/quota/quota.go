@@ -1,7 +1,7 @@
 // Package quota reads what a model provider says about its rate limits and
 // names the quota a call draws on. It is pure and stdlib only: the activity
 // that makes a model call parses the response's headers with Parse, and the
-// ledger's fleet limiter (ledger.Store.AdmitQuota and the rest, migrations
+// ledger's fleet limiter (ledgerdb.Store.AdmitQuota and the rest, migrations
 // 00015 and 00016) keeps the shared state under the quota's Key.
 //
 // A provider limits an account (organization, project, API key) per model,

@@ -805,7 +805,7 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		cfg.LatencyMin, cfg.LatencyMax, cfg.USDPerMillion)
 	fmt.Fprintf(out, "  %s: budget.usd per run, no account; %s: a custom model provider on the workers that SELECTs the account's spend\n", SpendPerRunContender, SpendCheckContender)
 	fmt.Fprintf(out, "    before each call, refuses at or over the cap (HTTP 400 budget_exceeded), and UPDATEs it by the call's cost after (as LiteLLM);\n")
-	fmt.Fprintf(out, "  %s: budget.account %s with a $%.2f a month cap (ledgerdb.SetSpendCap, on_exhausted finish)\n", SpendAgentsagaContender, spendAccount, cfg.CapUSD)
+	fmt.Fprintf(out, "  %s: budget.account %s with a $%.2f a month cap (ledger.SetSpendCap, on_exhausted finish)\n", SpendAgentsagaContender, spendAccount, cfg.CapUSD)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
 	for _, r := range result.Rows {

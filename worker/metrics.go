@@ -23,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // MetricsPath is where Serve answers.
@@ -54,7 +55,7 @@ type Metrics struct {
 // NewMetrics builds the registry. A nil store leaves the ledger figures
 // out. Close it when done, after the Temporal client that uses
 // TemporalHandler.
-func NewMetrics(store *ledgerdb.Store) (*Metrics, error) {
+func NewMetrics(store *ledger.Store) (*Metrics, error) {
 	m := &Metrics{registry: prometheus.NewRegistry()}
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentsaga_retry_decisions_total",
@@ -69,7 +70,7 @@ func NewMetrics(store *ledgerdb.Store) (*Metrics, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}
 	if store != nil {
-		toRegister = append(toRegister, newLedgerCollector(store))
+		toRegister = append(toRegister, newLedgerCollector(ledgerdb.Of(store)))
 	}
 	for _, c := range toRegister {
 		if err := m.registry.Register(c); err != nil {

@@ -69,7 +69,7 @@ func TestMetricsReportRetriesLedgerAndSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	store := ledgertest.NewHandle(t)
-	m, err := worker.NewMetrics(ledgerdb.Of(store))
+	m, err := worker.NewMetrics(store)
 	require.NoError(t, err)
 	defer m.Close()
 	_, err = store.SetSpendCap(ctx, ledger.SpendCap{Account: "acme", Period: ledger.SpendDay, USD: 50}, "ops")
@@ -186,7 +186,7 @@ func TestMetricsServeWhenLedgerIsDown(t *testing.T) {
 	defer cancel()
 	store := ledgertest.NewHandle(t)
 	store.Close()
-	m, err := worker.NewMetrics(ledgerdb.Of(store))
+	m, err := worker.NewMetrics(store)
 	require.NoError(t, err)
 	defer m.Close()
 

@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer ready.close() // before the store closes
 	var observe func(agentsagatype.RetryPlan, string)
 	if cfg.MetricsAddr != "" {
-		m, err := NewMetrics(db)
+		m, err := NewMetrics(store)
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}

@@ -13,10 +13,11 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 )
 
-// seedRun makes a run with an action (and its compensation), a leaf call
-// and a message, ends it with status (running: not at all), and moves its
+// seedRun makes a run with an action (and its compensation), a leaf call,
+// a message and an event, ends it with status (running: not at all), and moves its
 // finish back by age.
 func seedRun(ctx context.Context, t *testing.T, store *ledgerdb.Store, id, status string, age time.Duration) {
 	t.Helper()
@@ -30,6 +31,8 @@ func seedRun(ctx context.Context, t *testing.T, store *ledgerdb.Store, id, statu
 	_, err = store.BeginLeafCall(ctx, ledgerdb.LeafCall{WorkflowID: id, ActivityID: "step-001-call-1-charge", Key: key, Attempt: 1, Kind: "tool", Target: "charge"})
 	require.NoError(t, err)
 	require.NoError(t, store.AppendMessages(ctx, id, []ledgerdb.Message{{Seq: 0, Role: "user", Content: "g"}}))
+	_, err = runevents.New(store.Pool()).Publish(ctx, id, runevents.Event{Key: key + "/started", Kind: runevents.ToolStarted, CallKey: key})
+	require.NoError(t, err)
 	if status == agentsagatype.RunRunning {
 		return
 	}
@@ -42,7 +45,7 @@ func seedRun(ctx context.Context, t *testing.T, store *ledgerdb.Store, id, statu
 func rowsOf(ctx context.Context, t *testing.T, store *ledgerdb.Store, id string) int {
 	t.Helper()
 	total := 0
-	for _, table := range []string{"runs", "actions", "compensations", "leaf_calls", "messages"} {
+	for _, table := range []string{"runs", "actions", "compensations", "leaf_calls", "messages", "run_events", "run_event_heads"} {
 		var n int
 		require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE workflow_id = $1", id).Scan(&n))
 		total += n
@@ -77,7 +80,7 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 		require.Zero(t, rowsOf(ctx, t, store, gone), gone)
 	}
 	for _, kept := range []string{"old-needs-attention", "recent-completed", "still-running"} {
-		require.Equal(t, 5, rowsOf(ctx, t, store, kept), kept)
+		require.Equal(t, 7, rowsOf(ctx, t, store, kept), kept)
 	}
 	var charges int
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM retry_charges WHERE charge_key LIKE 'new-%'`).Scan(&charges))

@@ -1,0 +1,122 @@
+package runevents
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The defaults of a Batcher: a streamed reply's text goes out every 50 ms
+// or every 64 chunks (a provider's chunk is about a token), whichever comes
+// first, so a long reply costs a handful of statements, not one a token.
+const (
+	DefaultBatchEvery  = 50 * time.Millisecond
+	DefaultBatchChunks = 64
+)
+
+// Delta is a text_delta event's data; Discarded an attempt_discarded's.
+type (
+	Delta struct {
+		Attempt int    `json:"attempt"`
+		Text    string `json:"text"`
+	}
+	Discarded struct {
+		Attempt int    `json:"attempt"`
+		Why     string `json:"why"`
+	}
+)
+
+// Batcher gathers one attempt's streamed text into text_delta events. Each
+// batch's key is the call's key, the attempt and the batch's number, so a
+// batch published twice is stored once, and the next attempt's text is
+// new text. It is safe for concurrent use.
+type Batcher struct {
+	ctx                 context.Context
+	log                 *Log
+	workflowID, callKey string
+	attempt             int
+	every               time.Duration
+	chunks              int
+
+	mu      sync.Mutex
+	text    strings.Builder
+	held    int // chunks in text
+	batches int
+	timer   *time.Timer
+	err     error
+}
+
+// NewBatcher returns the batcher of attempt of the call callKey of
+// workflowID. Its publishes use ctx.
+func (l *Log) NewBatcher(ctx context.Context, workflowID, callKey string, attempt int) *Batcher {
+	return &Batcher{ctx: ctx, log: l, workflowID: workflowID, callKey: callKey, attempt: attempt,
+		every: DefaultBatchEvery, chunks: DefaultBatchChunks}
+}
+
+// Add takes one streamed chunk of text. It publishes the batch once it
+// holds enough chunks, or has held one for the batch interval.
+func (b *Batcher) Add(chunk string) {
+	if chunk == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.text.WriteString(chunk)
+	b.held++
+	if b.held >= b.chunks {
+		b.publishLocked()
+		return
+	}
+	if b.timer == nil {
+		b.timer = time.AfterFunc(b.every, func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.publishLocked()
+		})
+	}
+}
+
+// Flush publishes what the batcher holds, and returns the first error any
+// of its publishes met: the text goes on to the model's caller whatever
+// the log says, so a failed publish costs the watchers, never the run.
+func (b *Batcher) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.publishLocked()
+	return b.err
+}
+
+// Discard flushes, then says that the attempt's text is void (it failed
+// part-way): a client drops what it showed of it.
+func (b *Batcher) Discard(why string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.publishLocked()
+	data, _ := json.Marshal(Discarded{Attempt: b.attempt, Why: why})
+	b.publish(Event{Key: fmt.Sprintf("%s/attempt-%d/discarded", b.callKey, b.attempt), Kind: AttemptDiscarded, CallKey: b.callKey, Data: data})
+	return b.err
+}
+
+func (b *Batcher) publishLocked() {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	if b.held == 0 {
+		return
+	}
+	b.batches++
+	data, _ := json.Marshal(Delta{Attempt: b.attempt, Text: b.text.String()})
+	b.text.Reset()
+	b.held = 0
+	b.publish(Event{Key: fmt.Sprintf("%s/attempt-%d/delta-%d", b.callKey, b.attempt, b.batches), Kind: TextDelta, CallKey: b.callKey, Data: data})
+}
+
+func (b *Batcher) publish(e Event) {
+	if _, err := b.log.Publish(b.ctx, b.workflowID, e); err != nil && b.err == nil {
+		b.err = err
+	}
+}

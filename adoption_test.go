@@ -22,6 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -357,5 +358,5 @@ func TestCallKeyInsideACustomModel(t *testing.T) {
 	var result agentsaga.RunResult
 	require.NoError(t, env.GetWorkflowResult(&result))
 	require.Contains(t, result.Answer, `"words": 3`)
-	require.Equal(t, []string{id + "/" + agentsagatype.ModelActivityID(1), id + "/" + agentsagatype.ModelActivityID(2)}, keys)
+	require.Equal(t, []string{id + "/" + activityid.Model(1), id + "/" + activityid.Model(2)}, keys)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -554,7 +555,7 @@ func checkLimitInvariant(t *testing.T, store *ledger.Store, id string, limit flo
 	actions, err := ledgerdb.Of(store).ListActions(t.Context(), id)
 	require.NoError(t, err)
 	require.NotEmpty(t, actions)
-	held, err := ledgerdb.Of(store).HoldLimit(t.Context(), agentsagatype.LimitHold{Key: id + "/probe", WorkflowID: id, Limit: "sum(amount) <= 200", Amount: 0, AtMost: limit})
+	held, err := ledgerdb.Of(store).HoldLimit(t.Context(), wire.LimitHold{Key: id + "/probe", WorkflowID: id, Limit: "sum(amount) <= 200", Amount: 0, AtMost: limit})
 	require.NoError(t, err)
 	t.Logf("the run's total against the limit: %v of %v; violations: %d", held.Total, limit, map[bool]int{true: 1}[held.Total > limit])
 	require.LessOrEqual(t, held.Total, limit)

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -315,7 +316,7 @@ func (r *Run) decideApproval(ctx context.Context, update string, in workflows.Ap
 		}
 		return Approval{}, err
 	}
-	key := agentsagatype.CallKey(r.ID, in.Call)
+	key := activityid.Key(r.ID, in.Call)
 	first, lerr := ledgerdb.Of(r.ledger).GetApproval(ctx, key)
 	// A decision that lost a race is refused while the winner's is being
 	// recorded: wait, briefly, for the ledger to have it.

@@ -17,11 +17,14 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/convfit"
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // Activities are the worker's activity implementations. Register a pointer
@@ -49,8 +52,8 @@ type Activities struct {
 }
 
 // toolResult is output as history carries it.
-func toolResult(output string, replayed bool, attempt int) agentsagatype.ToolResult {
-	return agentsagatype.ToolResult{Output: agentsagatype.Preview(output), Digest: agentsagatype.Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
+func toolResult(output string, replayed bool, attempt int) wire.ToolResult {
+	return wire.ToolResult{Output: textclip.Preview(output), Digest: textclip.Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
 }
 
 // IdempotencyKey is the key of the running activity: workflow ID + "/" +
@@ -65,7 +68,7 @@ func IdempotencyKey(ctx context.Context) string {
 		return key
 	}
 	info := activity.GetInfo(ctx)
-	return agentsagatype.CallKey(info.WorkflowExecution.ID, info.ActivityID)
+	return activityid.Key(info.WorkflowExecution.ID, info.ActivityID)
 }
 
 type callKeyContext struct{}
@@ -85,7 +88,7 @@ func withCallKey(ctx context.Context, key string) context.Context {
 // stored under the call's idempotency key and recorded as message Through.
 // A later attempt of a turn whose reply is stored returns it without calling
 // the provider again: a worker lost after the reply costs no second bill.
-func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall) (agentsagatype.ModelTurn, error) {
+func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agentsagatype.ModelTurn, error) {
 	ctx = withCallKey(ctx, call.Key)
 	model, err := a.model(call.Model)
 	if err != nil {
@@ -176,7 +179,7 @@ func (a *Activities) CallModel(ctx context.Context, call agentsagatype.ModelCall
 // turnSpend is what a turn charged to an account reserves in its claim:
 // the conversation's tokens at the input price and max_tokens (or the
 // reply's default reservation) at the output price.
-func turnSpend(call agentsagatype.ModelCall) *ledgerdb.SpendClaim {
+func turnSpend(call wire.ModelCall) *ledgerdb.SpendClaim {
 	if call.Spend == nil {
 		return nil
 	}
@@ -187,7 +190,7 @@ func turnSpend(call agentsagatype.ModelCall) *ledgerdb.SpendClaim {
 
 // turnTrailing is what a request sends after the conversation: the budget
 // note, and a finish call's instructions.
-func turnTrailing(call agentsagatype.ModelCall) []agentsagatype.Message {
+func turnTrailing(call wire.ModelCall) []agentsagatype.Message {
 	var trailing []agentsagatype.Message
 	if call.Note != "" {
 		trailing = append(trailing, agentsagatype.Message{Role: "system", Content: call.Note})
@@ -199,7 +202,7 @@ func turnTrailing(call agentsagatype.ModelCall) []agentsagatype.Message {
 }
 
 // modelTurn calls the model with the conversation its claim read, fitted.
-func (a *Activities) modelTurn(ctx context.Context, model Model, call agentsagatype.ModelCall, fit convfit.Fitted, defTokens int) (agentsagatype.ModelTurn, error) {
+func (a *Activities) modelTurn(ctx context.Context, model Model, call wire.ModelCall, fit convfit.Fitted, defTokens int) (agentsagatype.ModelTurn, error) {
 	// The attempt's lease keeper heartbeats while the model answers.
 	spanCtx, span := startModelSpan(ctx, call)
 	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
@@ -254,19 +257,19 @@ func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 // or do not match the schema fail at once, before the ledger is touched.
 // The whole output goes to the ledger (and, with req.Record, into the run's
 // conversation); history gets a preview and a digest.
-func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallRequest) (agentsagatype.ToolResult, error) {
+func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wire.ToolResult, error) {
 	ctx = withCallKey(ctx, req.Key)
 	if err := toolcheck.CheckArguments(req.Tool, req.Arguments); err != nil {
-		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeInvalidArguments, nil)
+		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeInvalidArguments, nil)
 	}
 	run, err := a.toolRunner(req.Tool)
 	if err != nil {
-		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeUnknownTool, nil)
+		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeUnknownTool, nil)
 	}
 	// A header whose variable is not set fails before the ledger, as a
 	// missing API key does: nothing was attempted under the key.
 	if _, _, err := resolveHeaders(req.Tool, a.getenv); err != nil {
-		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
+		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
 	}
 	info := activity.GetInfo(ctx)
 	key := IdempotencyKey(ctx)
@@ -274,7 +277,7 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 	matcher, _ := toolcheck.Refusals(req.Tool)
 	settle, err := a.reserveToolAttempt(ctx, key, req.Tool.Name, req.Spend, info.Deadline)
 	if err != nil {
-		return agentsagatype.ToolResult{}, err
+		return wire.ToolResult{}, err
 	}
 	sent := false
 	defer func() { settle(sent) }()
@@ -306,7 +309,7 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 		},
 	}, toActivityError)
 	if err != nil {
-		return agentsagatype.ToolResult{}, err
+		return wire.ToolResult{}, err
 	}
 	return toolResult(output, replayed, int(info.Attempt)), nil
 }
@@ -317,7 +320,7 @@ func (a *Activities) CallTool(ctx context.Context, req agentsagatype.ToolCallReq
 // the reservation back, spent when the attempt reached the tool. A worker
 // killed in between leaves the hold to its lease, the activity's deadline:
 // the ledger then spends it in full, since the key was claimed.
-func (a *Activities) reserveToolAttempt(ctx context.Context, key, tool string, spend *agentsagatype.ToolSpend, deadline time.Time) (settle func(sent bool), err error) {
+func (a *Activities) reserveToolAttempt(ctx context.Context, key, tool string, spend *wire.ToolSpend, deadline time.Time) (settle func(sent bool), err error) {
 	if spend == nil || spend.USD <= 0 {
 		return func(bool) {}, nil
 	}
@@ -406,7 +409,7 @@ func (a *Activities) RecordRunStart(ctx context.Context, run agentsagatype.Run) 
 }
 
 // RecordRunFinish writes how the run ended.
-func (a *Activities) RecordRunFinish(ctx context.Context, finish agentsagatype.RunFinish) error {
+func (a *Activities) RecordRunFinish(ctx context.Context, finish wire.RunFinish) error {
 	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
 }
 
@@ -418,22 +421,22 @@ const settlePoll = 250 * time.Millisecond
 // the call failed: from now on no attempt may claim it. If an attempt still
 // holds a live lease, it waits (heartbeating) until that attempt settles,
 // so the answer is what happened, not a guess made while it was at work.
-func (a *Activities) GiveUpCall(ctx context.Context, g agentsagatype.GiveUp) (agentsagatype.GaveUp, error) {
+func (a *Activities) GiveUpCall(ctx context.Context, g wire.GiveUp) (wire.GaveUp, error) {
 	req := ledgerdb.ActionRequest{Key: g.Key, WorkflowID: g.WorkflowID, ActivityID: g.ActivityID, Tool: g.Tool, Arguments: g.Arguments}
 	for {
 		fenced, err := a.Ledger.FenceAction(ctx, req, ledgerdb.FenceGivenUp)
 		if err != nil {
-			return agentsagatype.GaveUp{}, err
+			return wire.GaveUp{}, err
 		}
 		if !fenced.Live {
-			gaveUp := agentsagatype.GaveUp{Status: fenced.Action.Status, LeafCalls: fenced.LeafCalls}
+			gaveUp := wire.GaveUp{Status: fenced.Action.Status, LeafCalls: fenced.LeafCalls}
 			if gaveUp.Status == agentsagatype.ActionCompleted {
-				gaveUp.Preview, gaveUp.Digest = agentsagatype.Preview(fenced.Action.Result), agentsagatype.Digest(fenced.Action.Result)
+				gaveUp.Preview, gaveUp.Digest = textclip.Preview(fenced.Action.Result), textclip.Digest(fenced.Action.Result)
 			}
 			return gaveUp, nil
 		}
 		if err := waitSettle(ctx); err != nil {
-			return agentsagatype.GaveUp{}, fmt.Errorf("give up on %s: %w", g.Key, err)
+			return wire.GaveUp{}, fmt.Errorf("give up on %s: %w", g.Key, err)
 		}
 	}
 }
@@ -471,32 +474,32 @@ func waitSettle(ctx context.Context) error {
 // ReadResult reads back, whole, an output of the run that was shortened in
 // the model's requests, into the conversation as the answer to the model's
 // read_result call. The key must be one of the run's (or its sub-agents').
-func (a *Activities) ReadResult(ctx context.Context, req agentsagatype.ReadResultRequest) (agentsagatype.ToolResult, error) {
+func (a *Activities) ReadResult(ctx context.Context, req wire.ReadResultRequest) (wire.ToolResult, error) {
 	result, err := a.Ledger.RecordResultMessage(ctx, req.WorkflowID, req.Key, ledgerdb.Message{
 		Seq: req.Record.Seq, ToolCallID: req.Record.ToolCallID, Name: req.Record.Name})
 	if errors.Is(err, ledgerdb.ErrNotFound) {
-		return agentsagatype.ToolResult{}, temporal.NewNonRetryableApplicationError(
+		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("read_result: %q is not the key of a completed call of this run", req.Key), agentsagatype.ErrTypeNotFound, nil)
 	}
 	if err != nil {
-		return agentsagatype.ToolResult{}, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
+		return wire.ToolResult{}, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
 	}
 	return toolResult(result, true, int(activity.GetInfo(ctx).Attempt)), nil
 }
 
 // RollbackPlan reads what a run's rollback walks: the saga stack of the run
 // and its sub-agents, newest first, and what cannot be undone.
-func (a *Activities) RollbackPlan(ctx context.Context, req agentsagatype.RollbackPlanRequest) (agentsagatype.RollbackPlan, error) {
+func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequest) (wire.RollbackPlan, error) {
 	return a.Ledger.Plan(ctx, req.WorkflowID, req.IrreversibleTools)
 }
 
 // SettleCompensation records what became of one compensation.
-func (a *Activities) SettleCompensation(ctx context.Context, s agentsagatype.Settlement) error {
+func (a *Activities) SettleCompensation(ctx context.Context, s wire.Settlement) error {
 	return a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason)
 }
 
 // SetRunStatus records a status the run passes through while it waits.
-func (a *Activities) SetRunStatus(ctx context.Context, s agentsagatype.RunStatus) error {
+func (a *Activities) SetRunStatus(ctx context.Context, s wire.RunStatus) error {
 	return a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // countingServer is an HTTP tool that records every Idempotency-Key it sees.
@@ -55,7 +56,7 @@ func TestCallToolStoresResultAndNeverRunsAKeyTwice(t *testing.T) {
 	defer ts.Close()
 
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-	req := agentsagatype.ToolCallRequest{
+	req := wire.ToolCallRequest{
 		Tool:      agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
 		Arguments: `{"amount": 5}`,
 	}
@@ -66,7 +67,7 @@ func TestCallToolStoresResultAndNeverRunsAKeyTwice(t *testing.T) {
 	for i := range 2 {
 		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, req)
 		require.NoError(t, err)
-		var result agentsagatype.ToolResult
+		var result wire.ToolResult
 		require.NoError(t, val.Get(&result))
 		assert.Contains(t, result.Output, `"ok":true`)
 		assert.Equal(t, i == 1, result.Replayed, "execution %d", i)
@@ -95,7 +96,7 @@ func TestCallToolRejectsBadArgumentsBeforeTheLedger(t *testing.T) {
 		`{"q": 7}`: "do not match its schema",
 		`{}`:       "do not match its schema",
 	} {
-		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: args})
+		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: args})
 		require.Error(t, err, args)
 		assert.Contains(t, err.Error(), want)
 		var appErr *temporal.ApplicationError
@@ -114,7 +115,7 @@ func TestCallToolClassifiesHTTPFailures(t *testing.T) {
 		ts := httptest.NewServer(server)
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 		env := newEnv(t, acts)
-		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL}, Arguments: `{}`})
 		ts.Close()
 		var appErr *temporal.ApplicationError
@@ -143,14 +144,14 @@ func TestGoToolAndLeafCalls(t *testing.T) {
 	})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 	env := newEnv(t, acts)
-	val, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+	val, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "add", Kind: agentsagatype.ToolKindGo}, Arguments: `{"a":2,"b":3}`})
 	require.NoError(t, err)
-	var result agentsagatype.ToolResult
+	var result wire.ToolResult
 	require.NoError(t, val.Get(&result))
 	assert.Contains(t, result.Output, "5 for default-test-workflow-id/")
 
-	_, err = env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+	_, err = env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "missing", Kind: agentsagatype.ToolKindGo}, Arguments: `{}`})
 	assert.ErrorContains(t, err, "no Go function of that name")
 
@@ -175,7 +176,7 @@ func TestCallToolRefusalIsNeverRetried(t *testing.T) {
 		Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
 	require.NoError(t, toolcheck.Validate(tool))
 	for range 2 {
-		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{"amount": 5}`})
+		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{"amount": 5}`})
 		var appErr *temporal.ApplicationError
 		require.True(t, errors.As(err, &appErr))
 		assert.True(t, appErr.NonRetryable())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // RequestApproval records a call that waits for a human, under its key,
@@ -19,7 +20,7 @@ func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.Appr
 // DecideApproval records a human's decision (or the timeout's). A request
 // another decision settled first fails for good, naming who decided, so
 // the second operator's Update is told; so does a key with no request.
-func (a *Activities) DecideApproval(ctx context.Context, d agentsagatype.ApprovalDecision) (agentsagatype.Approval, error) {
+func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.DecideApproval(ctx, d.Key, d.Status(), d.By, d.Reason)
 	switch {
 	case errors.Is(err, ledgerdb.ErrDecided):
@@ -33,6 +34,6 @@ func (a *Activities) DecideApproval(ctx context.Context, d agentsagatype.Approva
 
 // HoldLimit counts a call against its run's limit on a tool's arguments,
 // or refuses it, atomically across the fleet (ledgerdb.Store.HoldLimit).
-func (a *Activities) HoldLimit(ctx context.Context, hold agentsagatype.LimitHold) (agentsagatype.LimitHeld, error) {
+func (a *Activities) HoldLimit(ctx context.Context, hold wire.LimitHold) (wire.LimitHeld, error) {
 	return a.Ledger.HoldLimit(ctx, hold)
 }

@@ -20,7 +20,9 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 const testWorkflowID = "default-test-workflow-id"
@@ -102,9 +104,9 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 				}
 				acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 
-				val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`})
+				val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{}`})
 				require.NoError(t, err)
-				var result agentsagatype.ToolResult
+				var result wire.ToolResult
 				require.NoError(t, val.Get(&result))
 				requireStorable(t, result.Output)
 				assert.Equal(t, int32(1), calls.Load(), "the tool ran once: storing its answer did not fail and force a retry")
@@ -125,15 +127,15 @@ func TestToolOutputIsCappedAndCleanedBeforeHistoryAndLedger(t *testing.T) {
 				}
 				// History carries a preview and a digest of exactly what the
 				// ledger holds (and the model reads), so a replay matches.
-				assert.Equal(t, agentsagatype.Preview(stored), result.Output)
-				assert.LessOrEqual(t, len(result.Output), agentsagatype.PreviewBytes)
-				assert.Equal(t, agentsagatype.Digest(stored), result.Digest)
+				assert.Equal(t, textclip.Preview(stored), result.Output)
+				assert.LessOrEqual(t, len(result.Output), textclip.PreviewBytes)
+				assert.Equal(t, textclip.Digest(stored), result.Digest)
 				assert.Equal(t, len(stored), result.Bytes)
 
 				// A second delivery of the key replays the stored text.
-				val, err = newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`})
+				val, err = newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{}`})
 				require.NoError(t, err)
-				var replay agentsagatype.ToolResult
+				var replay wire.ToolResult
 				require.NoError(t, val.Get(&replay))
 				assert.True(t, replay.Replayed)
 				assert.Equal(t, result.Output, replay.Output)
@@ -190,7 +192,7 @@ func TestToolErrorWithBadBytesIsRecorded(t *testing.T) {
 			defer ts.Close()
 			acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
 
-			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tc.tool(ts), Arguments: `{}`})
+			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tc.tool(ts), Arguments: `{}`})
 			require.Error(t, err)
 			message := appError(t, err).Message()
 			requireStorable(t, message)
@@ -242,7 +244,7 @@ func TestToolArgumentsAgainstSchemaNeverReachToolOrLedger(t *testing.T) {
 		"trailing garbage":       {`{"amount": 5, "currency": "eur"} DROP`, "not valid JSON"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: tc.args})
+			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: tc.args})
 			require.Error(t, err)
 			appErr := appError(t, err)
 			assert.Equal(t, agentsagatype.ErrTypeInvalidArguments, appErr.Type())
@@ -275,7 +277,7 @@ func TestUnknownToolOnTheWorkerNeverReachesTheLedger(t *testing.T) {
 		"agent kind":   {agentsagatype.ToolSpec{Name: "helper", Kind: agentsagatype.ToolKindAgent}, []string{"tool helper", `unknown kind "agent"`}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tc.tool, Arguments: `{}`})
+			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tc.tool, Arguments: `{}`})
 			require.Error(t, err)
 			appErr := appError(t, err)
 			assert.Equal(t, agentsagatype.ErrTypeUnknownTool, appErr.Type())
@@ -333,9 +335,9 @@ func TestModelOutputWithBadBytes(t *testing.T) {
 			t.Parallel()
 			ts := fakeChat(t, tc.status, tc.body)
 			acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-			val, err := newEnv(t, acts).ExecuteActivity(acts.CallModel, agentsagatype.ModelCall{
+			val, err := newEnv(t, acts).ExecuteActivity(acts.CallModel, wire.ModelCall{
 				Model: agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "m", BaseURL: ts.URL},
-				Conversation: agentsagatype.Conversation{WorkflowID: testWorkflowID, Through: 1,
+				Conversation: wire.Conversation{WorkflowID: testWorkflowID, Through: 1,
 					Append: []agentsagatype.Message{{Seq: 0, Role: "user", Content: "hi", Pinned: true}}},
 			})
 			if len(tc.errWant) > 0 {

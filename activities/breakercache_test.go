@@ -20,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // A call refused by an open breaker says when it may go out again: the
@@ -96,18 +97,18 @@ func TestClosedBreakerIsAskedOncePerStaleness(t *testing.T) {
 }
 
 // executeWithHook runs one CallTool of an HTTP tool at url through hook.
-func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (agentsagatype.ToolResult, error) {
+func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (wire.ToolResult, error) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{hook}})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	env.RegisterActivity(acts)
-	value, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+	value, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: url}, Arguments: `{}`,
 		Retry: agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 			BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}})
-	var result agentsagatype.ToolResult
+	var result wire.ToolResult
 	if err == nil {
 		require.NoError(t, value.Get(&result))
 	}
@@ -116,12 +117,12 @@ func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (agen
 
 // callThroughHook makes one call that the hook refuses or fails, and
 // returns what the failure told the workflow.
-func callThroughHook(t *testing.T, store *fakeRetryStore, cfg activities.RetryHookConfig, url string) agentsagatype.CallFailure {
+func callThroughHook(t *testing.T, store *fakeRetryStore, cfg activities.RetryHookConfig, url string) wire.CallFailure {
 	t.Helper()
 	_, err := executeWithHook(t, activities.NewRetryHook(store, cfg), url)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%v", err)
-	var failure agentsagatype.CallFailure
+	var failure wire.CallFailure
 	require.NoError(t, appErr.Details(&failure))
 	return failure
 }

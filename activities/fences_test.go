@@ -21,33 +21,34 @@ import (
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // callToolWorkflow runs one CallTool with a heartbeat timeout, one attempt,
 // as the AgentRun workflow would: the activity test environment cannot set
 // a heartbeat timeout.
-func callToolWorkflow(ctx workflow.Context, req agentsagatype.ToolCallRequest, heartbeat time.Duration) (agentsagatype.ToolResult, error) {
+func callToolWorkflow(ctx workflow.Context, req wire.ToolCallRequest, heartbeat time.Duration) (wire.ToolResult, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID: "step-001-call-1-slow", StartToCloseTimeout: time.Minute, HeartbeatTimeout: heartbeat,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	var acts *activities.Activities
-	var result agentsagatype.ToolResult
+	var result wire.ToolResult
 	err := workflow.ExecuteActivity(ctx, acts.CallTool, req).Get(ctx, &result)
 	return result, err
 }
 
-func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbeat time.Duration) (agentsagatype.ToolResult, error) {
+func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbeat time.Duration) (wire.ToolResult, error) {
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(time.Minute)
 	env.RegisterWorkflow(callToolWorkflow)
 	env.RegisterActivity(acts)
-	env.ExecuteWorkflow(callToolWorkflow, agentsagatype.ToolCallRequest{
+	env.ExecuteWorkflow(callToolWorkflow, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: tool, Kind: agentsagatype.ToolKindGo}, Arguments: `{}`}, heartbeat)
 	require.True(t, env.IsWorkflowCompleted())
-	var result agentsagatype.ToolResult
+	var result wire.ToolResult
 	err := env.GetWorkflowError()
 	if err == nil {
 		require.NoError(t, env.GetWorkflowResult(&result))
@@ -138,7 +139,7 @@ func TestStoredRefusalReplaysAsRefusal(t *testing.T) {
 	tool := agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindGo, Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
 	require.NoError(t, toolcheck.Validate(tool))
 	for i := range 2 {
-		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`})
+		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{}`})
 		var appErr *temporal.ApplicationError
 		require.True(t, errors.As(err, &appErr))
 		assert.Equal(t, agentsagatype.ErrTypeRefusal, appErr.Type(), "delivery %d", i+1)
@@ -160,7 +161,7 @@ func TestLedgerErrorDoesNotCountAgainstTheBreaker(t *testing.T) {
 	acts := &activities.Activities{Ledger: store, Toolbox: activities.NewToolbox()}
 	acts.Toolbox.Register("t", func(context.Context, activities.ToolInvocation) (string, error) { return "ok", nil })
 	env.RegisterActivity(acts)
-	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+	_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
 		Retry: agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 			BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}})

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // headerSecret is random-looking, so ten characters of it found anywhere
@@ -132,7 +133,7 @@ func TestToolHeadersComeFromTheWorkersEnvironmentAndAreRedacted(t *testing.T) {
 	} {
 		store := ledgertest.NewStore(t)
 		acts := &activities.Activities{Ledger: store, Getenv: getenv}
-		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool(tc.path), Arguments: `{}`})
+		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool(tc.path), Arguments: `{}`})
 		var seen strings.Builder
 		if tc.wantErr != "" {
 			require.Error(t, err, tc.path)
@@ -140,7 +141,7 @@ func TestToolHeadersComeFromTheWorkersEnvironmentAndAreRedacted(t *testing.T) {
 			seen.WriteString(err.Error())
 		} else {
 			require.NoError(t, err, tc.path)
-			var result agentsagatype.ToolResult
+			var result wire.ToolResult
 			require.NoError(t, val.Get(&result))
 			assert.Contains(t, result.Output, tc.want)
 			seen.WriteString(result.Output)
@@ -173,7 +174,7 @@ func TestAnUnsetHeaderVariableFailsBeforeTheLedger(t *testing.T) {
 	defer ts.Close()
 	store := ledgertest.NewStore(t)
 	acts := &activities.Activities{Ledger: store, Getenv: func(string) string { return "" }}
-	_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Arguments: `{}`,
+	_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Arguments: `{}`,
 		Tool: agentsagatype.ToolSpec{Name: "crm", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL,
 			Headers: map[string]string{"X-Api-Key": "${env:CRM_KEY_NOT_SET}"}}})
 	var appErr *temporal.ApplicationError
@@ -209,12 +210,12 @@ func TestToolHeadersDoNotFollowARedirectToAnotherHost(t *testing.T) {
 	getenv := func(string) string { return headerSecret }
 	for path, want := range map[string]string{"/same": `{"same_host":true}`, "/away": "HTTP 302"} {
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Getenv: getenv}
-		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Arguments: `{}`,
+		val, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Arguments: `{}`,
 			Tool: agentsagatype.ToolSpec{Name: "crm", Kind: agentsagatype.ToolKindHTTP, URL: redirector.URL + path,
 				Headers: map[string]string{"X-Api-Key": "${env:CRM_TOKEN}"}}})
 		if path == "/same" {
 			require.NoError(t, err)
-			var result agentsagatype.ToolResult
+			var result wire.ToolResult
 			require.NoError(t, val.Get(&result))
 			assert.Equal(t, want, result.Output)
 			continue

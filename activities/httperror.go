@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/textclip"
 )
 
 // maxErrorBody caps how much of an error body an HTTPError keeps: enough to
@@ -88,6 +88,6 @@ func hintDuration(n float64, unit time.Duration) time.Duration {
 // truncateBody keeps the first maxErrorBody bytes without splitting a UTF-8
 // character, so the message stays printable.
 func truncateBody(body []byte) string {
-	s, _ := agentsagatype.CutAtRune(strings.TrimSpace(string(body)), maxErrorBody)
+	s, _ := textclip.CutAtRune(strings.TrimSpace(string(body)), maxErrorBody)
 	return s
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -132,7 +133,7 @@ func mcpToolSpec(server agentsagatype.ToolSpec, tool *mcp.Tool) (agentsagatype.T
 		// taken; for a tool the entry declares irreversible it is not.
 		ReadOnly: server.ReadOnly || (tool.Annotations != nil && tool.Annotations.ReadOnlyHint && !server.Irreversible),
 	}
-	description := agentsagatype.Clip(cleanText(strings.TrimSpace(tool.Description)), maxMCPDescription)
+	description := textclip.Clip(cleanText(strings.TrimSpace(tool.Description)), maxMCPDescription)
 	if hints := mcpHints(tool.Annotations); hints != "" {
 		description = strings.TrimSpace(description + " (server says: " + hints + "; not trusted)")
 	}
@@ -194,7 +195,7 @@ func mcpToolName(server, tool string) string {
 // the request itself is wrong is not retryable.
 func (a *Activities) callMCPTool(ctx context.Context, tool agentsagatype.ToolSpec, call ToolInvocation) (string, error) {
 	if trimmed := strings.TrimSpace(string(call.Arguments)); !strings.HasPrefix(trimmed, "{") {
-		return "", Permanent(fmt.Errorf("tool %s: MCP arguments must be a JSON object, not %s", tool.Name, agentsagatype.Clip(trimmed, 100)))
+		return "", Permanent(fmt.Errorf("tool %s: MCP arguments must be a JSON object, not %s", tool.Name, textclip.Clip(trimmed, 100)))
 	}
 	params := &mcp.CallToolParams{
 		Meta:      mcp.Meta{agentsagatype.MCPMetaIdempotencyKey: call.Key, agentsagatype.MCPMetaAttempt: call.Attempt},

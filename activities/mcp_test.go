@@ -27,6 +27,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // The test binary doubles as a stdio MCP server: run as
@@ -265,13 +266,13 @@ func listMCP(t *testing.T, acts *Activities, server agentsagatype.ToolSpec) ([]a
 	return tools, nil
 }
 
-func callMCP(t *testing.T, acts *Activities, tool agentsagatype.ToolSpec, arguments string) (agentsagatype.ToolResult, error) {
+func callMCP(t *testing.T, acts *Activities, tool agentsagatype.ToolSpec, arguments string) (wire.ToolResult, error) {
 	t.Helper()
-	val, err := mcpEnv(acts).ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: arguments})
+	val, err := mcpEnv(acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: arguments})
 	if err != nil {
-		return agentsagatype.ToolResult{}, err
+		return wire.ToolResult{}, err
 	}
-	var result agentsagatype.ToolResult
+	var result wire.ToolResult
 	require.NoError(t, val.Get(&result))
 	return result, nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // TestActivityNamesAreTheMethods holds the workflows' activity names
@@ -30,6 +30,6 @@ func TestActivityNamesAreTheMethods(t *testing.T) {
 		}
 	}
 	slices.Sort(methods)
-	names := slices.Sorted(slices.Values(agentsagatype.Activities))
+	names := slices.Sorted(slices.Values(wire.Activities))
 	assert.Equal(t, methods, names)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // capturedLog is the worker's log, every level, as slog text lines.
@@ -140,7 +141,7 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 			if tool.Name == "" {
 				tool = agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + tc.path}
 			}
-			_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: `{}`, Retry: tc.plan})
+			_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{}`, Retry: tc.plan})
 			require.Error(t, err)
 
 			errorLines := logs.lines("ERROR")
@@ -192,7 +193,7 @@ func TestACancelledAttemptLogsNothingAtError(t *testing.T) {
 	env, logs := hookEnv(store, ctx)
 	acts := &activities.Activities{Ledger: store}
 	env.RegisterActivity(acts)
-	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{Arguments: `{}`,
+	_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Arguments: `{}`,
 		Tool:  agentsagatype.ToolSpec{Name: "slow", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
 		Retry: agentsagatype.RetryPlan{Tool: "slow", Dependency: "tool:slow", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5, BackoffBase: time.Second, BackoffCap: time.Second}})
 	require.Error(t, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/quota"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"go.temporal.io/sdk/activity"
 )
 
@@ -35,7 +36,7 @@ const closedWithoutHint = time.Second
 // none: the workflow did not ask (a run from before the quota), or the
 // model is neither a built-in provider with rate-limit headers nor one
 // whose spec declares its limits.
-func (a *Activities) turnQuota(ctx context.Context, call agentsagatype.ModelCall) (*ledgerdb.QuotaClaim, error) {
+func (a *Activities) turnQuota(ctx context.Context, call wire.ModelCall) (*ledgerdb.QuotaClaim, error) {
 	m := call.Model
 	if !call.Quota || (m.RateLimit == nil && m.Provider != agentsagatype.ProviderOpenAI && m.Provider != agentsagatype.ProviderAnthropic) {
 		return nil, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // Two attempts of one idempotency key delivered at the same moment (a
@@ -34,13 +35,13 @@ func TestSameKeyDeliveredTwiceAtOnceExecutesOnce(t *testing.T) {
 	defer tool.Close()
 
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-	req := agentsagatype.ToolCallRequest{
+	req := wire.ToolCallRequest{
 		Tool:      agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: tool.URL},
 		Arguments: `{"amount": 5}`,
 	}
 	// Each test environment numbers its activities from zero under the same
 	// workflow ID, so the two deliveries carry the same key.
-	results := make([]agentsagatype.ToolResult, 2)
+	results := make([]wire.ToolResult, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/textclip"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // reconcileParallelism bounds the runs one page asks Temporal about at once.
@@ -37,12 +39,12 @@ type Reconciliation struct {
 // whose workflow was terminated, timed out, vanished or closed without
 // recording its end is marked terminated with Temporal's reason and
 // returned for its rollback. A run the engine ended itself is never read.
-func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in agentsagatype.FindAbandoned) (agentsagatype.AbandonedPage, error) {
+func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in wire.FindAbandoned) (wire.AbandonedPage, error) {
 	candidates, err := r.Ledger.AbandonedCandidates(ctx, in.OlderThan, in.After, in.Limit)
 	if err != nil {
-		return agentsagatype.AbandonedPage{}, err
+		return wire.AbandonedPage{}, err
 	}
-	page := agentsagatype.AbandonedPage{Examined: len(candidates)}
+	page := wire.AbandonedPage{Examined: len(candidates)}
 	if len(candidates) == in.Limit && in.Limit > 0 {
 		page.Next = candidates[len(candidates)-1].WorkflowID
 	}
@@ -89,7 +91,7 @@ func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in agentsagatype
 // verdict is what examining one run decided.
 type verdict struct {
 	live, covered, stalled bool
-	rollback               *agentsagatype.AbandonedRun
+	rollback               *wire.AbandonedRun
 	err                    error
 }
 
@@ -130,7 +132,7 @@ func (r *Reconciliation) examine(ctx context.Context, run agentsagatype.Run) ver
 	case ex.running:
 		// The run, or the rollback walking its stack, is still at work.
 		return verdict{live: true}
-	case ex.kind == agentsagatype.RollbackRunWorkflow:
+	case ex.kind == wire.RollbackRunWorkflow:
 		// Its rollback ran and closed without ending the run: terminated or
 		// timed out itself. It is not walked again; a human takes over.
 		why, err := r.closeReason(ctx, run.WorkflowID, ex)
@@ -178,7 +180,7 @@ func (r *Reconciliation) examine(ctx context.Context, run agentsagatype.Run) ver
 		}
 		reason = current.Reason
 	}
-	return verdict{rollback: &agentsagatype.AbandonedRun{WorkflowID: run.WorkflowID, Reason: reason, Marked: marked}}
+	return verdict{rollback: &wire.AbandonedRun{WorkflowID: run.WorkflowID, Reason: reason, Marked: marked}}
 }
 
 // coveredByParent says whether a sub-agent whose workflow closed is walked
@@ -201,7 +203,7 @@ func (r *Reconciliation) coveredByParent(ctx context.Context, parentID string) (
 	if err != nil {
 		return false, err
 	}
-	return !ex.running || ex.kind == agentsagatype.RollbackRunWorkflow, nil
+	return !ex.running || ex.kind == wire.RollbackRunWorkflow, nil
 }
 
 // closeReason is Temporal's account of how an execution closed, from its
@@ -254,7 +256,7 @@ func (r *Reconciliation) closeReason(ctx context.Context, workflowID string, ex 
 // on this worker's task queue. A rollback already running under that ID is
 // left to its work. RollbackRun itself does nothing for a run that is no
 // longer marked terminated, so a rollback is never walked twice.
-func (r *Reconciliation) StartRollback(ctx context.Context, run agentsagatype.AbandonedRun) (string, error) {
+func (r *Reconciliation) StartRollback(ctx context.Context, run wire.AbandonedRun) (string, error) {
 	info := activity.GetInfo(ctx)
 	started, err := r.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       run.WorkflowID,
@@ -262,8 +264,8 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run agentsagatype.Ab
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            agentsagatype.Clip("rollback of a run that ended outside the engine: "+run.Reason, 200),
-	}, agentsagatype.RollbackRunWorkflow, agentsagatype.RollbackRequest{Reason: run.Reason})
+		StaticSummary:                            textclip.Clip("rollback of a run that ended outside the engine: "+run.Reason, 200),
+	}, wire.RollbackRunWorkflow, wire.RollbackRequest{Reason: run.Reason})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return "", nil
@@ -275,23 +277,23 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run agentsagatype.Ab
 }
 
 // ReadTerminatedRun reads the run a RollbackRun walks.
-func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (agentsagatype.TerminatedRun, error) {
+func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (wire.TerminatedRun, error) {
 	run, err := r.Ledger.GetRun(ctx, workflowID)
 	if errors.Is(err, ledgerdb.ErrNotFound) {
 		// No retry brings the row back (it was pruned, or the run never
 		// started): a rollback started by hand for such an ID would
 		// otherwise retry forever.
-		return agentsagatype.TerminatedRun{}, temporal.NewNonRetryableApplicationError(
+		return wire.TerminatedRun{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("the ledger has no run %s, so there is no compensation stack to walk", workflowID), agentsagatype.ErrTypeRunNotFound, err)
 	}
 	if err != nil {
-		return agentsagatype.TerminatedRun{}, err
+		return wire.TerminatedRun{}, err
 	}
 	counters, err := r.Ledger.RunLiveCounters(ctx, workflowID)
 	if err != nil {
-		return agentsagatype.TerminatedRun{}, err
+		return wire.TerminatedRun{}, err
 	}
-	return agentsagatype.TerminatedRun{
+	return wire.TerminatedRun{
 		Status: run.Status, Reason: run.Reason, Finished: run.FinishedAt != nil, Spec: run.Spec,
 		Outcome: agentsagatype.RunOutcome{StepsUsed: run.StepsUsed, TokensUsed: run.TokensUsed, USDSpent: run.USDSpent,
 			Calls: counters.Calls, Retries: counters.Retries},
@@ -300,6 +302,6 @@ func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID strin
 
 // FinishSubRuns ends the sub-agents a terminated run's rollback walked with
 // its own stack, when they never recorded their end.
-func (r *Reconciliation) FinishSubRuns(ctx context.Context, in agentsagatype.SubRunsFinish) (int, error) {
+func (r *Reconciliation) FinishSubRuns(ctx context.Context, in wire.SubRunsFinish) (int, error) {
 	return r.Ledger.FinishSubRuns(ctx, in.WorkflowID, in.Status, in.Reason)
 }

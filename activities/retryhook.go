@@ -16,10 +16,12 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/textclip"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // planned is implemented by the activity inputs that carry a RetryPlan
-// (agentsagatype.ModelCall and ToolCallRequest).
+// (wire.ModelCall and ToolCallRequest).
 type planned interface {
 	Plan() agentsagatype.RetryPlan
 }
@@ -263,18 +265,18 @@ type failure struct {
 	benign    bool // expected: logged at WARN, and benign for the SDK
 	cancelled bool // logged at INFO
 	payErr    error
-	denial    string                      // the budget that refused a retry: the error's type
-	retryAt   time.Time                   // when a call refused by an open breaker may go out
-	openSince time.Time                   // when the outage opened the breaker that refused it
-	atGate    bool                        // the breaker refused the attempt before it was made
-	spend     *agentsagatype.SpendRefusal // the spend cap that refused a turn
+	denial    string             // the budget that refused a retry: the error's type
+	retryAt   time.Time          // when a call refused by an open breaker may go out
+	openSince time.Time          // when the outage opened the breaker that refused it
+	atGate    bool               // the breaker refused the attempt before it was made
+	spend     *wire.SpendRefusal // the spend cap that refused a turn
 }
 
 // fail logs the attempt's one line and returns its error, with the attempt
 // in its details and benign when the failure was expected.
 func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.ApplicationErrorOptions) error {
 	i.report(ctx, f)
-	opts.Details = []any{agentsagatype.CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate,
+	opts.Details = []any{wire.CallFailure{Attempt: f.attempt, Denial: f.denial, RetryAt: f.retryAt, AtGate: f.atGate,
 		OpenSince: f.openSince, Spend: f.spend}}
 	if f.benign {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
@@ -295,7 +297,7 @@ func (i *retryInbound) report(ctx context.Context, f failure) {
 	if f.status != 0 {
 		fields = append(fields, "status", f.status)
 	}
-	fields = append(fields, "decision", f.decision, "error", agentsagatype.Clip(f.message, 300))
+	fields = append(fields, "decision", f.decision, "error", textclip.Clip(f.message, 300))
 	log := activity.GetLogger(ctx)
 	switch {
 	case f.cancelled:

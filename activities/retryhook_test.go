@@ -24,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // fakeRetryStore answers the hook's questions from fixed values and counts
@@ -145,7 +146,7 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 			}})
 			acts := &activities.Activities{Ledger: store}
 			env.RegisterActivity(acts)
-			_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+			_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 				Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + tc.path + "?case=" + url.QueryEscape(tc.name)}, Arguments: `{}`, Retry: p})
 			var appErr *temporal.ApplicationError
 			require.True(t, errors.As(err, &appErr), "%v", err)
@@ -153,7 +154,7 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 			assert.Equal(t, tc.retryable, !appErr.NonRetryable())
 			assert.Equal(t, tc.wantCalls, requests[tc.name].Load(), "requests downstream")
 			assert.Equal(t, tc.wantPayment, tc.store.decisions.Load(), "payments asked of the ledger")
-			var failure agentsagatype.CallFailure
+			var failure wire.CallFailure
 			require.NoError(t, appErr.Details(&failure))
 			assert.Equal(t, 1, failure.Attempt)
 			if tc.retryable {
@@ -189,7 +190,7 @@ func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
 		}})
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 		env.RegisterActivity(acts)
-		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL, RateLimit: tc.limit},
 			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3}})
 		require.Error(t, err, "the open breaker refuses the call")
@@ -214,7 +215,7 @@ func TestReleasedSuccessesRideOnTheNextBooking(t *testing.T) {
 		env := suite.NewTestActivityEnvironment()
 		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{hook}})
 		env.RegisterActivity(acts)
-		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
 			Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: fmt.Sprintf("wf/call-%d", i),
 			Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, Released: released}})
@@ -248,7 +249,7 @@ func TestReleasedCallWaitsForItsPlaceInLine(t *testing.T) {
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 		env.RegisterActivity(acts)
 		start := time.Now()
-		_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
 			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, Released: released}})
 		require.NoError(t, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/quota"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // byActivity names each statement sent under an activity's context (the
@@ -97,10 +98,10 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	acts := &activities.Activities{Ledger: store, Toolbox: toolbox}
 	env.RegisterActivity(acts)
 	const wf = "default-test-workflow-id" // the test environment's
-	lookup := func(record int) agentsagatype.ToolCallRequest {
-		return agentsagatype.ToolCallRequest{Tool: agentsagatype.ToolSpec{Name: "lookup", Kind: agentsagatype.ToolKindGo},
+	lookup := func(record int) wire.ToolCallRequest {
+		return wire.ToolCallRequest{Tool: agentsagatype.ToolSpec{Name: "lookup", Kind: agentsagatype.ToolKindGo},
 			Arguments: `{"order":"o-1"}`, Retry: toolPlan("lookup"),
-			Record: &agentsagatype.MessageRef{Seq: record, ToolCallID: "call_1_1", Name: "lookup"}}
+			Record: &wire.MessageRef{Seq: record, ToolCallID: "call_1_1", Name: "lookup"}}
 	}
 	model := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderScripted, Script: []agentsagatype.ScriptedTurn{
 		{ToolCalls: []agentsagatype.ScriptedCall{{Name: "lookup", Arguments: []byte(`{"order":"o-1"}`)}}},
@@ -109,9 +110,9 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	}}
 	modelPlan := agentsagatype.RetryPlan{Tool: "model", Dependency: "model:scripted", MaxAttempts: 3, ToolRetryCap: 6,
 		RunAllowance: 5, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}
-	turn := func(through int, appended ...agentsagatype.Message) agentsagatype.ModelCall {
-		return agentsagatype.ModelCall{Model: model, Retry: modelPlan, Note: "BUDGET LEFT: 9 steps",
-			Conversation: agentsagatype.Conversation{WorkflowID: wf, Through: through, Append: appended}}
+	turn := func(through int, appended ...agentsagatype.Message) wire.ModelCall {
+		return wire.ModelCall{Model: model, Retry: modelPlan, Note: "BUDGET LEFT: 9 steps",
+			Conversation: wire.Conversation{WorkflowID: wf, Through: through, Append: appended}}
 	}
 	run := func(what string, fn any, arg any) int {
 		t.Helper()
@@ -159,7 +160,7 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	_, err = store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: "acme", Period: ledgerdb.SpendDay, USD: 10}, "test")
 	require.NoError(t, err)
 	capped := turn(6)
-	capped.Spend = &agentsagatype.SpendPlan{Account: "acme/support", InputPerMillion: 1000, OutputPerMillion: 1000}
+	capped.Spend = &wire.SpendPlan{Account: "acme/support", InputPerMillion: 1000, OutputPerMillion: 1000}
 	assert.LessOrEqual(t, run("model turn charged to a capped account, warm", acts.CallModel, capped), 2, "a capped model turn")
 	caps, err := store.SpendCaps(ctx, "acme")
 	require.NoError(t, err)
@@ -176,7 +177,7 @@ func longCallWorkflow(ctx workflow.Context, heartbeat time.Duration) error {
 		tool := id[strings.LastIndex(id, "-")+1:]
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: id, StartToCloseTimeout: time.Minute,
 			HeartbeatTimeout: heartbeat, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
-		req := agentsagatype.ToolCallRequest{Tool: agentsagatype.ToolSpec{Name: tool, Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
+		req := wire.ToolCallRequest{Tool: agentsagatype.ToolSpec{Name: tool, Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
 			Retry: toolPlan("shared")}
 		if err := workflow.ExecuteActivity(actx, acts.CallTool, req).Get(ctx, nil); err != nil {
 			return err
@@ -258,11 +259,11 @@ func TestStatementsOfAModelTurnOnAQuota(t *testing.T) {
 	model := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "gpt-4o-mini", BaseURL: provider.URL + "/v1"}
 	plan := agentsagatype.RetryPlan{Tool: "model", Dependency: "model:openai:gpt-4o-mini", MaxAttempts: 3, ToolRetryCap: 6,
 		RunAllowance: 5, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}
-	turn := func(through int, appended ...agentsagatype.Message) agentsagatype.ModelCall {
-		return agentsagatype.ModelCall{Model: model, Retry: plan, Quota: true,
-			Conversation: agentsagatype.Conversation{WorkflowID: "default-test-workflow-id", Through: through, Append: appended}}
+	turn := func(through int, appended ...agentsagatype.Message) wire.ModelCall {
+		return wire.ModelCall{Model: model, Retry: plan, Quota: true,
+			Conversation: wire.Conversation{WorkflowID: "default-test-workflow-id", Through: through, Append: appended}}
 	}
-	run := func(what string, call agentsagatype.ModelCall) int {
+	run := func(what string, call wire.ModelCall) int {
 		t.Helper()
 		statements.Take()
 		_, err := env.ExecuteActivity(acts.CallModel, call)

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/textclip"
 )
 
 // MaxToolOutput is how much of a tool's answer is kept, of every kind of
@@ -210,7 +211,7 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool agentsagatype.T
 	if redact != nil && len(data) > MaxToolOutput {
 		// Redaction may have shortened an answer that was over the cap, so
 		// it is cut and marked here, where that is still known.
-		text, _ = agentsagatype.CutAtRune(cleanText(text), MaxToolOutput)
+		text, _ = textclip.CutAtRune(cleanText(text), MaxToolOutput)
 		text += TruncationMarker
 	}
 	return text, nil
@@ -272,7 +273,7 @@ func cleanOutput(s string) string {
 		// is cut after redaction, where it is still known to be over.
 		return s
 	}
-	s, cut := agentsagatype.CutAtRune(s, MaxToolOutput)
+	s, cut := textclip.CutAtRune(s, MaxToolOutput)
 	if cut {
 		s += TruncationMarker
 	}

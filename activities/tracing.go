@@ -16,6 +16,7 @@ import (
 	"errors"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -72,7 +73,7 @@ func startSpan(ctx context.Context, name string, attrs ...attribute.KeyValue) (c
 
 // startModelSpan starts the span of one model call, "chat <model>". A
 // spec without a model name (the scripted model) is named by its provider.
-func startModelSpan(ctx context.Context, call agentsagatype.ModelCall) (context.Context, trace.Span) {
+func startModelSpan(ctx context.Context, call wire.ModelCall) (context.Context, trace.Span) {
 	spec := call.Model
 	model := cmp.Or(spec.Name, spec.Provider)
 	attrs := []attribute.KeyValue{semconv.GenAIOperationNameChat,
@@ -99,7 +100,7 @@ func endModelSpan(span trace.Span, turn agentsagatype.ModelTurn, err error) {
 
 // startToolSpan starts the span of one tool execution: "execute_tool
 // <name>", or "compensate <name>" for a compensation.
-func startToolSpan(ctx context.Context, req agentsagatype.ToolCallRequest) (context.Context, trace.Span) {
+func startToolSpan(ctx context.Context, req wire.ToolCallRequest) (context.Context, trace.Span) {
 	name := "execute_tool " + req.Tool.Name
 	attrs := []attribute.KeyValue{semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(req.Tool.Name)}
 	if req.Compensates != "" {

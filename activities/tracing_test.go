@@ -23,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // tracedEnv is an activity environment traced as a worker with tracing
@@ -76,7 +77,7 @@ func TestToolCallSpanCarriesKeyAttemptAndDenial(t *testing.T) {
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	env, exporter := tracedEnv(t, acts, &fakeRetryStore{breaker: "closed", decision: budget.DenyRunRatio})
 
-	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+	_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL}, Arguments: `{}`,
 		Retry: agentsagatype.RetryPlan{Tool: "charge", Dependency: "tool:charge", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,
 			BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}})
@@ -113,7 +114,7 @@ func TestCompensationSpan(t *testing.T) {
 	acts.Toolbox.Register("refund", func(context.Context, activities.ToolInvocation) (string, error) { return `{"refunded": true}`, nil })
 	env, exporter := tracedEnv(t, acts, &fakeRetryStore{breaker: "closed", decision: budget.Granted})
 
-	_, err := env.ExecuteActivity(acts.CallTool, agentsagatype.ToolCallRequest{
+	_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "refund", Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
 		Compensates: "default-test-workflow-id/step-001-call-1-charge"})
 	require.NoError(t, err)

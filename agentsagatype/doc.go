@@ -16,13 +16,15 @@
 //   - specs as data: [ModelSpec] (with its [RateLimit]), [ToolSpec] (with
 //     its [CompensationSpec], [ApprovalSpec], [LimitSpec] and its
 //     refusal rules, [RefusalRule]), and a scripted model's [ScriptedTurn];
-//   - the inputs and outputs of the engine's activities, such as
-//     [ModelCall] and [ModelTurn], [ToolCallRequest] and [ToolResult],
-//     [Approval] and [Settlement];
-//   - the names the engine registers under, with their [NamePrefix]:
-//     [AgentRunWorkflow], [RollbackRunWorkflow], [Activities] and the
-//     [ActivityCallModel] family;
-//   - small helpers every room needs the same way: [CallKey], which makes
-//     a call's idempotency key from its workflow ID and activity ID, and
-//     [Preview], [Digest] and [Clip] for what history carries.
+//   - the records a team reads of a run: [Run] and its [RunOutcome], an
+//     [Action] and a [Compensation] of its stack, an [Approval], and the
+//     [RetryPlan] a retry decision is made on (agentsaga.Config.Observe);
+//   - the prefix the engine registers its workflows and activities under
+//     ([NamePrefix]), and the _meta keys an MCP server reads the
+//     idempotency key from ([MCPMetaIdempotencyKey]).
+//
+// What only the rooms exchange is internal: the activities' inputs and
+// outputs and their names (internal/wire), the activity-ID and key
+// grammar (internal/activityid), and the previews and digests history
+// carries (internal/textclip).
 package agentsagatype

@@ -99,12 +99,6 @@ type Action struct {
 	CompletedAt *time.Time `json:"completed_at,omitempty"`
 }
 
-// CompensationRequest pairs a forward action with the tool that undoes it.
-type CompensationRequest struct {
-	Tool              string `json:"tool"`
-	ArgumentsTemplate string `json:"arguments_template"`
-}
-
 // Compensation statuses.
 const (
 	CompensationRegistered = "registered"  // paired, not yet run
@@ -127,13 +121,6 @@ type Compensation struct {
 	Reason            string    `json:"reason,omitempty"`
 	Forward           Action    `json:"forward"`
 	UpdatedAt         time.Time `json:"updated_at"`
-}
-
-// RollbackPlan is what a run's rollback walks: its compensations and its
-// sub-agents', newest first, and the actions that cannot be undone.
-type RollbackPlan struct {
-	Stack        []Compensation `json:"stack"`
-	Irreversible []Action       `json:"irreversible,omitempty"`
 }
 
 // RunTerminated is the status of a run that ended behind the engine's back

@@ -1,13 +1,9 @@
 package agentsagatype
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"math"
 	"time"
-	"unicode/utf8"
 )
 
 // Message is one entry of the conversation the model reads. It is the
@@ -81,7 +77,7 @@ type ModelTurn struct {
 	Shortened     int `json:"shortened,omitempty"`
 	OmittedTurns  int `json:"omitted_turns,omitempty"`
 	// Account, for a turn charged to an account with spend caps
-	// (ModelCall.Spend), is the cap with the least room left once the
+	// (its spec names an account), is the cap with the least room left once the
 	// turn held its part: the run's budget note shows it when it binds
 	// sooner than the run's own budget.
 	Account *AccountLeft `json:"account,omitempty"`
@@ -101,75 +97,4 @@ type ToolDef struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
-}
-
-// PreviewBytes bounds the text of a tool result that workflow history
-// carries: the whole output lives in the ledger.
-const PreviewBytes = 1024
-
-// Preview is s cut to at most PreviewBytes on a character boundary, with a
-// marker saying how long the whole was.
-func Preview(s string) string {
-	if len(s) <= PreviewBytes {
-		return s
-	}
-	marker := fmt.Sprintf("... [%d bytes in all]", len(s))
-	cut, _ := CutAtRune(s, PreviewBytes-len(marker))
-	return cut + marker
-}
-
-// Digest identifies a whole output by content, for the watchdog and the
-// trace: two outputs with the same digest are the same.
-func Digest(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:16])
-}
-
-// Conversation says which of a run's messages a model call sends: those
-// before Through, once Append (messages the workflow itself produced: the
-// system prompt, the goal, a human's instruction, a failed call's error) is
-// written. The model's reply becomes message Through.
-type Conversation struct {
-	WorkflowID string    `json:"workflow_id"`
-	Append     []Message `json:"append,omitempty"`
-	Through    int       `json:"through"`
-}
-
-// MessageRef is where a tool call's output goes in the run's conversation.
-type MessageRef struct {
-	Seq        int    `json:"seq"`
-	ToolCallID string `json:"tool_call_id,omitempty"`
-	Name       string `json:"name,omitempty"`
-}
-
-// ReadResultTool is the built-in tool that reads a shortened output back
-// whole, by the key its preview names.
-const ReadResultTool = "read_result"
-
-// ReadResultDef is how read_result is offered to the model.
-var ReadResultDef = ToolDef{
-	Name:        ReadResultTool,
-	Description: "Read back, whole, a tool output that was shortened to a preview. Pass the key its preview names.",
-	Parameters:  json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"],"additionalProperties":false}`),
-}
-
-// Clip shortens s to about n bytes for a message, never splitting a UTF-8
-// character: a split one is invalid UTF-8 in an error's protobuf string.
-func Clip(s string, n int) string {
-	if s, cut := CutAtRune(s, n); cut {
-		return s + "..."
-	}
-	return s
-}
-
-// CutAtRune keeps at most n bytes of s without splitting a UTF-8
-// character, and reports whether it cut anything.
-func CutAtRune(s string, n int) (string, bool) {
-	if len(s) <= n {
-		return s, false
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n], true
 }

@@ -54,18 +54,6 @@ type RateLimit struct {
 	Concurrency int `json:"concurrency,omitempty"`
 }
 
-// releaseInterval is the time between two requests at 95% of the declared
-// request rate (zero when none is declared): at the rate itself, the
-// jitter of timers and task queues puts an eleventh request into some
-// second of a service that takes ten, which fails it, and three such
-// failures in a row open the breaker again.
-func (l *RateLimit) releaseInterval() time.Duration {
-	if l == nil || l.RequestsPerMinute <= 0 {
-		return 0
-	}
-	return time.Minute * 100 / time.Duration(95*l.RequestsPerMinute)
-}
-
 // Validate names the first negative limit.
 func (l RateLimit) Validate() error {
 	for _, f := range []struct {
@@ -201,12 +189,12 @@ var knownContextTokens = map[string]int{
 	"deepseek-r": 65536,
 }
 
-// DefaultContextTokens is the budget of a model nobody told us about:
+// defaultContextTokens is the budget of a model nobody told us about:
 // small enough to fit most.
-const DefaultContextTokens = 32000
+const defaultContextTokens = 32000
 
 // ContextTokens is the spec's context budget, or the known window of its
-// model, or DefaultContextTokens; less the room its reply needs.
+// model, or defaultContextTokens; less the room its reply needs.
 func (m ModelSpec) ContextTokens() int {
 	window := m.ContextWindow
 	if window == 0 {
@@ -220,9 +208,9 @@ func (m ModelSpec) ContextTokens() int {
 }
 
 // KnownContextWindow is the context window of the named model as this
-// build knows it, or DefaultContextTokens.
+// build knows it, or defaultContextTokens.
 func (m ModelSpec) KnownContextWindow() int {
-	best, window := "", DefaultContextTokens
+	best, window := "", defaultContextTokens
 	for prefix, n := range knownContextTokens {
 		if strings.HasPrefix(m.Name, prefix) && len(prefix) > len(best) {
 			best, window = prefix, n
@@ -353,4 +341,42 @@ type RefusalRule struct {
 	// value (rendered as for Equals) when Field is set, else against the
 	// whole body. With Equals, both must hold.
 	Pattern string `json:"pattern,omitempty"`
+}
+
+// What a run does when its account's spend cap cannot pay for its next
+// turn (a cap's on_exhausted).
+const (
+	OnExhaustedFinish   = "finish"   // end gracefully, with a partial answer
+	OnExhaustedWait     = "wait"     // wait durably for the period to reset
+	OnExhaustedEscalate = "escalate" // ask a human to raise the cap or abort
+)
+
+// RetryPlan is what the workflow tells each model and tool call about its
+// retries. The workflow computes it when it schedules the call, so the
+// allowance reflects the run's logical calls so far, and the run's shared
+// counters (retries, per-tool retries) live in Postgres where parallel
+// calls of one turn pay against them atomically.
+type RetryPlan struct {
+	// Tool is the per-tool cap's key; model calls use "model".
+	Tool string `json:"tool"`
+	// Dependency is the circuit breaker's key, shared by the fleet.
+	Dependency   string  `json:"dependency"`
+	MaxAttempts  int     `json:"max_attempts"`
+	ToolRetryCap int     `json:"tool_retry_cap"`
+	RunAllowance float64 `json:"run_allowance"`
+	// BackoffBase and BackoffCap shape full-jitter backoff.
+	BackoffBase time.Duration `json:"backoff_base"`
+	BackoffCap  time.Duration `json:"backoff_cap"`
+	// Deadline is the run's absolute deadline; zero means none.
+	Deadline time.Time `json:"deadline,omitempty"`
+	// ReleaseInterval, when the dependency declares its rate (rate_limit:
+	// requests_per_minute), is the time between two of the calls its open
+	// breaker parked coming back: the backlog drains at the rate the
+	// dependency can take. Zero: the breaker's own interval. Plan sets it
+	// from the spec.
+	ReleaseInterval time.Duration `json:"release_interval,omitempty"`
+	// Released marks a call sent again after waiting behind its
+	// dependency's open breaker: once the breaker has closed, it takes its
+	// place in the dependency's paced line before it goes.
+	Released bool `json:"released,omitempty"`
 }

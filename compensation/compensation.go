@@ -11,28 +11,9 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/jsonpath"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"go.temporal.io/sdk/workflow"
 )
-
-// ActivityID is the activity ID of the compensation of the forward call
-// with activity ID forward. With the workflow ID it makes the
-// compensation's idempotency key, <forward key>/compensate: derived, not
-// generated, so every attempt of every worker names the same compensation.
-func ActivityID(forward string) string {
-	return agentsagatype.SubActivityID(forward, agentsagatype.SubCompensate, 0)
-}
-
-// RetryActivityID is the activity ID of the retry-th human retry of the
-// compensation of forward (retry 0 is ActivityID). Each retry gets a key of
-// its own: a compensation that was answered with a definitive no (a 4xx)
-// would otherwise get that stored answer back forever. The ledger keeps
-// every attempt's row.
-func RetryActivityID(forward string, retry int) string {
-	if retry == 0 {
-		return ActivityID(forward)
-	}
-	return agentsagatype.SubActivityID(ActivityID(forward), agentsagatype.SubRetry, retry)
-}
 
 // ForwardActivityID is the forward action's activity ID as seen from the
 // workflow walking it: its own activity ID for one of its own actions, and
@@ -49,13 +30,13 @@ func ForwardActivityID(walkerWorkflowID string, c agentsagatype.Compensation) st
 
 var placeholder = regexp.MustCompile(`^\{\{\s*(key|args|result)((?:\.[^.\s}]+)*)\s*\}\}$`)
 
-// Resolve fills a compensation's argument template from its forward call.
+// resolve fills a compensation's argument template from its forward call.
 // A string value that is exactly {{args.a.b}}, {{result.a.b}} or {{key}}
 // becomes that value, keeping its JSON type; anything else is literal. A
 // result field that does not exist (the forward call timed out, so there
 // is no result) becomes null: a compensation must then find what to undo
 // by {{key}}, or answer that there is nothing to undo.
-func Resolve(template, forwardArgs, forwardResult, forwardKey string) (string, error) {
+func resolve(template, forwardArgs, forwardResult, forwardKey string) (string, error) {
 	if strings.TrimSpace(template) == "" {
 		template = "{}"
 	}
@@ -118,23 +99,18 @@ func fill(v, args, result any, key string) any {
 	return v
 }
 
-// Outcome of running one compensation.
-const (
-	Done      = agentsagatype.CompensationDone
-	NotNeeded = agentsagatype.CompensationNotNeeded
-)
-
 // Runner runs compensations for Walk: the workflow provides it, as
 // activities.
 type Runner interface {
 	// Fence closes the run for its rollback: no forward action of the run
 	// or its sub-agents may be claimed any more, and every attempt that
 	// still held one has settled. It returns the plan read after that.
-	Fence(ctx workflow.Context) (agentsagatype.RollbackPlan, error)
-	// Run executes the compensating action and reports Done or NotNeeded
+	Fence(ctx workflow.Context) (wire.RollbackPlan, error)
+	// Run executes the compensating action and reports
+	// agentsagatype.CompensationDone or CompensationNotNeeded
 	// (the far side had nothing to undo), or the error it still failed with
 	// after its own bounded retries. retry counts the human retries before
-	// this run (0 the first time); each has its own key (RetryActivityID).
+	// this run (0 the first time); each has its own key (activityid.Compensation).
 	Run(ctx workflow.Context, c agentsagatype.Compensation, arguments string, retry int) (string, error)
 	// Settle records a compensation's status in the ledger.
 	Settle(ctx workflow.Context, c agentsagatype.Compensation, status, cause, reason string) error
@@ -143,14 +119,16 @@ type Runner interface {
 	Escalate(ctx workflow.Context, c agentsagatype.Compensation, err error) Decision
 }
 
-// Decisions a human can take about a failed compensation.
+// Decisions a human can take about a failed compensation, by the names of
+// the run's Updates (workflows.UpdateRetry and UpdateSkip); any other
+// action, "abort" (workflows.UpdateAbort) or none, stops the walk.
 const (
-	DecisionRetry = "retry"
-	DecisionSkip  = "skip"
-	DecisionAbort = "abort"
+	decisionRetry = "retry"
+	decisionSkip  = "skip"
 )
 
-// Decision is what a human decided about a failed compensation.
+// Decision is what a human decided about a failed compensation: Action is
+// "retry", "skip" or "abort".
 type Decision struct {
 	Action string `json:"action"`
 	Reason string `json:"reason,omitempty"`
@@ -211,13 +189,13 @@ func Walk(ctx workflow.Context, runner Runner) (Report, error) {
 		}
 		if c.Forward.Status == agentsagatype.ActionRejected {
 			// The far side said no: nothing took effect.
-			if err := runner.Settle(ctx, c, NotNeeded, "", "the forward action was rejected"); err != nil {
+			if err := runner.Settle(ctx, c, agentsagatype.CompensationNotNeeded, "", "the forward action was rejected"); err != nil {
 				return report, err
 			}
 			report.NotNeeded++
 			continue
 		}
-		arguments, err := Resolve(c.ArgumentsTemplate, c.Forward.Arguments, c.Forward.Result, c.ForwardKey)
+		arguments, err := resolve(c.ArgumentsTemplate, c.Forward.Arguments, c.Forward.Result, c.ForwardKey)
 		if err != nil {
 			return report, err
 		}
@@ -227,7 +205,7 @@ func Walk(ctx workflow.Context, runner Runner) (Report, error) {
 				if err := runner.Settle(ctx, c, status, "", ""); err != nil {
 					return report, err
 				}
-				if status == NotNeeded {
+				if status == agentsagatype.CompensationNotNeeded {
 					report.NotNeeded++
 				} else {
 					report.Compensated++
@@ -239,9 +217,9 @@ func Walk(ctx workflow.Context, runner Runner) (Report, error) {
 			}
 			decision := runner.Escalate(ctx, c, runErr)
 			switch decision.Action {
-			case DecisionRetry:
+			case decisionRetry:
 				continue
-			case DecisionSkip:
+			case decisionSkip:
 				if err := runner.Settle(ctx, c, agentsagatype.CompensationSkipped, runErr.Error(), decision.Reason); err != nil {
 					return report, err
 				}

@@ -10,14 +10,7 @@ import (
 	"github.com/agentsaga/agentsaga/compensation"
 )
 
-func ExampleActivityID() {
-	// The workflow runs a compensation under this activity ID, so its
-	// idempotency key is the forward key with /compensate appended.
-	fmt.Println("run-42/" + compensation.ActivityID("step-002-call-1-charge"))
-	// Output: run-42/step-002-call-1-charge/compensate
-}
-
-func ExampleResolve() {
+func Example_resolve() {
 	args, err := compensation.Resolve(
 		`{"charge_id": "{{result.id}}", "amount": "{{args.amount}}", "reason": "saga rollback", "key": "{{key}}"}`,
 		`{"customer": "ann", "amount": 10}`, // what the forward call sent

@@ -25,6 +25,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -530,7 +531,7 @@ func corpusScenarios() []scenario {
 				require.NoError(r.t, err)
 				require.True(r.t, marked)
 				rollback, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: r.queue},
-					workflows.RollbackRun, agentsagatype.RollbackRequest{Reason: "terminated: corpus: pulled the plug"})
+					workflows.RollbackRun, wire.RollbackRequest{Reason: "terminated: corpus: pulled the plug"})
 				require.NoError(r.t, err)
 				require.NoError(r.t, rollback.Get(ctx, nil))
 				r.save(ctx, "terminated.rollback", id, rollback.GetRunID())

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
@@ -135,6 +136,6 @@ tools:
 		assert.Equal(t, fmt.Sprintf("charged %d", i+1), action.Result)
 		want[action.Key] = 1
 	}
-	assert.Contains(t, want, id+"/"+agentsagatype.ToolActivityID(1, 1, "shop_charge"))
+	assert.Contains(t, want, id+"/"+activityid.Tool(1, 1, "shop_charge"))
 	assert.Equal(t, want, keys, "the server read each call's ledger key from _meta, once")
 }

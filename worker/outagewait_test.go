@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -199,7 +200,7 @@ func TestOutageOfAToolIsWaitedOutByTheDefaultBreaker(t *testing.T) {
 		assert.NotContains(t, key, "after-breaker", "a call sent again after a wait keeps its first idempotency key")
 	}
 	for i := 1; i <= items; i++ {
-		assert.Contains(t, applied, id+"/"+agentsagatype.ToolActivityID(i, 1, "fetch"), "item %d", i)
+		assert.Contains(t, applied, id+"/"+activityid.Tool(i, 1, "fetch"), "item %d", i)
 	}
 	fetched := 0
 	actions, err := ledgerdb.Of(store).ListActions(ctx, id)
@@ -306,7 +307,7 @@ model:
 	assert.Equal(t, agentsagatype.RunCompensated, stored.Status)
 	assert.Equal(t, 1, escalationsIn(runEvents(ctx, t, id, run.GetRunID())), "the run asked a human once")
 
-	refundKey := id + "/" + agentsagatype.ToolActivityID(1, 1, "charge") + "/compensate"
+	refundKey := id + "/" + activityid.Tool(1, 1, "charge") + "/compensate"
 	pay.mu.Lock()
 	defer pay.mu.Unlock()
 	assert.Len(t, pay.charges, 1)

@@ -15,8 +15,10 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -66,10 +68,10 @@ func stageVanishedRun(ctx context.Context, t *testing.T, store *ledger.Store, wo
 	require.NoError(t, err)
 	require.NoError(t, ledgerdb.Of(store).StartRun(ctx, agentsagatype.Run{WorkflowID: workflowID, RunID: "lost", Goal: spec.Goal, Spec: specJSON}))
 	charge := spec.Tools[0]
-	activityID := agentsagatype.ToolActivityID(1, 1, "charge")
+	activityID := activityid.Tool(1, 1, "charge")
 	claim, err := ledgerdb.Of(store).ClaimAction(ctx, ledgerdb.ActionRequest{Key: workflowID + "/" + activityID, WorkflowID: workflowID, ActivityID: activityID,
 		Tool: "charge", Arguments: `{"customer": "bob", "amount": 20}`,
-		Compensation: &agentsagatype.CompensationRequest{Tool: charge.Compensate.Tool, ArgumentsTemplate: string(charge.Compensate.Arguments)}}, time.Minute)
+		Compensation: &wire.CompensationRequest{Tool: charge.Compensate.Tool, ArgumentsTemplate: string(charge.Compensate.Arguments)}}, time.Minute)
 	require.NoError(t, err)
 	_, err = ledgerdb.Of(store).CompleteAction(ctx, workflowID+"/"+activityID, claim.Action.Attempts, `{"id": "ch_bob"}`)
 	require.NoError(t, err)
@@ -214,7 +216,7 @@ agents:
 `, url)))
 	require.NoError(t, err)
 	const parent = "reconcile-parent"
-	child := parent + "/" + agentsagatype.ToolActivityID(1, 1, "helper")
+	child := parent + "/" + activityid.Tool(1, 1, "helper")
 	_, err = temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: parent, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
 	waitForStatus(ctx, t, store, child, agentsagatype.RunEscalated)
@@ -374,7 +376,7 @@ agents:
 `, url)))
 	require.NoError(t, err)
 	const parent = "reconcile-alone-parent"
-	child := parent + "/" + agentsagatype.ToolActivityID(1, 1, "helper")
+	child := parent + "/" + activityid.Tool(1, 1, "helper")
 	parentRun, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: parent, TaskQueue: queue}, workflows.AgentRun, spec)
 	require.NoError(t, err)
 	waitForStatus(ctx, t, store, child, agentsagatype.RunEscalated)

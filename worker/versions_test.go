@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -54,7 +55,7 @@ func TestGiveUpsTogetherIsBehindGetVersion(t *testing.T) {
 		// The first call answers 2 s after the second: the new path gives
 		// the second up while the first still runs, the old one never would.
 		missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasSuffix(r.Header.Get("Idempotency-Key"), agentsagatype.ToolActivityID(1, 1, "refund")) {
+			if strings.HasSuffix(r.Header.Get("Idempotency-Key"), activityid.Tool(1, 1, "refund")) {
 				time.Sleep(2 * time.Second)
 			}
 			http.Error(w, `{"error":"no such charge"}`, http.StatusNotFound)

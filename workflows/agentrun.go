@@ -15,6 +15,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // TaskQueue is where agentsaga workers poll.
@@ -75,7 +76,7 @@ type TraceEntry struct {
 	Kind       string `json:"kind"` // "model", "tool", "agent" or "compensation"
 	Tool       string `json:"tool,omitempty"`
 	Arguments  string `json:"arguments,omitempty"`
-	// Output is a preview (at most agentsagatype.PreviewBytes); the whole
+	// Output is a preview (at most textclip.PreviewBytes); the whole
 	// output is in the ledger, under the call's key.
 	Output string `json:"output,omitempty"`
 	// Digest identifies the whole output.
@@ -162,7 +163,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
 			start.ParentWorkflowID = parent.ID
 		}
-		if err := r.bookkeeping(ctx, "run-start", agentsagatype.ActivityRecordRunStart, start); err != nil {
+		if err := r.bookkeeping(ctx, "run-start", wire.ActivityRecordRunStart, start); err != nil {
 			return RunResult{}, err
 		}
 		if err := r.listMCPTools(ctx, &spec); err != nil {
@@ -197,7 +198,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 
 	// The ending is recorded even when the run was cancelled.
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
-	if err := r.bookkeeping(finishCtx, "run-finish", agentsagatype.ActivityRecordRunFinish, agentsagatype.RunFinish{
+	if err := r.bookkeeping(finishCtx, "run-finish", wire.ActivityRecordRunFinish, wire.RunFinish{
 		WorkflowID: r.workflowID,
 		Outcome: agentsagatype.RunOutcome{
 			Status: result.Status, Answer: result.Answer, HandoffNote: result.HandoffNote, Reason: result.Reason,
@@ -293,7 +294,7 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		}
 		offered := defs
 		if r.ReadBack {
-			offered = append(slices.Clone(defs), agentsagatype.ReadResultDef)
+			offered = append(slices.Clone(defs), wire.ReadResultDef)
 		}
 		if result := r.conclude(ctx, r.turn(ctx, step, offered)); result != nil {
 			return *result, nil
@@ -412,11 +413,11 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 
 // sendToolCall schedules a tool call under activityID: its first send and
 // each send after waiting for the tool's breaker.
-func (r *run) sendToolCall(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, request agentsagatype.ToolCallRequest) workflow.Future {
+func (r *run) sendToolCall(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, request wire.ToolCallRequest) workflow.Future {
 	timeout := request.Tool.Timeout()
 	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, timeout, clip(call.Name+" "+call.Arguments, 100)))
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(timeout))
-	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityCallTool), request)
+	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallTool), request)
 }
 
 // record adds an entry to the trace, keeping the last traceTail.

@@ -1,7 +1,7 @@
 // Package workflows owns the AgentRun workflow: the loop of model turns and
 // the tool calls each turn asks for, the explicit activity IDs that make
 // every call's idempotency key (the grammar of
-// [agentsagatype.SubActivityID] and its neighbours), the run budget the
+// [activityid.Sub] and its neighbours), the run budget the
 // model reads every turn, the graceful finish before the
 // budget runs out, escalation to a human, sub-agents, the no-progress
 // watchdog, and the way a run ends ([RunResult]).

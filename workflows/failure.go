@@ -6,6 +6,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // errorKind is what one type of application error means to the workflow
@@ -74,13 +75,13 @@ func callFailure(err error) (attempts int, denial string) {
 	return 1, ""
 }
 
-// callFailureIn is the agentsagatype.CallFailure the retry hook put in err's
+// callFailureIn is the wire.CallFailure the retry hook put in err's
 // details, when err carries one.
-func callFailureIn(err error) (agentsagatype.CallFailure, bool) {
+func callFailureIn(err error) (wire.CallFailure, bool) {
 	var appErr *temporal.ApplicationError
-	var failure agentsagatype.CallFailure
+	var failure wire.CallFailure
 	if err == nil || !errors.As(err, &appErr) || !appErr.HasDetails() || appErr.Details(&failure) != nil {
-		return agentsagatype.CallFailure{}, false
+		return wire.CallFailure{}, false
 	}
 	return failure, true
 }

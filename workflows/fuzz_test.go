@@ -9,7 +9,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -149,10 +149,10 @@ func FuzzIdempotencyKeys(f *testing.F) {
 		if child1 {
 			// The same call, made by a sub-agent that the parent's call
 			// step1/call1 started.
-			a.workflowID = wf1 + "/" + agentsagatype.ToolActivityID(step1, call1, a.tool)
+			a.workflowID = wf1 + "/" + activityid.Tool(step1, call1, a.tool)
 		}
 		if child2 {
-			b.workflowID = wf2 + "/" + agentsagatype.ToolActivityID(step2, call2, b.tool)
+			b.workflowID = wf2 + "/" + activityid.Tool(step2, call2, b.tool)
 		}
 		a, b = a.normalize(), b.normalize()
 		keyA, keyB := a.key(), b.key()
@@ -182,11 +182,11 @@ type call struct {
 func (c call) activityID() string {
 	switch c.kind {
 	case 0:
-		return agentsagatype.ModelActivityID(c.step)
+		return activityid.Model(c.step)
 	case 1:
-		return agentsagatype.ToolActivityID(c.step, c.call, c.tool)
+		return activityid.Tool(c.step, c.call, c.tool)
 	case 2:
-		return compensation.ActivityID(agentsagatype.ToolActivityID(c.step, c.call, c.tool))
+		return activityid.Compensation(activityid.Tool(c.step, c.call, c.tool), 0)
 	case 3:
 		return "run-start"
 	}

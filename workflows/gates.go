@@ -10,7 +10,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // Approval before the act (ARCHITECTURE.md decision 14). Between plan and send, a
@@ -80,13 +82,13 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 			c.gateRefuse(denyLimit, fmt.Sprintf("refused before it was sent: the limit %s could not be checked: %v", l.Name(), err))
 			return
 		}
-		var held agentsagatype.LimitHeld
+		var held wire.LimitHeld
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID: agentsagatype.SubActivityID(c.activityID, agentsagatype.SubLimit, i+1), StartToCloseTimeout: 30 * time.Second,
+			ActivityID: activityid.Sub(c.activityID, activityid.Limit, i+1), StartToCloseTimeout: 30 * time.Second,
 			Summary: clip("limit "+l.Name(), 100),
 		})
-		if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityHoldLimit), agentsagatype.LimitHold{
-			Key: agentsagatype.CallKey(r.workflowID, c.activityID), WorkflowID: limitScope(ctx), Tool: c.call.Name,
+		if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityHoldLimit), wire.LimitHold{
+			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: limitScope(ctx), Tool: c.call.Name,
 			Limit: l.Name(), Amount: amount, AtMost: l.AtMost,
 		}).Get(ctx, &held); err != nil {
 			c.refuse("refused: the run's limit could not be checked: " + errorText(err))

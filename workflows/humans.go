@@ -12,6 +12,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // Where a run waits for a human, in one place: an escalation (resume or
@@ -245,8 +247,8 @@ type ApprovalWait struct {
 	Timeout time.Duration `json:"timeout"`
 	// Decision is the Update accepted for it; Recorded is the ledger's
 	// record of that decision, which the call waits for before it goes.
-	Decision *agentsagatype.ApprovalDecision `json:"decision,omitempty"`
-	Recorded *agentsagatype.Approval         `json:"recorded,omitempty"`
+	Decision *wire.ApprovalDecision  `json:"decision,omitempty"`
+	Recorded *agentsagatype.Approval `json:"recorded,omitempty"`
 }
 
 // QueryApprovals returns the calls waiting for approval ([]ApprovalWait).
@@ -267,14 +269,14 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 		c.activityID, c.entry.ActivityID = w.Call, w.Call
 	} else {
 		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
-			Key: agentsagatype.CallKey(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
+			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
 			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
 		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID: agentsagatype.SubActivityID(c.activityID, agentsagatype.SubApproval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
+			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
 		})
 		var recorded agentsagatype.Approval
-		if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
+		if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
 			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
 			return false
 		}
@@ -335,10 +337,10 @@ func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWai
 		return false
 	}
 	// Blocks a late Update: the ledger records the timeout first.
-	w.Decision = &agentsagatype.ApprovalDecision{Key: w.Key, Call: w.Call, By: "agentsaga", Reason: "nobody decided in time", TimedOut: true}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: agentsagatype.SubActivityID(w.Call, agentsagatype.SubApprovalTimer, 0), StartToCloseTimeout: 30 * time.Second})
+	w.Decision = &wire.ApprovalDecision{Key: w.Key, Call: w.Call, By: "agentsaga", Reason: "nobody decided in time", TimedOut: true}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityid.Sub(w.Call, activityid.ApprovalTimer, 0), StartToCloseTimeout: 30 * time.Second})
 	var recorded agentsagatype.Approval
-	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
 	}
 	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
@@ -385,12 +387,12 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 			if err != nil {
 				return agentsagatype.Approval{}, err
 			}
-			w.Decision = &agentsagatype.ApprovalDecision{Key: w.Key, Call: w.Call, Approve: approve, By: in.By, Reason: in.Reason}
+			w.Decision = &wire.ApprovalDecision{Key: w.Key, Call: w.Call, Approve: approve, By: in.By, Reason: in.Reason}
 			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-				ActivityID: agentsagatype.SubActivityID(w.Call, agentsagatype.SubActivity(update), 0), StartToCloseTimeout: 30 * time.Second, Summary: clip(update+" "+w.Call+" by "+in.By, 100),
+				ActivityID: activityid.Sub(w.Call, activityid.Kind(update), 0), StartToCloseTimeout: 30 * time.Second, Summary: clip(update+" "+w.Call+" by "+in.By, 100),
 			})
 			var recorded agentsagatype.Approval
-			if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
+			if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 				w.Decision = nil
 				var app *temporal.ApplicationError
 				if errors.As(err, &app) {

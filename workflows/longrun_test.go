@@ -17,6 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -73,7 +74,7 @@ model:
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 
 	for _, e := range result.Trace {
-		assert.LessOrEqual(t, len(e.Output), agentsagatype.PreviewBytes+300, "trace entry %s carries a preview", e.ActivityID)
+		assert.LessOrEqual(t, len(e.Output), textclip.PreviewBytes+300, "trace entry %s carries a preview", e.ActivityID)
 	}
 	read := traceEntry(t, result, "step-005-call-1-read_result")
 	assert.Empty(t, read.Error)

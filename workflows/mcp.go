@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -40,7 +41,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 				MaximumInterval: max(backoff.Cap, time.Millisecond), MaximumAttempts: int32(r.spec.Retry.MaxAttempts),
 			},
 		})
-		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityListMCPTools), tool)
+		futures[i] = workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityListMCPTools), tool)
 	}
 	var tools []agentsagatype.ToolSpec
 	for i, tool := range spec.Tools {
@@ -56,7 +57,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 	}
 	seen := map[string]bool{}
 	for _, tool := range tools {
-		if seen[tool.Name] || (tool.MCPServer != "" && tool.Name == agentsagatype.ReadResultTool) {
+		if seen[tool.Name] || (tool.MCPServer != "" && tool.Name == wire.ReadResultTool) {
 			return fmt.Errorf("MCP server %s offers a tool named %s, like another tool of the run (rename the server entry or use allow)", tool.MCPServer, tool.Name)
 		}
 		seen[tool.Name] = true
@@ -71,7 +72,7 @@ func (r *run) failAtStart(ctx workflow.Context, reason string) (RunResult, error
 	result := r.end(agentsagatype.RunFailed, "", reason)
 	r.showProgress(ctx, result.Status, reason, r.RunBudget.Note(workflow.Now(ctx), nil))
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
-	if err := r.bookkeeping(finishCtx, "run-finish", agentsagatype.ActivityRecordRunFinish, agentsagatype.RunFinish{
+	if err := r.bookkeeping(finishCtx, "run-finish", wire.ActivityRecordRunFinish, wire.RunFinish{
 		WorkflowID: r.workflowID, Outcome: agentsagatype.RunOutcome{Status: result.Status, Reason: reason},
 	}); err != nil {
 		return RunResult{}, err

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -94,7 +95,7 @@ tools:
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status)
 	assert.Equal(t, "done", result.Answer)
 
-	child := workflowID + "/" + agentsagatype.ToolActivityID(1, 1, "helper")
+	child := workflowID + "/" + activityid.Tool(1, 1, "helper")
 	actions, err := store.ListActions(context.Background(), child)
 	require.NoError(t, err)
 	require.Len(t, actions, 1)

@@ -12,7 +12,10 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/textclip"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // One model turn, from the note the model reads to the turn's trace entry;
@@ -47,9 +50,9 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		note += "\n" + warning
 	}
 	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.RunBudget.Limits.Steps), note)
-	call := agentsagatype.ModelCall{
+	call := wire.ModelCall{
 		Model:        r.spec.Model,
-		Conversation: agentsagatype.Conversation{WorkflowID: r.workflowID, Append: r.Pending, Through: r.Seq},
+		Conversation: wire.Conversation{WorkflowID: r.workflowID, Append: r.Pending, Through: r.Seq},
 		Tools:        defs, Note: note, Finish: finish,
 		Retry: r.plan("model", modelDependency(r.spec.Model)),
 	}
@@ -59,10 +62,10 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 	model := r.spec.Model
 	modelName := strings.TrimSpace(model.Provider + " " + model.Name)
 	summary := fmt.Sprintf("model turn %d (%s)", step, modelName)
-	activityID := agentsagatype.ModelActivityID(step)
+	activityID := activityid.Model(step)
 	if finish {
 		summary += ": graceful finish"
-		activityID = agentsagatype.FinishActivityID(step)
+		activityID = activityid.Finish(step)
 	}
 	t := &modelTurn{r: r, activityID: activityID, summary: summary}
 	turn := &t.reply
@@ -75,7 +78,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// The provider is down (every model of the turn, with fallbacks):
 		// the turn waits for its breaker, as a tool call does, and goes
 		// out again under its first key.
-		call.Key = agentsagatype.CallKey(r.workflowID, activityID)
+		call.Key = activityid.Key(r.workflowID, activityID)
 		what, dependency := "the model "+modelName, "model"
 		if models := r.turnModels(); len(models) > 1 {
 			// ask notes each model as "model <target>": the wait
@@ -109,7 +112,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		r.ReadBack = r.ReadBack || turn.Shortened > 0 || turn.OmittedTurns > 0
 	}
 
-	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: agentsagatype.Preview(turn.Content), Note: note}
+	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: textclip.Preview(turn.Content), Note: note}
 	entry.Attempts, entry.Denial, entry.Parks = turn.Attempt+parked.leafCalls+t.refusedLeafCalls, "", parked.parks
 	if err == nil {
 		// A reply stored earlier says who answered it; one from before
@@ -187,15 +190,15 @@ func (r *run) modelNamed(target string) agentsagatype.ModelSpec {
 // calls that the sends refused by a down model made before they were
 // refused, and the last send's outcome: a refusal only when every model
 // refused the turn.
-func (t *modelTurn) ask(ctx workflow.Context, activityID string, call agentsagatype.ModelCall, turn *agentsagatype.ModelTurn) (err error) {
+func (t *modelTurn) ask(ctx workflow.Context, activityID string, call wire.ModelCall, turn *agentsagatype.ModelTurn) (err error) {
 	r, summary := t.r, t.summary
 	models := r.turnModels()
 	for i, model := range models {
 		id, send, what := activityID, call, summary
 		if i > 0 {
-			id = agentsagatype.SubActivityID(activityID, agentsagatype.SubFallback, i)
+			id = activityid.Sub(activityID, activityid.Fallback, i)
 			send.Model, send.TurnOf = model, r.spec.Model.Target()
-			send.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
+			send.Key = cmp.Or(call.Key, activityid.Key(r.workflowID, activityID))
 			send.Retry = r.plan("model", modelDependency(model))
 			what = fmt.Sprintf("%s, on fallback %s", summary, model.Target())
 		}
@@ -241,11 +244,11 @@ func modelTargets(models []agentsagatype.ModelSpec) string {
 
 // sendModelTurn schedules a model turn under activityID: its first send
 // and each send after waiting for the model's breaker.
-func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall) workflow.Future {
+func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
 	call.Spend = r.spendPlan(call.Model) // each model at its own price
 	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
 	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
-	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityCallModel), call)
+	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallModel), call)
 }
 
 // modelParkedError is a model turn that waited for the model's open
@@ -271,7 +274,7 @@ func (e *modelParkedError) Unwrap() error { return e.err }
 // wave. The waits count against the run's wall clock: a wait the run's
 // budget cannot afford ends the send with a modelParkedError that says
 // why (ask then asks the next model, if the spec has fallbacks).
-func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string, call agentsagatype.ModelCall) workflow.Future {
+func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
 	r := t.r
 	if !r.versions.quotaWaits {
 		return r.sendModelTurn(ctx, activityID, summary, call)
@@ -295,13 +298,13 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 					err = timerErr // cancelled while waiting: nothing was sent
 					break
 				}
-				call.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
+				call.Key = cmp.Or(call.Key, activityid.Key(r.workflowID, activityID))
 				call.Retry = r.plan("model", call.Retry.Dependency)
 				// The model reads that its account held the turn back.
 				call.Note = fmt.Sprintf("%s\nThe spend cap of account %s ($%.2f %s) held this turn back until %s.",
-					note, capped.Account, capped.USD, agentsagatype.SpendPer(capped.Period), back.UTC().Format("15:04:05 UTC"))
+					note, capped.Account, capped.USD, wire.SpendPer(capped.Period), back.UTC().Format("15:04:05 UTC"))
 				turn = agentsagatype.ModelTurn{}
-				err = r.sendModelTurn(ctx, agentsagatype.SubActivityID(activityID, agentsagatype.SubAfterSpend, n), summary, call).Get(ctx, &turn)
+				err = r.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterSpend, n), summary, call).Get(ctx, &turn)
 				continue
 			}
 			refusal, refused := quotaRefusal(err)
@@ -335,13 +338,13 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 				err = timerErr // cancelled while waiting: nothing was sent
 				break
 			}
-			call.Key = cmp.Or(call.Key, agentsagatype.CallKey(r.workflowID, activityID))
+			call.Key = cmp.Or(call.Key, activityid.Key(r.workflowID, activityID))
 			call.Retry = r.plan("model", call.Retry.Dependency)
 			// The model reads that its turn was held back, and for how long.
 			call.Note = fmt.Sprintf("%s\nThe provider's rate limit held this turn back %s (until %s).",
 				note, t.quota.waited.Round(time.Second), back.UTC().Format("15:04:05 UTC"))
 			turn = agentsagatype.ModelTurn{}
-			err = r.sendModelTurn(ctx, agentsagatype.SubActivityID(activityID, agentsagatype.SubAfterQuota, n), summary, call).Get(ctx, &turn)
+			err = r.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterQuota, n), summary, call).Get(ctx, &turn)
 		}
 		if waited > 0 && !temporal.IsCanceledError(err) {
 			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
@@ -353,7 +356,7 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 
 // quotaRefusal is the quota's refusal in err (budget.DenyQuota), when that
 // is what err is.
-func quotaRefusal(err error) (agentsagatype.CallFailure, bool) {
+func quotaRefusal(err error) (wire.CallFailure, bool) {
 	failure, ok := callFailureIn(err)
 	return failure, ok && failure.Denial == budget.DenyQuota
 }

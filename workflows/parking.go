@@ -10,6 +10,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // DefaultBreakerOpenEscalation is how long a call waits behind an open
@@ -168,13 +170,13 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 // budget, shows in the UI and the ledger while it lasts, and a call that
 // stops waiting carries why a human is asked.
 func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agentsagatype.ToolSpec, call agentsagatype.ToolCall,
-	request agentsagatype.ToolCallRequest, err error, result *agentsagatype.ToolResult) (error, parkedCall) {
-	request.Key = agentsagatype.CallKey(r.workflowID, activityID)
+	request wire.ToolCallRequest, err error, result *wire.ToolResult) (error, parkedCall) {
+	request.Key = activityid.Key(r.workflowID, activityID)
 	r.markOpen(call.Name, time.Time{})
 	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
 		request.Retry.Released = true
-		*result = agentsagatype.ToolResult{}
+		*result = wire.ToolResult{}
 		return r.sendToolCall(ctx, again, call, request)
 	}, result)
 }
@@ -204,7 +206,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 			}
 		},
 	}, func(ctx workflow.Context, n int) workflow.Future {
-		return send(ctx, agentsagatype.SubActivityID(activityID, agentsagatype.SubAfterBreaker, n))
+		return send(ctx, activityid.Sub(activityID, activityid.AfterBreaker, n))
 	}, result)
 	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
 	if out.Parks > 0 {
@@ -236,7 +238,7 @@ func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, a
 
 // openBreakerRefusal is the retry hook's CircuitOpen denial in err, when
 // that is what err is.
-func openBreakerRefusal(err error) (agentsagatype.CallFailure, bool) {
+func openBreakerRefusal(err error) (wire.CallFailure, bool) {
 	failure, ok := callFailureIn(err)
 	return failure, ok && failure.Denial == budget.DenyCircuitOpen
 }

@@ -15,21 +15,21 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // waitOut runs WaitOutBreaker against a CRM that refuses as refusals says,
 // one per send, then answers; it returns the outcome and how long the call
 // waited in workflow time.
-func waitOut(t *testing.T, limit time.Duration, refusals ...agentsagatype.CallFailure) (workflows.BreakerOutcome, time.Duration) {
+func waitOut(t *testing.T, limit time.Duration, refusals ...wire.CallFailure) (workflows.BreakerOutcome, time.Duration) {
 	t.Helper()
 	return waitOutWith(t, workflows.BreakerWait{Limit: limit}, refusals...)
 }
 
 // waitOutWith is waitOut with the whole of BreakerWait.
-func waitOutWith(t *testing.T, wait workflows.BreakerWait, refusals ...agentsagatype.CallFailure) (workflows.BreakerOutcome, time.Duration) {
+func waitOutWith(t *testing.T, wait workflows.BreakerWait, refusals ...wire.CallFailure) (workflows.BreakerOutcome, time.Duration) {
 	t.Helper()
 	sends := 0
 	callCRM := func(ctx context.Context) (string, error) {
@@ -71,8 +71,8 @@ func waitOutWith(t *testing.T, wait workflows.BreakerWait, refusals ...agentsaga
 
 var parkStart = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-func refusal(retryAt, openSince time.Time) agentsagatype.CallFailure {
-	return agentsagatype.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, AtGate: true, RetryAt: retryAt, OpenSince: openSince}
+func refusal(retryAt, openSince time.Time) wire.CallFailure {
+	return wire.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, AtGate: true, RetryAt: retryAt, OpenSince: openSince}
 }
 
 // The threshold measures the outage, not the queue. A call whose release
@@ -116,7 +116,7 @@ func TestWaitOutBreakerKeepsTheOutageStartAcrossAFailedProbe(t *testing.T) {
 	limit := 4 * time.Second
 	opened := parkStart.Add(-500 * time.Millisecond)
 	atGate := refusal(parkStart.Add(2*time.Second), opened)
-	failedProbe := agentsagatype.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, RetryAt: parkStart.Add(5 * time.Second)}
+	failedProbe := wire.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, RetryAt: parkStart.Add(5 * time.Second)}
 
 	outcome, waited := waitOut(t, limit, atGate, failedProbe)
 	assert.Empty(t, outcome.Stopped, "the outage had lasted 2.5 s of the 4 s when the probe failed")

@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -27,7 +27,7 @@ func ExampleWaitOutBreaker() {
 		sends++
 		if sends == 1 {
 			return "", temporal.NewNonRetryableApplicationError("circuit breaker for tool:crm is open", budget.DenyCircuitOpen, nil,
-				agentsagatype.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, AtGate: true,
+				wire.CallFailure{Attempt: 1, Denial: budget.DenyCircuitOpen, AtGate: true,
 					RetryAt: time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)})
 		}
 		return "updated", nil

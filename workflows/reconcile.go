@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // The reconciler finds runs that ended behind the engine's back (terminated
@@ -155,8 +156,8 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 			Summary:             "find runs that ended outside the engine",
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
 		})
-		var found agentsagatype.AbandonedPage
-		if err := workflow.ExecuteActivity(actx, v.activity(agentsagatype.ActivityFindAbandonedRuns), agentsagatype.FindAbandoned{
+		var found wire.AbandonedPage
+		if err := workflow.ExecuteActivity(actx, v.activity(wire.ActivityFindAbandonedRuns), wire.FindAbandoned{
 			OlderThan: in.OlderThan, After: after, Limit: pageSize}).Get(ctx, &found); err != nil {
 			return result, err
 		}
@@ -173,7 +174,7 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 				Summary:             clip("start the rollback of "+run.WorkflowID, 100),
 				RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
 			})
-			starts[i] = workflow.ExecuteActivity(sctx, v.activity(agentsagatype.ActivityStartRollback), run)
+			starts[i] = workflow.ExecuteActivity(sctx, v.activity(wire.ActivityStartRollback), run)
 		}
 		for i, run := range found.Rollbacks {
 			var runID string
@@ -203,12 +204,12 @@ func Reconciler(ctx workflow.Context, in ReconcileInput) (ReconcileResult, error
 // compensation waits for `agentsaga retry`, `skip` or `abort`, as in any
 // walk. A run that is not marked terminated (it ended, or another rollback
 // finished it) is left alone.
-func RollbackRun(ctx workflow.Context, in agentsagatype.RollbackRequest) (RunResult, error) {
+func RollbackRun(ctx workflow.Context, in wire.RollbackRequest) (RunResult, error) {
 	workflowID := workflow.GetInfo(ctx).WorkflowExecution.ID
 	v := readVersions(ctx)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	var stored agentsagatype.TerminatedRun
-	if err := workflow.ExecuteActivity(actx, v.activity(agentsagatype.ActivityReadTerminatedRun), workflowID).Get(ctx, &stored); err != nil {
+	var stored wire.TerminatedRun
+	if err := workflow.ExecuteActivity(actx, v.activity(wire.ActivityReadTerminatedRun), workflowID).Get(ctx, &stored); err != nil {
 		return RunResult{}, err
 	}
 	if stored.Finished || stored.Status != agentsagatype.RunTerminated {
@@ -246,7 +247,7 @@ func RollbackRun(ctx workflow.Context, in agentsagatype.RollbackRequest) (RunRes
 
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
 	finishCtx = workflow.WithActivityOptions(finishCtx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	if err := workflow.ExecuteActivity(finishCtx, v.activity(agentsagatype.ActivityFinishSubRuns), agentsagatype.SubRunsFinish{
+	if err := workflow.ExecuteActivity(finishCtx, v.activity(wire.ActivityFinishSubRuns), wire.SubRunsFinish{
 		WorkflowID: workflowID, Status: result.Status,
 		Reason: fmt.Sprintf("terminated with its parent %s; walked with its parent's stack: %s", workflowID, result.Reason),
 	}).Get(finishCtx, nil); err != nil {
@@ -254,7 +255,7 @@ func RollbackRun(ctx workflow.Context, in agentsagatype.RollbackRequest) (RunRes
 	}
 	outcome := stored.Outcome
 	outcome.Status, outcome.Reason = result.Status, result.Reason
-	if err := workflow.ExecuteActivity(finishCtx, v.activity(agentsagatype.ActivityRecordRunFinish), agentsagatype.RunFinish{
+	if err := workflow.ExecuteActivity(finishCtx, v.activity(wire.ActivityRecordRunFinish), wire.RunFinish{
 		WorkflowID: workflowID, Outcome: outcome}).Get(finishCtx, nil); err != nil {
 		return RunResult{}, err
 	}

@@ -20,8 +20,10 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -39,10 +41,10 @@ func stageTerminatedRun(t *testing.T, store *ledgerdb.Store, url string) {
 	specJSON, err := json.Marshal(spec)
 	require.NoError(t, err)
 	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: terminatedID, RunID: "r1", Goal: spec.Goal, Spec: specJSON}))
-	key := terminatedID + "/" + agentsagatype.ToolActivityID(1, 1, "charge")
-	claim, err := store.ClaimAction(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: terminatedID, ActivityID: agentsagatype.ToolActivityID(1, 1, "charge"),
+	key := terminatedID + "/" + activityid.Tool(1, 1, "charge")
+	claim, err := store.ClaimAction(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: terminatedID, ActivityID: activityid.Tool(1, 1, "charge"),
 		Tool: "charge", Arguments: `{"amount": 10}`,
-		Compensation: &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"charge_id": "{{result.id}}"}`}}, time.Minute)
+		Compensation: &wire.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"charge_id": "{{result.id}}"}`}}, time.Minute)
 	require.NoError(t, err)
 	_, err = store.CompleteAction(ctx, key, claim.Action.Attempts, `{"id": "ch_1"}`)
 	require.NoError(t, err)
@@ -80,7 +82,7 @@ func rollbackEnv(t *testing.T, store *ledgerdb.Store) *testsuite.TestWorkflowEnv
 
 func runRollback(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.RunResult {
 	t.Helper()
-	env.ExecuteWorkflow(workflows.RollbackRun, agentsagatype.RollbackRequest{Reason: terminatedReason})
+	env.ExecuteWorkflow(workflows.RollbackRun, wire.RollbackRequest{Reason: terminatedReason})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var result workflows.RunResult
@@ -169,7 +171,7 @@ func TestRollbackRunLeavesARunThatIsNotMarked(t *testing.T) {
 func TestRollbackRunOfARunTheLedgerDoesNotHaveFails(t *testing.T) {
 	t.Parallel()
 	env := rollbackEnv(t, ledgertest.NewStore(t))
-	env.ExecuteWorkflow(workflows.RollbackRun, agentsagatype.RollbackRequest{Reason: terminatedReason})
+	env.ExecuteWorkflow(workflows.RollbackRun, wire.RollbackRequest{Reason: terminatedReason})
 	require.True(t, env.IsWorkflowCompleted())
 	err := env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
@@ -203,19 +205,19 @@ func TestReconcilerPagesAndStartsRollbacks(t *testing.T) {
 	env := newEnv()
 	env.RegisterWorkflow(workflows.Reconciler)
 	activities.Register(env, &activities.Reconciliation{}, false)
-	var pages []agentsagatype.FindAbandoned
+	var pages []wire.FindAbandoned
 	env.OnActivity(agentsagatype.NamePrefix+"FindAbandonedRuns", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in agentsagatype.FindAbandoned) (agentsagatype.AbandonedPage, error) {
+		func(_ context.Context, in wire.FindAbandoned) (wire.AbandonedPage, error) {
 			pages = append(pages, in)
 			if in.After == "" {
-				return agentsagatype.AbandonedPage{Examined: 2, Live: 1, Next: "b",
-					Rollbacks: []agentsagatype.AbandonedRun{{WorkflowID: "a", Reason: "terminated", Marked: true}}}, nil
+				return wire.AbandonedPage{Examined: 2, Live: 1, Next: "b",
+					Rollbacks: []wire.AbandonedRun{{WorkflowID: "a", Reason: "terminated", Marked: true}}}, nil
 			}
-			return agentsagatype.AbandonedPage{Examined: 2, Covered: []string{"c/step-001-call-1-helper"},
-				Rollbacks: []agentsagatype.AbandonedRun{{WorkflowID: "c", Reason: "vanished", Marked: true}}}, nil
+			return wire.AbandonedPage{Examined: 2, Covered: []string{"c/step-001-call-1-helper"},
+				Rollbacks: []wire.AbandonedRun{{WorkflowID: "c", Reason: "vanished", Marked: true}}}, nil
 		})
 	env.OnActivity(agentsagatype.NamePrefix+"StartRollback", mock.Anything, mock.Anything).Return(
-		func(_ context.Context, run agentsagatype.AbandonedRun) (string, error) {
+		func(_ context.Context, run wire.AbandonedRun) (string, error) {
 			if run.WorkflowID == "c" {
 				return "", errors.New("temporal is busy")
 			}
@@ -225,7 +227,7 @@ func TestReconcilerPagesAndStartsRollbacks(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	var result workflows.ReconcileResult
 	require.NoError(t, env.GetWorkflowResult(&result))
-	assert.Equal(t, []agentsagatype.FindAbandoned{{Limit: 2}, {After: "b", Limit: 2}}, pages)
+	assert.Equal(t, []wire.FindAbandoned{{Limit: 2}, {After: "b", Limit: 2}}, pages)
 	assert.Equal(t, 4, result.Examined)
 	assert.Equal(t, 1, result.Live)
 	assert.Equal(t, []workflows.ReconciledRun{{WorkflowID: "a", Reason: "terminated", RollbackRunID: "rollback-of-a"}}, result.Reconciled)
@@ -244,12 +246,12 @@ func TestReconcilerLoopContinuesAsNewAfterSixHours(t *testing.T) {
 	activities.Register(env, &activities.Reconciliation{}, false)
 	passes := 0
 	env.OnActivity(agentsagatype.NamePrefix+"FindAbandonedRuns", mock.Anything, mock.Anything).Return(
-		func(context.Context, agentsagatype.FindAbandoned) (agentsagatype.AbandonedPage, error) {
+		func(context.Context, wire.FindAbandoned) (wire.AbandonedPage, error) {
 			passes++
 			if passes == 2 {
-				return agentsagatype.AbandonedPage{}, temporal.NewNonRetryableApplicationError("the ledger is down", "LedgerUnavailable", nil)
+				return wire.AbandonedPage{}, temporal.NewNonRetryableApplicationError("the ledger is down", "LedgerUnavailable", nil)
 			}
-			return agentsagatype.AbandonedPage{Examined: 1, Live: 1}, nil
+			return wire.AbandonedPage{Examined: 1, Live: 1}, nil
 		})
 	start := env.Now()
 	env.ExecuteWorkflow(workflows.ReconcilerLoop, workflows.ReconcileLoopInput{})
@@ -265,7 +267,7 @@ func TestRollbackRunWorkflowName(t *testing.T) {
 	env := newEnv()
 	env.RegisterWorkflow(workflows.RollbackRun)
 	activities.Register(env, &activities.Reconciliation{}, false)
-	env.OnActivity(agentsagatype.NamePrefix+"ReadTerminatedRun", mock.Anything, mock.Anything).Return(agentsagatype.TerminatedRun{Status: agentsagatype.RunCompleted, Finished: true}, nil)
-	env.ExecuteWorkflow(agentsagatype.RollbackRunWorkflow, agentsagatype.RollbackRequest{})
+	env.OnActivity(agentsagatype.NamePrefix+"ReadTerminatedRun", mock.Anything, mock.Anything).Return(wire.TerminatedRun{Status: agentsagatype.RunCompleted, Finished: true}, nil)
+	env.ExecuteWorkflow(wire.RollbackRunWorkflow, wire.RollbackRequest{})
 	require.NoError(t, env.GetWorkflowError())
 }

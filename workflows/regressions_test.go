@@ -29,6 +29,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -193,7 +194,7 @@ model:
 	// main loop while the escalated status is being recorded, so both
 	// Updates are handled before the run can act on the first.
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
-		var status agentsagatype.RunStatus
+		var status wire.RunStatus
 		if info.ActivityType.Name != agentsagatype.NamePrefix+"SetRunStatus" || args.Get(&status) != nil || status.Status != agentsagatype.RunEscalated || resume != nil {
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -45,7 +46,7 @@ func TestReplayCorpus(t *testing.T) {
 			replayer.RegisterWorkflow(workflows.AgentRun)
 			replayer.RegisterWorkflow(workflows.RollbackRun)
 			// A run agentsaga.Start started has the namespaced type.
-			replayer.RegisterWorkflowWithOptions(namespacedAgentRun, workflow.RegisterOptions{Name: agentsagatype.NamePrefix + agentsagatype.AgentRunWorkflow})
+			replayer.RegisterWorkflowWithOptions(namespacedAgentRun, workflow.RegisterOptions{Name: agentsagatype.NamePrefix + wire.AgentRunWorkflow})
 			// The workflow ID is part of what the code decides on (a
 			// sub-agent's ID extends its parent's), so the replay uses the
 			// recorded one: corpus-<scenario>, the file name up to its first dot.

@@ -10,13 +10,16 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/textclip"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 func (r *run) setStatus(ctx workflow.Context, status, detail string) {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivitySetRunStatus),
-		agentsagatype.RunStatus{WorkflowID: r.workflowID, Status: status, Detail: detail}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivitySetRunStatus),
+		wire.RunStatus{WorkflowID: r.workflowID, Status: status, Detail: detail}).Get(ctx, nil); err != nil {
 		if temporal.IsCanceledError(err) {
 			// Cancelled with the run or its worker: nothing for an operator.
 			workflow.GetLogger(ctx).Info("the run's status was not recorded: cancelled", "status", status, "error", err)
@@ -86,7 +89,7 @@ type sagaRunner struct{ run *run }
 // Fence closes the run in the ledger and waits for attempts still at work
 // (bounded by the longest tool timeout: no attempt outlives its own), then
 // reads the plan.
-func (s *sagaRunner) Fence(ctx workflow.Context) (agentsagatype.RollbackPlan, error) {
+func (s *sagaRunner) Fence(ctx workflow.Context) (wire.RollbackPlan, error) {
 	longest := time.Duration(0)
 	var irreversible []string
 	for _, t := range s.run.spec.Tools {
@@ -101,15 +104,15 @@ func (s *sagaRunner) Fence(ctx workflow.Context) (agentsagatype.RollbackPlan, er
 		HeartbeatTimeout:    10 * time.Second,
 		Summary:             "rollback: fence the run's actions and wait for attempts still at work",
 	})
-	if err := workflow.ExecuteActivity(closeCtx, s.run.versions.activity(agentsagatype.ActivityCloseRun), s.run.workflowID).Get(ctx, nil); err != nil {
-		return agentsagatype.RollbackPlan{}, fmt.Errorf("the run could not be fenced for its rollback: %w", err)
+	if err := workflow.ExecuteActivity(closeCtx, s.run.versions.activity(wire.ActivityCloseRun), s.run.workflowID).Get(ctx, nil); err != nil {
+		return wire.RollbackPlan{}, fmt.Errorf("the run could not be fenced for its rollback: %w", err)
 	}
 	planCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: "rollback-plan", StartToCloseTimeout: 30 * time.Second})
-	var plan agentsagatype.RollbackPlan
-	err := workflow.ExecuteActivity(planCtx, s.run.versions.activity(agentsagatype.ActivityRollbackPlan), agentsagatype.RollbackPlanRequest{
+	var plan wire.RollbackPlan
+	err := workflow.ExecuteActivity(planCtx, s.run.versions.activity(wire.ActivityRollbackPlan), wire.RollbackPlanRequest{
 		WorkflowID: s.run.workflowID, IrreversibleTools: irreversible}).Get(ctx, &plan)
 	if err != nil {
-		return agentsagatype.RollbackPlan{}, fmt.Errorf("the compensation stack could not be read: %w", err)
+		return wire.RollbackPlan{}, fmt.Errorf("the compensation stack could not be read: %w", err)
 	}
 	return plan, nil
 }
@@ -119,7 +122,7 @@ func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arg
 	if !ok {
 		return "", fmt.Errorf("compensating tool %q is not declared in the spec", c.Tool)
 	}
-	activityID := compensation.RetryActivityID(compensation.ForwardActivityID(s.run.workflowID, c), retry)
+	activityID := activityid.Compensation(compensation.ForwardActivityID(s.run.workflowID, c), retry)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID:          activityID,
 		StartToCloseTimeout: tool.Timeout(),
@@ -130,19 +133,19 @@ func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arg
 			MaximumAttempts: int32(s.run.spec.CompensationAttempts),
 		},
 	})
-	var result agentsagatype.ToolResult
-	err := workflow.ExecuteActivity(actx, s.run.versions.activity(agentsagatype.ActivityCallTool), agentsagatype.ToolCallRequest{
+	var result wire.ToolResult
+	err := workflow.ExecuteActivity(actx, s.run.versions.activity(wire.ActivityCallTool), wire.ToolCallRequest{
 		Tool: tool, Arguments: arguments, Compensates: c.ForwardKey}).Get(ctx, &result)
 	entry := TraceEntry{Step: 0, ActivityID: activityID, Kind: "compensation", Tool: c.Tool,
-		Arguments: clip(arguments, agentsagatype.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
+		Arguments: clip(arguments, textclip.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
 	switch failed := classify(err); {
 	case err == nil:
 		s.run.record(entry)
-		return compensation.Done, nil
+		return agentsagatype.CompensationDone, nil
 	case failed.nothingToUndo:
 		entry.Output = "nothing to undo: " + failed.message
 		s.run.record(entry)
-		return compensation.NotNeeded, nil
+		return agentsagatype.CompensationNotNeeded, nil
 	}
 	entry.Error = errorText(err)
 	s.run.record(entry)
@@ -151,7 +154,7 @@ func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arg
 
 func (s *sagaRunner) Settle(ctx workflow.Context, c agentsagatype.Compensation, status, cause, reason string) error {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-	return workflow.ExecuteActivity(actx, s.run.versions.activity(agentsagatype.ActivitySettleCompensation), agentsagatype.Settlement{
+	return workflow.ExecuteActivity(actx, s.run.versions.activity(wire.ActivitySettleCompensation), wire.Settlement{
 		ForwardKey: c.ForwardKey, Status: status, Error: cause, Reason: reason}).Get(ctx, nil)
 }
 
@@ -160,7 +163,7 @@ func (s *sagaRunner) Escalate(ctx workflow.Context, c agentsagatype.Compensation
 	in := s.run.waitForHuman(ctx, waitingCompensation, agentsagatype.RunNeedsAttention, why,
 		"Update `retry`, `skip` {reason} or `abort` {reason}", 0)
 	if in == nil {
-		return compensation.Decision{Action: compensation.DecisionAbort}
+		return compensation.Decision{Action: UpdateAbort}
 	}
 	return compensation.Decision{Action: in.action, Reason: in.reason}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // A run charged to an account (budget.account, agentsaga-commands 7):
@@ -19,21 +21,21 @@ import (
 
 // spendPlan is what a turn on model m needs to reserve on the run's
 // account, or nil when the run has none.
-func (r *run) spendPlan(m agentsagatype.ModelSpec) *agentsagatype.SpendPlan {
+func (r *run) spendPlan(m agentsagatype.ModelSpec) *wire.SpendPlan {
 	if !r.versions.spendCaps || r.spec.Budget.Account == "" {
 		return nil
 	}
 	price := r.spec.Prices.Models[m.Name]
-	return &agentsagatype.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
+	return &wire.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
 		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion}
 }
 
 // spendRefusalIn is the spend cap's refusal in err, when that is what err
 // is.
-func spendRefusalIn(err error) (agentsagatype.SpendRefusal, bool) {
+func spendRefusalIn(err error) (wire.SpendRefusal, bool) {
 	failure, ok := callFailureIn(err)
 	if !ok || failure.Denial != budget.DenySpendCap || failure.Spend == nil {
-		return agentsagatype.SpendRefusal{}, false
+		return wire.SpendRefusal{}, false
 	}
 	return *failure.Spend, true
 }
@@ -42,7 +44,7 @@ func spendRefusalIn(err error) (agentsagatype.SpendRefusal, bool) {
 // that ends on it: the cap says finish, or waiting for it would pass the
 // run's wall clock.
 type spendCapStop struct {
-	refusal agentsagatype.SpendRefusal
+	refusal wire.SpendRefusal
 	// unaffordable is set when the cap said wait and the run's budget
 	// could not afford the wait.
 	unaffordable bool
@@ -67,7 +69,7 @@ func (e *spendCapStop) reason() string {
 }
 
 // spendCause names a cap in the run's book of waits.
-func spendCause(refusal agentsagatype.SpendRefusal) string {
+func spendCause(refusal wire.SpendRefusal) string {
 	return "the spend cap of account " + refusal.Account
 }
 
@@ -87,7 +89,7 @@ const (
 // A turn the cap would have room for once the reservations in flight
 // settle is not exhausted: it waits for them (the n-th wait of the turn
 // is back), whatever the cap says.
-func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now time.Time, n int) (back time.Time, stop error) {
+func (r *run) meetSpendCap(refusal wire.SpendRefusal, err error, now time.Time, n int) (back time.Time, stop error) {
 	if refusal.Reserved > 0 && refusal.Spent+refusal.Needed <= refusal.RoomForTurns() {
 		back = now.Add(min(inFlightWait<<min(n-1, 8), inFlightWaitCap))
 		if !r.RunBudget.ShouldFinish(back) {
@@ -115,13 +117,13 @@ func (r *run) meetSpendCap(refusal agentsagatype.SpendRefusal, err error, now ti
 
 // waitForSpendCap waits on a timer until back, when the cap's period
 // resets, showing why in the UI and the ledger, and books the wait.
-func (r *run) waitForSpendCap(ctx workflow.Context, refusal agentsagatype.SpendRefusal, activityID string, back time.Time, n int) error {
+func (r *run) waitForSpendCap(ctx workflow.Context, refusal wire.SpendRefusal, activityID string, back time.Time, n int) error {
 	now := workflow.Now(ctx)
 	waiting := fmt.Sprintf("waiting for the spend cap of account %s to reset at %s ($%.2f %s; the turn goes out again then)",
-		refusal.Account, refusal.Resets.UTC().Format(time.RFC3339), refusal.USD, agentsagatype.SpendPer(refusal.Period))
+		refusal.Account, refusal.Resets.UTC().Format(time.RFC3339), refusal.USD, wire.SpendPer(refusal.Period))
 	if back.Before(refusal.Resets) {
 		waiting = fmt.Sprintf("waiting for the spend cap of account %s: $%.2f of its $%.2f %s is held by turns in flight, which give back what they do not spend; the turn asks again at %s",
-			refusal.Account, refusal.Reserved, refusal.USD, agentsagatype.SpendPer(refusal.Period), back.UTC().Format(time.RFC3339))
+			refusal.Account, refusal.Reserved, refusal.USD, wire.SpendPer(refusal.Period), back.UTC().Format(time.RFC3339))
 	}
 	return r.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
 		details: r.RunBudget.Note(now, r.openBreakers()), summary: "waiting for the spend cap of " + refusal.Account,
@@ -140,16 +142,16 @@ func (r *run) accountNote() string {
 		return ""
 	}
 	resets := "resets"
-	if _, rolling := agentsagatype.RollingWindow(a.Period); rolling {
+	if _, rolling := wire.RollingWindow(a.Period); rolling {
 		resets = "room frees"
 	}
 	return fmt.Sprintf("ACCOUNT %s: $%.2f left for turns of its $%.2f %s spend cap (%s %s); it binds before the run's own budget.",
-		a.Account, a.Left, a.USD, agentsagatype.SpendPer(a.Period), resets, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
+		a.Account, a.Left, a.USD, wire.SpendPer(a.Period), resets, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
 // toolSpend is what each attempt of a call of tool costs the run's
 // account, or nil when the run has none or the tool is free.
-func (r *run) toolSpend(tool string) *agentsagatype.ToolSpend {
+func (r *run) toolSpend(tool string) *wire.ToolSpend {
 	if !r.versions.toolSpend || r.spec.Budget.Account == "" {
 		return nil
 	}
@@ -157,7 +159,7 @@ func (r *run) toolSpend(tool string) *agentsagatype.ToolSpend {
 	if usd <= 0 {
 		return nil
 	}
-	return &agentsagatype.ToolSpend{Account: r.spec.Budget.Account, USD: usd}
+	return &wire.ToolSpend{Account: r.spec.Budget.Account, USD: usd}
 }
 
 // waitForToolSpend does what the cap that refused c says, as a model
@@ -187,9 +189,9 @@ func (r *run) waitForToolSpend(ctx workflow.Context, c *toolCall) error {
 		if timerErr := r.waitForSpendCap(ctx, refusal, c.activityID, back, n); timerErr != nil {
 			return timerErr // cancelled while waiting: nothing was sent
 		}
-		c.request.Key = cmp.Or(c.request.Key, agentsagatype.CallKey(r.workflowID, c.activityID))
-		c.result = agentsagatype.ToolResult{}
-		err = r.sendToolCall(ctx, agentsagatype.SubActivityID(c.activityID, agentsagatype.SubAfterSpendCap, n), c.call, c.request).Get(ctx, &c.result)
+		c.request.Key = cmp.Or(c.request.Key, activityid.Key(r.workflowID, c.activityID))
+		c.result = wire.ToolResult{}
+		err = r.sendToolCall(ctx, activityid.Sub(c.activityID, activityid.AfterSpendCap, n), c.call, c.request).Get(ctx, &c.result)
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 )
 
 // defaultShare is the fraction of the parent's remaining budget a
@@ -67,7 +67,7 @@ func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.
 // parent's and its ledger rows link to the parent run.
 func (r *run) startChild(ctx workflow.Context, activityID string, spec RunSpec) workflow.Future {
 	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:    agentsagatype.CallKey(r.workflowID, activityID), // the child is the call
+		WorkflowID:    activityid.Key(r.workflowID, activityID), // the child is the call
 		StaticSummary: clip("sub-agent: "+spec.Goal, 200),
 	})
 	return workflow.ExecuteChildWorkflow(ctx, AgentRun, spec)

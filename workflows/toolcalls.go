@@ -12,7 +12,10 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/textclip"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // A turn's tool calls. The model may ask for several calls in one turn;
@@ -65,19 +68,19 @@ type toolCall struct {
 	entry TraceEntry
 
 	// plan sets what send needs.
-	request     agentsagatype.ToolCallRequest // routeTool
-	child       RunSpec                       // routeAgent
-	reservation budget.Reservation            // routeAgent: its share of the budget
+	request     wire.ToolCallRequest // routeTool
+	child       RunSpec              // routeAgent
+	reservation budget.Reservation   // routeAgent: its share of the budget
 
 	future workflow.Future // send sets it
 
 	// settle sets the outcome.
 	settled bool
-	result  agentsagatype.ToolResult // routeTool, routeReadBack
-	answer  RunResult                // routeAgent
+	result  wire.ToolResult // routeTool, routeReadBack
+	answer  RunResult       // routeAgent
 	err     error
-	gaveUp  agentsagatype.GaveUp // what the ledger knew of a call given up
-	parked  parkedCall           // how the call waited behind an open breaker
+	gaveUp  wire.GaveUp // what the ledger knew of a call given up
+	parked  parkedCall  // how the call waited behind an open breaker
 	// spendStop is what the account's spend cap said of a call it could
 	// not pay for, when that was not to wait: a *spendCapStop (the run
 	// finishes) or a *modelParkedError (a human is asked).
@@ -164,9 +167,9 @@ func (c *toolCall) changedTheWorld() bool {
 // JSON, a budget to share, a payload within bounds) it checks here, so a
 // malformed call never becomes an activity and nothing reaches the ledger.
 func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatype.ToolCall) *toolCall {
-	c := &toolCall{call: call, seq: seq, activityID: agentsagatype.ToolActivityID(step, n, call.Name),
-		entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, agentsagatype.PreviewBytes)}}
-	if call.Name == agentsagatype.ReadResultTool && r.ReadBack {
+	c := &toolCall{call: call, seq: seq, activityID: activityid.Tool(step, n, call.Name),
+		entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, textclip.PreviewBytes)}}
+	if call.Name == wire.ReadResultTool && r.ReadBack {
 		r.Stats.Calls++
 		c.route, c.entry.ActivityID = routeReadBack, c.activityID
 		return c
@@ -200,10 +203,10 @@ func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatyp
 // where its output goes in the conversation, and its undo, when it has one.
 func (r *run) planTool(c *toolCall, tool agentsagatype.ToolSpec) *toolCall {
 	record := c.messageRef()
-	request := agentsagatype.ToolCallRequest{Tool: tool, Arguments: c.call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: &record,
+	request := wire.ToolCallRequest{Tool: tool, Arguments: c.call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: &record,
 		Spend: r.toolSpend(tool.Name)}
 	if tool.Compensate != nil {
-		request.Compensation = &agentsagatype.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
+		request.Compensation = &wire.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
 	}
 	if err := payload.Check("the call of tool "+c.call.Name, request); err != nil {
 		c.entry.ActivityID = "" // never scheduled
@@ -237,8 +240,8 @@ func (c *toolCall) refuse(why string) *toolCall {
 
 // messageRef is the call's place in the conversation, where its activity
 // writes a successful output.
-func (c *toolCall) messageRef() agentsagatype.MessageRef {
-	return agentsagatype.MessageRef{Seq: c.seq, ToolCallID: c.call.ID, Name: c.call.Name}
+func (c *toolCall) messageRef() wire.MessageRef {
+	return wire.MessageRef{Seq: c.seq, ToolCallID: c.call.ID, Name: c.call.Name}
 }
 
 // --- send ---
@@ -257,7 +260,7 @@ func (r *run) sendCall(ctx workflow.Context, c *toolCall) {
 
 // readResult reads a shortened output back whole into the conversation, as
 // the result of the model's read_result call.
-func (r *run) readResult(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, record agentsagatype.MessageRef) workflow.Future {
+func (r *run) readResult(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, record wire.MessageRef) workflow.Future {
 	var args struct {
 		Key string `json:"key"`
 	}
@@ -266,7 +269,7 @@ func (r *run) readResult(ctx workflow.Context, activityID string, call agentsaga
 		ActivityID: activityID, StartToCloseTimeout: 30 * time.Second, Summary: clip("read_result "+args.Key, 100),
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(r.spec.Retry.MaxAttempts)},
 	})
-	return workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityReadResult), agentsagatype.ReadResultRequest{
+	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityReadResult), wire.ReadResultRequest{
 		WorkflowID: r.workflowID, Key: args.Key, Record: record})
 }
 
@@ -325,7 +328,7 @@ func (r *run) settleActivity(ctx workflow.Context, c *toolCall) {
 		c.gaveUp = r.giveUp(ctx, c.activityID, c.call)
 		if c.gaveUp.Status == agentsagatype.ActionCompleted {
 			c.err = nil
-			c.result = agentsagatype.ToolResult{Output: c.gaveUp.Preview, Digest: c.gaveUp.Digest, Replayed: true, Attempt: c.gaveUp.LeafCalls}
+			c.result = wire.ToolResult{Output: c.gaveUp.Preview, Digest: c.gaveUp.Digest, Replayed: true, Attempt: c.gaveUp.LeafCalls}
 		}
 	}
 }
@@ -335,17 +338,17 @@ func (r *run) settleActivity(ctx workflow.Context, c *toolCall) {
 // key (at most that attempt's own timeout), and retries while the ledger
 // is unreachable: the model must not hear "failed" before the key is
 // fenced.
-func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype.ToolCall) agentsagatype.GaveUp {
+func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype.ToolCall) wire.GaveUp {
 	tool, _ := r.spec.tool(call.Name)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ActivityID:          agentsagatype.SubActivityID(activityID, agentsagatype.SubGiveUp, 0),
+		ActivityID:          activityid.Sub(activityID, activityid.GiveUp, 0),
 		StartToCloseTimeout: tool.Timeout() + time.Minute,
 		HeartbeatTimeout:    10 * time.Second,
 		Summary:             clip("give up on "+activityID, 100),
 	})
-	var gaveUp agentsagatype.GaveUp
-	if err := workflow.ExecuteActivity(actx, r.versions.activity(agentsagatype.ActivityGiveUpCall), agentsagatype.GiveUp{
-		Key: agentsagatype.CallKey(r.workflowID, activityID), WorkflowID: r.workflowID, ActivityID: activityID,
+	var gaveUp wire.GaveUp
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityGiveUpCall), wire.GiveUp{
+		Key: activityid.Key(r.workflowID, activityID), WorkflowID: r.workflowID, ActivityID: activityID,
 		Tool: call.Name, Arguments: call.Arguments,
 	}).Get(ctx, &gaveUp); err != nil {
 		workflow.GetLogger(ctx).Warn("could not fence a failed call's key", "activity_id", activityID, "error", err)
@@ -369,7 +372,7 @@ func (r *run) recordCall(c *toolCall) (escalation string) {
 		// A successful call's output was written by its activity; an
 		// error is the workflow's to write.
 		r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
-			Content: agentsagatype.Preview("error: " + c.entry.Error)})
+			Content: textclip.Preview("error: " + c.entry.Error)})
 	}
 	return escalation
 }
@@ -434,10 +437,10 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 // its own run's.
 func (r *run) recordAgent(c *toolCall) {
 	r.absorb(c.reservation, c.answer)
-	c.entry.Output, c.entry.Attempts = agentsagatype.Preview(childOutput(c.answer)), 1
+	c.entry.Output, c.entry.Attempts = textclip.Preview(childOutput(c.answer)), 1
 	if c.err != nil {
 		c.entry.Error = errorText(c.err)
 	}
 	r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
-		Content: c.entry.Output, Key: agentsagatype.CallKey(r.workflowID, c.entry.ActivityID)})
+		Content: c.entry.Output, Key: activityid.Key(r.workflowID, c.entry.ActivityID)})
 }

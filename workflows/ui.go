@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -68,7 +69,7 @@ func (r *run) registerQueries(ctx workflow.Context) error {
 			if e.Error != "" {
 				outcome = "failed: " + clip(e.Error, 120)
 			}
-			entries = append(entries, ledgerEntry{Key: agentsagatype.CallKey(r.workflowID, e.ActivityID), Tool: e.Tool, Outcome: outcome, Attempts: e.Attempts})
+			entries = append(entries, ledgerEntry{Key: activityid.Key(r.workflowID, e.ActivityID), Tool: e.Tool, Outcome: outcome, Attempts: e.Attempts})
 		}
 		return entries, nil
 	}, workflow.QueryHandlerOptions{Description: "The run's actions under their idempotency keys, as the workflow saw them."})

@@ -19,7 +19,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -644,10 +644,10 @@ func (r *chaosRun) setUp(ctx context.Context) {
 	r.tool = startChaosTool(t)
 	r.spec = chaosSpec(t, r.cc, r.tool.URL)
 
-	bob := agentsagatype.ToolActivityID(2, 1, "charge")
+	bob := activityid.Tool(2, 1, "charge")
 	r.faultActivity = bob
 	if r.cc.Boundary == boundaryDuringWalk {
-		r.faultActivity = compensation.ActivityID(bob)
+		r.faultActivity = activityid.Compensation(bob, 0)
 	}
 	r.faultKey = r.wf + "/" + r.faultActivity
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -532,7 +533,7 @@ func testClusterTwoWorkers(t *testing.T, bin string, temporal *temporalServer, r
 	c := temporal.client(t, namespace)
 	databaseURL := ledgertest.NewDatabase(t)
 	const held = "two-workers-0"
-	heldKey := held + "/" + agentsagatype.ToolActivityID(1, 1, "charge")
+	heldKey := held + "/" + activityid.Tool(1, 1, "charge")
 	tool := startToolServer(t, heldKey)
 	workers := []*process{
 		startWorkerProcess(t, bin, "worker-a", temporal.address(), namespace, databaseURL),
@@ -546,7 +547,7 @@ func testClusterTwoWorkers(t *testing.T, bin string, temporal *temporalServer, r
 		runs = append(runs, startFaultRun(ctx, t, c, fmt.Sprintf("two-workers-%d", i), faultSpec(t, chargeTwice, tool.URL, 3)))
 	}
 	tool.waitHeld(ctx, t)
-	attempt, ok, err := pendingAttempt(ctx, c, held, agentsagatype.ToolActivityID(1, 1, "charge"))
+	attempt, ok, err := pendingAttempt(ctx, c, held, activityid.Tool(1, 1, "charge"))
 	require.NoError(t, err)
 	require.True(t, ok, "the held charge is started")
 	var victim, survivor *process

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
@@ -51,9 +51,9 @@ func spendCommand() *cobra.Command {
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ACCOUNT\tCAP\tFINISH RESERVE\tSPENT\tRESERVED\tLEFT\tRESETS\tRUNS WAITING\tON EXHAUSTED\tSET BY")
 			for _, c := range caps {
-				cap := fmt.Sprintf("$%.2f %s (%s)", c.USD, agentsagatype.SpendPer(c.Period), c.TimeZone)
-				if _, rolling := agentsagatype.RollingWindow(c.Period); rolling {
-					cap = fmt.Sprintf("$%.2f %s", c.USD, agentsagatype.SpendPer(c.Period))
+				cap := fmt.Sprintf("$%.2f %s (%s)", c.USD, wire.SpendPer(c.Period), c.TimeZone)
+				if _, rolling := wire.RollingWindow(c.Period); rolling {
+					cap = fmt.Sprintf("$%.2f %s", c.USD, wire.SpendPer(c.Period))
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%.0f%%\t$%.4f\t$%.4f\t$%.4f\t%s\t%d\t%s\t%s %s\n", c.Account, cap,
 					100*c.FinishReserve, c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.Waiting, c.OnExhausted,

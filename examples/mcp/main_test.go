@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -30,7 +30,7 @@ func TestARunInvoicesThroughMCP(t *testing.T) {
 	id, result := runInvoice(t, billing)
 	require.Equal(t, "completed", result.Status, result.Reason)
 	require.Equal(t, 1, billing.Issued())
-	require.Equal(t, []string{id + "/" + agentsagatype.ToolActivityID(1, 1, "billing_create_invoice")}, billing.Keys(),
+	require.Equal(t, []string{id + "/" + activityid.Tool(1, 1, "billing_create_invoice")}, billing.Keys(),
 		"the invoice was issued under the call's key, from _meta")
 }
 
@@ -45,7 +45,7 @@ func TestATypedMCPToolsOutageIsRetried(t *testing.T) {
 	require.Equal(t, "completed", result.Status, result.Reason)
 	require.Equal(t, 2, billing.Calls(), "one 503, then the retry")
 	require.Equal(t, 1, billing.Issued())
-	require.Equal(t, []string{id + "/" + agentsagatype.ToolActivityID(1, 1, "billing_create_invoice")}, billing.Keys(),
+	require.Equal(t, []string{id + "/" + activityid.Tool(1, 1, "billing_create_invoice")}, billing.Keys(),
 		"the retry carried the same key")
 }
 

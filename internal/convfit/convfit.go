@@ -14,6 +14,8 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/textclip"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // ToLedger is m as a conversation row.
@@ -129,7 +131,7 @@ func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledgerdb.Fit
 	if len(what) > 0 {
 		text := fmt.Sprintf("CONTEXT: to fit the context budget, %s. Every output is kept: call %s with a call's key "+
 			"(the run's workflow ID, \"/\", and its activity ID, such as step-003-call-1-search) to read one back whole.",
-			strings.Join(what, " and "), agentsagatype.ReadResultTool)
+			strings.Join(what, " and "), wire.ReadResultTool)
 		if note != nil {
 			note.Content = text
 		} else {
@@ -150,18 +152,18 @@ func assemble(msgs []agentsagatype.Message, whole map[int]int, plan ledgerdb.Fit
 func shorten(m agentsagatype.Message, whole int) (string, bool) {
 	if strings.HasPrefix(m.Content, "error: ") {
 		line, _, _ := strings.Cut(m.Content, "\n")
-		line, _ = agentsagatype.CutAtRune(line, 200)
+		line, _ = textclip.CutAtRune(line, 200)
 		return line, len(line) < whole
 	}
 	if whole <= shortenedPreviewBytes {
 		return "", false
 	}
-	start, _ := agentsagatype.CutAtRune(m.Content, shortenedPreviewBytes)
+	start, _ := textclip.CutAtRune(m.Content, shortenedPreviewBytes)
 	if m.Key == "" {
 		return fmt.Sprintf("%s... [shortened: %d bytes in all]", start, whole), true
 	}
 	return fmt.Sprintf("%s... [shortened: %d bytes in all; %s {\"key\": %q} reads it whole]",
-		start, whole, agentsagatype.ReadResultTool, m.Key), true
+		start, whole, wire.ReadResultTool, m.Key), true
 }
 
 // codec is the tokenizer the estimate counts with: o200k, OpenAI's current

@@ -19,6 +19,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/lease"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // Call is one attempt of a call that must take effect once per
@@ -50,12 +51,12 @@ type Call struct {
 // cannot pay for: not retryable (the run does what the cap says), and
 // saying which cap and when it resets (its cause, a *SpendCapWaitError,
 // which the retry hook reads).
-func SpendCapRefusal(message string, refusal agentsagatype.SpendRefusal) error {
+func SpendCapRefusal(message string, refusal wire.SpendRefusal) error {
 	return temporal.NewNonRetryableApplicationError(message, budget.DenySpendCap, &SpendCapWaitError{Refusal: refusal})
 }
 
 // SpendCapWaitError carries the cap that refused a turn.
-type SpendCapWaitError struct{ Refusal agentsagatype.SpendRefusal }
+type SpendCapWaitError struct{ Refusal wire.SpendRefusal }
 
 func (e *SpendCapWaitError) Error() string { return e.Refusal.Reason() }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/coalesce"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -45,7 +46,7 @@ type ActionRequest struct {
 	Arguments  string
 	// Compensation, when set, is registered in the same statement that
 	// first claims the key: before the action is attempted.
-	Compensation *agentsagatype.CompensationRequest
+	Compensation *wire.CompensationRequest
 	// Compensates is the forward key this action undoes, for a
 	// compensating action. A rollback fences forward actions, not these.
 	Compensates string

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // ErrDecided is returned when a decision is recorded for an approval that
@@ -151,8 +152,8 @@ const holdLimitSQL = `SELECT granted, total FROM agentsaga_hold_limit($1, $2, $3
 // HoldLimit counts a call against one of its run's limits, or refuses it
 // when the run's total with the call would pass the limit (migration
 // 00019, agentsaga_hold_limit). Holding the same call again is granted.
-func (s *Store) HoldLimit(ctx context.Context, hold agentsagatype.LimitHold) (agentsagatype.LimitHeld, error) {
-	var held agentsagatype.LimitHeld
+func (s *Store) HoldLimit(ctx context.Context, hold wire.LimitHold) (wire.LimitHeld, error) {
+	var held wire.LimitHeld
 	if err := s.pool.QueryRow(ctx, holdLimitSQL, hold.Key, hold.WorkflowID, hold.Limit, hold.Amount, hold.AtMost).
 		Scan(&held.Granted, &held.Total); err != nil {
 		return held, fmt.Errorf("ledger: hold %s against %s: %w", hold.Key, hold.Limit, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 func TestApprovalIsRecordedOnceAndDecidedOnce(t *testing.T) {
@@ -90,9 +91,9 @@ func TestLimitTotalCountsWhatMayHaveHappened(t *testing.T) {
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
 	const wf, limit = "wf-sum", "sum(amount) <= 200"
-	hold := func(call string, amount float64) agentsagatype.LimitHeld {
+	hold := func(call string, amount float64) wire.LimitHeld {
 		t.Helper()
-		held, err := store.HoldLimit(ctx, agentsagatype.LimitHold{Key: wf + "/" + call, WorkflowID: wf, Tool: "refund", Limit: limit, Amount: amount, AtMost: 200})
+		held, err := store.HoldLimit(ctx, wire.LimitHold{Key: wf + "/" + call, WorkflowID: wf, Tool: "refund", Limit: limit, Amount: amount, AtMost: 200})
 		require.NoError(t, err)
 		return held
 	}
@@ -100,7 +101,7 @@ func TestLimitTotalCountsWhatMayHaveHappened(t *testing.T) {
 		t.Helper()
 		req := ledgerdb.ActionRequest{Key: wf + "/" + call, WorkflowID: wf, ActivityID: call, Tool: "refund", Arguments: "{}"}
 		if compensate {
-			req.Compensation = &agentsagatype.CompensationRequest{Tool: "cancel_refund", ArgumentsTemplate: "{}"}
+			req.Compensation = &wire.CompensationRequest{Tool: "cancel_refund", ArgumentsTemplate: "{}"}
 		}
 		claim, err := store.ClaimAction(ctx, req, time.Minute)
 		require.NoError(t, err)
@@ -143,7 +144,7 @@ func TestLimitNeverOverGrantsAcrossPools(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			held, err := stores[i%len(stores)].HoldLimit(ctx, agentsagatype.LimitHold{Key: fmt.Sprintf("wf-race/c%d", i), WorkflowID: "wf-race",
+			held, err := stores[i%len(stores)].HoldLimit(ctx, wire.LimitHold{Key: fmt.Sprintf("wf-race/c%d", i), WorkflowID: "wf-race",
 				Tool: "refund", Limit: "sum(amount) <= 200", Amount: perCall, AtMost: atMost})
 			if err != nil {
 				errs <- err

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // hostileText is text that would change a statement built by string
@@ -71,7 +72,7 @@ func TestHostileValuesAreDataEverywhere(t *testing.T) {
 
 		// Actions, their compensation, and a rejected one.
 		claim, err := store.ClaimAction(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: wf, ActivityID: h, Tool: h,
-			Arguments: string(args), Compensation: &agentsagatype.CompensationRequest{Tool: h, ArgumentsTemplate: h}}, time.Minute)
+			Arguments: string(args), Compensation: &wire.CompensationRequest{Tool: h, ArgumentsTemplate: h}}, time.Minute)
 		require.NoError(t, err, h)
 		require.True(t, claim.Execute)
 		done, err := store.CompleteAction(ctx, key, claim.Action.Attempts, h)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -66,16 +67,16 @@ func (s *Store) irreversibleActions(ctx context.Context, workflowID string, tool
 
 // Plan reads a run's RollbackPlan; irreversibleTools names the tools whose
 // effects cannot be undone.
-func (s *Store) Plan(ctx context.Context, workflowID string, irreversibleTools []string) (agentsagatype.RollbackPlan, error) {
+func (s *Store) Plan(ctx context.Context, workflowID string, irreversibleTools []string) (wire.RollbackPlan, error) {
 	stack, err := s.CompensationStack(ctx, workflowID)
 	if err != nil {
-		return agentsagatype.RollbackPlan{}, err
+		return wire.RollbackPlan{}, err
 	}
 	irreversible, err := s.irreversibleActions(ctx, workflowID, irreversibleTools)
 	if err != nil {
-		return agentsagatype.RollbackPlan{}, err
+		return wire.RollbackPlan{}, err
 	}
-	return agentsagatype.RollbackPlan{Stack: stack, Irreversible: irreversible}, nil
+	return wire.RollbackPlan{Stack: stack, Irreversible: irreversible}, nil
 }
 
 // CloseRun begins a run's rollback: the run and its sub-agents refuse

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/runevents"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // seedRun makes a run with an action (and its compensation), a leaf call,
@@ -24,7 +25,7 @@ func seedRun(ctx context.Context, t *testing.T, store *ledgerdb.Store, id, statu
 	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "g", Spec: []byte(`{}`)}))
 	key := id + "/step-001-call-1-charge"
 	_, err := store.ClaimAction(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: id, ActivityID: "step-001-call-1-charge", Tool: "charge",
-		Arguments: `{}`, Compensation: &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{}`}}, time.Minute)
+		Arguments: `{}`, Compensation: &wire.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{}`}}, time.Minute)
 	require.NoError(t, err)
 	_, err = store.CompleteAction(ctx, key, 1, `{"id":"ch"}`)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 func candidateIDs(t *testing.T, store *ledgerdb.Store, olderThan time.Duration, after string, limit int) []string {
@@ -68,7 +69,7 @@ func TestMarkTerminatedMarksOnceAndClosesTheRun(t *testing.T) {
 	require.NoError(t, store.FinishRun(ctx, "done", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted, Reason: "the model answered"}))
 
 	charge := fencedRequest("wf", "step-001-call-1-charge")
-	charge.Compensation = &agentsagatype.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"key": "{{key}}"}`}
+	charge.Compensation = &wire.CompensationRequest{Tool: "refund", ArgumentsTemplate: `{"key": "{{key}}"}`}
 	claim, err := store.ClaimAction(ctx, charge, time.Minute)
 	require.NoError(t, err)
 	_, err = store.CompleteAction(ctx, charge.Key, claim.Action.Attempts, `{"id": "ch_1"}`)

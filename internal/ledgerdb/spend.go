@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // Spend caps (migration 00021, issue 31): USD per account and calendar
@@ -91,7 +92,7 @@ func (c SpendCap) Validate() error {
 	switch c.Period {
 	case SpendMinute, SpendHour, SpendDay, SpendMonth:
 	default:
-		window, rolling := agentsagatype.RollingWindow(c.Period)
+		window, rolling := wire.RollingWindow(c.Period)
 		if !rolling {
 			return fmt.Errorf("spend cap %s: period %q is not %s, %s, %s, %s or a rolling window (%q)", c.Account, c.Period,
 				SpendMinute, SpendHour, SpendDay, SpendMonth, RollingPeriod(24*time.Hour))
@@ -274,8 +275,8 @@ type SpendReservation struct {
 func (r SpendReservation) Left() float64 { return max(r.Room-r.Spent-r.Reserved, 0) }
 
 // Refusal is a refused reservation of needed USD, as a run reads it.
-func (r SpendReservation) Refusal(needed float64) agentsagatype.SpendRefusal {
-	return agentsagatype.SpendRefusal{Account: r.Cap.Account, Period: r.Cap.Period, USD: r.Cap.USD, Room: r.Room, Spent: r.Spent,
+func (r SpendReservation) Refusal(needed float64) wire.SpendRefusal {
+	return wire.SpendRefusal{Account: r.Cap.Account, Period: r.Cap.Period, USD: r.Cap.USD, Room: r.Room, Spent: r.Spent,
 		Reserved: r.Reserved, Resets: r.Resets, OnExhausted: r.Cap.OnExhausted, Needed: needed}
 }
 

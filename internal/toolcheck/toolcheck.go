@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/net/http/httpguts"
 )
@@ -161,7 +162,7 @@ func schema(t agentsagatype.ToolSpec) (*jsonschema.Schema, error) {
 // the tool's schema, and says what is wrong when it is not.
 func CheckArguments(t agentsagatype.ToolSpec, arguments string) error {
 	if !json.Valid([]byte(arguments)) {
-		return fmt.Errorf("tool %s: arguments are not valid JSON: %s", t.Name, agentsagatype.Clip(arguments, 200))
+		return fmt.Errorf("tool %s: arguments are not valid JSON: %s", t.Name, textclip.Clip(arguments, 200))
 	}
 	schema, err := schema(t)
 	if err != nil || schema == nil {

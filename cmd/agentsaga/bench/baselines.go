@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"net/http"
 	"strconv"
 	"time"
@@ -60,7 +60,7 @@ func BaselineWorkflow(ctx workflow.Context, in BaselineInput) (int, error) {
 // BaselineCall is one call through the stacked in-process retry loops.
 func BaselineCall(ctx context.Context, in BaselineInput) error {
 	info := activity.GetInfo(ctx)
-	key := agentsagatype.CallKey(info.WorkflowExecution.ID, info.ActivityID)
+	key := activityid.Key(info.WorkflowExecution.ID, info.ActivityID)
 	// Every request of this activity attempt, however many the in-process
 	// layers make, carries the activity's attempt number.
 	attempt := strconv.Itoa(int(info.Attempt))

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/migrations"
 )
@@ -152,8 +153,8 @@ func ledgerCalls(ctx context.Context, store *ledgerdb.Store, prefix string, roun
 		wg.Go(func() {
 			run := fmt.Sprintf("%s-%d", prefix, g)
 			for i := 0; (deadline.IsZero() || time.Now().Before(deadline)) && (perClient == 0 || i < perClient); i++ {
-				activityID := agentsagatype.ToolActivityID(i, round, "bench")
-				key := agentsagatype.CallKey(run, activityID)
+				activityID := activityid.Tool(i, round, "bench")
+				key := activityid.Key(run, activityID)
 				claim, err := store.ClaimCall(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: run, ActivityID: activityID, Tool: "bench", Arguments: `{}`},
 					ledgerdb.LeafCall{Attempt: 1, Kind: ledgerdb.LeafTool, Target: "bench"}, time.Minute)
 				if err == nil && !claim.Execute {

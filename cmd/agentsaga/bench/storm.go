@@ -18,6 +18,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -139,11 +141,11 @@ func parkedCall(ctx workflow.Context, url string, i, toolRetryCap int, rate int6
 	future, settable := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		first := fmt.Sprintf("call-%d", i+1)
-		key := agentsagatype.CallKey(workflow.GetInfo(ctx).WorkflowExecution.ID, first)
+		key := activityid.Key(workflow.GetInfo(ctx).WorkflowExecution.ID, first)
 		err := agentsagaSend(ctx, url, i, first, "", toolRetryCap, rate).Get(ctx, nil)
 		err, _ = workflows.WaitOutBreaker(ctx, err, workflows.BreakerWait{Limit: StormBreakerWait, Summary: "parked: echo's breaker is open"},
 			func(ctx workflow.Context, n int) workflow.Future {
-				return agentsagaSend(ctx, url, i, agentsagatype.SubActivityID(first, agentsagatype.SubAfterBreaker, n), key, toolRetryCap, rate)
+				return agentsagaSend(ctx, url, i, activityid.Sub(first, activityid.AfterBreaker, n), key, toolRetryCap, rate)
 			}, nil)
 		settable.Set(nil, err)
 	})
@@ -185,7 +187,7 @@ func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key stri
 	if rate > 0 {
 		tool.RateLimit = &agentsagatype.RateLimit{RequestsPerMinute: rate}
 	}
-	return workflow.ExecuteActivity(actx, acts.CallTool, agentsagatype.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
+	return workflow.ExecuteActivity(actx, acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
 		Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
 			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),
 			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second, Released: key != ""}})

@@ -1,8 +1,9 @@
-package agentsagatype
+package wire
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"strings"
 	"time"
 )
@@ -11,17 +12,17 @@ import (
 // conversation: the activity reads the messages from the ledger, fits them
 // to the model's context budget, and records the reply there.
 type ModelCall struct {
-	Model        ModelSpec    `json:"model"`
-	Conversation Conversation `json:"conversation"`
-	Tools        []ToolDef    `json:"tools,omitempty"`
+	Model        agentsagatype.ModelSpec `json:"model"`
+	Conversation Conversation            `json:"conversation"`
+	Tools        []agentsagatype.ToolDef `json:"tools,omitempty"`
 	// Note is the budget note the model reads last; it is not stored.
 	Note string `json:"note,omitempty"`
 	// Finish marks the graceful-finish call (FinishInstructions follow the
 	// note, and no tools are offered).
 	Finish bool `json:"finish,omitempty"`
 	// FinishInstructions are the switched instructions of a finish call.
-	FinishInstructions string    `json:"finish_instructions,omitempty"`
-	Retry              RetryPlan `json:"retry"`
+	FinishInstructions string                  `json:"finish_instructions,omitempty"`
+	Retry              agentsagatype.RetryPlan `json:"retry"`
 	// Key, when set, is the turn's idempotency key in place of the
 	// activity's own: a turn sent again after waiting for the model's
 	// breaker, or sent to a fallback model, keeps the key of its first
@@ -60,14 +61,6 @@ type SpendPlan struct {
 	// cache (0: the input price).
 	CachedInputPerMillion float64 `json:"cached_input_per_million,omitempty"`
 }
-
-// What a run does when its account's spend cap cannot pay for its next
-// turn (a cap's on_exhausted).
-const (
-	OnExhaustedFinish   = "finish"   // end gracefully, with a partial answer
-	OnExhaustedWait     = "wait"     // wait durably for the period to reset
-	OnExhaustedEscalate = "escalate" // ask a human to raise the cap or abort
-)
 
 // SpendRefusal is the spend cap that refused a turn: the account it
 // belongs to, what it allows a period and what was spent and reserved in
@@ -141,9 +134,9 @@ func (r SpendRefusal) RoomForTurns() float64 {
 
 // ToolCallRequest is the input of CallTool.
 type ToolCallRequest struct {
-	Tool      ToolSpec  `json:"tool"`
-	Arguments string    `json:"arguments"`
-	Retry     RetryPlan `json:"retry"`
+	Tool      agentsagatype.ToolSpec  `json:"tool"`
+	Arguments string                  `json:"arguments"`
+	Retry     agentsagatype.RetryPlan `json:"retry"`
 	// Compensation is registered in the ledger before the tool is called.
 	Compensation *CompensationRequest `json:"compensation,omitempty"`
 	// Compensates is the forward key this call undoes, for a compensation:
@@ -187,8 +180,8 @@ type ToolResult struct {
 
 // RunFinish is the input of RecordRunFinish.
 type RunFinish struct {
-	WorkflowID string     `json:"workflow_id"`
-	Outcome    RunOutcome `json:"outcome"`
+	WorkflowID string                   `json:"workflow_id"`
+	Outcome    agentsagatype.RunOutcome `json:"outcome"`
 }
 
 // GiveUp is the input of GiveUpCall: the call the workflow gives up on.
@@ -239,36 +232,6 @@ type RunStatus struct {
 	WorkflowID string `json:"workflow_id"`
 	Status     string `json:"status"`
 	Detail     string `json:"detail"`
-}
-
-// RetryPlan is what the workflow tells each model and tool call about its
-// retries. The workflow computes it when it schedules the call, so the
-// allowance reflects the run's logical calls so far, and the run's shared
-// counters (retries, per-tool retries) live in Postgres where parallel
-// calls of one turn pay against them atomically.
-type RetryPlan struct {
-	// Tool is the per-tool cap's key; model calls use "model".
-	Tool string `json:"tool"`
-	// Dependency is the circuit breaker's key, shared by the fleet.
-	Dependency   string  `json:"dependency"`
-	MaxAttempts  int     `json:"max_attempts"`
-	ToolRetryCap int     `json:"tool_retry_cap"`
-	RunAllowance float64 `json:"run_allowance"`
-	// BackoffBase and BackoffCap shape full-jitter backoff.
-	BackoffBase time.Duration `json:"backoff_base"`
-	BackoffCap  time.Duration `json:"backoff_cap"`
-	// Deadline is the run's absolute deadline; zero means none.
-	Deadline time.Time `json:"deadline,omitempty"`
-	// ReleaseInterval, when the dependency declares its rate (rate_limit:
-	// requests_per_minute), is the time between two of the calls its open
-	// breaker parked coming back: the backlog drains at the rate the
-	// dependency can take. Zero: the breaker's own interval. Plan sets it
-	// from the spec.
-	ReleaseInterval time.Duration `json:"release_interval,omitempty"`
-	// Released marks a call sent again after waiting behind its
-	// dependency's open breaker: once the breaker has closed, it takes its
-	// place in the dependency's paced line before it goes.
-	Released bool `json:"released,omitempty"`
 }
 
 // CallFailure travels as the details of every error the retry hook
@@ -350,7 +313,7 @@ type TerminatedRun struct {
 	// Spec is the run's workflows.RunSpec, as JSON.
 	Spec json.RawMessage `json:"spec"`
 	// What the run had spent, as far as the ledger knows.
-	Outcome RunOutcome `json:"outcome"`
+	Outcome agentsagatype.RunOutcome `json:"outcome"`
 }
 
 // SubRunsFinish is the input of FinishSubRuns.
@@ -361,16 +324,16 @@ type SubRunsFinish struct {
 }
 
 // Plan is the call's retry plan, for the retry hook.
-func (c ModelCall) Plan() RetryPlan {
+func (c ModelCall) Plan() agentsagatype.RetryPlan {
 	p := c.Retry
-	p.ReleaseInterval = c.Model.RateLimit.releaseInterval()
+	p.ReleaseInterval = releaseInterval(c.Model.RateLimit)
 	return p
 }
 
 // Plan is the call's retry plan, for the retry hook.
-func (r ToolCallRequest) Plan() RetryPlan {
+func (r ToolCallRequest) Plan() agentsagatype.RetryPlan {
 	p := r.Retry
-	p.ReleaseInterval = r.Tool.RateLimit.releaseInterval()
+	p.ReleaseInterval = releaseInterval(r.Tool.RateLimit)
 	return p
 }
 
@@ -381,3 +344,15 @@ func (c ModelCall) FirstKey() string { return c.Key }
 // FirstKey is the idempotency key of the call's first activity, or "" when
 // the activity's own key is the call's.
 func (r ToolCallRequest) FirstKey() string { return r.Key }
+
+// releaseInterval is the time between two requests at 95% of the declared
+// request rate (zero when none is declared): at the rate itself, the
+// jitter of timers and task queues puts an eleventh request into some
+// second of a service that takes ten, which fails it, and three such
+// failures in a row open the breaker again.
+func releaseInterval(l *agentsagatype.RateLimit) time.Duration {
+	if l == nil || l.RequestsPerMinute <= 0 {
+		return 0
+	}
+	return time.Minute * 100 / time.Duration(95*l.RequestsPerMinute)
+}

@@ -1,0 +1,47 @@
+package wire
+
+// RollbackRunWorkflow is the workflow type (workflows.RollbackRun) that walks
+// the compensation stack of a run that ended behind the engine's back. It
+// runs under the run's own workflow ID, so its compensations get the keys
+// the run's own walk would have used.
+const RollbackRunWorkflow = "RollbackRun"
+
+// AgentRunWorkflow is the bare workflow type of a run (workflows.AgentRun),
+// which runs started before the names were namespaced still have; a new
+// run's type is NamePrefix + this (agentsaga.AgentRunWorkflow).
+const AgentRunWorkflow = "AgentRun"
+
+// The engine's activities, by the names of the methods that implement them
+// (activities.Activities and activities.Reconciliation). A worker registers
+// each under NamePrefix + its name; the workflows schedule them by these
+// constants, and a test in activities checks that each names a method and
+// that every method has one.
+const (
+	ActivityCallModel          = "CallModel"
+	ActivityCallTool           = "CallTool"
+	ActivityCloseRun           = "CloseRun"
+	ActivityGiveUpCall         = "GiveUpCall"
+	ActivityListMCPTools       = "ListMCPTools"
+	ActivityReadResult         = "ReadResult"
+	ActivityRecordRunFinish    = "RecordRunFinish"
+	ActivityRecordRunStart     = "RecordRunStart"
+	ActivityRollbackPlan       = "RollbackPlan"
+	ActivitySetRunStatus       = "SetRunStatus"
+	ActivitySettleCompensation = "SettleCompensation"
+	ActivityFindAbandonedRuns  = "FindAbandonedRuns"
+	ActivityFinishSubRuns      = "FinishSubRuns"
+	ActivityReadTerminatedRun  = "ReadTerminatedRun"
+	ActivityStartRollback      = "StartRollback"
+	ActivityRequestApproval    = "RequestApproval"
+	ActivityDecideApproval     = "DecideApproval"
+	ActivityHoldLimit          = "HoldLimit"
+)
+
+// Activities lists every activity name above.
+var Activities = []string{
+	ActivityCallModel, ActivityCallTool, ActivityCloseRun, ActivityGiveUpCall, ActivityListMCPTools,
+	ActivityReadResult, ActivityRecordRunFinish, ActivityRecordRunStart, ActivityRollbackPlan,
+	ActivitySetRunStatus, ActivitySettleCompensation, ActivityFindAbandonedRuns, ActivityFinishSubRuns,
+	ActivityReadTerminatedRun, ActivityStartRollback, ActivityRequestApproval, ActivityDecideApproval,
+	ActivityHoldLimit,
+}

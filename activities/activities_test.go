@@ -17,7 +17,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/internal/wire"
@@ -173,7 +172,7 @@ func TestCallToolRefusalIsNeverRetried(t *testing.T) {
 	defer ts.Close()
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	tool := agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL,
-		Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
+		Refusal: []agentsagatype.RefusalRule{{Field: "status", Equals: "declined"}}}
 	require.NoError(t, toolcheck.Validate(tool))
 	for range 2 {
 		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{"amount": 5}`})

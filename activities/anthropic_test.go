@@ -294,7 +294,7 @@ func TestAnthropicModelHTTPErrorBadRequest(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, httpErr.StatusCode)
 	assert.Contains(t, httpErr.Body, "max_tokens: Field required")
 	assert.Nil(t, httpErr.ShouldRetry)
-	assert.Equal(t, budget.NonRetryable, budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry))
+	assert.False(t, budget.RetryableStatus(httpErr.StatusCode, httpErr.ShouldRetry))
 	assert.Equal(t, "anthropic messages: HTTP 400: "+body, err.Error())
 	assert.EqualValues(t, 1, srv.requests.Load())
 }
@@ -311,7 +311,7 @@ func TestAnthropicModelOverloadedNoSDKRetry(t *testing.T) {
 	assert.Equal(t, 529, httpErr.StatusCode)
 	assert.Nil(t, httpErr.ShouldRetry)
 	assert.Contains(t, httpErr.Body, "overloaded_error")
-	assert.Equal(t, budget.Retryable, budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry))
+	assert.True(t, budget.RetryableStatus(httpErr.StatusCode, httpErr.ShouldRetry))
 	assert.EqualValues(t, 1, srv.requests.Load(), "exactly one request: retries are Temporal's")
 }
 

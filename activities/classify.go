@@ -27,7 +27,7 @@ type classified struct {
 
 // statusErrTypes is the error type of a non-retryable HTTP status; any
 // other is ErrTypeHTTP. Whether a status is retryable is
-// budget.ClassifyStatus's (ARCHITECTURE.md decision 2).
+// budget.RetryableStatus's (ARCHITECTURE.md decision 2).
 var statusErrTypes = map[int]string{
 	http.StatusUnauthorized: agentsagatype.ErrTypePermission,
 	http.StatusForbidden:    agentsagatype.ErrTypePermission,
@@ -37,7 +37,7 @@ var statusErrTypes = map[int]string{
 
 // classify is the one place an activity's failure is classified: a tool's
 // configuration error and a PermanentError are not retryable; an HTTP error
-// is as budget.ClassifyStatus says, typed by statusErrTypes when it is not;
+// is as budget.RetryableStatus says, typed by statusErrTypes when it is not;
 // an activity error (what toActivityError built) is read back; anything
 // else is transient and retryable. toActivityError builds activity errors
 // from it, and the retry hook reads failures with it.
@@ -53,7 +53,7 @@ func classify(err error) classified {
 		c.errType, c.retryable = agentsagatype.ErrTypeRejected, false
 	case errors.As(err, &httpErr):
 		c.errType, c.status = agentsagatype.ErrTypeHTTP, httpErr.StatusCode
-		if budget.ClassifyStatus(httpErr.StatusCode, httpErr.ShouldRetry) != budget.Retryable {
+		if !budget.RetryableStatus(httpErr.StatusCode, httpErr.ShouldRetry) {
 			c.retryable = false
 			if errType, ok := statusErrTypes[httpErr.StatusCode]; ok {
 				c.errType = errType

@@ -136,7 +136,7 @@ func TestStoredRefusalReplaysAsRefusal(t *testing.T) {
 	acts.Toolbox.Register("charge", func(context.Context, activities.ToolInvocation) (string, error) {
 		return `{"status":"declined"}`, nil
 	})
-	tool := agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindGo, Refusal: []budget.RefusalRule{{Field: "status", Equals: "declined"}}}
+	tool := agentsagatype.ToolSpec{Name: "charge", Kind: agentsagatype.ToolKindGo, Refusal: []agentsagatype.RefusalRule{{Field: "status", Equals: "declined"}}}
 	require.NoError(t, toolcheck.Validate(tool))
 	for i := range 2 {
 		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{}`})

@@ -311,9 +311,6 @@ func FuzzNewHTTPError(f *testing.F) {
 			t.Fatalf("Error() = %q, want it to start with %q", e.Error(), want)
 		}
 		// The classifier reads only what NewHTTPError kept.
-		class := budget.ClassifyStatus(e.StatusCode, e.ShouldRetry)
-		if class != budget.Retryable && class != budget.NonRetryable {
-			t.Fatalf("ClassifyStatus(%d, %v) = %v", e.StatusCode, e.ShouldRetry, class)
-		}
+		budget.RetryableStatus(e.StatusCode, e.ShouldRetry)
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/retrydelay"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
@@ -372,7 +373,7 @@ func (i *retryInbound) pay(ctx context.Context, plan agentsagatype.RetryPlan, at
 	if !plan.Deadline.IsZero() {
 		timeLeft = max(0, plan.Deadline.Sub(h.cfg.Now())) // negative would read as "no deadline"
 	}
-	delay, fits := budget.RetryDelay(backoff.FullJitter(attempt-1, h.cfg.Random), retryAfter, timeLeft)
+	delay, fits := retrydelay.Fit(retrydelay.FullJitter(backoff, attempt-1, h.cfg.Random), retryAfter, timeLeft)
 	if !fits {
 		return budget.DenyDeadline, 0, nil
 	}

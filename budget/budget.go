@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -101,19 +103,41 @@ type Usage struct {
 	USD       float64 `json:"usd"`
 }
 
-// Exhausted names the first dimension whose limit usage has reached, or
-// returns "" while there is budget left. Wall clock is the workflow's to
-// check, since only it owns "now".
-func (l Limits) Exhausted(u Usage) string {
-	switch {
-	case u.Steps >= l.Steps:
-		return "steps"
-	case l.LeafCalls > 0 && u.LeafCalls >= l.LeafCalls:
-		return "leaf_calls"
-	case l.Tokens > 0 && u.Tokens >= l.Tokens:
-		return "tokens"
-	case l.USD > 0 && u.USD >= l.USD:
-		return "usd"
+// Deadline is when the seconds limit runs out for a run that started at
+// start, or the zero time when there is none.
+func (l Limits) Deadline(start time.Time) time.Time {
+	if l.Seconds <= 0 {
+		return time.Time{}
 	}
-	return ""
+	return start.Add(secondsToDuration(l.Seconds))
+}
+
+// secondsToDuration converts configured seconds to a Duration, saturating
+// where a plain conversion would overflow int64 and wrap to a negative
+// (which would turn a generous limit into an immediate deadline).
+func secondsToDuration(s float64) time.Duration {
+	ns := s * float64(time.Second)
+	switch {
+	case math.IsNaN(ns):
+		return 0
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
+	case ns <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(ns)
+}
+
+// Unlimited is what Remaining reports for a dimension without a limit.
+const Unlimited = -1
+
+// Remaining is what is left of each dimension. A limited dimension never
+// reports less than zero, even when overspent (Used keeps the overspend),
+// so Unlimited (-1) cannot be mistaken for a remainder.
+type Remaining struct {
+	Steps     int
+	LeafCalls int
+	Tokens    int64
+	USD       float64
+	Seconds   float64
 }

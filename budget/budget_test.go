@@ -2,7 +2,6 @@ package budget_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,32 +28,18 @@ func TestLimitsRejectZeroNegativeAndUnknown(t *testing.T) {
 	assert.ErrorContains(t, budget.Limits{}.Validate(), "budget.steps")
 }
 
-func TestExhausted(t *testing.T) {
-	l := budget.Limits{Steps: 3, Tokens: 100}
-	assert.Equal(t, "", l.Exhausted(budget.Usage{Steps: 2, Tokens: 99}))
-	assert.Equal(t, "steps", l.Exhausted(budget.Usage{Steps: 3}))
-	assert.Equal(t, "tokens", l.Exhausted(budget.Usage{Steps: 1, Tokens: 100}))
-	assert.Equal(t, "", budget.Limits{Steps: 3}.Exhausted(budget.Usage{Steps: 1, Tokens: 1e9, USD: 1e9}), "zero means no limit")
-}
-
-func TestClassifyStatus(t *testing.T) {
+func TestRetryableStatus(t *testing.T) {
 	yes, no := true, false
-	for status, want := range map[int]budget.Class{
-		400: budget.NonRetryable, 401: budget.NonRetryable, 403: budget.NonRetryable, 404: budget.NonRetryable,
-		422: budget.NonRetryable,
+	for status, want := range map[int]bool{
+		400: false, 401: false, 403: false, 404: false,
+		422: false,
 		// 409: a request with the same idempotency key is in progress
 		// (Stripe's meaning); another attempt finds it finished (ARCHITECTURE.md decision 2).
-		408: budget.Retryable, 409: budget.Retryable, 425: budget.Retryable, 429: budget.Retryable,
-		500: budget.Retryable, 502: budget.Retryable, 503: budget.Retryable, 504: budget.Retryable,
+		408: true, 409: true, 425: true, 429: true,
+		500: true, 502: true, 503: true, 504: true,
 	} {
-		assert.Equal(t, want, budget.ClassifyStatus(status, nil), "status %d", status)
+		assert.Equal(t, want, budget.RetryableStatus(status, nil), "status %d", status)
 	}
-	assert.Equal(t, budget.NonRetryable, budget.ClassifyStatus(503, &no), "x-should-retry: false wins")
-	assert.Equal(t, budget.Retryable, budget.ClassifyStatus(400, &yes), "x-should-retry: true wins")
-}
-
-func ExampleLimits_Exhausted() {
-	limits := budget.Limits{Steps: 10, Tokens: 5000}
-	fmt.Printf("%q\n", limits.Exhausted(budget.Usage{Steps: 4, Tokens: 5200}))
-	// Output: "tokens"
+	assert.Equal(t, false, budget.RetryableStatus(503, &no), "x-should-retry: false wins")
+	assert.Equal(t, true, budget.RetryableStatus(400, &yes), "x-should-retry: true wins")
 }

@@ -79,15 +79,16 @@ type BreakerConfig struct {
 	// SteadyProbes is how many failed probes in a row of one outage are
 	// each followed by the next one a Cooldown later; after that many the
 	// interval doubles with each failed probe, up to MaxCooldown. Zero is
-	// DefaultSteadyProbes.
+	// 6, DefaultBreaker's.
 	SteadyProbes int `json:"steady_probes,omitempty"`
 	// Release, when set, is ReleaseInterval: the dependency declared the
 	// rate it takes (agentsagatype.RetryPlan.ReleaseInterval). Unset, the
 	// release rate is adaptive (Adaptive).
 	Release time.Duration `json:"release,omitempty"`
 	// Adaptive shapes the release rate of a dependency that declares
-	// none; a zero field takes DefaultAdaptiveRelease's (Floor: one
-	// release per Cooldown).
+	// none; a zero field takes the default's (Start 10 a second, Ceiling
+	// 20, Step 0.05, Hold a second; Floor: one release per Cooldown), as
+	// AdaptiveRate shows them.
 	Adaptive AdaptiveRelease `json:"adaptive,omitzero"`
 }
 
@@ -111,7 +112,7 @@ type BreakerConfig struct {
 // requests that all fail, which the probe interval curbs.
 //
 // The probe interval (ProbeInterval) stays at the cooldown for the first
-// DefaultSteadyProbes (6) failed probes: an outage of up to 35 s from the
+// defaultSteadyProbes (6) failed probes: an outage of up to 35 s from the
 // breaker's opening (the storm benchmark's is 30 s) is met by a probe
 // within a cooldown of its end, as before. After that it doubles with
 // each failed probe (10 s, 20 s, 40 s) up to MaxCooldown, a minute: a
@@ -125,24 +126,24 @@ type BreakerConfig struct {
 // opening is probed at most 18 times, where one probe per cooldown made
 // 119; after the first 105 s, once a minute.
 var DefaultBreaker = BreakerConfig{Threshold: 3, Window: 30 * time.Second, Cooldown: 5 * time.Second,
-	MaxCooldown: time.Minute, SteadyProbes: DefaultSteadyProbes}
+	MaxCooldown: time.Minute, SteadyProbes: defaultSteadyProbes}
 
-// DefaultSteadyProbes is how many failed probes in a row of an outage are
+// defaultSteadyProbes is how many failed probes in a row of an outage are
 // followed by the next a cooldown later, before the probe interval grows:
 // with DefaultBreaker's 5 s cooldown, the first 35 s of an outage.
-const DefaultSteadyProbes = 6
+const defaultSteadyProbes = 6
 
 // defaultMaxCooldowns is MaxCooldown in cooldowns, when it is not set:
 // DefaultBreaker's minute for its 5 s cooldown.
 const defaultMaxCooldowns = 12
 
 // ProbeBackoff is c's SteadyProbes and MaxCooldown, with the defaults for
-// zero fields: DefaultSteadyProbes, and 12 cooldowns (no less than the
+// zero fields: defaultSteadyProbes, and 12 cooldowns (no less than the
 // cooldown).
 func (c BreakerConfig) ProbeBackoff() (steadyProbes int, maxCooldown time.Duration) {
 	steadyProbes, maxCooldown = c.SteadyProbes, c.MaxCooldown
 	if steadyProbes == 0 {
-		steadyProbes = DefaultSteadyProbes
+		steadyProbes = defaultSteadyProbes
 	}
 	if maxCooldown == 0 {
 		maxCooldown = defaultMaxCooldowns * c.Cooldown
@@ -218,7 +219,7 @@ type AdaptiveRelease struct {
 	Hold time.Duration `json:"hold,omitempty"`
 }
 
-// DefaultAdaptiveRelease is the release rate of a dependency that declares
+// defaultAdaptiveRelease is the release rate of a dependency that declares
 // none.
 //
 // Start, 10 a second: the rate of a dependency's first drain. That drain
@@ -251,13 +252,13 @@ type AdaptiveRelease struct {
 // ones sent within the same second (rate limits are counted per second
 // more often than not), are one congestion, cut once, as TCP cuts once per
 // round trip.
-var DefaultAdaptiveRelease = AdaptiveRelease{Start: 10, Ceiling: 20, Step: 0.05, Hold: time.Second}
+var defaultAdaptiveRelease = AdaptiveRelease{Start: 10, Ceiling: 20, Step: 0.05, Hold: time.Second}
 
-// AdaptiveRate is c.Adaptive with DefaultAdaptiveRelease's values for its
+// AdaptiveRate is c.Adaptive with defaultAdaptiveRelease's values for its
 // zero fields, and a Floor of one release per Cooldown (no more than
 // Start).
 func (c BreakerConfig) AdaptiveRate() AdaptiveRelease {
-	a, d := c.Adaptive, DefaultAdaptiveRelease
+	a, d := c.Adaptive, defaultAdaptiveRelease
 	if a.Start == 0 {
 		a.Start = d.Start
 	}
@@ -279,7 +280,7 @@ func (c BreakerConfig) AdaptiveRate() AdaptiveRelease {
 // ReleaseInterval is the time between two of the calls an open breaker
 // parked coming back, at its gate, and between two released calls leaving
 // the paced line: the declared Release, or, where the rate is adaptive,
-// the interval at its start (100 ms for DefaultAdaptiveRelease), which
+// the interval at its start (100 ms for defaultAdaptiveRelease), which
 // the rate learned since then replaces. A dependency just back from an
 // outage meets its backlog spread out, beside the calls that keep coming,
 // rather than in one wave that knocks it over again.

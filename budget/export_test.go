@@ -12,3 +12,6 @@ var (
 	NewTokenBucket = newTokenBucket
 	NewBreaker     = newBreaker
 )
+
+// DefaultSteadyProbes is what a breaker without SteadyProbes takes.
+const DefaultSteadyProbes = defaultSteadyProbes

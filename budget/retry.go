@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -33,14 +32,11 @@ type RetryPolicy struct {
 	BackoffCapSeconds  float64 `json:"backoff_cap_seconds,omitempty"`
 }
 
-// DefaultRetryPolicy returns the policy a spec's unset fields take: a copy,
-// so no caller can change what every other run reads. Workflow code reads
-// it only for a spec that was not resolved (RunSpec.Resolve writes it out).
-func DefaultRetryPolicy() RetryPolicy { return defaultRetryPolicy }
-
-// defaultRetryPolicy is close to the seed's ledger: 3 attempts a call,
-// retries on 20% of calls, and full-jitter backoff from 0.5 s up to 8 s;
-// its floor and per-tool cap are looser than the seed's (5 and 6), at 10.
+// defaultRetryPolicy is the policy a spec's unset fields take
+// (RetryPolicy{}.WithDefaults() is a copy of it). It is close to the
+// seed's ledger: 3 attempts a call, retries on 20% of calls, and
+// full-jitter backoff from 0.5 s up to 8 s; its floor and per-tool cap
+// are looser than the seed's (5 and 6), at 10.
 //
 // Those two were the tight bound of a short run under an outage, and they
 // cost successes: a call at 20% independent failure needs 0.24 retries on
@@ -64,7 +60,7 @@ var defaultRetryPolicy = RetryPolicy{
 }
 
 // WithDefaults returns p with every zero field set from
-// DefaultRetryPolicy(). ToolRetryCaps is shared, not copied.
+// defaultRetryPolicy. ToolRetryCaps is shared, not copied.
 func (p RetryPolicy) WithDefaults() RetryPolicy {
 	d := defaultRetryPolicy
 	if p.MaxAttempts == 0 {
@@ -165,53 +161,4 @@ func (p RetryPolicy) Backoff() Backoff {
 // at Base and doubles with each retry up to Cap.
 type Backoff struct {
 	Base, Cap time.Duration
-}
-
-// FullJitter returns a delay drawn uniformly from [0, ceiling), where
-// ceiling = min(Cap, Base*2^retry) and retry is 0 for a call's first
-// retry. Jitter spreads out callers that failed together, so they do not
-// come back together and knock the dependency over again. random returns
-// a float in [0, 1); nil means math/rand/v2's. A zero ceiling gives 0.
-func (b Backoff) FullJitter(retry int, random func() float64) time.Duration {
-	ceiling := b.ceiling(retry)
-	if ceiling <= 0 {
-		return 0
-	}
-	if random == nil {
-		random = rand.Float64
-	}
-	d := time.Duration(random() * float64(ceiling))
-	// float64 has 53 bits; a ceiling above 2^53 ns (about 104 days) can
-	// round a draw just below 1 up to the ceiling itself.
-	return min(max(d, 0), ceiling-1)
-}
-
-// ceiling is min(Cap, Base*2^retry) without overflowing: once the doubled
-// base would pass Cap, Cap is the answer, however large retry is.
-func (b Backoff) ceiling(retry int) time.Duration {
-	retry = max(retry, 0)
-	if b.Base <= 0 || b.Cap <= 0 {
-		return 0
-	}
-	if retry < 63 && b.Base <= b.Cap>>retry {
-		return b.Base << retry
-	}
-	return b.Cap
-}
-
-// RetryDelay decides how long to wait before a retry, against the time the
-// run has left. A server's Retry-After (retryAfter > 0) wins over jitter,
-// since the server knows when it will be ready, but only if it fits in
-// timeLeft; a jittered delay likewise. A delay that does not fit returns
-// (0, false): napping past the deadline only times the user out politely,
-// so the caller should fail now instead. timeLeft < 0 means no deadline.
-func RetryDelay(jitter, retryAfter, timeLeft time.Duration) (time.Duration, bool) {
-	delay := jitter
-	if retryAfter > 0 {
-		delay = retryAfter
-	}
-	if timeLeft >= 0 && delay > timeLeft {
-		return 0, false
-	}
-	return delay, true
 }

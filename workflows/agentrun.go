@@ -15,6 +15,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/compensation"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/runbudget"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
@@ -35,9 +36,9 @@ const DefaultSystemPrompt = "You are an agent working toward the user's goal. Ca
 
 // finishInstructions replace the usual ones once the budget is nearly
 // spent: a hard switch, not a hint. They are the budget note's finish
-// instruction (budget.FinishInstruction, one text for both) and the shape
+// instruction (runbudget.FinishInstruction, one text for both) and the shape
 // the reply must take, which the workflow reads back.
-const finishInstructions = budget.FinishInstruction + " No tools are available any more. " +
+const finishInstructions = runbudget.FinishInstruction + " No tools are available any more. " +
 	"Reply in exactly two parts. First a line starting with \"PARTIAL ANSWER:\" followed by the best answer the " +
 	"results so far support. Then a line starting with \"HANDOFF NOTE:\"."
 
@@ -242,7 +243,7 @@ type run struct {
 // start; resume takes up what an earlier execution carried.
 func newRun(spec RunSpec, workflowID string, start time.Time) (*run, error) {
 	spec = spec.withRunDefaults()
-	runBudget, err := budget.NewRunBudget(spec.Budget, spec.FinishAt, start)
+	runBudget, err := runbudget.NewRunBudget(spec.Budget, spec.FinishAt, start)
 	if err != nil {
 		return nil, err
 	}

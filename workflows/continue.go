@@ -6,7 +6,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/runbudget"
 )
 
 // Carried is a run's own state, embedded in run: its counters and the
@@ -23,7 +23,7 @@ type Carried struct {
 	Pending []agentsagatype.Message `json:"pending,omitempty"`
 	// The run's budget: in JSON its start, its limits (with a human's
 	// additions) and what it spent; FinishAt comes from the spec.
-	*budget.RunBudget
+	*runbudget.RunBudget
 	Stats RetryStats `json:"stats"`
 	// Open lists the dependencies whose breaker was seen open (a tool's
 	// name, "model", or "model <provider:name>"), sorted, and OpenSince

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/runbudget"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -105,7 +105,7 @@ agents:
 			t.Fatalf("retry %+v gives the backoff %+v", spec.Retry, b)
 		}
 		start := time.Unix(1_700_000_000, 0)
-		if rb, err := budget.NewRunBudget(spec.Budget, 0.2, start); err != nil {
+		if rb, err := runbudget.NewRunBudget(spec.Budget, 0.2, start); err != nil {
 			t.Fatalf("an accepted budget %+v is refused by NewRunBudget: %v", spec.Budget, err)
 		} else if d := rb.Deadline(); !d.IsZero() && !d.After(start) {
 			t.Fatalf("budget.seconds %v gives the deadline %v, not after the start %v", spec.Budget.Seconds, d, start)

@@ -213,7 +213,7 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
 		return &result
 	}
-	// More budget is added only where there is a limit (budget.RunBudget.Raise).
+	// More budget is added only where there is a limit (runbudget.RunBudget.Raise).
 	r.RunBudget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
 	r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 	return nil

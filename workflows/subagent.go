@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/runbudget"
 )
 
 // defaultShare is the fraction of the parent's remaining budget a
@@ -19,7 +20,7 @@ const defaultShare = 0.25
 
 // childSpec builds a sub-agent's run: its budget is granted out of what
 // the parent has left after the grants it already handed out
-// (budget.RunBudget.Grant), so parallel sub-agents never add up to more
+// (runbudget.RunBudget.Grant), so parallel sub-agents never add up to more
 // than the parent had; the deadline is the parent's. It returns the spec
 // and the limits to reserve once the child starts.
 func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.Limits, error) {
@@ -88,7 +89,7 @@ func childResult(err error, result RunResult) (RunResult, error) {
 
 // absorb adds a finished sub-agent's spending to the parent's counters and
 // releases its reservation: the parent's counters are the true total.
-func (r *run) absorb(reservation budget.Reservation, child RunResult) {
+func (r *run) absorb(reservation runbudget.Reservation, child RunResult) {
 	r.RunBudget.Release(reservation, child.Usage)
 	r.Stats.Calls += child.Retries.Calls
 	r.Stats.Retries += child.Retries.Retries

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/runbudget"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
@@ -68,9 +69,9 @@ type toolCall struct {
 	entry TraceEntry
 
 	// plan sets what send needs.
-	request     wire.ToolCallRequest // routeTool
-	child       RunSpec              // routeAgent
-	reservation budget.Reservation   // routeAgent: its share of the budget
+	request     wire.ToolCallRequest  // routeTool
+	child       RunSpec               // routeAgent
+	reservation runbudget.Reservation // routeAgent: its share of the budget
 
 	future workflow.Future // send sets it
 
@@ -218,7 +219,7 @@ func (r *run) planTool(c *toolCall, tool agentsagatype.ToolSpec) *toolCall {
 
 // planAgent builds a sub-agent's run and reserves its share of the
 // parent's budget at once, so the next sub-agent of the same turn is
-// granted only what is left (budget.RunBudget.Grant and Reserve).
+// granted only what is left (runbudget.RunBudget.Grant and Reserve).
 func (r *run) planAgent(ctx workflow.Context, c *toolCall) *toolCall {
 	spec, granted, err := r.childSpec(workflow.Now(ctx), c.call.Name, c.call.Arguments)
 	if err != nil {

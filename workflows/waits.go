@@ -175,7 +175,7 @@ func plural(n int, noun string) string {
 }
 
 // budgetSpent is the reason of a run whose budget dimension (as
-// budget.RunBudget.Exhausted names it) is spent: for the wall clock, with
+// runbudget.RunBudget.Exhausted names it) is spent: for the wall clock, with
 // what the waits took of it.
 func (r *run) budgetSpent(dimension string) string {
 	if r.versions.namesWaits && dimension == "seconds" {

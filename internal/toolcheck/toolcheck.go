@@ -19,7 +19,7 @@ import (
 	"sync"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/refusal"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/net/http/httpguts"
@@ -114,18 +114,18 @@ func readOnlyConflict(t agentsagatype.ToolSpec) string {
 	return "compensate"
 }
 
-var refusalCache sync.Map // tool name + rules -> *budget.RefusalMatcher
+var refusalCache sync.Map // tool name + rules -> *refusal.Matcher
 
 // Refusals compiles the tool's refusal rules once per worker.
-func Refusals(t agentsagatype.ToolSpec) (*budget.RefusalMatcher, error) {
+func Refusals(t agentsagatype.ToolSpec) (*refusal.Matcher, error) {
 	if len(t.Refusal) == 0 {
 		return nil, nil
 	}
 	cacheKey := fmt.Sprintf("%s%+v", t.Name, t.Refusal)
 	if cached, ok := refusalCache.Load(cacheKey); ok {
-		return cached.(*budget.RefusalMatcher), nil
+		return cached.(*refusal.Matcher), nil
 	}
-	matcher, err := budget.RefusalRules(t.Refusal).Compile()
+	matcher, err := refusal.Rules(t.Refusal).Compile()
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: %w", t.Name, err)
 	}

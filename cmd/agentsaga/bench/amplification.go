@@ -46,7 +46,7 @@ type Row struct {
 // Amplification runs every contender against a full outage and reports
 // requests at the downstream per logical call.
 func Amplification(ctx context.Context, c client.Client, databaseURL string, cfg AmplificationConfig) ([]Row, error) {
-	floor := budget.DefaultRetryPolicy().WithDefaults().Floor
+	floor := budget.RetryPolicy{}.WithDefaults().Floor
 	contenders := []struct {
 		name   string
 		target float64

@@ -69,7 +69,7 @@ const DrainTarget = 2
 // after the other, each with its own downstream, worker and breaker: once
 // with the tool declaring the rate its service takes, once without (the
 // adaptive release rate, which a new dependency starts at
-// budget.DefaultAdaptiveRelease.Start).
+// budget.DefaultBreaker.AdaptiveRate().Start).
 func Drain(ctx context.Context, c client.Client, databaseURL string, cfg DrainConfig) ([]DrainRow, error) {
 	if cfg.Calls < 1 || cfg.RatePerSecond < 1 || cfg.Outage < 5*time.Second {
 		return nil, fmt.Errorf("bench: drain: calls %d and rate per second %d must be positive, and the outage (%v) at least 5 s (the calls arrive as it begins)",

@@ -178,7 +178,7 @@ func agentsagaCall(ctx workflow.Context, url string, i, toolRetryCap int) workfl
 // positive, the requests a minute the tool declares its dependency takes.
 func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key string, toolRetryCap int, rate int64) workflow.Future {
 	var acts *activities.Activities
-	policy := budget.DefaultRetryPolicy()
+	policy := budget.RetryPolicy{}.WithDefaults()
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID: activityID, StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: int32(policy.MaxAttempts)},

@@ -1,4 +1,4 @@
-package budget_test
+package refusal_test
 
 import (
 	"encoding/json"
@@ -8,40 +8,40 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/refusal"
 )
 
 func TestRefusalRulesCompileErrors(t *testing.T) {
 	for name, tc := range map[string]struct {
-		rules   budget.RefusalRules
+		rules   refusal.Rules
 		wantErr string
 	}{
 		"bad pattern": {
-			budget.RefusalRules{{Pattern: "ok"}, {Pattern: "("}},
+			refusal.Rules{{Pattern: "ok"}, {Pattern: "("}},
 			`refusal[1]: pattern "(" does not compile: error parsing regexp`,
 		},
 		"bad field pattern": {
-			budget.RefusalRules{{Field: "error.message", Pattern: "[a-"}},
+			refusal.Rules{{Field: "error.message", Pattern: "[a-"}},
 			`refusal[0]: pattern "[a-" does not compile`,
 		},
 		"neither equals nor pattern": {
-			budget.RefusalRules{{Field: "status"}},
+			refusal.Rules{{Field: "status"}},
 			"refusal[0]: needs equals or pattern",
 		},
 		"empty rule": {
-			budget.RefusalRules{{Field: "status", Equals: "declined"}, {}},
+			refusal.Rules{{Field: "status", Equals: "declined"}, {}},
 			"refusal[1]: needs equals or pattern",
 		},
 		"equals without field": {
-			budget.RefusalRules{{Equals: "declined"}},
+			refusal.Rules{{Equals: "declined"}},
 			`refusal[0]: equals "declined" needs a field`,
 		},
 		"empty path segment": {
-			budget.RefusalRules{{Field: "error..code", Equals: "x"}},
+			refusal.Rules{{Field: "error..code", Equals: "x"}},
 			`refusal[0]: field "error..code" has an empty path segment`,
 		},
 		"trailing dot": {
-			budget.RefusalRules{{Field: "error.", Equals: "x"}},
+			refusal.Rules{{Field: "error.", Equals: "x"}},
 			`refusal[0]: field "error." has an empty path segment`,
 		},
 	} {
@@ -54,7 +54,7 @@ func TestRefusalRulesCompileErrors(t *testing.T) {
 }
 
 func TestRefusalMatch(t *testing.T) {
-	rules := budget.RefusalRules{
+	rules := refusal.Rules{
 		{Field: "status", Equals: "declined"},
 		{Field: "error.code", Equals: "402"},
 		{Field: "ok", Equals: "false"},
@@ -110,7 +110,7 @@ func TestRefusalMatch(t *testing.T) {
 }
 
 func TestRefusalMatchTopLevelArrayPath(t *testing.T) {
-	m, err := budget.RefusalRules{{Field: "1.status", Equals: "declined"}}.Compile()
+	m, err := refusal.Rules{{Field: "1.status", Equals: "declined"}}.Compile()
 	require.NoError(t, err)
 	reason, refused := m.Match(`[{"status": "ok"}, {"status": "declined"}]`)
 	assert.True(t, refused)
@@ -118,21 +118,21 @@ func TestRefusalMatchTopLevelArrayPath(t *testing.T) {
 }
 
 func TestNilAndEmptyMatchersNeverRefuse(t *testing.T) {
-	var m *budget.RefusalMatcher
+	var m *refusal.Matcher
 	reason, refused := m.Match(`{"status": "declined"}`)
 	assert.False(t, refused)
 	assert.Empty(t, reason)
 
-	empty, err := budget.RefusalRules(nil).Compile()
+	empty, err := refusal.Rules(nil).Compile()
 	require.NoError(t, err)
 	_, refused = empty.Match("anything")
 	assert.False(t, refused)
 }
 
 func TestRefusalRulesFromJSON(t *testing.T) {
-	var rules budget.RefusalRules
+	var rules refusal.Rules
 	require.NoError(t, json.Unmarshal([]byte(`[{"field": "error.code", "equals": "card_declined"}, {"pattern": "(?i)out of stock"}]`), &rules))
-	assert.Equal(t, budget.RefusalRules{{Field: "error.code", Equals: "card_declined"}, {Pattern: "(?i)out of stock"}}, rules)
+	assert.Equal(t, refusal.Rules{{Field: "error.code", Equals: "card_declined"}, {Pattern: "(?i)out of stock"}}, rules)
 	m, err := rules.Compile()
 	require.NoError(t, err)
 	reason, refused := m.Match("Sorry, OUT OF STOCK")
@@ -141,7 +141,7 @@ func TestRefusalRulesFromJSON(t *testing.T) {
 }
 
 func TestRefusalMatcherConcurrentUse(t *testing.T) {
-	m, err := budget.RefusalRules{{Field: "status", Equals: "declined"}, {Pattern: "nope"}}.Compile()
+	m, err := refusal.Rules{{Field: "status", Equals: "declined"}, {Pattern: "nope"}}.Compile()
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	for range 16 {

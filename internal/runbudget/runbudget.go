@@ -1,7 +1,8 @@
-package budget
+package runbudget
 
 import (
 	"fmt"
+	"github.com/agentsaga/agentsaga/budget"
 	"math"
 	"slices"
 	"strconv"
@@ -19,25 +20,25 @@ import (
 // Its JSON (what continue-as-new carries of it) is its limits, start and
 // spending; FinishAt comes from the run's spec.
 type RunBudget struct {
-	Limits Limits `json:"limits"`
+	Limits budget.Limits `json:"limits"`
 	// FinishAt is the fraction of budget left at or below which the run
 	// must switch to writing its partial answer and handoff note.
 	FinishAt float64 `json:"-"`
 	// Start is when the run's wall clock began, for the seconds limit.
 	Start time.Time `json:"start"`
 	// Used is what the run has spent so far.
-	Used Usage `json:"used"`
+	Used budget.Usage `json:"used"`
 	// reserved is what sub-runs still running were granted and not yet
 	// released (Reserve, Release): Grant shares out only what is left
 	// after it.
-	reserved Usage
+	reserved budget.Usage
 }
 
 // NewRunBudget returns an unspent budget. finishAt must lie strictly
 // between 0 and 1: at 0 the switch to a graceful finish would come only
 // once nothing is left to finish with, and at 1 it would come before the
 // first step.
-func NewRunBudget(l Limits, finishAt float64, start time.Time) (*RunBudget, error) {
+func NewRunBudget(l budget.Limits, finishAt float64, start time.Time) (*RunBudget, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
@@ -48,20 +49,20 @@ func NewRunBudget(l Limits, finishAt float64, start time.Time) (*RunBudget, erro
 }
 
 // Spend adds u to what the run has used.
-func (r *RunBudget) Spend(u Usage) { r.Used = r.Used.plus(u) }
+func (r *RunBudget) Spend(u budget.Usage) { r.Used = plus(r.Used, u) }
 
-func (u Usage) plus(v Usage) Usage {
-	return Usage{Steps: u.Steps + v.Steps, LeafCalls: u.LeafCalls + v.LeafCalls, Tokens: u.Tokens + v.Tokens, USD: u.USD + v.USD}
+func plus(u, v budget.Usage) budget.Usage {
+	return budget.Usage{Steps: u.Steps + v.Steps, LeafCalls: u.LeafCalls + v.LeafCalls, Tokens: u.Tokens + v.Tokens, USD: u.USD + v.USD}
 }
 
-func (u Usage) minus(v Usage) Usage {
-	return Usage{Steps: u.Steps - v.Steps, LeafCalls: u.LeafCalls - v.LeafCalls, Tokens: u.Tokens - v.Tokens, USD: u.USD - v.USD}
+func minus(u, v budget.Usage) budget.Usage {
+	return budget.Usage{Steps: u.Steps - v.Steps, LeafCalls: u.LeafCalls - v.LeafCalls, Tokens: u.Tokens - v.Tokens, USD: u.USD - v.USD}
 }
 
 // Raise adds more to each dimension that has a limit (a human granting
 // more budget to a run that waits for them). A dimension without a limit
 // stays without one: adding to its zero would turn it into a tiny limit.
-func (r *RunBudget) Raise(more Limits) {
+func (r *RunBudget) Raise(more budget.Limits) {
 	if r.Limits.Steps > 0 {
 		r.Limits.Steps += more.Steps
 	}
@@ -82,7 +83,7 @@ func (r *RunBudget) Raise(more Limits) {
 // Restore takes up the limits and spending an earlier part of the same run
 // carried over (a workflow that continued as new): the limits as they
 // were then, a human's additions included, and everything spent so far.
-func (r *RunBudget) Restore(limits Limits, used Usage) {
+func (r *RunBudget) Restore(limits budget.Limits, used budget.Usage) {
 	r.Limits, r.Used = limits, used
 }
 
@@ -94,77 +95,63 @@ func (r *RunBudget) Restore(limits Limits, used Usage) {
 // unlimited. Grant reserves nothing: Reserve the limits once the sub-run
 // is sure to start. It fails when the carve leaves a dimension nothing to
 // spend.
-func (r *RunBudget) Grant(now time.Time, share float64) (Limits, error) {
+func (r *RunBudget) Grant(now time.Time, share float64) (budget.Limits, error) {
 	left := r.Remaining(now)
 	carve := func(remaining, reserved float64) float64 { return (remaining - reserved) * share }
 	// A sub-run is paid for by its parent's account.
-	limits := Limits{Steps: int(math.Floor(carve(float64(left.Steps), float64(r.reserved.Steps)))), Account: r.Limits.Account}
-	if left.LeafCalls != Unlimited {
+	limits := budget.Limits{Steps: int(math.Floor(carve(float64(left.Steps), float64(r.reserved.Steps)))), Account: r.Limits.Account}
+	if left.LeafCalls != budget.Unlimited {
 		limits.LeafCalls = int(math.Floor(carve(float64(left.LeafCalls), float64(r.reserved.LeafCalls))))
 	}
-	if left.Tokens != Unlimited {
+	if left.Tokens != budget.Unlimited {
 		limits.Tokens = int64(math.Floor(carve(float64(left.Tokens), float64(r.reserved.Tokens))))
 	}
-	if left.USD != Unlimited {
+	if left.USD != budget.Unlimited {
 		limits.USD = carve(left.USD, r.reserved.USD)
 	}
-	if left.Seconds != Unlimited {
+	if left.Seconds != budget.Unlimited {
 		limits.Seconds = left.Seconds
 	}
-	if limits.Steps < 1 || (left.LeafCalls != Unlimited && limits.LeafCalls < 1) ||
-		(left.Tokens != Unlimited && limits.Tokens < 1) || (left.USD != Unlimited && limits.USD <= 0) ||
-		(left.Seconds != Unlimited && limits.Seconds <= 0) {
-		return Limits{}, fmt.Errorf("the budget left (%+v, %+v already handed to sub-agents) is too small to share", left, r.reserved)
+	if limits.Steps < 1 || (left.LeafCalls != budget.Unlimited && limits.LeafCalls < 1) ||
+		(left.Tokens != budget.Unlimited && limits.Tokens < 1) || (left.USD != budget.Unlimited && limits.USD <= 0) ||
+		(left.Seconds != budget.Unlimited && limits.Seconds <= 0) {
+		return budget.Limits{}, fmt.Errorf("the budget left (%+v, %+v already handed to sub-agents) is too small to share", left, r.reserved)
 	}
 	return limits, nil
 }
 
 // Reservation is what Reserve set aside of a run's budget for one sub-run.
-type Reservation struct{ held Usage }
+type Reservation struct{ held budget.Usage }
 
 // Reserve sets granted (a Grant) aside for a sub-run that has started:
 // later Grants share out only what is left after it. Seconds are not
 // reserved: sub-runs share the deadline.
-func (r *RunBudget) Reserve(granted Limits) Reservation {
-	held := Usage{Steps: granted.Steps, LeafCalls: granted.LeafCalls, Tokens: granted.Tokens, USD: granted.USD}
-	r.reserved = r.reserved.plus(held)
+func (r *RunBudget) Reserve(granted budget.Limits) Reservation {
+	held := budget.Usage{Steps: granted.Steps, LeafCalls: granted.LeafCalls, Tokens: granted.Tokens, USD: granted.USD}
+	r.reserved = plus(r.reserved, held)
 	return Reservation{held: held}
 }
 
 // Release ends a sub-run's reservation and spends what the sub-run spent:
 // the part of its grant it did not use is r's to share again, and r's
 // spending stays the true total of the run and its sub-runs.
-func (r *RunBudget) Release(reservation Reservation, spent Usage) {
-	r.reserved = r.reserved.minus(reservation.held)
+func (r *RunBudget) Release(reservation Reservation, spent budget.Usage) {
+	r.reserved = minus(r.reserved, reservation.held)
 	r.Spend(spent)
 }
 
 // Reserved is what sub-runs still running hold of r (Reserve, Release).
-func (r *RunBudget) Reserved() Usage { return r.reserved }
-
-// Unlimited is what Remaining reports for a dimension without a limit.
-const Unlimited = -1
-
-// Remaining is what is left of each dimension. A limited dimension never
-// reports less than zero, even when overspent (Used keeps the overspend),
-// so Unlimited (-1) cannot be mistaken for a remainder.
-type Remaining struct {
-	Steps     int
-	LeafCalls int
-	Tokens    int64
-	USD       float64
-	Seconds   float64
-}
+func (r *RunBudget) Reserved() budget.Usage { return r.reserved }
 
 // Remaining returns what is left at now.
-func (r *RunBudget) Remaining(now time.Time) Remaining {
+func (r *RunBudget) Remaining(now time.Time) budget.Remaining {
 	l, u := r.Limits, r.Used
-	left := Remaining{
+	left := budget.Remaining{
 		Steps:     max(l.Steps-u.Steps, 0),
-		LeafCalls: Unlimited,
-		Tokens:    Unlimited,
-		USD:       Unlimited,
-		Seconds:   Unlimited,
+		LeafCalls: budget.Unlimited,
+		Tokens:    budget.Unlimited,
+		USD:       budget.Unlimited,
+		Seconds:   budget.Unlimited,
 	}
 	if l.LeafCalls > 0 {
 		left.LeafCalls = max(l.LeafCalls-u.LeafCalls, 0)
@@ -222,9 +209,9 @@ func (r *RunBudget) scarcest(now time.Time) (string, float64) {
 
 // Exhausted names the first dimension with nothing left at now, in the
 // order steps, leaf_calls, tokens, usd, seconds, or returns "". The
-// spending dimensions are Limits.Exhausted's, so both always agree.
+// spending dimensions are exhausted's.
 func (r *RunBudget) Exhausted(now time.Time) string {
-	if dim := r.Limits.Exhausted(r.Used); dim != "" {
+	if dim := exhausted(r.Limits, r.Used); dim != "" {
 		return dim
 	}
 	if r.Limits.Seconds > 0 && r.elapsed(now) >= r.Limits.Seconds {
@@ -241,12 +228,7 @@ func (r *RunBudget) ShouldFinish(now time.Time) bool {
 
 // Deadline is when the seconds limit runs out, or the zero time when the
 // run has none.
-func (r *RunBudget) Deadline() time.Time {
-	if r.Limits.Seconds <= 0 {
-		return time.Time{}
-	}
-	return r.Start.Add(secondsToDuration(r.Limits.Seconds))
-}
+func (r *RunBudget) Deadline() time.Time { return r.Limits.Deadline(r.Start) }
 
 // FinishInstruction is the hard switch the note adds once the run should
 // finish: not "you are running low", which a model reads as advice, but an
@@ -318,18 +300,19 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-// secondsToDuration converts configured seconds to a Duration, saturating
-// where a plain conversion would overflow int64 and wrap to a negative
-// (which would turn a generous limit into an immediate deadline).
-func secondsToDuration(s float64) time.Duration {
-	ns := s * float64(time.Second)
+// exhausted names the first dimension of l that usage u has reached, or
+// returns "" while there is budget left. Wall clock is the workflow's to
+// check, since only it owns "now".
+func exhausted(l budget.Limits, u budget.Usage) string {
 	switch {
-	case math.IsNaN(ns):
-		return 0
-	case ns >= math.MaxInt64:
-		return math.MaxInt64
-	case ns <= math.MinInt64:
-		return math.MinInt64
+	case u.Steps >= l.Steps:
+		return "steps"
+	case l.LeafCalls > 0 && u.LeafCalls >= l.LeafCalls:
+		return "leaf_calls"
+	case l.Tokens > 0 && u.Tokens >= l.Tokens:
+		return "tokens"
+	case l.USD > 0 && u.USD >= l.USD:
+		return "usd"
 	}
-	return time.Duration(ns)
+	return ""
 }

@@ -1,4 +1,4 @@
-package budget_test
+package runbudget_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/runbudget"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -29,18 +30,18 @@ func TestNewRunBudgetValidates(t *testing.T) {
 		"finish NaN":     {budget.Limits{Steps: 3}, math.NaN(), "budget.finish_at: NaN"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, err := budget.NewRunBudget(tc.limits, tc.finishAt, t0)
+			r, err := runbudget.NewRunBudget(tc.limits, tc.finishAt, t0)
 			assert.Nil(t, r)
 			assert.ErrorContains(t, err, tc.wantErr)
 		})
 	}
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 3}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 3}, 0.2, t0)
 	require.NoError(t, err)
-	assert.Equal(t, &budget.RunBudget{Limits: budget.Limits{Steps: 3}, FinishAt: 0.2, Start: t0}, r)
+	assert.Equal(t, &runbudget.RunBudget{Limits: budget.Limits{Steps: 3}, FinishAt: 0.2, Start: t0}, r)
 }
 
 func TestRunBudgetSpendAccumulates(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 10}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 10}, 0.2, t0)
 	require.NoError(t, err)
 	r.Spend(budget.Usage{Steps: 1, LeafCalls: 2, Tokens: 300, USD: 0.01})
 	r.Spend(budget.Usage{Steps: 2, LeafCalls: 1, Tokens: 700, USD: 0.02})
@@ -118,7 +119,7 @@ func TestRunBudgetArithmetic(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, err := budget.NewRunBudget(tc.limits, 0.2, t0)
+			r, err := runbudget.NewRunBudget(tc.limits, 0.2, t0)
 			require.NoError(t, err)
 			r.Spend(tc.used)
 			now := t0.Add(tc.at)
@@ -136,15 +137,15 @@ func TestRunBudgetArithmetic(t *testing.T) {
 }
 
 func TestRunBudgetDeadline(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 1, Seconds: 90.5}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 1, Seconds: 90.5}, 0.2, t0)
 	require.NoError(t, err)
 	assert.Equal(t, t0.Add(90*time.Second+500*time.Millisecond), r.Deadline())
 
-	r, err = budget.NewRunBudget(budget.Limits{Steps: 1}, 0.2, t0)
+	r, err = runbudget.NewRunBudget(budget.Limits{Steps: 1}, 0.2, t0)
 	require.NoError(t, err)
 	assert.True(t, r.Deadline().IsZero(), "no seconds limit, no deadline")
 
-	r, err = budget.NewRunBudget(budget.Limits{Steps: 1, Seconds: 1e300}, 0.2, t0)
+	r, err = runbudget.NewRunBudget(budget.Limits{Steps: 1, Seconds: 1e300}, 0.2, t0)
 	require.NoError(t, err)
 	assert.True(t, r.Deadline().After(t0), "a huge limit saturates instead of wrapping into the past")
 }
@@ -169,7 +170,7 @@ func TestRunBudgetNote(t *testing.T) {
 		},
 		"the seed's wrap-up turn": {
 			limits: seed, finishAt: 0.25, used: budget.Usage{Steps: 9, Tokens: 8100, USD: 0.18}, at: 2 * time.Second,
-			want: "BUDGET LEFT: 3 steps | 11,900 tokens | 0.22 USD | 88s\n" + budget.FinishInstruction,
+			want: "BUDGET LEFT: 3 steps | 11,900 tokens | 0.22 USD | 88s\n" + runbudget.FinishInstruction,
 		},
 		"only steps": {
 			limits: budget.Limits{Steps: 5}, finishAt: 0.2, used: budget.Usage{Steps: 1, Tokens: 5e6},
@@ -185,15 +186,15 @@ func TestRunBudgetNote(t *testing.T) {
 		},
 		"breakers then the hard switch": {
 			limits: budget.Limits{Steps: 5}, finishAt: 0.2, used: budget.Usage{Steps: 5}, breakers: []string{"crm"},
-			want: "BUDGET LEFT: 0 steps\nCircuit breakers open: crm (do not plan around them).\n" + budget.FinishInstruction,
+			want: "BUDGET LEFT: 0 steps\nCircuit breakers open: crm (do not plan around them).\n" + runbudget.FinishInstruction,
 		},
 		"overspent shows zero": {
 			limits: budget.Limits{Steps: 5, USD: 1, Seconds: 10}, finishAt: 0.2, used: budget.Usage{Steps: 7, USD: 3}, at: time.Minute,
-			want: "BUDGET LEFT: 0 steps | 0.00 USD | 0s\n" + budget.FinishInstruction,
+			want: "BUDGET LEFT: 0 steps | 0.00 USD | 0s\n" + runbudget.FinishInstruction,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, err := budget.NewRunBudget(tc.limits, tc.finishAt, t0)
+			r, err := runbudget.NewRunBudget(tc.limits, tc.finishAt, t0)
 			require.NoError(t, err)
 			r.Spend(tc.used)
 			assert.Equal(t, tc.want, r.Note(t0.Add(tc.at), tc.breakers))
@@ -202,7 +203,7 @@ func TestRunBudgetNote(t *testing.T) {
 }
 
 func TestRunBudgetNoteLeavesCallerSliceAlone(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 5}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 5}, 0.2, t0)
 	require.NoError(t, err)
 	breakers := []string{"b", "a", "b"}
 	r.Note(t0, breakers)
@@ -211,13 +212,13 @@ func TestRunBudgetNoteLeavesCallerSliceAlone(t *testing.T) {
 
 func TestFinishInstructionMatchesTheSeed(t *testing.T) {
 	for _, phrase := range []string{"Stop exploring.", "best partial answer", "handoff note", "what is done, what is not, and what you would try next."} {
-		assert.Contains(t, budget.FinishInstruction, phrase)
+		assert.Contains(t, runbudget.FinishInstruction, phrase)
 	}
 }
 
 func ExampleRunBudget_Note() {
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	run, err := budget.NewRunBudget(budget.Limits{Steps: 12, LeafCalls: 8, Tokens: 20_000, USD: 0.40, Seconds: 90}, 0.25, start)
+	run, err := runbudget.NewRunBudget(budget.Limits{Steps: 12, LeafCalls: 8, Tokens: 20_000, USD: 0.40, Seconds: 90}, 0.25, start)
 	if err != nil {
 		panic(err)
 	}
@@ -234,7 +235,7 @@ func ExampleRunBudget_Note() {
 }
 
 func TestGrantSharesWhatIsLeftAfterReservations(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 20, LeafCalls: 40, Tokens: 1000, USD: 2, Seconds: 100}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 20, LeafCalls: 40, Tokens: 1000, USD: 2, Seconds: 100}, 0.2, t0)
 	require.NoError(t, err)
 	r.Spend(budget.Usage{Steps: 4, LeafCalls: 8, Tokens: 200, USD: 0.4})
 	now := t0.Add(30 * time.Second)
@@ -263,7 +264,7 @@ func TestGrantSharesWhatIsLeftAfterReservations(t *testing.T) {
 }
 
 func TestGrantLeavesUnlimitedDimensionsUnlimited(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 9}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 9}, 0.2, t0)
 	require.NoError(t, err)
 	granted, err := r.Grant(t0, 0.5)
 	require.NoError(t, err)
@@ -283,7 +284,7 @@ func TestGrantRefusesWhatIsTooSmallToShare(t *testing.T) {
 		"seconds":    {budget.Limits{Steps: 100, Seconds: 10}, budget.Usage{}, 10 * time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, err := budget.NewRunBudget(tc.limits, 0.2, t0)
+			r, err := runbudget.NewRunBudget(tc.limits, 0.2, t0)
 			require.NoError(t, err)
 			r.Spend(tc.used)
 			_, err = r.Grant(t0.Add(tc.at), 0.25)
@@ -291,7 +292,7 @@ func TestGrantRefusesWhatIsTooSmallToShare(t *testing.T) {
 		})
 	}
 	// What is reserved counts: a second grant finds too little left.
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 5}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 5}, 0.2, t0)
 	require.NoError(t, err)
 	granted, err := r.Grant(t0, 0.5)
 	require.NoError(t, err)
@@ -303,19 +304,19 @@ func TestGrantRefusesWhatIsTooSmallToShare(t *testing.T) {
 }
 
 func TestRaiseAddsOnlyWhereThereIsALimit(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 3, USD: 1}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 3, USD: 1}, 0.2, t0)
 	require.NoError(t, err)
 	r.Raise(budget.Limits{Steps: 2, USD: 0.5, Tokens: 100, LeafCalls: 4, Seconds: 60})
 	assert.Equal(t, budget.Limits{Steps: 5, USD: 1.5}, r.Limits, "an unlimited dimension stays unlimited")
 
-	r, err = budget.NewRunBudget(budget.Limits{Steps: 3, LeafCalls: 2, Tokens: 10, Seconds: 5}, 0.2, t0)
+	r, err = runbudget.NewRunBudget(budget.Limits{Steps: 3, LeafCalls: 2, Tokens: 10, Seconds: 5}, 0.2, t0)
 	require.NoError(t, err)
 	r.Raise(budget.Limits{LeafCalls: 1, Tokens: 5, Seconds: 5, USD: 9})
 	assert.Equal(t, budget.Limits{Steps: 3, LeafCalls: 3, Tokens: 15, Seconds: 10}, r.Limits)
 }
 
 func TestRestoreTakesUpCarriedLimitsAndSpending(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 3}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 3}, 0.2, t0)
 	require.NoError(t, err)
 	r.Restore(budget.Limits{Steps: 8, USD: 2}, budget.Usage{Steps: 5, USD: 1})
 	assert.Equal(t, budget.Limits{Steps: 8, USD: 2}, r.Limits)
@@ -325,7 +326,7 @@ func TestRestoreTakesUpCarriedLimitsAndSpending(t *testing.T) {
 // Scarcest names the dimension a graceful finish is for: the wall clock
 // once waits have spent most of it, steps when turns have.
 func TestScarcestNamesTheDimensionNearestItsEnd(t *testing.T) {
-	r, err := budget.NewRunBudget(budget.Limits{Steps: 10, USD: 2, Seconds: 300}, 0.2, t0)
+	r, err := runbudget.NewRunBudget(budget.Limits{Steps: 10, USD: 2, Seconds: 300}, 0.2, t0)
 	require.NoError(t, err)
 	require.Equal(t, "steps", r.Scarcest(t0), "nothing spent: the first in order")
 	r.Spend(budget.Usage{Steps: 3, USD: 1})
@@ -334,4 +335,22 @@ func TestScarcestNamesTheDimensionNearestItsEnd(t *testing.T) {
 	require.InDelta(t, 58.0/300, r.FractionLeft(t0.Add(242*time.Second)), 1e-9)
 	r.Spend(budget.Usage{Steps: 6})
 	require.Equal(t, "steps", r.Scarcest(t0.Add(242*time.Second)))
+}
+
+func TestExhaustedNamesTheSpentDimension(t *testing.T) {
+	for _, tc := range []struct {
+		limits budget.Limits
+		used   budget.Usage
+		want   string
+	}{
+		{budget.Limits{Steps: 3, Tokens: 100}, budget.Usage{Steps: 2, Tokens: 99}, ""},
+		{budget.Limits{Steps: 3, Tokens: 100}, budget.Usage{Steps: 3}, "steps"},
+		{budget.Limits{Steps: 3, Tokens: 100}, budget.Usage{Steps: 1, Tokens: 100}, "tokens"},
+		{budget.Limits{Steps: 3}, budget.Usage{Steps: 1, Tokens: 1e9, USD: 1e9}, ""}, // zero means no limit
+	} {
+		r, err := runbudget.NewRunBudget(tc.limits, 0.2, t0)
+		require.NoError(t, err)
+		r.Spend(tc.used)
+		assert.Equal(t, tc.want, r.Exhausted(t0), "%+v after %+v", tc.limits, tc.used)
+	}
 }

@@ -1,4 +1,4 @@
-package budget
+package refusal
 
 import (
 	"bytes"
@@ -15,15 +15,13 @@ import (
 	"github.com/agentsaga/agentsaga/internal/jsonpath"
 )
 
-// RefusalRule is a tool's declared refusal (agentsagatype.RefusalRule).
-type RefusalRule = agentsagatype.RefusalRule
+// Rules are a tool's refusal rules (agentsagatype.RefusalRule); the first
+// that matches decides.
+type Rules []agentsagatype.RefusalRule
 
-// RefusalRules are a tool's refusal rules; the first that matches decides.
-type RefusalRules []RefusalRule
-
-// RefusalMatcher is compiled RefusalRules. Safe for concurrent use; a nil
-// *RefusalMatcher refuses nothing.
-type RefusalMatcher struct {
+// Matcher is compiled Rules. Safe for concurrent use; a nil
+// *Matcher refuses nothing.
+type Matcher struct {
 	rules     []compiledRefusal
 	needsJSON bool
 }
@@ -38,8 +36,8 @@ type compiledRefusal struct {
 // Compile checks every rule and prepares them for Match, so that a bad
 // rule fails when the configuration loads rather than on the first
 // response. Errors name the rule's index.
-func (r RefusalRules) Compile() (*RefusalMatcher, error) {
-	m := &RefusalMatcher{rules: make([]compiledRefusal, 0, len(r))}
+func (r Rules) Compile() (*Matcher, error) {
+	m := &Matcher{rules: make([]compiledRefusal, 0, len(r))}
 	for i, rule := range r {
 		c := compiledRefusal{field: rule.Field, equals: rule.Equals}
 		switch {
@@ -73,7 +71,7 @@ func (r RefusalRules) Compile() (*RefusalMatcher, error) {
 // as a reason fit for an error message: `field status = "declined"` or
 // `body matches "insufficient funds"`. A body that is not JSON matches
 // only the rules without a Field.
-func (m *RefusalMatcher) Match(body string) (reason string, refused bool) {
+func (m *Matcher) Match(body string) (reason string, refused bool) {
 	if m == nil {
 		return "", false
 	}

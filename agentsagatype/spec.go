@@ -372,8 +372,8 @@ type RetryPlan struct {
 	// ReleaseInterval, when the dependency declares its rate (rate_limit:
 	// requests_per_minute), is the time between two of the calls its open
 	// breaker parked coming back: the backlog drains at the rate the
-	// dependency can take. Zero: the breaker's own interval. Plan sets it
-	// from the spec.
+	// dependency can take. Zero: the breaker's own interval. The call's
+	// Plan (internal/wire) sets it from the spec.
 	ReleaseInterval time.Duration `json:"release_interval,omitempty"`
 	// Released marks a call sent again after waiting behind its
 	// dependency's open breaker: once the breaker has closed, it takes its

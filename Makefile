@@ -53,9 +53,9 @@ test: bin/temporal postgres chromium
 # run finds is written to testdata/fuzz/<target>/: fix it and commit it.
 FUZZTIME ?= 1m
 FUZZ_TARGETS := \
-	./budget:FuzzClassifyStatus ./budget:FuzzRefusalRules ./budget:FuzzRefusalIntegerRendering \
+	./budget:FuzzRetryableStatus ./internal/refusal:FuzzRefusalRules ./internal/refusal:FuzzRefusalIntegerRendering \
 	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
-	./compensation:FuzzActivityID ./compensation:FuzzResolve ./internal/ledgerdb:FuzzFingerprint \
+	./internal/activityid:FuzzCompensation ./compensation:FuzzResolve ./internal/ledgerdb:FuzzFingerprint \
 	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate \
 	./internal/ledgerdb:FuzzSpendCap ./budget:FuzzPriceTable
 fuzz: bin/temporal postgres

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Connection is how this process reaches Temporal, as the `temporal` CLI
+// connection is how this process reaches Temporal, as the `temporal` CLI
 // and Temporal's SDKs read it (go.temporal.io/sdk/contrib/envconfig): the
 // temporal.toml profile (TEMPORAL_CONFIG_FILE, else the user's config
 // directory; the profile named by --profile or TEMPORAL_PROFILE, else
@@ -28,7 +28,7 @@ import (
 // TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH,
 // TEMPORAL_TLS_SERVER_NAME, ...). It holds the secrets' sources, never the
 // secrets, so it may be printed.
-type Connection struct {
+type connection struct {
 	Address   string
 	Namespace string
 	// Profile is the profile asked for (--profile, TEMPORAL_PROFILE, else
@@ -39,38 +39,38 @@ type Connection struct {
 	Describe string
 }
 
-// ClientOptions resolves the connection for cfg: the profile cfg.Profile
+// clientOptions resolves the connection for cfg: the profile cfg.Profile
 // names (or TEMPORAL_PROFILE), the TEMPORAL_* variables over it, then
 // cfg.TemporalAddress and cfg.Namespace when set, then the local defaults
 // (127.0.0.1:7233, namespace default). Every caller that dials Temporal
 // goes through it (Dial), so `agentsaga worker`, `run`, `resume` and the
 // rest connect alike. Its errors name the file or variable that is wrong
 // and never carry a key.
-func ClientOptions(cfg Config) (client.Options, Connection, error) {
+func clientOptions(cfg Config) (client.Options, connection, error) {
 	profile, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{ConfigFileProfile: cfg.Profile})
 	if err != nil {
-		return client.Options{}, Connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", configSource(cfg.Profile), withheld(err)), nil)
+		return client.Options{}, connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", configSource(cfg.Profile), withheld(err)), nil)
 	}
 	secrets := profileSecrets(profile)
 	options, err := profile.ToClientOptions(envconfig.ToClientOptionsRequest{})
 	if err != nil {
-		return client.Options{}, Connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", describeTLS(profile.TLS), err), secrets)
+		return client.Options{}, connection{}, scrub(fmt.Errorf("worker: temporal connection: %s: %w", describeTLS(profile.TLS), err), secrets)
 	}
 	options.HostPort = cmp.Or(cfg.TemporalAddress, options.HostPort, DefaultTemporalAddress)
-	options.Namespace = cmp.Or(cfg.Namespace, options.Namespace, DefaultNamespace)
-	pollTimeout, err := PollTimeoutFromEnv()
+	options.Namespace = cmp.Or(cfg.Namespace, options.Namespace, defaultNamespace)
+	pollTimeout, err := pollTimeoutFromEnv()
 	if err != nil {
-		return client.Options{}, Connection{}, err
+		return client.Options{}, connection{}, err
 	}
 	if pollTimeout > 0 {
 		options.ConnectionOptions.DialOptions = append(options.ConnectionOptions.DialOptions,
 			grpc.WithChainUnaryInterceptor(capPollDeadline(pollTimeout)))
 	}
-	conn := Connection{Address: options.HostPort, Namespace: options.Namespace, Profile: profileName(cfg.Profile), Describe: describe(profile)}
+	conn := connection{Address: options.HostPort, Namespace: options.Namespace, Profile: profileName(cfg.Profile), Describe: describe(profile)}
 	return options, conn, nil
 }
 
-// DefaultPollTimeout bounds each of the worker's long polls, where the
+// defaultPollTimeout bounds each of the worker's long polls, where the
 // SDK waits up to 70 s (and the server hands out a task until 60 s).
 //
 // Why: a worker that is paused (SIGSTOP, a frozen VM, a stop-the-world
@@ -90,21 +90,21 @@ func ClientOptions(cfg Config) (client.Options, Connection, error) {
 // harness's bound of the heartbeat timeout plus 5 s). The price is an
 // empty poll every 3 s per poller instead of every 60 s, and the server
 // logs a throttled warning that the timeout is under 10 s.
-const DefaultPollTimeout = 4 * time.Second
+const defaultPollTimeout = 4 * time.Second
 
 // minPollTimeout is the shortest deadline the server accepts for a long
 // poll (it refuses one under 2 s, as measured on its side), with room for
 // the network.
 const minPollTimeout = 3 * time.Second
 
-// PollTimeoutFromEnv reads AGENTSAGA_POLL_TIMEOUT: a Go duration of at
+// pollTimeoutFromEnv reads AGENTSAGA_POLL_TIMEOUT: a Go duration of at
 // least 3 s, or 0 (or "off") for the SDK's own 70 s. Unset means
-// DefaultPollTimeout.
-func PollTimeoutFromEnv() (time.Duration, error) {
+// defaultPollTimeout.
+func pollTimeoutFromEnv() (time.Duration, error) {
 	raw := strings.TrimSpace(os.Getenv("AGENTSAGA_POLL_TIMEOUT"))
 	switch raw {
 	case "":
-		return DefaultPollTimeout, nil
+		return defaultPollTimeout, nil
 	case "0", "off":
 		return 0, nil
 	}
@@ -139,10 +139,14 @@ func capPollDeadline(limit time.Duration) grpc.UnaryClientInterceptor {
 	}
 }
 
-// Dial connects to Temporal as ClientOptions resolves it and checks that
-// it answers within ten seconds.
+// Dial connects to Temporal as the `temporal` CLI would (the profile
+// cfg.Profile or TEMPORAL_PROFILE names, the TEMPORAL_* variables over it,
+// then cfg.TemporalAddress and cfg.Namespace, then 127.0.0.1:7233 and
+// namespace default; see clientOptions) and checks that it answers within
+// ten seconds. Its errors name the file or variable that is wrong and
+// never carry a key.
 func Dial(ctx context.Context, cfg Config) (client.Client, error) {
-	options, conn, err := ClientOptions(cfg)
+	options, conn, err := clientOptions(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -219,9 +223,9 @@ func currentSecrets(cfg Config) []string {
 // a profile that does not load leaves them to the variables and defaults,
 // and Dial reports why it does not load.
 func connectionFromEnv() (address, namespace string) {
-	_, conn, err := ClientOptions(Config{})
+	_, conn, err := clientOptions(Config{})
 	if err != nil {
-		return cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), DefaultTemporalAddress), cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), DefaultNamespace)
+		return cmp.Or(os.Getenv("TEMPORAL_ADDRESS"), DefaultTemporalAddress), cmp.Or(os.Getenv("TEMPORAL_NAMESPACE"), defaultNamespace)
 	}
 	return conn.Address, conn.Namespace
 }

@@ -9,14 +9,14 @@ import (
 
 // The two ways a versioned worker's runs can live through a deploy.
 const (
-	// VersioningAutoUpgrade moves a run to the deployment's current build
+	// versioningAutoUpgrade moves a run to the deployment's current build
 	// at its next workflow task, a resume after days of waiting included.
 	// It is safe because every change to the commands a workflow emits
 	// goes behind workflow.GetVersion, and the replay corpus checks it.
-	VersioningAutoUpgrade = "auto-upgrade"
-	// VersioningPinned keeps a run on the build that started it until it
+	versioningAutoUpgrade = "auto-upgrade"
+	// versioningPinned keeps a run on the build that started it until it
 	// ends: that build's workers must keep running until its runs drain.
-	VersioningPinned = "pinned"
+	versioningPinned = "pinned"
 )
 
 // Deployment puts a worker under Temporal's Worker Versioning: it polls as
@@ -26,17 +26,17 @@ const (
 type Deployment struct {
 	Name    string
 	BuildID string
-	// Versioning is VersioningAutoUpgrade (the default when empty) or
-	// VersioningPinned, for the runs this build starts.
+	// Versioning is versioningAutoUpgrade (the default when empty) or
+	// versioningPinned, for the runs this build starts.
 	Versioning string
 }
 
 // Versioned says whether the worker runs under Worker Versioning.
-func (d Deployment) Versioned() bool { return d.Name != "" || d.BuildID != "" }
+func (d Deployment) versioned() bool { return d.Name != "" || d.BuildID != "" }
 
 // Validate names what is wrong with the flags that made d.
-func (d Deployment) Validate() error {
-	if !d.Versioned() {
+func (d Deployment) validate() error {
+	if !d.versioned() {
 		if d.Versioning != "" {
 			return fmt.Errorf("worker: --versioning %s needs --deployment and --build-id", d.Versioning)
 		}
@@ -53,17 +53,17 @@ func (d Deployment) Validate() error {
 
 func (d Deployment) behavior() (workflow.VersioningBehavior, error) {
 	switch d.Versioning {
-	case "", VersioningAutoUpgrade:
+	case "", versioningAutoUpgrade:
 		return workflow.VersioningBehaviorAutoUpgrade, nil
-	case VersioningPinned:
+	case versioningPinned:
 		return workflow.VersioningBehaviorPinned, nil
 	}
-	return workflow.VersioningBehaviorUnspecified, fmt.Errorf("worker: --versioning %q is neither %q nor %q", d.Versioning, VersioningAutoUpgrade, VersioningPinned)
+	return workflow.VersioningBehaviorUnspecified, fmt.Errorf("worker: --versioning %q is neither %q nor %q", d.Versioning, versioningAutoUpgrade, versioningPinned)
 }
 
 // options is what the Temporal worker needs to poll as this build.
 func (d Deployment) options() (sdkworker.DeploymentOptions, error) {
-	if err := d.Validate(); err != nil || !d.Versioned() {
+	if err := d.validate(); err != nil || !d.versioned() {
 		return sdkworker.DeploymentOptions{}, err
 	}
 	behavior, _ := d.behavior()

@@ -33,7 +33,7 @@ func TestDeploymentNeedsANameAndABuildID(t *testing.T) {
 		{worker.Deployment{Versioning: "pinned"}, "--versioning pinned needs --deployment and --build-id"},
 		{worker.Deployment{Name: "agentsaga", BuildID: "b1", Versioning: "sticky"}, `--versioning "sticky" is neither`},
 	} {
-		err := tc.deployment.Validate()
+		err := worker.ValidateDeployment(tc.deployment)
 		if tc.want == "" {
 			require.NoError(t, err, "%+v", tc.deployment)
 			continue

@@ -29,14 +29,14 @@ import (
 // MetricsPath is where Serve answers.
 const MetricsPath = "/metrics"
 
-// LedgerScrapeTimeout bounds the ledger queries of one scrape.
-const LedgerScrapeTimeout = 5 * time.Second
+// ledgerScrapeTimeout bounds the ledger queries of one scrape.
+const ledgerScrapeTimeout = 5 * time.Second
 
 // temporalReportInterval is how often the SDK's metrics are copied from
 // the tally scope into the Prometheus registry.
 const temporalReportInterval = time.Second
 
-// Metrics is a worker's Prometheus registry. It holds three kinds of
+// metrics is a worker's Prometheus registry. It holds three kinds of
 // metric, all served from one endpoint:
 //
 //   - this process's retry decisions (ObserveRetry, for Options.Observe);
@@ -44,7 +44,7 @@ const temporalReportInterval = time.Second
 //     every worker reports the same numbers and they survive restarts;
 //   - the Temporal SDK's own metrics (temporal_*), through TemporalHandler,
 //     plus the Go runtime's and the process's (go_*, process_*).
-type Metrics struct {
+type metrics struct {
 	registry *prometheus.Registry
 	retries  *prometheus.CounterVec
 	temporal client.MetricsHandler
@@ -52,11 +52,11 @@ type Metrics struct {
 	handler  http.Handler
 }
 
-// NewMetrics builds the registry. A nil store leaves the ledger figures
+// newMetrics builds the registry. A nil store leaves the ledger figures
 // out. Close it when done, after the Temporal client that uses
 // TemporalHandler.
-func NewMetrics(store *ledger.Store) (*Metrics, error) {
-	m := &Metrics{registry: prometheus.NewRegistry()}
+func newMetrics(store *ledger.Store) (*metrics, error) {
+	m := &metrics{registry: prometheus.NewRegistry()}
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentsaga_retry_decisions_total",
 		Help: "Retry decisions this worker's retry hook made since it started, by tool (\"model\" for model calls) " +
@@ -131,7 +131,7 @@ func onceByMessage(log func(error)) func(error) {
 
 // ObserveRetry counts one retry decision; it has the signature of
 // Options.Observe.
-func (m *Metrics) ObserveRetry(plan agentsagatype.RetryPlan, decision string) {
+func (m *metrics) ObserveRetry(plan agentsagatype.RetryPlan, decision string) {
 	if c, err := m.retries.GetMetricWithLabelValues(plan.Tool, decision); err == nil { // err: invalid UTF-8
 		c.Inc()
 	}
@@ -142,16 +142,16 @@ func (m *Metrics) ObserveRetry(plan agentsagatype.RetryPlan, decision string) {
 // endpoint, named the Prometheus way (temporal_request_total,
 // temporal_workflow_task_execution_latency_seconds, ...), within a second
 // of being recorded.
-func (m *Metrics) TemporalHandler() client.MetricsHandler { return m.temporal }
+func (m *metrics) TemporalHandler() client.MetricsHandler { return m.temporal }
 
 // Handler serves every metric in the Prometheus text format. A failed
 // ledger query does not fail the scrape: the other metrics are served and
 // agentsaga_ledger_up reads 0.
-func (m *Metrics) Handler() http.Handler { return m.handler }
+func (m *metrics) Handler() http.Handler { return m.handler }
 
 // Serve listens on addr ("127.0.0.1:9464", ":0", ...) and serves Handler at
 // MetricsPath until ctx ends. It returns the address it bound.
-func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
+func (m *metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -176,7 +176,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
 
 // Close stops copying the SDK's metrics into the registry, after a last
 // copy.
-func (m *Metrics) Close() error { return m.closer.Close() }
+func (m *metrics) Close() error { return m.closer.Close() }
 
 // ledgerCollector reads the fleet's figures from the ledger at every
 // scrape.
@@ -256,9 +256,9 @@ func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector: one batch of ledger queries per
-// scrape, bounded by LedgerScrapeTimeout.
+// scrape, bounded by ledgerScrapeTimeout.
 func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), LedgerScrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerScrapeTimeout)
 	defer cancel()
 	f, err := c.store.FleetFigures(ctx)
 	if err != nil {

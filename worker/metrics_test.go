@@ -143,8 +143,8 @@ tools:
 
 	assert.GreaterOrEqual(t, series[`agentsaga_retry_decisions_total{decision="`+budget.Granted+`",tool="flaky"}`], 1.0)
 	assert.Equal(t, 1.0, series["agentsaga_ledger_up"])
-	assert.Greater(t, series[`agentsaga_retry_bucket_tokens{bucket="`+worker.DefaultBucket+`"}`], 0.0)
-	assert.Equal(t, budget.DefaultBucket.Capacity, series[`agentsaga_retry_bucket_capacity{bucket="`+worker.DefaultBucket+`"}`])
+	assert.Greater(t, series[`agentsaga_retry_bucket_tokens{bucket="fleet"}`], 0.0)
+	assert.Equal(t, budget.DefaultBucket.Capacity, series[`agentsaga_retry_bucket_capacity{bucket="fleet"}`])
 	assert.Equal(t, 1.0, series[`agentsaga_runs{status="completed"}`])
 	assert.Contains(t, series, `agentsaga_runs{status="failed"}`, "every status is reported, zero included")
 	assert.Zero(t, series[`agentsaga_runs{status="running"}`])

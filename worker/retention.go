@@ -9,9 +9,9 @@ import (
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
-// PruneEvery is how often a worker runs the ledger's cleaner. Every worker
+// pruneEvery is how often a worker runs the ledger's cleaner. Every worker
 // does; the cleaner's advisory lock lets one at a time work.
-const PruneEvery = time.Hour
+const pruneEvery = time.Hour
 
 // keepPruning runs the ledger's cleaner every interval until ctx ends,
 // keeping finished runs for retention (ledgerdb.DefaultRunRetention when

@@ -21,18 +21,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ServiceName is the service.name of the worker's spans unless
+// serviceName is the service.name of the worker's spans unless
 // OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) says otherwise.
-const ServiceName = "agentsaga"
+const serviceName = "agentsaga"
 
-// TracerProviderFromEnv returns a tracer provider that exports over
+// tracerProviderFromEnv returns a tracer provider that exports over
 // OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, and a nil provider otherwise:
 // tracing is off unless someone collects it. The exporter reads the rest of
 // the standard OTEL_EXPORTER_OTLP_* variables (headers, timeout, TLS), the
 // SDK reads OTEL_TRACES_SAMPLER. shutdown flushes the spans still batched
 // and is safe to call when the provider is nil.
-func TracerProviderFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
+func tracerProviderFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdown func(context.Context) error, err error) {
 	noop := func(context.Context) error { return nil }
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 		return nil, noop, nil
@@ -43,7 +43,7 @@ func TracerProviderFromEnv(ctx context.Context) (tp trace.TracerProvider, shutdo
 	}
 	// Later options win: the environment names the service over the default.
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", ServiceName)),
+		resource.WithAttributes(attribute.String("service.name", serviceName)),
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv())
 	if err != nil {

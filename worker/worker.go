@@ -22,14 +22,14 @@ import (
 // Defaults for a local dev server and Postgres.
 const (
 	DefaultTemporalAddress = "127.0.0.1:7233"
-	DefaultNamespace       = "default"
-	DefaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disable"
+	defaultNamespace       = "default"
+	defaultDatabaseURL     = "postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disable"
 )
 
 // Config says where the worker's Temporal and Postgres are.
 type Config struct {
 	// TemporalAddress and Namespace, when set, override what the profile
-	// and the TEMPORAL_* variables say (see ClientOptions).
+	// and the TEMPORAL_* variables say (see Dial).
 	TemporalAddress string
 	Namespace       string
 	// Profile is the temporal.toml profile to read (--profile); empty
@@ -53,20 +53,20 @@ type Config struct {
 	// StopTimeout is how long a stopping worker lets the calls in flight
 	// finish before it cancels them (the SDK's WorkerStopTimeout;
 	// --stop-timeout, AGENTSAGA_STOP_TIMEOUT). ConfigFromEnv sets
-	// DefaultStopTimeout; zero cancels them at once, as the SDK does
+	// the default, 60 s; zero cancels them at once, as the SDK does
 	// unless told otherwise.
 	StopTimeout time.Duration
 }
 
-// DefaultStopTimeout lets a typical tool call (an HTTP request of a few
+// defaultStopTimeout lets a typical tool call (an HTTP request of a few
 // seconds, a model turn of up to a minute) finish when a rolling restart
 // stops the worker, where the SDK's default of zero cancels it mid-flight
 // and the call is attempted again elsewhere.
-const DefaultStopTimeout = 60 * time.Second
+const defaultStopTimeout = 60 * time.Second
 
 // ConfigFromEnv reads Temporal's connection as the `temporal` CLI does (the
 // temporal.toml profile TEMPORAL_PROFILE names and the TEMPORAL_*
-// variables; see ClientOptions), DATABASE_URL and the AGENTSAGA_*
+// variables; see Dial), DATABASE_URL and the AGENTSAGA_*
 // variables, with local defaults for those not set. A stop timeout that
 // does not parse is left at the default; use StopTimeoutFromEnv to see why.
 func ConfigFromEnv() Config {
@@ -75,7 +75,7 @@ func ConfigFromEnv() Config {
 	return Config{
 		TemporalAddress: address,
 		Namespace:       namespace,
-		DatabaseURL:     cmp.Or(os.Getenv("DATABASE_URL"), DefaultDatabaseURL),
+		DatabaseURL:     cmp.Or(os.Getenv("DATABASE_URL"), defaultDatabaseURL),
 		StopTimeout:     stopTimeout,
 		TaskQueue:       workflows.TaskQueue,
 		MetricsAddr:     os.Getenv("AGENTSAGA_METRICS_ADDR"),
@@ -87,15 +87,15 @@ func ConfigFromEnv() Config {
 }
 
 // StopTimeoutFromEnv reads AGENTSAGA_STOP_TIMEOUT (a Go duration, such as
-// 90s), DefaultStopTimeout when it is not set.
+// 90s), 60 s when it is not set.
 func StopTimeoutFromEnv() (time.Duration, error) {
 	raw := os.Getenv("AGENTSAGA_STOP_TIMEOUT")
 	if raw == "" {
-		return DefaultStopTimeout, nil
+		return defaultStopTimeout, nil
 	}
 	d, err := time.ParseDuration(raw)
 	if err != nil || d < 0 {
-		return DefaultStopTimeout, fmt.Errorf("worker: AGENTSAGA_STOP_TIMEOUT %q: want a duration such as 60s", raw)
+		return defaultStopTimeout, fmt.Errorf("worker: AGENTSAGA_STOP_TIMEOUT %q: want a duration such as 60s", raw)
 	}
 	return d, nil
 }
@@ -106,9 +106,6 @@ func (c Config) logger() *slog.Logger {
 	}
 	return slog.Default()
 }
-
-// DefaultBucket is the name of the fleet-wide retry bucket row.
-const DefaultBucket = agentsaga.DefaultBucket
 
 // Options are the engine's configuration, declared once in
 // agentsaga.Config, and what only a worker New builds has: a deployment
@@ -145,7 +142,7 @@ func New(ctx context.Context, c client.Client, store *ledger.Store, opts Options
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	workerOptions := opts.Worker
-	if opts.Deployment.Versioned() {
+	if opts.Deployment.versioned() {
 		deployment, err := opts.Deployment.options()
 		if err != nil {
 			return nil, err
@@ -188,12 +185,12 @@ func (w closesEngine) closeEngine() {
 // cfg.MetricsAddr it serves the metrics, HealthPath and ReadyPath there
 // until it returns.
 func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.Deployment.Validate(); err != nil {
+	if err := cfg.Deployment.validate(); err != nil {
 		return err
 	}
 	// A profile or a key file that is wrong fails here, before the
 	// database is touched.
-	if _, _, err := ClientOptions(cfg); err != nil {
+	if _, _, err := clientOptions(cfg); err != nil {
 		return err
 	}
 	if _, err := migrations.Apply(ctx, cfg.DatabaseURL); err != nil {
@@ -210,7 +207,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer ready.close() // before the store closes
 	var observe func(agentsagatype.RetryPlan, string)
 	if cfg.MetricsAddr != "" {
-		m, err := NewMetrics(store)
+		m, err := newMetrics(store)
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
@@ -224,7 +221,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.logger().Info("agentsaga metrics", "url", "http://"+addr.String()+MetricsPath,
 			"health", "http://"+addr.String()+HealthPath, "ready", "http://"+addr.String()+ReadyPath)
 	}
-	tp, shutdownTracing, err := TracerProviderFromEnv(ctx)
+	tp, shutdownTracing, err := tracerProviderFromEnv(ctx)
 	if err != nil {
 		return err
 	}
@@ -246,15 +243,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("worker: start on task queue %q: %w", cfg.TaskQueue, err)
 	}
 	logger := cfg.logger().With("temporal", cfg.TemporalAddress, "namespace", cfg.Namespace, "task_queue", cfg.TaskQueue)
-	if d := cfg.Deployment; d.Versioned() {
-		logger = logger.With("deployment", d.Name, "build_id", d.BuildID, "versioning", cmp.Or(d.Versioning, VersioningAutoUpgrade))
+	if d := cfg.Deployment; d.versioned() {
+		logger = logger.With("deployment", d.Name, "build_id", d.BuildID, "versioning", cmp.Or(d.Versioning, versioningAutoUpgrade))
 	}
 	logger.Info("agentsaga worker running")
 	pruned, expired := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(pruned)
 		if cfg.Retention >= 0 {
-			keepPruning(ctx, db, logger, PruneEvery, cfg.Retention)
+			keepPruning(ctx, db, logger, pruneEvery, cfg.Retention)
 		}
 	}()
 	go func() {

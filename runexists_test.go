@@ -18,8 +18,8 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker/workertest"
 )
 
 // docs/go-api.md's start, on a dev server that then restarts with a fresh

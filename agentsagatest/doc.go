@@ -11,4 +11,6 @@
 //     workflow ID unique to the test ([RunID]), so that a second `go test`
 //     is never answered from the first one's ledger rows.
 //   - [Run] does all of it in one call and returns the run's result.
+//   - [Main] runs a test binary against a real Temporal dev server, for
+//     tests with a worker of their own.
 package agentsagatest

@@ -14,8 +14,8 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
-	"github.com/agentsaga/agentsaga/worker/workertest"
+	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

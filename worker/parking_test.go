@@ -21,9 +21,9 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

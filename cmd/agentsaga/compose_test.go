@@ -30,7 +30,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/agentsaga/agentsaga/worker/workertest"
+	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

@@ -13,14 +13,13 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/internal/activityid"
-	"github.com/agentsaga/agentsaga/worker/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
 var devServer *testsuite.DevServer
 
 func TestMain(m *testing.M) {
-	workertest.Main(m, func(server *testsuite.DevServer) { devServer = server })
+	agentsagatest.Main(m, func(server *testsuite.DevServer) { devServer = server })
 }
 
 // A run calls the team's MCP tool: the tool list comes from the server,

@@ -11,13 +11,12 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
-	"github.com/agentsaga/agentsaga/worker/workertest"
 )
 
 var devServer *testsuite.DevServer
 
 func TestMain(m *testing.M) {
-	workertest.Main(m, func(server *testsuite.DevServer) { devServer = server })
+	agentsagatest.Main(m, func(server *testsuite.DevServer) { devServer = server })
 }
 
 func TestStartTwiceUnderOneID(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/worker/workertest"
 )
 
 // A tiny fleet on real processes: the built binary's `agentsaga worker` and

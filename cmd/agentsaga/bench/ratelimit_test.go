@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
+	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/worker/workertest"
 )
 
 // Issue 22's dev-server test: two `agentsaga worker` processes of the

@@ -1,6 +1,3 @@
-// Package workertest starts a real Temporal dev server for integration
-// tests, from the bin/temporal binary that `make bin/temporal` builds. It
-// never downloads anything.
 package workertest
 
 import (

@@ -198,7 +198,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 }
 
 // Close sends the success bonuses the retry hook has accrued to the fleet
-// bucket (they are otherwise sent within activities.DepositLag, too late
+// bucket (they are otherwise sent within a second, too late
 // for a store about to close) and ends the engine's MCP sessions (a stdio
 // server's stdin is closed, so it exits). Stop the worker first, and close
 // the ledger store, which is the caller's, after.

@@ -3,7 +3,6 @@ package agentsaga
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -98,12 +97,6 @@ func CallKey(ctx context.Context) string {
 // Permanent marks an error as not worth retrying (bad arguments, a
 // refusal by rule).
 func Permanent(err error) error { return activities.Permanent(err) }
-
-// IsPermanent says whether err was marked Permanent.
-func IsPermanent(err error) bool {
-	var permanent *activities.PermanentError
-	return errors.As(err, &permanent)
-}
 
 // WithTimeout bounds one attempt of the tool (the default is 30 s).
 func WithTimeout(d time.Duration) ToolOption {

@@ -26,15 +26,15 @@ const defaultAnthropicBaseURL = "https://api.anthropic.com"
 // API requires max_tokens on every request.
 const defaultAnthropicMaxTokens = 1024
 
-// AnthropicModel is a Model served by the Anthropic Messages API.
-type AnthropicModel struct {
+// anthropicModel is a Model served by the Anthropic Messages API.
+type anthropicModel struct {
 	client    anthropic.Client
 	spec      agentsagatype.ModelSpec
 	maxTokens int64
 	apiKey    string // kept only to redact it from error bodies
 }
 
-var _ Model = (*AnthropicModel)(nil)
+var _ Model = (*anthropicModel)(nil)
 
 // NewAnthropicModel builds a model for spec. httpClient may be nil to use the
 // SDK's default. Nothing is read from the environment: the SDK would otherwise
@@ -42,7 +42,7 @@ var _ Model = (*AnthropicModel)(nil)
 // profile file or extra headers, and could send a key the spec never named,
 // or send it somewhere the spec does not say. The SDK's own retries are off:
 // Temporal's activity retry is the only retry loop.
-func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (*AnthropicModel, error) {
+func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	if spec.Provider != agentsagatype.ProviderAnthropic {
 		return nil, fmt.Errorf("anthropic model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderAnthropic)
 	}
@@ -75,7 +75,7 @@ func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 	if _, err := anthropic.CalculateNonStreamingTimeout(int(maxTokens), anthropic.Model(spec.Name), opts); err != nil {
 		return nil, fmt.Errorf("anthropic model: max_tokens %d is too large for model %s without streaming: %w", maxTokens, spec.Name, err)
 	}
-	return &AnthropicModel{
+	return &anthropicModel{
 		client:    anthropic.NewClient(opts...),
 		spec:      spec,
 		maxTokens: maxTokens,
@@ -87,7 +87,7 @@ func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 // *HTTPError so the retry classifier can read the status and retry hints
 // (529 overloaded_error is a 5xx and so retryable); anything else is wrapped
 // with the op.
-func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
+func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
@@ -148,7 +148,7 @@ func (m *AnthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 
 // httpError reads the error body the SDK buffered and strips the API key
 // from it, in case a server or proxy echoes the request headers back.
-func (m *AnthropicModel) httpError(resp *http.Response) *HTTPError {
+func (m *anthropicModel) httpError(resp *http.Response) *HTTPError {
 	var body []byte
 	if resp.Body != nil {
 		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -156,14 +156,14 @@ func (m *AnthropicModel) httpError(resp *http.Response) *HTTPError {
 	if m.apiKey != "" {
 		body = bytes.ReplaceAll(body, []byte(m.apiKey), []byte("[redacted]"))
 	}
-	return NewHTTPError(opMessages, resp, body)
+	return newHTTPError(opMessages, resp, body)
 }
 
 // params translates the provider-neutral request to the SDK's. System
 // messages, wherever they stand, become the top-level system prompt; the
 // rest become alternating user and assistant messages, with consecutive
 // blocks of the same role (tool results above all) merged into one message.
-func (m *AnthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, error) {
+func (m *anthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, error) {
 	p := anthropic.MessageNewParams{Model: anthropic.Model(m.spec.Name), MaxTokens: m.maxTokens}
 	var system []string
 	for i, msg := range req.Messages {

@@ -58,7 +58,7 @@ func newMessagesServer(t *testing.T, status int, headers map[string]string, body
 	return ms
 }
 
-func newAnthropic(t *testing.T, baseURL, apiKey string) *activities.AnthropicModel {
+func newAnthropic(t *testing.T, baseURL, apiKey string) activities.Model {
 	t.Helper()
 	m, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
 		Provider: agentsagatype.ProviderAnthropic,

@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// BreakerStaleness bounds how long a worker goes on trusting a closed
+// breakerStaleness bounds how long a worker goes on trusting a closed
 // breaker without asking the ledger again: a breaker that another worker
 // opens is seen here within this time, and only calls that would have gone
 // out anyway had they started a moment earlier get through meanwhile. A
 // failure this worker reports, and any answer but closed, are seen at once.
-const BreakerStaleness = time.Second
+const breakerStaleness = time.Second
 
 // closedBreakers remembers, per dependency, when the ledger last answered
 // that its breaker was closed, and whether the dependency was then in a

@@ -36,14 +36,14 @@ var statusErrTypes = map[int]string{
 }
 
 // classify is the one place an activity's failure is classified: a tool's
-// configuration error and a PermanentError are not retryable; an HTTP error
+// configuration error and a permanentError are not retryable; an HTTP error
 // is as budget.RetryableStatus says, typed by statusErrTypes when it is not;
 // an activity error (what toActivityError built) is read back; anything
 // else is transient and retryable. toActivityError builds activity errors
 // from it, and the retry hook reads failures with it.
 func classify(err error) classified {
 	c := classified{errType: agentsagatype.ErrTypeTransient, retryable: true, message: err.Error()}
-	var permanent *PermanentError
+	var permanent *permanentError
 	var httpErr *HTTPError
 	var appErr *temporal.ApplicationError
 	switch {

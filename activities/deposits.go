@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// DepositLag bounds how long a success's bonus waits before it reaches the
+// depositLag bounds how long a success's bonus waits before it reaches the
 // fleet bucket: successes accrue in the worker and are flushed together,
-// at most once a DepositLag per bucket, so the fleet's successful calls do
+// at most once a depositLag per bucket, so the fleet's successful calls do
 // not all commit on the bucket's one row. A deposit that is late, or lost
 // with its worker, leaves the bucket lower than it would have been: it can
 // only make the bucket deny a retry it could have granted.
@@ -21,7 +21,7 @@ import (
 // key completed and returns the stored result, accrues one again. The
 // overshoot is one success bonus per such delivery, and the bucket never
 // holds more than its capacity.
-const DepositLag = time.Second
+const depositLag = time.Second
 
 // depositor accrues success bonuses per bucket and flushes each sum in one
 // statement, which writes nothing when the bucket is already full.
@@ -74,7 +74,7 @@ func (d *depositor) flush() {
 }
 
 // Flush sends the success bonuses accrued so far now, rather than within
-// DepositLag, and returns once they are sent (or their loss is logged). A
+// depositLag, and returns once they are sent (or their loss is logged). A
 // worker that stops calls it before its ledger store closes
 // (agentsaga.Engine.Close), or the last bonuses are lost.
 func (h *RetryHook) Flush() { h.deposits.flushNow() }

@@ -1,6 +1,6 @@
 // Package activities owns every call that leaves the process: model turns
 // (scripted, OpenAI-compatible or Anthropic, SDK retries off; see [Model],
-// [OpenAIModel], [AnthropicModel], [ScriptedModel]) and tool calls (Go
+// [NewOpenAIModel], [NewAnthropicModel]) and tool calls (Go
 // functions in a [Toolbox], HTTP tools that receive the Idempotency-Key
 // header, and MCP tools over streamable HTTP or stdio that receive it in
 // _meta; a run lists an MCP server's tools once, at its start).

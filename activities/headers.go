@@ -23,8 +23,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// Redacted replaces a secret wherever it would leave the worker.
-const Redacted = "[redacted]"
+// redactedMark replaces a secret wherever it would leave the worker.
+const redactedMark = "[redacted]"
 
 // toolConfigError is a header that cannot be resolved on this worker. Its
 // message names the header and the variable, never a value.
@@ -101,7 +101,7 @@ func newRedactor(values []string) *redactor {
 	sort.SliceStable(secrets, func(i, j int) bool { return len(secrets[i]) > len(secrets[j]) })
 	pairs := make([]string, 0, 2*len(secrets))
 	for _, s := range secrets {
-		pairs = append(pairs, s, Redacted)
+		pairs = append(pairs, s, redactedMark)
 	}
 	return &redactor{secrets: secrets, replacer: strings.NewReplacer(pairs...)}
 }
@@ -148,7 +148,7 @@ func (r *redactor) redactCut(s string) string {
 }
 
 // wrap returns err with its message redacted; errors.As still finds what
-// it wraps (an HTTPError, a PermanentError), so it is classified as before.
+// it wraps (an HTTPError, a permanentError), so it is classified as before.
 func (r *redactor) wrap(err error) error {
 	if r == nil || err == nil {
 		return err

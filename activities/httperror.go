@@ -33,9 +33,9 @@ func (e *HTTPError) Error() string {
 	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.StatusCode, e.Body)
 }
 
-// NewHTTPError describes resp, whose body the caller has already read into
+// newHTTPError describes resp, whose body the caller has already read into
 // body. It parses the retry headers so the classifier never needs resp again.
-func NewHTTPError(op string, resp *http.Response, body []byte) *HTTPError {
+func newHTTPError(op string, resp *http.Response, body []byte) *HTTPError {
 	e := &HTTPError{Op: op, Body: truncateBody(body)}
 	if resp == nil {
 		return e

@@ -238,7 +238,7 @@ func requestIsWrong(code int64) bool {
 func mcpOutput(result *mcp.CallToolResult) string {
 	var b strings.Builder
 	for _, content := range result.Content {
-		if b.Len() > MaxToolOutput {
+		if b.Len() > maxToolOutput {
 			break // cleanOutput cuts and marks it
 		}
 		if b.Len() > 0 {

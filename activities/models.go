@@ -30,7 +30,7 @@ var providerName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 func NewModels() *Models {
 	m := &Models{factories: map[string]ModelFactory{}}
 	m.factories[agentsagatype.ProviderScripted] = func(spec agentsagatype.ModelSpec, _ string, _ *http.Client) (Model, error) {
-		return ScriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
+		return scriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
 	}
 	m.factories[agentsagatype.ProviderOpenAI] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 		return NewOpenAIModel(spec, apiKey, httpClient)

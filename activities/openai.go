@@ -24,21 +24,21 @@ const opChatCompletions = "openai chat.completions"
 // send a run somewhere its spec does not say.
 const defaultOpenAIBaseURL = "https://api.openai.com/v1"
 
-// OpenAIModel is a Model served by the OpenAI chat completions API or by any
+// openAIModel is a Model served by the OpenAI chat completions API or by any
 // server that speaks it (Ollama, vLLM, llama.cpp).
-type OpenAIModel struct {
+type openAIModel struct {
 	client openai.Client
 	spec   agentsagatype.ModelSpec
 	apiKey string // kept only to redact it from error bodies
 }
 
-var _ Model = (*OpenAIModel)(nil)
+var _ Model = (*openAIModel)(nil)
 
 // NewOpenAIModel builds a model for spec. apiKey may be empty for local
 // servers that need none; httpClient may be nil to use the SDK's default.
 // The SDK's own retries are off: Temporal's activity retry is the only retry
 // loop, and a second one would multiply attempts and hide failures.
-func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (*OpenAIModel, error) {
+func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	if spec.Provider != agentsagatype.ProviderOpenAI {
 		return nil, fmt.Errorf("openai model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderOpenAI)
 	}
@@ -60,13 +60,13 @@ func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *htt
 	if httpClient != nil {
 		opts = append(opts, option.WithHTTPClient(httpClient))
 	}
-	return &OpenAIModel{client: openai.NewClient(opts...), spec: spec, apiKey: apiKey}, nil
+	return &openAIModel{client: openai.NewClient(opts...), spec: spec, apiKey: apiKey}, nil
 }
 
 // Turn makes exactly one chat.completions request and maps its first choice.
 // A non-2xx answer is returned as *HTTPError so the retry classifier can read
 // the status and retry hints; anything else is wrapped with the op.
-func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
+func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
@@ -114,7 +114,7 @@ func (m *OpenAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 
 // httpError reads the error body the SDK buffered and strips the API key
 // from it, in case a server or proxy echoes the request headers back.
-func (m *OpenAIModel) httpError(resp *http.Response) *HTTPError {
+func (m *openAIModel) httpError(resp *http.Response) *HTTPError {
 	var body []byte
 	if resp.Body != nil {
 		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -122,11 +122,11 @@ func (m *OpenAIModel) httpError(resp *http.Response) *HTTPError {
 	if m.apiKey != "" {
 		body = bytes.ReplaceAll(body, []byte(m.apiKey), []byte("[redacted]"))
 	}
-	return NewHTTPError(opChatCompletions, resp, body)
+	return newHTTPError(opChatCompletions, resp, body)
 }
 
 // params translates the provider-neutral request to the SDK's.
-func (m *OpenAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, error) {
+func (m *openAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, error) {
 	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(m.spec.Name)}
 	if m.spec.MaxTokens > 0 {
 		p.MaxCompletionTokens = openai.Int(m.spec.MaxTokens)

@@ -58,7 +58,7 @@ func newChatServer(t *testing.T, status int, headers map[string]string, body str
 	return cs
 }
 
-func newModel(t *testing.T, baseURL, apiKey string) *activities.OpenAIModel {
+func newModel(t *testing.T, baseURL, apiKey string) activities.Model {
 	t.Helper()
 	m, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{
 		Provider: agentsagatype.ProviderOpenAI,

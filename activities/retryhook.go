@@ -31,9 +31,9 @@ type planned interface {
 // activity (a call sent again after waiting for a breaker).
 type firstKeyed interface{ FirstKey() string }
 
-// RetryStore is the shared state the hook pays with: the ledger in
+// retryStore is the shared state the hook pays with: the ledger in
 // production.
-type RetryStore interface {
+type retryStore interface {
 	DecideRetry(ctx context.Context, req ledgerdb.RetryRequest) (string, error)
 	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
 	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error)
@@ -62,7 +62,7 @@ type RetryHookConfig struct {
 // type names the budget that said no.
 type RetryHook struct {
 	interceptor.WorkerInterceptorBase
-	store    RetryStore
+	store    retryStore
 	cfg      RetryHookConfig
 	deposits *depositor
 	closed   *closedBreakers
@@ -70,15 +70,15 @@ type RetryHook struct {
 }
 
 // NewRetryHook returns the hook; register it in worker.Options.Interceptors.
-func NewRetryHook(store RetryStore, cfg RetryHookConfig) *RetryHook {
+func NewRetryHook(store retryStore, cfg RetryHookConfig) *RetryHook {
 	if cfg.Random == nil {
 		cfg.Random = rand.Float64
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &RetryHook{store: store, cfg: cfg, deposits: newDepositor(store.DepositUnlessFull, DepositLag),
-		closed: newClosedBreakers(BreakerStaleness, cfg.Now), released: &releasedSuccesses{}}
+	return &RetryHook{store: store, cfg: cfg, deposits: newDepositor(store.DepositUnlessFull, depositLag),
+		closed: newClosedBreakers(breakerStaleness, cfg.Now), released: &releasedSuccesses{}}
 }
 
 // InterceptActivity implements interceptor.WorkerInterceptor.
@@ -494,7 +494,7 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // gate asks the dependency's breaker whether the call may go out. A closed
-// answer is remembered for BreakerStaleness, so that the calls of a healthy
+// answer is remembered for breakerStaleness, so that the calls of a healthy
 // dependency cost no statement for it; an open or probing breaker is asked
 // every time. A closed breaker whose dependency is in a streak of failures
 // is remembered as such, so that the next success here ends the streak.

@@ -8,17 +8,17 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
-// ScriptedModel answers from a fixed list of turns: the Nth call made in a
+// scriptedModel answers from a fixed list of turns: the Nth call made in a
 // conversation (counted by its assistant messages) gets turn N. It makes no
 // network call, so demos and tests are deterministic; it is one Model among
 // others, not a stand-in for them.
-type ScriptedModel struct {
+type scriptedModel struct {
 	Turns  []agentsagatype.ScriptedTurn
 	Finish *agentsagatype.ScriptedTurn
 }
 
 // Turn returns the script's answer for this point of the conversation.
-func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
+func (m scriptedModel) Turn(_ context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	n := req.OmittedTurns
 	for _, msg := range req.Messages {
 		if msg.Role == "assistant" {
@@ -38,7 +38,7 @@ func (m ScriptedModel) Turn(_ context.Context, req ModelRequest) (agentsagatype.
 	return m.answer(req, m.Turns[n], n), nil
 }
 
-func (m ScriptedModel) answer(req ModelRequest, turn agentsagatype.ScriptedTurn, n int) agentsagatype.ModelTurn {
+func (m scriptedModel) answer(req ModelRequest, turn agentsagatype.ScriptedTurn, n int) agentsagatype.ModelTurn {
 	out := agentsagatype.ModelTurn{Content: turn.Content, Refusal: turn.Refusal, Model: agentsagatype.ProviderScripted}
 	for i, call := range turn.ToolCalls {
 		args := string(call.Arguments)

@@ -21,14 +21,14 @@ import (
 	"github.com/agentsaga/agentsaga/internal/textclip"
 )
 
-// MaxToolOutput is how much of a tool's answer is kept, of every kind of
+// maxToolOutput is how much of a tool's answer is kept, of every kind of
 // tool; the rest is cut and marked, so one chatty tool cannot fill the
 // ledger, workflow history (whose payloads are capped at 2 MiB) or the
 // model's context.
-const MaxToolOutput = 64 << 10
+const maxToolOutput = 64 << 10
 
-// TruncationMarker ends a tool answer that was cut at MaxToolOutput.
-const TruncationMarker = "\n[truncated by agentsaga: output exceeded 64 KiB]"
+// truncationMarker ends a tool answer that was cut at maxToolOutput.
+const truncationMarker = "\n[truncated by agentsaga: output exceeded 64 KiB]"
 
 // ToolInvocation is what a tool receives for one attempt.
 type ToolInvocation struct {
@@ -133,14 +133,14 @@ func (b *Toolbox) Merge(from *Toolbox) {
 	}
 }
 
-// PermanentError marks a tool failure that no retry can fix.
-type PermanentError struct{ Err error }
+// permanentError marks a tool failure that no retry can fix.
+type permanentError struct{ Err error }
 
-func (e *PermanentError) Error() string { return e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
+func (e *permanentError) Error() string { return e.Err.Error() }
+func (e *permanentError) Unwrap() error { return e.Err }
 
 // Permanent wraps err as a failure that must not be retried.
-func Permanent(err error) error { return &PermanentError{Err: err} }
+func Permanent(err error) error { return &permanentError{Err: err} }
 
 // callHTTPTool sends one attempt of an HTTP tool. The body is the arguments
 // (for GET, the top-level fields become query parameters). The idempotency
@@ -192,7 +192,7 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool agentsagatype.T
 	// Read at most one byte over the cap (CallTool cuts and marks it), and
 	// with secrets to redact as much again as the longest, so one that
 	// straddles the cap is read whole and redacted whole.
-	limit := int64(MaxToolOutput + 1 + redact.longest())
+	limit := int64(maxToolOutput + 1 + redact.longest())
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return "", redact.wrap(fmt.Errorf("tool %s: read answer: %w", tool.Name, err))
@@ -206,13 +206,13 @@ func callHTTPTool(ctx context.Context, client *http.Client, tool agentsagatype.T
 		}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return "", NewHTTPError("tool "+tool.Name, resp, []byte(text))
+		return "", newHTTPError("tool "+tool.Name, resp, []byte(text))
 	}
-	if redact != nil && len(data) > MaxToolOutput {
+	if redact != nil && len(data) > maxToolOutput {
 		// Redaction may have shortened an answer that was over the cap, so
 		// it is cut and marked here, where that is still known.
-		text, _ = textclip.CutAtRune(cleanText(text), MaxToolOutput)
-		text += TruncationMarker
+		text, _ = textclip.CutAtRune(cleanText(text), maxToolOutput)
+		text += truncationMarker
 	}
 	return text, nil
 }
@@ -263,19 +263,19 @@ func queryFromArguments(base string, arguments json.RawMessage) (string, error) 
 }
 
 // cleanOutput makes a tool's answer safe for everywhere it goes: cleaned
-// by cleanText, then cut at MaxToolOutput on a character boundary and
+// by cleanText, then cut at maxToolOutput on a character boundary and
 // marked. Cleaning comes first because a replacement character is longer
 // than the byte it replaces.
 func cleanOutput(s string) string {
 	s = cleanText(s)
-	if body, marked := strings.CutSuffix(s, TruncationMarker); marked && len(body) <= MaxToolOutput {
+	if body, marked := strings.CutSuffix(s, truncationMarker); marked && len(body) <= maxToolOutput {
 		// Cut and marked already: an HTTP tool's answer that held a secret
 		// is cut after redaction, where it is still known to be over.
 		return s
 	}
-	s, cut := textclip.CutAtRune(s, MaxToolOutput)
+	s, cut := textclip.CutAtRune(s, maxToolOutput)
 	if cut {
-		s += TruncationMarker
+		s += truncationMarker
 	}
 	return s
 }

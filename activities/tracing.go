@@ -30,25 +30,25 @@ const tracerName = "github.com/agentsaga/agentsaga/activities"
 
 // agentsaga's span attributes, beside the GenAI ones.
 const (
-	// AttrIdempotencyKey is the call's key: workflow ID + "/" + activity ID.
-	AttrIdempotencyKey = attribute.Key("agentsaga.idempotency_key")
-	// AttrAttempt is the activity attempt, from 1.
-	AttrAttempt = attribute.Key("agentsaga.attempt")
-	// AttrRetryDenial names the budget that refused a retry (a budget.Deny*
+	// attrIdempotencyKey is the call's key: workflow ID + "/" + activity ID.
+	attrIdempotencyKey = attribute.Key("agentsaga.idempotency_key")
+	// attrAttempt is the activity attempt, from 1.
+	attrAttempt = attribute.Key("agentsaga.attempt")
+	// attrRetryDenial names the budget that refused a retry (a budget.Deny*
 	// value), on the span of the attempt that was refused.
-	AttrRetryDenial = attribute.Key("agentsaga.retry.denial")
-	// AttrCompensates is the forward key a compensation undoes.
-	AttrCompensates = attribute.Key("agentsaga.compensates")
-	// AttrFallbackFor, on a model call's span, is the spec's first model
+	attrRetryDenial = attribute.Key("agentsaga.retry.denial")
+	// attrCompensates is the forward key a compensation undoes.
+	attrCompensates = attribute.Key("agentsaga.compensates")
+	// attrFallbackFor, on a model call's span, is the spec's first model
 	// (provider:name) when a fallback answers the turn for it.
-	AttrFallbackFor = attribute.Key("agentsaga.model.fallback_for")
+	attrFallbackFor = attribute.Key("agentsaga.model.fallback_for")
 )
 
 // callAttributes are the key and attempt of the running activity.
 func callAttributes(ctx context.Context) []attribute.KeyValue {
 	return []attribute.KeyValue{
-		AttrIdempotencyKey.String(IdempotencyKey(ctx)),
-		AttrAttempt.Int(int(activity.GetInfo(ctx).Attempt)),
+		attrIdempotencyKey.String(IdempotencyKey(ctx)),
+		attrAttempt.Int(int(activity.GetInfo(ctx).Attempt)),
 	}
 }
 
@@ -60,7 +60,7 @@ func markCall(ctx context.Context) {
 
 // markDenial records on the attempt's span which budget refused its retry.
 func markDenial(ctx context.Context, reason string) {
-	trace.SpanFromContext(ctx).SetAttributes(AttrRetryDenial.String(reason))
+	trace.SpanFromContext(ctx).SetAttributes(attrRetryDenial.String(reason))
 }
 
 // startSpan starts a child of the activity's span for one call to the
@@ -80,7 +80,7 @@ func startModelSpan(ctx context.Context, call wire.ModelCall) (context.Context, 
 		semconv.GenAIProviderNameKey.String(spec.Provider),
 		semconv.GenAIRequestModel(model)}
 	if call.TurnOf != "" {
-		attrs = append(attrs, AttrFallbackFor.String(call.TurnOf))
+		attrs = append(attrs, attrFallbackFor.String(call.TurnOf))
 	}
 	return startSpan(ctx, "chat "+model, attrs...)
 }
@@ -105,7 +105,7 @@ func startToolSpan(ctx context.Context, req wire.ToolCallRequest) (context.Conte
 	attrs := []attribute.KeyValue{semconv.GenAIOperationNameExecuteTool, semconv.GenAIToolName(req.Tool.Name)}
 	if req.Compensates != "" {
 		name = "compensate " + req.Tool.Name
-		attrs = append(attrs, AttrCompensates.String(req.Compensates))
+		attrs = append(attrs, attrCompensates.String(req.Compensates))
 	}
 	if req.Record != nil && req.Record.ToolCallID != "" {
 		attrs = append(attrs, semconv.GenAIToolCallID(req.Record.ToolCallID))

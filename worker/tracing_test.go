@@ -23,7 +23,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/worker"
@@ -160,9 +159,9 @@ model:
 	for _, turn := range turns {
 		assert.True(t, ix.descends(turn, runSpan), "%s under the run", turn.Name)
 		turnAttrs := spanAttrs(turn)
-		key := turnAttrs[activities.AttrIdempotencyKey].AsString()
+		key := turnAttrs["agentsaga.idempotency_key"].AsString()
 		assert.True(t, strings.HasPrefix(key, id+"/step-"), "key %q", key)
-		assert.Equal(t, int64(1), turnAttrs[activities.AttrAttempt].AsInt64())
+		assert.Equal(t, int64(1), turnAttrs["agentsaga.attempt"].AsInt64())
 
 		calls := ix.children(turn)
 		require.Len(t, calls, 1, "one model call under turn %s", key)
@@ -173,7 +172,7 @@ model:
 		assert.Equal(t, "chat", callAttrs["gen_ai.operation.name"].AsString())
 		assert.Equal(t, "scripted", callAttrs["gen_ai.provider.name"].AsString())
 		assert.Equal(t, "scripted", callAttrs["gen_ai.request.model"].AsString())
-		assert.Equal(t, key, callAttrs[activities.AttrIdempotencyKey].AsString())
+		assert.Equal(t, key, callAttrs["agentsaga.idempotency_key"].AsString())
 		if call.Status.Code == codes.Error {
 			assert.Contains(t, call.Status.Description, "the script has 1 turns")
 			continue
@@ -193,11 +192,11 @@ model:
 	assert.Equal(t, "execute_tool", chargeAttrs["gen_ai.operation.name"].AsString())
 	assert.Equal(t, "charge", chargeAttrs["gen_ai.tool.name"].AsString())
 	assert.NotEmpty(t, chargeAttrs["gen_ai.tool.call.id"].AsString())
-	assert.Equal(t, forwardKey, chargeAttrs[activities.AttrIdempotencyKey].AsString())
-	assert.Equal(t, int64(1), chargeAttrs[activities.AttrAttempt].AsInt64())
+	assert.Equal(t, forwardKey, chargeAttrs["agentsaga.idempotency_key"].AsString())
+	assert.Equal(t, int64(1), chargeAttrs["agentsaga.attempt"].AsInt64())
 	chargeParent := ix.byID[charge.Parent.SpanID()]
 	assert.True(t, strings.HasSuffix(chargeParent.Name, "CallTool"), "the charge runs in its CallTool attempt, not %q", chargeParent.Name)
-	assert.Equal(t, forwardKey, spanAttrs(chargeParent)[activities.AttrIdempotencyKey].AsString())
+	assert.Equal(t, forwardKey, spanAttrs(chargeParent)["agentsaga.idempotency_key"].AsString())
 	assert.True(t, ix.descends(charge, runSpan))
 
 	// Its refund.
@@ -206,9 +205,9 @@ model:
 	refund := refunds[0]
 	refundAttrs := spanAttrs(refund)
 	assert.Equal(t, "refund", refundAttrs["gen_ai.tool.name"].AsString())
-	assert.Equal(t, forwardKey, refundAttrs[activities.AttrCompensates].AsString())
-	assert.True(t, strings.HasPrefix(refundAttrs[activities.AttrIdempotencyKey].AsString(), forwardKey+"/compensate"),
-		"the compensation's own key, not %q", refundAttrs[activities.AttrIdempotencyKey].AsString())
+	assert.Equal(t, forwardKey, refundAttrs["agentsaga.compensates"].AsString())
+	assert.True(t, strings.HasPrefix(refundAttrs["agentsaga.idempotency_key"].AsString(), forwardKey+"/compensate"),
+		"the compensation's own key, not %q", refundAttrs["agentsaga.idempotency_key"].AsString())
 	assert.Equal(t, codes.Unset, refund.Status.Code)
 	assert.True(t, ix.descends(refund, runSpan), "the compensation is in the run's trace")
 	assert.True(t, refund.StartTime.After(charge.EndTime), "the refund follows the charge")

@@ -9,9 +9,9 @@ import (
 // action's result or error, a leaf call's error, a run's answer, handoff
 // note, reason or status detail, a compensation's error or reason. Longer
 // text is cut on a character boundary and ends with TextTruncatedMarker,
-// the whole within MaxStoredText. Tool results arrive already capped by
-// activities.MaxToolOutput (64 KiB), so they are stored whole; this is the
-// backstop for every other writer.
+// the whole within MaxStoredText. Tool results arrive already capped at
+// 64 KiB (activities' maxToolOutput), so they are stored whole; this is
+// the backstop for every other writer.
 const MaxStoredText = 1 << 20
 
 // TextTruncatedMarker ends a text the ledger cut at MaxStoredText.

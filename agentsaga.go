@@ -59,8 +59,8 @@ type (
 	TraceEntry = workflows.TraceEntry
 )
 
-// DefaultBucket names the fleet retry bucket a Config without one pays from.
-const DefaultBucket = "fleet"
+// defaultBucket names the fleet retry bucket a Config without one pays from.
+const defaultBucket = "fleet"
 
 // Config is what an Engine is built from. The zero value is a working
 // engine: the default task queue and bucket, the built-in tools and models.
@@ -69,7 +69,7 @@ type Config struct {
 	// workflows.TaskQueue ("agentsaga").
 	TaskQueue string
 	// Bucket names the fleet retry bucket; every worker naming the same
-	// bucket shares it. "" means DefaultBucket.
+	// bucket shares it. "" means "fleet".
 	Bucket string
 	// BucketConfig shapes it; zero means budget.DefaultBucket.
 	BucketConfig budget.BucketConfig
@@ -97,7 +97,7 @@ type Config struct {
 	// Temporal is the client the worker polls with. With it, the
 	// reconciler's activities are registered too (they find runs that
 	// ended behind the engine's back and start their rollbacks), and New
-	// makes sure the reconciler runs (EnsureReconciler), as every worker does.
+	// makes sure the reconciler runs, as every worker does.
 	Temporal client.Client
 	// ReconcileEvery is how often the reconciler makes a pass when New
 	// starts it; zero means workflows.ReconcileInterval (30 s), negative
@@ -159,7 +159,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 	}
 	hookConfig := activities.RetryHookConfig{Bucket: cfg.Bucket, BucketConfig: cfg.BucketConfig, Breaker: cfg.Breaker, Observe: cfg.Observe}
 	if hookConfig.Bucket == "" {
-		hookConfig.Bucket = DefaultBucket
+		hookConfig.Bucket = defaultBucket
 	}
 	if hookConfig.BucketConfig == (budget.BucketConfig{}) {
 		hookConfig.BucketConfig = budget.DefaultBucket
@@ -179,7 +179,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 		hook: activities.NewRetryHook(db, hookConfig),
 	}
 	if cfg.TracerProvider != nil {
-		tracing, err := TracingInterceptor(cfg.TracerProvider)
+		tracing, err := tracingInterceptor(cfg.TracerProvider)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +189,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 		e.reconciler = &activities.Reconciliation{Ledger: db, Temporal: cfg.Temporal}
 		if cfg.ReconcileEvery >= 0 {
 			every := cmp.Or(cfg.ReconcileEvery, workflows.ReconcileInterval)
-			if err := EnsureReconciler(ctx, cfg.Temporal, cfg.TaskQueue, every); err != nil {
+			if err := ensureReconciler(ctx, cfg.Temporal, cfg.TaskQueue, every); err != nil {
 				return nil, err
 			}
 		}
@@ -217,13 +217,6 @@ func (e *Engine) TaskQueue() string { return e.cfg.TaskQueue }
 // StartOptions.ModelProviders.
 func (e *Engine) Providers() []string { return e.acts.Models.Providers() }
 
-// Interceptor is the retry hook: every retry of a model or tool call is
-// paid for from the fleet bucket, and denied when the budget, the breaker
-// or the deadline says so. A worker that runs the engine's activities
-// must have it; WorkerOptions adds it, with the other interceptors the
-// engine's workflows need.
-func (e *Engine) Interceptor() interceptor.WorkerInterceptor { return e.hook }
-
 // WorkerOptions returns opts with the engine's interceptors added: the
 // tracing interceptor first (when Config.TracerProvider is set), so that
 // everything after it runs inside the activity's span, then the one that
@@ -235,19 +228,16 @@ func (e *Engine) WorkerOptions(opts worker.Options) worker.Options {
 	return opts
 }
 
-// Registry is where the engine registers itself: a Temporal worker, or a
-// workflow test environment.
-type Registry interface {
+// Register registers the engine's workflows (AgentRunWorkflow and
+// agentsaga.RollbackRun, agentsaga.ReconcilerLoop, agentsaga.Reconciler)
+// and its activities under agentsagatype.NamePrefix ("agentsaga.AgentRun",
+// "agentsaga.CallTool") on r, a Temporal worker or a workflow test
+// environment, and under their bare names too with Config.LegacyNames. The
+// worker must run with WorkerOptions' interceptors.
+func (e *Engine) Register(r interface {
 	worker.WorkflowRegistry
 	worker.ActivityRegistry
-}
-
-// Register registers the engine's workflows (AgentRunWorkflow,
-// RollbackRunWorkflow, ReconcilerLoopWorkflow, ReconcilerWorkflow) and its activities under
-// agentsagatype.NamePrefix ("agentsaga.AgentRun", "agentsaga.CallTool") on
-// r, and under their bare names too with Config.LegacyNames. The worker
-// must run with WorkerOptions' interceptors.
-func (e *Engine) Register(r Registry) {
+}) {
 	registerWorkflows(r, e.cfg.LegacyNames)
 	activities.Register(r, e.acts, e.cfg.LegacyNames)
 	if e.reconciler != nil {

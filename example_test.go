@@ -58,9 +58,9 @@ func ExampleEngine_Register() {
 // The engine's workflow types are namespaced, as its activities are, so a
 // team's own workflow may be called AgentRun.
 func ExampleEngine_Register_names() {
-	fmt.Println(agentsaga.AgentRunWorkflow, agentsaga.RollbackRunWorkflow, agentsaga.ReconcilerWorkflow)
+	fmt.Println(agentsaga.AgentRunWorkflow)
 	// Output:
-	// agentsaga.AgentRun agentsaga.RollbackRun agentsaga.Reconciler
+	// agentsaga.AgentRun
 }
 
 // Starting a run and waiting for how it ended. With the ledger, an ID any

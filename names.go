@@ -9,21 +9,23 @@ import (
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
-// The engine's workflow types, namespaced as its activities are
-// (agentsagatype.NamePrefix), so that they share a worker with a team's own
-// workflows: a team may have a workflow called AgentRun.
+// AgentRunWorkflow is the type of a run: Start starts it, and a run's
+// sub-agents and continuations keep it. The engine's workflow types are
+// namespaced as its activities are (agentsagatype.NamePrefix), so that they
+// share a worker with a team's own workflows: a team may have a workflow
+// called AgentRun.
+const AgentRunWorkflow = agentsagatype.NamePrefix + "AgentRun"
+
+// The engine's other workflow types, namespaced alike.
 const (
-	// AgentRunWorkflow is the type of a run: Start starts it, and a run's
-	// sub-agents and continuations keep it.
-	AgentRunWorkflow = agentsagatype.NamePrefix + "AgentRun"
-	// RollbackRunWorkflow walks the stack of a run that ended behind the
+	// rollbackRunWorkflow walks the stack of a run that ended behind the
 	// engine's back.
-	RollbackRunWorkflow = agentsagatype.NamePrefix + "RollbackRun"
-	// ReconcilerWorkflow is a reconciler pass, which the reconciler's
-	// Schedule started before ReconcilerLoopWorkflow.
-	ReconcilerWorkflow = agentsagatype.NamePrefix + "Reconciler"
-	// ReconcilerLoopWorkflow is the reconciler (EnsureReconciler).
-	ReconcilerLoopWorkflow = agentsagatype.NamePrefix + "ReconcilerLoop"
+	rollbackRunWorkflow = agentsagatype.NamePrefix + "RollbackRun"
+	// reconcilerWorkflow is a reconciler pass, which the reconciler's
+	// Schedule started before reconcilerLoopWorkflow.
+	reconcilerWorkflow = agentsagatype.NamePrefix + "Reconciler"
+	// reconcilerLoopWorkflow is the reconciler (ensureReconciler).
+	reconcilerLoopWorkflow = agentsagatype.NamePrefix + "ReconcilerLoop"
 )
 
 // agentRun is workflows.AgentRun under a Go name of its own. The SDK maps
@@ -45,9 +47,9 @@ func agentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 // start.
 func registerWorkflows(r worker.WorkflowRegistry, legacy bool) {
 	r.RegisterWorkflowWithOptions(agentRun, workflow.RegisterOptions{Name: AgentRunWorkflow})
-	r.RegisterWorkflowWithOptions(workflows.RollbackRun, workflow.RegisterOptions{Name: RollbackRunWorkflow})
-	r.RegisterWorkflowWithOptions(workflows.Reconciler, workflow.RegisterOptions{Name: ReconcilerWorkflow})
-	r.RegisterWorkflowWithOptions(workflows.ReconcilerLoop, workflow.RegisterOptions{Name: ReconcilerLoopWorkflow})
+	r.RegisterWorkflowWithOptions(workflows.RollbackRun, workflow.RegisterOptions{Name: rollbackRunWorkflow})
+	r.RegisterWorkflowWithOptions(workflows.Reconciler, workflow.RegisterOptions{Name: reconcilerWorkflow})
+	r.RegisterWorkflowWithOptions(workflows.ReconcilerLoop, workflow.RegisterOptions{Name: reconcilerLoopWorkflow})
 	if legacy {
 		r.RegisterWorkflow(workflows.AgentRun)
 		r.RegisterWorkflow(workflows.RollbackRun)

@@ -13,7 +13,7 @@ import (
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
-// EnsureReconciler makes sure the reconciler runs: one ReconcilerLoop
+// ensureReconciler makes sure the reconciler runs: one ReconcilerLoop
 // workflow (ID workflows.ReconcilerID) on queue, making a pass every
 // `every`. A reconciler already running (another worker started it) is
 // left as it is, on its own queue and interval. The workflow lives in
@@ -21,7 +21,7 @@ import (
 // hours, so the workflow list holds a handful of its entries a day. The
 // Schedule that builds before it made (a pass every 30 s, each an entry in
 // the list) is deleted. New calls it for an engine with Config.Temporal.
-func EnsureReconciler(ctx context.Context, c client.Client, queue string, every time.Duration) error {
+func ensureReconciler(ctx context.Context, c client.Client, queue string, every time.Duration) error {
 	err := c.ScheduleClient().GetHandle(ctx, workflows.ReconcileScheduleID).Delete(ctx)
 	var notFound *serviceerror.NotFound
 	if err != nil && !errors.As(err, &notFound) {
@@ -33,7 +33,7 @@ func EnsureReconciler(ctx context.Context, c client.Client, queue string, every 
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:            "agentsaga reconciler: finds runs that ended outside the engine (terminated, timed out, vanished), marks them terminated and walks their compensations",
-	}, ReconcilerLoopWorkflow, workflows.ReconcileLoopInput{Every: every, Pass: workflows.ReconcileInput{OlderThan: workflows.DefaultReconcileOlderThan}})
+	}, reconcilerLoopWorkflow, workflows.ReconcileLoopInput{Every: every, Pass: workflows.ReconcileInput{OlderThan: workflows.DefaultReconcileOlderThan}})
 	if err != nil {
 		return fmt.Errorf("agentsaga: start the reconciler %q: %w", workflows.ReconcilerID, err)
 	}

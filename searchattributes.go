@@ -29,13 +29,13 @@ func searchAttributeTypes() map[string]enums.IndexedValueType {
 	return types
 }
 
-// SearchAttributesWait bounds how long RegisterSearchAttributes waits for
+// searchAttributesWait bounds how long RegisterSearchAttributes waits for
 // the namespace to accept the attributes it registered.
-const SearchAttributesWait = 30 * time.Second
+const searchAttributesWait = 30 * time.Second
 
 // RegisterSearchAttributes adds agentsaga's search attributes to the
 // namespace (ones already there are left alone), then waits, for up to
-// SearchAttributesWait, until a start with them would be accepted. A
+// searchAttributesWait, until a start with them would be accepted. A
 // server answers "registered" before its frontends and history hosts have
 // the namespace's new mapping (each refreshes it on its own), and until
 // they do a start with the attributes is refused ("Namespace ... has no
@@ -50,7 +50,7 @@ func RegisterSearchAttributes(ctx context.Context, c client.Client, namespace st
 	if err != nil && !errors.As(err, &exists) {
 		return fmt.Errorf("agentsaga: register search attributes in %s: %w", namespace, err)
 	}
-	return waitUntilUsable(ctx, SearchAttributesWait, func(ctx context.Context) error {
+	return waitUntilUsable(ctx, searchAttributesWait, func(ctx context.Context) error {
 		return searchAttributesUsable(ctx, c, namespace)
 	})
 }

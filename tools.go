@@ -73,15 +73,6 @@ func NewTool[Args, Result any](name, description string, fn func(context.Context
 	return Tool{spec: spec, fn: call}, nil
 }
 
-// MustTool is NewTool for tools declared at package level: it panics on
-// an error, which is a programming mistake in the declaration.
-func MustTool(tool Tool, err error) Tool {
-	if err != nil {
-		panic(err)
-	}
-	return tool
-}
-
 // CallKey is the idempotency key of the tool call or model call ctx
 // belongs to (a Tool's function, a Model's Turn): the same on every
 // attempt of the call, so a downstream service that deduplicates by it

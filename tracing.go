@@ -9,13 +9,13 @@ import (
 	"go.temporal.io/sdk/interceptor"
 )
 
-// TracingInterceptor is Temporal's OpenTelemetry interceptor on tp: a span
+// tracingInterceptor is Temporal's OpenTelemetry interceptor on tp: a span
 // per workflow run (RunWorkflow:AgentRun), per activity scheduled
 // (StartActivity) and per activity attempt (RunActivity), linked through
 // Temporal headers into one trace per run. Config.TracerProvider puts it on the
 // engine's workers (WorkerOptions); do not also put it on the client the worker is built from: a client's interceptors
 // reach its workers too, and each span would be made twice.
-func TracingInterceptor(tp trace.TracerProvider) (interceptor.Interceptor, error) {
+func tracingInterceptor(tp trace.TracerProvider) (interceptor.Interceptor, error) {
 	if tp == nil {
 		return nil, errors.New("agentsaga: tracing interceptor: the tracer provider is nil")
 	}

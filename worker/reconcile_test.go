@@ -266,7 +266,7 @@ func TestWorkerEnsuresTheReconciler(t *testing.T) {
 	// What an older build made: a Schedule that starts a pass every 30 s.
 	old, err := temporalClient.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: workflows.ReconcileScheduleID,
 		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: time.Hour}}},
-		Action: &client.ScheduleWorkflowAction{ID: workflows.ReconcileScheduleID, Workflow: agentsaga.ReconcilerWorkflow,
+		Action: &client.ScheduleWorkflowAction{ID: workflows.ReconcileScheduleID, Workflow: agentsagatype.NamePrefix + "Reconciler",
 			Args: []any{workflows.ReconcileInput{}}, TaskQueue: queue}})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -283,7 +283,7 @@ func TestWorkerEnsuresTheReconciler(t *testing.T) {
 	require.ErrorAs(t, err, &notFound, "the old Schedule is gone")
 	desc, err := temporalClient.DescribeWorkflowExecution(ctx, workflows.ReconcilerID, "")
 	require.NoError(t, err)
-	assert.Equal(t, agentsaga.ReconcilerLoopWorkflow, desc.WorkflowExecutionInfo.GetType().GetName())
+	assert.Equal(t, agentsagatype.NamePrefix+"ReconcilerLoop", desc.WorkflowExecutionInfo.GetType().GetName())
 	assert.Equal(t, queue, desc.WorkflowExecutionInfo.GetTaskQueue())
 	assert.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.WorkflowExecutionInfo.GetStatus())
 	execution := desc.WorkflowExecutionInfo.GetExecution().GetRunId()

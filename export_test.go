@@ -1,0 +1,16 @@
+package agentsaga
+
+// What the external tests (package agentsaga_test) read that the package
+// keeps to itself.
+const (
+	ReconcilerLoopWorkflow = reconcilerLoopWorkflow
+	SearchAttributesWait   = searchAttributesWait
+)
+
+// MustTool is NewTool for the tests' tools: it panics on an error.
+func MustTool(tool Tool, err error) Tool {
+	if err != nil {
+		panic(err)
+	}
+	return tool
+}

@@ -158,7 +158,7 @@ func TestStartRefusesAnIDTheLedgerHas(t *testing.T) {
 
 	spec := agentsaga.RunSpec{Goal: "the second", Budget: agentsaga.Budget{Steps: 2}, Model: agentsagatest.Script(agentsagatest.Answer("hi"))}
 	_, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: id, Ledger: store})
-	require.ErrorIs(t, err, agentsaga.ErrRunExists)
+	require.ErrorAs(t, err, new(*agentsaga.RunExistsError))
 	var exists *agentsaga.RunExistsError
 	require.ErrorAs(t, err, &exists)
 	require.Equal(t, agentsaga.RunExistsError{ID: id, InLedger: true}, *exists)
@@ -275,7 +275,7 @@ func TestRunHandleResumesAndAborts(t *testing.T) {
 		t.Fatal("the run never called the tool")
 	}
 	err = run.Resume(ctx, agentsaga.ResumeInput{Message: "archive it"})
-	require.ErrorIs(t, err, agentsaga.ErrRefused)
+	require.ErrorAs(t, err, new(*agentsaga.RefusedError))
 	var refused *agentsaga.RefusedError
 	require.ErrorAs(t, err, &refused)
 	require.Equal(t, workflows.UpdateResume, refused.Decision)
@@ -300,7 +300,7 @@ func TestRunHandleResumesAndAborts(t *testing.T) {
 	require.Equal(t, "I archived it instead.", result.Answer)
 	err = run.Abort(ctx, "too late")
 	require.Error(t, err, "an ended run takes no decision")
-	require.NotErrorIs(t, err, agentsaga.ErrRefused)
+	require.NotErrorAs(t, err, new(*agentsaga.RefusedError))
 
 	spec.Model = agentsagatest.Script(agentsagatest.Refuse("I will not do that."))
 	spec.Tools = nil

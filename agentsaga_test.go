@@ -124,7 +124,7 @@ func TestEngineOnATeamsWorker(t *testing.T) {
 	require.Equal(t, "echo: say hello", result.Answer)
 
 	_, err = agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{TaskQueue: queue, ModelProviders: engine.Providers(), Ledger: store})
-	require.ErrorIs(t, err, agentsaga.ErrRunExists)
+	require.ErrorAs(t, err, new(*agentsaga.RunExistsError))
 	var exists *agentsaga.RunExistsError
 	require.ErrorAs(t, err, &exists)
 	require.Equal(t, id, exists.ID)

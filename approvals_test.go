@@ -265,7 +265,6 @@ func TestTwoApprovalsRace(t *testing.T) {
 			// The losers are told whose decision came first, as the
 			// ledger recorded it, whether the run still held the call
 			// or had already let it go.
-			require.ErrorIs(t, err, agentsaga.ErrAlreadyDecided)
 			require.True(t, first.InLedger, "%v", err)
 			require.Equal(t, recorded[0].DecidedBy, first.By)
 			require.Equal(t, recorded[0].Status, first.Decision)
@@ -319,7 +318,7 @@ func TestALateApprovalIsToldWhoDeniedIt(t *testing.T) {
 
 	_, err = run.Approve(ctx, payA.Call, "alice@example.com", "looks fine to me")
 	t.Logf("the late approval was told: %v", err)
-	require.ErrorIs(t, err, agentsaga.ErrAlreadyDecided)
+	require.ErrorAs(t, err, new(*agentsaga.AlreadyDecidedError))
 	var first *agentsaga.AlreadyDecidedError
 	require.ErrorAs(t, err, &first)
 	require.Equal(t, run.ID, first.ID)
@@ -340,7 +339,7 @@ func TestALateApprovalIsToldWhoDeniedIt(t *testing.T) {
 	// not consult the ledger.
 	_, err = agentsaga.Get(devServer.Client(), run.ID).Approve(ctx, payA.Call, "alice@example.com", "")
 	require.ErrorAs(t, err, &refused)
-	require.NotErrorIs(t, err, agentsaga.ErrAlreadyDecided)
+	require.NotErrorAs(t, err, new(*agentsaga.AlreadyDecidedError))
 	require.ErrorContains(t, err, "the ledger was not consulted")
 	t.Logf("without the ledger: %v", err)
 
@@ -360,7 +359,7 @@ func TestALateApprovalIsToldWhoDeniedIt(t *testing.T) {
 	require.Equal(t, agentsagatype.ApprovalApproved, first.Decision)
 	require.Equal(t, "carol@example.com", first.By)
 	require.Equal(t, "B is fine", first.Reason)
-	require.NotErrorIs(t, err, agentsaga.ErrRefused, "the run did not refuse it: it has ended")
+	require.NotErrorAs(t, err, new(*agentsaga.RefusedError), "the run did not refuse it: it has ended")
 }
 
 // Nobody decides in time. With on_timeout fail, the run fails naming the

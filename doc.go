@@ -47,9 +47,9 @@
 // run waiting for a human: [Run.Resume], [Run.Abort], [Run.Retry] and
 // [Run.Skip] for an escalated run or a stalled compensation, and
 // [Run.Approvals], [Run.Approve] and [Run.Deny] for a call waiting for
-// approval. A decision the run cannot take now is a [*RefusedError]
-// ([ErrRefused]); a decision another operator took first is an
-// [*AlreadyDecidedError] ([ErrAlreadyDecided]). [Run.Result] returns a
+// approval. A decision the run cannot take now is a [*RefusedError]; a
+// decision another operator took first is an [*AlreadyDecidedError]
+// (errors.As finds either). [Run.Result] returns a
 // run that failed as a [*RunFailedError].
 //
 // The schema is applied by package migrations (its Apply) or

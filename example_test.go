@@ -153,10 +153,11 @@ func ExampleRun_Resume() {
 func ExampleRefusedError() {
 	var err error = &agentsaga.RefusedError{ID: "refund-o-1", Decision: "retry",
 		Reason: "retry: the run is waiting on an escalation (resume or abort), where retry does not apply"}
-	fmt.Println(errors.Is(err, agentsaga.ErrRefused))
+	var refused *agentsaga.RefusedError
+	fmt.Println(errors.As(err, &refused), refused.Decision)
 	fmt.Println(err)
 	// Output:
-	// true
+	// true retry
 	// agentsaga: retry run refund-o-1: the run refused the decision: retry: the run is waiting on an escalation (resume or abort), where retry does not apply
 }
 

@@ -112,16 +112,13 @@ func (r *Run) query(ctx context.Context, name string, into any) error {
 // model reads next turn, and optionally more budget.
 type ResumeInput = workflows.ResumeInput
 
-// ErrRefused is what Resume, Abort, Retry and Skip return, in a
-// *RefusedError, when the run refused the decision: it is not waiting for
-// a human (not yet, or no longer), it waits for something the decision
-// does not apply to (a retry while it is escalated), or the decision is
+// RefusedError is what Resume, Abort, Retry and Skip return when the run
+// refused the decision, with the run's reason: it is not waiting for a
+// human (not yet, or no longer), it waits for something the decision does
+// not apply to (a retry while it is escalated), or the decision is
 // incomplete (no reason). Nothing changed; the same decision may be sent
 // again once the run waits for it (Status says escalated or
-// needs-attention).
-var ErrRefused = errors.New("the run refused the decision")
-
-// RefusedError is a decision a run refused, with the run's reason.
+// needs-attention). Find it with errors.As.
 type RefusedError struct {
 	ID       string
 	Decision string // workflows.UpdateResume, UpdateAbort, UpdateRetry, UpdateSkip, UpdateApprove or UpdateDeny
@@ -129,10 +126,8 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("agentsaga: %s run %s: %v: %s", e.Decision, e.ID, ErrRefused, e.Reason)
+	return fmt.Sprintf("agentsaga: %s run %s: the run refused the decision: %s", e.Decision, e.ID, e.Reason)
 }
-
-func (e *RefusedError) Unwrap() error { return ErrRefused }
 
 // Resume continues an escalated run with in.Message for the model, adding
 // in.AddUSD and in.AddSteps to its budget. The decision is recorded in the
@@ -220,13 +215,10 @@ func (r *Run) Deny(ctx context.Context, call, by, reason string) (Approval, erro
 	return r.decideApproval(ctx, workflows.UpdateDeny, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
 }
 
-// ErrAlreadyDecided is what Approve and Deny return, in an
-// *AlreadyDecidedError, for a call that another decision settled first.
-// The first decision stands; sending this one again changes nothing.
-var ErrAlreadyDecided = errors.New("another decision came first")
-
-// AlreadyDecidedError is a decision on a call that was decided already,
-// with the decision that came first: who, what, when and why. It is the
+// AlreadyDecidedError is what Approve and Deny return for a call that
+// another decision settled first, with the decision that came first: who,
+// what, when and why. The first decision stands; sending this one again
+// changes nothing. Find it with errors.As. It is the
 // same whether the run still waited (two operators raced) or had moved on
 // (the call was settled and the run went on, or ended).
 type AlreadyDecidedError struct {
@@ -255,7 +247,7 @@ type AlreadyDecidedError struct {
 }
 
 func (e *AlreadyDecidedError) Error() string {
-	msg := fmt.Sprintf("agentsaga: %s %s of run %s: %v: it was already %s by %s", e.Update, e.Call, e.ID, ErrAlreadyDecided, e.Decision, e.By)
+	msg := fmt.Sprintf("agentsaga: %s %s of run %s: another decision came first: it was already %s by %s", e.Update, e.Call, e.ID, e.Decision, e.By)
 	if !e.InLedger {
 		return msg + " (as the run said; " + cmp.Or(e.unread, "when and why were not read from the ledger") + ")"
 	}
@@ -266,14 +258,9 @@ func (e *AlreadyDecidedError) Error() string {
 	return msg + "; the first decision stands"
 }
 
-// Unwrap gives ErrAlreadyDecided and what the run answered (a refusal is
-// still a *RefusedError to errors.As).
-func (e *AlreadyDecidedError) Unwrap() []error {
-	if e.err == nil {
-		return []error{ErrAlreadyDecided}
-	}
-	return []error{ErrAlreadyDecided, e.err}
-}
+// Unwrap gives what the run answered, if it answered (a refusal is still
+// a *RefusedError to errors.As).
+func (e *AlreadyDecidedError) Unwrap() error { return e.err }
 
 // firstDecisionWait bounds how long a decision that lost a race waits for
 // the ledger to hold the winner's: the winning Update's handler records it

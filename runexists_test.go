@@ -61,7 +61,7 @@ func TestRunExistsInTheLedgerAfterTheDevServerRestarts(t *testing.T) {
 	var exists *agentsaga.RunExistsError
 	require.ErrorAs(t, err, &exists)
 	require.Equal(t, agentsaga.RunExistsError{ID: id, InLedger: true}, *exists)
-	require.ErrorIs(t, err, agentsaga.ErrRunExists)
+	require.ErrorAs(t, err, new(*agentsaga.RunExistsError))
 
 	engine, err := agentsaga.New(ctx, store, cfg)
 	require.NoError(t, err)

@@ -50,20 +50,17 @@ type StartOptions struct {
 	Account string
 }
 
-// ErrRunExists is the error Start returns (wrapped in a *RunExistsError)
-// for a workflow ID that a run, running or closed, already has: a second
-// run under it would share the first one's idempotency keys and be
-// answered from its stored results.
-var ErrRunExists = errors.New("a run with this ID already exists")
-
 // ErrNoLedger is what Start returns for options with neither a Ledger nor
 // SkipLedgerCheck: without a ledger to ask, an ID Temporal has forgotten
 // would be reused silently. Nothing was started.
 var ErrNoLedger = errors.New("no ledger to check the run ID against: set StartOptions.Ledger (or start with Engine.Start), " +
 	"or StartOptions.SkipLedgerCheck to accept that an ID reused after Temporal lost its history is answered from the old run's ledger rows")
 
-// RunExistsError names the ID Start refused, and whether the ledger
-// (StartOptions.Ledger) or Temporal knew it.
+// RunExistsError is what Start returns for a workflow ID that a run,
+// running or closed, already has: a second run under it would share the
+// first one's idempotency keys and be answered from its stored results.
+// It names the ID, and whether the ledger (StartOptions.Ledger) or
+// Temporal knew it. Find it with errors.As.
 type RunExistsError struct {
 	ID       string
 	InLedger bool
@@ -74,10 +71,8 @@ func (e *RunExistsError) Error() string {
 	if e.InLedger {
 		where = "in the ledger"
 	}
-	return fmt.Sprintf("agentsaga: start run %s: %v (%s); pick a new ID", e.ID, ErrRunExists, where)
+	return fmt.Sprintf("agentsaga: start run %s: a run with this ID already exists (%s); pick a new ID", e.ID, where)
 }
-
-func (e *RunExistsError) Unwrap() error { return ErrRunExists }
 
 // InvalidSpecError is what Start returns for a spec that fails validation;
 // nothing was started.

@@ -133,8 +133,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 	if cfg.TaskQueue == "" {
 		cfg.TaskQueue = workflows.TaskQueue
 	}
-	toolbox := activities.Builtins()
-	toolbox.Merge(cfg.Toolbox)
+	toolbox := activities.Builtins(cfg.Toolbox)
 	for _, tool := range cfg.Tools {
 		if tool.fn == nil {
 			return nil, fmt.Errorf("agentsaga: tool %q was not made by NewTool", tool.spec.Name)
@@ -143,15 +142,13 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 			return nil, fmt.Errorf("agentsaga: %w", err)
 		}
 		if slices.Contains(toolbox.Names(), tool.spec.Name) {
-			return nil, fmt.Errorf("agentsaga: tool %q is registered twice (the built-ins are %v)", tool.spec.Name, activities.Builtins().Names())
+			return nil, fmt.Errorf("agentsaga: tool %q is registered twice (the built-ins are %v)", tool.spec.Name, activities.Builtins(nil).Names())
 		}
 		toolbox.Register(tool.spec.Name, tool.fn)
 	}
-	models := activities.NewModels()
-	for provider, factory := range cfg.Models {
-		if err := models.Register(provider, factory); err != nil {
-			return nil, fmt.Errorf("agentsaga: %w", err)
-		}
+	models, err := activities.NewModels(cfg.Models)
+	if err != nil {
+		return nil, fmt.Errorf("agentsaga: %w", err)
 	}
 	httpClient := cfg.HTTPClient
 	if httpClient == nil {

@@ -7,13 +7,16 @@ import (
 	"strings"
 )
 
-// Builtins returns the Go tools every worker offers. A spec uses one by
+// Builtins returns a toolbox of the Go tools every worker offers, with
+// extra's tools added (one of the same name replaces the built-in), so that
+// a worker's own tools join them; extra may be nil. A spec uses one by
 // declaring a tool of kind "go" with its name.
 //
 //   - word_count {"text": string} counts the words in text.
-func Builtins() *Toolbox {
+func Builtins(extra *Toolbox) *Toolbox {
 	box := NewToolbox()
 	box.Register("word_count", wordCount)
+	box.merge(extra)
 	return box
 }
 

@@ -17,7 +17,7 @@ import (
 type ModelFactory func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error)
 
 // Models maps provider names to the factories of the models a worker can
-// call. NewModels registers the built-in providers; a team adds its own.
+// call: the built-in providers and a team's own (NewModels).
 type Models struct {
 	mu        sync.RWMutex
 	factories map[string]ModelFactory
@@ -25,9 +25,28 @@ type Models struct {
 
 var providerName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 
-// NewModels returns a registry of the built-in providers: scripted,
-// openai (any OpenAI-compatible server) and anthropic.
-func NewModels() *Models {
+// NewModels returns a registry of the built-in providers (scripted,
+// openai for any OpenAI-compatible server, and anthropic) and of custom,
+// a team's own by the name specs write in model.provider (one of these
+// names replaces the built-in). A name or factory that cannot be
+// registered is an error naming it.
+func NewModels(custom map[string]ModelFactory) (*Models, error) {
+	m := builtinModels()
+	providers := make([]string, 0, len(custom))
+	for provider := range custom {
+		providers = append(providers, provider)
+	}
+	sort.Strings(providers)
+	for _, provider := range providers {
+		if err := m.register(provider, custom[provider]); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// builtinModels is a registry of the built-in providers.
+func builtinModels() *Models {
 	m := &Models{factories: map[string]ModelFactory{}}
 	m.factories[agentsagatype.ProviderScripted] = func(spec agentsagatype.ModelSpec, _ string, _ *http.Client) (Model, error) {
 		return scriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
@@ -41,9 +60,9 @@ func NewModels() *Models {
 	return m
 }
 
-// Register adds (or replaces) a provider. The name is what specs write in
+// register adds (or replaces) a provider. The name is what specs write in
 // model.provider: lower-case letters, digits, '_', '.' or '-'.
-func (m *Models) Register(provider string, factory ModelFactory) error {
+func (m *Models) register(provider string, factory ModelFactory) error {
 	if !providerName.MatchString(provider) {
 		return fmt.Errorf("models: provider name %q must be 1-64 lower-case letters, digits, '_', '.' or '-', starting with a letter", provider)
 	}
@@ -80,4 +99,4 @@ func (m *Models) build(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 }
 
 // defaultModels serves Activities that were built without a registry.
-var defaultModels = NewModels()
+var defaultModels = builtinModels()

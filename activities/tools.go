@@ -118,9 +118,9 @@ func (b *Toolbox) lookup(name string) (ToolFunc, bool) {
 	return fn, ok
 }
 
-// Merge adds every tool of from to b (a tool of the same name is
-// replaced), so that a worker's own tools join the built-in ones.
-func (b *Toolbox) Merge(from *Toolbox) {
+// merge adds every tool of from to b (a tool of the same name is
+// replaced).
+func (b *Toolbox) merge(from *Toolbox) {
 	if from == nil {
 		return
 	}

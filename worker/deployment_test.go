@@ -110,7 +110,7 @@ func TestPinnedLongRunAcrossContinueAsNew(t *testing.T) {
 	defer cancel()
 	store := ledgertest.NewHandle(t)
 	name := fmt.Sprintf("pinned-long-%d", time.Now().UnixNano())
-	box := activities.Builtins()
+	box := activities.NewToolbox() // the engine adds the built-ins
 	deployed := make(chan struct{})
 	box.Register("page", func(ctx context.Context, call activities.ToolInvocation) (string, error) {
 		if string(call.Arguments) == `{"page":3}` {

@@ -149,7 +149,7 @@ func TestRecordHistories(t *testing.T) {
 	}))
 	defer refunds.Close()
 	r.url = refunds.URL
-	box := activities.Builtins()
+	box := activities.NewToolbox() // the engine adds the built-ins
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return strings.Repeat("page "+string(call.Arguments)+". ", 64), nil
 	})

@@ -54,7 +54,7 @@ func TestLongRunUnderLoweredHistoryLimits(t *testing.T) {
 	store := ledgertest.NewHandle(t)
 
 	const turns, size = 60, 8 << 10
-	box := activities.Builtins()
+	box := activities.NewToolbox() // the engine adds the built-ins
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		line := fmt.Sprintf("%s says: %s. ", call.Key, call.Arguments)
 		return strings.Repeat(line, size/len(line)+1)[:size], nil
@@ -134,7 +134,7 @@ func TestContinueAsNewWithAHumanInTheLoop(t *testing.T) {
 	defer server.Stop()
 	c := server.Client()
 	store := ledgertest.NewHandle(t)
-	box := activities.Builtins()
+	box := activities.NewToolbox() // the engine adds the built-ins
 	box.Register("page", func(_ context.Context, call activities.ToolInvocation) (string, error) {
 		return strings.Repeat("page "+string(call.Arguments)+". ", 128), nil
 	})

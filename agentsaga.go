@@ -171,9 +171,8 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 	e := &Engine{
 		cfg:   cfg,
 		store: store,
-		acts: &activities.Activities{Ledger: db, Toolbox: toolbox, HTTPClient: httpClient, Models: models,
-			MCP: activities.NewMCPSessions(httpClient)},
-		hook: activities.NewRetryHook(db, hookConfig),
+		acts:  &activities.Activities{Ledger: db, Toolbox: toolbox, HTTPClient: httpClient, Models: models},
+		hook:  activities.NewRetryHook(db, hookConfig),
 	}
 	if cfg.TracerProvider != nil {
 		tracing, err := tracingInterceptor(cfg.TracerProvider)
@@ -201,7 +200,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 // the ledger store, which is the caller's, after.
 func (e *Engine) Close() error {
 	e.hook.Flush()
-	if err := e.acts.MCP.Close(); err != nil {
+	if err := activities.CloseSessions(e.acts); err != nil {
 		return fmt.Errorf("agentsaga: close the MCP sessions: %w", err)
 	}
 	return nil

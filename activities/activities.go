@@ -41,11 +41,10 @@ type Activities struct {
 	// Models are the model providers this worker can call; nil means the
 	// built-in ones (NewModels).
 	Models *Models
-	// MCP holds the worker's MCP sessions, one per server; nil means a set
-	// of the Activities' own, made on first use.
-	MCP        *MCPSessions
-	mcpOnce    sync.Once
-	mcpDefault *MCPSessions
+	// mcp holds the worker's MCP sessions, one per server, made on first
+	// use (mcpSessions); CloseSessions ends them.
+	mcpOnce sync.Once
+	mcp     *mcpSessionSet
 	// declaredQuotas are the model quotas this process has declared
 	// (turnQuota), by key and limits.
 	declaredQuotas sync.Map

@@ -403,11 +403,11 @@ func textErrorFields(text string) map[string]any {
 	return fields
 }
 
-// MCPSessions keeps one MCP client session per server (a URL, or a
+// mcpSessionSet keeps one MCP client session per server (a URL, or a
 // command) for a worker, shared by every call: a stdio server's process is
 // started once, and started again when it has died. It is safe for
-// concurrent use. The zero value is not usable; see NewMCPSessions.
-type MCPSessions struct {
+// concurrent use. The zero value is not usable; see newMCPSessionSet.
+type mcpSessionSet struct {
 	client     *mcp.Client
 	httpClient *http.Client
 	mu         sync.Mutex
@@ -415,20 +415,27 @@ type MCPSessions struct {
 	closed     bool
 }
 
-// NewMCPSessions returns an empty set of sessions whose HTTP servers are
+// newMCPSessionSet returns an empty set of sessions whose HTTP servers are
 // reached with httpClient (nil means http.DefaultClient); it must not
 // retry on its own.
-func NewMCPSessions(httpClient *http.Client) *MCPSessions {
-	return &MCPSessions{
+func newMCPSessionSet(httpClient *http.Client) *mcpSessionSet {
+	return &mcpSessionSet{
 		client:     mcp.NewClient(mcpImplementation, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}),
 		httpClient: httpClient,
 		sessions:   map[string]*mcpSession{},
 	}
 }
 
-// Close ends every session; a stdio server has its stdin closed and is
+// CloseSessions ends the MCP sessions a's calls opened, one per server: a
+// stdio server has its stdin closed and is stopped if it does not exit.
+// Call it once the worker has stopped (agentsaga.Engine.Close does); an
+// MCP call after it fails. It is a function, not a method, because every
+// exported method of Activities is registered as an activity.
+func CloseSessions(a *Activities) error { return a.mcpSessions().close() }
+
+// close ends every session; a stdio server has its stdin closed and is
 // stopped if it does not exit.
-func (m *MCPSessions) Close() error {
+func (m *mcpSessionSet) close() error {
 	m.mu.Lock()
 	m.closed = true
 	sessions := m.sessions
@@ -471,13 +478,11 @@ func (s *mcpSession) usable() bool {
 	}
 }
 
-// mcpSessions is the Activities' set: MCP when set, else one of its own.
-func (a *Activities) mcpSessions() *MCPSessions {
-	if a.MCP != nil {
-		return a.MCP
-	}
-	a.mcpOnce.Do(func() { a.mcpDefault = NewMCPSessions(a.HTTPClient) })
-	return a.mcpDefault
+// mcpSessions is the Activities' set of sessions, made on first use; its
+// HTTP servers are reached with a.HTTPClient.
+func (a *Activities) mcpSessions() *mcpSessionSet {
+	a.mcpOnce.Do(func() { a.mcp = newMCPSessionSet(a.HTTPClient) })
+	return a.mcp
 }
 
 // withMCPSession runs use on the server's session, connecting first when
@@ -509,7 +514,7 @@ func (a *Activities) withMCPSession(ctx context.Context, server agentsagatype.To
 
 // get returns the server's session, connecting when it has none that is
 // usable. Only one caller connects; the others wait for it.
-func (m *MCPSessions) get(ctx context.Context, server agentsagatype.ToolSpec) (*mcpSession, error) {
+func (m *mcpSessionSet) get(ctx context.Context, server agentsagatype.ToolSpec) (*mcpSession, error) {
 	endpoint := mcpEndpoint(server)
 	m.mu.Lock()
 	if m.closed {
@@ -549,7 +554,7 @@ func (m *MCPSessions) get(ctx context.Context, server agentsagatype.ToolSpec) (*
 }
 
 // drop forgets s, if it is still the endpoint's session, and closes it.
-func (m *MCPSessions) drop(endpoint string, s *mcpSession) {
+func (m *mcpSessionSet) drop(endpoint string, s *mcpSession) {
 	m.mu.Lock()
 	current := m.sessions[endpoint] == s
 	if current {
@@ -562,7 +567,7 @@ func (m *MCPSessions) drop(endpoint string, s *mcpSession) {
 	}
 }
 
-func (m *MCPSessions) connect(ctx context.Context, server agentsagatype.ToolSpec) (*mcp.ClientSession, error) {
+func (m *mcpSessionSet) connect(ctx context.Context, server agentsagatype.ToolSpec) (*mcp.ClientSession, error) {
 	var transport mcp.Transport
 	if server.URL != "" {
 		transport = &mcp.StreamableClientTransport{

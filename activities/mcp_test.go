@@ -243,9 +243,9 @@ func stdioMCP(t *testing.T, die bool) (command []string, fx *mcpEffects) {
 
 func mcpActivities(t *testing.T) *Activities {
 	t.Helper()
-	sessions := NewMCPSessions(nil)
-	t.Cleanup(func() { _ = sessions.Close() })
-	return &Activities{Ledger: ledgertest.NewStore(t), MCP: sessions}
+	acts := &Activities{Ledger: ledgertest.NewStore(t)}
+	t.Cleanup(func() { _ = CloseSessions(acts) })
+	return acts
 }
 
 func mcpEnv(acts *Activities) *testsuite.TestActivityEnvironment {
@@ -607,9 +607,10 @@ func TestMCPSessionsAreSharedUnderConcurrentCalls(t *testing.T) {
 			assert.Len(t, c.fx.lines("started"), 1, "one process for every call")
 		}
 	}
-	acts.MCP.mu.Lock()
-	assert.Len(t, acts.MCP.sessions, 2, "one session per server")
-	acts.MCP.mu.Unlock()
+	sessions := acts.mcpSessions()
+	sessions.mu.Lock()
+	assert.Len(t, sessions.sessions, 2, "one session per server")
+	sessions.mu.Unlock()
 }
 
 func TestMCPToolNames(t *testing.T) {

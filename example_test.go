@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -172,12 +173,12 @@ type refundArgs struct {
 func ExampleWithApproval() {
 	refund := func(ctx context.Context, args refundArgs) (string, error) { return "refunded " + args.Order, nil }
 	tool, err := agentsaga.NewTool("refund", "Refund an order.", refund,
-		agentsaga.WithApproval(agentsaga.ApprovalSpec{When: "amount > 100"}),
-		agentsaga.WithLimits(agentsaga.LimitSpec{Call: "amount <= 500"}, agentsaga.LimitSpec{RunSum: "amount", AtMost: 200}))
+		agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: "amount > 100"}),
+		agentsaga.WithLimits(agentsagatype.LimitSpec{Call: "amount <= 500"}, agentsagatype.LimitSpec{RunSum: "amount", AtMost: 200}))
 	fmt.Println(tool.Spec().Approval.When, len(tool.Spec().Limits), err)
 
 	_, err = agentsaga.NewTool("refund", "Refund an order.", refund,
-		agentsaga.WithApproval(agentsaga.ApprovalSpec{When: "amout > 100"}))
+		agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: "amout > 100"}))
 	fmt.Println(err != nil && strings.Contains(err.Error(), `approval.when: "amout > 100" does not compile`))
 	// Output:
 	// amount > 100 2 <nil>

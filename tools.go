@@ -124,13 +124,6 @@ func Irreversible() ToolOption {
 	}
 }
 
-// ApprovalSpec says when a call waits for a human's approval.
-type ApprovalSpec = agentsagatype.ApprovalSpec
-
-// LimitSpec is a limit on a tool's arguments: per call, or summed over a
-// run.
-type LimitSpec = agentsagatype.LimitSpec
-
 // ReadOnly declares that the tool only reads (spec: read_only): the
 // no-progress watchdog counts its call as progress only when its result is
 // new, while a successful call with new arguments of a tool that changes
@@ -148,7 +141,7 @@ func ReadOnly() ToolOption {
 // durable Update (Run.Approve, Run.Deny; agentsaga approve / deny), and the
 // ledger keeps who decided. NewTool refuses a condition that does not
 // compile against the tool's arguments.
-func WithApproval(rule ApprovalSpec) ToolOption {
+func WithApproval(rule agentsagatype.ApprovalSpec) ToolOption {
 	return func(s *agentsagatype.ToolSpec) error {
 		s.Approval = &rule
 		return nil
@@ -159,21 +152,17 @@ func WithApproval(rule ApprovalSpec) ToolOption {
 // ({Call: "amount <= 100"}), or an amount summed over the run's calls,
 // compensated ones subtracted ({RunSum: "amount", AtMost: 200}). A call
 // over a limit is refused before it is sent, whatever the model was told.
-func WithLimits(limits ...LimitSpec) ToolOption {
+func WithLimits(limits ...agentsagatype.LimitSpec) ToolOption {
 	return func(s *agentsagatype.ToolSpec) error {
 		s.Limits = append(s.Limits, limits...)
 		return nil
 	}
 }
 
-// RefusalRule is one answer that means "no" although the call succeeded
-// (WithRefusal).
-type RefusalRule = agentsagatype.RefusalRule
-
 // WithRefusal declares the answers that mean "no" although the call
 // succeeded (a field equal to a value, say): a refusal is never retried and
 // brings in a human.
-func WithRefusal(rules ...RefusalRule) ToolOption {
+func WithRefusal(rules ...agentsagatype.RefusalRule) ToolOption {
 	return func(s *agentsagatype.ToolSpec) error {
 		s.Refusal = append(s.Refusal, rules...)
 		return nil

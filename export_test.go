@@ -7,6 +7,8 @@ const (
 	SearchAttributesWait   = searchAttributesWait
 )
 
+var HasSearchAttributes = hasSearchAttributes
+
 // MustTool is NewTool for the tests' tools: it panics on an error.
 func MustTool(tool Tool, err error) Tool {
 	if err != nil {

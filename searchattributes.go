@@ -141,9 +141,9 @@ func namedAttribute(message string) string {
 	return strings.Join(names, ", ")
 }
 
-// HasSearchAttributes reports whether the namespace has all of them, so a
+// hasSearchAttributes reports whether the namespace has all of them, so a
 // run only upserts what the namespace can take.
-func HasSearchAttributes(ctx context.Context, c client.Client, namespace string) (bool, error) {
+func hasSearchAttributes(ctx context.Context, c client.Client, namespace string) (bool, error) {
 	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
 		return false, fmt.Errorf("agentsaga: list search attributes of %s: %w", namespace, err)

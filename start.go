@@ -123,7 +123,7 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 	if !resolved.SearchAttributes {
 		// Upsert them only where the namespace has them registered, or
 		// every workflow task would fail.
-		has, err := HasSearchAttributes(ctx, c, opts.Namespace)
+		has, err := hasSearchAttributes(ctx, c, opts.Namespace)
 		resolved.SearchAttributes = err == nil && has
 	}
 	summary := resolved.Goal

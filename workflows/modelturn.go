@@ -40,6 +40,12 @@ type modelTurn struct {
 	parked           parkedCall
 }
 
+// modelTurn makes step's model turn, offering defs (none, and the finishing
+// instructions, for a graceful finish): it writes what was pending to the
+// conversation, records the turn's trace entry, charges its leaf calls and
+// spends its tokens and price, and returns the reply, or the error that
+// ended the turn (a *modelParkedError or a *spendCapStop when the run
+// should ask a human or stop).
 func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
 	r.Stats.Calls++
 	note := r.RunBudget.Note(workflow.Now(ctx), r.openBreakers())

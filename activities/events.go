@@ -60,4 +60,3 @@ type eventData struct {
 	Status string `json:"status,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
-

@@ -22,7 +22,6 @@ import (
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/payload"
-	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/internal/wire"
@@ -121,11 +120,9 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 			return toActivityError(err)
 		}
 	}
-	a.publish(ctx, info.WorkflowExecution.ID, IdempotencyKey(ctx)+"/started", runevents.TurnStarted, IdempotencyKey(ctx),
-		turnStarted{ActivityID: info.ActivityID, Model: target, Finish: call.Finish})
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
-	output, replayed, err := keyed.Once(ctx, a.Ledger, keyed.Call{
+	output, _, err := keyed.Once(ctx, a.Ledger, keyed.Call{
 		Action: ledgerdb.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledgerdb.ActionModel},
 		Kind: ledgerdb.LeafModel, Target: target,
@@ -175,30 +172,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), agentsagatype.ErrTypeModelConfig, nil)
 	}
 	turn.Attempt = int(info.Attempt)
-	if !replayed {
-		// The attempt that made the reply publishes its text; a stored
-		// reply's text was published by the attempt that made it.
-		a.publishText(ctx, info.WorkflowExecution.ID, IdempotencyKey(ctx), turn.Attempt, turn.Content)
-	}
 	return turn, nil
-}
-
-// turnStarted is a turn_started event's data.
-type turnStarted struct {
-	ActivityID string `json:"activity_id"`
-	Model      string `json:"model"`
-	Finish     bool   `json:"finish,omitempty"`
-}
-
-// toolEvent is a tool_started or tool_finished event's data.
-type toolEvent struct {
-	ActivityID string `json:"activity_id"`
-	Tool       string `json:"tool"`
-	Arguments  string `json:"arguments,omitempty"`
-	Attempt    int    `json:"attempt,omitempty"`
-	Output     string `json:"output,omitempty"`
-	Error      string `json:"error,omitempty"`
-	Replayed   bool   `json:"replayed,omitempty"`
 }
 
 // turnSpend is what a turn charged to an account reserves in its claim:
@@ -306,8 +280,6 @@ func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wi
 	}
 	sent := false
 	defer func() { settle(sent) }()
-	a.publish(ctx, info.WorkflowExecution.ID, key+"/started", runevents.ToolStarted, key,
-		toolEvent{ActivityID: info.ActivityID, Tool: req.Tool.Name, Arguments: textclip.Preview(req.Arguments)})
 	output, replayed, err := keyed.Once(ctx, a.Ledger, keyed.Call{
 		Action: ledgerdb.ActionRequest{Key: key, WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: req.Tool.Name, Arguments: req.Arguments, Compensation: req.Compensation, Compensates: req.Compensates},
@@ -335,11 +307,6 @@ func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wi
 			return fmt.Sprintf("tool %s refused: %s", req.Tool.Name, reason), refused
 		},
 	}, toActivityError)
-	finished := toolEvent{ActivityID: info.ActivityID, Tool: req.Tool.Name, Attempt: int(info.Attempt), Output: textclip.Preview(output), Replayed: replayed}
-	if err != nil {
-		finished.Output, finished.Error = "", cleanText(err.Error())
-	}
-	a.publish(ctx, info.WorkflowExecution.ID, fmt.Sprintf("%s/attempt-%d/finished", key, info.Attempt), runevents.ToolFinished, key, finished)
 	if err != nil {
 		return wire.ToolResult{}, err
 	}
@@ -442,25 +409,7 @@ func (a *Activities) RecordRunStart(ctx context.Context, run agentsagatype.Run) 
 
 // RecordRunFinish writes how the run ended.
 func (a *Activities) RecordRunFinish(ctx context.Context, finish wire.RunFinish) error {
-	if err := a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome); err != nil {
-		return err
-	}
-	o := finish.Outcome
-	a.publish(ctx, finish.WorkflowID, finish.WorkflowID+"/finished", runevents.RunFinished, "", runFinished{
-		Status: o.Status, Reason: o.Reason, Answer: textclip.Preview(o.Answer), HandoffNote: textclip.Preview(o.HandoffNote),
-		Steps: o.StepsUsed, Tokens: o.TokensUsed, USD: o.USDSpent})
-	return nil
-}
-
-// runFinished is a run_finished event's data: how the run ended.
-type runFinished struct {
-	Status      string  `json:"status"`
-	Reason      string  `json:"reason"`
-	Answer      string  `json:"answer,omitempty"`
-	HandoffNote string  `json:"handoff_note,omitempty"`
-	Steps       int     `json:"steps"`
-	Tokens      int64   `json:"tokens"`
-	USD         float64 `json:"usd"`
+	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
 }
 
 // settlePoll is how often a fence waits for an attempt that still holds a
@@ -545,25 +494,12 @@ func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequ
 
 // SettleCompensation records what became of one compensation.
 func (a *Activities) SettleCompensation(ctx context.Context, s wire.Settlement) error {
-	if err := a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason); err != nil {
-		return err
-	}
-	a.publish(ctx, activity.GetInfo(ctx).WorkflowExecution.ID, s.ForwardKey+"/compensation/"+s.Status, runevents.CompensationStep, s.ForwardKey,
-		eventData{Status: s.Status, Detail: cmp.Or(s.Error, s.Reason)})
-	return nil
+	return a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason)
 }
 
 // SetRunStatus records a status the run passes through while it waits.
 func (a *Activities) SetRunStatus(ctx context.Context, s wire.RunStatus) error {
-	if err := a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail); err != nil {
-		return err
-	}
-	// The activity's ID, which the SDK numbers within the execution, is the
-	// same for every attempt: each status change is one event.
-	info := activity.GetInfo(ctx)
-	a.publish(ctx, s.WorkflowID, s.WorkflowID+"/status/"+info.WorkflowExecution.RunID+"/"+info.ActivityID, statusEvent(s.Status, s.Detail), "",
-		eventData{Status: s.Status, Detail: s.Detail})
-	return nil
+	return a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail)
 }
 
 // cleanError is err with its message passed through cleanText; errors.As

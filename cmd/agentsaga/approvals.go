@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -41,9 +40,7 @@ func approvalsCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(waiting)
+				return printJSON(out, waiting)
 			}
 			if len(waiting) == 0 {
 				fmt.Fprintln(out, "no call waits for approval")

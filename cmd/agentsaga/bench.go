@@ -191,9 +191,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 				fmt.Fprintf(progress, "figures: %s\n", outPath)
 			}
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(result.json)
+				return printJSON(out, result.json)
 			}
 			result.print(out)
 			return nil

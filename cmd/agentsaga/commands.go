@@ -181,9 +181,7 @@ func runCommand() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(result)
+				return printJSON(out, result)
 			}
 			printResult(out, result)
 			return nil
@@ -415,9 +413,7 @@ func showRunJSON(ctx context.Context, out io.Writer, store *ledgerdb.Store, id s
 		return err
 	}
 	doc["conversation"], doc["messages"] = msgs, total
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(doc)
+	return printJSON(out, doc)
 }
 
 func showRun(ctx context.Context, out io.Writer, store *ledgerdb.Store, id string, asJSON bool) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,9 +31,7 @@ func keysCommand() *cobra.Command {
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
-					enc := json.NewEncoder(out)
-					enc.SetIndent("", "  ")
-					return enc.Encode(list)
+					return printJSON(out, list)
 				}
 				if len(list) == 0 {
 					fmt.Fprintln(out, "no API key; make one with: agentsaga keys create --name NAME --scopes runs:read")
@@ -116,4 +115,11 @@ func cmpOrAll(account string) string {
 		return "all accounts"
 	}
 	return account
+}
+
+// printJSON writes v to out as indented JSON, as every --json does.
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -40,9 +39,7 @@ func spendCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(caps)
+				return printJSON(out, caps)
 			}
 			if len(caps) == 0 {
 				fmt.Fprintln(out, "no spend cap is set; set one with: agentsaga spend set ACCOUNT --usd N --per day")
@@ -173,9 +170,7 @@ func spendReportCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(lines)
+				return printJSON(out, lines)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ACCOUNT\tMODEL\tDAY\tCALLS\tUSD")

@@ -22,6 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/internal/wire"
@@ -409,7 +410,14 @@ func (a *Activities) RecordRunStart(ctx context.Context, run agentsagatype.Run) 
 
 // RecordRunFinish writes how the run ended.
 func (a *Activities) RecordRunFinish(ctx context.Context, finish wire.RunFinish) error {
-	return a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome)
+	if err := a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome); err != nil {
+		return err
+	}
+	o := finish.Outcome
+	a.publish(ctx, finish.WorkflowID, finish.WorkflowID+"/finished", runevents.RunFinished, "", runFinished{
+		Status: o.Status, Reason: o.Reason, Answer: textclip.Preview(o.Answer), HandoffNote: textclip.Preview(o.HandoffNote),
+		Steps: o.StepsUsed, Tokens: o.TokensUsed, USD: o.USDSpent})
+	return nil
 }
 
 // settlePoll is how often a fence waits for an attempt that still holds a
@@ -494,12 +502,25 @@ func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequ
 
 // SettleCompensation records what became of one compensation.
 func (a *Activities) SettleCompensation(ctx context.Context, s wire.Settlement) error {
-	return a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason)
+	if err := a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason); err != nil {
+		return err
+	}
+	a.publish(ctx, activity.GetInfo(ctx).WorkflowExecution.ID, s.ForwardKey+"/compensation/"+s.Status, runevents.CompensationStep, s.ForwardKey,
+		statusData{Status: s.Status, Detail: cmp.Or(s.Error, s.Reason)})
+	return nil
 }
 
 // SetRunStatus records a status the run passes through while it waits.
 func (a *Activities) SetRunStatus(ctx context.Context, s wire.RunStatus) error {
-	return a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail)
+	if err := a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail); err != nil {
+		return err
+	}
+	// The activity's ID, which the SDK numbers within the execution, is the
+	// same for every attempt: each status change is one event.
+	info := activity.GetInfo(ctx)
+	a.publish(ctx, s.WorkflowID, s.WorkflowID+"/status/"+info.WorkflowExecution.RunID+"/"+info.ActivityID, statusEvent(s.Status, s.Detail), "",
+		statusData{Status: s.Status, Detail: s.Detail})
+	return nil
 }
 
 // cleanError is err with its message passed through cleanText; errors.As

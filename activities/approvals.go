@@ -8,13 +8,18 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // RequestApproval records a call that waits for a human, under its key,
 // before anything is sent (ARCHITECTURE.md decision 14).
 func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
-	return a.Ledger.RequestApproval(ctx, req)
+	approval, err := a.Ledger.RequestApproval(ctx, req)
+	if err == nil {
+		a.publish(ctx, approval.WorkflowID, approval.Key+"/approval", runevents.AwaitingApproval, approval.Key, approval)
+	}
+	return approval, err
 }
 
 // DecideApproval records a human's decision (or the timeout's). A request
@@ -22,6 +27,9 @@ func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.Appr
 // the second operator's Update is told; so does a key with no request.
 func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.DecideApproval(ctx, d.Key, d.Status(), d.By, d.Reason)
+	if err == nil {
+		a.publish(ctx, approval.WorkflowID, approval.Key+"/decided", runevents.ApprovalDecided, approval.Key, approval)
+	}
 	switch {
 	case errors.Is(err, ledgerdb.ErrDecided):
 		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeApprovalDecided, nil)

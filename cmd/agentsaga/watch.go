@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,9 +37,14 @@ func watchCommand() *cobra.Command {
 			}
 			defer store.Close()
 			log, hub := runevents.New(store.Pool()), runevents.NewHub(store.Pool())
-			go hub.Run(cmd.Context(), nil)
+			// The hub's LISTEN connection ends with the watch, not with the
+			// process: a watch run inside another (a test) leaves none open.
+			ctx, stopHub := context.WithCancel(cmd.Context())
+			hubDone := make(chan struct{})
+			go func() { defer close(hubDone); hub.Run(ctx, nil) }()
+			defer func() { stopHub(); <-hubDone }()
 			out := cmd.OutOrStdout()
-			err = runevents.Follow(cmd.Context(), log, hub, args[0], after, 2*time.Second, func(e runevents.Event) error {
+			err = runevents.Follow(ctx, log, hub, args[0], after, 2*time.Second, func(e runevents.Event) error {
 				printEvent(out, e)
 				if e.Kind == runevents.RunFinished {
 					return errWatchDone

@@ -25,6 +25,12 @@ type ModelRequest struct {
 	// OmittedTurns counts the oldest turns left out of Messages to fit the
 	// context budget (a scripted model counts them as played).
 	OmittedTurns int `json:"omitted_turns,omitempty"`
+	// OnText, when set, is handed the reply's text as it streams, chunk by
+	// chunk, in order; the chunks of a reply that succeeds add up to its
+	// Content. A model that does not stream never calls it. It is for the
+	// run's watchers (the event log, issue 33): the turn Turn returns is
+	// what the run receives, streamed or not.
+	OnText func(chunk string) `json:"-"`
 }
 
 // Model is a chat model that can ask for tool calls. Implementations make

@@ -143,7 +143,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 				CachedInputPerMillion: p.CachedInputPerMillion}.USD(used)
 		},
 		Run: func(ctx context.Context, claim ledgerdb.Claim) (string, *ledgerdb.Message, error) {
-			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens)
+			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens, a.streamText(ctx, info))
 			if err != nil {
 				return "", nil, err
 			}
@@ -202,11 +202,18 @@ func turnTrailing(call wire.ModelCall) []agentsagatype.Message {
 }
 
 // modelTurn calls the model with the conversation its claim read, fitted.
-func (a *Activities) modelTurn(ctx context.Context, model Model, call wire.ModelCall, fit convfit.Fitted, defTokens int) (agentsagatype.ModelTurn, error) {
+// Its text, as it streams, goes to text's batches; they are all published
+// when it returns, before the attempt settles, so that the settle's
+// attempt_discarded (an attempt that failed) follows them.
+func (a *Activities) modelTurn(ctx context.Context, model Model, call wire.ModelCall, fit convfit.Fitted, defTokens int, text *runevents.Batcher) (agentsagatype.ModelTurn, error) {
 	// The attempt's lease keeper heartbeats while the model answers.
 	spanCtx, span := startModelSpan(ctx, call)
-	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted})
+	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted,
+		OnText: text.Add})
 	endModelSpan(span, turn, err)
+	if err := text.Flush(); err != nil && ctx.Err() == nil {
+		activity.GetLogger(ctx).Warn("could not publish a turn's streamed text", "key", IdempotencyKey(ctx), "error", err)
+	}
 	if err != nil {
 		return agentsagatype.ModelTurn{}, err
 	}

@@ -15,11 +15,17 @@ import (
 // steps) and how it ended are published to its event log
 // (internal/runevents) by the activities that record them, for the
 // clients that watch the run live; the workflow's history does not change.
-// These are a few events a run, off the calls' path: a call's own events
-// (its start, its end, a turn's text) are to go into its claim's and its
-// settle's statements, so that a call keeps costing 2 (issue 33). A
-// publish is at least once, and the log stores each event once, by its
-// key. A publish that fails costs the watchers, never the run.
+// These are a few events a run, off the calls' path. A call's own start
+// and end ride on its claim's and its settle's statements (migration
+// 00027), so that a call keeps costing 2; a model's text streams in
+// batches between them (streamText). A publish is at least once, and the
+// log stores each event once, by its key. A publish that fails costs the
+// watchers, never the run.
+
+// streamText is the batcher of one model attempt's streamed text.
+func (a *Activities) streamText(ctx context.Context, info activity.Info) *runevents.Batcher {
+	return runevents.New(a.Ledger.Pool()).NewBatcher(ctx, info.WorkflowExecution.ID, IdempotencyKey(ctx), int(info.Attempt))
+}
 
 // publish appends one event to workflowID's log.
 func (a *Activities) publish(ctx context.Context, workflowID, key, kind, callKey string, data any) {

@@ -119,6 +119,8 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (PruneReport, erro
 				DELETE FROM run_retry_counters WHERE workflow_id IN (SELECT workflow_id FROM doomed)
 			), e AS (
 				DELETE FROM run_events WHERE workflow_id IN (SELECT workflow_id FROM doomed)
+			), i AS (
+				DELETE FROM run_event_inbox WHERE workflow_id IN (SELECT workflow_id FROM doomed)
 			), h AS (
 				DELETE FROM run_event_heads WHERE workflow_id IN (SELECT workflow_id FROM doomed)
 			), r AS (

@@ -46,7 +46,7 @@ func seedRun(ctx context.Context, t *testing.T, store *ledgerdb.Store, id, statu
 func rowsOf(ctx context.Context, t *testing.T, store *ledgerdb.Store, id string) int {
 	t.Helper()
 	total := 0
-	for _, table := range []string{"runs", "actions", "compensations", "leaf_calls", "messages", "run_events", "run_event_heads"} {
+	for _, table := range []string{"runs", "actions", "compensations", "leaf_calls", "messages", "run_events", "run_event_heads", "run_event_inbox"} {
 		var n int
 		require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE workflow_id = $1", id).Scan(&n))
 		total += n
@@ -74,14 +74,21 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 		('new-1', 'withdraw', now() - interval '1 hour')`)
 	require.NoError(t, err)
 
+	kept := []string{"old-needs-attention", "recent-completed", "still-running"}
+	before := map[string]int{}
+	for _, id := range kept {
+		before[id] = rowsOf(ctx, t, store, id)
+		require.GreaterOrEqual(t, before[id], 7, id)
+	}
+
 	report, err := store.Prune(ctx, ledgerdb.PruneOptions{Batch: 2}) // the defaults: 30 days, 24 h
 	require.NoError(t, err)
 	require.Equal(t, ledgerdb.PruneReport{Runs: 4, Charges: 2}, report)
 	for _, gone := range []string{"old-completed-0", "old-completed-1", "old-completed-2", "old-compensated"} {
 		require.Zero(t, rowsOf(ctx, t, store, gone), gone)
 	}
-	for _, kept := range []string{"old-needs-attention", "recent-completed", "still-running"} {
-		require.Equal(t, 7, rowsOf(ctx, t, store, kept), kept)
+	for _, id := range kept {
+		require.Equal(t, before[id], rowsOf(ctx, t, store, id), id)
 	}
 	var charges int
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM retry_charges WHERE charge_key LIKE 'new-%'`).Scan(&charges))

@@ -6,9 +6,12 @@
 //
 // A publish is at least once and a store is once: each event carries a key
 // of its own within its run (the call's idempotency key and what the event
-// is of it), and a key the log holds already is skipped. Events are
-// numbered per run in the order their publishes commit, so a reader that
-// has read through N asks for what follows N ([Log.Read]) and misses
+// is of it), and a key the log holds already is skipped. A call's start
+// and end are appended by the ledger's own claim and settle statements
+// (triggers, migration 00027) to an inbox that takes no lock; a publish
+// or a read of the run numbers its inbox into the log. Events are numbered
+// per run in the order they are numbered, never renumbered, so a reader
+// that has read through N asks for what follows N ([Log.Read]) and misses
 // nothing. A [Hub] holds one LISTEN connection per process and wakes the
 // readers of a run when its log grows; [Follow] reads a run's log from an
 // offset and then waits for more.

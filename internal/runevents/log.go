@@ -13,10 +13,11 @@ import (
 // The kinds of event a run's log holds.
 const (
 	TurnStarted      = "turn_started"
+	TurnFinished     = "turn_finished" // an attempt of a turn ended: its outcome, and the reply's text
 	TextDelta        = "text_delta"
 	AttemptDiscarded = "attempt_discarded" // the text an attempt streamed is void: it failed part-way
 	ToolStarted      = "tool_started"
-	ToolFinished     = "tool_finished"
+	ToolFinished     = "tool_finished" // an attempt of a tool call ended: its outcome and output
 	Parked           = "parked"
 	Released         = "released"
 	QuotaWait        = "quota_wait"
@@ -86,14 +87,14 @@ func (l *Log) Publish(ctx context.Context, workflowID string, events ...Event) (
 }
 
 // Read returns up to limit events of workflowID's log that follow seq
-// after, in order.
+// after, in order. The events a call's claim and settle appended (its
+// start and end, migration 00027) are numbered into the log by the read
+// itself, or by the run's next publish, whichever comes first.
 func (l *Log) Read(ctx context.Context, workflowID string, after int64, limit int) ([]Event, error) {
 	if limit <= 0 {
 		return nil, errors.New("runevents: read: limit must be positive")
 	}
-	rows, err := l.pool.Query(ctx, `
-		SELECT seq, event_key, kind, call_key, data, at FROM run_events
-		WHERE workflow_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, workflowID, after, limit)
+	rows, err := l.pool.Query(ctx, `SELECT * FROM agentsaga_read_events($1, $2, $3)`, workflowID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("runevents: read %s after %d: %w", workflowID, after, err)
 	}

@@ -94,10 +94,8 @@ CREATE OR REPLACE FUNCTION agentsaga_publish_events(p_workflow_id text, p_keys t
     p_call_keys text[], p_data jsonb[]) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO run_event_inbox (workflow_id, event_key, kind, call_key, data)
-    SELECT p_workflow_id, e.key, e.kind, coalesce(e.call_key, ''), e.data
-    FROM unnest(p_keys, p_kinds, p_call_keys, p_data) WITH ORDINALITY AS e(key, kind, call_key, data, ord)
-    ORDER BY e.ord;
+    -- (Postgres sends a transaction's like notifications once.)
+    PERFORM agentsaga_append_events(p_workflow_id, p_keys, p_kinds, p_call_keys, p_data);
     RETURN agentsaga_number_events(p_workflow_id);
 END $$;
 -- +goose StatementEnd

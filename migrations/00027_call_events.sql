@@ -172,7 +172,8 @@ BEGIN
     IF NEW.kind = 'compensation' THEN
         RETURN NULL;
     END IF;
-    v_data := jsonb_build_object('attempt', NEW.attempt, 'outcome', NEW.outcome);
+    v_data := jsonb_build_object('attempt', NEW.attempt, 'outcome', NEW.outcome,
+        CASE NEW.kind WHEN 'model' THEN 'model' ELSE 'tool' END, NEW.target);
     IF NEW.outcome = 'ok' THEN
         SELECT result, status INTO v_result, v_status FROM actions WHERE idempotency_key = NEW.idempotency_key;
         v_data := v_data || jsonb_build_object('status', v_status);

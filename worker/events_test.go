@@ -19,8 +19,9 @@ import (
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
-// A run that ends publishes how it ended to its event log (issue 33), once,
-// with its status, reason and answer: what `agentsaga watch` stops at.
+// A run publishes its calls as they start and end, and how it ended, to
+// its event log (issue 33), once, with its status, reason and answer: what
+// `agentsaga watch` stops at.
 func TestARunPublishesItsEnding(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -43,8 +44,16 @@ func TestARunPublishesItsEnding(t *testing.T) {
 
 	events, err := runevents.New(ledgerdb.Of(store).Pool()).Read(ctx, id, 0, 100)
 	require.NoError(t, err)
-	require.Len(t, events, 1, "a run that never waited: its ending alone")
-	assert.Equal(t, runevents.RunFinished, events[0].Kind)
+	var kinds []string
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	// Three turns and two fetches, each started and finished once, then
+	// the ending; a run that never waited has nothing else.
+	require.Equal(t, []string{runevents.TurnStarted, runevents.TurnFinished, runevents.ToolStarted, runevents.ToolFinished,
+		runevents.TurnStarted, runevents.TurnFinished, runevents.ToolStarted, runevents.ToolFinished,
+		runevents.TurnStarted, runevents.TurnFinished, runevents.RunFinished}, kinds)
+	events = events[len(events)-1:]
 	var ending struct {
 		Status string `json:"status"`
 		Reason string `json:"reason"`

@@ -77,13 +77,24 @@ func printEvent(out io.Writer, e runevents.Event) {
 	case runevents.TextDelta:
 		what = fmt.Sprintf("%q", field("text"))
 	case runevents.TurnStarted:
-		what = strings.TrimSpace(field("activity_id") + " " + field("model"))
+		what = field("model") + " attempt " + field("attempt")
+	case runevents.TurnFinished:
+		what = field("model") + " " + field("outcome")
+		if text := field("text"); text != "" {
+			what += fmt.Sprintf(": %q", text)
+		}
+		if calls := field("tool_calls"); calls != "" {
+			what += " calls " + calls
+		}
+		if errText := field("error"); errText != "" {
+			what += ": " + errText
+		}
 	case runevents.ToolStarted:
 		what = field("tool") + " " + field("arguments")
 	case runevents.ToolFinished:
 		what = field("tool") + " -> " + field("output")
 		if errText := field("error"); errText != "" {
-			what = field("tool") + " failed: " + errText
+			what = field("tool") + " " + field("outcome") + ": " + errText
 		}
 	case runevents.RunFinished:
 		what = field("status") + ": " + field("reason")

@@ -55,7 +55,7 @@ func TestACallsStartAndEndRideOnItsClaimAndSettle(t *testing.T) {
 	require.NoError(t, err)
 	events = eventsOf(t, store, "wf-1")
 	require.Equal(t, []string{runevents.ToolStarted, runevents.ToolFinished}, kindsOf(events))
-	assert.JSONEq(t, `{"attempt":1,"outcome":"ok","status":"completed","output":"{\"id\":\"ch_1\"}"}`, string(events[1].Data))
+	assert.JSONEq(t, `{"attempt":1,"outcome":"ok","tool":"charge","status":"completed","output":"{\"id\":\"ch_1\"}"}`, string(events[1].Data))
 
 	// A replay of the stored result sends nothing, and publishes nothing.
 	replay, err := store.ClaimCall(ctx, req, leafOf(req, 2), time.Minute)
@@ -110,8 +110,8 @@ func TestAFailedAttemptsStreamedTextIsDiscardedByItsSettle(t *testing.T) {
 		runevents.TurnStarted, runevents.TextDelta, runevents.TurnFinished}, kindsOf(events))
 	assert.Equal(t, req.Key+"/attempt-1/discarded", events[2].Key)
 	assert.JSONEq(t, `{"attempt":1,"why":"openai chat.completions: the stream broke"}`, string(events[2].Data))
-	assert.JSONEq(t, `{"attempt":1,"outcome":"error","error":"openai chat.completions: the stream broke"}`, string(events[3].Data))
-	assert.JSONEq(t, `{"attempt":2,"outcome":"ok","status":"completed","text":"Hello, world","tool_calls":["search"]}`, string(events[6].Data))
+	assert.JSONEq(t, `{"attempt":1,"outcome":"error","model":"openai:gpt","error":"openai chat.completions: the stream broke"}`, string(events[3].Data))
+	assert.JSONEq(t, `{"attempt":2,"outcome":"ok","model":"openai:gpt","status":"completed","text":"Hello, world","tool_calls":["search"]}`, string(events[6].Data))
 
 	// The activity's own Discard (an attempt that saw its failure) and the
 	// settle's store the same event once.
@@ -161,5 +161,5 @@ func TestATurnWhoseResultDoesNotDecodeStillSettles(t *testing.T) {
 	require.NoError(t, err)
 	events := eventsOf(t, store, "wf-1")
 	require.Equal(t, []string{runevents.TurnStarted, runevents.TurnFinished}, kindsOf(events))
-	assert.JSONEq(t, `{"attempt":1,"outcome":"ok","status":"completed"}`, string(events[1].Data))
+	assert.JSONEq(t, `{"attempt":1,"outcome":"ok","model":"openai:gpt","status":"completed"}`, string(events[1].Data))
 }

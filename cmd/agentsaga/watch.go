@@ -77,7 +77,8 @@ func printEvent(out io.Writer, e runevents.Event) {
 	case runevents.TextDelta:
 		what = fmt.Sprintf("%q", field("text"))
 	case runevents.TurnStarted:
-		what = field("model") + " attempt " + field("attempt")
+		// The call's activity ID names the step: the key's last part.
+		what = strings.TrimSpace(e.CallKey[strings.LastIndex(e.CallKey, "/")+1:] + " " + field("model") + " attempt " + field("attempt"))
 	case runevents.TurnFinished:
 		what = field("model") + " " + field("outcome")
 		if text := field("text"); text != "" {

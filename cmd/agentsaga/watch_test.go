@@ -28,9 +28,9 @@ func TestWatchFollowsARunToItsEnd(t *testing.T) {
 	log := runevents.New(pool)
 	event := func(key, kind string, data any) runevents.Event {
 		raw, _ := json.Marshal(data)
-		return runevents.Event{Key: key, Kind: kind, Data: raw}
+		return runevents.Event{Key: key, Kind: kind, Data: raw, CallKey: "wf/step-001-model"}
 	}
-	_, err = log.Publish(ctx, "wf", event("t1", runevents.TurnStarted, map[string]any{"activity_id": "step-001-model", "model": "scripted"}),
+	_, err = log.Publish(ctx, "wf", event("t1", runevents.TurnStarted, map[string]any{"attempt": 1, "model": "scripted"}),
 		event("c1", runevents.ToolStarted, map[string]any{"tool": "fetch", "arguments": `{"item":1}`}))
 	require.NoError(t, err)
 
@@ -50,7 +50,7 @@ func TestWatchFollowsARunToItsEnd(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 6, out)
 		assert.Contains(t, lines[0], "turn_started")
-		assert.Contains(t, lines[0], "step-001-model scripted")
+		assert.Contains(t, lines[0], "step-001-model scripted attempt 1")
 		assert.Contains(t, lines[1], `fetch {"item":1}`)
 		assert.Contains(t, lines[2], `fetch -> {"ok":true}`)
 		assert.Contains(t, lines[3], `"all fetched"`)

@@ -45,8 +45,10 @@ func statusEvent(status, detail string) string {
 	switch {
 	case status == agentsagatype.RunEscalated:
 		return runevents.Escalated
+	case strings.HasPrefix(detail, "after "):
+		return runevents.Resumed // a human answered the escalation ("after resume", "after skip")
 	case detail == "":
-		return runevents.Released // no longer waiting: resumed, or back from a wait
+		return runevents.Released // no longer waiting: back from a wait
 	case strings.Contains(detail, "quota"), strings.Contains(detail, "spend cap"):
 		return runevents.QuotaWait
 	default:

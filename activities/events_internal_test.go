@@ -16,4 +16,5 @@ func TestAStatusIsTheEventOfItsWait(t *testing.T) {
 	assert.Equal(t, runevents.QuotaWait, statusEvent(agentsagatype.RunRunning, "waiting for the quota of the model openai:gpt-4o-mini: its provider's rate limit has no room"))
 	assert.Equal(t, runevents.QuotaWait, statusEvent(agentsagatype.RunRunning, "waiting for the spend cap of account acme to reset at 2026-12-04T00:00:00Z"))
 	assert.Equal(t, runevents.Released, statusEvent(agentsagatype.RunRunning, ""))
+	assert.Equal(t, runevents.Resumed, statusEvent(agentsagatype.RunRunning, "after resume"), "the detail workflows/humans.go writes")
 }

@@ -39,6 +39,14 @@ type runView struct {
 	agentsagatype.Run
 	Approvals []agentsagatype.Approval `json:"approvals,omitempty"`
 	Links     runLinks                 `json:"links"`
+	// Viewer is the key that reads the run, for a client (the live page)
+	// that shows only what the key may do.
+	Viewer *viewer `json:"viewer,omitempty"`
+}
+
+type viewer struct {
+	Name   string   `json:"name"`
+	Scopes []string `json:"scopes"`
 }
 
 type runLinks struct {
@@ -114,6 +122,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, key apikeys.Key)
 		return err
 	}
 	view := viewOf(run)
+	view.Viewer = &viewer{Name: key.Name, Scopes: key.Scopes}
 	if view.Approvals, err = s.db.RunApprovals(r.Context(), run.WorkflowID); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -118,8 +119,12 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 		}
 		fmt.Fprintln(out, line)
 	}
+	fmt.Fprintln(out)
 	if link := uiLink(stack.cfg.TemporalAddress, stack.cfg.Namespace, id); link != "" {
-		fmt.Fprintf(out, "\nUI: %s\n", link)
+		fmt.Fprintf(out, "UI:   %s\n", link)
+	}
+	if stack.apiBase != "" {
+		fmt.Fprintf(out, "live: %s/runs/%s (the run's own page; give it the api key printed above)\n", stack.apiBase, url.PathEscape(id))
 	}
 	return nil
 }

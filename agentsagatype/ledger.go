@@ -41,6 +41,12 @@ type Run struct {
 	Retries          int             `json:"retries"`
 	StartedAt        time.Time       `json:"started_at"`
 	FinishedAt       *time.Time      `json:"finished_at,omitempty"`
+	// Account is the account the run is charged to (its spec's
+	// budget.account), "" for none.
+	Account string `json:"account,omitempty"`
+	// StartedBy names who started the run through the HTTP API (the API
+	// key's name); "" for a run started any other way.
+	StartedBy string `json:"started_by,omitempty"`
 }
 
 // RunOutcome is how a run ended.

@@ -152,7 +152,7 @@ func runCommand() *cobra.Command {
 			if id == "" {
 				id = newRunID()
 			}
-			run, err := agentsaga.Start(cmd.Context(), c, id, spec, agentsaga.StartOptions{Namespace: cfg.Namespace, Ledger: store, Account: account})
+			run, err := startRun(cmd.Context(), c, store, cfg.Namespace, id, spec, account)
 			if err != nil {
 				return err
 			}
@@ -261,9 +261,11 @@ func newRunID() string {
 }
 
 // startRun starts a run the safe way (agentsaga.Start: validated, its
-// defaults written out, an ID Temporal or the ledger has refused).
-func startRun(ctx context.Context, c client.Client, store *ledger.Store, namespace, id string, spec workflows.RunSpec) (*agentsaga.Run, error) {
-	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace, Ledger: store})
+// defaults written out, an ID Temporal or the ledger has refused), charged
+// to account ("" for the spec's): what `agentsaga run`, the demo and
+// `agentsaga serve`'s POST /v1/runs start runs with.
+func startRun(ctx context.Context, c client.Client, store *ledger.Store, namespace, id string, spec workflows.RunSpec, account string) (*agentsaga.Run, error) {
+	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace, Ledger: store, Account: account})
 }
 
 // awaitRun waits for the run's result. A run that ended failed still has a

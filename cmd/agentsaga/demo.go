@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -77,7 +78,7 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 		return fmt.Errorf("demo: %w", err)
 	}
 	id := prefix + "-" + newRunID()[len("run-"):]
-	run, err := startRun(ctx, stack.client, stack.store, stack.cfg.Namespace, id, spec)
+	run, err := startRun(ctx, stack.client, stack.store, stack.cfg.Namespace, id, spec, "")
 	if err != nil {
 		return err
 	}
@@ -118,8 +119,12 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 		}
 		fmt.Fprintln(out, line)
 	}
+	fmt.Fprintln(out)
 	if link := uiLink(stack.cfg.TemporalAddress, stack.cfg.Namespace, id); link != "" {
-		fmt.Fprintf(out, "\nUI: %s\n", link)
+		fmt.Fprintf(out, "UI:   %s\n", link)
+	}
+	if stack.apiBase != "" {
+		fmt.Fprintf(out, "live: %s/runs/%s (the run's own page; give it the api key printed above)\n", stack.apiBase, url.PathEscape(id))
 	}
 	return nil
 }

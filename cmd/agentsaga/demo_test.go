@@ -69,6 +69,12 @@ func TestDemoPrintsNoErrorLine(t *testing.T) {
 	// Positive controls: both runs ran, and their failures were logged.
 	assert.Contains(t, printed, "refund desk: ")
 	assert.Contains(t, printed, "run demo-seed002-")
+	// The live page's link stands beside the Temporal UI's, and the key
+	// it asks for is printed once.
+	// (The UI's link is printed only for the dev server's own address,
+	// which this test's server does not have.)
+	assert.Regexp(t, `\nlive: http://127\.0\.0\.1:\d+/runs/demo-refund-\w+ `, printed)
+	assert.Regexp(t, `api: key "dev" with every scope, for this stack \(the page asks for it\): agentsaga_\S+\n`, printed)
 	assert.Contains(t, logged, "retry hook: the call failed")
 	assert.Contains(t, logged, "status=503")
 	assert.Contains(t, logged, "status=400")

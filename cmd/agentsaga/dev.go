@@ -18,6 +18,8 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/worker"
@@ -31,7 +33,7 @@ func devCommand() *cobra.Command {
 	var temporalBin string
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run a local stack until Ctrl-C: Temporal dev server with UI on 127.0.0.1:8233, migrations, a worker",
+		Short: "Run a local stack until Ctrl-C: Temporal dev server with UI on 127.0.0.1:8233, migrations, a worker, the HTTP API on 127.0.0.1:8480 with a key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			stack, err := startDevStack(cmd.Context(), cmd.OutOrStdout(), temporalBin)
@@ -58,6 +60,10 @@ type devStack struct {
 	server *exec.Cmd
 	// serverDone is closed when the dev server process has exited.
 	serverDone chan struct{}
+	// apiBase is where the stack's HTTP API serves (http://127.0.0.1:PORT),
+	// and stopAPI stops it.
+	apiBase string
+	stopAPI func()
 }
 
 func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (_ *devStack, err error) {
@@ -101,8 +107,43 @@ func startDevStack(ctx context.Context, out io.Writer, temporalBin string) (_ *d
 		return nil, fmt.Errorf("worker: start: %w", err)
 	}
 	fmt.Fprintf(out, "worker: polling task queue %q\n", stack.cfg.TaskQueue)
+	if err := stack.startAPI(ctx, out); err != nil {
+		return nil, err
+	}
 	return stack, nil
 }
+
+// startAPI serves the HTTP API on loopback, at defaultAPIListen or, when
+// that port is taken, at any free one, with a key of every scope made for
+// this stack (the "dev" key of an earlier stack is revoked first).
+func (s *devStack) startAPI(ctx context.Context, out io.Writer) error {
+	listener, err := net.Listen("tcp", defaultAPIListen)
+	if err != nil {
+		if listener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return fmt.Errorf("api: listen on loopback: %w", err)
+		}
+	}
+	keys := apikeys.New(ledgerdb.Of(s.store).Pool())
+	_ = keys.Revoke(ctx, devKeyName) // none yet is fine
+	token, _, err := keys.Create(ctx, devKeyName, apikeys.Scopes, "")
+	if err != nil {
+		listener.Close()
+		return err
+	}
+	apiCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() {
+		done <- serveAPI(apiCtx, listener, s.client, s.store, s.cfg.Namespace, "", "", out)
+	}()
+	s.apiBase = "http://" + listener.Addr().String()
+	s.stopAPI = func() { cancel(); <-done }
+	fmt.Fprintf(out, "api: %s/v1 (docs/api.md), a run's live page at %s/runs/RUN_ID\n", s.apiBase, s.apiBase)
+	fmt.Fprintf(out, "api: key %q with every scope, for this stack (the page asks for it): %s\n", devKeyName, token)
+	return nil
+}
+
+// devKeyName names the API key `agentsaga dev` makes.
+const devKeyName = "dev"
 
 func quickDial(ctx context.Context, cfg worker.Config) (client.Client, error) {
 	conn, err := net.DialTimeout("tcp", cfg.TemporalAddress, time.Second)
@@ -183,8 +224,12 @@ func findTemporal(explicit string) (string, error) {
 	return "", errors.New("temporal: the Temporal CLI is not in bin/ nor on PATH; build it with `make bin/temporal`")
 }
 
-// Close stops the worker, then the dev server if this stack started it.
+// Close stops the API and the worker, then the dev server if this stack
+// started it.
 func (s *devStack) Close() {
+	if s.stopAPI != nil {
+		s.stopAPI()
+	}
 	if s.worker != nil {
 		s.worker.Stop()
 	}

@@ -107,6 +107,26 @@ func (s *Store) AwaitingApprovals(ctx context.Context, limit int) ([]agentsagaty
 	return collectApprovals("awaiting approvals", rows, err)
 }
 
+const awaitingApprovalsUnderSQL = `
+	SELECT ` + approvalColumns + ` FROM approvals a
+	WHERE a.status = 'awaiting-approval'
+	  AND EXISTS (SELECT 1 FROM runs r WHERE r.workflow_id = a.workflow_id AND r.finished_at IS NULL
+	              AND (r.account = $2 OR starts_with(r.account, $2 || '/')))
+	ORDER BY a.requested_at, a.idempotency_key
+	LIMIT $1`
+
+// AwaitingApprovalsUnder is AwaitingApprovals for the runs an account's
+// tree holds (the account's and its sub-accounts'), what an API key bound
+// to it sees; "" is every run's. A request whose run has no row yet is
+// nobody's, so only an account-free listing shows it.
+func (s *Store) AwaitingApprovalsUnder(ctx context.Context, account string, limit int) ([]agentsagatype.Approval, error) {
+	if account == "" {
+		return s.AwaitingApprovals(ctx, limit)
+	}
+	rows, err := s.pool.Query(ctx, awaitingApprovalsUnderSQL, limit, account)
+	return collectApprovals("awaiting approvals of "+account, rows, err)
+}
+
 const runApprovalsSQL = `SELECT ` + approvalColumns + ` FROM approvals WHERE workflow_id = $1 ORDER BY requested_at, idempotency_key`
 
 // RunApprovals lists one run's approval requests and their decisions, in

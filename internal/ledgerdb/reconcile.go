@@ -9,20 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const runColumns = `workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason, status_detail,
-		       steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at`
-
-func scanRun(row pgx.Row) (agentsagatype.Run, error) {
-	var r agentsagatype.Run
-	var parent *string
-	err := row.Scan(&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Spec, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason, &r.StatusDetail,
-		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt)
-	if parent != nil {
-		r.ParentWorkflowID = *parent
-	}
-	return r, err
-}
-
 // AbandonedCandidates lists up to limit runs that have not ended (finished_at
 // unset, whatever their status) and started more than olderThan ago, ordered
 // by workflow ID, after the workflow ID after ("" for the first page): the
@@ -30,7 +16,7 @@ func scanRun(row pgx.Row) (agentsagatype.Run, error) {
 // never among them.
 func (s *Store) AbandonedCandidates(ctx context.Context, olderThan time.Duration, after string, limit int) ([]agentsagatype.Run, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+runColumns+`
+		SELECT `+runColumns+`, spec
 		FROM runs
 		WHERE finished_at IS NULL AND workflow_id > $1
 		  AND started_at <= clock_timestamp() - make_interval(secs => $2)
@@ -38,7 +24,7 @@ func (s *Store) AbandonedCandidates(ctx context.Context, olderThan time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list runs that have not ended: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Run, error) { return scanRun(row) })
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Run, error) { return scanRun(row, true) })
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list runs that have not ended: %w", err)
 	}

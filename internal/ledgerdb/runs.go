@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/jackc/pgx/v5"
@@ -13,15 +14,29 @@ import (
 // StartRun records that a run began. Recording the same workflow ID again
 // is a no-op, because Temporal may deliver the recording activity twice.
 func (s *Store) StartRun(ctx context.Context, run agentsagatype.Run) error {
+	return s.startRun(ctx, run, "")
+}
+
+// StartRunBy is StartRun for a run started on someone's behalf (the HTTP
+// API's key): it records who started it (runs.started_by). The API writes
+// the row itself, right after the start, so that a read straight after
+// finds the run; the run's first activity, which writes it too, may have
+// come first, and then only started_by is filled in.
+func (s *Store) StartRunBy(ctx context.Context, run agentsagatype.Run, startedBy string) error {
+	return s.startRun(ctx, run, startedBy)
+}
+
+func (s *Store) startRun(ctx context.Context, run agentsagatype.Run, startedBy string) error {
 	spec := run.Spec
 	if len(spec) == 0 {
 		spec = json.RawMessage("{}")
 	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO runs (workflow_id, run_id, parent_workflow_id, goal, spec)
-		VALUES ($1, $2, NULLIF($3, ''), $4, $5)
-		ON CONFLICT (workflow_id) DO NOTHING`,
-		run.WorkflowID, run.RunID, run.ParentWorkflowID, run.Goal, spec)
+		INSERT INTO runs (workflow_id, run_id, parent_workflow_id, goal, spec, started_by)
+		VALUES ($1, $2, NULLIF($3, ''), $4, $5, $6)
+		ON CONFLICT (workflow_id) DO UPDATE SET started_by = EXCLUDED.started_by
+		WHERE runs.started_by = '' AND EXCLUDED.started_by <> ''`,
+		run.WorkflowID, run.RunID, run.ParentWorkflowID, run.Goal, spec, startedBy)
 	if err != nil {
 		return fmt.Errorf("ledger: start run %s: %w", run.WorkflowID, err)
 	}
@@ -55,26 +70,94 @@ func (s *Store) FinishRun(ctx context.Context, workflowID string, out agentsagat
 	return nil
 }
 
-// GetRun reads one run.
-func (s *Store) GetRun(ctx context.Context, workflowID string) (agentsagatype.Run, error) {
+// runColumns are what GetRun and ListRuns read of a run, in scanRun's
+// order; ListRuns leaves the spec out (runSpecColumn).
+const runColumns = `workflow_id, run_id, parent_workflow_id, goal, status, answer, handoff_note, reason, status_detail,
+	steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at, account, started_by`
+
+func scanRun(row pgx.Row, withSpec bool) (agentsagatype.Run, error) {
 	var r agentsagatype.Run
 	var parent *string
-	err := s.pool.QueryRow(ctx, `
-		SELECT workflow_id, run_id, parent_workflow_id, goal, spec, status, answer, handoff_note, reason, status_detail,
-		       steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at
-		FROM runs WHERE workflow_id = $1`, workflowID).Scan(
-		&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Spec, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason, &r.StatusDetail,
-		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt)
+	targets := []any{&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason, &r.StatusDetail,
+		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt, &r.Account, &r.StartedBy}
+	if withSpec {
+		targets = append(targets, &r.Spec)
+	}
+	if err := row.Scan(targets...); err != nil {
+		return agentsagatype.Run{}, err
+	}
+	if parent != nil {
+		r.ParentWorkflowID = *parent
+	}
+	return r, nil
+}
+
+// GetRun reads one run.
+func (s *Store) GetRun(ctx context.Context, workflowID string) (agentsagatype.Run, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+`, spec FROM runs WHERE workflow_id = $1`, workflowID), true)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return agentsagatype.Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, ErrNotFound)
 	}
 	if err != nil {
 		return agentsagatype.Run{}, fmt.Errorf("ledger: get run %s: %w", workflowID, err)
 	}
-	if parent != nil {
-		r.ParentWorkflowID = *parent
-	}
 	return r, nil
+}
+
+// RunFilter is which runs ListRuns returns: every condition set must hold.
+type RunFilter struct {
+	// Status is the runs' status ("" any).
+	Status string
+	// Account is the account the runs are charged to, exactly ("" any).
+	Account string
+	// Under keeps the runs an account's tree holds: the account's and its
+	// sub-accounts' ("acme" holds "acme/support", not "acme-corp"); ""
+	// keeps every run. It is what an API key bound to an account sees.
+	Under string
+	// After continues a listing past the last run of its previous page.
+	After *RunCursor
+	// Limit is the most runs returned (1 to 1000).
+	Limit int
+}
+
+// RunCursor is where a page of runs ended: its last run's start and ID.
+type RunCursor struct {
+	StartedAt  time.Time
+	WorkflowID string
+}
+
+// listRunsSQL is ListRuns' one statement. Each condition the filter
+// leaves unset is true whatever the row; Postgres plans the statement for
+// the values it is given (its custom plans cost less than a generic one
+// here), so an account filter reads the runs_by_account index and the
+// others runs_by_start, newest first, until the page is full.
+const listRunsSQL = `SELECT ` + runColumns + ` FROM runs
+	WHERE ($1 = '' OR status = $1)
+	  AND ($2 = '' OR account = $2)
+	  AND ($3 = '' OR account = $3 OR starts_with(account, $3 || '/'))
+	  AND ($4::timestamptz IS NULL OR (started_at, workflow_id) < ($4, $5))
+	ORDER BY started_at DESC, workflow_id DESC LIMIT $6`
+
+// ListRuns lists runs newest first (by start, then ID), without their
+// specs.
+func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]agentsagatype.Run, error) {
+	if f.Limit < 1 || f.Limit > 1000 {
+		return nil, fmt.Errorf("ledger: list runs: limit %d is not between 1 and 1000", f.Limit)
+	}
+	var afterAt *time.Time
+	var afterID string
+	if f.After != nil {
+		afterAt, afterID = &f.After.StartedAt, f.After.WorkflowID
+	}
+	rows, err := s.pool.Query(ctx, listRunsSQL, f.Status, f.Account, f.Under, afterAt, afterID, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Run, error) { return scanRun(row, false) })
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list runs: %w", err)
+	}
+	return runs, nil
 }
 
 // LiveCounters is what a run has spent so far, read from the leaf calls and

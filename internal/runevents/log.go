@@ -114,3 +114,14 @@ func (l *Log) Read(ctx context.Context, workflowID string, after int64, limit in
 	}
 	return events, nil
 }
+
+// Head returns the seq of the last event numbered into workflowID's log (0
+// when none is): a reader that starts after it misses nothing that comes.
+func (l *Log) Head(ctx context.Context, workflowID string) (int64, error) {
+	var head int64
+	err := l.pool.QueryRow(ctx, `SELECT coalesce((SELECT last_seq FROM run_event_heads WHERE workflow_id = $1), 0)`, workflowID).Scan(&head)
+	if err != nil {
+		return 0, fmt.Errorf("runevents: head of %s: %w", workflowID, err)
+	}
+	return head, nil
+}

@@ -97,7 +97,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, key apikeys.Key)
 		}
 		return nil
 	}
-	err = runevents.Follow(ctx, s.log, s.cfg.Hub, id, after, s.cfg.Poll, each)
+	err = s.feed.Follow(ctx, id, after, each)
 	if errors.Is(context.Cause(ctx), errRunEnded) && r.Context().Err() == nil {
 		// What was published before the ending, then the stream ends.
 		for err == nil {

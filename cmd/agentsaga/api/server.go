@@ -61,6 +61,7 @@ type Server struct {
 	db       *ledgerdb.Store
 	keys     *apikeys.Keys
 	log      *runevents.Log
+	feed     *runevents.Feed // one reader per followed run, for all its streams
 	mux      *http.ServeMux
 	routes   []string
 	failures *failureLimiter
@@ -92,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 	db := ledgerdb.Of(cfg.Store)
 	s := &Server{cfg: cfg, db: db, keys: apikeys.New(db.Pool()), log: runevents.New(db.Pool()), mux: http.NewServeMux(),
 		failures: &failureLimiter{every: cfg.FailedAuthRate, burst: cfg.FailedAuthBurst, byAddr: map[string]*rate.Limiter{}}}
+	s.feed = runevents.NewFeed(s.log, cfg.Hub, cfg.Poll)
 	s.handle("POST /v1/runs", apikeys.RunsWrite, s.startRun)
 	s.handle("GET /v1/runs", apikeys.RunsRead, s.listRuns)
 	s.handle("GET /v1/runs/{id}", apikeys.RunsRead, s.getRun)

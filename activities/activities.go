@@ -273,6 +273,24 @@ func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wi
 	if err != nil {
 		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeUnknownTool, nil)
 	}
+	// A recorded call (a replay's) is answered from its recording, charged
+	// the attempts it took there, and pays no account: nothing is sent.
+	recordedAttempts := 0
+	if req.Tool.Kind == agentsagatype.ToolKindRecorded {
+		req.Spend = nil
+		run = func(ctx context.Context, call ToolInvocation) (string, error) {
+			info := activity.GetInfo(ctx)
+			answer, err := a.answerFromRecording(ctx, req.Tool, info.WorkflowExecution.ID, info.ActivityID, req.Arguments)
+			if err != nil {
+				return "", err
+			}
+			recordedAttempts = answer.attempts
+			if answer.failure != nil {
+				return "", answer.failure
+			}
+			return answer.output, nil
+		}
+	}
 	// A header whose variable is not set fails before the ledger, as a
 	// missing API key does: nothing was attempted under the key.
 	if _, _, err := resolveHeaders(req.Tool, a.getenv); err != nil {
@@ -318,7 +336,11 @@ func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wi
 	if err != nil {
 		return wire.ToolResult{}, err
 	}
-	return toolResult(output, replayed, int(info.Attempt)), nil
+	attempt := int(info.Attempt)
+	if recordedAttempts > 0 {
+		attempt = recordedAttempts
+	}
+	return toolResult(output, replayed, attempt), nil
 }
 
 // reserveToolAttempt reserves one attempt of a priced tool call on its
@@ -372,6 +394,9 @@ func (a *Activities) toolRunner(tool agentsagatype.ToolSpec) (func(context.Conte
 		return func(ctx context.Context, call ToolInvocation) (string, error) {
 			return a.callMCPTool(ctx, tool, call)
 		}, nil
+	case agentsagatype.ToolKindRecorded:
+		// CallTool answers it from its recording.
+		return nil, nil
 	case agentsagatype.ToolKindGo:
 		if a.Toolbox != nil {
 			if fn, ok := a.Toolbox.lookup(tool.Name); ok {
@@ -392,6 +417,13 @@ func (a *Activities) toolRunner(tool agentsagatype.ToolSpec) (func(context.Conte
 // (quiet.go). The message is cleaned because it may quote a tool's or a provider's bytes
 // and becomes a protobuf string, which must be valid UTF-8.
 func toActivityError(err error) error {
+	if recorded := (*recordedFailure)(nil); errors.As(err, &recorded) {
+		return recorded.activityError()
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == agentsagatype.ErrTypeNotRecorded {
+		return appErr
+	}
 	err = cleanError{err}
 	c := classify(err)
 	switch {
@@ -504,6 +536,14 @@ func (a *Activities) ReadResult(ctx context.Context, req wire.ReadResultRequest)
 // RollbackPlan reads what a run's rollback walks: the saga stack of the run
 // and its sub-agents, newest first, and what cannot be undone.
 func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequest) (wire.RollbackPlan, error) {
+	// A replay's tools are recorded and register no compensation; a
+	// compensation that found its way into a replay's stack all the same
+	// is not run: a replay changes nothing to undo.
+	run, err := a.Ledger.GetRun(ctx, req.WorkflowID)
+	if err == nil && isReplay(run) {
+		activity.GetLogger(ctx).Info("rollback: the run is a replay; nothing is compensated", "workflow_id", req.WorkflowID)
+		return wire.RollbackPlan{}, nil
+	}
 	return a.Ledger.Plan(ctx, req.WorkflowID, req.IrreversibleTools)
 }
 

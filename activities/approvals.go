@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -44,4 +45,62 @@ func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision
 // or refuses it, atomically across the fleet (ledgerdb.Store.HoldLimit).
 func (a *Activities) HoldLimit(ctx context.Context, hold wire.LimitHold) (wire.LimitHeld, error) {
 	return a.Ledger.HoldLimit(ctx, hold)
+}
+
+// RecordedApproval records a replay's approval request and decides it as
+// the recording did: the decision recorded for a call of the same tool
+// with the same arguments (the first one the replay has not used yet), or
+// a denial when the recording holds none. No human is asked.
+func (a *Activities) RecordedApproval(ctx context.Context, r wire.RecordedApproval) (agentsagatype.Approval, error) {
+	req := r.Request
+	source, err := sourceRun(r.Recording, req.WorkflowID)
+	if err != nil {
+		return agentsagatype.Approval{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
+	}
+	recorded, err := a.Ledger.RunApprovals(ctx, source)
+	if err != nil {
+		return agentsagatype.Approval{}, err
+	}
+	mine, err := a.Ledger.RunApprovals(ctx, req.WorkflowID)
+	if err != nil {
+		return agentsagatype.Approval{}, err
+	}
+	want := wire.CanonicalJSON(req.Arguments)
+	same := func(x agentsagatype.Approval) bool {
+		return x.Tool == req.Tool && wire.CanonicalJSON(x.Arguments) == want
+	}
+	used := 0
+	for _, m := range mine {
+		if m.Key != req.Key && same(m) {
+			used++
+		}
+	}
+	status, by, reason := agentsagatype.ApprovalDenied, "replay", "no decision recorded in "+source
+	for _, x := range recorded {
+		if !same(x) || x.Status == agentsagatype.ApprovalAwaiting {
+			continue
+		}
+		if used > 0 {
+			used--
+			continue
+		}
+		if x.Status == agentsagatype.ApprovalApproved || x.Status == agentsagatype.ApprovalDenied {
+			status, by, reason = x.Status, "recording ("+x.DecidedBy+")", x.Reason
+		} else {
+			reason = fmt.Sprintf("%s in %s (%s)", x.Status, source, x.Reason)
+		}
+		break
+	}
+	if reason == "" {
+		reason = "as recorded in " + source
+	}
+	if _, err := a.Ledger.RequestApproval(ctx, req); err != nil {
+		return agentsagatype.Approval{}, err
+	}
+	approval, err := a.Ledger.DecideApproval(ctx, req.Key, status, by, reason)
+	if errors.Is(err, ledgerdb.ErrDecided) {
+		// A retried attempt: the decision it made stands.
+		return a.Ledger.GetApproval(ctx, req.Key)
+	}
+	return approval, err
 }

@@ -104,6 +104,9 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 			ctx = withCallKey(ctx, req.FirstKey())
 		}
 	}
+	if found && recordedCall(in.Args) {
+		return i.recorded(ctx, in)
+	}
 	if !found || plan.Dependency == "" {
 		result, err := i.Next.ExecuteActivity(ctx, in)
 		return result, i.unpaid(ctx, found, err)
@@ -515,4 +518,40 @@ func (h *RetryHook) gate(ctx context.Context, plan agentsagatype.RetryPlan) (led
 		h.closed.remember(dependency, gate.Failures > 0)
 	}
 	return gate, err
+}
+
+// recordedCall says whether the activity is a call of a recorded tool.
+func recordedCall(args []any) bool {
+	for _, arg := range args {
+		switch req := arg.(type) {
+		case wire.ToolCallRequest:
+			return req.Tool.Kind == agentsagatype.ToolKindRecorded
+		case *wire.ToolCallRequest:
+			return req != nil && req.Tool.Kind == agentsagatype.ToolKindRecorded
+		}
+	}
+	return false
+}
+
+// recorded runs a call of a recorded tool (a replay's): it reaches no
+// dependency, so no breaker gates it and it pays and earns no retry
+// tokens, and its failure, read from the recording, is never retried. The
+// attempts it took in the recording travel in the failure's details, as a
+// paid call's do.
+func (i *retryInbound) recorded(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	result, err := i.Next.ExecuteActivity(ctx, in)
+	if err == nil {
+		return result, nil
+	}
+	c := classify(err)
+	f := failure{attempt: int(activity.GetInfo(ctx).Attempt), errType: c.errType, message: c.message, benign: true,
+		decision: "not retryable: answered from a recording"}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		f.errType, f.message = appErr.Type(), appErr.Message()
+	}
+	if recorded := (*recordedFailure)(nil); errors.As(err, &recorded) {
+		f.attempt = max(recorded.attempts, 1)
+	}
+	return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NonRetryable: true})
 }

@@ -47,3 +47,7 @@ const ErrTypeCancelled = "Cancelled"
 // ErrTypeApprovalDecided is the error of a decision on an approval another
 // decision settled first; its message names who decided.
 const ErrTypeApprovalDecided = "ApprovalDecided"
+
+// ErrTypeNotRecorded is the error of a replay's call that the recorded run
+// holds no answer for: the model reads it, and nothing is sent.
+const ErrTypeNotRecorded = "NotRecorded"

@@ -234,7 +234,32 @@ const (
 	// started by the worker), or one tool of it once the run has listed
 	// the server (mcp_tool set): see mcp.go.
 	ToolKindMCP = "mcp"
+	// ToolKindRecorded is a tool of a replay (agentsaga replay): every call
+	// is answered from a recorded run's ledger (Recording), and the spec
+	// holds no URL, command or server, so there is nothing to send a call
+	// to. The replay rewrites every tool it does not call live into one.
+	ToolKindRecorded = "recorded"
 )
+
+// Matching modes of a recorded tool (Recording.Match).
+const (
+	// MatchInOrder answers the n-th call of a tool with the n-th recorded
+	// call of that tool, when the arguments are the same.
+	MatchInOrder = "in-order"
+	// MatchAnyOrder answers a call with any recorded call of the tool with
+	// the same arguments that no earlier call of the replay used.
+	MatchAnyOrder = "any-order"
+)
+
+// Recording says where a recorded tool's answers come from: the run it
+// replays (Source) and the replay's own workflow ID (Replay), so that a
+// sub-agent of the replay, whose ID extends the replay's, is answered from
+// the sub-agent of the source whose ID extends the source's.
+type Recording struct {
+	Source string `json:"source"`
+	Replay string `json:"replay"`
+	Match  string `json:"match"`
+}
 
 // ToolSpec declares a tool a run may call. A "go" tool names a function
 // registered in the worker's Toolbox; an "http" tool is a URL the worker
@@ -294,6 +319,10 @@ type ToolSpec struct {
 	// that sets it in the spec names one tool and is not listed.
 	MCPTool   string `json:"mcp_tool,omitempty"`
 	MCPServer string `json:"mcp_server,omitempty"`
+
+	// Recording is where a recorded tool's answers come from (kind
+	// recorded, and only then).
+	Recording *Recording `json:"recording,omitempty"`
 }
 
 // CompensationSpec is a tool's compensating action.

@@ -276,7 +276,16 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
 		})
 		var recorded agentsagatype.Approval
-		if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
+		if tool, _ := r.spec.tool(c.call.Name); tool.Recording != nil && workflow.GetVersion(ctx, changeReplayApprovals, workflow.DefaultVersion, 1) == 1 {
+			// A replay asks no human: the recording decides (and the
+			// request and its decision are recorded in one activity).
+			if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRecordedApproval),
+				wire.RecordedApproval{Request: w.ApprovalRequest, Recording: *tool.Recording}).Get(ctx, &recorded); err != nil {
+				c.refuse("refused: its approval could not be read from the recording: " + errorText(err))
+				return false
+			}
+			w.Recorded = &recorded
+		} else if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
 			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
 			return false
 		}

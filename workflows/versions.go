@@ -40,6 +40,13 @@ const (
 	// the first refusal: a short outage is not a human's business.
 	changeParkOnOpenBreaker = "park-on-open-breaker"
 
+	// changeReplayApprovals decides a replay's approvals from its recording
+	// (ActivityRecordedApproval) instead of waiting for a human. Only a run
+	// with recorded tools reaches it, so no run recorded before it does; it
+	// has an ID of its own so that the runs that do not, the others, carry
+	// no marker for it.
+	changeReplayApprovals = "replay-approvals"
+
 	// changeCommands is the one change ID of the later changes; its
 	// version is the newest change the execution takes, and implies the
 	// three above.

@@ -43,7 +43,14 @@ func Validate(t agentsagatype.ToolSpec) error {
 	if t.Kind != agentsagatype.ToolKindMCP && (t.Command != nil || t.Allow != nil || t.MCPTool != "" || t.MCPServer != "") {
 		return fmt.Errorf("tool %s: command, allow, mcp_tool and mcp_server are for kind %q, not %q", t.Name, agentsagatype.ToolKindMCP, t.Kind)
 	}
+	if (t.Recording != nil) != (t.Kind == agentsagatype.ToolKindRecorded) {
+		return fmt.Errorf("tool %s: recording is for kind %q, and kind %q needs one", t.Name, agentsagatype.ToolKindRecorded, agentsagatype.ToolKindRecorded)
+	}
 	switch t.Kind {
+	case agentsagatype.ToolKindRecorded:
+		if err := validateRecorded(t); err != nil {
+			return err
+		}
 	case agentsagatype.ToolKindMCP:
 		if err := validateMCP(t); err != nil {
 			return err
@@ -68,7 +75,7 @@ func Validate(t agentsagatype.ToolSpec) error {
 	case "":
 		return fmt.Errorf("tool %s: kind is missing (want %q, %q, %q or %q)", t.Name, agentsagatype.ToolKindGo, agentsagatype.ToolKindHTTP, agentsagatype.ToolKindMCP, agentsagatype.ToolKindAgent)
 	default:
-		return fmt.Errorf("tool %s: unknown kind %q (want %q, %q, %q or %q)", t.Name, t.Kind, agentsagatype.ToolKindGo, agentsagatype.ToolKindHTTP, agentsagatype.ToolKindMCP, agentsagatype.ToolKindAgent)
+		return fmt.Errorf("tool %s: unknown kind %q (want %q, %q, %q, %q or %q)", t.Name, t.Kind, agentsagatype.ToolKindRecorded, agentsagatype.ToolKindGo, agentsagatype.ToolKindHTTP, agentsagatype.ToolKindMCP, agentsagatype.ToolKindAgent)
 	}
 	if t.TimeoutSeconds < 0 {
 		return fmt.Errorf("tool %s: timeout_seconds %v is negative", t.Name, t.TimeoutSeconds)
@@ -265,6 +272,24 @@ func validateHeaders(t agentsagatype.ToolSpec) error {
 		if !httpguts.ValidHeaderFieldValue(value) {
 			return fmt.Errorf("%s: the value holds a control character (CR, LF, NUL, ...)", field)
 		}
+	}
+	return nil
+}
+
+// validateRecorded checks a recorded tool: it names its recording, and
+// holds nothing a call could be sent through, so that a replay cannot
+// reach the world by construction.
+func validateRecorded(t agentsagatype.ToolSpec) error {
+	r := t.Recording
+	switch {
+	case r.Source == "" || r.Replay == "":
+		return fmt.Errorf("tool %s: recording.source and recording.replay are required", t.Name)
+	case r.Match != agentsagatype.MatchInOrder && r.Match != agentsagatype.MatchAnyOrder:
+		return fmt.Errorf("tool %s: recording.match %q is not %q or %q", t.Name, r.Match, agentsagatype.MatchInOrder, agentsagatype.MatchAnyOrder)
+	case t.URL != "" || t.Method != "" || len(t.Headers) > 0:
+		return fmt.Errorf("tool %s: a recorded tool has no url, method or headers: its calls are answered from the ledger", t.Name)
+	case t.Compensate != nil:
+		return fmt.Errorf("tool %s: a recorded tool has no compensation: a replay changes nothing to undo", t.Name)
 	}
 	return nil
 }

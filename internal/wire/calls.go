@@ -356,3 +356,10 @@ func releaseInterval(l *agentsagatype.RateLimit) time.Duration {
 	}
 	return time.Minute * 100 / time.Duration(95*l.RequestsPerMinute)
 }
+
+// RecordedApproval is the input of RecordedApproval: a replay's call that
+// needs approval, and where its tool's recording is.
+type RecordedApproval struct {
+	Request   agentsagatype.ApprovalRequest `json:"request"`
+	Recording agentsagatype.Recording       `json:"recording"`
+}

@@ -35,6 +35,9 @@ const (
 	ActivityRequestApproval    = "RequestApproval"
 	ActivityDecideApproval     = "DecideApproval"
 	ActivityHoldLimit          = "HoldLimit"
+	// ActivityRecordedApproval decides a replay's approval as the recording
+	// did (agentsaga replay): no human is asked.
+	ActivityRecordedApproval = "RecordedApproval"
 )
 
 // Activities lists every activity name above.
@@ -43,5 +46,5 @@ var Activities = []string{
 	ActivityReadResult, ActivityRecordRunFinish, ActivityRecordRunStart, ActivityRollbackPlan,
 	ActivitySetRunStatus, ActivitySettleCompensation, ActivityFindAbandonedRuns, ActivityFinishSubRuns,
 	ActivityReadTerminatedRun, ActivityStartRollback, ActivityRequestApproval, ActivityDecideApproval,
-	ActivityHoldLimit,
+	ActivityHoldLimit, ActivityRecordedApproval,
 }

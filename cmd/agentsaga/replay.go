@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
+	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/worker"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+func replayCommand() *cobra.Command {
+	var model, specPath, instructionsPath, match string
+	var live []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "replay RUN_ID [--model provider:name] [--spec FILE] [--instructions FILE] [--match in-order|any-order] [--live TOOL]... [--json]",
+		Short: "Run a recorded run's goal again, every tool answered from its ledger, and compare",
+		Long: `replay starts a real run on the workers, under the ID replay-RUN_ID-N, with the recorded
+run's goal and spec, changed by --model, --spec or --instructions. Every tool that --live does
+not name is answered from the recorded run's ledger, matched by tool and arguments: the
+worker gets no URL, server or command for it, so nothing is sent to the world. A call the
+recording holds no answer for fails with "not recorded in RUN_ID", which the model reads.
+Then it prints the recorded run and the replay side by side.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := agentsaga.ReplayOptions{Match: match, Live: live}
+			if model != "" {
+				m, err := agentsaga.ParseModel(model)
+				if err != nil {
+					return fmt.Errorf("replay: --model: %w", err)
+				}
+				opts.Model = &m
+			}
+			if specPath != "" {
+				spec, err := workflows.ReadSpec(specPath)
+				if err != nil {
+					return fmt.Errorf("replay: --spec: %w", err)
+				}
+				opts.Spec = &spec
+			}
+			if instructionsPath != "" {
+				text, err := os.ReadFile(instructionsPath)
+				if err != nil {
+					return fmt.Errorf("replay: --instructions: %w", err)
+				}
+				opts.System = string(text)
+			}
+			cfg := worker.ConfigFromEnv()
+			c, err := worker.Dial(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			id, err := replayID(cmd.Context(), store, args[0])
+			if err != nil {
+				return err
+			}
+			spec, err := agentsaga.ReplaySpec(cmd.Context(), store, args[0], id, opts)
+			if err != nil {
+				return err
+			}
+			run, err := startRun(cmd.Context(), c, store, cfg.Namespace, id, spec, "")
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				fmt.Fprintf(out, "replaying %s as %s (%s; live: %v)\n", args[0], id, spec.Tools[0].Recording.Match, live)
+			}
+			if _, err := awaitRun(cmd.Context(), run); err != nil {
+				return err
+			}
+			return printReplay(cmd.Context(), out, ledgerdb.Of(store), args[0], id, asJSON)
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "the candidate model, provider:name (openai:gpt-4o-mini)")
+	cmd.Flags().StringVar(&specPath, "spec", "", "the candidate spec: its model, tools, budget and instructions; the goal stays the recording's")
+	cmd.Flags().StringVar(&instructionsPath, "instructions", "", "a file whose text replaces the system prompt")
+	cmd.Flags().StringVar(&match, "match", "in-order", "how calls find their recording: in-order or any-order")
+	cmd.Flags().StringArrayVar(&live, "live", nil, "a tool to call for real (read-only tools only); repeat for more")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+// replayID is the first replay-SOURCE-N the ledger has no run for.
+func replayID(ctx context.Context, store *ledger.Store, source string) (string, error) {
+	for n := 1; ; n++ {
+		id := fmt.Sprintf("replay-%s-%d", source, n)
+		_, err := ledgerdb.Of(store).GetRun(ctx, id)
+		if errors.Is(err, ledgerdb.ErrNotFound) {
+			return id, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("replay: choose an ID: %w", err)
+		}
+	}
+}
+
+// printReplay prints replay id against its recording source, as a table
+// or as JSON.
+func printReplay(ctx context.Context, out io.Writer, store *ledgerdb.Store, source, id string, asJSON bool) error {
+	report, err := loadReport(ctx, store, source, id)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(out, report)
+	}
+	report.Print(out)
+	return nil
+}
+
+func loadReport(ctx context.Context, store *ledgerdb.Store, source, id string) (replayreport.Report, error) {
+	recorded, err := replayreport.Load(ctx, store, source)
+	if err != nil {
+		return replayreport.Report{}, err
+	}
+	candidate, err := replayreport.Load(ctx, store, id)
+	if err != nil {
+		return replayreport.Report{}, err
+	}
+	return replayreport.Compare(recorded, candidate), nil
+}

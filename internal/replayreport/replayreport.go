@@ -1,0 +1,278 @@
+// Package replayreport owns the comparison of a replay with the run it
+// replays (agentsaga replay, eval): the tool calls of both, turn by turn,
+// side by side (the same call, a call with other arguments, a new call, a
+// missing one, the same call answered otherwise), the first turn where
+// they part, the final answers and statuses, and steps, tokens, USD and
+// wall clock against the recording's. Compare is pure; Load reads a run as
+// the ledger recorded it, through the few reads it needs.
+package replayreport
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/wire"
+)
+
+// Call is one tool call a model asked for, and what became of it.
+type Call struct {
+	Step      int    `json:"step"`
+	Tool      string `json:"tool"`
+	Arguments string `json:"arguments"`
+	// Sent: the call reached its tool's activity (an action under its
+	// key); a call the workflow refused (a limit, a denial) was not.
+	Sent     bool   `json:"sent"`
+	Output   string `json:"output,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Approval string `json:"approval,omitempty"` // "approved by erin", "denied by erin: why"
+}
+
+// Run is a run as the ledger recorded it.
+type Run struct {
+	ID     string        `json:"id"`
+	Goal   string        `json:"goal"`
+	Status string        `json:"status"`
+	Reason string        `json:"reason,omitempty"`
+	Answer string        `json:"answer,omitempty"`
+	Steps  int           `json:"steps"`
+	Tokens int64         `json:"tokens"`
+	USD    float64       `json:"usd"`
+	Wall   time.Duration `json:"wall_ns"`
+	Calls  []Call        `json:"calls"`
+}
+
+// Row kinds.
+const (
+	Same      = "same"      // the same tool, arguments and outcome
+	Outcome   = "outcome"   // the same call, answered otherwise
+	Arguments = "arguments" // the same tool, other arguments
+	New       = "new"       // the candidate made a call the recording did not
+	Missing   = "missing"   // the recording made a call the candidate did not
+)
+
+// Row is one call of a turn, side by side.
+type Row struct {
+	Step      int    `json:"step"`
+	Kind      string `json:"kind"`
+	Recorded  *Call  `json:"recorded,omitempty"`
+	Candidate *Call  `json:"candidate,omitempty"`
+}
+
+// Report is a replay against its recording.
+type Report struct {
+	Recorded  Run   `json:"recorded"`
+	Candidate Run   `json:"candidate"`
+	Rows      []Row `json:"rows"`
+	// Divergences counts the rows that are not Same; FirstDivergence is
+	// the turn of the first (0: none).
+	Divergences     int  `json:"divergences"`
+	FirstDivergence int  `json:"first_divergence,omitempty"`
+	SameAnswer      bool `json:"same_answer"`
+	SameStatus      bool `json:"same_status"`
+}
+
+// Compare sets candidate's calls beside recorded's, turn by turn; within
+// a turn, in the order the model asked for them.
+func Compare(recorded, candidate Run) Report {
+	r := Report{Recorded: recorded, Candidate: candidate,
+		SameAnswer: recorded.Answer == candidate.Answer, SameStatus: recorded.Status == candidate.Status}
+	last := 0
+	for _, c := range append(append([]Call(nil), recorded.Calls...), candidate.Calls...) {
+		last = max(last, c.Step)
+	}
+	for step := 1; step <= last; step++ {
+		a, b := callsOf(recorded.Calls, step), callsOf(candidate.Calls, step)
+		for i := range max(len(a), len(b)) {
+			row := Row{Step: step}
+			switch {
+			case i >= len(a):
+				row.Kind, row.Candidate = New, &b[i]
+			case i >= len(b):
+				row.Kind, row.Recorded = Missing, &a[i]
+			case a[i].Tool != b[i].Tool:
+				r.add(Row{Step: step, Kind: Missing, Recorded: &a[i]})
+				row.Kind, row.Candidate = New, &b[i]
+			case wire.CanonicalJSON(a[i].Arguments) != wire.CanonicalJSON(b[i].Arguments):
+				row.Kind, row.Recorded, row.Candidate = Arguments, &a[i], &b[i]
+			case a[i].Output != b[i].Output || (a[i].Error == "") != (b[i].Error == "") || a[i].Sent != b[i].Sent:
+				row.Kind, row.Recorded, row.Candidate = Outcome, &a[i], &b[i]
+			default:
+				row.Kind, row.Recorded, row.Candidate = Same, &a[i], &b[i]
+			}
+			r.add(row)
+		}
+	}
+	return r
+}
+
+func (r *Report) add(row Row) {
+	r.Rows = append(r.Rows, row)
+	if row.Kind != Same {
+		r.Divergences++
+		if r.FirstDivergence == 0 {
+			r.FirstDivergence = row.Step
+		}
+	}
+}
+
+func callsOf(calls []Call, step int) []Call {
+	var out []Call
+	for _, c := range calls {
+		if c.Step == step {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Print writes the report as a table.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "recorded %s  vs  candidate %s\n", r.Recorded.ID, r.Candidate.ID)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "turn\t\trecorded\tcandidate")
+	for _, row := range r.Rows {
+		mark := "="
+		if row.Kind != Same {
+			mark = "!" + row.Kind
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", row.Step, mark, describe(row.Recorded), describe(row.Candidate))
+	}
+	tw.Flush()
+	if r.FirstDivergence == 0 {
+		fmt.Fprintln(w, "divergences: 0")
+	} else {
+		fmt.Fprintf(w, "divergences: %d, first at turn %d\n", r.Divergences, r.FirstDivergence)
+	}
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\trecorded\tcandidate")
+	fmt.Fprintf(tw, "status\t%s\t%s\n", r.Recorded.Status, r.Candidate.Status)
+	fmt.Fprintf(tw, "answer\t%s\t%s\n", clip(r.Recorded.Answer, 60), clip(r.Candidate.Answer, 60))
+	fmt.Fprintf(tw, "steps\t%d\t%d (%+d)\n", r.Recorded.Steps, r.Candidate.Steps, r.Candidate.Steps-r.Recorded.Steps)
+	fmt.Fprintf(tw, "tokens\t%d\t%d (%+d)\n", r.Recorded.Tokens, r.Candidate.Tokens, r.Candidate.Tokens-r.Recorded.Tokens)
+	fmt.Fprintf(tw, "usd\t%.4f\t%.4f (%+.4f)\n", r.Recorded.USD, r.Candidate.USD, r.Candidate.USD-r.Recorded.USD)
+	fmt.Fprintf(tw, "wall clock\t%s\t%s\n", r.Recorded.Wall.Round(time.Millisecond), r.Candidate.Wall.Round(time.Millisecond))
+	tw.Flush()
+}
+
+func describe(c *Call) string {
+	if c == nil {
+		return "-"
+	}
+	s := c.Tool + " " + clip(wire.CanonicalJSON(c.Arguments), 40)
+	switch {
+	case !c.Sent:
+		s += " (not sent"
+		if c.Approval != "" {
+			s += ": " + c.Approval
+		}
+		s += ")"
+	case c.Error != "":
+		s += " => error: " + clip(c.Error, 40)
+	default:
+		s += " => " + clip(c.Output, 40)
+	}
+	return s
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// Ledger is what Load reads; *ledgerdb.Store has it.
+type Ledger interface {
+	GetRun(ctx context.Context, workflowID string) (agentsagatype.Run, error)
+	ListModelTurns(ctx context.Context, workflowID string) ([]agentsagatype.Action, error)
+	ListActions(ctx context.Context, workflowID string) ([]agentsagatype.Action, error)
+	RunApprovals(ctx context.Context, workflowID string) ([]agentsagatype.Approval, error)
+}
+
+// Load reads run id from the ledger: its row, and the tool calls its
+// model asked for, turn by turn, each with its action (output or error)
+// and its approval when it had one.
+func Load(ctx context.Context, l Ledger, id string) (Run, error) {
+	row, err := l.GetRun(ctx, id)
+	if err != nil {
+		return Run{}, fmt.Errorf("replay report: read %s: %w", id, err)
+	}
+	run := Run{ID: id, Goal: row.Goal, Status: row.Status, Reason: row.Reason, Answer: row.Answer, Steps: row.StepsUsed,
+		Tokens: row.TokensUsed, USD: row.USDSpent}
+	if row.FinishedAt != nil {
+		run.Wall = row.FinishedAt.Sub(row.StartedAt)
+	}
+	turns, err := l.ListModelTurns(ctx, id)
+	if err != nil {
+		return Run{}, fmt.Errorf("replay report: read %s: %w", id, err)
+	}
+	actions, err := l.ListActions(ctx, id)
+	if err != nil {
+		return Run{}, fmt.Errorf("replay report: read %s: %w", id, err)
+	}
+	approvals, err := l.RunApprovals(ctx, id)
+	if err != nil {
+		return Run{}, fmt.Errorf("replay report: read %s: %w", id, err)
+	}
+	byKey := map[string]agentsagatype.Action{}
+	for _, a := range actions {
+		byKey[a.Key] = a
+	}
+	approvalOf := map[string]agentsagatype.Approval{}
+	for _, a := range approvals {
+		approvalOf[a.Key] = a
+	}
+	// The reply that counted in each turn: the last completed one (a turn
+	// may have gone to a fallback model, or again after a quota wait).
+	replies := map[int]agentsagatype.ModelTurn{}
+	last := 0
+	for _, t := range turns {
+		step, ok := turnStep(t.ActivityID)
+		if !ok || t.Status != agentsagatype.ActionCompleted {
+			continue
+		}
+		var turn agentsagatype.ModelTurn
+		if json.Unmarshal([]byte(t.Result), &turn) != nil {
+			continue
+		}
+		replies[step], last = turn, max(last, step)
+	}
+	for step := 1; step <= last; step++ {
+		for i, tc := range replies[step].ToolCalls {
+			key := activityid.Key(id, activityid.Tool(step, i+1, tc.Name))
+			call := Call{Step: step, Tool: tc.Name, Arguments: tc.Arguments}
+			if a, ok := byKey[key]; ok {
+				call.Sent, call.Output, call.Error = true, a.Result, a.Error
+			}
+			if a, ok := approvalOf[key]; ok && a.Status != "" {
+				call.Approval = a.Status
+				if a.DecidedBy != "" {
+					call.Approval += " by " + a.DecidedBy
+				}
+				if a.Reason != "" {
+					call.Approval += ": " + a.Reason
+				}
+			}
+			run.Calls = append(run.Calls, call)
+		}
+	}
+	return run, nil
+}
+
+// turnStep is the turn of a model turn's activity ID (step-003-model,
+// step-003-model/fallback, step-003-finish).
+func turnStep(id string) (int, bool) {
+	var step int
+	if _, err := fmt.Sscanf(id, "step-%d-", &step); err != nil {
+		return 0, false
+	}
+	return step, strings.Contains(id, "-model") || strings.Contains(id, "-finish")
+}

@@ -68,13 +68,6 @@ func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 	if httpClient != nil {
 		opts = append(opts, option.WithHTTPClient(httpClient))
 	}
-	// The SDK refuses, before sending anything, a non-streaming request whose
-	// max_tokens could take longer than ten minutes. That can never succeed,
-	// so it is a configuration error here rather than a failure on every
-	// attempt.
-	if _, err := anthropic.CalculateNonStreamingTimeout(int(maxTokens), anthropic.Model(spec.Name), opts); err != nil {
-		return nil, fmt.Errorf("anthropic model: max_tokens %d is too large for model %s without streaming: %w", maxTokens, spec.Name, err)
-	}
 	return &anthropicModel{
 		client:    anthropic.NewClient(opts...),
 		spec:      spec,
@@ -83,19 +76,23 @@ func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 	}, nil
 }
 
-// Turn makes exactly one messages request. A non-2xx answer is returned as
+// Turn makes exactly one streamed messages request, handing each piece of
+// its text to req.OnText as it arrives. A non-2xx answer is returned as
 // *HTTPError so the retry classifier can read the status and retry hints
-// (529 overloaded_error is a 5xx and so retryable); anything else is wrapped
-// with the op.
+// (529 overloaded_error is a 5xx and so retryable); a stream that breaks
+// after it began (an error event such as overloaded_error, a cut
+// connection, no message_stop) is a plain (retryable) error that says how
+// far it got, never a partial turn; anything else is wrapped with the op.
 func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
 	}
 	var raw *http.Response
-	resp, err := m.client.Messages.New(ctx, params, option.WithResponseInto(&raw))
+	stream := m.client.Messages.NewStreaming(ctx, params, option.WithResponseInto(&raw))
+	defer stream.Close()
 	noteResponse(ctx, raw)
-	if err != nil {
+	if err := stream.Err(); err != nil {
 		var apiErr *anthropic.Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Response != nil:
@@ -108,9 +105,36 @@ func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
 		}
 	}
-	if resp == nil {
-		// The SDK turns a body of `null` into no response and no error.
-		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: response body is null", opMessages)
+	var resp anthropic.Message
+	events, stopped := 0, false
+	for stream.Next() {
+		event := stream.Current()
+		events++
+		if err := checkToolInputs(event, resp.Content); err != nil {
+			return agentsagatype.ModelTurn{}, streamBroke(opMessages, m.apiKey, events, "events", err)
+		}
+		if err := resp.Accumulate(event); err != nil {
+			return agentsagatype.ModelTurn{}, streamBroke(opMessages, m.apiKey, events, "events", err)
+		}
+		switch {
+		case event.Type == "message_stop":
+			stopped = true
+		case event.Type == "content_block_delta" && event.Delta.Type == "text_delta" && event.Delta.Text != "" &&
+			resp.Content[event.Index].Type == "text" && req.OnText != nil:
+			req.OnText(event.Delta.Text)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		// The SDK reads an error event as an *anthropic.Error of the 200
+		// that began the stream: its status says nothing, its body all.
+		var event *anthropic.Error
+		if errors.As(err, &event) {
+			err = errorEvent(m.apiKey, []byte(event.RawJSON()))
+		}
+		return agentsagatype.ModelTurn{}, streamBroke(opMessages, m.apiKey, events, "events", err)
+	}
+	if !stopped {
+		return agentsagatype.ModelTurn{}, streamBroke(opMessages, m.apiKey, events, "events", errors.New("it ended without message_stop"))
 	}
 	turn := agentsagatype.ModelTurn{
 		Model: string(resp.Model),
@@ -144,6 +168,22 @@ func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 		turn.Content = ""
 	}
 	return turn, nil
+}
+
+// checkToolInputs refuses the end of a tool_use block whose streamed input
+// is not JSON, before Accumulate would quietly make it {}: a call the model
+// wrote must not reach its tool as a call without arguments. The Messages
+// API streams only inputs that are JSON, so this is a broken stream.
+func checkToolInputs(event anthropic.MessageStreamEventUnion, blocks []anthropic.ContentBlockUnion) error {
+	if event.Type != "content_block_stop" && event.Type != "message_stop" {
+		return nil
+	}
+	for _, block := range blocks {
+		if block.Type == "tool_use" && len(block.Input) > 0 && !json.Valid(block.Input) {
+			return fmt.Errorf("tool_use %s: the streamed input is not JSON: %s", block.ID, truncateBody(block.Input))
+		}
+	}
+	return nil
 }
 
 // httpError reads the error body the SDK buffered and strips the API key

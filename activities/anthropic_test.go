@@ -1,6 +1,7 @@
 package activities_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,11 +20,13 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 )
 
 // messagesServer is a fake Anthropic Messages endpoint (POST /v1/messages).
-// It answers every request with status, headers and body, and keeps what
-// the last request sent.
+// It answers every request with status, headers and body (a 200's body is a
+// message, which it streams when the request asks), and keeps what the last
+// request sent.
 type messagesServer struct {
 	URL         string
 	requests    atomic.Int32
@@ -46,6 +49,13 @@ func newMessagesServer(t *testing.T, status int, headers map[string]string, body
 		ms.lastHeaders.Store(&h)
 		for k, v := range headers {
 			w.Header().Set(k, v)
+		}
+		if status == http.StatusOK {
+			if err := providerwire.WriteMessage(w, providerwire.Streams(b), []byte(body)); err != nil {
+				t.Errorf("messages server: %v", err)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+			return
 		}
 		if w.Header().Get("Content-Type") == "" {
 			w.Header().Set("Content-Type", "application/json")
@@ -403,12 +413,23 @@ func TestNewAnthropicModelRejectsBadSpec(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "model name")
 
-	// The SDK refuses such a request before sending it, on every attempt.
-	_, err = activities.NewAnthropicModel(agentsagatype.ModelSpec{
-		Provider: agentsagatype.ProviderAnthropic, Name: "claude-sonnet-4-5", MaxTokens: 64000,
-	}, "", nil)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "max_tokens 64000")
+}
+
+// The SDK refuses a non-streaming request whose max_tokens could take more
+// than ten minutes; a streamed one may take as long as it needs.
+func TestAnthropicModelTakesAMaxTokensPastTenMinutes(t *testing.T) {
+	srv := newMessagesServer(t, http.StatusOK, nil, anthropicPlainAnswer)
+	m, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
+		Provider: agentsagatype.ProviderAnthropic, Name: "claude-sonnet-4-5", BaseURL: srv.URL, MaxTokens: 64000,
+	}, testAPIKey, nil)
+	require.NoError(t, err)
+	_, err = m.Turn(context.Background(), userAsks("hi"))
+	require.NoError(t, err)
+	var got struct {
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	require.NoError(t, json.Unmarshal(*srv.lastBody.Load(), &got))
+	assert.EqualValues(t, 64000, got.MaxTokens)
 }
 
 func TestAnthropicModelSpecValidate(t *testing.T) {
@@ -425,10 +446,12 @@ func TestAnthropicModelSpecValidate(t *testing.T) {
 // Messages API; without BaseURL it is https://api.anthropic.com.
 func ExampleNewAnthropicModel() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-haiku-4-5",
+		request, _ := io.ReadAll(r.Body)
+		// The model asks for the reply as a stream, and the server sends it
+		// as events, as the Messages API does.
+		_ = providerwire.WriteMessage(w, providerwire.Streams(request), []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"claude-haiku-4-5",
 			"content":[{"type":"text","text":"Paris."}],"stop_reason":"end_turn","stop_sequence":null,
-			"usage":{"input_tokens":14,"output_tokens":2}}`)
+			"usage":{"input_tokens":14,"output_tokens":2}}`))
 	}))
 	defer srv.Close()
 
@@ -470,10 +493,14 @@ func TestAnthropicModelIgnoresEnvironment(t *testing.T) {
 	var seen atomic.Pointer[http.Request]
 	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		seen.Store(r)
+		events, err := providerwire.MessageEvents([]byte(anthropicPlainAnswer), providerwire.FakePiece)
+		if err != nil {
+			return nil, err
+		}
 		return &http.Response{
 			StatusCode: http.StatusOK,
-			Header:     http.Header{"Content-Type": {"application/json"}},
-			Body:       io.NopCloser(strings.NewReader(anthropicPlainAnswer)),
+			Header:     http.Header{"Content-Type": {"text/event-stream"}},
+			Body:       io.NopCloser(bytes.NewReader(providerwire.Encode(events))),
 			Request:    r,
 		}, nil
 	})}

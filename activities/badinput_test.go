@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/internal/wire"
@@ -290,10 +292,16 @@ func TestUnknownToolOnTheWorkerNeverReachesTheLedger(t *testing.T) {
 	assert.Equal(t, before, ledgertest.Counts(t, acts.Ledger))
 }
 
-// fakeChat answers every chat.completions request with status and body.
+// fakeChat answers every chat.completions request with status and body: a
+// 200's chat.completion as the stream the request asks for, anything else
+// (an error, a body that is no completion) as it is.
 func fakeChat(t *testing.T, status int, body string) *httptest.Server {
 	t.Helper()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		request, _ := io.ReadAll(r.Body)
+		if status == http.StatusOK && providerwire.WriteChatCompletion(w, providerwire.Streams(request), []byte(body)) == nil {
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = w.Write([]byte(body))

@@ -1,9 +1,10 @@
 // Package activities owns every call that leaves the process: model turns
-// (scripted, OpenAI-compatible or Anthropic, SDK retries off; see [Model],
-// [NewOpenAIModel], [NewAnthropicModel]) and tool calls (Go
-// functions in a [Toolbox], HTTP tools that receive the Idempotency-Key
-// header, and MCP tools over streamable HTTP or stdio that receive it in
-// _meta; a run lists an MCP server's tools once, at its start).
+// (scripted, OpenAI-compatible or Anthropic, the last two streamed, SDK
+// retries off; see [Model], [NewOpenAIModel], [NewAnthropicModel]) and
+// tool calls (Go functions in a [Toolbox], HTTP tools that receive the
+// Idempotency-Key header, and MCP tools over streamable HTTP or stdio that
+// receive it in _meta; a run lists an MCP server's tools once, at its
+// start).
 //
 // Each call goes through the action ledger under its idempotency key
 // ([IdempotencyKey]), held by a lease that follows the attempt's

@@ -1,5 +1,7 @@
 package activities
 
+import "time"
+
 // What the external tests (package activities_test) read that the package
 // keeps to itself.
 var NewHTTPError = newHTTPError
@@ -16,3 +18,17 @@ const (
 	AttrRetryDenial    = attrRetryDenial
 	AttrCompensates    = attrCompensates
 )
+
+// Classification is what classify says of a failure.
+type Classification struct {
+	ErrType    string
+	Retryable  bool
+	Status     int
+	RetryAfter time.Duration
+}
+
+// Classify is classify, for the tests of the errors a call returns.
+func Classify(err error) Classification {
+	c := classify(err)
+	return Classification{ErrType: c.errType, Retryable: c.retryable, Status: c.status, RetryAfter: c.retryAfter}
+}

@@ -16,14 +16,16 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 )
 
 // fuzzAPIKey must never appear in an error, whatever the server sends back.
 const fuzzAPIKey = "sk-fuzz-secret-7f3a"
 
 // cannedTransport answers every request with one response, without a
-// network: the fuzzed bytes go through the SDK's decoding and agentsaga's
-// mapping exactly as a server's answer would, thousands of times a second.
+// network: the fuzzed bytes go through the SDK's decoding (of the stream,
+// or of an error) and agentsaga's mapping exactly as a server's answer
+// would, thousands of times a second.
 type cannedTransport struct {
 	status int
 	header http.Header
@@ -50,15 +52,24 @@ func (c cannedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // fuzzResponse builds the canned answer. Statuses outside 200-599 are
 // folded into it: 1xx never reaches a client and a 3xx is the HTTP
-// client's business, not the parser's.
-func fuzzResponse(status int, retryAfter, shouldRetry string, jsonType bool, body []byte) cannedTransport {
+// client's business, not the parser's. A 2xx body that is a whole reply
+// (what stream reads: a chat.completion, an Anthropic message) is sent as
+// the stream the provider would send; any other body is sent as it is, as
+// the stream, so the fuzzer mutates the events too.
+func fuzzResponse(status int, retryAfter, shouldRetry string, jsonType bool, body []byte,
+	stream func(reply []byte, piece int) ([]providerwire.Event, error)) cannedTransport {
 	if status < 200 || status > 599 {
 		status = 200 + int(uint(status)%400)
 	}
 	h := http.Header{}
-	if jsonType {
+	events, err := stream(body, providerwire.FakePiece)
+	switch {
+	case status < 300 && err == nil:
+		body = providerwire.Encode(events)
+		h.Set("Content-Type", "text/event-stream")
+	case jsonType:
 		h.Set("Content-Type", "application/json")
-	} else {
+	default:
 		h.Set("Content-Type", "text/html; charset=utf-8")
 	}
 	if retryAfter != "" && validHeaderValue(retryAfter) {
@@ -157,6 +168,11 @@ func FuzzOpenAITurn(f *testing.F) {
 		`{"error":{"message":"Invalid value for 'model'.","type":"invalid_request_error","param":"model","code":null}}`,
 		`{"error":"model \"llama9\" not found"}`,
 		`{"error":{"message":"bad key: Bearer ` + fuzzAPIKey + `","type":"invalid_request_error"}}`,
+		// Streams as they are: cut before data: [DONE], an error event that
+		// echoes the key, and chunks of two completions.
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+		"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"error\":{\"message\":\"bad key: Bearer " + fuzzAPIKey + "\"}}\n\n",
+		"data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"id\":\"b\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"}}]}\n\ndata: [DONE]\n\n",
 	} {
 		f.Add(200, "", "", true, []byte(body))
 	}
@@ -167,7 +183,7 @@ func FuzzOpenAITurn(f *testing.F) {
 	f.Add(502, "1e400", "", false, []byte(`<html>502 Bad Gateway</html>`))
 	f.Add(200, "", "", false, []byte(plainAnswer))
 	f.Fuzz(func(t *testing.T, status int, retryAfter, shouldRetry string, jsonType bool, body []byte) {
-		resp := fuzzResponse(status, retryAfter, shouldRetry, jsonType, body)
+		resp := fuzzResponse(status, retryAfter, shouldRetry, jsonType, body, providerwire.ChatCompletionEvents)
 		m, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{
 			Provider: agentsagatype.ProviderOpenAI, Name: "gpt-4o-mini", BaseURL: "http://fuzz.invalid/v1",
 		}, fuzzAPIKey, &http.Client{Transport: resp, Timeout: 5 * time.Second})
@@ -203,6 +219,14 @@ func FuzzAnthropicTurn(f *testing.F) {
 		`{`,
 		`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"},"request_id":"req_011"}`,
 		`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key ` + fuzzAPIKey + `"}}`,
+		// Streams as they are: cut before message_stop, an error event that
+		// echoes the key, and a tool_use input that is not JSON.
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"c\",\"content\":[]}}\n\n",
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[]}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"x-api-key " + fuzzAPIKey + "\"}}\n\n",
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"content\":[]}}\n\n" +
+			"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"x\",\"input\":{}}}\n\n" +
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\"}}\n\n" +
+			"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
 	} {
 		f.Add(200, "", "", true, []byte(body))
 	}
@@ -212,7 +236,7 @@ func FuzzAnthropicTurn(f *testing.F) {
 	f.Add(529, "", "true", true, []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
 	f.Add(502, "Inf", "", false, []byte(`<html>502 Bad Gateway</html>`))
 	f.Fuzz(func(t *testing.T, status int, retryAfter, shouldRetry string, jsonType bool, body []byte) {
-		resp := fuzzResponse(status, retryAfter, shouldRetry, jsonType, body)
+		resp := fuzzResponse(status, retryAfter, shouldRetry, jsonType, body, providerwire.MessageEvents)
 		m, err := activities.NewAnthropicModel(agentsagatype.ModelSpec{
 			Provider: agentsagatype.ProviderAnthropic, Name: "claude-sonnet-4-5", BaseURL: "http://fuzz.invalid",
 		}, fuzzAPIKey, &http.Client{Transport: resp, Timeout: 5 * time.Second})

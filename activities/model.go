@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 )
@@ -15,6 +16,21 @@ func reportedUsage(input, output, cached int64) agentsagatype.Usage {
 	return agentsagatype.Usage{InputTokens: input, OutputTokens: max(output, 0), CachedInputTokens: min(max(cached, 0), input)}
 }
 
+// streamBroke is the error of a reply stream that failed after it began,
+// having brought n of its units (chunks, events): a plain error, which
+// classify makes retryable, since another attempt may well bring the whole
+// reply; what the server sent has the API key redacted.
+func streamBroke(op, apiKey string, n int, unit string, cause error) error {
+	return newRedactor([]string{apiKey}).wrap(fmt.Errorf("%s: the stream broke after %d %s: %w", op, n, unit, cause))
+}
+
+// errorEvent is the cause of a stream that an error event broke: the
+// event's data, with the API key redacted before it is cut to size, so
+// that no part of the key is left at the cut.
+func errorEvent(apiKey string, data []byte) error {
+	return fmt.Errorf("error event: %s", truncateBody([]byte(newRedactor([]string{apiKey}).redact(string(data)))))
+}
+
 // ModelRequest is one call to a model.
 type ModelRequest struct {
 	Messages []agentsagatype.Message `json:"messages"`
@@ -26,8 +42,11 @@ type ModelRequest struct {
 	// context budget (a scripted model counts them as played).
 	OmittedTurns int `json:"omitted_turns,omitempty"`
 	// OnText, when set, is handed the reply's text as it streams, chunk by
-	// chunk, in order; the chunks of a reply that succeeds add up to its
-	// Content. A model that does not stream never calls it. It is for the
+	// chunk, in order, on the goroutine that called Turn and never after
+	// Turn returns; the chunks of a reply that succeeds add up to its
+	// Content (a reply the model ends as a refusal may have streamed text
+	// that the turn returns as its Refusal instead: the stop reason comes
+	// last). A model that does not stream never calls it. It is for the
 	// run's watchers (the event log, issue 33): the turn Turn returns is
 	// what the run receives, streamed or not.
 	OnText func(chunk string) `json:"-"`

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 )
 
@@ -63,18 +64,26 @@ func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *htt
 	return &openAIModel{client: openai.NewClient(opts...), spec: spec, apiKey: apiKey}, nil
 }
 
-// Turn makes exactly one chat.completions request and maps its first choice.
-// A non-2xx answer is returned as *HTTPError so the retry classifier can read
-// the status and retry hints; anything else is wrapped with the op.
+// Turn makes exactly one streamed chat.completions request and maps its
+// first choice, handing each piece of its content to req.OnText as it
+// arrives. A non-2xx answer is returned as *HTTPError so the retry
+// classifier can read the status and retry hints; a stream that breaks
+// after it began is a plain (retryable) error that says how far it got,
+// never a partial turn; anything else is wrapped with the op.
 func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
 	}
+	// Without include_usage a stream reports no tokens, and the run would
+	// be charged nothing for the turn.
+	params.StreamOptions.IncludeUsage = openai.Bool(true)
 	var raw *http.Response
-	resp, err := m.client.Chat.Completions.New(ctx, params, option.WithResponseInto(&raw))
+	var end doneWatch
+	stream := m.client.Chat.Completions.NewStreaming(ctx, params, option.WithResponseInto(&raw), option.WithMiddleware(end.middleware))
+	defer stream.Close()
 	noteResponse(ctx, raw)
-	if err != nil {
+	if err := stream.Err(); err != nil {
 		var apiErr *openai.Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Response != nil:
@@ -88,29 +97,143 @@ func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
 		}
 	}
-	// The SDK turns a body of `null` into no response and no error.
-	if resp == nil || len(resp.Choices) == 0 {
-		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: response has no choices", opChatCompletions)
+	var acc openai.ChatCompletionAccumulator
+	var custom customToolCalls
+	chunks := 0
+	for stream.Next() {
+		chunk := stream.Current()
+		chunks++
+		if !acc.AddChunk(chunk) {
+			return agentsagatype.ModelTurn{}, streamBroke(opChatCompletions, m.apiKey, chunks, "chunks", errors.New("the chunk does not continue the completion (another id, or a choice or tool call index out of range)"))
+		}
+		custom.add(chunk)
+		for _, choice := range chunk.Choices {
+			if choice.Index == 0 && choice.Delta.Content != "" && req.OnText != nil {
+				req.OnText(choice.Delta.Content)
+			}
+		}
 	}
-	msg := resp.Choices[0].Message
+	if err := stream.Err(); err != nil {
+		var event *ssestream.StreamError
+		if errors.As(err, &event) {
+			err = errorEvent(m.apiKey, event.Event.Data)
+		}
+		return agentsagatype.ModelTurn{}, streamBroke(opChatCompletions, m.apiKey, chunks, "chunks", err)
+	}
+	if !end.done {
+		return agentsagatype.ModelTurn{}, streamBroke(opChatCompletions, m.apiKey, chunks, "chunks", errors.New("it ended without data: [DONE]"))
+	}
+	if len(acc.Choices) == 0 {
+		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: the reply has no choices (%d chunks)", opChatCompletions, chunks)
+	}
+	msg := acc.Choices[0].Message
 	turn := agentsagatype.ModelTurn{
 		Content: msg.Content,
 		Refusal: msg.Refusal,
-		Model:   resp.Model,
+		Model:   acc.Model,
 		// prompt_tokens counts the cached part too.
-		Usage: reportedUsage(resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.PromptTokensDetails.CachedTokens),
+		Usage: reportedUsage(acc.Usage.PromptTokens, acc.Usage.CompletionTokens, acc.Usage.PromptTokensDetails.CachedTokens),
 	}
-	for _, call := range msg.ToolCalls {
+	for i, call := range msg.ToolCalls {
 		tc := agentsagatype.ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments}
 		// Type is checked loosely because some compatible servers omit it
 		// on function calls.
 		if call.Type == "custom" {
-			tc.Name, tc.Arguments = call.Custom.Name, call.Custom.Input
+			tc.Name, tc.Arguments = custom.name(i), custom.input(i)
 		}
 		turn.ToolCalls = append(turn.ToolCalls, tc)
 	}
 	return turn, nil
 }
+
+// doneWatch notes whether a stream's body held the data: [DONE] line that
+// ends an OpenAI stream. The SDK's stream ends the same way, with no error,
+// whether that line came or the body just stopped early, and only the
+// first is a whole reply.
+type doneWatch struct {
+	line [len("data: [DONE]")]byte // the start of the line being read
+	n    int                       // how much of line is filled
+	done bool
+}
+
+// middleware watches the body of a 2xx answer; an error answer is the
+// SDK's to read.
+func (d *doneWatch) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	resp, err := next(req)
+	if err == nil && resp != nil && resp.StatusCode < 300 && resp.Body != nil {
+		resp.Body = &watchedBody{ReadCloser: resp.Body, watch: d}
+	}
+	return resp, err
+}
+
+type watchedBody struct {
+	io.ReadCloser
+	watch *doneWatch
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.watch.see(p[:n])
+	return n, err
+}
+
+// see reads the bytes that came next. A line is read as the SDK reads an
+// event's data: "data:", one optional space, then anything that begins
+// with [DONE].
+func (d *doneWatch) see(p []byte) {
+	for _, c := range p {
+		if c != '\n' && c != '\r' {
+			if d.n < len(d.line) {
+				d.line[d.n] = c
+				d.n++
+			}
+			continue
+		}
+		if value, ok := bytes.CutPrefix(d.line[:d.n], []byte("data:")); ok {
+			d.done = d.done || bytes.HasPrefix(bytes.TrimPrefix(value, []byte(" ")), []byte("[DONE]"))
+		}
+		d.n = 0
+	}
+}
+
+// customToolCalls assembles the custom tool calls of the first choice,
+// which the SDK's chunk type leaves out (it knows only function calls):
+// each delta of a call of type "custom" carries a fragment of its name and
+// input under "custom".
+type customToolCalls struct {
+	names, inputs map[int64]string
+}
+
+func (c *customToolCalls) add(chunk openai.ChatCompletionChunk) {
+	for _, choice := range chunk.Choices {
+		if choice.Index != 0 {
+			continue
+		}
+		for _, call := range choice.Delta.ToolCalls {
+			field, ok := call.JSON.ExtraFields["custom"]
+			if !ok {
+				continue
+			}
+			var part struct {
+				Name  string `json:"name"`
+				Input string `json:"input"`
+			}
+			if json.Unmarshal([]byte(field.Raw()), &part) != nil {
+				continue
+			}
+			if c.names == nil {
+				c.names, c.inputs = map[int64]string{}, map[int64]string{}
+			}
+			// -1 is index 0, as the SDK's accumulator reads it.
+			index := max(call.Index, 0)
+			c.names[index] += part.Name
+			c.inputs[index] += part.Input
+		}
+	}
+}
+
+func (c *customToolCalls) name(i int) string  { return c.names[int64(i)] }
+func (c *customToolCalls) input(i int) string { return c.inputs[int64(i)] }
 
 // httpError reads the error body the SDK buffered and strips the API key
 // from it, in case a server or proxy echoes the request headers back.

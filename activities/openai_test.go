@@ -18,12 +18,14 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 )
 
 const testAPIKey = "sk-test-secret-123"
 
 // chatServer is a fake chat-completions endpoint. It answers every request
-// with status, headers and body, and counts the requests it saw.
+// with status, headers and body (a 200's body is a chat.completion, which
+// it streams when the request asks), and counts the requests it saw.
 type chatServer struct {
 	URL      string
 	requests atomic.Int32
@@ -46,6 +48,13 @@ func newChatServer(t *testing.T, status int, headers map[string]string, body str
 		cs.lastAuth.Store(&auth)
 		for k, v := range headers {
 			w.Header().Set(k, v)
+		}
+		if status == http.StatusOK {
+			if err := providerwire.WriteChatCompletion(w, providerwire.Streams(b), []byte(body)); err != nil {
+				t.Errorf("chat server: %v", err)
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+			return
 		}
 		if w.Header().Get("Content-Type") == "" {
 			w.Header().Set("Content-Type", "application/json")
@@ -435,10 +444,12 @@ func TestNewHTTPError(t *testing.T) {
 // would to Ollama at http://localhost:11434/v1.
 func ExampleNewOpenAIModel() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3.1",
+		request, _ := io.ReadAll(r.Body)
+		// The model asks for the reply as a stream, and the server sends it
+		// in chunks, as Ollama does.
+		_ = providerwire.WriteChatCompletion(w, providerwire.Streams(request), []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"llama3.1",
 			"choices":[{"index":0,"message":{"role":"assistant","content":"Paris."},"finish_reason":"stop"}],
-			"usage":{"prompt_tokens":14,"completion_tokens":2,"total_tokens":16}}`)
+			"usage":{"prompt_tokens":14,"completion_tokens":2,"total_tokens":16}}`))
 	}))
 	defer srv.Close()
 

@@ -2,7 +2,7 @@ package activities_test
 
 import (
 	"context"
-	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/quota"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
@@ -238,15 +239,15 @@ func TestStatementsOfALongCallThatRenewsItsLease(t *testing.T) {
 // settles its tokens and learns the response's rate-limit headers.
 func TestStatementsOfAModelTurnOnAQuota(t *testing.T) {
 	t.Parallel()
-	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		request, _ := io.ReadAll(r.Body)
 		w.Header().Set("x-ratelimit-limit-requests", "500")
 		w.Header().Set("x-ratelimit-remaining-requests", "499")
 		w.Header().Set("x-ratelimit-limit-tokens", "200000")
 		w.Header().Set("x-ratelimit-remaining-tokens", "199000")
-		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
+		_ = providerwire.WriteChatCompletion(w, providerwire.Streams(request), []byte(`{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
 			`"choices":[{"index":0,"message":{"role":"assistant","content":"shipped"},"finish_reason":"stop"}],`+
-			`"usage":{"prompt_tokens":30,"completion_tokens":2,"total_tokens":32}}`)
+			`"usage":{"prompt_tokens":30,"completion_tokens":2,"total_tokens":32}}`))
 	}))
 	defer provider.Close()
 	statements := &ledgertest.Statements{Caller: byActivity}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -32,7 +33,8 @@ const (
 )
 
 // napModel is a fake model provider, speaking the OpenAI chat-completions
-// or the Anthropic Messages wire format. It answers 503 for outage from its
+// or the Anthropic Messages wire format (streamed when asked, through
+// providerwire). It answers 503 for outage from its
 // first request; after that it asks for the tool nap until the
 // conversation it is sent holds turns tool results, and then answers
 // "finished". It decides from the request alone, so two providers serving
@@ -50,9 +52,9 @@ func (m *napModel) serve(t *testing.T) *httptest.Server {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.requests.Add(1)
 		m.downUntil.CompareAndSwap(0, time.Now().Add(m.outage).UnixNano())
-		w.Header().Set("Content-Type", "application/json")
 		if time.Now().UnixNano() < m.downUntil.Load() {
 			m.refusals.Add(1)
+			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			if m.anthropic {
 				fmt.Fprint(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
@@ -91,24 +93,32 @@ func (m *napModel) serve(t *testing.T) *httptest.Server {
 		}
 		m.answered.Add(1)
 		n := results + 1
+		var reply string
 		switch {
 		case m.anthropic && results < m.turns:
-			fmt.Fprintf(w, `{"id":"msg_%[1]d","type":"message","role":"assistant","model":"claude-sonnet-4-5",`+
+			reply = fmt.Sprintf(`{"id":"msg_%[1]d","type":"message","role":"assistant","model":"claude-sonnet-4-5",`+
 				`"content":[{"type":"tool_use","id":"toolu_%[1]d","name":"nap","input":{"seq":%[1]d}}],`+
 				`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":4}}`, n)
 		case m.anthropic:
-			fmt.Fprint(w, `{"id":"msg_last","type":"message","role":"assistant","model":"claude-sonnet-4-5",`+
-				`"content":[{"type":"text","text":"finished"}],`+
-				`"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":4}}`)
+			reply = `{"id":"msg_last","type":"message","role":"assistant","model":"claude-sonnet-4-5",` +
+				`"content":[{"type":"text","text":"finished"}],` +
+				`"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":4}}`
 		case results < m.turns:
-			fmt.Fprintf(w, `{"id":"c%[1]d","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
+			reply = fmt.Sprintf(`{"id":"c%[1]d","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
 				`"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[`+
 				`{"id":"call_%[1]d","type":"function","function":{"name":"nap","arguments":"{\"seq\":%[1]d}"}}]},"finish_reason":"tool_calls"}],`+
 				`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`, n)
 		default:
-			fmt.Fprint(w, `{"id":"c_last","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
-				`"choices":[{"index":0,"message":{"role":"assistant","content":"finished"},"finish_reason":"stop"}],`+
-				`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`)
+			reply = `{"id":"c_last","object":"chat.completion","created":0,"model":"gpt-4o-mini",` +
+				`"choices":[{"index":0,"message":{"role":"assistant","content":"finished"},"finish_reason":"stop"}],` +
+				`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`
+		}
+		write := providerwire.WriteChatCompletion
+		if m.anthropic {
+			write = providerwire.WriteMessage
+		}
+		if err := write(w, providerwire.Streams(body), []byte(reply)); err != nil {
+			t.Errorf("fake model: %v", err)
 		}
 	}))
 	t.Cleanup(server.Close)

@@ -18,10 +18,12 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
-// fakeOpenAI speaks the chat-completions wire format: the first turn asks
+// fakeOpenAI speaks the chat-completions wire format, streamed when asked
+// (through providerwire): the first turn asks
 // for word_count, the second answers with what the tool said.
 func fakeOpenAI(t *testing.T) (*httptest.Server, *[]map[string]any, *[]string) {
 	var mu sync.Mutex
@@ -36,7 +38,6 @@ func fakeOpenAI(t *testing.T) (*httptest.Server, *[]map[string]any, *[]string) {
 		auth = append(auth, r.Header.Get("Authorization"))
 		n := len(requests)
 		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
 		message := `{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"word_count","arguments":"{\"text\":\"one two three\"}"}}]}`
 		finish := "tool_calls"
 		if n > 1 {
@@ -50,9 +51,10 @@ func fakeOpenAI(t *testing.T) (*httptest.Server, *[]map[string]any, *[]string) {
 			message = fmt.Sprintf(`{"role":"assistant","content":%s}`, answer)
 			finish = "stop"
 		}
-		fmt.Fprintf(w, `{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"test-model",
+		reply := fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion","created":1,"model":"test-model",
 			"choices":[{"index":0,"message":%s,"finish_reason":%q}],
 			"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`, n, message, finish)
+		require.NoError(t, providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply)))
 	}))
 	return server, &requests, &auth
 }

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
@@ -281,10 +283,10 @@ func (m *downModel) serve(outage time.Duration) *httptest.Server {
 			fmt.Fprint(w, `{"error":{"message":"the model is overloaded","type":"server_error"}}`)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
+		request, _ := io.ReadAll(r.Body)
+		_ = providerwire.WriteChatCompletion(w, providerwire.Streams(request), []byte(`{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
 			`"choices":[{"index":0,"message":{"role":"assistant","content":"all done"},"finish_reason":"stop"}],`+
-			`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`)
+			`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`))
 	}))
 }
 

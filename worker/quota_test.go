@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/quota"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
@@ -47,7 +49,6 @@ func (m *quotaModel) serve() *httptest.Server {
 			m.inFlight--
 			m.mu.Unlock()
 		}()
-		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("x-ratelimit-limit-requests", "600")
 		w.Header().Set("x-ratelimit-limit-tokens", "600000")
 		if m.tooMany != nil && m.tooMany(n) {
@@ -55,15 +56,17 @@ func (m *quotaModel) serve() *httptest.Server {
 			w.Header().Set("x-ratelimit-remaining-requests", "0")
 			w.Header().Set("x-ratelimit-reset-requests", "800ms")
 			w.Header().Set("retry-after-ms", "800")
+			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusTooManyRequests)
 			fmt.Fprint(w, `{"error":{"message":"Rate limit reached for gpt-4o-mini on requests per min (RPM): Limit 600, Used 600, Requested 1.","type":"requests","code":"rate_limit_exceeded"}}`)
 			return
 		}
 		time.Sleep(m.latency)
 		w.Header().Set("x-ratelimit-remaining-requests", "599")
-		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
+		request, _ := io.ReadAll(r.Body)
+		_ = providerwire.WriteChatCompletion(w, providerwire.Streams(request), []byte(`{"id":"c1","object":"chat.completion","created":0,"model":"gpt-4o-mini",`+
 			`"choices":[{"index":0,"message":{"role":"assistant","content":"all done"},"finish_reason":"stop"}],`+
-			`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`)
+			`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`))
 	}))
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -92,24 +93,25 @@ func (p *echoingProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.auth = append(p.auth, auth)
 	p.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Echo-Authorization", auth)
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/401"):
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s","type":"invalid_request_error","code":"invalid_api_key"},"request_headers":{"Authorization":%q}}`, auth, auth)
 	case strings.HasPrefix(r.URL.Path, "/500"):
 		// The key straddles the 512-byte cut of an error body: redacting
 		// after cutting would leave its first half behind.
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError)
 		fmt.Fprintf(w, `{"error":"upstream failed","padding":"%s","authorization":%q}`, strings.Repeat(".", 470), auth)
 	case bytes.Contains(body, []byte(`"role":"tool"`)):
-		fmt.Fprintf(w, `{"id":"c2","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop",
-			"message":{"role":"assistant","content":"three words"}}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`)
+		_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(`{"id":"c2","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop",
+			"message":{"role":"assistant","content":"three words"}}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`))
 	default:
-		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"tool_calls",
+		_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"tool_calls",
 			"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"word_count","arguments":"{\"text\":\"one two three\"}"}}]}}],
-			"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`)
+			"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`))
 	}
 }
 

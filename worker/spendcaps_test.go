@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -78,9 +79,11 @@ func (m *billedModel) serve(t *testing.T) *httptest.Server {
 		case results >= m.stopAfter:
 			message, finish = `{"role":"assistant","content":"all noted"}`, "stop"
 		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":%s,"finish_reason":%q}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+		reply := fmt.Sprintf(`{"id":"c","object":"chat.completion","created":0,"model":"gpt-4o-mini","choices":[{"index":0,"message":%s,"finish_reason":%q}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
 			message, finish, prompt, completion, prompt+completion)
+		if err := providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply)); err != nil {
+			t.Errorf("model: %v", err)
+		}
 	}))
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -242,10 +244,17 @@ tools:
 }
 
 // fakeChatModel is an OpenAI-compatible server whose every answer is
-// status and body.
+// status and body: a 200's chat.completion streamed when the request asks.
 func fakeChatModel(t *testing.T, status int, body string) string {
 	t.Helper()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if status == http.StatusOK {
+			request, _ := io.ReadAll(r.Body)
+			if err := providerwire.WriteChatCompletion(w, providerwire.Streams(request), []byte(body)); err != nil {
+				t.Errorf("fake chat model: %v", err)
+			}
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = w.Write([]byte(body))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -121,9 +123,9 @@ func TestPayloadGuard(t *testing.T) {
 	// with a reason that names it; the run is not terminated by Temporal.
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		content, _ := json.Marshal(huge)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,`+
-			`"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":10,"total_tokens":20}}`, content)
+		request, _ := io.ReadAll(r.Body)
+		_ = providerwire.WriteChatCompletion(w, providerwire.Streams(request), fmt.Appendf(nil, `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,`+
+			`"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":10,"total_tokens":20}}`, content))
 	}))
 	defer server.Close()
 	spec := mustSpec(t, `

@@ -35,6 +35,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -741,7 +742,8 @@ func LongPage(k, target, size int) string {
 // request alone (the highest turn in the assistant's tool calls and in
 // the "turn k of" line that starts each page), so it is right however
 // much of older outputs the engine sends, and a retried request gets the
-// same answer.
+// same answer. A reply is streamed when the request asks, as the engine's
+// do.
 type longModel struct {
 	target   int
 	tool     *longTool
@@ -850,11 +852,11 @@ func (m *longModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			turn, turn, longToolName, turn)
 		finish = "tool_calls"
 	}
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"id":"chatcmpl-long-%d","object":"chat.completion","created":%d,"model":%q,`+
+	reply := fmt.Sprintf(`{"id":"chatcmpl-long-%d","object":"chat.completion","created":%d,"model":%q,`+
 		`"choices":[{"index":0,"message":%s,"finish_reason":%q}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
 		turn, began.Unix(), longModelName, message, finish, tokens, longCompletionTokens, tokens+longCompletionTokens)
+	_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply))
 	served := len(m.tool.served())
 	m.mu.Lock()
 	defer m.mu.Unlock()

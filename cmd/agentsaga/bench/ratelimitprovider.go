@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/quota"
 )
 
@@ -93,7 +94,9 @@ func (c ProviderCounts) Share429() float64 {
 }
 
 // RateLimitProvider is an OpenAI-compatible chat.completions server on
-// loopback that enforces ProviderConfig's limits per API key.
+// loopback that enforces ProviderConfig's limits per API key. It streams a
+// reply to a request that asks (the engine's), and sends it whole to one
+// that does not (the baselines').
 type RateLimitProvider struct {
 	cfg      ProviderConfig
 	listener net.Listener
@@ -281,16 +284,17 @@ func (p *RateLimitProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			id, p.cfg.Tool, args)
 		finish = "tool_calls"
 	}
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("x-request-id", fmt.Sprintf("req_bench_%d", id))
 	model := req.Model
 	if model == "" {
 		model = "bench-ratelimit"
 	}
-	fmt.Fprintf(w, `{"id":"chatcmpl-bench-%d","object":"chat.completion","created":%d,"model":%q,`+
+	reply := fmt.Sprintf(`{"id":"chatcmpl-bench-%d","object":"chat.completion","created":%d,"model":%q,`+
 		`"choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d},"system_fingerprint":"fp_bench"}`,
 		id, time.Now().Unix(), model, message, finish, prompt, completion, prompt+completion)
+	// A reply the client stopped reading was still generated, and billed.
+	_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply))
 	p.settle(apiKey, reserved, prompt, completion, true)
 }
 

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/internal/quota"
 )
@@ -210,6 +212,39 @@ func TestProviderSpeaksOpenAIsWireFormat(t *testing.T) {
 	require.Contains(t, counts, quota.Fingerprint("sk-sdk"))
 	assert.Equal(t, int64(3), counts[quota.Fingerprint("sk-sdk")].Requests)
 	assert.Equal(t, int64(1), counts[quota.Fingerprint("sk-sdk")].RateLimited)
+}
+
+// The engine's model streams its requests: the provider answers them in
+// chunks, which it reads back as the same tool call, answer and usage.
+func TestProviderStreamsToTheEngine(t *testing.T) {
+	p := startProvider(t, bench.ProviderConfig{RequestsPerMinute: 100, TokensPerMinute: 100_000, Turns: 2, CompletionTokens: 30})
+	model, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "gpt-bench", BaseURL: p.URL()}, "sk-stream", nil)
+	require.NoError(t, err)
+	var chunks []string
+	req := activities.ModelRequest{
+		Messages: []agentsagatype.Message{{Role: "user", Content: "Count the words of a sentence."}},
+		Tools:    []agentsagatype.ToolDef{{Name: "word_count"}},
+		OnText:   func(chunk string) { chunks = append(chunks, chunk) },
+	}
+	ctx := context.Background()
+	turn, err := model.Turn(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, turn.ToolCalls, 1)
+	call := turn.ToolCalls[0]
+	assert.Equal(t, "word_count", call.Name)
+	assert.True(t, json.Valid([]byte(call.Arguments)), call.Arguments)
+	assert.Positive(t, turn.Usage.InputTokens)
+	assert.Equal(t, int64(30), turn.Usage.OutputTokens)
+
+	req.Messages = append(req.Messages,
+		agentsagatype.Message{Role: "assistant", ToolCalls: turn.ToolCalls},
+		agentsagatype.Message{Role: "tool", ToolCallID: call.ID, Content: `{"words": 6}`})
+	turn, err = model.Turn(ctx, req)
+	require.NoError(t, err)
+	assert.Contains(t, turn.Content, "Done")
+	assert.Greater(t, len(chunks), 1, "the answer came in pieces")
+	assert.Equal(t, turn.Content, strings.Join(chunks, ""))
+	assert.Equal(t, int64(2), p.Counts("sk-stream").Requests)
 }
 
 // Many keys at once, under -race: each key's admissions stay within its

@@ -36,6 +36,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -583,7 +584,8 @@ type SpendProviderCounts struct {
 // ToolCalls results, then answers (a request without tools, a graceful
 // finish, gets a partial answer), after LatencyMin..LatencyMax. Each reply
 // reports the request's prompt as the provider counts it (requestTokens:
-// o200k) and CompletionTokens, which the provider counts as answered.
+// o200k) and CompletionTokens, which the provider counts as answered. A
+// reply is streamed when the request asks, as the engine's do.
 type spendProvider struct {
 	cfg      SpendConfig
 	listener net.Listener
@@ -695,11 +697,11 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.counts.CompletionTokens += completion
 	p.bills = append(p.bills, spendBill{at: time.Now(), usd: spendUSD(prompt, completion, p.cfg.USDPerMillion, p.cfg.USDPerMillion)})
 	p.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"id":"chatcmpl-spend","object":"chat.completion","created":%d,"model":%q,`+
+	reply := fmt.Sprintf(`{"id":"chatcmpl-spend","object":"chat.completion","created":%d,"model":%q,`+
 		`"choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
 		time.Now().Unix(), spendModel, message, finish, prompt, completion, prompt+completion)
+	_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply))
 }
 
 // checkThenRecord is the check-then-record contender, as LiteLLM's proxy

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -8,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
 // The spend scenario's pricing, figures and verdicts, with no dev server.
@@ -52,15 +56,22 @@ func TestSpendFiguresAndVerdicts(t *testing.T) {
 	assert.False(t, utilised)
 }
 
-// The fake provider asks for word_count ToolCalls times, then answers; a
-// request without tools gets a partial answer; it counts the prompts as
-// requestTokens does and reports what it counted.
-func TestSpendProviderRepliesAndCounts(t *testing.T) {
+// quickSpendProvider is the spend scenario's provider, answering at once
+// and asking for one word count a run; it closes when the test ends.
+func quickSpendProvider(t *testing.T) *spendProvider {
 	cfg := DefaultSpend
 	cfg.ToolCalls, cfg.LatencyMin, cfg.LatencyMax = 1, 0, 0
 	p, err := startSpendProvider(cfg)
 	require.NoError(t, err)
-	defer p.Close()
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// The fake provider asks for word_count ToolCalls times, then answers; a
+// request without tools gets a partial answer; it counts the prompts as
+// requestTokens does and reports what it counted.
+func TestSpendProviderRepliesAndCounts(t *testing.T) {
+	p := quickSpendProvider(t)
 	tools := `[{"type":"function","function":{"name":"word_count","parameters":{"type":"object"}}}]`
 	post := func(messages, tools string) (reply map[string]any, prompt int64) {
 		body := `{"model":"gpt-4o-mini","max_tokens":40,"messages":` + messages + `,"tools":` + tools + `}`
@@ -86,4 +97,24 @@ func TestSpendProviderRepliesAndCounts(t *testing.T) {
 	finish, c := post(`[{"role":"user","content":"finish now"}]`, `null`)
 	assert.Contains(t, message(finish)["content"], "PARTIAL ANSWER")
 	assert.Equal(t, SpendProviderCounts{Answered: 3, PromptTokens: a + b + c, CompletionTokens: 60}, p.Counts())
+}
+
+// The engine's model streams its requests; the usage it reads from the
+// stream is what the provider counted and bills.
+func TestSpendProviderStreamsToTheEngine(t *testing.T) {
+	p := quickSpendProvider(t)
+	model, err := activities.NewOpenAIModel(agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: spendModel, BaseURL: p.URL()}, "", nil)
+	require.NoError(t, err)
+	var chunks []string
+	// No tools: the graceful finish, which gets a partial answer.
+	turn, err := model.Turn(context.Background(), activities.ModelRequest{
+		Messages: []agentsagatype.Message{{Role: "user", Content: "finish now"}},
+		OnText:   func(chunk string) { chunks = append(chunks, chunk) },
+	})
+	require.NoError(t, err)
+	assert.Contains(t, turn.Content, "PARTIAL ANSWER")
+	assert.Greater(t, len(chunks), 1, "the answer came in pieces")
+	assert.Equal(t, turn.Content, strings.Join(chunks, ""))
+	assert.Equal(t, SpendProviderCounts{Answered: 1, PromptTokens: turn.Usage.InputTokens, CompletionTokens: turn.Usage.OutputTokens}, p.Counts())
+	assert.Equal(t, p.cfg.CompletionTokens, turn.Usage.OutputTokens)
 }

@@ -1,15 +1,15 @@
 // Package providerwire owns the one definition of how agentsaga's fake
-// model providers (the activities' and the worker's tests, the benchmarks'
-// loopback servers) write a reply: whole, as the JSON a non-streaming
-// request gets, or streamed as server-sent events, as the real APIs stream
-// it: OpenAI's chat.completion.chunk objects ending with data: [DONE], and
-// Anthropic's message_start ... message_stop events. A fake builds its reply
-// as the non-streamed JSON and hands it here, so every fake streams the
-// same way and no fake keeps a copy of the encoding. Text is cut into small
-// deltas, so that a client's assembly of fragments is exercised by every
-// fake, and the bytes of each JSON string are kept as the reply wrote them
-// (invalid UTF-8 and escapes included), so a streamed reply says exactly
-// what the whole one did. Standard library only.
+// model providers (the tests' and the benchmarks' loopback servers) write
+// a reply: whole, as the JSON a non-streaming request gets, or streamed as
+// server-sent events, as the real APIs stream it: OpenAI's
+// chat.completion.chunk objects ending with data: [DONE], and Anthropic's
+// message_start ... message_stop events. A fake builds its reply as the
+// non-streamed JSON and hands it here, so every fake streams the same way
+// and no fake keeps a copy of the encoding. Text is cut into small deltas,
+// so that a client's assembly of fragments is exercised by every fake, and
+// the bytes of each JSON string are kept as the reply wrote them (invalid
+// UTF-8 and escapes included), so a streamed reply says exactly what the
+// whole one did. Standard library only.
 package providerwire
 
 import (
@@ -77,16 +77,16 @@ func Streams(request []byte) bool {
 
 // WriteChatCompletion answers a chat.completions request with completion,
 // the JSON of a chat.completion object: as it is, or, when stream is set,
-// as ChatCompletionEvents cuts it in pieces of FakePiece. A completion it
-// cannot read is an error, and then nothing has been written.
+// as ChatCompletionEvents cuts it in pieces of FakePiece; then a
+// completion it cannot read is an error, and nothing has been written.
 func WriteChatCompletion(w http.ResponseWriter, stream bool, completion []byte) error {
 	return write(w, stream, completion, ChatCompletionEvents)
 }
 
 // WriteMessage answers a messages request with message, the JSON of an
 // Anthropic message: as it is, or, when stream is set, as MessageEvents
-// cuts it in pieces of FakePiece. A message it cannot read is an error,
-// and then nothing has been written.
+// cuts it in pieces of FakePiece; then a message it cannot read is an
+// error, and nothing has been written.
 func WriteMessage(w http.ResponseWriter, stream bool, message []byte) error {
 	return write(w, stream, message, MessageEvents)
 }
@@ -176,8 +176,8 @@ type toolCallDelta struct {
 	Custom   *callPart       `json:"custom,omitempty"`
 }
 
-// ChatCompletionEvents is completion, the JSON of a chat.completion
-// object, as OpenAI streams it: for each choice a chunk with its role,
+// ChatCompletionEvents is reply, the JSON of a chat.completion object, as
+// OpenAI streams it: for each choice a chunk with its role,
 // its content, refusal and each tool call's arguments (or custom input) in
 // deltas of at most piece characters (all in one when piece < 1), a tool
 // call's id, type and name in its first delta, then a chunk with the
@@ -260,7 +260,7 @@ type message struct {
 	Usage        map[string]json.RawMessage `json:"usage"`
 }
 
-// MessageEvents is message, the JSON of an Anthropic message, as the
+// MessageEvents is reply, the JSON of an Anthropic message, as the
 // Messages API streams it: message_start with the message's usage but its
 // output tokens, a ping, then each content block as content_block_start,
 // its deltas (text_delta, input_json_delta for a tool_use block's input,
@@ -273,14 +273,13 @@ func MessageEvents(reply []byte, piece int) ([]Event, error) {
 		return nil, fmt.Errorf("providerwire: not a message: %w", err)
 	}
 	var events []Event
-	add := func(v any) error {
+	// Each event is named by its type, as the API names them.
+	add := func(v map[string]any) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("providerwire: an event of the message: %w", err)
 		}
-		var head struct{ Type string }
-		_ = json.Unmarshal(data, &head)
-		events = append(events, Event{Name: head.Type, Data: data})
+		events = append(events, Event{Name: v["type"].(string), Data: data})
 		return nil
 	}
 	startUsage := map[string]json.RawMessage{}
@@ -300,7 +299,7 @@ func MessageEvents(reply []byte, piece int) ([]Event, error) {
 	}}); err != nil {
 		return nil, err
 	}
-	if err := add(map[string]string{"type": "ping"}); err != nil {
+	if err := add(map[string]any{"type": "ping"}); err != nil {
 		return nil, err
 	}
 	for i, raw := range m.Content {
@@ -354,7 +353,7 @@ func MessageEvents(reply []byte, piece int) ([]Event, error) {
 	if err := add(map[string]any{"type": "message_delta", "delta": stop, "usage": map[string]json.RawMessage{"output_tokens": output}}); err != nil {
 		return nil, err
 	}
-	if err := add(map[string]string{"type": "message_stop"}); err != nil {
+	if err := add(map[string]any{"type": "message_stop"}); err != nil {
 		return nil, err
 	}
 	return events, nil

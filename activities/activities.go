@@ -121,6 +121,16 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 			return toActivityError(err)
 		}
 	}
+	// The reply's text streams to the run's event log in batches; the last
+	// goes out with the settle, in its statement, and a failed attempt's
+	// is dropped (its settle voids what was published).
+	text := a.streamText(ctx, info)
+	defer func() {
+		text.Rest()
+		if err := text.Err(); err != nil && ctx.Err() == nil {
+			activity.GetLogger(ctx).Warn("could not publish a turn's streamed text", "key", IdempotencyKey(ctx), "error", err)
+		}
+	}()
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
 	output, _, err := keyed.Once(ctx, a.Ledger, keyed.Call{
@@ -132,6 +142,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 		Quota: func(admission ledgerdb.Admission, callErr error) *ledgerdb.QuotaAnswer {
 			return sink.answer(admission, used, callErr)
 		},
+		Published: text.Rest,
 		Spend: func(error) float64 {
 			if call.Spend == nil {
 				return 0
@@ -143,7 +154,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 				CachedInputPerMillion: p.CachedInputPerMillion}.USD(used)
 		},
 		Run: func(ctx context.Context, claim ledgerdb.Claim) (string, *ledgerdb.Message, error) {
-			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens, a.streamText(ctx, info))
+			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens, text)
 			if err != nil {
 				return "", nil, err
 			}
@@ -202,18 +213,13 @@ func turnTrailing(call wire.ModelCall) []agentsagatype.Message {
 }
 
 // modelTurn calls the model with the conversation its claim read, fitted.
-// Its text, as it streams, goes to text's batches; they are all published
-// when it returns, before the attempt settles, so that the settle's
-// attempt_discarded (an attempt that failed) follows them.
+// Its text, as it streams, goes to text's batches.
 func (a *Activities) modelTurn(ctx context.Context, model Model, call wire.ModelCall, fit convfit.Fitted, defTokens int, text *runevents.Batcher) (agentsagatype.ModelTurn, error) {
 	// The attempt's lease keeper heartbeats while the model answers.
 	spanCtx, span := startModelSpan(ctx, call)
 	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted,
 		OnText: text.Add})
 	endModelSpan(span, turn, err)
-	if err := text.Flush(); err != nil && ctx.Err() == nil {
-		activity.GetLogger(ctx).Warn("could not publish a turn's streamed text", "key", IdempotencyKey(ctx), "error", err)
-	}
 	if err != nil {
 		return agentsagatype.ModelTurn{}, err
 	}

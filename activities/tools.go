@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/textclip"
@@ -284,9 +283,4 @@ func cleanOutput(s string) string {
 // way cannot carry: invalid UTF-8 (protobuf strings in workflow history and
 // Postgres text reject it) and NUL (Postgres text rejects it), each with
 // U+FFFD. Both are data, so they are replaced rather than refused.
-func cleanText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-}
+func cleanText(s string) string { return textclip.Clean(s) }

@@ -19,6 +19,7 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/lease"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
@@ -37,6 +38,10 @@ type Call struct {
 	// Refused, when set, reads a successful output as a refusal: a 200
 	// whose meaning is "no", stored like a 4xx and never retried.
 	Refused func(output string) (string, bool)
+	// Published, when set, is read once the call returned: an event of
+	// the call for a successful attempt's settle to publish in its own
+	// statement (a streamed reply's last text, ledgerdb.AttemptEnd).
+	Published func() *runevents.Event
 	// Quota, for a model turn admitted on a quota (Turn.Quota), is what
 	// the turn's response said of it, given the admission and the call's
 	// error: settled with the attempt.
@@ -199,10 +204,14 @@ func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(erro
 	}
 	var stored agentsagatype.Action
 	settles, cost := c.settlesSpend(nil)
+	var published *runevents.Event
+	if c.Published != nil {
+		published = c.Published()
+	}
 	err = recordAfterEffect(ctx, key, func(ctx context.Context) (err error) {
 		stored, err = store.SettleAttempt(ctx, key, claim.Action.Attempts, ledgerdb.AttemptEnd{
 			Status: agentsagatype.ActionCompleted, Result: output, Message: msg, LeafCallID: claim.LeafCallID,
-			Quota: c.quotaAnswer(claim, nil), Spend: settles, SpendUSD: cost})
+			Quota: c.quotaAnswer(claim, nil), Spend: settles, SpendUSD: cost, Publish: published})
 		return err
 	})
 	switch {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/coalesce"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/jackc/pgx/v5"
 )
@@ -247,6 +248,11 @@ type AttemptEnd struct {
 	// provider reported, settled in the same statement when Spend is set.
 	Spend    bool
 	SpendUSD float64
+	// Publish, when set, is an event of the call that the settle's own
+	// statement appends to the run's log (internal/runevents), before the
+	// attempt's end: a streamed reply's last text, so that a reply that
+	// streams in one batch costs no statement of its own.
+	Publish *runevents.Event
 }
 
 // SettleAttempt writes how the attempt holding key under claim number
@@ -279,9 +285,13 @@ func (s *Store) SettleAttempt(ctx context.Context, key string, attempt int, end 
 		leafOutcome, leafError = "error", storable(end.CallErr.Error())
 	}
 	status := end.Status
+	var published runevents.Event
+	if end.Publish != nil {
+		published = *end.Publish
+	}
 	args := []any{key, attempt, status, storable(end.Result), storable(end.Cause), end.ErrorType,
 		msg != nil, m.Seq, m.Role, storable(content), toolCalls, m.ToolCallID, m.Name, m.Tokens,
-		end.LeafCallID, leafOutcome, leafError}
+		end.LeafCallID, leafOutcome, leafError, published.Key, published.Kind, []byte(published.Data)}
 	var action agentsagatype.Action
 	var err error
 	if q := end.Quota; q != nil {
@@ -339,15 +349,18 @@ const (
 			ON CONFLICT (workflow_id, seq) DO NOTHING
 		), ended AS (
 			UPDATE leaf_calls SET outcome = $16, error = $17, finished_at = clock_timestamp() WHERE id = $15
+		), published AS (
+			INSERT INTO run_event_inbox (workflow_id, event_key, kind, call_key, data)
+			SELECT settled.workflow_id, $18, $19, $1, $20::jsonb FROM settled WHERE $18 <> ''
 		)
 		SELECT * FROM settled`
-	quotaAnswered  = `agentsaga_quota_answered($18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)`
+	quotaAnswered  = `agentsaga_quota_answered($21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)`
 	settleQuotaSQL = settleSQL + `
 		WHERE ` + quotaAnswered
 	settleSpendSQL = settleSQL + `
-		WHERE agentsaga_spend_answered($1, $18)`
+		WHERE agentsaga_spend_answered($1, $21)`
 	settleQuotaSpendSQL = settleQuotaSQL + `
-		  AND agentsaga_spend_answered($1, $33)`
+		  AND agentsaga_spend_answered($1, $36)`
 )
 
 // Fenced is what FenceAction found.

@@ -163,3 +163,30 @@ func TestATurnWhoseResultDoesNotDecodeStillSettles(t *testing.T) {
 	require.Equal(t, []string{runevents.TurnStarted, runevents.TurnFinished}, kindsOf(events))
 	assert.JSONEq(t, `{"attempt":1,"outcome":"ok","model":"openai:gpt","status":"completed"}`, string(events[1].Data))
 }
+
+// A streamed reply's last text goes out with its settle, in the settle's
+// statement, before the turn's end: a reply that streams in one batch
+// costs no statement of its own.
+func TestASettlePublishesTheReplysLastText(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	log := runevents.New(store.Pool())
+	req, leaf := modelRequest()
+	claim, err := store.ClaimCall(ctx, req, leaf(1), time.Minute)
+	require.NoError(t, err)
+	text := log.NewBatcher(ctx, "wf-1", req.Key, 1)
+	text.Add("Hello, ")
+	text.Add("world")
+	last := text.Rest()
+	require.NotNil(t, last)
+	text.Add("too late") // after Rest: dropped
+	_, err = store.SettleAttempt(ctx, req.Key, claim.Action.Attempts, ledgerdb.AttemptEnd{
+		Status: agentsagatype.ActionCompleted, Result: `{"content":"Hello, world"}`, LeafCallID: claim.LeafCallID, Publish: last})
+	require.NoError(t, err)
+	events := eventsOf(t, store, "wf-1")
+	require.Equal(t, []string{runevents.TurnStarted, runevents.TextDelta, runevents.TurnFinished}, kindsOf(events))
+	assert.Equal(t, req.Key+"/attempt-1/delta-1", events[1].Key)
+	assert.JSONEq(t, `{"attempt":1,"text":"Hello, world"}`, string(events[1].Data))
+	assert.Nil(t, text.Rest(), "what Rest took is not taken again")
+}

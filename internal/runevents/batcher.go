@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentsaga/agentsaga/internal/textclip"
 )
 
 // The defaults of a Batcher: a streamed reply's text goes out every 50 ms
@@ -47,6 +49,7 @@ type Batcher struct {
 	batches int
 	timer   *time.Timer
 	err     error
+	closed  bool // Rest was called
 }
 
 // NewBatcher returns the batcher of attempt of the call callKey of
@@ -64,6 +67,9 @@ func (b *Batcher) Add(chunk string) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
 	b.text.WriteString(chunk)
 	b.held++
 	if b.held >= b.chunks {
@@ -100,19 +106,53 @@ func (b *Batcher) Discard(why string) error {
 	return b.err
 }
 
-func (b *Batcher) publishLocked() {
+// Rest takes the text the batcher holds as its last text_delta event,
+// unpublished, for the caller to publish with the call's settle (one
+// statement for both); nil when it holds none. The batcher publishes
+// nothing after: an attempt that failed calls it to drop what it held,
+// since the settle voids the attempt's text.
+func (b *Batcher) Rest() *Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
 	if b.held == 0 {
+		return nil
+	}
+	e := b.batchLocked()
+	return &e
+}
+
+// Err is the first error any of the batcher's publishes met.
+func (b *Batcher) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *Batcher) publishLocked() {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	if b.held == 0 || b.closed {
 		return
 	}
+	b.publish(b.batchLocked())
+}
+
+// batchLocked takes the text held as the next text_delta event.
+func (b *Batcher) batchLocked() Event {
 	b.batches++
-	data, _ := json.Marshal(Delta{Attempt: b.attempt, Text: b.text.String()})
+	// Cleaned as the stored reply is: a NUL would make Postgres refuse the
+	// event, and with it the settle that carries the last batch.
+	data, _ := json.Marshal(Delta{Attempt: b.attempt, Text: textclip.Clean(b.text.String())})
 	b.text.Reset()
 	b.held = 0
-	b.publish(Event{Key: fmt.Sprintf("%s/attempt-%d/delta-%d", b.callKey, b.attempt, b.batches), Kind: TextDelta, CallKey: b.callKey, Data: data})
+	return Event{Key: fmt.Sprintf("%s/attempt-%d/delta-%d", b.callKey, b.attempt, b.batches), Kind: TextDelta, CallKey: b.callKey, Data: data}
 }
 
 func (b *Batcher) publish(e Event) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -13,8 +12,6 @@ import (
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 func replayCommand() *cobra.Command {
@@ -32,39 +29,16 @@ recording holds no answer for fails with "not recorded in RUN_ID", which the mod
 Then it prints the recorded run and the replay side by side.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := agentsaga.ReplayOptions{Match: match, Live: live}
-			if model != "" {
-				m, err := agentsaga.ParseModel(model)
-				if err != nil {
-					return fmt.Errorf("replay: --model: %w", err)
-				}
-				opts.Model = &m
+			opts, err := replayOptions(model, specPath, instructionsPath)
+			if err != nil {
+				return fmt.Errorf("replay: %w", err)
 			}
-			if specPath != "" {
-				spec, err := workflows.ReadSpec(specPath)
-				if err != nil {
-					return fmt.Errorf("replay: --spec: %w", err)
-				}
-				opts.Spec = &spec
-			}
-			if instructionsPath != "" {
-				text, err := os.ReadFile(instructionsPath)
-				if err != nil {
-					return fmt.Errorf("replay: --instructions: %w", err)
-				}
-				opts.System = string(text)
-			}
-			cfg := worker.ConfigFromEnv()
-			c, err := worker.Dial(cmd.Context(), cfg)
+			opts.Match, opts.Live = match, live
+			cfg, c, store, closeAll, err := connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
+			defer closeAll()
 			id, err := replayID(cmd.Context(), store, args[0])
 			if err != nil {
 				return err

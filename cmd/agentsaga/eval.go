@@ -95,12 +95,7 @@ prints a line an entry and exits non-zero when any check fails.`,
 			defer closeAll()
 			outcomes, err := evalDataset(cmd.Context(), store, args[0], lines, opts, concurrency,
 				func(ctx context.Context, id string, spec workflows.RunSpec) error {
-					run, err := startRun(ctx, c, store, cfg.Namespace, id, spec, "")
-					if err != nil {
-						return err
-					}
-					_, err = awaitRun(ctx, run)
-					return err
+					return startAndAwait(ctx, c, store, cfg.Namespace, id, spec)
 				})
 			if err != nil {
 				return err
@@ -160,9 +155,6 @@ func replayOptions(model, specPath, instructionsPath string) (agentsaga.ReplayOp
 	return opts, nil
 }
 
-// runReplay starts spec under id as a run and waits for it to end.
-type runReplay func(ctx context.Context, id string, spec workflows.RunSpec) error
-
 // evalDataset imports each line's entry as a recorded run, replays it
 // through run, at most concurrency at once, and judges it; outcomes are in
 // the file's order. An entry that cannot be replayed fails the eval.
@@ -189,16 +181,9 @@ func evalEntry(ctx context.Context, store *ledger.Store, path string, line datas
 	if _, err := dataset.Import(ctx, ledgerdb.Of(store), source, line.Entry); err != nil {
 		return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
 	}
-	id, err := replayID(ctx, store, source)
+	id, err := replay(ctx, store, source, opts, run)
 	if err != nil {
 		return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
-	}
-	spec, err := agentsaga.ReplaySpec(ctx, store, source, id, opts)
-	if err != nil {
-		return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
-	}
-	if err := run(ctx, id, spec); err != nil {
-		return dataset.Outcome{}, fmt.Errorf("eval %s: replay %s: %w", name, id, err)
 	}
 	return dataset.Judge(ctx, ledgerdb.Of(store), name, line.Entry, source, id)
 }

@@ -11,6 +11,10 @@
 //     workflow ID unique to the test ([RunID]), so that a second `go test`
 //     is never answered from the first one's ledger rows.
 //   - [Run] does all of it in one call and returns the run's result.
+//   - [Replay] runs a [Recording] (a line of a dataset file that agentsaga
+//     dataset add wrote; [Recordings] reads them) again with a candidate
+//     spec, every tool answered from the recording, and returns the report
+//     and the recording's checks ([Outcome]).
 //   - [Main] runs a test binary against a real Temporal dev server, for
 //     tests with a worker of their own.
 package agentsagatest

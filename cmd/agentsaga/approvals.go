@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
@@ -83,19 +82,13 @@ func decisionCommand(use, short string, approve bool) *cobra.Command {
 			if by == "" {
 				by = caller()
 			}
-			cfg := worker.ConfigFromEnv()
-			c, err := worker.Dial(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			// A decision that comes second is told whose came first, from
 			// the ledger: the run forgets a call once it is settled.
-			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
+			_, c, store, closeAll, err := connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer store.Close()
+			defer closeAll()
 			run := agentsaga.Get(c, args[0]).WithLedger(store)
 			decide := run.Approve
 			if !approve {

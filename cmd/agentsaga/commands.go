@@ -136,19 +136,13 @@ func runCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg := worker.ConfigFromEnv()
-			c, err := worker.Dial(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			// The ledger remembers every ID a run has had, after Temporal
 			// forgot it (a restart, the retention): Start asks it first.
-			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
+			cfg, c, store, closeAll, err := connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer store.Close()
+			defer closeAll()
 			if id == "" {
 				id = newRunID()
 			}
@@ -563,4 +557,20 @@ func oneLine(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+// connect dials Temporal and opens the ledger, as the environment says;
+// closing closes both.
+func connect(ctx context.Context) (worker.Config, client.Client, *ledger.Store, func(), error) {
+	cfg := worker.ConfigFromEnv()
+	c, err := worker.Dial(ctx, cfg)
+	if err != nil {
+		return cfg, nil, nil, nil, err
+	}
+	store, err := ledger.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		c.Close()
+		return cfg, nil, nil, nil, err
+	}
+	return cfg, c, store, func() { store.Close(); c.Close() }, nil
 }

@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -48,12 +50,17 @@ func demoCommand() *cobra.Command {
 			fmt.Fprintf(out, "demo tools on %s: a refund desk (lookup_order fails its first attempt with 503) and seed 002's search (succeeds every third call) and lookup (400)\n", base)
 
 			fmt.Fprintln(out, "\n=== 1. a refund, through a flaky lookup and an idempotent refund ===")
-			if err := demoRun(ctx, out, stack, "demo-refund", fmt.Sprintf(demoSpec, base, base), false); err != nil {
+			if _, err := demoRun(ctx, out, stack, "demo-refund", fmt.Sprintf(demoSpec, base, base), false); err != nil {
 				return err
 			}
 			desk.report(out)
 			fmt.Fprintln(out, "\n=== 2. seed 002: a flaky search, a malformed lookup, a retry budget and a graceful finish ===")
-			if err := demoRun(ctx, out, stack, "demo-seed002", fmt.Sprintf(seedSpec, base, base), true); err != nil {
+			seed002, err := demoRun(ctx, out, stack, "demo-seed002", fmt.Sprintf(seedSpec, base, base), true)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(out, "\n=== 3. replay: seed 002's run again, every tool answered from its ledger (agentsaga replay) ===")
+			if err := demoReplay(ctx, out, stack, seed, seed002); err != nil {
 				return err
 			}
 			if exit {
@@ -72,20 +79,20 @@ func demoCommand() *cobra.Command {
 // demoRun starts one scripted run, waits for it, and prints its trace (with
 // the budget notes the model read, if notes is set), its ledger rows and
 // every leaf call.
-func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specText string, notes bool) error {
+func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specText string, notes bool) (string, error) {
 	spec, err := workflows.ParseSpec([]byte(specText))
 	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+		return "", fmt.Errorf("demo: %w", err)
 	}
 	id := prefix + "-" + newRunID()[len("run-"):]
 	run, err := startRun(ctx, stack.client, stack.store, stack.cfg.Namespace, id, spec, "")
 	if err != nil {
-		return err
+		return "", err
 	}
 	fmt.Fprintf(out, "started run %s: %s\n", id, spec.Goal)
 	result, err := awaitRun(ctx, run)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if notes {
 		fmt.Fprintln(out, "\nwhat the model read each turn, and what happened:")
@@ -105,11 +112,11 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 	printResult(out, result)
 	fmt.Fprintln(out, "\n--- ledger ---")
 	if err := showRun(ctx, out, ledgerdb.Of(stack.store), id, false); err != nil {
-		return err
+		return "", err
 	}
 	leaves, err := ledgerdb.Of(stack.store).ListLeafCalls(ctx, id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	fmt.Fprintf(out, "\nleaf calls (%d):\n", len(leaves))
 	for _, l := range leaves {
@@ -126,6 +133,35 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 	if stack.apiBase != "" {
 		fmt.Fprintf(out, "live: %s/runs/%s (the run's own page; give it the api key printed above)\n", stack.apiBase, url.PathEscape(id))
 	}
+	return id, nil
+}
+
+// demoReplay replays the recorded run source with its own script and
+// prints the report's first lines, and what the tools heard meanwhile.
+func demoReplay(ctx context.Context, out io.Writer, stack *devStack, desk *seedDesk, source string) error {
+	before := desk.count()
+	id, err := replay(ctx, stack.store, source, agentsaga.ReplayOptions{}, func(ctx context.Context, id string, spec workflows.RunSpec) error {
+		return startAndAwait(ctx, stack.client, stack.store, stack.cfg.Namespace, id, spec)
+	})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	report, err := loadReport(ctx, ledgerdb.Of(stack.store), source, id)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	var text strings.Builder
+	report.Print(&text)
+	// The calls side by side and the divergences; the figures after them
+	// are the replay command's.
+	for line := range strings.Lines(text.String()) {
+		fmt.Fprint(out, line)
+		if strings.HasPrefix(line, "divergences:") {
+			break
+		}
+	}
+	fmt.Fprintf(out, "...\nthe search and lookup servers received %d requests during the replay (agentsaga replay %s for the whole report)\n",
+		desk.count()-before, source)
 	return nil
 }
 
@@ -223,6 +259,12 @@ type seedDesk struct {
 	mu       sync.Mutex
 	searches int
 	lookups  int
+}
+
+func (d *seedDesk) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.searches + d.lookups
 }
 
 func (d *seedDesk) ServeHTTP(w http.ResponseWriter, r *http.Request) {

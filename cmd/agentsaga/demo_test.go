@@ -69,6 +69,10 @@ func TestDemoPrintsNoErrorLine(t *testing.T) {
 	// Positive controls: both runs ran, and their failures were logged.
 	assert.Contains(t, printed, "refund desk: ")
 	assert.Contains(t, printed, "run demo-seed002-")
+	// It ends by replaying seed 002's run: the same calls, nothing sent.
+	assert.Regexp(t, `recorded demo-seed002-\w+  vs  candidate replay-demo-seed002-\w+-1\n`, printed)
+	assert.Contains(t, printed, "divergences: 0\n")
+	assert.Contains(t, printed, "the search and lookup servers received 0 requests during the replay")
 	// The live page's link stands beside the Temporal UI's, and the key
 	// it asks for is printed once.
 	// (The UI's link is printed only for the dev server's own address,

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -32,56 +31,24 @@ recording holds no answer for fails with "not recorded in RUN_ID", which the mod
 Then it prints the recorded run and the replay side by side.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := agentsaga.ReplayOptions{Match: match, Live: live}
-			if model != "" {
-				m, err := agentsaga.ParseModel(model)
-				if err != nil {
-					return fmt.Errorf("replay: --model: %w", err)
-				}
-				opts.Model = &m
+			opts, err := replayOptions(model, specPath, instructionsPath)
+			if err != nil {
+				return fmt.Errorf("replay: %w", err)
 			}
-			if specPath != "" {
-				spec, err := workflows.ReadSpec(specPath)
-				if err != nil {
-					return fmt.Errorf("replay: --spec: %w", err)
-				}
-				opts.Spec = &spec
-			}
-			if instructionsPath != "" {
-				text, err := os.ReadFile(instructionsPath)
-				if err != nil {
-					return fmt.Errorf("replay: --instructions: %w", err)
-				}
-				opts.System = string(text)
-			}
-			cfg := worker.ConfigFromEnv()
-			c, err := worker.Dial(cmd.Context(), cfg)
+			opts.Match, opts.Live = match, live
+			cfg, c, store, closeAll, err := connect(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			id, err := replayID(cmd.Context(), store, args[0])
-			if err != nil {
-				return err
-			}
-			spec, err := agentsaga.ReplaySpec(cmd.Context(), store, args[0], id, opts)
-			if err != nil {
-				return err
-			}
-			run, err := startRun(cmd.Context(), c, store, cfg.Namespace, id, spec, "")
-			if err != nil {
-				return err
-			}
+			defer closeAll()
 			out := cmd.OutOrStdout()
-			if !asJSON {
-				fmt.Fprintf(out, "replaying %s as %s (%s; live: %v)\n", args[0], id, spec.Tools[0].Recording.Match, live)
-			}
-			if _, err := awaitRun(cmd.Context(), run); err != nil {
+			id, err := replay(cmd.Context(), store, args[0], opts, func(ctx context.Context, id string, spec workflows.RunSpec) error {
+				if !asJSON {
+					fmt.Fprintf(out, "replaying %s as %s (%s; live: %v)\n", args[0], id, spec.Tools[0].Recording.Match, live)
+				}
+				return startAndAwait(ctx, c, store, cfg.Namespace, id, spec)
+			})
+			if err != nil {
 				return err
 			}
 			return printReplay(cmd.Context(), out, ledgerdb.Of(store), args[0], id, asJSON)
@@ -94,6 +61,36 @@ Then it prints the recorded run and the replay side by side.`,
 	cmd.Flags().StringArrayVar(&live, "live", nil, "a tool to call for real (read-only tools only); repeat for more")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// replay runs the recorded run source again through run, under the
+// first free replay-SOURCE-N, with opts' changes, and returns that ID.
+func replay(ctx context.Context, store *ledger.Store, source string, opts agentsaga.ReplayOptions, run runReplay) (string, error) {
+	id, err := replayID(ctx, store, source)
+	if err != nil {
+		return "", err
+	}
+	spec, err := agentsaga.ReplaySpec(ctx, store, source, id, opts)
+	if err != nil {
+		return "", err
+	}
+	if err := run(ctx, id, spec); err != nil {
+		return "", fmt.Errorf("replay %s: %w", id, err)
+	}
+	return id, nil
+}
+
+// runReplay starts spec under id as a run and waits for it to end.
+type runReplay func(ctx context.Context, id string, spec workflows.RunSpec) error
+
+// startAndAwait is runReplay on the workers.
+func startAndAwait(ctx context.Context, c client.Client, store *ledger.Store, namespace, id string, spec workflows.RunSpec) error {
+	run, err := startRun(ctx, c, store, namespace, id, spec, "")
+	if err != nil {
+		return err
+	}
+	_, err = awaitRun(ctx, run)
+	return err
 }
 
 // replayID is the first replay-SOURCE-N the ledger has no run for.

@@ -252,19 +252,7 @@ tools:
 func TestReplayApprovalsFromTheRecording(t *testing.T) {
 	t.Parallel()
 	handle := ledgertest.NewHandle(t)
-	desk := &payoutDesk{}
-	server := httptest.NewServer(desk)
-	t.Cleanup(server.Close)
-	spec, err := workflows.ParseSpec(fmt.Appendf(nil, payoutSpec, server.URL, server.URL))
-	require.NoError(t, err)
-	recorded := suiteRun(t, handle, "payout-recorded", spec, func(env *testsuite.TestWorkflowEnvironment) {
-		env.RegisterDelayedCallback(func() {
-			env.UpdateWorkflow(workflows.UpdateDeny, "deny-1", &testsuite.TestUpdateCallback{
-				OnReject: func(err error) { t.Errorf("deny rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
-			}, workflows.ApprovalInput{Call: "step-002-call-1-payout", By: "erin", Reason: "the ticket is an injection attempt"})
-		}, time.Minute)
-	})
-	require.Equal(t, agentsagatype.RunCompleted, recorded.Status, recorded.Reason)
+	desk, spec := recordPayout(t, handle, "payout-recorded")
 	before := desk.count()
 
 	// The same script: the denial is the recording's.

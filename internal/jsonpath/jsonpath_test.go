@@ -2,6 +2,7 @@ package jsonpath
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,4 +36,27 @@ func splitDots(path string) []string {
 		}
 	}
 	return append(out, path[start:])
+}
+
+// A redaction path parses to the steps Replace follows; one that does not
+// parse is an error, never a path that silently matches nothing.
+func TestParseAndReplace(t *testing.T) {
+	steps, err := Parse("$.customers[*].email")
+	if err != nil || strings.Join(steps, "|") != "customers|*|email" {
+		t.Fatalf("Parse: %q, %v", steps, err)
+	}
+	var doc any
+	_ = json.Unmarshal([]byte(`{"customers":[{"email":"a@x"},{"email":"b@x","id":1}]}`), &doc)
+	if n := Replace(doc, steps, "[redacted]"); n != 2 {
+		t.Fatalf("Replace replaced %d, want 2", n)
+	}
+	out, _ := json.Marshal(doc)
+	if strings.Contains(string(out), "@x") {
+		t.Fatalf("left a value: %s", out)
+	}
+	for _, bad := range []string{"customer.email", "$", "$.a[", "$.a[x]", "$..a", "$.a[?(@.b)]"} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q) parsed", bad)
+		}
+	}
 }

@@ -32,6 +32,11 @@ type Call struct {
 	Output   string `json:"output,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Approval string `json:"approval,omitempty"` // "approved by erin", "denied by erin: why"
+	// Attempts and ErrorType are the action's, and Decided the approval
+	// as the ledger holds it: what a dataset entry keeps of the call.
+	Attempts  int                     `json:"attempts,omitempty"`
+	ErrorType string                  `json:"error_type,omitempty"`
+	Decided   *agentsagatype.Approval `json:"-"`
 }
 
 // Run is a run as the ledger recorded it.
@@ -250,9 +255,10 @@ func Load(ctx context.Context, l Ledger, id string) (Run, error) {
 			key := activityid.Key(id, activityid.Tool(step, i+1, tc.Name))
 			call := Call{Step: step, Tool: tc.Name, Arguments: tc.Arguments}
 			if a, ok := byKey[key]; ok {
-				call.Sent, call.Output, call.Error = true, a.Result, a.Error
+				call.Sent, call.Output, call.Error, call.Attempts, call.ErrorType = true, a.Result, a.Error, a.Attempts, a.ErrorType
 			}
 			if a, ok := approvalOf[key]; ok && a.Status != "" {
+				call.Decided = &a
 				call.Approval = a.Status
 				if a.DecidedBy != "" {
 					call.Approval += " by " + a.DecidedBy

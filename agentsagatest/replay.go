@@ -1,0 +1,72 @@
+package agentsagatest
+
+import (
+	"testing"
+
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/internal/dataset"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+)
+
+// Recording is one recorded run of a dataset file, as agentsaga dataset
+// add writes it: its goal, spec, tool calls with their answers, outcome,
+// and the checks written beside it.
+type Recording = dataset.Entry
+
+// Outcome is a replay of a recording: the report against the recording
+// (Report.Divergences, Report.FirstDivergence, Report.Candidate) and each
+// check's result (Passed says all passed).
+type Outcome = dataset.Outcome
+
+// Recordings reads the recordings of a dataset file, in order.
+func Recordings(t testing.TB, path string) []Recording {
+	t.Helper()
+	lines, err := dataset.Read(path)
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	out := make([]Recording, len(lines))
+	for i, l := range lines {
+		out[i] = l.Entry
+	}
+	return out
+}
+
+// Replay runs recording again in a test environment of its own, on a
+// ledger of its own, as agentsaga eval does on the workers: every tool is
+// answered from the recording, nothing is sent anywhere, and approvals are
+// decided as the recording decided them. spec is the candidate (its model,
+// scripted or real, its tools' rules, budget and instructions; the goal
+// stays the recording's); nil replays the recording's own spec. It returns
+// the report and the recording's checks; a replay that cannot run fails
+// the test, a check that fails does not (the caller says what matters).
+func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec) Outcome {
+	t.Helper()
+	store := NewLedger(t)
+	engine, err := agentsaga.New(t.Context(), store, agentsaga.Config{})
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	source := dataset.SourceID(recording.Source, 1, recording)
+	if _, err := dataset.Import(t.Context(), ledgerdb.Of(store), source, recording); err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	env, id := NewEnvironment(t, engine)
+	replay, err := agentsaga.ReplaySpec(t.Context(), store, source, id, agentsaga.ReplayOptions{Spec: spec})
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	resolved, err := replay.ResolveFor(engine.Providers()...)
+	if err != nil {
+		t.Fatalf("agentsagatest: resolve the replay's spec: %v", err)
+	}
+	env.ExecuteWorkflow(agentsaga.AgentRunWorkflow, resolved)
+	if !env.IsWorkflowCompleted() {
+		t.Fatalf("agentsagatest: replay %s did not end", id)
+	}
+	outcome, err := dataset.Judge(t.Context(), ledgerdb.Of(store), recording.Source, recording, source, id)
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	return outcome
+}

@@ -1,0 +1,73 @@
+package dataset
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/agentsaga/agentsaga/internal/replayreport"
+)
+
+// Outcome is one entry's eval: its replay against its recording, and its
+// checks against the replay.
+type Outcome struct {
+	Entry  string              `json:"entry"`  // file:line
+	Source string              `json:"source"` // the ID the entry was imported under
+	Replay string              `json:"replay"`
+	Report replayreport.Report `json:"report"`
+	Checks []Result            `json:"checks"`
+	Passed bool                `json:"passed"`
+}
+
+// Judge reads the replay and its imported source from the ledger, compares
+// them and runs e's checks on the replay.
+func Judge(ctx context.Context, l replayreport.Ledger, entry string, e Entry, source, replay string) (Outcome, error) {
+	recorded, err := replayreport.Load(ctx, l, source)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
+	}
+	candidate, err := replayreport.Load(ctx, l, replay)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
+	}
+	o := Outcome{Entry: entry, Source: source, Replay: replay, Report: replayreport.Compare(recorded, candidate)}
+	o.Checks = Evaluate(e, candidate)
+	o.Passed = Passed(o.Checks)
+	return o, nil
+}
+
+// PrintOutcomes writes one line an entry, and a total line.
+func PrintOutcomes(w io.Writer, outcomes []Outcome) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "entry\tstatus\tdivergences\tchecks")
+	failed := 0
+	for _, o := range outcomes {
+		status := o.Report.Candidate.Status
+		if !o.Report.SameStatus {
+			status += " (was " + o.Report.Recorded.Status + ")"
+		}
+		div := "0"
+		if o.Report.Divergences > 0 {
+			div = fmt.Sprintf("%d, first at turn %d", o.Report.Divergences, o.Report.FirstDivergence)
+		}
+		passed := 0
+		var failures []string
+		for _, r := range o.Checks {
+			if r.Passed {
+				passed++
+			} else {
+				failures = append(failures, r.Check+": "+r.Detail)
+			}
+		}
+		checks := fmt.Sprintf("%d/%d passed", passed, len(o.Checks))
+		if len(failures) > 0 {
+			failed++
+			checks = fmt.Sprintf("FAILED %d/%d: %s", len(failures), len(o.Checks), strings.Join(failures, "; "))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Entry, status, div, checks)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d entries, %d failed\n", len(outcomes), failed)
+}

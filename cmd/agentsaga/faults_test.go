@@ -42,7 +42,8 @@ func TestFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	bin := buildAgentsaga(t, dir)
-	shared := startTemporalServer(t, dir, nsKillInToolCall, nsKillInCompensation, nsPostgresRestart, nsBadDatabaseURL, nsKillAwaitingApproval)
+	shared := startTemporalServer(t, dir, nsKillInToolCall, nsKillInCompensation, nsPostgresRestart, nsBadDatabaseURL, nsKillAwaitingApproval,
+		nsKillMidStream)
 
 	t.Run("WorkerKilledInToolCall", func(t *testing.T) {
 		t.Parallel()
@@ -63,6 +64,10 @@ func TestFaults(t *testing.T) {
 	t.Run("WorkerKilledAwaitingApproval", func(t *testing.T) {
 		t.Parallel()
 		testWorkerKilledAwaitingApproval(t, bin, shared)
+	})
+	t.Run("WorkerKilledMidStream", func(t *testing.T) {
+		t.Parallel()
+		testWorkerKilledMidStream(t, bin, shared)
 	})
 	t.Run("BadDatabaseURL", func(t *testing.T) {
 		t.Parallel()

@@ -36,7 +36,7 @@ func benchCommand() *cobra.Command {
 	ratelimit := bench.DefaultRateLimit
 	spend := bench.DefaultSpend
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
+		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|stream [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -45,9 +45,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend":
+			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "stream":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, stream; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -166,6 +166,22 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 						bench.PrintLong(w, fmt.Sprintf("\nlong: one %d KiB tool output a turn, an OpenAI-compatible model on loopback", outputKiB), long, rows)
 					},
 					chart: func(path string) error { return bench.LongChart(path, rows) }}
+			case "stream":
+				sc := bench.DefaultStream
+				if cmd.Flags().Changed("runs") {
+					sc.Runs, _ = cmd.Flags().GetInt("runs")
+				}
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("bench: stream: find this binary: %w", err)
+				}
+				sc.Executable, sc.TemporalAddress, sc.Namespace, sc.DatabaseURL, sc.Progress =
+					exe, stack.cfg.TemporalAddress, stack.cfg.Namespace, stack.cfg.DatabaseURL, progress
+				res, err := bench.Stream(ctx, stack.client, stack.store, sc)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"result": res}, print: func(w io.Writer) { bench.PrintStream(w, res) }}
 			case "ledger":
 				rows, err := bench.Ledger(ctx, stack.cfg.DatabaseURL, 8, 10*time.Second)
 				if err != nil {

@@ -48,7 +48,7 @@ chromium:
 test: bin/temporal postgres chromium
 	$(GO) test $(TEST_FLAGS) -parallel 4 ./...
 	cd deploy/k8s && $(GO) test ./...
-	$(GO) -C cmd/agentsaga test $(TEST_FLAGS) -parallel 4 ./bench/...
+	$(GO) -C cmd/agentsaga test $(TEST_FLAGS) -parallel 4 ./bench/... ./api/...
 	$(GO) -C cmd/agentsaga test $(TEST_FLAGS) .
 
 # Every fuzz target, FUZZTIME each (`make fuzz FUZZTIME=10m`). `make test`
@@ -60,11 +60,15 @@ FUZZ_TARGETS := \
 	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
 	./internal/activityid:FuzzCompensation ./compensation:FuzzResolve ./internal/ledgerdb:FuzzFingerprint \
 	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate \
-	./internal/ledgerdb:FuzzSpendCap ./budget:FuzzPriceTable
+	./internal/ledgerdb:FuzzSpendCap ./budget:FuzzPriceTable ./cmd/agentsaga/api:FuzzAPIInputs
+# A target under cmd/agentsaga is in the CLI's module: fuzzed from there.
 fuzz: bin/temporal postgres
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		case $$pkg in \
+		./cmd/agentsaga/*) $(GO) -C cmd/agentsaga test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$${pkg#./cmd/agentsaga/};; \
+		*) $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg;; \
+		esac; \
 	done
 
 vet:

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
@@ -81,6 +82,10 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 		require.GreaterOrEqual(t, before[id], 7, id)
 	}
 
+	_, err = store.Pool().Exec(ctx, `INSERT INTO api_start_requests (principal, idempotency_key, request_hash, workflow_id, created_at) VALUES
+		('k', 'old', '\x00', 'wf-old', now() - interval '25 hours'), ('k', 'new', '\x00', 'wf-new', now() - interval '1 hour')`)
+	require.NoError(t, err)
+
 	report, err := store.Prune(ctx, ledgerdb.PruneOptions{Batch: 2}) // the defaults: 30 days, 24 h
 	require.NoError(t, err)
 	require.Equal(t, ledgerdb.PruneReport{Runs: 4, Charges: 2}, report)
@@ -90,6 +95,11 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	for _, id := range kept {
 		require.Equal(t, before[id], rowsOf(ctx, t, store, id), id)
 	}
+	rows, err := store.Pool().Query(ctx, `SELECT idempotency_key FROM api_start_requests`)
+	require.NoError(t, err)
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"new"}, keys, "an Idempotency-Key a day old is pruned")
 	var charges int
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM retry_charges WHERE charge_key LIKE 'new-%'`).Scan(&charges))
 	require.Equal(t, 1, charges)

@@ -20,27 +20,8 @@ import (
 // across the fleet; bad input names what is wrong; approve sends it once.
 func TestApprovalsFromTheCLI(t *testing.T) {
 	store := cliWorld(t)
-	var wires atomic.Int32
-	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		wires.Add(1)
-		fmt.Fprint(w, `{"sent": true}`)
-	}))
-	t.Cleanup(bank.Close)
-	spec := writeFile(t, "spec.yaml", fmt.Sprintf(`
-goal: pay the supplier
-budget: {steps: 4}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: wire, arguments: {to: acme, amount: 1200}}]
-    - content: paid
-tools:
-  - name: wire
-    kind: http
-    url: %s/wire
-    irreversible: true
-    parameters: {type: object, properties: {to: {type: string}, amount: {type: number}}}
-`, bank.URL))
+	bank, wires := startBank(t)
+	spec := writeFile(t, "spec.yaml", paySupplierSpec(bank, "paid"))
 	_, err := runCLI(t, "run", "--spec", spec, "--id", "cli-approval")
 	require.NoError(t, err)
 	var out string
@@ -83,27 +64,8 @@ tools:
 // says who denied it, when and why, from the ledger.
 func TestALateApproveFromTheCLIIsToldWhoDenied(t *testing.T) {
 	store := cliWorld(t)
-	var wires atomic.Int32
-	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		wires.Add(1)
-		fmt.Fprint(w, `{"sent": true}`)
-	}))
-	t.Cleanup(bank.Close)
-	spec := writeFile(t, "spec.yaml", fmt.Sprintf(`
-goal: pay the supplier
-budget: {steps: 4}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: wire, arguments: {to: acme, amount: 1200}}]
-    - content: not paid
-tools:
-  - name: wire
-    kind: http
-    url: %s/wire
-    irreversible: true
-    parameters: {type: object, properties: {to: {type: string}, amount: {type: number}}}
-`, bank.URL))
+	bank, wires := startBank(t)
+	spec := writeFile(t, "spec.yaml", paySupplierSpec(bank, "not paid"))
 	const id, call = "cli-late-approval", "step-001-call-1-wire"
 	_, err := runCLI(t, "run", "--spec", spec, "--id", id)
 	require.NoError(t, err)
@@ -128,4 +90,38 @@ tools:
 		id, call, recorded[0].DecidedAt.UTC().Format(time.RFC3339)))
 	assert.Zero(t, wires.Load(), "the denied wire never went out")
 	assert.Equal(t, "bob@example.com", recorded[0].DecidedBy, "the late approve changed nothing")
+}
+
+// startBank is a wire-transfer API on loopback: it counts the wires it
+// sends, and is gone with the test.
+func startBank(t *testing.T) (url string, wires *atomic.Int32) {
+	t.Helper()
+	wires = new(atomic.Int32)
+	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		wires.Add(1)
+		fmt.Fprint(w, `{"sent": true}`)
+	}))
+	t.Cleanup(bank.Close)
+	return bank.URL, wires
+}
+
+// paySupplierSpec is a run whose one call, a 1,200 wire to acme through
+// bankURL, is irreversible and so waits for a human's approval; answer is
+// what the model says after it.
+func paySupplierSpec(bankURL, answer string) string {
+	return fmt.Sprintf(`
+goal: pay the supplier
+budget: {steps: 4}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: wire, arguments: {to: acme, amount: 1200}}]
+    - content: %s
+tools:
+  - name: wire
+    kind: http
+    url: %s/wire
+    irreversible: true
+    parameters: {type: object, properties: {to: {type: string}, amount: {type: number}}}
+`, answer, bankURL)
 }

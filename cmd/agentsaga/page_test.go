@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,23 +44,8 @@ func TestTheLivePageShowsTextAndApproves(t *testing.T) {
 		t.Skipf("chromium is not installed: run `make chromium` (%v)", err)
 	}
 	base, key, store := apiWorld(t)
-	var wires atomic.Int32
-	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		wires.Add(1)
-		fmt.Fprint(w, `{"sent": true}`)
-	}))
-	t.Cleanup(bank.Close)
-	status, run := call(t, "POST", base+"/v1/runs?id=page-run", key, fmt.Sprintf(`
-goal: pay the supplier
-budget: {steps: 4}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: wire, arguments: {to: acme, amount: 1200}}]
-    - content: paid
-tools:
-  - {name: wire, kind: http, url: %s/wire, irreversible: true, parameters: {type: object, properties: {to: {type: string}, amount: {type: number}}}}
-`, bank.URL))
+	bank, wires := startBank(t)
+	status, run := call(t, "POST", base+"/v1/runs?id=page-run", key, paySupplierSpec(bank, "paid"))
 	require.Equal(t, http.StatusCreated, status, "%v", run)
 	// The model's text, as the streaming turns publish it (issue 33 item
 	// 1): a first attempt that died part-way, then the second's.

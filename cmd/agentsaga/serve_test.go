@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,27 +65,8 @@ func call(t *testing.T, method, url, key, body string, headers ...string) (int, 
 // call approved by the key's name, and its ending read back.
 func TestServeStartsFollowsAndApprovesARun(t *testing.T) {
 	base, key, _ := apiWorld(t)
-	var wires atomic.Int32
-	bank := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		wires.Add(1)
-		fmt.Fprint(w, `{"sent": true}`)
-	}))
-	t.Cleanup(bank.Close)
-	spec := fmt.Sprintf(`
-goal: pay the supplier
-budget: {steps: 4}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: wire, arguments: {to: acme, amount: 1200}}]
-    - content: paid
-tools:
-  - name: wire
-    kind: http
-    url: %s/wire
-    irreversible: true
-    parameters: {type: object, properties: {to: {type: string}, amount: {type: number}}}
-`, bank.URL)
+	bank, wires := startBank(t)
+	spec := paySupplierSpec(bank, "paid")
 	status, run := call(t, "POST", base+"/v1/runs?id=api-e2e", key, spec, "Content-Type", "application/yaml", "Idempotency-Key", "pay-42")
 	require.Equal(t, http.StatusCreated, status, "%v", run)
 	assert.Equal(t, "acme", run["account"], "charged to the key's account")

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -420,26 +419,15 @@ func (s *serveProcess) stop() {
 	}
 }
 
-// apiClient starts runs and follows them over serve's HTTP API.
-type apiClient struct {
-	base, token string
-	clients     atomic.Pointer[http.Client]
-}
-
-func (a *apiClient) http() *http.Client {
-	if c := a.clients.Load(); c != nil {
-		return c
-	}
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 0}}
-	a.clients.CompareAndSwap(nil, c)
-	return a.clients.Load()
-}
+// apiClient starts runs and follows them over serve's HTTP API; the
+// default client's transport, whose connections per host are unlimited.
+type apiClient struct{ base, token string }
 
 func (a *apiClient) start(ctx context.Context, id, spec string) error {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.base+"/v1/runs?id="+id, strings.NewReader(spec))
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("Content-Type", "application/yaml")
-	resp, err := a.http().Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("bench stream: start %s: %w", id, err)
 	}
@@ -465,7 +453,7 @@ func (a *apiClient) follow(ctx context.Context, id string, connected func()) (fo
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/runs/"+id+"/events", nil)
 	req.Header.Set("Authorization", "Bearer "+a.token)
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := a.http().Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return f, fmt.Errorf("bench stream: follow %s: %w", id, err)
 	}

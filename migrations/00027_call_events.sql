@@ -7,8 +7,8 @@
 -- A model's text streams in between (text_delta events, published by the
 -- activity in batches). An attempt that ends other than ok (it failed, or
 -- a later attempt took the key over after its worker died) voids the text
--- it streamed: attempt_discarded, keyed as the activity keys it, so the
--- two publishes store it once. Compensations publish their own steps.
+-- it streamed: attempt_discarded, under the key <call key>/attempt-<n>/discarded.
+-- Compensations publish their own steps.
 --
 -- Event keys: <call key>/attempt-<n>/started, .../finished, .../discarded.
 --

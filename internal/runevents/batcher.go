@@ -19,7 +19,9 @@ const (
 	DefaultBatchChunks = 64
 )
 
-// Delta is a text_delta event's data; Discarded an attempt_discarded's.
+// Delta is a text_delta event's data; Discarded an attempt_discarded's,
+// which the settle of a failed attempt, or the claim of the attempt that
+// takes a lost one's key over, writes (migration 00027).
 type (
 	Delta struct {
 		Attempt int    `json:"attempt"`
@@ -92,17 +94,6 @@ func (b *Batcher) Flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.publishLocked()
-	return b.err
-}
-
-// Discard flushes, then says that the attempt's text is void (it failed
-// part-way): a client drops what it showed of it.
-func (b *Batcher) Discard(why string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.publishLocked()
-	data, _ := json.Marshal(Discarded{Attempt: b.attempt, Why: why})
-	b.publish(Event{Key: fmt.Sprintf("%s/attempt-%d/discarded", b.callKey, b.attempt), Kind: AttemptDiscarded, CallKey: b.callKey, Data: data})
 	return b.err
 }
 

@@ -39,15 +39,15 @@ func TestTheBatcherSendsAFewBatchesAReply(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "a held chunk goes out by itself")
 }
 
-// An attempt that fails part-way says so, after what it streamed; the next
-// attempt's text follows, so a client that drops the discarded attempt's
-// text shows the reply once.
-func TestAFailedAttemptIsDiscarded(t *testing.T) {
+// Each attempt's text is its own: keyed by its attempt, so a retry's text
+// is new text and a client that drops a discarded attempt (the ledger
+// marks it, migration 00027) shows the reply once.
+func TestEachAttemptsTextIsKeptApart(t *testing.T) {
 	ctx := context.Background()
 	log := runevents.New(newPool(t))
 	first := log.NewBatcher(ctx, "wf", "wf/model-1", 1)
 	first.Add("Hel")
-	require.NoError(t, first.Discard("the connection broke"))
+	require.NoError(t, first.Flush())
 	second := log.NewBatcher(ctx, "wf", "wf/model-1", 2)
 	second.Add("Hello")
 	second.Add(", world")
@@ -56,14 +56,13 @@ func TestAFailedAttemptIsDiscarded(t *testing.T) {
 
 	events, err := log.Read(ctx, "wf", 0, 10)
 	require.NoError(t, err)
-	var kinds []string
+	var keys []string
 	for _, e := range events {
-		kinds = append(kinds, e.Kind)
+		require.Equal(t, runevents.TextDelta, e.Kind)
+		keys = append(keys, e.Key)
 	}
-	require.Equal(t, []string{runevents.TextDelta, runevents.AttemptDiscarded, runevents.TextDelta}, kinds)
-	var discarded runevents.Discarded
-	require.NoError(t, json.Unmarshal(events[1].Data, &discarded))
-	require.Equal(t, runevents.Discarded{Attempt: 1, Why: "the connection broke"}, discarded)
+	require.Equal(t, []string{"wf/model-1/attempt-1/delta-1", "wf/model-1/attempt-2/delta-1"}, keys)
+	require.Equal(t, "Hel", textOf(t, events, 1))
 	require.Equal(t, "Hello, world", textOf(t, events, 2))
 }
 

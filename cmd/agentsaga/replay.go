@@ -122,13 +122,5 @@ func printReplay(ctx context.Context, out io.Writer, store *ledgerdb.Store, sour
 }
 
 func loadReport(ctx context.Context, store *ledgerdb.Store, source, id string) (replayreport.Report, error) {
-	recorded, err := replayreport.Load(ctx, store, source)
-	if err != nil {
-		return replayreport.Report{}, err
-	}
-	candidate, err := replayreport.Load(ctx, store, id)
-	if err != nil {
-		return replayreport.Report{}, err
-	}
-	return replayreport.Compare(recorded, candidate), nil
+	return replayreport.Build(ctx, store, source, id)
 }

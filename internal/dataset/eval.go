@@ -24,16 +24,12 @@ type Outcome struct {
 // Judge reads the replay and its imported source from the ledger, compares
 // them and runs e's checks on the replay.
 func Judge(ctx context.Context, l replayreport.Ledger, entry string, e Entry, source, replay string) (Outcome, error) {
-	recorded, err := replayreport.Load(ctx, l, source)
+	report, err := replayreport.Build(ctx, l, source, replay)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
 	}
-	candidate, err := replayreport.Load(ctx, l, replay)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
-	}
-	o := Outcome{Entry: entry, Source: source, Replay: replay, Report: replayreport.Compare(recorded, candidate)}
-	o.Checks = Evaluate(e, candidate)
+	o := Outcome{Entry: entry, Source: source, Replay: replay, Report: report}
+	o.Checks = Evaluate(e, report.Candidate)
 	o.Passed = Passed(o.Checks)
 	return o, nil
 }

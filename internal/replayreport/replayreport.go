@@ -1,23 +1,28 @@
 // Package replayreport owns the comparison of a replay with the run it
-// replays (agentsaga replay, eval): the tool calls of both, turn by turn,
-// side by side (the same call, a call with other arguments, a new call, a
-// missing one, the same call answered otherwise), the first turn where
-// they part, the final answers and statuses, and steps, tokens, USD and
-// wall clock against the recording's. Compare is pure; Load reads a run as
-// the ledger recorded it, through the few reads it needs.
+// replays (agentsaga replay, eval, the live page): the tool calls of both,
+// turn by turn, side by side (the same call, a call with other arguments,
+// a new call, a missing one, the same call answered otherwise), each
+// sub-agent's calls beside its recording's the same way, the first turn
+// where they part, the final answers and statuses, and steps, tokens, USD
+// and wall clock against the recording's. Compare is pure; Load reads a
+// run, its sub-agents with it, as the ledger recorded it, through the few
+// reads it needs; Build does both.
 package replayreport
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
@@ -37,6 +42,10 @@ type Call struct {
 	Attempts  int                     `json:"attempts,omitempty"`
 	ErrorType string                  `json:"error_type,omitempty"`
 	Decided   *agentsagatype.Approval `json:"-"`
+	// Agent is a sub-agent call's run, when it started one: its calls are
+	// the sub-agent's, and the call's output or error is what the parent's
+	// model read of it.
+	Agent *Run `json:"agent,omitempty"`
 }
 
 // Run is a run as the ledger recorded it.
@@ -68,6 +77,9 @@ type Row struct {
 	Kind      string `json:"kind"`
 	Recorded  *Call  `json:"recorded,omitempty"`
 	Candidate *Call  `json:"candidate,omitempty"`
+	// Agent compares the sub-agents a sub-agent call started on both
+	// sides; its divergences count in the report's.
+	Agent *Report `json:"agent,omitempty"`
 }
 
 // Report is a replay against its recording.
@@ -75,8 +87,9 @@ type Report struct {
 	Recorded  Run   `json:"recorded"`
 	Candidate Run   `json:"candidate"`
 	Rows      []Row `json:"rows"`
-	// Divergences counts the rows that are not Same; FirstDivergence is
-	// the turn of the first (0: none).
+	// Divergences counts the rows that are not Same, the sub-agents'
+	// included; FirstDivergence is the turn of the first (0: none), a
+	// sub-agent's counting at the turn that called it.
 	Divergences     int  `json:"divergences"`
 	FirstDivergence int  `json:"first_divergence,omitempty"`
 	SameAnswer      bool `json:"same_answer"`
@@ -111,6 +124,10 @@ func Compare(recorded, candidate Run) Report {
 			default:
 				row.Kind, row.Recorded, row.Candidate = Same, &a[i], &b[i]
 			}
+			if row.Recorded != nil && row.Candidate != nil && row.Recorded.Agent != nil && row.Candidate.Agent != nil {
+				sub := Compare(*row.Recorded.Agent, *row.Candidate.Agent)
+				row.Agent = &sub
+			}
 			r.add(row)
 		}
 	}
@@ -119,11 +136,16 @@ func Compare(recorded, candidate Run) Report {
 
 func (r *Report) add(row Row) {
 	r.Rows = append(r.Rows, row)
+	diverged := 0
 	if row.Kind != Same {
-		r.Divergences++
-		if r.FirstDivergence == 0 {
-			r.FirstDivergence = row.Step
-		}
+		diverged++
+	}
+	if row.Agent != nil {
+		diverged += row.Agent.Divergences
+	}
+	r.Divergences += diverged
+	if diverged > 0 && r.FirstDivergence == 0 {
+		r.FirstDivergence = row.Step
 	}
 }
 
@@ -137,18 +159,13 @@ func callsOf(calls []Call, step int) []Call {
 	return out
 }
 
-// Print writes the report as a table.
+// Print writes the report as a table, each sub-agent's calls under the
+// call that started it.
 func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "recorded %s  vs  candidate %s\n", r.Recorded.ID, r.Candidate.ID)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "turn\t\trecorded\tcandidate")
-	for _, row := range r.Rows {
-		mark := "="
-		if row.Kind != Same {
-			mark = "!" + row.Kind
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", row.Step, mark, describe(row.Recorded), describe(row.Candidate))
-	}
+	r.printRows(tw, "")
 	tw.Flush()
 	if r.FirstDivergence == 0 {
 		fmt.Fprintln(w, "divergences: 0")
@@ -164,6 +181,23 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(tw, "usd\t%.4f\t%.4f (%+.4f)\n", r.Recorded.USD, r.Candidate.USD, r.Candidate.USD-r.Recorded.USD)
 	fmt.Fprintf(tw, "wall clock\t%s\t%s\n", r.Recorded.Wall.Round(time.Millisecond), r.Candidate.Wall.Round(time.Millisecond))
 	tw.Flush()
+}
+
+// printRows writes r's rows, a sub-agent's indented under its call with
+// their turns prefixed by the calling turn's ("2.1": the sub-agent's turn
+// 1, started at turn 2).
+func (r Report) printRows(tw io.Writer, prefix string) {
+	for _, row := range r.Rows {
+		mark := "="
+		if row.Kind != Same {
+			mark = "!" + row.Kind
+		}
+		turn := prefix + strconv.Itoa(row.Step)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", turn, mark, describe(row.Recorded), describe(row.Candidate))
+		if row.Agent != nil {
+			row.Agent.printRows(tw, turn+".")
+		}
+	}
 }
 
 func describe(c *Call) string {
@@ -202,14 +236,47 @@ type Ledger interface {
 	RunApprovals(ctx context.Context, workflowID string) ([]agentsagatype.Approval, error)
 }
 
+// Build compares the replay candidate with the recorded run source, both
+// as the ledger holds them.
+func Build(ctx context.Context, l Ledger, source, candidate string) (Report, error) {
+	recorded, err := Load(ctx, l, source)
+	if err != nil {
+		return Report{}, err
+	}
+	replay, err := Load(ctx, l, candidate)
+	if err != nil {
+		return Report{}, err
+	}
+	return Compare(recorded, replay), nil
+}
+
+// SourceOf is the run a replay's spec replays: the source of its recorded
+// tools; ok is false for a spec that is not a replay's.
+func SourceOf(spec []byte) (source string, ok bool) {
+	var s struct {
+		Tools []agentsagatype.ToolSpec `json:"tools"`
+	}
+	if json.Unmarshal(spec, &s) != nil {
+		return "", false
+	}
+	for _, t := range s.Tools {
+		if t.Kind == agentsagatype.ToolKindRecorded && t.Recording != nil {
+			return t.Recording.Source, true
+		}
+	}
+	return "", false
+}
+
 // Load reads run id from the ledger: its row, and the tool calls its
 // model asked for, turn by turn, each with its action (output or error)
-// and its approval when it had one.
+// and its approval when it had one, and each sub-agent call with the
+// sub-agent's run, read alike.
 func Load(ctx context.Context, l Ledger, id string) (Run, error) {
 	row, err := l.GetRun(ctx, id)
 	if err != nil {
 		return Run{}, fmt.Errorf("replay report: read %s: %w", id, err)
 	}
+	agents := agentTools(row.Spec)
 	run := Run{ID: id, Goal: row.Goal, Status: row.Status, Reason: row.Reason, Answer: row.Answer, Steps: row.StepsUsed,
 		Tokens: row.TokensUsed, USD: row.USDSpent}
 	if row.FinishedAt != nil {
@@ -257,6 +324,11 @@ func Load(ctx context.Context, l Ledger, id string) (Run, error) {
 			if a, ok := byKey[key]; ok {
 				call.Sent, call.Output, call.Error, call.Attempts, call.ErrorType = true, a.Result, a.Error, a.Attempts, a.ErrorType
 			}
+			if agents[tc.Name] {
+				if err := loadAgent(ctx, l, key, &call); err != nil {
+					return Run{}, err
+				}
+			}
 			if a, ok := approvalOf[key]; ok && a.Status != "" {
 				call.Decided = &a
 				call.Approval = a.Status
@@ -271,6 +343,44 @@ func Load(ctx context.Context, l Ledger, id string) (Run, error) {
 		}
 	}
 	return run, nil
+}
+
+// loadAgent reads the sub-agent a call started, under the call's key,
+// into call: what the parent's model read of it is the call's outcome. A
+// call refused before its sub-agent started has none.
+func loadAgent(ctx context.Context, l Ledger, key string, call *Call) error {
+	if _, err := l.GetRun(ctx, key); err != nil {
+		if errors.Is(err, ledgerdb.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("replay report: read the sub-agent %s: %w", key, err)
+	}
+	agent, err := Load(ctx, l, key)
+	if err != nil {
+		return err
+	}
+	call.Sent, call.Agent = true, &agent
+	if agent.Status == agentsagatype.RunFailed {
+		call.Error = "sub-agent failed: " + agent.Reason
+	} else {
+		call.Output = fmt.Sprintf("sub-agent %s: %s", agent.Status, agent.Answer)
+	}
+	return nil
+}
+
+// agentTools are the names of a spec's sub-agent tools.
+func agentTools(spec []byte) map[string]bool {
+	var s struct {
+		Tools []agentsagatype.ToolSpec `json:"tools"`
+	}
+	_ = json.Unmarshal(spec, &s)
+	names := map[string]bool{}
+	for _, t := range s.Tools {
+		if t.Kind == agentsagatype.ToolKindAgent {
+			names[t.Name] = true
+		}
+	}
+	return names
 }
 
 // turnStep is the turn of a model turn's activity ID (step-003-model,

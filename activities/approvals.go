@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -53,13 +54,20 @@ func (a *Activities) HoldLimit(ctx context.Context, hold wire.LimitHold) (wire.L
 // a denial when the recording holds none. No human is asked.
 func (a *Activities) RecordedApproval(ctx context.Context, r wire.RecordedApproval) (agentsagatype.Approval, error) {
 	req := r.Request
-	source, err := sourceRun(r.Recording, req.WorkflowID)
-	if err != nil {
-		return agentsagatype.Approval{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
-	}
-	recorded, err := a.Ledger.RunApprovals(ctx, source)
-	if err != nil {
+	var recorded []agentsagatype.Approval
+	source, err := a.sourceRun(ctx, r.Recording, req.WorkflowID)
+	var unrecorded *temporal.ApplicationError
+	switch {
+	case errors.As(err, &unrecorded) && unrecorded.Type() == agentsagatype.ErrTypeNotRecorded:
+		// A sub-agent the recording never started has no decisions: the
+		// call is denied, saying why.
+		source = strings.TrimPrefix(unrecorded.Error(), "not recorded in ")
+	case err != nil:
 		return agentsagatype.Approval{}, err
+	default:
+		if recorded, err = a.Ledger.RunApprovals(ctx, source); err != nil {
+			return agentsagatype.Approval{}, err
+		}
 	}
 	mine, err := a.Ledger.RunApprovals(ctx, req.WorkflowID)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -57,27 +58,121 @@ func notRecorded(source, why string) error {
 		temporal.ApplicationErrorOptions{NonRetryable: true, Category: temporal.ApplicationErrorCategoryBenign})
 }
 
-// sourceRun is the recorded run that answers the calls of workflowID, a
-// replay made under the recording's Replay ID or one of its sub-agents
-// (whose IDs extend their parent's: the sub-agent of the source at the same
-// call answers).
-func sourceRun(rec agentsagatype.Recording, workflowID string) (string, error) {
-	switch {
-	case workflowID == rec.Replay:
+// sourceRun is the recorded run that answers the calls of workflowID: the
+// recording's source for the replay itself (rec.Replay). A sub-agent of
+// the replay (its ID extends the call that started it) is answered by the
+// sub-agent its parent's source started at the matching call, matched as a
+// tool call is: the same n-th call of that sub-agent (in order), or the
+// first unused one with the same arguments (any order). So a candidate that
+// asks for its sub-agent a turn later still gets the recorded sub-agent's
+// answers, and one the recording never started gets "not recorded".
+func (a *Activities) sourceRun(ctx context.Context, rec agentsagatype.Recording, workflowID string) (string, error) {
+	if workflowID == rec.Replay {
 		return rec.Source, nil
-	case strings.HasPrefix(workflowID, rec.Replay+"/"):
-		return rec.Source + strings.TrimPrefix(workflowID, rec.Replay), nil
 	}
-	return "", fmt.Errorf("recorded tool: run %s is not the replay %s nor one of its sub-agents", workflowID, rec.Replay)
+	cut := strings.LastIndex(workflowID, "/")
+	if cut < 0 || !strings.HasPrefix(workflowID, rec.Replay+"/") {
+		return "", temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("recorded tool: run %s is not the replay %s nor one of its sub-agents", workflowID, rec.Replay), agentsagatype.ErrTypeToolConfig, nil)
+	}
+	parent, callID := workflowID[:cut], workflowID[cut+1:]
+	parentSource, err := a.sourceRun(ctx, rec, parent)
+	if err != nil {
+		return "", err
+	}
+	step, n, ok := activityid.ParseTool(callID)
+	if !ok {
+		return "", notRecorded(parentSource, fmt.Sprintf("sub-agent %s was not started by a tool call", workflowID))
+	}
+	mine, err := a.placedCalls(ctx, parent)
+	if err != nil {
+		return "", err
+	}
+	i := slices.IndexFunc(mine, func(c placedCall) bool { return c.step == step && c.n == n })
+	if i < 0 {
+		return "", notRecorded(parentSource, fmt.Sprintf("the turn of %s holds no call %d", parent, n))
+	}
+	call := mine[i]
+	recorded, err := a.placedCalls(ctx, parentSource)
+	if err != nil {
+		return "", err
+	}
+	same := func(c placedCall) bool { return c.tool == call.tool }
+	if rec.Match == agentsagatype.MatchAnyOrder {
+		want := wire.CanonicalJSON(call.arguments)
+		same = func(c placedCall) bool { return c.tool == call.tool && wire.CanonicalJSON(c.arguments) == want }
+	}
+	nth := 0
+	for _, c := range mine[:i] {
+		if same(c) {
+			nth++
+		}
+	}
+	for _, c := range recorded {
+		if !same(c) {
+			continue
+		}
+		if nth == 0 {
+			return activityid.Key(parentSource, activityid.Tool(c.step, c.n, c.tool)), nil
+		}
+		nth--
+	}
+	return "", notRecorded(parentSource, fmt.Sprintf("it started no sub-agent %s to match the one at call %d of turn %d (arguments %s)",
+		call.tool, n, step, clipArgs(wire.CanonicalJSON(call.arguments))))
+}
+
+// placedCall is a tool call a model asked for, at its place: turn step,
+// n-th in the reply.
+type placedCall struct {
+	step, n         int
+	tool, arguments string
+}
+
+// placedCalls are the tool calls of run's counted replies (the last
+// completed model turn of each step), in order.
+func (a *Activities) placedCalls(ctx context.Context, run string) ([]placedCall, error) {
+	replies, err := a.replies(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	steps := slices.Sorted(maps.Keys(replies))
+	var out []placedCall
+	for _, step := range steps {
+		for i, c := range replies[step].ToolCalls {
+			out = append(out, placedCall{step: step, n: i + 1, tool: c.Name, arguments: c.Arguments})
+		}
+	}
+	return out, nil
+}
+
+// replies are run's model replies that counted, by step: the last
+// completed turn of each (a turn may have gone to a fallback model).
+func (a *Activities) replies(ctx context.Context, run string) (map[int]agentsagatype.ModelTurn, error) {
+	turns, err := a.Ledger.ListModelTurns(ctx, run)
+	if err != nil {
+		return nil, temporal.NewApplicationError(fmt.Sprintf("recorded tool: %v", err), agentsagatype.ErrTypeLedgerUnavailable)
+	}
+	out := map[int]agentsagatype.ModelTurn{}
+	for _, t := range turns {
+		var step int
+		if _, err := fmt.Sscanf(t.ActivityID, "step-%d-model", &step); err != nil || t.Status != agentsagatype.ActionCompleted {
+			continue
+		}
+		var reply agentsagatype.ModelTurn
+		if json.Unmarshal([]byte(t.Result), &reply) == nil {
+			out[step] = reply
+		}
+	}
+	return out, nil
 }
 
 // answerFromRecording finds the recorded call that answers this one, the
 // call activityID of run workflowID, by the tool's matching mode.
 func (a *Activities) answerFromRecording(ctx context.Context, tool agentsagatype.ToolSpec, workflowID, activityID, arguments string) (recordedAnswer, error) {
 	rec := tool.Recording
-	source, err := sourceRun(*rec, workflowID)
+	source, err := a.sourceRun(ctx, *rec, workflowID)
 	if err != nil {
-		return recordedAnswer{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
+		return recordedAnswer{}, err
 	}
 	step, n, ok := activityid.ParseTool(activityID)
 	if !ok {
@@ -185,20 +280,12 @@ func (a *Activities) earlierInTurn(ctx context.Context, run string, step, n int,
 	if n <= 1 {
 		return nil, nil
 	}
-	turns, err := a.Ledger.ListModelTurns(ctx, run)
+	replies, err := a.replies(ctx, run)
 	if err != nil {
-		return nil, temporal.NewApplicationError(fmt.Sprintf("recorded tool: %v", err), agentsagatype.ErrTypeLedgerUnavailable)
-	}
-	prefix := fmt.Sprintf("step-%03d-model", step)
-	var reply agentsagatype.ModelTurn
-	for _, t := range turns {
-		if strings.HasPrefix(t.ActivityID, prefix) && t.Status == agentsagatype.ActionCompleted {
-			reply = agentsagatype.ModelTurn{}
-			_ = json.Unmarshal([]byte(t.Result), &reply)
-		}
+		return nil, err
 	}
 	var args []string
-	for i, c := range reply.ToolCalls {
+	for i, c := range replies[step].ToolCalls {
 		if i < n-1 && c.Name == tool {
 			args = append(args, c.Arguments)
 		}

@@ -37,10 +37,12 @@ func Recordings(t testing.TB, path string) []Recording {
 // answered from the recording, nothing is sent anywhere, and approvals are
 // decided as the recording decided them. spec is the candidate (its model,
 // scripted or real, its tools' rules, budget and instructions; the goal
-// stays the recording's); nil replays the recording's own spec. It returns
-// the report and the recording's checks; a replay that cannot run fails
-// the test, a check that fails does not (the caller says what matters).
-func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec) Outcome {
+// stays the recording's); nil replays the recording's own spec. The tools
+// live names (read_only ones) are called for real, as replay --live does.
+// It returns the report and the recording's checks; a replay that cannot
+// run fails the test, a check that fails does not (the caller says what
+// matters).
+func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec, live ...string) Outcome {
 	t.Helper()
 	store := NewLedger(t)
 	engine, err := agentsaga.New(t.Context(), store, agentsaga.Config{})
@@ -52,7 +54,7 @@ func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec) Outcome 
 		t.Fatalf("agentsagatest: %v", err)
 	}
 	env, id := NewEnvironment(t, engine)
-	replay, err := agentsaga.ReplaySpec(t.Context(), store, source, id, agentsaga.ReplayOptions{Spec: spec})
+	replay, err := agentsaga.ReplaySpec(t.Context(), store, source, id, agentsaga.ReplayOptions{Spec: spec, Live: live})
 	if err != nil {
 		t.Fatalf("agentsagatest: %v", err)
 	}

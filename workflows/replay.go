@@ -9,9 +9,10 @@ import (
 )
 
 // Recorded is the spec of a replay of the recorded run source under the
-// workflow ID replay: every tool that live does not name becomes a tool of
-// kind recorded, answered from source's ledger and matched as match says
-// (agentsagatype.MatchInOrder or MatchAnyOrder). What a recorded tool keeps
+// workflow ID replay: every tool that live does not name (live may name
+// only read_only tools) becomes a tool of kind recorded, answered from
+// source's ledger and matched as match says (agentsagatype.MatchInOrder or
+// MatchAnyOrder). What a recorded tool keeps
 // is what the model and the gates read: its name, description, parameters,
 // refusal rules, approval rule, limits and hints. Its URL, method, headers,
 // MCP server and command are dropped, and its compensation with them: the
@@ -19,8 +20,9 @@ import (
 // replay that fails has nothing to undo. A sub-agent stays a sub-agent; its
 // tools are the parent's, rewritten alike.
 //
-// An MCP server entry is refused unless it is live: its tools are listed
-// from the server when the run starts, which would reach the server.
+// An MCP server entry is refused unless it is live (and so read_only): its
+// tools are listed from the server when the run starts, which would reach
+// the server.
 func (s RunSpec) Recorded(source, replay, match string, live ...string) (RunSpec, error) {
 	if source == "" || replay == "" {
 		return RunSpec{}, fmt.Errorf("replay: the source run and the replay's ID are required")
@@ -32,12 +34,18 @@ func (s RunSpec) Recorded(source, replay, match string, live ...string) (RunSpec
 		return RunSpec{}, fmt.Errorf("replay: match %q is not %q or %q", match, agentsagatype.MatchInOrder, agentsagatype.MatchAnyOrder)
 	}
 	for _, name := range live {
-		if _, ok := s.tool(name); !ok {
+		tool, ok := s.tool(name)
+		if !ok {
 			var names []string
 			for _, t := range s.Tools {
 				names = append(names, t.Name)
 			}
 			return RunSpec{}, fmt.Errorf("replay: --live %s: the spec has no tool of that name (tools: %s)", name, strings.Join(names, ", "))
+		}
+		if !tool.ReadOnly {
+			// Nothing a replay does may change the world: only a tool its
+			// spec says only reads is called for real.
+			return RunSpec{}, fmt.Errorf("replay: --live %s: the tool is not marked read_only in the spec, and a replay calls for real only tools that change nothing", name)
 		}
 	}
 	out := s

@@ -67,23 +67,26 @@ ledger does not have, or a path that does not parse, writes nothing.`,
 var errChecksFailed = errors.New("eval: some checks failed")
 
 func evalCommand() *cobra.Command {
-	var model, specPath, instructionsPath string
+	var model, specPath, instructionsPath, match string
+	var live []string
 	var concurrency int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "eval FILE [--model provider:name] [--spec FILE] [--instructions FILE] [--concurrency N] [--json]",
+		Use:   "eval FILE [--model provider:name] [--spec FILE] [--instructions FILE] [--match in-order|any-order] [--live TOOL]... [--concurrency N] [--json]",
 		Short: "Replay every run of a dataset with a candidate model or prompt, and check each",
 		Long: `eval brings each entry of the dataset FILE into the ledger as a recorded run (under
 eval-NAME-LLINE-DIGEST; again is a no-op), replays it on the workers as agentsaga replay does,
 every tool answered from the recording and nothing sent to the world, with the changes
---model, --spec or --instructions make, and runs the entry's checks on the replay. It
-prints a line an entry and exits non-zero when any check fails.`,
+--model, --spec or --instructions make, and runs the entry's checks on the replay. A tool
+--live names (one the spec marks read_only) is called for real. It prints a line an entry
+and exits non-zero when any check fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := replayOptions(model, specPath, instructionsPath)
 			if err != nil {
 				return fmt.Errorf("eval: %w", err)
 			}
+			opts.Match, opts.Live = match, live
 			lines, err := dataset.Read(args[0])
 			if err != nil {
 				return err
@@ -106,6 +109,8 @@ prints a line an entry and exits non-zero when any check fails.`,
 	cmd.Flags().StringVar(&model, "model", "", "the candidate model, provider:name (openai:gpt-4o-mini)")
 	cmd.Flags().StringVar(&specPath, "spec", "", "the candidate spec: its model, tools, budget and instructions; each goal stays the entry's")
 	cmd.Flags().StringVar(&instructionsPath, "instructions", "", "a file whose text replaces the system prompt")
+	cmd.Flags().StringVar(&match, "match", "in-order", "how calls find their recording: in-order or any-order")
+	cmd.Flags().StringArrayVar(&live, "live", nil, "a tool to call for real (read_only tools only); repeat for more")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 4, "how many entries replay at once")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcomes as JSON")
 	return cmd

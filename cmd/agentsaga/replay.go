@@ -44,7 +44,7 @@ Then it prints the recorded run and the replay side by side.`,
 			out := cmd.OutOrStdout()
 			id, err := replay(cmd.Context(), store, args[0], opts, func(ctx context.Context, id string, spec workflows.RunSpec) error {
 				if !asJSON {
-					fmt.Fprintf(out, "replaying %s as %s (%s; live: %v)\n", args[0], id, spec.Tools[0].Recording.Match, live)
+					fmt.Fprintf(out, "replaying %s as %s (%s; live: %v)\n", args[0], id, match, live)
 				}
 				return startAndAwait(ctx, c, store, cfg.Namespace, id, spec)
 			})
@@ -58,7 +58,7 @@ Then it prints the recorded run and the replay side by side.`,
 	cmd.Flags().StringVar(&specPath, "spec", "", "the candidate spec: its model, tools, budget and instructions; the goal stays the recording's")
 	cmd.Flags().StringVar(&instructionsPath, "instructions", "", "a file whose text replaces the system prompt")
 	cmd.Flags().StringVar(&match, "match", "in-order", "how calls find their recording: in-order or any-order")
-	cmd.Flags().StringArrayVar(&live, "live", nil, "a tool to call for real (read-only tools only); repeat for more")
+	cmd.Flags().StringArrayVar(&live, "live", nil, "a tool to call for real (read_only tools only); repeat for more")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
@@ -115,7 +116,7 @@ func Evaluate(e Entry, candidate replayreport.Run) []Result {
 			if cc == nil {
 				cc = c.MustNotCall
 			}
-			hits, err := matching(e, cc, candidate.Calls)
+			hits, err := matching(e, cc, everyCall("", candidate.Calls))
 			switch {
 			case err != nil:
 				fail("%v", err)
@@ -123,7 +124,7 @@ func Evaluate(e Entry, candidate replayreport.Run) []Result {
 				fail("no such call")
 			case c.MustNotCall != nil && len(hits) > 0:
 				h := hits[0]
-				fail("turn %d called %s %s%s", h.Step, h.Tool, clip(h.Arguments, 80), approvalNote(h))
+				fail("turn %s called %s %s%s", h.turn, h.Tool, clip(h.Arguments, 80), approvalNote(h.Call))
 			}
 		case c.AnswerContains != "":
 			if !strings.Contains(candidate.Answer, c.AnswerContains) {
@@ -151,8 +152,30 @@ func Evaluate(e Entry, candidate replayreport.Run) []Result {
 	return out
 }
 
-// matching are the calls cc counts.
-func matching(e Entry, cc *CallCheck, calls []replayreport.Call) ([]replayreport.Call, error) {
+// turnCall is a call of a run or of one of its sub-agents, with its turn
+// ("2", or "2.1": the sub-agent's turn 1, started at turn 2).
+type turnCall struct {
+	replayreport.Call
+	turn string
+}
+
+// everyCall is calls and, after each sub-agent call, the sub-agent's: a
+// payout a sub-agent makes is a payout the run made.
+func everyCall(prefix string, calls []replayreport.Call) []turnCall {
+	var out []turnCall
+	for _, c := range calls {
+		turn := prefix + strconv.Itoa(c.Step)
+		out = append(out, turnCall{Call: c, turn: turn})
+		if c.Agent != nil {
+			out = append(out, everyCall(turn+".", c.Agent.Calls)...)
+		}
+	}
+	return out
+}
+
+// matching are the calls cc counts. A sub-agent's tools are its parent's,
+// so the parent's spec holds their parameters.
+func matching(e Entry, cc *CallCheck, calls []turnCall) ([]turnCall, error) {
 	var rule *argrule.Rule
 	if cc.When != "" {
 		var spec struct {
@@ -170,7 +193,7 @@ func matching(e Entry, cc *CallCheck, calls []replayreport.Call) ([]replayreport
 			return nil, fmt.Errorf("when: %w", err)
 		}
 	}
-	var hits []replayreport.Call
+	var hits []turnCall
 	for _, c := range calls {
 		if c.Tool != cc.Tool {
 			continue

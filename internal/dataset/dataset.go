@@ -57,6 +57,9 @@ type Call struct {
 	ErrorType string    `json:"error_type,omitempty"`
 	Attempts  int       `json:"attempts,omitempty"`
 	Approval  *Decision `json:"approval,omitempty"`
+	// Agent is the recording of the sub-agent a sub-agent call started:
+	// its own goal, spec, calls and outcome (its checks are the parent's).
+	Agent *Entry `json:"agent,omitempty"`
 }
 
 // Decision is a recorded approval decision.
@@ -130,7 +133,31 @@ func Parse(line []byte) (Entry, error) {
 			return Entry{}, fmt.Errorf("check %d: %w", i+1, err)
 		}
 	}
+	if err := e.validateAgents(); err != nil {
+		return Entry{}, err
+	}
 	return e, nil
+}
+
+// validateAgents checks the sub-agents' recordings nested in e's calls:
+// each has its source and spec, and no checks (a check is the whole
+// run's, sub-agents included, so it goes on the entry).
+func (e Entry) validateAgents() error {
+	for _, c := range e.Calls {
+		a := c.Agent
+		switch {
+		case a == nil:
+			continue
+		case a.Source == "" || len(a.Spec) == 0:
+			return fmt.Errorf("the sub-agent of call %s at turn %d has no source run or no spec", c.Tool, c.Step)
+		case len(a.Checks) > 0:
+			return fmt.Errorf("the sub-agent of call %s at turn %d has checks; put them on the entry, where they count the sub-agents' calls too", c.Tool, c.Step)
+		}
+		if err := a.validateAgents(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Append writes entries at the end of the dataset file at path, creating

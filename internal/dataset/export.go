@@ -26,7 +26,7 @@ func Export(ctx context.Context, l replayreport.Ledger, source string) (Entry, e
 	}
 	switch {
 	case row.ParentWorkflowID != "":
-		return Entry{}, fmt.Errorf("dataset: %s is a sub-agent of %s; add its parent", source, row.ParentWorkflowID)
+		return Entry{}, fmt.Errorf("dataset: %s is a sub-agent of %s; add its parent, whose entry holds it", source, row.ParentWorkflowID)
 	case row.FinishedAt == nil:
 		return Entry{}, fmt.Errorf("dataset: run %s has not ended (status %s)", source, row.Status)
 	}
@@ -34,14 +34,35 @@ func Export(ctx context.Context, l replayreport.Ledger, source string) (Entry, e
 	if err != nil {
 		return Entry{}, fmt.Errorf("dataset: %w", err)
 	}
-	e := Entry{Version: Version, Source: source, Goal: row.Goal, Spec: row.Spec, Answer: row.Answer, Status: row.Status,
-		Reason: row.Reason, Steps: row.StepsUsed, Tokens: row.TokensUsed, USD: row.USDSpent, WallMS: run.Wall.Milliseconds(),
-		Checks: []Check{}}
+	e, err := entryOf(ctx, l, row, run)
+	if err != nil {
+		return Entry{}, err
+	}
+	e.Checks = []Check{}
+	return e, nil
+}
+
+// entryOf is the entry of the run row, read as run, with the sub-agents
+// its calls started nested under them.
+func entryOf(ctx context.Context, l replayreport.Ledger, row agentsagatype.Run, run replayreport.Run) (Entry, error) {
+	e := Entry{Version: Version, Source: row.WorkflowID, Goal: row.Goal, Spec: row.Spec, Answer: row.Answer, Status: row.Status,
+		Reason: row.Reason, Steps: row.StepsUsed, Tokens: row.TokensUsed, USD: row.USDSpent, WallMS: run.Wall.Milliseconds()}
 	for _, c := range run.Calls {
 		call := Call{Step: c.Step, Tool: c.Tool, Arguments: rawJSON(c.Arguments), Sent: c.Sent, Output: c.Output, Error: c.Error,
 			ErrorType: c.ErrorType, Attempts: c.Attempts}
 		if a := c.Decided; a != nil && a.Status != agentsagatype.ApprovalAwaiting {
 			call.Approval = &Decision{Status: a.Status, By: a.DecidedBy, Reason: a.Reason, Why: a.Why}
+		}
+		if c.Agent != nil {
+			child, err := l.GetRun(ctx, c.Agent.ID)
+			if err != nil {
+				return Entry{}, fmt.Errorf("dataset: read the sub-agent %s: %w", c.Agent.ID, err)
+			}
+			agent, err := entryOf(ctx, l, child, *c.Agent)
+			if err != nil {
+				return Entry{}, err
+			}
+			call.Agent = &agent
 		}
 		e.Calls = append(e.Calls, call)
 	}

@@ -36,7 +36,20 @@ var unsafeID = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // recorded tools of a replay of id then answer from it as they answer from
 // any recorded run. It reports whether it wrote (false: id was there).
 func Import(ctx context.Context, store *ledgerdb.Store, id string, e Entry) (bool, error) {
-	now := time.Now()
+	in, err := imported(id, e, time.Now())
+	if err != nil {
+		return false, fmt.Errorf("dataset: import %s: %w", id, err)
+	}
+	wrote, err := store.ImportRun(ctx, in)
+	if err != nil {
+		return false, fmt.Errorf("dataset: import %s: %w", id, err)
+	}
+	return wrote, nil
+}
+
+// imported is e as the ledger takes it under id, each sub-agent under the
+// key of the call that started it, as the engine names a sub-agent.
+func imported(id string, e Entry, now time.Time) (ledgerdb.Imported, error) {
 	started := now.Add(-e.Wall())
 	in := ledgerdb.Imported{Run: agentsagatype.Run{WorkflowID: id, RunID: "imported", Goal: e.Goal, Spec: e.Spec, Status: e.Status,
 		Answer: e.Answer, Reason: e.Reason, StepsUsed: e.Steps, TokensUsed: e.Tokens, USDSpent: e.USD, Calls: len(e.Calls),
@@ -55,7 +68,15 @@ func Import(ctx context.Context, store *ledgerdb.Store, id string, e Entry) (boo
 		turn.ToolCalls = append(turn.ToolCalls, agentsagatype.ToolCall{ID: fmt.Sprintf("call_%d_%d", c.Step, n), Name: c.Tool, Arguments: arguments})
 		callID := activityid.Tool(c.Step, n, c.Tool)
 		key := activityid.Key(id, callID)
-		if c.Sent {
+		if c.Agent != nil {
+			// A sub-agent is a run, not an action: what its parent read of
+			// it is the sub-agent's own answer.
+			sub, err := imported(key, *c.Agent, now)
+			if err != nil {
+				return ledgerdb.Imported{}, err
+			}
+			in.SubAgents = append(in.SubAgents, sub)
+		} else if c.Sent {
 			a := agentsagatype.Action{Key: key, ActivityID: callID, Tool: c.Tool, Arguments: arguments, Status: agentsagatype.ActionCompleted,
 				Result: c.Output, Attempts: c.Attempts}
 			if c.Error != "" {
@@ -72,15 +93,11 @@ func Import(ctx context.Context, store *ledgerdb.Store, id string, e Entry) (boo
 	for _, step := range steps {
 		result, err := json.Marshal(turns[step])
 		if err != nil {
-			return false, fmt.Errorf("dataset: import %s: %w", id, err)
+			return ledgerdb.Imported{}, err
 		}
 		callID := activityid.Model(step)
 		in.Turns = append(in.Turns, agentsagatype.Action{Key: activityid.Key(id, callID), ActivityID: callID, Tool: "model",
 			Arguments: "{}", Status: agentsagatype.ActionCompleted, Result: string(result), Attempts: 1})
 	}
-	wrote, err := store.ImportRun(ctx, in)
-	if err != nil {
-		return false, fmt.Errorf("dataset: import %s: %w", id, err)
-	}
-	return wrote, nil
+	return in, nil
 }

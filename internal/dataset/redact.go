@@ -26,9 +26,11 @@ func ParsePaths(paths []string) ([][]string, error) {
 
 // Redact replaces what paths reach in e's goal, answer, call arguments and
 // outputs, where each is JSON, and in the tool-call arguments of a
-// scripted model's turns in its spec, which are the same arguments, and
-// in those turns' texts, the answers. The goal is also the spec's. A text that is not JSON is left as it is: a
-// path names a field, and free text has none.
+// scripted model's turns in its spec (its sub-agents' too), which are the
+// same arguments, and in those turns' texts, the answers; and in the
+// sub-agents' recordings alike. The goal is also the spec's. A text that
+// is not JSON is left as it is: a path names a field, and free text has
+// none.
 func Redact(e *Entry, raw []string) error {
 	paths, err := ParsePaths(raw)
 	if err != nil {
@@ -37,12 +39,26 @@ func Redact(e *Entry, raw []string) error {
 	if len(paths) == 0 {
 		return nil
 	}
+	if err := redactEntry(e, paths); err != nil {
+		return err
+	}
+	e.Redacted = append(e.Redacted, raw...)
+	return nil
+}
+
+// redactEntry redacts e and the sub-agents its calls started.
+func redactEntry(e *Entry, paths [][]string) error {
 	e.Goal = redactText(e.Goal, paths)
 	e.Answer = redactText(e.Answer, paths)
 	for i := range e.Calls {
 		c := &e.Calls[i]
 		c.Arguments = json.RawMessage(redactText(string(c.Arguments), paths))
 		c.Output = redactText(c.Output, paths)
+		if c.Agent != nil {
+			if err := redactEntry(c.Agent, paths); err != nil {
+				return err
+			}
+		}
 	}
 	var spec map[string]any
 	if err := json.Unmarshal(e.Spec, &spec); err != nil {
@@ -51,28 +67,39 @@ func Redact(e *Entry, raw []string) error {
 	if _, ok := spec["goal"]; ok {
 		spec["goal"] = e.Goal
 	}
-	if model, ok := spec["model"].(map[string]any); ok {
-		turns, _ := model["script"].([]any)
-		for _, t := range turns {
-			turn, _ := t.(map[string]any)
-			if content, ok := turn["content"].(string); ok {
-				turn["content"] = redactText(content, paths)
-			}
-			calls, _ := turn["tool_calls"].([]any)
-			for _, c := range calls {
-				if call, ok := c.(map[string]any); ok {
-					for _, p := range paths {
-						jsonpath.Replace(call["arguments"], p, Redacted)
-					}
+	redactScript(spec["model"], paths)
+	agents, _ := spec["agents"].(map[string]any)
+	for _, a := range agents {
+		if agent, ok := a.(map[string]any); ok {
+			redactScript(agent["model"], paths)
+		}
+	}
+	var err error
+	if e.Spec, err = json.Marshal(spec); err != nil {
+		return fmt.Errorf("dataset: redact the spec of %s: %w", e.Source, err)
+	}
+	return nil
+}
+
+// redactScript redacts a scripted model's turns: their texts and their
+// tool calls' arguments.
+func redactScript(m any, paths [][]string) {
+	model, _ := m.(map[string]any)
+	turns, _ := model["script"].([]any)
+	for _, t := range turns {
+		turn, _ := t.(map[string]any)
+		if content, ok := turn["content"].(string); ok {
+			turn["content"] = redactText(content, paths)
+		}
+		calls, _ := turn["tool_calls"].([]any)
+		for _, c := range calls {
+			if call, ok := c.(map[string]any); ok {
+				for _, p := range paths {
+					jsonpath.Replace(call["arguments"], p, Redacted)
 				}
 			}
 		}
 	}
-	if e.Spec, err = json.Marshal(spec); err != nil {
-		return fmt.Errorf("dataset: redact the spec of %s: %w", e.Source, err)
-	}
-	e.Redacted = append(e.Redacted, raw...)
-	return nil
 }
 
 // redactText is text with paths redacted when it is a JSON object or

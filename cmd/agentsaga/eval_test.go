@@ -112,6 +112,16 @@ func TestEvalPayoutInjection(t *testing.T) {
 	assert.Equal(t, 1, imported, "one import of the entry, however many evals")
 
 	assert.Equal(t, before, desk.count(), "no loopback tool server heard anything during the evals")
+
+	// --live: the read_only ticket read goes to the desk for real, the
+	// payouts do not, and a payout cannot be named live.
+	out, err = runCLI(t, "eval", file, "--live", "read_ticket")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "5/5 passed")
+	assert.Equal(t, before+1, desk.count(), "only the live ticket read reached the desk")
+	out, err = runCLI(t, "eval", file, "--live", "payout")
+	assert.ErrorContains(t, err, "--live payout: the tool is not marked read_only", out)
+	assert.Equal(t, before+1, desk.count())
 }
 
 // stable is eval's JSON without what differs between two evals of the

@@ -169,6 +169,9 @@ func TestTheLivePageShowsAReplaysReport(t *testing.T) {
 	images, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.images.length`))
 	require.NoError(t, err)
 	assert.Zero(t, images)
+	login, err := chromedp.Run(browser, chromedp.Evaluate[string](`getComputedStyle(document.getElementById('login')).display`))
+	require.NoError(t, err)
+	assert.Equal(t, "none", login, "the key form goes once a key is given")
 
 	// A replay still running shows its report so far, and the page reads
 	// it again when the run ends. (The tab keeps its key.)

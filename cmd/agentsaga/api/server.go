@@ -98,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /v1/runs", apikeys.RunsRead, s.listRuns)
 	s.handle("GET /v1/runs/{id}", apikeys.RunsRead, s.getRun)
 	s.handle("GET /v1/runs/{id}/events", apikeys.RunsRead, s.events)
+	s.handle("GET /v1/runs/{id}/report", apikeys.RunsRead, s.getReport)
 	for _, d := range runDecisions {
 		s.handle("POST /v1/runs/{id}/"+d.name, apikeys.RunsWrite, s.decide(d))
 	}

@@ -1,0 +1,136 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
+)
+
+// ledgerCall is one tool call of an imported run: asked for at its
+// turn, answered output (or refused before it was sent, when !sent).
+type ledgerCall struct {
+	step      int
+	tool, arg string
+	output    string
+	sent      bool
+}
+
+// importRun writes an ended run into the ledger as a recording leaves it:
+// its row, a model turn per turn asking for its calls, an action per sent
+// call. A spec whose tools are recorded from source makes it a replay.
+func (w *world) importRun(id, account, source, answer string, calls ...ledgerCall) {
+	w.t.Helper()
+	tool := map[string]any{"name": "lookup", "kind": "http", "url": "http://127.0.0.1:1/lookup"}
+	if source != "" {
+		replay := id
+		if i := strings.Index(id, "/"); i >= 0 {
+			replay = id[:i]
+		}
+		tool = map[string]any{"name": "lookup", "kind": "recorded",
+			"recording": map[string]any{"source": source, "replay": replay, "match": "in-order"}}
+	}
+	spec, err := json.Marshal(map[string]any{"goal": "g", "budget": map[string]any{"account": account}, "tools": []any{tool}})
+	require.NoError(w.t, err)
+	now := time.Now()
+	in := ledgerdb.Imported{Run: agentsagatype.Run{WorkflowID: id, RunID: "imported", Goal: "g", Spec: spec,
+		Status: agentsagatype.RunCompleted, Answer: answer, StepsUsed: len(calls) + 1, TokensUsed: 100, USDSpent: 0.01,
+		StartedAt: now.Add(-time.Second), FinishedAt: &now}}
+	for _, c := range calls {
+		call := activityid.Tool(c.step, 1, c.tool)
+		turn, err := json.Marshal(agentsagatype.ModelTurn{ToolCalls: []agentsagatype.ToolCall{{ID: call, Name: c.tool, Arguments: c.arg}}})
+		require.NoError(w.t, err)
+		model := activityid.Model(c.step)
+		in.Turns = append(in.Turns, agentsagatype.Action{Key: activityid.Key(id, model), ActivityID: model, Tool: "model",
+			Arguments: "{}", Status: agentsagatype.ActionCompleted, Result: string(turn), Attempts: 1})
+		if c.sent {
+			in.Actions = append(in.Actions, agentsagatype.Action{Key: activityid.Key(id, call), ActivityID: call, Tool: c.tool,
+				Arguments: c.arg, Status: agentsagatype.ActionCompleted, Result: c.output, Attempts: 1})
+		}
+	}
+	wrote, err := w.db.ImportRun(w.t.Context(), in)
+	require.NoError(w.t, err)
+	require.True(w.t, wrote, "run %s was in the ledger already", id)
+}
+
+// GET /v1/runs/{id}/report: a replay gets its report against its source
+// (its turn 2 asked with other arguments: one divergence, at turn 2); a
+// run that is no replay is a 404 of its own type; a replay of another
+// account, or of a source the key may not see, is the 404 a missing run
+// gets; a key without runs:read is a 403.
+func TestReplayReportRoute(t *testing.T) {
+	w := newWorld(t)
+	reader := w.key("reader", "acme", apikeys.RunsRead)
+	w.importRun("src", "acme", "", "paid 40",
+		ledgerCall{step: 1, tool: "lookup", arg: `{"order":"Z"}`, output: `{"total":40}`, sent: true},
+		ledgerCall{step: 2, tool: "lookup", arg: `{"order":"Y"}`, output: `{"total":5}`, sent: true})
+	w.importRun("replay-src-1", "acme", "src", "paid 5000",
+		ledgerCall{step: 1, tool: "lookup", arg: `{"order": "Z"}`, output: `{"total":40}`, sent: true},
+		ledgerCall{step: 2, tool: "lookup", arg: `{"order":"Q"}`})
+
+	a := w.do("GET", "/v1/runs/replay-src-1/report", reader, "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Equal(t, "application/json", a.header.Get("Content-Type"))
+	var report replayreport.Report
+	require.NoError(t, json.Unmarshal(a.body, &report))
+	assert.Equal(t, "src", report.Recorded.ID)
+	assert.Equal(t, "replay-src-1", report.Candidate.ID)
+	assert.Equal(t, agentsagatype.RunCompleted, report.Candidate.Status)
+	assert.Equal(t, 1, report.Divergences)
+	assert.Equal(t, 2, report.FirstDivergence)
+	assert.False(t, report.SameAnswer)
+	require.Len(t, report.Rows, 2)
+	assert.Equal(t, replayreport.Same, report.Rows[0].Kind, "arguments are compared as canonical JSON")
+	assert.Equal(t, replayreport.Arguments, report.Rows[1].Kind)
+	assert.Equal(t, `{"order":"Q"}`, report.Rows[1].Candidate.Arguments)
+	assert.False(t, report.Rows[1].Candidate.Sent)
+	assert.Equal(t, "paid 5000", report.Candidate.Answer)
+
+	// A sub-agent of the replay is set beside the source's sub-agent at
+	// the same call, as its recorded tools answered it.
+	w.importRun("src/step-002-tool-1-ask", "acme", "", "5")
+	w.importRun("replay-src-1/step-002-tool-1-ask", "acme", "src", "5")
+	a = w.do("GET", "/v1/runs/replay-src-1%2Fstep-002-tool-1-ask/report", reader, "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	assert.Equal(t, "src/step-002-tool-1-ask", a.json(t)["recorded"].(map[string]any)["id"])
+	assert.Equal(t, []any{}, a.json(t)["rows"], "a replay with no calls has an empty list of rows")
+
+	a = w.do("GET", "/v1/runs/src/report", reader, "")
+	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+	assert.Equal(t, "application/problem+json", a.header.Get("Content-Type"))
+	p := a.json(t)
+	assert.Equal(t, problemBase+"not-a-replay", p["type"])
+	assert.Equal(t, "run src is not a replay: it has no recorded tools", p["detail"])
+	assert.Equal(t, "src", p["run"])
+
+	// Another account's replay, and a replay of another account's run,
+	// answer as a missing run does.
+	w.importRun("globex-src", "globex", "", "x")
+	w.importRun("replay-globex-src-1", "globex", "globex-src", "x")
+	w.importRun("replay-globex-src-2", "acme", "globex-src", "x")
+	missing := w.do("GET", "/v1/runs/no-such-run/report", reader, "")
+	require.Equal(t, http.StatusNotFound, missing.status)
+	for hidden, named := range map[string]string{"replay-globex-src-1": "replay-globex-src-1", "replay-globex-src-2": "globex-src"} {
+		a = w.do("GET", "/v1/runs/"+hidden+"/report", reader, "")
+		require.Equal(t, http.StatusNotFound, a.status, "%s: %s", hidden, a.body)
+		assert.Equal(t, strings.Replace(string(missing.body), "no-such-run", named, 1), string(a.body), hidden)
+	}
+	a = w.do("GET", "/v1/runs/replay-globex-src-1/report", w.key("globex-reader", "globex", apikeys.RunsRead), "")
+	assert.Equal(t, http.StatusOK, a.status, "%s", a.body)
+
+	a = w.do("GET", "/v1/runs/replay-src-1/report", w.key("decider", "acme", apikeys.ApprovalsDecide), "")
+	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
+	assert.Contains(t, a.json(t)["detail"], "runs:read")
+	a = w.do("GET", "/v1/runs/replay-src-1/report?x=1", reader, "")
+	assert.Equal(t, http.StatusBadRequest, a.status, "%s", a.body)
+}

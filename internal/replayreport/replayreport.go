@@ -6,7 +6,7 @@
 // where they part, the final answers and statuses, and steps, tokens, USD
 // and wall clock against the recording's. Compare is pure; Load reads a
 // run, its sub-agents with it, as the ledger recorded it, through the few
-// reads it needs; Build does both.
+// reads it needs; Build does both, and RecordingOf finds a replay's source.
 package replayreport
 
 import (
@@ -250,21 +250,23 @@ func Build(ctx context.Context, l Ledger, source, candidate string) (Report, err
 	return Compare(recorded, replay), nil
 }
 
-// SourceOf is the run a replay's spec replays: the source of its recorded
-// tools; ok is false for a spec that is not a replay's.
-func SourceOf(spec []byte) (source string, ok bool) {
+// RecordingOf is where a replay's spec has its answers from: the recorded
+// run it replays (Source) and the replay's own ID (Replay), which for a
+// sub-agent of a replay is its top replay's. ok is false for a spec that
+// is not a replay's.
+func RecordingOf(spec []byte) (rec agentsagatype.Recording, ok bool) {
 	var s struct {
 		Tools []agentsagatype.ToolSpec `json:"tools"`
 	}
 	if json.Unmarshal(spec, &s) != nil {
-		return "", false
+		return agentsagatype.Recording{}, false
 	}
 	for _, t := range s.Tools {
 		if t.Kind == agentsagatype.ToolKindRecorded && t.Recording != nil {
-			return t.Recording.Source, true
+			return *t.Recording, true
 		}
 	}
-	return "", false
+	return agentsagatype.Recording{}, false
 }
 
 // Load reads run id from the ledger: its row, and the tool calls its

@@ -45,12 +45,13 @@ func TestCompareNestsSubAgents(t *testing.T) {
 	assert.Zero(t, same.FirstDivergence)
 }
 
-func TestSourceOf(t *testing.T) {
-	source, ok := SourceOf([]byte(`{"tools":[{"name":"a","kind":"agent"},{"name":"b","kind":"recorded","recording":{"source":"run-1","replay":"replay-run-1-1"}}]}`))
+func TestRecordingOf(t *testing.T) {
+	rec, ok := RecordingOf([]byte(`{"tools":[{"name":"a","kind":"agent"},{"name":"b","kind":"recorded","recording":{"source":"run-1","replay":"replay-run-1-1"}}]}`))
 	assert.True(t, ok)
-	assert.Equal(t, "run-1", source)
-	_, ok = SourceOf([]byte(`{"tools":[{"name":"b","kind":"http","url":"http://x"}]}`))
+	assert.Equal(t, "run-1", rec.Source)
+	assert.Equal(t, "replay-run-1-1", rec.Replay)
+	_, ok = RecordingOf([]byte(`{"tools":[{"name":"b","kind":"http","url":"http://x"}]}`))
 	assert.False(t, ok)
-	_, ok = SourceOf([]byte(`not json`))
+	_, ok = RecordingOf([]byte(`not json`))
 	assert.False(t, ok)
 }

@@ -96,13 +96,17 @@ func TestReplayReportRoute(t *testing.T) {
 	assert.False(t, report.Rows[1].Candidate.Sent)
 	assert.Equal(t, "paid 5000", report.Candidate.Answer)
 
-	// A sub-agent of the replay is set beside the source's sub-agent at
-	// the same call, as its recorded tools answered it.
-	w.importRun("src/step-002-tool-1-ask", "acme", "", "5")
-	w.importRun("replay-src-1/step-002-tool-1-ask", "acme", "src", "5")
-	a = w.do("GET", "/v1/runs/replay-src-1%2Fstep-002-tool-1-ask/report", reader, "")
+	// A sub-agent of the replay answers with its top replay's report,
+	// which holds it under the call that started it.
+	w.importRun("replay-src-1/step-002-call-1-ask", "acme", "src", "5")
+	a = w.do("GET", "/v1/runs/replay-src-1%2Fstep-002-call-1-ask/report", reader, "")
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	assert.Equal(t, "src/step-002-tool-1-ask", a.json(t)["recorded"].(map[string]any)["id"])
+	assert.Equal(t, "src", a.json(t)["recorded"].(map[string]any)["id"])
+	assert.Equal(t, "replay-src-1", a.json(t)["candidate"].(map[string]any)["id"])
+	w.importRun("quiet", "acme", "", "")
+	w.importRun("replay-quiet-1", "acme", "quiet", "")
+	a = w.do("GET", "/v1/runs/replay-quiet-1/report", reader, "")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 	assert.Equal(t, []any{}, a.json(t)["rows"], "a replay with no calls has an empty list of rows")
 
 	a = w.do("GET", "/v1/runs/src/report", reader, "")

@@ -18,6 +18,10 @@ import (
 // errStreamDone ends a stream once the run's ending is sent.
 var errStreamDone = errors.New("the run ended")
 
+// errKeyRevoked ends a stream whose key was revoked while it was open:
+// the client's reconnection is then refused as any request of that key.
+var errKeyRevoked = errors.New("the stream's key was revoked")
+
 // errRunEnded stops following a run whose ledger row says it ended, for
 // when its run_finished event never came (a publish is at least once for
 // the watchers' sake only: one that fails costs them, not the run).
@@ -76,7 +80,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, key apikeys.Key)
 
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	go s.heartbeat(ctx, cancel, id, run.FinishedAt != nil, send)
+	token, _ := bearer(r)
+	go s.heartbeat(ctx, cancel, id, token, run.FinishedAt != nil, send)
 	last := after
 	each := func(e runevents.Event) error {
 		data, err := json.Marshal(e)
@@ -112,6 +117,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, key apikeys.Key)
 			}
 		}
 	}
+	if errors.Is(context.Cause(ctx), errKeyRevoked) {
+		s.cfg.Logger.Info("api: event stream ended: its key was revoked", "run", id, "key", key.Name)
+		return nil
+	}
 	if err != nil && !errors.Is(err, errStreamDone) && r.Context().Err() == nil {
 		s.cfg.Logger.Warn("api: event stream ended early", "run", id, "error", err)
 	}
@@ -119,10 +128,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, key apikeys.Key)
 }
 
 // heartbeat sends a comment every Heartbeat while the stream is idle, so
-// that proxies keep it open, and ends the stream (errRunEnded) once the
-// ledger says the run ended: after one more beat, so that the run_finished
-// event its ending publishes is read first when it comes.
-func (s *Server) heartbeat(ctx context.Context, stop context.CancelCauseFunc, id string, ended bool, send func(*sse.Message) error) {
+// that proxies keep it open; ends the stream (errKeyRevoked) once the
+// stream's key is no longer live, so a revoked key reads nothing more a
+// beat later; and ends it (errRunEnded) once the ledger says the run
+// ended: after one more beat, so that the run_finished event its ending
+// publishes is read first when it comes.
+func (s *Server) heartbeat(ctx context.Context, stop context.CancelCauseFunc, id, token string, ended bool, send func(*sse.Message) error) {
 	tick := time.NewTicker(s.cfg.Heartbeat)
 	defer tick.Stop()
 	for {
@@ -135,6 +146,10 @@ func (s *Server) heartbeat(ctx context.Context, stop context.CancelCauseFunc, id
 			stop(errRunEnded)
 			return
 		}
+		if _, err := s.keys.Authenticate(ctx, token); errors.Is(err, apikeys.ErrUnknownKey) {
+			stop(errKeyRevoked)
+			return
+		} // (a ledger that cannot answer now ends nothing: the next beat asks again)
 		beat := &sse.Message{}
 		beat.AppendComment("keep-alive")
 		if err := send(beat); err != nil {

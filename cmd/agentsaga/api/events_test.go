@@ -163,3 +163,41 @@ func TestAnIdleStreamBeatsAndAnEndedRunEndsIt(t *testing.T) {
 	}
 	assert.Equal(t, []string{"1", "2"}, seqs)
 }
+
+// A stream open when its key is revoked ends within a heartbeat or two,
+// and the client's reconnection is refused: a revoked key reads nothing
+// more, even on a stream it opened before.
+func TestARevokedKeysStreamEnds(t *testing.T) {
+	w := newWorld(t)
+	token := w.key("leaver", "", apikeys.RunsRead)
+	w.run("long", "")
+	res := w.openStream(context.Background(), "/v1/runs/long/events", token)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	lines := bufio.NewScanner(res.Body)
+	for lines.Scan() {
+		if strings.Contains(lines.Text(), "keep-alive") {
+			break // the stream is open and beating
+		}
+	}
+	require.NoError(t, apikeys.New(w.db.Pool()).Revoke(t.Context(), "leaver"))
+	ended := make(chan []string)
+	go func() {
+		var after []string
+		for lines.Scan() {
+			after = append(after, lines.Text())
+		}
+		ended <- after
+	}()
+	select {
+	case after := <-ended:
+		assert.LessOrEqual(t, len(after), 4, "at most a beat more: %q", after)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream of a revoked key did not end")
+	}
+	w.publish("long", 1, runevents.TurnStarted)
+	again := w.openStream(context.Background(), "/v1/runs/long/events", token)
+	defer again.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, again.StatusCode)
+	assert.Contains(t, w.logs.String(), "its key was revoked")
+}

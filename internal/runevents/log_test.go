@@ -190,3 +190,47 @@ func TestFollowIsWokenByTheHub(t *testing.T) {
 		}
 	}
 }
+
+// Only a watched run's events notify: a run nobody follows is logged all
+// the same, without the notification whose commit Postgres serializes. A
+// listener hears the watched run's publish and not the earlier one of the
+// unwatched run (notifications arrive in commit order), and the unwatched
+// run's log holds its event.
+func TestOnlyWatchedRunsNotify(t *testing.T) {
+	pool := newPool(t)
+	log := runevents.New(pool)
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	listener := conn.Hijack()
+	t.Cleanup(func() { listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, "LISTEN "+runevents.Channel)
+	require.NoError(t, err)
+
+	_, err = log.Publish(ctx, "unwatched", delta("a", "nobody follows this"))
+	require.NoError(t, err)
+	require.NoError(t, log.Watch(ctx, "watched"))
+	_, err = log.Publish(ctx, "watched", delta("b", "a reader follows this"))
+	require.NoError(t, err)
+
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := listener.WaitForNotification(waitCtx)
+	require.NoError(t, err)
+	assert.Equal(t, "watched", n.Payload, "the unwatched run's publish notified nobody")
+	logged, err := log.Read(ctx, "unwatched", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, logged, 1, "an unwatched run is logged all the same")
+
+	// A watch lapses: after its lease, a publish notifies nobody again.
+	_, err = pool.Exec(ctx, `UPDATE run_event_watchers SET until = now() - interval '1 second' WHERE workflow_id = 'watched'`)
+	require.NoError(t, err)
+	_, err = log.Publish(ctx, "watched", delta("c", "the reader went away"))
+	require.NoError(t, err)
+	require.NoError(t, log.Watch(ctx, "again"))
+	_, err = log.Publish(ctx, "again", delta("d", "a new reader"))
+	require.NoError(t, err)
+	n, err = listener.WaitForNotification(waitCtx)
+	require.NoError(t, err)
+	assert.Equal(t, "again", n.Payload)
+}

@@ -176,6 +176,16 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 		assert.Empty(t, c.Error, "the sub-agent started at turn 2 is answered by the one recorded at turn 1")
 		assert.Contains(t, c.Output, "ann@example.com")
 	}
+	report, err = replayreport.Build(t.Context(), store, "investigation", "replay-investigation-2")
+	require.NoError(t, err)
+	var moved *replayreport.Report
+	for _, row := range report.Rows {
+		if row.Kind == replayreport.New && row.Candidate.Tool == "investigator" {
+			moved = row.Agent
+		}
+	}
+	require.NotNil(t, moved, "the report compares the moved sub-agent with the recorded one")
+	assert.Zero(t, moved.Divergences)
 
 	// The sub-agent pays 5,000 where the recording read the order.
 	rogue := withInvestigatorScript(spec, scriptCall("read_ticket", `{"ticket":"T-9"}`), scriptCall("payout", `{"order":"Q","amount":5000}`),

@@ -97,7 +97,11 @@ type Report struct {
 }
 
 // Compare sets candidate's calls beside recorded's, turn by turn; within
-// a turn, in the order the model asked for them.
+// a turn, in the order the model asked for them. A sub-agent call on both
+// sides compares the two sub-agents under it; a sub-agent asked for at
+// another turn than the recording's (a new row and a missing one) is
+// compared with the recorded one of the same name in order, as the replay
+// matched it, under the new row.
 func Compare(recorded, candidate Run) Report {
 	r := Report{Recorded: recorded, Candidate: candidate,
 		SameAnswer: recorded.Answer == candidate.Answer, SameStatus: recorded.Status == candidate.Status}
@@ -115,7 +119,7 @@ func Compare(recorded, candidate Run) Report {
 			case i >= len(b):
 				row.Kind, row.Recorded = Missing, &a[i]
 			case a[i].Tool != b[i].Tool:
-				r.add(Row{Step: step, Kind: Missing, Recorded: &a[i]})
+				r.Rows = append(r.Rows, Row{Step: step, Kind: Missing, Recorded: &a[i]})
 				row.Kind, row.Candidate = New, &b[i]
 			case wire.CanonicalJSON(a[i].Arguments) != wire.CanonicalJSON(b[i].Arguments):
 				row.Kind, row.Recorded, row.Candidate = Arguments, &a[i], &b[i]
@@ -128,14 +132,39 @@ func Compare(recorded, candidate Run) Report {
 				sub := Compare(*row.Recorded.Agent, *row.Candidate.Agent)
 				row.Agent = &sub
 			}
-			r.add(row)
+			r.Rows = append(r.Rows, row)
 		}
+	}
+	r.pairMovedAgents()
+	for _, row := range r.Rows {
+		r.count(row)
 	}
 	return r
 }
 
-func (r *Report) add(row Row) {
-	r.Rows = append(r.Rows, row)
+// pairMovedAgents compares each sub-agent on a new row with the recorded
+// one of the same name on a missing row, the n-th with the n-th.
+func (r *Report) pairMovedAgents() {
+	missing := map[string][]*Call{}
+	for _, row := range r.Rows {
+		if row.Kind == Missing && row.Recorded.Agent != nil {
+			missing[row.Recorded.Tool] = append(missing[row.Recorded.Tool], row.Recorded)
+		}
+	}
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		if row.Kind != New || row.Candidate.Agent == nil || len(missing[row.Candidate.Tool]) == 0 {
+			continue
+		}
+		recorded := missing[row.Candidate.Tool][0]
+		missing[row.Candidate.Tool] = missing[row.Candidate.Tool][1:]
+		sub := Compare(*recorded.Agent, *row.Candidate.Agent)
+		row.Agent = &sub
+	}
+}
+
+// count adds row's divergences, its sub-agent's included, to r's.
+func (r *Report) count(row Row) {
 	diverged := 0
 	if row.Kind != Same {
 		diverged++

@@ -55,3 +55,23 @@ func TestRecordingOf(t *testing.T) {
 	_, ok = RecordingOf([]byte(`not json`))
 	assert.False(t, ok)
 }
+
+// A sub-agent asked for a turn later than the recording's is compared
+// with the recorded one under its new row, as the replay matched it.
+func TestCompareFollowsAMovedSubAgent(t *testing.T) {
+	read := Call{Step: 1, Tool: "read", Arguments: `{}`, Sent: true, Output: "a"}
+	helper := func(step int) Call {
+		return Call{Step: step, Tool: "helper", Arguments: `{"task":"t"}`, Sent: true, Output: "sub-agent completed: ok", Agent: withAgent(read)}
+	}
+	recorded := Run{Calls: []Call{helper(1)}}
+	candidate := Run{Calls: []Call{{Step: 1, Tool: "lookup", Arguments: `{}`, Sent: true, Error: "not recorded"}, helper(2)}}
+	r := Compare(recorded, candidate)
+	require.Len(t, r.Rows, 3)
+	assert.Equal(t, Missing, r.Rows[0].Kind)
+	assert.Equal(t, New, r.Rows[1].Kind)
+	moved := r.Rows[2]
+	assert.Equal(t, New, moved.Kind)
+	require.NotNil(t, moved.Agent, "the moved sub-agent is compared with the recorded one")
+	assert.Zero(t, moved.Agent.Divergences)
+	assert.Equal(t, 3, r.Divergences)
+}

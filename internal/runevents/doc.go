@@ -14,7 +14,5 @@
 // that has read through N asks for what follows N ([Log.Read]) and misses
 // nothing. A [Hub] holds one LISTEN connection per process and wakes the
 // readers of a run when its log grows; [Follow] reads a run's log from an
-// offset and then waits for more. Only a run some reader follows notifies
-// ([Log.Watch], a lease [Follow] renews): Postgres serializes the commits
-// of notifying transactions, and every claim and settle appends events.
+// offset and then waits for more.
 package runevents

@@ -102,10 +102,6 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (PruneReport, erro
 	if _, err := conn.Exec(ctx, `DELETE FROM api_start_requests WHERE created_at < now() - interval '1 day'`); err != nil {
 		return report, fmt.Errorf("ledger: prune the API's idempotency keys: %w", err)
 	}
-	// A lapsed watch (migration 00029) notifies nobody; its row is clutter.
-	if _, err := conn.Exec(ctx, `DELETE FROM run_event_watchers WHERE until < now()`); err != nil {
-		return report, fmt.Errorf("ledger: prune lapsed watches of runs: %w", err)
-	}
 	for {
 		// One batch of runs and every row of theirs, in one statement:
 		// a run is gone whole or not at all.

@@ -85,9 +85,6 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	_, err = store.Pool().Exec(ctx, `INSERT INTO api_start_requests (principal, idempotency_key, request_hash, workflow_id, created_at) VALUES
 		('k', 'old', '\x00', 'wf-old', now() - interval '25 hours'), ('k', 'new', '\x00', 'wf-new', now() - interval '1 hour')`)
 	require.NoError(t, err)
-	_, err = store.Pool().Exec(ctx, `INSERT INTO run_event_watchers (workflow_id, until) VALUES
-		('lapsed', now() - interval '1 minute'), ('watched', now() + interval '1 minute')`)
-	require.NoError(t, err)
 
 	report, err := store.Prune(ctx, ledgerdb.PruneOptions{Batch: 2}) // the defaults: 30 days, 24 h
 	require.NoError(t, err)
@@ -103,11 +100,6 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"new"}, keys, "an Idempotency-Key a day old is pruned")
-	rows, err = store.Pool().Query(ctx, `SELECT workflow_id FROM run_event_watchers`)
-	require.NoError(t, err)
-	watched, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Equal(t, []string{"watched"}, watched, "a lapsed watch is pruned")
 	var charges int
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM retry_charges WHERE charge_key LIKE 'new-%'`).Scan(&charges))
 	require.Equal(t, 1, charges)

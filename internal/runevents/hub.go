@@ -107,22 +107,13 @@ func (h *Hub) listen(ctx context.Context) error {
 
 // Follow reads workflowID's log from after on, handing each event to fn in
 // order, and waits for more when it has read all there is: woken by hub,
-// or every poll in case a wake-up was lost. While it follows, the run is
-// watched (Log.Watch), so that its events notify. It returns when ctx ends
-// (nil) or when fn or a read fails.
+// or every poll in case a wake-up was lost. It returns when ctx ends (nil)
+// or when fn or a read fails.
 func Follow(ctx context.Context, log *Log, hub *Hub, workflowID string, after int64, poll time.Duration, fn func(Event) error) error {
 	wake, stop := hub.Subscribe(workflowID)
 	defer stop()
-	var watched time.Time
 	const page = 500
 	for {
-		if time.Since(watched) > WatchLease/3 {
-			// A watch that fails costs wake-ups, not events: the poll
-			// reads them, and the next turn of the loop watches again.
-			if err := log.Watch(ctx, workflowID); err == nil {
-				watched = time.Now()
-			}
-		}
 		events, err := log.Read(ctx, workflowID, after, page)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -139,7 +130,7 @@ func Follow(ctx context.Context, log *Log, hub *Hub, workflowID string, after in
 		if len(events) == page {
 			continue
 		}
-		timer := time.NewTimer(min(poll, WatchLease/3))
+		timer := time.NewTimer(poll)
 		select {
 		case <-ctx.Done():
 			timer.Stop()

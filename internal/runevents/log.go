@@ -29,8 +29,8 @@ const (
 	RunFinished      = "run_finished"
 )
 
-// Channel is the Postgres channel a watched run's events notify (Watch),
-// with the run's workflow ID as the payload.
+// Channel is the Postgres channel a publish notifies, with the run's
+// workflow ID as the payload.
 const Channel = "agentsaga_run_events"
 
 // Event is one entry of a run's log.
@@ -113,26 +113,6 @@ func (l *Log) Read(ctx context.Context, workflowID string, after int64, limit in
 		return nil, fmt.Errorf("runevents: read %s after %d: %w", workflowID, after, err)
 	}
 	return events, nil
-}
-
-// WatchLease is how long a Watch lasts: a follower renews it well within
-// (Follow, every third of it), and a reader that went away without a word
-// stops its run's notifications at most this long after.
-const WatchLease = time.Minute
-
-// Watch says that a reader follows workflowID, for WatchLease from now:
-// until then, the run's events notify Channel. A run nobody watches is
-// logged all the same, without notifications, which Postgres serializes
-// the commits of (migration 00029).
-func (l *Log) Watch(ctx context.Context, workflowID string) error {
-	_, err := l.pool.Exec(ctx, `
-		INSERT INTO run_event_watchers AS w (workflow_id, until) VALUES ($1, now() + make_interval(secs => $2))
-		ON CONFLICT (workflow_id) DO UPDATE SET until = greatest(w.until, EXCLUDED.until)`,
-		workflowID, WatchLease.Seconds())
-	if err != nil {
-		return fmt.Errorf("runevents: watch %s: %w", workflowID, err)
-	}
-	return nil
 }
 
 // Head returns the seq of the last event numbered into workflowID's log (0

@@ -209,3 +209,15 @@ func ExampleRun_Approve() {
 	}
 	_ = approval.DecidedAt
 }
+
+// A replay's candidate model, as `agentsaga replay --model` reads it. A
+// scripted model's turns are in a spec, so it is refused here.
+func ExampleParseModel() {
+	m, err := agentsaga.ParseModel("openai:gpt-4o-mini")
+	fmt.Println(m.Provider, m.Name, err)
+	_, err = agentsaga.ParseModel("scripted")
+	fmt.Println(err)
+	// Output:
+	// openai gpt-4o-mini <nil>
+	// model "scripted": a scripted model's turns are in a spec; pass --spec FILE
+}

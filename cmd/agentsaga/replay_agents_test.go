@@ -137,6 +137,10 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	require.NoError(t, err)
 	same := suiteRun(t, handle, "replay-investigation-1", replaySpec)
 	require.Equal(t, agentsagatype.RunCompleted, same.Status, same.Reason)
+	_, err = dataset.Export(t.Context(), store, "replay-investigation-1")
+	require.ErrorContains(t, err, "dataset: replay-investigation-1 is a replay of investigation; add investigation")
+	_, err = dataset.Export(t.Context(), store, "investigation/step-001-call-1-investigator")
+	require.ErrorContains(t, err, "is a sub-agent of investigation; add its parent")
 	report, err := replayreport.Build(t.Context(), store, "investigation", "replay-investigation-1")
 	require.NoError(t, err)
 	var out strings.Builder

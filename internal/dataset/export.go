@@ -30,6 +30,11 @@ func Export(ctx context.Context, l replayreport.Ledger, source string) (Entry, e
 	case row.FinishedAt == nil:
 		return Entry{}, fmt.Errorf("dataset: run %s has not ended (status %s)", source, row.Status)
 	}
+	if rec, ok := replayreport.RecordingOf(row.Spec); ok {
+		// Its tools answer from another recording: a replay of it would
+		// be refused, so its entry would be a dead line.
+		return Entry{}, fmt.Errorf("dataset: %s is a replay of %s; add %s", source, rec.Source, rec.Source)
+	}
 	run, err := replayreport.Load(ctx, l, source)
 	if err != nil {
 		return Entry{}, fmt.Errorf("dataset: %w", err)

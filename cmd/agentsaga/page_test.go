@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +182,16 @@ func TestTheLivePageShowsAReplaysReport(t *testing.T) {
 	page = waitForPage(browser, t, "the running replay's report", func(s pageSnapshot) bool { return strings.Contains(s.Replay, "so far") })
 	assert.Contains(t, page.Replay, "2 divergences, first at turn 1 so far (the replay has not ended: its status is running)")
 	assert.Regexp(t, `status\s+completed\s+running`, page.Replay)
+	// A call of the running replay ends: the page reads the report again.
+	_, err = db.Pool().Exec(ctx, `UPDATE runs SET steps_used = 7 WHERE workflow_id = 'replay-page-src-2'`)
+	require.NoError(t, err)
+	_, err = runevents.New(db.Pool()).Publish(ctx, "replay-page-src-2",
+		runevents.Event{Key: "replay-page-src-2/tool-1", Kind: runevents.ToolFinished, Data: json.RawMessage(`{"tool":"lookup","outcome":"ok"}`)})
+	require.NoError(t, err)
+	page = waitForPage(browser, t, "the running replay's report after a call", func(s pageSnapshot) bool {
+		return regexp.MustCompile(`steps\s+\d+\s+7 `).MatchString(s.Replay)
+	})
+	assert.Contains(t, page.Replay, "so far")
 	require.NoError(t, db.FinishRun(ctx, "replay-page-src-2", agentsagatype.RunOutcome{Status: "failed", Reason: "stopped", StepsUsed: 1}))
 	finished, err := json.Marshal(map[string]any{"status": "failed", "reason": "stopped", "steps": 1})
 	require.NoError(t, err)

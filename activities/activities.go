@@ -22,6 +22,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/payload"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
@@ -546,7 +547,7 @@ func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequ
 	// compensation that found its way into a replay's stack all the same
 	// is not run: a replay changes nothing to undo.
 	run, err := a.Ledger.GetRun(ctx, req.WorkflowID)
-	if err == nil && isReplay(run) {
+	if _, replay := replayreport.RecordingOf(run.Spec); err == nil && replay {
 		activity.GetLogger(ctx).Info("rollback: the run is a replay; nothing is compensated", "workflow_id", req.WorkflowID)
 		return wire.RollbackPlan{}, nil
 	}

@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
@@ -145,25 +145,14 @@ func (a *Activities) placedCalls(ctx context.Context, run string) ([]placedCall,
 	return out, nil
 }
 
-// replies are run's model replies that counted, by step: the last
-// completed turn of each (a turn may have gone to a fallback model).
+// replies are run's model replies that counted, by step, as the report
+// reads them.
 func (a *Activities) replies(ctx context.Context, run string) (map[int]agentsagatype.ModelTurn, error) {
 	turns, err := a.Ledger.ListModelTurns(ctx, run)
 	if err != nil {
 		return nil, temporal.NewApplicationError(fmt.Sprintf("recorded tool: %v", err), agentsagatype.ErrTypeLedgerUnavailable)
 	}
-	out := map[int]agentsagatype.ModelTurn{}
-	for _, t := range turns {
-		var step int
-		if _, err := fmt.Sscanf(t.ActivityID, "step-%d-model", &step); err != nil || t.Status != agentsagatype.ActionCompleted {
-			continue
-		}
-		var reply agentsagatype.ModelTurn
-		if json.Unmarshal([]byte(t.Result), &reply) == nil {
-			out[step] = reply
-		}
-	}
-	return out, nil
+	return replayreport.Replies(turns), nil
 }
 
 // answerFromRecording finds the recorded call that answers this one, the
@@ -298,16 +287,4 @@ func clipArgs(s string) string {
 		return s[:200] + "..."
 	}
 	return s
-}
-
-// isReplay says whether a run's recorded spec is a replay's: one of its
-// tools is recorded. A replay's rollback compensates nothing.
-func isReplay(run agentsagatype.Run) bool {
-	var spec struct {
-		Tools []agentsagatype.ToolSpec `json:"tools"`
-	}
-	if json.Unmarshal(run.Spec, &spec) != nil {
-		return false
-	}
-	return slices.ContainsFunc(spec.Tools, func(t agentsagatype.ToolSpec) bool { return t.Kind == agentsagatype.ToolKindRecorded })
 }

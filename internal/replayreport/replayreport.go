@@ -333,20 +333,10 @@ func Load(ctx context.Context, l Ledger, id string) (Run, error) {
 	for _, a := range approvals {
 		approvalOf[a.Key] = a
 	}
-	// The reply that counted in each turn: the last completed one (a turn
-	// may have gone to a fallback model, or again after a quota wait).
-	replies := map[int]agentsagatype.ModelTurn{}
+	replies := Replies(turns)
 	last := 0
-	for _, t := range turns {
-		step, ok := turnStep(t.ActivityID)
-		if !ok || t.Status != agentsagatype.ActionCompleted {
-			continue
-		}
-		var turn agentsagatype.ModelTurn
-		if json.Unmarshal([]byte(t.Result), &turn) != nil {
-			continue
-		}
-		replies[step], last = turn, max(last, step)
+	for step := range replies {
+		last = max(last, step)
 	}
 	for step := 1; step <= last; step++ {
 		for i, tc := range replies[step].ToolCalls {
@@ -412,6 +402,26 @@ func agentTools(spec []byte) map[string]bool {
 		}
 	}
 	return names
+}
+
+// Replies are the model replies that counted in a run's turns, by turn,
+// read from its model-turn actions (Ledger.ListModelTurns, in order): the
+// last completed one of each turn (a turn may have gone to a fallback
+// model, or again after a quota wait). A recorded tool reads them as the
+// report does, to find a call's place.
+func Replies(turns []agentsagatype.Action) map[int]agentsagatype.ModelTurn {
+	replies := map[int]agentsagatype.ModelTurn{}
+	for _, t := range turns {
+		step, ok := turnStep(t.ActivityID)
+		if !ok || t.Status != agentsagatype.ActionCompleted {
+			continue
+		}
+		var turn agentsagatype.ModelTurn
+		if json.Unmarshal([]byte(t.Result), &turn) == nil {
+			replies[step] = turn
+		}
+	}
+	return replies
 }
 
 // turnStep is the turn of a model turn's activity ID (step-003-model,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -56,12 +55,13 @@ func (a *Activities) RecordedApproval(ctx context.Context, r wire.RecordedApprov
 	req := r.Request
 	var recorded []agentsagatype.Approval
 	source, err := a.sourceRun(ctx, r.Recording, req.WorkflowID)
+	denial := "no decision recorded in " + source
 	var unrecorded *temporal.ApplicationError
 	switch {
 	case errors.As(err, &unrecorded) && unrecorded.Type() == agentsagatype.ErrTypeNotRecorded:
 		// A sub-agent the recording never started has no decisions: the
 		// call is denied, saying why.
-		source = strings.TrimPrefix(unrecorded.Error(), "not recorded in ")
+		denial = unrecorded.Error()
 	case err != nil:
 		return agentsagatype.Approval{}, err
 	default:
@@ -83,7 +83,7 @@ func (a *Activities) RecordedApproval(ctx context.Context, r wire.RecordedApprov
 			used++
 		}
 	}
-	status, by, reason := agentsagatype.ApprovalDenied, "replay", "no decision recorded in "+source
+	status, by, reason := agentsagatype.ApprovalDenied, "replay", denial
 	for _, x := range recorded {
 		if !same(x) || x.Status == agentsagatype.ApprovalAwaiting {
 			continue

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/runevents"
@@ -144,16 +143,17 @@ func TestTheLivePageShowsAReplaysReport(t *testing.T) {
 		}
 		return c
 	}
-	ask := dataset.Call{Step: 2, Tool: "ask", Arguments: json.RawMessage(`{"question":"refund?"}`), Sent: true, Output: "yes"}
+	// Each run's sub-agent is nested in the call that started it, as a
+	// dataset holds it, and imported under that call's key.
+	ask := func(spec json.RawMessage, calls ...dataset.Call) dataset.Call {
+		return dataset.Call{Step: 2, Tool: "ask", Arguments: json.RawMessage(`{"question":"refund?"}`), Sent: true, Output: "yes",
+			Agent: &dataset.Entry{Goal: "refund?", Spec: spec, Status: "completed", Answer: "yes", Steps: 2, Calls: calls}}
+	}
 	for id, e := range map[string]dataset.Entry{
 		"page-src": {Goal: "refund A-1", Spec: recorded, Status: "completed", Answer: "refunded 40", Steps: 3, Tokens: 300, USD: 0.01, WallMS: 1500,
-			Calls: []dataset.Call{lookup(1, "A-1", true), ask}},
-		"page-src/" + activityid.Tool(2, 1, "ask"): {Goal: "refund?", Spec: recorded, Status: "completed", Answer: "yes", Steps: 2,
-			Calls: []dataset.Call{lookup(1, "A-1", true)}},
+			Calls: []dataset.Call{lookup(1, "A-1", true), ask(recorded, lookup(1, "A-1", true))}},
 		"replay-page-src-1": {Goal: "refund A-1", Spec: replayed, Status: "completed", Answer: "<img src=x onerror=alert(1)>refunded 5000",
-			Steps: 3, Tokens: 320, USD: 0.012, WallMS: 900, Calls: []dataset.Call{lookup(1, "A-1", true), ask}},
-		"replay-page-src-1/" + activityid.Tool(2, 1, "ask"): {Goal: "refund?", Spec: replayed, Status: "completed", Answer: "yes", Steps: 2,
-			Calls: []dataset.Call{lookup(1, "Z-9", false)}},
+			Steps: 3, Tokens: 320, USD: 0.012, WallMS: 900, Calls: []dataset.Call{lookup(1, "A-1", true), ask(replayed, lookup(1, "Z-9", false))}},
 	} {
 		_, err := dataset.Import(ctx, ledgerdb.Of(store), id, e)
 		require.NoError(t, err, id)

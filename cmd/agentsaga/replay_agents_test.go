@@ -208,6 +208,38 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	assert.Regexp(t, `(?m)^1\.2\s+!missing\s+read_order`, out.String())
 	assert.Regexp(t, `(?m)^1\.2\s+!new\s+-\s+payout .*error: not recorded in investigation/step-001`, out.String())
 
+	// A candidate whose payouts over 100 need approval, and that starts
+	// the sub-agent twice: the first sub-agent's 5,000 is denied for want
+	// of a recorded decision, the second's because the recording never
+	// started a second sub-agent.
+	twice := withInvestigatorScript(spec, scriptCall("payout", `{"order":"Q","amount":5000}`), agentsagatype.ScriptedTurn{Content: "asked"})
+	twice.Tools = append([]agentsagatype.ToolSpec(nil), spec.Tools...)
+	for i := range twice.Tools {
+		if twice.Tools[i].Name == "payout" {
+			twice.Tools[i].Approval = &agentsagatype.ApprovalSpec{When: "amount > 100"}
+		}
+	}
+	task := json.RawMessage(`{"task":"read ticket T-9 and its order"}`)
+	twice.Model.Script = []agentsagatype.ScriptedTurn{
+		{ToolCalls: []agentsagatype.ScriptedCall{{Name: "investigator", Arguments: task}, {Name: "investigator", Arguments: task}}},
+		{Content: "done"},
+	}
+	replaySpec, err = agentsaga.ReplaySpec(t.Context(), handle, "investigation", "replay-investigation-4", agentsaga.ReplayOptions{Spec: &twice})
+	require.NoError(t, err)
+	suiteRun(t, handle, "replay-investigation-4", replaySpec)
+	candidate, err = replayreport.Load(t.Context(), store, "replay-investigation-4")
+	require.NoError(t, err)
+	require.Len(t, candidate.Calls, 2)
+	var approvals []string
+	for _, c := range candidate.Calls {
+		require.NotNil(t, c.Agent)
+		require.NotEmpty(t, c.Agent.Calls)
+		approvals = append(approvals, c.Agent.Calls[0].Approval)
+		assert.False(t, c.Agent.Calls[0].Sent, "a denied payout is not sent")
+	}
+	assert.Contains(t, approvals[0], "denied by replay: no decision recorded in investigation/step-001-call-1-investigator")
+	assert.Contains(t, approvals[1], "denied by replay: not recorded in investigation: it started no sub-agent investigator")
+
 	assert.Equal(t, 3, desk.count(""), "no replay sent anything to the desk")
 }
 

@@ -113,6 +113,18 @@ func (ks *Keys) Authenticate(ctx context.Context, token string) (Key, error) {
 	return k, nil
 }
 
+// StillLive says whether a key Authenticate accepted is live still, for
+// a request that outlasts its authentication (an event stream); it reads
+// only, where Authenticate notes a use.
+func (ks *Keys) StillLive(ctx context.Context, token string) (bool, error) {
+	var live bool
+	err := ks.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_keys WHERE hash = $1 AND revoked_at IS NULL)`, hash(token)).Scan(&live)
+	if err != nil {
+		return false, fmt.Errorf("apikeys: check a key: %w", err)
+	}
+	return live, nil
+}
+
 // Revoke ends the live key named name at once: its next request is
 // refused.
 func (ks *Keys) Revoke(ctx context.Context, name string) error {

@@ -39,19 +39,16 @@ func Export(ctx context.Context, l replayreport.Ledger, source string) (Entry, e
 	if err != nil {
 		return Entry{}, fmt.Errorf("dataset: %w", err)
 	}
-	e, err := entryOf(ctx, l, row, run)
-	if err != nil {
-		return Entry{}, err
-	}
+	e := entryOf(run)
 	e.Checks = []Check{}
 	return e, nil
 }
 
-// entryOf is the entry of the run row, read as run, with the sub-agents
+// entryOf is the entry of run, as the report read it, with the sub-agents
 // its calls started nested under them.
-func entryOf(ctx context.Context, l replayreport.Ledger, row agentsagatype.Run, run replayreport.Run) (Entry, error) {
-	e := Entry{Version: Version, Source: row.WorkflowID, Goal: row.Goal, Spec: row.Spec, Answer: row.Answer, Status: row.Status,
-		Reason: row.Reason, Steps: row.StepsUsed, Tokens: row.TokensUsed, USD: row.USDSpent, WallMS: run.Wall.Milliseconds()}
+func entryOf(run replayreport.Run) Entry {
+	e := Entry{Version: Version, Source: run.ID, Goal: run.Goal, Spec: run.Spec, Answer: run.Answer, Status: run.Status,
+		Reason: run.Reason, Steps: run.Steps, Tokens: run.Tokens, USD: run.USD, WallMS: run.Wall.Milliseconds()}
 	for _, c := range run.Calls {
 		call := Call{Step: c.Step, Tool: c.Tool, Arguments: rawJSON(c.Arguments), Sent: c.Sent, Output: c.Output, Error: c.Error,
 			ErrorType: c.ErrorType, Attempts: c.Attempts}
@@ -59,19 +56,12 @@ func entryOf(ctx context.Context, l replayreport.Ledger, row agentsagatype.Run, 
 			call.Approval = &Decision{Status: a.Status, By: a.DecidedBy, Reason: a.Reason, Why: a.Why}
 		}
 		if c.Agent != nil {
-			child, err := l.GetRun(ctx, c.Agent.ID)
-			if err != nil {
-				return Entry{}, fmt.Errorf("dataset: read the sub-agent %s: %w", c.Agent.ID, err)
-			}
-			agent, err := entryOf(ctx, l, child, *c.Agent)
-			if err != nil {
-				return Entry{}, err
-			}
+			agent := entryOf(*c.Agent)
 			call.Agent = &agent
 		}
 		e.Calls = append(e.Calls, call)
 	}
-	return e, nil
+	return e
 }
 
 // rawJSON is arguments as canonical JSON, or as a JSON string when they

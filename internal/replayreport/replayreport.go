@@ -60,6 +60,9 @@ type Run struct {
 	USD    float64       `json:"usd"`
 	Wall   time.Duration `json:"wall_ns"`
 	Calls  []Call        `json:"calls"`
+	// Spec is the spec the run was recorded with, for a dataset entry;
+	// the report leaves it out.
+	Spec json.RawMessage `json:"-"`
 }
 
 // Row kinds.
@@ -309,7 +312,7 @@ func Load(ctx context.Context, l Ledger, id string) (Run, error) {
 	}
 	agents := agentTools(row.Spec)
 	run := Run{ID: id, Goal: row.Goal, Status: row.Status, Reason: row.Reason, Answer: row.Answer, Steps: row.StepsUsed,
-		Tokens: row.TokensUsed, USD: row.USDSpent}
+		Tokens: row.TokensUsed, USD: row.USDSpent, Spec: row.Spec}
 	if row.FinishedAt != nil {
 		run.Wall = row.FinishedAt.Sub(row.StartedAt)
 	}
@@ -370,13 +373,10 @@ func Load(ctx context.Context, l Ledger, id string) (Run, error) {
 // into call: what the parent's model read of it is the call's outcome. A
 // call refused before its sub-agent started has none.
 func loadAgent(ctx context.Context, l Ledger, key string, call *Call) error {
-	if _, err := l.GetRun(ctx, key); err != nil {
-		if errors.Is(err, ledgerdb.ErrNotFound) {
-			return nil
-		}
-		return fmt.Errorf("replay report: read the sub-agent %s: %w", key, err)
-	}
 	agent, err := Load(ctx, l, key)
+	if errors.Is(err, ledgerdb.ErrNotFound) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -146,7 +146,7 @@ func (s *Server) heartbeat(ctx context.Context, stop context.CancelCauseFunc, id
 			stop(errRunEnded)
 			return
 		}
-		if _, err := s.keys.Authenticate(ctx, token); errors.Is(err, apikeys.ErrUnknownKey) {
+		if live, err := s.keys.StillLive(ctx, token); err == nil && !live {
 			stop(errKeyRevoked)
 			return
 		} // (a ledger that cannot answer now ends nothing: the next beat asks again)

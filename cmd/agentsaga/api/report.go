@@ -33,6 +33,9 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request, key apikeys.K
 	// so the key must see the source too; one it may not see, or one
 	// pruned since, is the same 404 as any missing run.
 	for _, id := range []string{rec.Replay, rec.Source} {
+		if id == run.WorkflowID {
+			continue // read above
+		}
 		if _, err := s.visibleRun(r.Context(), key, id); err != nil {
 			return err
 		}

@@ -5,15 +5,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/apikeys"
-	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/replayreport"
 )
 
@@ -26,9 +24,9 @@ type ledgerCall struct {
 	sent      bool
 }
 
-// importRun writes an ended run into the ledger as a recording leaves it:
-// its row, a model turn per turn asking for its calls, an action per sent
-// call. A spec whose tools are recorded from source makes it a replay.
+// importRun writes an ended run into the ledger as a dataset entry is
+// imported (dataset.Import). A spec whose tools are recorded from source
+// makes it a replay.
 func (w *world) importRun(id, account, source, answer string, calls ...ledgerCall) {
 	w.t.Helper()
 	tool := map[string]any{"name": "lookup", "kind": "http", "url": "http://127.0.0.1:1/lookup"}
@@ -42,23 +40,12 @@ func (w *world) importRun(id, account, source, answer string, calls ...ledgerCal
 	}
 	spec, err := json.Marshal(map[string]any{"goal": "g", "budget": map[string]any{"account": account}, "tools": []any{tool}})
 	require.NoError(w.t, err)
-	now := time.Now()
-	in := ledgerdb.Imported{Run: agentsagatype.Run{WorkflowID: id, RunID: "imported", Goal: "g", Spec: spec,
-		Status: agentsagatype.RunCompleted, Answer: answer, StepsUsed: len(calls) + 1, TokensUsed: 100, USDSpent: 0.01,
-		StartedAt: now.Add(-time.Second), FinishedAt: &now}}
+	e := dataset.Entry{Goal: "g", Spec: spec, Status: agentsagatype.RunCompleted, Answer: answer, Steps: len(calls) + 1,
+		Tokens: 100, USD: 0.01, WallMS: 1000}
 	for _, c := range calls {
-		call := activityid.Tool(c.step, 1, c.tool)
-		turn, err := json.Marshal(agentsagatype.ModelTurn{ToolCalls: []agentsagatype.ToolCall{{ID: call, Name: c.tool, Arguments: c.arg}}})
-		require.NoError(w.t, err)
-		model := activityid.Model(c.step)
-		in.Turns = append(in.Turns, agentsagatype.Action{Key: activityid.Key(id, model), ActivityID: model, Tool: "model",
-			Arguments: "{}", Status: agentsagatype.ActionCompleted, Result: string(turn), Attempts: 1})
-		if c.sent {
-			in.Actions = append(in.Actions, agentsagatype.Action{Key: activityid.Key(id, call), ActivityID: call, Tool: c.tool,
-				Arguments: c.arg, Status: agentsagatype.ActionCompleted, Result: c.output, Attempts: 1})
-		}
+		e.Calls = append(e.Calls, dataset.Call{Step: c.step, Tool: c.tool, Arguments: json.RawMessage(c.arg), Sent: c.sent, Output: c.output})
 	}
-	wrote, err := w.db.ImportRun(w.t.Context(), in)
+	wrote, err := dataset.Import(w.t.Context(), w.db, id, e)
 	require.NoError(w.t, err)
 	require.True(w.t, wrote, "run %s was in the ledger already", id)
 }

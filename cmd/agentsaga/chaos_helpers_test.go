@@ -571,9 +571,12 @@ func (l chaosLedger) modelUsage(ctx context.Context, workflowID string) (turns i
 	return turns, usage, nil
 }
 
-// lockWaiters counts the sessions of this database waiting for a row or
-// tuple lock: a worker whose claim the harness blocked.
-func (l chaosLedger) lockWaiters(ctx context.Context) (int, error) {
+// waitersOn counts the sessions waiting for a lock that h holds: a
+// worker whose claim the harness blocked. Only h's waiters count: another
+// session waiting a moment for some other lock (a spend cap's period row,
+// say) is not the claim, and a fault injected on its word would hit an
+// attempt that never started.
+func (l chaosLedger) waitersOn(ctx context.Context, h *sqlHold) (int, error) {
 	conn, err := l.connect(ctx)
 	if err != nil {
 		return 0, err
@@ -581,9 +584,9 @@ func (l chaosLedger) lockWaiters(ctx context.Context) (int, error) {
 	defer conn.Close(context.Background())
 	var n int
 	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n)
+		WHERE $1::int = ANY(pg_blocking_pids(pid))`, h.pid).Scan(&n)
 	if err != nil {
-		return 0, fmt.Errorf("read lock waits: %w", err)
+		return 0, fmt.Errorf("read the sessions waiting on session %d: %w", h.pid, err)
 	}
 	return n, nil
 }
@@ -592,6 +595,7 @@ func (l chaosLedger) lockWaiters(ctx context.Context) (int, error) {
 type sqlHold struct {
 	conn *pgx.Conn
 	tx   pgx.Tx
+	pid  uint32 // the session's backend process, which its waiters name
 	once sync.Once
 }
 
@@ -616,7 +620,7 @@ func (l chaosLedger) begin(ctx context.Context) (*sqlHold, error) {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	return &sqlHold{conn: conn, tx: tx}, nil
+	return &sqlHold{conn: conn, tx: tx, pid: conn.PgConn().PID()}, nil
 }
 
 // blockClaim inserts, in a transaction it leaves open, a placeholder row

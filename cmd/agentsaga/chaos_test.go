@@ -795,20 +795,30 @@ func (r *chaosRun) restartPostgres(ctx context.Context, during func()) {
 	r.note("started postgres again")
 }
 
-// waitForLockWaiter waits until a session of the run's database waits for
-// a lock: the claim the harness blocked.
-func (r *chaosRun) waitForLockWaiter(ctx context.Context, what string) error {
+// waitForWaiter waits until a session waits for a lock that h holds: the
+// claim the harness blocked.
+func (r *chaosRun) waitForWaiter(ctx context.Context, h *sqlHold, what string) error {
 	return pollUntil(ctx, what, 50*time.Millisecond, func() bool {
-		n, err := r.ledger.lockWaiters(ctx)
+		n, err := r.ledger.waitersOn(ctx, h)
 		return err == nil && n > 0
 	})
 }
 
 func (r *chaosRun) injectBeforeClaim(ctx context.Context) {
-	r.must(r.waitForLockWaiter(ctx, "worker-1's claim of "+r.faultKey+" to block on the placeholder row"))
-	r.note("worker-1's claim of %s is blocked", r.faultActivity)
-	r.faultAttempt = 1
+	r.must(r.waitForWaiter(ctx, r.block, "worker-1's claim of "+r.faultKey+" to block on the placeholder row"))
+	// The blocked session must be an attempt of the faulted activity that
+	// Temporal gave worker-1, or the fault hits nothing I5 can measure.
 	first := r.workers[0]
+	var started startedAttempt
+	startCtx, startCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer startCancel()
+	r.must(pollUntil(startCtx, "Temporal to show "+r.faultActivity+" started on worker-1", 50*time.Millisecond, func() bool {
+		a, ok, err := pendingAttempt(startCtx, r.c, r.wf, r.faultActivity)
+		started = a
+		return err == nil && ok && strings.HasPrefix(a.identity, fmt.Sprintf("%d@", first.pid()))
+	}))
+	r.faultAttempt = started.number
+	r.note("worker-1's claim of %s (attempt %d) is blocked", r.faultActivity, r.faultAttempt)
 	switch r.cc.Fault {
 	case faultKill:
 		// The dead worker's session is still waiting: when the row goes,
@@ -854,7 +864,7 @@ func (r *chaosRun) injectWaitingForKey(ctx context.Context) {
 	// Its claim should now wait on the row lock; an engine whose claim
 	// takes no row lock polls instead, which is waiting for the key too.
 	lockCtx, lockCancel := context.WithTimeout(ctx, 2*time.Second)
-	blocked := r.waitForLockWaiter(lockCtx, "worker-2's claim to wait") == nil
+	blocked := r.waitForWaiter(lockCtx, lock, "worker-2's claim to wait") == nil
 	lockCancel()
 	r.faultAttempt = attempt
 	r.note("attempt %d of %s is waiting for the key on worker-2 (blocked on the row lock: %v)", attempt, r.faultActivity, blocked)

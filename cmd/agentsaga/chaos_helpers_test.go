@@ -573,9 +573,9 @@ func (l chaosLedger) modelUsage(ctx context.Context, workflowID string) (turns i
 
 // waitersOn counts the sessions waiting for a lock that h holds: a
 // worker whose claim the harness blocked. Only h's waiters count: another
-// session waiting a moment for some other lock (a spend cap's period row,
-// say) is not the claim, and a fault injected on its word would hit an
-// attempt that never started.
+// session waiting a moment for some other lock (a notifying commit waits
+// for Postgres's cluster-wide NOTIFY lock, say) is not the claim, and a
+// fault injected on its word would hit an attempt that never started.
 func (l chaosLedger) waitersOn(ctx context.Context, h *sqlHold) (int, error) {
 	conn, err := l.connect(ctx)
 	if err != nil {

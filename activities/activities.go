@@ -545,11 +545,13 @@ func (a *Activities) ReadResult(ctx context.Context, req wire.ReadResultRequest)
 func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequest) (wire.RollbackPlan, error) {
 	// A replay's tools are recorded and register no compensation; a
 	// compensation that found its way into a replay's stack all the same
-	// is not run: a replay changes nothing to undo.
-	run, err := a.Ledger.GetRun(ctx, req.WorkflowID)
-	if _, replay := replayreport.RecordingOf(run.Spec); err == nil && replay {
-		activity.GetLogger(ctx).Info("rollback: the run is a replay; nothing is compensated", "workflow_id", req.WorkflowID)
-		return wire.RollbackPlan{}, nil
+	// is not run: a replay changes nothing to undo. (A run the ledger
+	// cannot read now is planned as usual: Plan reports the outage.)
+	if run, err := a.Ledger.GetRun(ctx, req.WorkflowID); err == nil {
+		if _, replay := replayreport.RecordingOf(run.Spec); replay {
+			activity.GetLogger(ctx).Info("rollback: the run is a replay; nothing is compensated", "workflow_id", req.WorkflowID)
+			return wire.RollbackPlan{}, nil
+		}
 	}
 	return a.Ledger.Plan(ctx, req.WorkflowID, req.IrreversibleTools)
 }

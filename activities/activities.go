@@ -152,7 +152,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 			// reported no usage: its reservation is given back.
 			p := call.Spend
 			return budget.ModelPrice{InputPerMillion: p.InputPerMillion, OutputPerMillion: p.OutputPerMillion,
-				CachedInputPerMillion: p.CachedInputPerMillion}.USD(used)
+				CachedInputPerMillion: p.CachedInputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}.USD(used)
 		},
 		Run: func(ctx context.Context, claim ledgerdb.Claim) (string, *ledgerdb.Message, error) {
 			turn, err := a.modelTurn(ctx, model, call, convfit.Claimed(claim, trailing), defTokens, text)
@@ -166,7 +166,8 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 					Left: c.Left(), Resets: c.Resets}
 			}
 			stored, _ := json.Marshal(turn)
-			reply := agentsagatype.Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls}
+			reply := agentsagatype.Message{Seq: conv.Through, Role: "assistant", Content: turn.Content, ToolCalls: turn.ToolCalls,
+				Reasoning: turn.Reasoning}
 			if turn.Refusal != "" {
 				reply.Content = "I refused: " + turn.Refusal
 			}
@@ -195,7 +196,14 @@ func turnSpend(call wire.ModelCall) *ledgerdb.SpendClaim {
 	if call.Spend == nil {
 		return nil
 	}
-	return &ledgerdb.SpendClaim{Account: call.Spend.Account, InputUSDPerMillion: call.Spend.InputPerMillion,
+	// The reservation must stay an upper bound: on a model that writes
+	// its prompt cache, every input token may be a cache write, the
+	// dearest kind of input.
+	p, input := call.Spend, call.Spend.InputPerMillion
+	if writesPromptCache(call.Model) {
+		input = max(input, budget.ModelPrice{InputPerMillion: p.InputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}.CacheWritePrice())
+	}
+	return &ledgerdb.SpendClaim{Account: call.Spend.Account, InputUSDPerMillion: input,
 		OutputUSDPerMillion: call.Spend.OutputPerMillion, OutputTokens: cmp.Or(call.Model.MaxTokens, defaultOutputReservation),
 		Finishing: call.Finish}
 }

@@ -58,3 +58,21 @@ type ModelRequest struct {
 type Model interface {
 	Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error)
 }
+
+// speaksAnthropic says whether spec's provider speaks Anthropic's
+// Messages API (directly, on Bedrock or on Vertex AI).
+func speaksAnthropic(spec agentsagatype.ModelSpec) bool {
+	switch spec.Provider {
+	case agentsagatype.ProviderAnthropic, agentsagatype.ProviderBedrock, agentsagatype.ProviderVertex:
+		return true
+	}
+	return false
+}
+
+// writesPromptCache says whether a model's requests may write its
+// provider's prompt cache, which costs more than plain input: Anthropic's
+// do, when caching is on (it is by default); OpenAI's and Gemini's caches
+// are written for free.
+func writesPromptCache(spec agentsagatype.ModelSpec) bool {
+	return speaksAnthropic(spec) && spec.CachesPrompt()
+}

@@ -25,6 +25,20 @@ type Message struct {
 	Pinned bool `json:"pinned,omitempty"`
 	// Key is the idempotency key of the call whose output this is.
 	Key string `json:"key,omitempty"`
+	// Reasoning, on an assistant message, is what its provider asked to
+	// have sent back with the turn (thinking blocks and their signatures,
+	// encrypted reasoning items, thought signatures), kept as the provider
+	// sent it. Only the provider that wrote it reads it; another provider
+	// leaves it out.
+	Reasoning *Reasoning `json:"reasoning,omitempty"`
+}
+
+// Reasoning is a turn's reasoning as one provider wrote it and wants it
+// back, unchanged: Provider is the wire format that reads Data
+// (ReasoningAnthropic, ReasoningOpenAIResponses, ReasoningGemini).
+type Reasoning struct {
+	Provider string          `json:"provider"`
+	Data     json.RawMessage `json:"data"`
 }
 
 // ToolCall is one tool invocation a model asked for. Arguments is kept as
@@ -43,6 +57,9 @@ type Usage struct {
 	// CachedInputTokens are the part of InputTokens the provider read from
 	// its prompt cache, billed at its cached price.
 	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"`
+	// CacheWriteTokens are the part of InputTokens the provider wrote to
+	// its prompt cache (Anthropic), billed at its cache-write price.
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 }
 
 // Total is input plus output tokens, capped at the largest int64 rather
@@ -64,6 +81,11 @@ type ModelTurn struct {
 	Usage   Usage  `json:"usage"`
 	// Model is the model name the provider reports having used.
 	Model string `json:"model,omitempty"`
+	// Reasoning is what the provider asked to have sent back with this
+	// turn. It goes to the ledger's conversation with the reply, never to
+	// workflow history: signatures and encrypted reasoning are large, and
+	// only the next request needs them.
+	Reasoning *Reasoning `json:"-"`
 	// AnsweredBy is the model the turn was sent to, as ModelSpec.Target:
 	// the spec's model or one of its fallbacks. It is stored with the
 	// reply, so a turn read back from the ledger says who answered it.

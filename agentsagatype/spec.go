@@ -13,6 +13,24 @@ import (
 const (
 	ProviderScripted = "scripted"
 	ProviderOpenAI   = "openai"
+	// ProviderOpenAIResponses is OpenAI's Responses API, whose reasoning
+	// models keep their reasoning between calls as encrypted items.
+	ProviderOpenAIResponses = "openai-responses"
+	// ProviderAzure is Azure OpenAI: Name is the deployment.
+	ProviderAzure = "azure"
+	// ProviderBedrock and ProviderVertex are Anthropic's models on Amazon
+	// Bedrock and Google Vertex AI.
+	ProviderBedrock = "anthropic-bedrock"
+	ProviderVertex  = "anthropic-vertex"
+	// ProviderGemini is Google's Gemini API (or Vertex AI's, with Project).
+	ProviderGemini = "gemini"
+)
+
+// The wire formats a turn's Reasoning is kept in.
+const (
+	ReasoningAnthropic       = "anthropic"
+	ReasoningOpenAIResponses = "openai-responses"
+	ReasoningGemini          = "gemini"
 )
 
 // ModelSpec says which model a run talks to. API keys are never part of it:
@@ -40,6 +58,81 @@ type ModelSpec struct {
 	// it, an openai or anthropic model's limits are learned from the
 	// provider's x-ratelimit / anthropic-ratelimit headers.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// Thinking turns extended thinking on (Anthropic, Gemini): the model
+	// may think for up to BudgetTokens before it answers.
+	Thinking *Thinking `json:"thinking,omitempty"`
+	// Reasoning sets a reasoning model's effort (openai-responses, azure).
+	Reasoning *Thinking `json:"reasoning,omitempty"`
+	// Cache, when false, turns prompt caching off; it is on by default.
+	Cache *bool `json:"cache,omitempty"`
+	// APIVersion is Azure OpenAI's api-version; Region is Bedrock's or
+	// Vertex AI's region, Project the Google Cloud project (Vertex AI).
+	APIVersion string `json:"api_version,omitempty"`
+	Region     string `json:"region,omitempty"`
+	Project    string `json:"project,omitempty"`
+}
+
+// Thinking is how much a model may reason before it answers: a budget of
+// tokens (Anthropic's budget_tokens, Gemini's thinkingBudget) or an
+// effort (OpenAI's reasoning.effort: low, medium or high).
+type Thinking struct {
+	BudgetTokens int64  `json:"budget_tokens,omitempty"`
+	Effort       string `json:"effort,omitempty"`
+}
+
+// CachesPrompt says whether the model's requests ask the provider to
+// cache their stable prefix (the default).
+func (m ModelSpec) CachesPrompt() bool { return m.Cache == nil || *m.Cache }
+
+// isAnthropic says whether provider speaks Anthropic's Messages API.
+func isAnthropic(provider string) bool {
+	return provider == ProviderAnthropic || provider == ProviderBedrock || provider == ProviderVertex
+}
+
+// minThinkingBudget is the least budget_tokens the Messages API accepts.
+const minThinkingBudget = 1024
+
+// validateReasoning checks thinking and reasoning as the provider's API
+// would, before the run starts rather than at its first turn.
+func (m ModelSpec) validateReasoning() error {
+	if t := m.Thinking; t != nil {
+		switch {
+		case isAnthropic(m.Provider):
+			maxTokens := m.MaxTokens
+			if maxTokens == 0 {
+				return fmt.Errorf("model.thinking: extended thinking needs model.max_tokens, above budget_tokens (%d)", t.BudgetTokens)
+			}
+			if t.BudgetTokens < minThinkingBudget || t.BudgetTokens >= maxTokens {
+				return fmt.Errorf("model.thinking.budget_tokens: %d must be at least %d and below max_tokens (%d), as the Messages API requires",
+					t.BudgetTokens, minThinkingBudget, maxTokens)
+			}
+		case m.Provider == ProviderGemini:
+			if t.BudgetTokens < -1 {
+				return fmt.Errorf("model.thinking.budget_tokens: %d is negative (0 turns thinking off, -1 lets the model decide)", t.BudgetTokens)
+			}
+		default:
+			return fmt.Errorf("model.thinking: provider %q has no thinking budget (anthropic, %s, %s and %s have; openai-responses and azure take model.reasoning.effort)",
+				m.Provider, ProviderBedrock, ProviderVertex, ProviderGemini)
+		}
+		if t.Effort != "" {
+			return fmt.Errorf("model.thinking.effort: thinking takes budget_tokens; effort belongs to model.reasoning (OpenAI's reasoning models)")
+		}
+	}
+	if r := m.Reasoning; r != nil {
+		if m.Provider != ProviderOpenAIResponses && m.Provider != ProviderAzure {
+			return fmt.Errorf("model.reasoning: provider %q has no reasoning effort (%s and %s have; Anthropic and Gemini take model.thinking.budget_tokens)",
+				m.Provider, ProviderOpenAIResponses, ProviderAzure)
+		}
+		switch r.Effort {
+		case "low", "medium", "high":
+		default:
+			return fmt.Errorf("model.reasoning.effort: %q is not low, medium or high", r.Effort)
+		}
+		if r.BudgetTokens != 0 {
+			return fmt.Errorf("model.reasoning.budget_tokens: reasoning takes an effort; a budget of tokens belongs to model.thinking")
+		}
+	}
+	return nil
 }
 
 // RateLimit is a model's quota as its provider states it for one API key;
@@ -107,16 +200,37 @@ func (m ModelSpec) ValidateFor(custom ...string) error {
 		if m.Name == "" {
 			return fmt.Errorf("model.name: the openai provider needs a model name (for example gpt-4o-mini or llama3.1)")
 		}
-	case ProviderAnthropic:
+	case ProviderAnthropic, ProviderOpenAIResponses, ProviderGemini:
 		if m.Name == "" {
-			return fmt.Errorf("model.name: the anthropic provider needs a model name (for example claude-sonnet-4-5)")
+			return fmt.Errorf("model.name: the %s provider needs a model name (for example %s)", m.Provider, exampleModel[m.Provider])
+		}
+	case ProviderAzure:
+		switch {
+		case m.Name == "":
+			return fmt.Errorf("model.name: the azure provider needs the deployment's name")
+		case m.BaseURL == "":
+			return fmt.Errorf("model.base_url: the azure provider needs the resource's endpoint (https://RESOURCE.openai.azure.com)")
+		case m.APIVersion == "":
+			return fmt.Errorf("model.api_version: the azure provider needs an api-version (for example 2024-10-21)")
+		}
+	case ProviderBedrock, ProviderVertex:
+		switch {
+		case m.Name == "":
+			return fmt.Errorf("model.name: the %s provider needs a model name (for example %s)", m.Provider, exampleModel[m.Provider])
+		case m.Region == "":
+			return fmt.Errorf("model.region: the %s provider needs a region (for example %s)", m.Provider, exampleRegion[m.Provider])
+		case m.Provider == ProviderVertex && m.Project == "":
+			return fmt.Errorf("model.project: the %s provider needs a Google Cloud project", m.Provider)
 		}
 	case "":
-		return fmt.Errorf("model.provider: missing (want %q, %q or %q)", ProviderScripted, ProviderOpenAI, ProviderAnthropic)
+		return fmt.Errorf("model.provider: missing (want one of %s)", strings.Join(builtinProviders, ", "))
 	default:
 		if !slices.Contains(custom, m.Provider) {
-			return fmt.Errorf("model.provider: unknown provider %q (want %q, %q or %q%s)", m.Provider, ProviderScripted, ProviderOpenAI, ProviderAnthropic, customList(custom))
+			return fmt.Errorf("model.provider: unknown provider %q (want one of %s%s)", m.Provider, strings.Join(builtinProviders, ", "), customList(custom))
 		}
+	}
+	if err := m.validateReasoning(); err != nil {
+		return err
 	}
 	if m.MaxTokens < 0 {
 		return fmt.Errorf("model.max_tokens: %d is negative", m.MaxTokens)
@@ -144,6 +258,19 @@ func (m ModelSpec) ValidateFor(custom ...string) error {
 	}
 	return nil
 }
+
+// builtinProviders are the providers every worker has, in the order an
+// error lists them.
+var builtinProviders = []string{ProviderScripted, ProviderOpenAI, ProviderAnthropic, ProviderOpenAIResponses, ProviderAzure,
+	ProviderBedrock, ProviderVertex, ProviderGemini}
+
+// exampleModel and exampleRegion are what an error about a missing name
+// or region suggests.
+var (
+	exampleModel = map[string]string{ProviderAnthropic: "claude-sonnet-4-5", ProviderOpenAIResponses: "o4-mini",
+		ProviderGemini: "gemini-2.5-flash", ProviderBedrock: "anthropic.claude-sonnet-4-5-20250929-v1:0", ProviderVertex: "claude-sonnet-4-5@20250929"}
+	exampleRegion = map[string]string{ProviderBedrock: "us-east-1", ProviderVertex: "us-east5"}
+)
 
 func customList(custom []string) string {
 	if len(custom) == 0 {
@@ -180,6 +307,7 @@ var knownContextTokens = map[string]int{
 	"o3":         200000,
 	"o4-mini":    200000,
 	"claude-":    200000,
+	"gemini-":    1048576,
 	"llama3.1":   128000,
 	"llama3.2":   128000,
 	"qwen2.5":    32768,

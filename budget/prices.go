@@ -22,6 +22,23 @@ type ModelPrice struct {
 	// CachedInputPerMillion is the price of input tokens the provider
 	// read from its prompt cache (0: the input price).
 	CachedInputPerMillion float64 `json:"cached_input_per_million,omitempty"`
+	// CacheWritePerMillion is the price of input tokens the provider wrote
+	// to its prompt cache (0: 1.25 times the input price, Anthropic's
+	// documented rate for a five-minute cache write).
+	CacheWritePerMillion float64 `json:"cache_write_per_million,omitempty"`
+}
+
+// cacheWriteMultiplier is what a cache write costs against plain input
+// when the table gives no price of its own: Anthropic's documented rate
+// for its default, five-minute cache.
+const cacheWriteMultiplier = 1.25
+
+// CacheWritePrice is the price of a million tokens written to the cache.
+func (price ModelPrice) CacheWritePrice() float64 {
+	if price.CacheWritePerMillion > 0 {
+		return price.CacheWritePerMillion
+	}
+	return price.InputPerMillion * cacheWriteMultiplier
 }
 
 // maxPrice bounds every price in the table (USD per million tokens, or
@@ -36,7 +53,8 @@ func (p Prices) Validate() error {
 		return fmt.Errorf("prices.tool_call_usd: %v is not a price in [0, %g]", p.ToolCallUSD, maxPrice)
 	}
 	for model, price := range p.Models {
-		if !isPrice(price.InputPerMillion) || !isPrice(price.OutputPerMillion) || !isPrice(price.CachedInputPerMillion) {
+		if !isPrice(price.InputPerMillion) || !isPrice(price.OutputPerMillion) || !isPrice(price.CachedInputPerMillion) ||
+			!isPrice(price.CacheWritePerMillion) {
 			return fmt.Errorf("prices.models.%s: a price is not in [0, %g] USD per million tokens", model, maxPrice)
 		}
 	}
@@ -59,15 +77,18 @@ func (p Prices) ModelUSD(model string, u agentsagatype.Usage) float64 {
 	return p.Models[model].USD(u)
 }
 
-// USD is what a call with this usage costs at price.
+// USD is what a call with this usage costs at price: the input read from
+// the cache at the cached price, the input written to it at the
+// cache-write price, the rest of the input at the input price.
 func (price ModelPrice) USD(u agentsagatype.Usage) float64 {
 	cached := min(max(u.CachedInputTokens, 0), u.InputTokens)
+	written := min(max(u.CacheWriteTokens, 0), u.InputTokens-cached)
 	cachedPrice := price.InputPerMillion
 	if price.CachedInputPerMillion > 0 {
 		cachedPrice = price.CachedInputPerMillion
 	}
-	return (float64(u.InputTokens-cached)*price.InputPerMillion + float64(cached)*cachedPrice +
-		float64(u.OutputTokens)*price.OutputPerMillion) / 1e6
+	return (float64(u.InputTokens-cached-written)*price.InputPerMillion + float64(cached)*cachedPrice +
+		float64(written)*price.CacheWritePrice() + float64(u.OutputTokens)*price.OutputPerMillion) / 1e6
 }
 
 // ToolUSD is what leafCalls attempts of tool cost.

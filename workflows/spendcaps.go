@@ -27,7 +27,8 @@ func (r *run) spendPlan(m agentsagatype.ModelSpec) *wire.SpendPlan {
 	}
 	price := r.spec.Prices.Models[m.Name]
 	return &wire.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
-		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion}
+		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion,
+		CacheWritePerMillion: price.CacheWritePerMillion}
 }
 
 // spendRefusalIn is the spend cap's refusal in err, when that is what err

@@ -19,21 +19,45 @@ import (
 )
 
 // ToLedger is m as a conversation row.
+//
+// A turn's reasoning rides in its row's tool_calls, on the first call:
+// every provider needs its reasoning back only with the tool calls it
+// came with (Anthropic's thinking before tool_use, Gemini's signature on
+// a function call, OpenAI's reasoning item before a function call), and
+// the column is already read everywhere a conversation is (the claim's
+// window), so no statement changes. A turn without tool calls keeps none.
 func ToLedger(m agentsagatype.Message) ledgerdb.Message {
 	row := ledgerdb.Message{Seq: m.Seq, Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name,
 		Pinned: m.Pinned, SourceKey: m.Key, Tokens: EstimateTokens(m)}
 	if len(m.ToolCalls) > 0 {
-		row.ToolCalls, _ = json.Marshal(m.ToolCalls)
+		calls := make([]storedCall, len(m.ToolCalls))
+		for i, c := range m.ToolCalls {
+			calls[i].ToolCall = c
+		}
+		calls[0].Reasoning = m.Reasoning
+		row.ToolCalls, _ = json.Marshal(calls)
 	}
 	return row
+}
+
+// storedCall is a tool call as a conversation row keeps it.
+type storedCall struct {
+	agentsagatype.ToolCall
+	Reasoning *agentsagatype.Reasoning `json:"reasoning,omitempty"`
 }
 
 // FromLedger is a conversation row as a Message.
 func FromLedger(row ledgerdb.Message) agentsagatype.Message {
 	m := agentsagatype.Message{Seq: row.Seq, Role: row.Role, Content: row.Content, ToolCallID: row.ToolCallID, Name: row.Name,
 		Pinned: row.Pinned, Key: row.SourceKey}
-	if len(row.ToolCalls) > 0 {
-		_ = json.Unmarshal(row.ToolCalls, &m.ToolCalls)
+	var calls []storedCall
+	if len(row.ToolCalls) > 0 && json.Unmarshal(row.ToolCalls, &calls) == nil {
+		for _, c := range calls {
+			m.ToolCalls = append(m.ToolCalls, c.ToolCall)
+			if c.Reasoning != nil {
+				m.Reasoning = c.Reasoning
+			}
+		}
 	}
 	return m
 }
@@ -186,6 +210,11 @@ func EstimateTokens(m agentsagatype.Message) int {
 	n := Count(m.Content)
 	for _, c := range m.ToolCalls {
 		n += Count(c.Name) + Count(c.Arguments) + 8
+	}
+	if m.Reasoning != nil {
+		// Opaque (signatures, encrypted items): a token for every 3
+		// bytes, on the high side of what base64 costs.
+		n += len(m.Reasoning.Data) / 3
 	}
 	return n + n/5 + 8
 }

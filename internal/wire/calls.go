@@ -60,6 +60,9 @@ type SpendPlan struct {
 	// CachedInputPerMillion prices the input read from the provider's
 	// cache (0: the input price).
 	CachedInputPerMillion float64 `json:"cached_input_per_million,omitempty"`
+	// CacheWritePerMillion prices the input written to the provider's
+	// cache (0: 1.25 times the input price).
+	CacheWritePerMillion float64 `json:"cache_write_per_million,omitempty"`
 }
 
 // SpendRefusal is the spend cap that refused a turn: the account it

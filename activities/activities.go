@@ -448,7 +448,7 @@ func toActivityError(err error) error {
 		return transientError(err)
 	case c.errType == agentsagatype.ErrTypeToolConfig:
 		return temporal.NewNonRetryableApplicationError(err.Error(), c.errType, nil)
-	case c.errType == agentsagatype.ErrTypeRejected:
+	case c.errType == agentsagatype.ErrTypeRejected || c.errType == agentsagatype.ErrTypeProtocol:
 		return activityError(err.Error(), c.errType, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
 	return activityError(err.Error(), c.errType, temporal.ApplicationErrorOptions{

@@ -79,23 +79,33 @@ func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 // Turn makes exactly one streamed messages request, handing each piece of
 // its text to req.OnText as it arrives. A non-2xx answer is returned as
 // *HTTPError so the retry classifier can read the status and retry hints
-// (529 overloaded_error is a 5xx and so retryable); a stream that breaks
-// after it began (an error event such as overloaded_error, a cut
-// connection, no message_stop) is a plain (retryable) error that says how
-// far it got, never a partial turn; anything else is wrapped with the op.
+// (529 overloaded_error is a 5xx and so retryable); an error event is
+// classified as its type's status would be; a stream that breaks after it
+// began (a cut connection, no message_stop) is a plain (retryable) error
+// that says how far it got, never a partial turn. A 200 that is one whole
+// message (a gateway that does not stream) is read whole; one that is
+// neither is a protocol error, never retried.
 func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
 	}
 	var raw *http.Response
-	stream := m.client.Messages.NewStreaming(ctx, params, option.WithResponseInto(&raw))
+	var whole wholeReply
+	stream := m.client.Messages.NewStreaming(ctx, params, option.WithResponseInto(&raw),
+		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			resp, err := next(r)
+			if err == nil {
+				whole.watch(resp)
+			}
+			return resp, err
+		}))
 	defer stream.Close()
 	noteResponse(ctx, raw)
 	if err := stream.Err(); err != nil {
 		var apiErr *anthropic.Error
 		switch {
-		case errors.As(err, &apiErr) && apiErr.Response != nil:
+		case errors.As(err, &apiErr) && apiErr.Response != nil && apiErr.StatusCode >= 300:
 			return agentsagatype.ModelTurn{}, m.httpError(apiErr.Response)
 		case raw != nil && raw.StatusCode >= 400:
 			// An error body the SDK cannot decode still has a status, and
@@ -129,25 +139,57 @@ func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 		// that began the stream: its status says nothing, its body all.
 		var event *anthropic.Error
 		if errors.As(err, &event) {
-			err = errorEvent(m.apiKey, []byte(event.RawJSON()))
+			return agentsagatype.ModelTurn{}, streamErrorEvent(opMessages, m.apiKey, events, "events", []byte(event.RawJSON()))
 		}
 		return agentsagatype.ModelTurn{}, streamBroke(opMessages, m.apiKey, events, "events", err)
+	}
+	if err := whole.protocolErr(opMessages); err != nil {
+		return agentsagatype.ModelTurn{}, err
+	}
+	if whole.body != nil && events == 0 {
+		if gjsonHas(whole.body, "error") {
+			return agentsagatype.ModelTurn{}, streamErrorEvent(opMessages, m.apiKey, 0, "events", whole.body)
+		}
+		if err := json.Unmarshal(whole.body, &resp); err != nil || resp.Type != "message" {
+			return agentsagatype.ModelTurn{}, &protocolError{op: opMessages, contentType: whole.contentType, head: whole.body[:min(len(whole.body), 200)]}
+		}
+		stopped = true
+		if req.OnText != nil {
+			for _, block := range resp.Content {
+				if block.Type == "text" && block.Text != "" {
+					req.OnText(block.Text)
+				}
+			}
+		}
 	}
 	if !stopped {
 		return agentsagatype.ModelTurn{}, streamBroke(opMessages, m.apiKey, events, "events", errors.New("it ended without message_stop"))
 	}
+	return m.turnOf(resp)
+}
+
+// turnOf maps a whole message, streamed or not. Thinking blocks, with
+// their signatures, are kept as the turn's Reasoning, to go back with its
+// tool calls as the Messages API requires.
+func (m *anthropicModel) turnOf(resp anthropic.Message) (agentsagatype.ModelTurn, error) {
+	u := resp.Usage
 	turn := agentsagatype.ModelTurn{
 		Model: string(resp.Model),
 		// input_tokens leaves out what the cache read and wrote: the
 		// prompt was all three.
-		Usage: reportedUsage(resp.Usage.InputTokens+resp.Usage.CacheReadInputTokens+resp.Usage.CacheCreationInputTokens,
-			resp.Usage.OutputTokens, resp.Usage.CacheReadInputTokens),
+		Usage: reportedUsage(u.InputTokens+u.CacheReadInputTokens+u.CacheCreationInputTokens,
+			u.OutputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens),
 	}
 	var text strings.Builder
+	var thinking []thinkingBlock
 	for _, block := range resp.Content {
 		switch block.Type {
 		case "text":
 			text.WriteString(block.Text)
+		case "thinking":
+			thinking = append(thinking, thinkingBlock{Type: block.Type, Thinking: block.Thinking, Signature: block.Signature})
+		case "redacted_thinking":
+			thinking = append(thinking, thinkingBlock{Type: block.Type, Data: block.Data})
 		case "tool_use":
 			args := string(bytes.TrimSpace(block.Input))
 			if args == "" || args == "null" {
@@ -157,7 +199,12 @@ func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 		}
 	}
 	turn.Content = text.String()
-	if resp.StopReason == anthropic.StopReasonRefusal {
+	if len(thinking) > 0 {
+		data, _ := json.Marshal(thinking)
+		turn.Reasoning = &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningAnthropic, Data: data}
+	}
+	switch resp.StopReason {
+	case anthropic.StopReasonRefusal:
 		turn.Refusal = turn.Content
 		if turn.Refusal == "" {
 			turn.Refusal = resp.StopDetails.Explanation
@@ -166,8 +213,31 @@ func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 			turn.Refusal = "refused"
 		}
 		turn.Content = ""
+	case anthropic.StopReasonPauseTurn:
+		if turn.Content == "" && len(turn.ToolCalls) == 0 {
+			// The API paused a long turn (pause_turn) before it said
+			// anything: the request sent again continues it.
+			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: the model paused its turn (stop_reason pause_turn) before it answered", opMessages)
+		}
+	case anthropic.StopReasonMaxTokens:
+		if len(turn.ToolCalls) > 0 {
+			// A tool call cut at max_tokens has arguments the model did
+			// not finish: no tool may act on them, and the same request
+			// would be cut the same way.
+			return agentsagatype.ModelTurn{}, Permanent(fmt.Errorf("%s: the reply reached max_tokens (%d) inside a tool call; raise model.max_tokens",
+				opMessages, m.maxTokens))
+		}
 	}
 	return turn, nil
+}
+
+// thinkingBlock is a thinking or redacted_thinking block as the Messages
+// API sent it and wants it back: thinking and signature, or data.
+type thinkingBlock struct {
+	Type      string `json:"type"`
+	Thinking  string `json:"thinking,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	Data      string `json:"data,omitempty"`
 }
 
 // checkToolInputs refuses the end of a tool_use block whose streamed input
@@ -200,18 +270,39 @@ func (m *anthropicModel) httpError(resp *http.Response) *HTTPError {
 }
 
 // params translates the provider-neutral request to the SDK's. System
-// messages, wherever they stand, become the top-level system prompt; the
-// rest become alternating user and assistant messages, with consecutive
-// blocks of the same role (tool results above all) merged into one message.
+// messages before the conversation become the top-level system prompt;
+// the rest become alternating user and assistant messages, with
+// consecutive blocks of the same role (tool results above all) merged into
+// one message. System messages after the conversation (the budget note,
+// the finish instructions: what changes every turn) go last, as text of
+// the final user message, after the cache's last breakpoint, so they never
+// invalidate the cached prefix. An assistant turn's thinking blocks go back
+// before its tool calls, unchanged, as the API requires; reasoning another
+// provider wrote is left out.
 func (m *anthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, error) {
 	p := anthropic.MessageNewParams{Model: anthropic.Model(m.spec.Name), MaxTokens: m.maxTokens}
-	var system []string
+	if t := m.spec.Thinking; t != nil && t.BudgetTokens > 0 {
+		p.Thinking = anthropic.ThinkingConfigParamOfEnabled(t.BudgetTokens)
+	}
+	conversationEnd := len(req.Messages)
+	for conversationEnd > 0 && req.Messages[conversationEnd-1].Role == "system" {
+		conversationEnd--
+	}
+	var system, trailing []string
+	// The message and content block that end the conversation, before
+	// any trailing note.
+	endMessage, endBlock := -1, -1
 	for i, msg := range req.Messages {
 		var role anthropic.MessageParamRole
 		var blocks []anthropic.ContentBlockParamUnion
 		switch msg.Role {
 		case "system":
-			if strings.TrimSpace(msg.Content) != "" {
+			if strings.TrimSpace(msg.Content) == "" {
+				continue
+			}
+			if i >= conversationEnd && conversationEnd > 0 {
+				trailing = append(trailing, msg.Content)
+			} else {
 				system = append(system, msg.Content)
 			}
 			continue
@@ -220,6 +311,9 @@ func (m *anthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, e
 			blocks = append(blocks, textBlocks(msg.Content)...)
 		case "assistant":
 			role = anthropic.MessageParamRoleAssistant
+			if len(msg.ToolCalls) > 0 {
+				blocks = append(blocks, thinkingBlocks(msg.Reasoning)...)
+			}
 			blocks = append(blocks, textBlocks(msg.Content)...)
 			for _, call := range msg.ToolCalls {
 				blocks = append(blocks, anthropic.NewToolUseBlock(anthropicToolID(call.ID), toolInput(call.Arguments), call.Name))
@@ -243,12 +337,22 @@ func (m *anthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, e
 		}
 		if n := len(p.Messages); n > 0 && p.Messages[n-1].Role == role {
 			p.Messages[n-1].Content = append(p.Messages[n-1].Content, blocks...)
-			continue
+		} else {
+			p.Messages = append(p.Messages, anthropic.MessageParam{Role: role, Content: blocks})
 		}
-		p.Messages = append(p.Messages, anthropic.MessageParam{Role: role, Content: blocks})
+		endMessage = len(p.Messages) - 1
+		endBlock = len(p.Messages[endMessage].Content) - 1
 	}
 	if len(system) > 0 {
 		p.System = []anthropic.TextBlockParam{{Text: strings.Join(system, "\n\n")}}
+	}
+	if len(trailing) > 0 {
+		note := anthropic.NewTextBlock(strings.Join(trailing, "\n\n"))
+		if n := len(p.Messages); n > 0 && p.Messages[n-1].Role == anthropic.MessageParamRoleUser {
+			p.Messages[n-1].Content = append(p.Messages[n-1].Content, note)
+		} else {
+			p.Messages = append(p.Messages, anthropic.MessageParam{Role: anthropic.MessageParamRoleUser, Content: []anthropic.ContentBlockParamUnion{note}})
+		}
 	}
 	for i, tool := range req.Tools {
 		tp, err := anthropicTool(tool)
@@ -257,7 +361,55 @@ func (m *anthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, e
 		}
 		p.Tools = append(p.Tools, tp)
 	}
+	if m.spec.CachesPrompt() {
+		markCacheBreakpoints(&p, endMessage, endBlock)
+	}
 	return p, nil
+}
+
+// markCacheBreakpoints sets cache_control on the stable prefix, at most
+// three of the API's four breakpoints: the last tool (tools come first in
+// the cache's order), the system prompt, and the block that ends the
+// conversation so far (the newest turn: a breakpoint that moves along
+// with the run, while the API finds the previous turn's prefix by looking
+// back from it). Nothing after that block changes the prefix.
+func markCacheBreakpoints(p *anthropic.MessageNewParams, endMessage, endBlock int) {
+	if n := len(p.Tools); n > 0 {
+		if cc := p.Tools[n-1].GetCacheControl(); cc != nil {
+			*cc = anthropic.NewCacheControlEphemeralParam()
+		}
+	}
+	if n := len(p.System); n > 0 {
+		p.System[n-1].CacheControl = anthropic.NewCacheControlEphemeralParam()
+	}
+	if endMessage < 0 {
+		return
+	}
+	if cc := p.Messages[endMessage].Content[endBlock].GetCacheControl(); cc != nil {
+		*cc = anthropic.NewCacheControlEphemeralParam()
+	}
+}
+
+// thinkingBlocks are the thinking blocks of an assistant turn, as the API
+// sent them; none for reasoning of another provider.
+func thinkingBlocks(r *agentsagatype.Reasoning) []anthropic.ContentBlockParamUnion {
+	if r == nil || r.Provider != agentsagatype.ReasoningAnthropic {
+		return nil
+	}
+	var kept []thinkingBlock
+	if json.Unmarshal(r.Data, &kept) != nil {
+		return nil
+	}
+	blocks := make([]anthropic.ContentBlockParamUnion, 0, len(kept))
+	for _, b := range kept {
+		switch b.Type {
+		case "thinking":
+			blocks = append(blocks, anthropic.NewThinkingBlock(b.Signature, b.Thinking))
+		case "redacted_thinking":
+			blocks = append(blocks, anthropic.NewRedactedThinkingBlock(b.Data))
+		}
+	}
+	return blocks
 }
 
 // textBlocks is one text block, or none for empty text, which the API

@@ -128,7 +128,7 @@ func TestAnthropicModelToolUse(t *testing.T) {
 	assert.Equal(t, "toolu_01B", turn.ToolCalls[1].ID)
 	assert.Equal(t, "now", turn.ToolCalls[1].Name)
 	assert.JSONEq(t, `{}`, turn.ToolCalls[1].Arguments)
-	assert.Equal(t, agentsagatype.Usage{InputTokens: 50 + 1200 + 30, OutputTokens: 20, CachedInputTokens: 1200}, turn.Usage,
+	assert.Equal(t, agentsagatype.Usage{InputTokens: 50 + 1200 + 30, OutputTokens: 20, CachedInputTokens: 1200, CacheWriteTokens: 30}, turn.Usage,
 		"input_tokens leaves out what the cache read and wrote")
 	assert.Empty(t, turn.Refusal)
 }
@@ -216,7 +216,8 @@ func TestAnthropicModelRequestTranslation(t *testing.T) {
 		system = append(system, block.Text)
 	}
 	assert.Contains(t, strings.Join(system, "\n"), "Be brief.")
-	assert.Contains(t, strings.Join(system, "\n"), "Budget: 2 steps left.")
+	assert.NotContains(t, strings.Join(system, "\n"), "Budget: 2 steps left.",
+		"the budget note changes every turn: in the system prompt it would invalidate the cached prefix")
 
 	require.Len(t, got.Messages, 3, "system messages leave the list; both tool results share one user message")
 	assert.Equal(t, "user", got.Messages[0].Role)
@@ -239,7 +240,9 @@ func TestAnthropicModelRequestTranslation(t *testing.T) {
 
 	results := got.Messages[2]
 	assert.Equal(t, "user", results.Role)
-	require.Len(t, results.Content, 2)
+	require.Len(t, results.Content, 3, "both tool results, then the budget note, after the cache's last breakpoint")
+	assert.Equal(t, "text", results.Content[2].Type)
+	assert.Equal(t, "Budget: 2 steps left.", results.Content[2].Text)
 	for i, want := range []struct{ id, text string }{{"toolu_1", "18C, cloudy"}, {"toolu_2", "invalid arguments"}} {
 		block := results.Content[i]
 		assert.Equal(t, "tool_result", block.Type)
@@ -437,9 +440,10 @@ func TestAnthropicModelSpecValidate(t *testing.T) {
 	err := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderAnthropic}.Validate()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "model.name")
-	err = agentsagatype.ModelSpec{Provider: "gemini"}.Validate()
+	err = agentsagatype.ModelSpec{Provider: "gemini-pro-max"}.Validate()
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `"anthropic"`)
+	assert.Contains(t, err.Error(), `unknown provider "gemini-pro-max"`)
+	assert.Contains(t, err.Error(), "anthropic")
 }
 
 // ExampleNewAnthropicModel talks to a server that speaks the Anthropic

@@ -46,7 +46,10 @@ func classify(err error) classified {
 	var permanent *permanentError
 	var httpErr *HTTPError
 	var appErr *temporal.ApplicationError
+	var protocol *protocolError
 	switch {
+	case errors.As(err, &protocol):
+		c.errType, c.retryable = agentsagatype.ErrTypeProtocol, false
 	case isToolConfig(err):
 		c.errType, c.retryable = agentsagatype.ErrTypeToolConfig, false
 	case errors.As(err, &permanent):

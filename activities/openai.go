@@ -2,6 +2,7 @@ package activities
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 )
@@ -67,9 +69,12 @@ func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *htt
 // Turn makes exactly one streamed chat.completions request and maps its
 // first choice, handing each piece of its content to req.OnText as it
 // arrives. A non-2xx answer is returned as *HTTPError so the retry
-// classifier can read the status and retry hints; a stream that breaks
-// after it began is a plain (retryable) error that says how far it got,
-// never a partial turn; anything else is wrapped with the op.
+// classifier can read the status and retry hints; an error event inside
+// the stream is classified as its type's status would be; a stream that
+// breaks after it began is a plain (retryable) error that says how far it
+// got, never a partial turn. A 200 that is one whole JSON completion (as
+// some compatible servers answer a streamed request) is read whole; one
+// that is neither is a protocol error, never retried.
 func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype.ModelTurn, error) {
 	params, err := m.params(req)
 	if err != nil {
@@ -98,15 +103,15 @@ func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 		}
 	}
 	var acc openai.ChatCompletionAccumulator
-	var custom customToolCalls
+	var extra chunkExtras
 	chunks := 0
 	for stream.Next() {
 		chunk := stream.Current()
 		chunks++
+		extra.mend(&chunk, acc.ID)
 		if !acc.AddChunk(chunk) {
 			return agentsagatype.ModelTurn{}, streamBroke(opChatCompletions, m.apiKey, chunks, "chunks", errors.New("the chunk does not continue the completion (another id, or a choice or tool call index out of range)"))
 		}
-		custom.add(chunk)
 		for _, choice := range chunk.Choices {
 			if choice.Index == 0 && choice.Delta.Content != "" && req.OnText != nil {
 				req.OnText(choice.Delta.Content)
@@ -116,9 +121,15 @@ func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 	if err := stream.Err(); err != nil {
 		var event *ssestream.StreamError
 		if errors.As(err, &event) {
-			err = errorEvent(m.apiKey, event.Event.Data)
+			return agentsagatype.ModelTurn{}, streamErrorEvent(opChatCompletions, m.apiKey, chunks, "chunks", event.Event.Data)
 		}
 		return agentsagatype.ModelTurn{}, streamBroke(opChatCompletions, m.apiKey, chunks, "chunks", err)
+	}
+	if err := end.whole.protocolErr(opChatCompletions); err != nil {
+		return agentsagatype.ModelTurn{}, err
+	}
+	if end.whole.body != nil && chunks == 0 {
+		return m.wholeCompletion(end.whole.body, req)
 	}
 	if !end.done {
 		return agentsagatype.ModelTurn{}, streamBroke(opChatCompletions, m.apiKey, chunks, "chunks", errors.New("it ended without data: [DONE]"))
@@ -126,24 +137,66 @@ func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 	if len(acc.Choices) == 0 {
 		return agentsagatype.ModelTurn{}, fmt.Errorf("%s: the reply has no choices (%d chunks)", opChatCompletions, chunks)
 	}
-	msg := acc.Choices[0].Message
+	return chatTurn(acc.ChatCompletion, &extra), nil
+}
+
+// wholeCompletion reads a whole JSON answer to a streamed request: a
+// chat.completion, or an error object sent with a 200.
+func (m *openAIModel) wholeCompletion(body []byte, req ModelRequest) (agentsagatype.ModelTurn, error) {
+	if status := errorEventStatus(body); status != 0 || gjsonHas(body, "error") {
+		return agentsagatype.ModelTurn{}, streamErrorEvent(opChatCompletions, m.apiKey, 0, "chunks", body)
+	}
+	var completion openai.ChatCompletion
+	if err := json.Unmarshal(body, &completion); err != nil || len(completion.Choices) == 0 {
+		return agentsagatype.ModelTurn{}, &protocolError{op: opChatCompletions, contentType: "application/json", head: body[:min(len(body), 200)]}
+	}
+	var extra chunkExtras
+	extra.fromMessage(completion.Choices[0].Message)
+	turn := chatTurn(completion, &extra)
+	if turn.Content != "" && req.OnText != nil {
+		req.OnText(turn.Content)
+	}
+	return turn, nil
+}
+
+// gjsonHas says whether body is a JSON object with the top-level field.
+func gjsonHas(body []byte, field string) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return false
+	}
+	_, ok := fields[field]
+	return ok
+}
+
+// chatTurn maps a completion's first choice, streamed or whole.
+func chatTurn(c openai.ChatCompletion, extra *chunkExtras) agentsagatype.ModelTurn {
+	choice := c.Choices[0]
+	msg := choice.Message
 	turn := agentsagatype.ModelTurn{
 		Content: msg.Content,
 		Refusal: msg.Refusal,
-		Model:   acc.Model,
+		Model:   c.Model,
 		// prompt_tokens counts the cached part too.
-		Usage: reportedUsage(acc.Usage.PromptTokens, acc.Usage.CompletionTokens, acc.Usage.PromptTokensDetails.CachedTokens),
+		Usage: reportedUsage(c.Usage.PromptTokens, c.Usage.CompletionTokens, c.Usage.PromptTokensDetails.CachedTokens, 0),
+	}
+	if choice.FinishReason == "content_filter" && turn.Refusal == "" {
+		// Azure's (and OpenAI's) content filter stopped the reply: a
+		// refusal, which no retry changes.
+		turn.Refusal = cmp.Or(turn.Content, "the provider's content filter stopped the reply")
+		turn.Content = ""
 	}
 	for i, call := range msg.ToolCalls {
 		tc := agentsagatype.ToolCall{ID: call.ID, Name: call.Function.Name, Arguments: call.Function.Arguments}
 		// Type is checked loosely because some compatible servers omit it
 		// on function calls.
 		if call.Type == "custom" {
-			tc.Name, tc.Arguments = custom.name(i), custom.input(i)
+			tc.Name, tc.Arguments = cmp.Or(call.Custom.Name, extra.customName(i)), cmp.Or(call.Custom.Input, extra.customInput(i))
 		}
 		turn.ToolCalls = append(turn.ToolCalls, tc)
 	}
-	return turn, nil
+	turn.Reasoning = extra.reasoning(turn.ToolCalls)
+	return turn
 }
 
 // doneWatch notes whether a stream's body held the data: [DONE] line that
@@ -151,9 +204,10 @@ func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 // whether that line came or the body just stopped early, and only the
 // first is a whole reply.
 type doneWatch struct {
-	line [len("data: [DONE]")]byte // the start of the line being read
-	n    int                       // how much of line is filled
-	done bool
+	line  [len("data: [DONE]")]byte // the start of the line being read
+	n     int                       // how much of line is filled
+	done  bool
+	whole wholeReply // a 2xx answer that is not an event stream
 }
 
 // middleware watches the body of a 2xx answer; an error answer is the
@@ -161,6 +215,7 @@ type doneWatch struct {
 func (d *doneWatch) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	resp, err := next(req)
 	if err == nil && resp != nil && resp.StatusCode < 300 && resp.Body != nil {
+		d.whole.watch(resp)
 		resp.Body = &watchedBody{ReadCloser: resp.Body, watch: d}
 	}
 	return resp, err
@@ -196,44 +251,117 @@ func (d *doneWatch) see(p []byte) {
 	}
 }
 
-// customToolCalls assembles the custom tool calls of the first choice,
-// which the SDK's chunk type leaves out (it knows only function calls):
-// each delta of a call of type "custom" carries a fragment of its name and
-// input under "custom".
-type customToolCalls struct {
+// chunkExtras is what the SDK's chunk type leaves out of a streamed
+// choice, assembled from the chunks' extra fields, and the mending that
+// lets the SDK's accumulator read what compatible servers send.
+type chunkExtras struct {
+	// names and inputs of the custom tool calls of the first choice: each
+	// delta of a call of type "custom" carries a fragment of its name and
+	// input under "custom".
 	names, inputs map[int64]string
+	// extraContent is each tool call's extra_content, kept whole (Gemini's
+	// OpenAI-compatible endpoint puts the call's thought signature there,
+	// and wants it back unchanged).
+	extraContent map[int64]json.RawMessage
+	// calls counts the tool calls seen, and lastID is the newest one's ID,
+	// to place a call sent without an index.
+	calls  int64
+	lastID string
 }
 
-func (c *customToolCalls) add(chunk openai.ChatCompletionChunk) {
-	for _, choice := range chunk.Choices {
+// mend makes chunk readable by the SDK's accumulator and notes its
+// extras: a chunk with no id (Azure's prompt_filter_results, a usage
+// chunk from some servers) takes the completion's; a tool call sent whole
+// without an index (Ollama) takes the next one.
+func (c *chunkExtras) mend(chunk *openai.ChatCompletionChunk, id string) {
+	if chunk.ID == "" && id != "" {
+		chunk.ID = id
+	}
+	for ci := range chunk.Choices {
+		choice := &chunk.Choices[ci]
 		if choice.Index != 0 {
 			continue
 		}
-		for _, call := range choice.Delta.ToolCalls {
-			field, ok := call.JSON.ExtraFields["custom"]
-			if !ok {
-				continue
+		for ti := range choice.Delta.ToolCalls {
+			call := &choice.Delta.ToolCalls[ti]
+			if !call.JSON.Index.Valid() {
+				switch {
+				case c.calls == 0 || (call.ID != "" && call.ID != c.lastID):
+					call.Index = c.calls
+				default:
+					call.Index = c.calls - 1
+				}
 			}
-			var part struct {
-				Name  string `json:"name"`
-				Input string `json:"input"`
+			if call.Index >= c.calls {
+				c.calls = call.Index + 1
 			}
-			if json.Unmarshal([]byte(field.Raw()), &part) != nil {
-				continue
+			if call.ID != "" {
+				c.lastID = call.ID
 			}
-			if c.names == nil {
-				c.names, c.inputs = map[int64]string{}, map[int64]string{}
-			}
-			// -1 is index 0, as the SDK's accumulator reads it.
-			index := max(call.Index, 0)
-			c.names[index] += part.Name
-			c.inputs[index] += part.Input
+			c.note(call.Index, call.JSON.ExtraFields)
 		}
 	}
 }
 
-func (c *customToolCalls) name(i int) string  { return c.names[int64(i)] }
-func (c *customToolCalls) input(i int) string { return c.inputs[int64(i)] }
+// fromMessage notes the extras of a whole completion's message.
+func (c *chunkExtras) fromMessage(msg openai.ChatCompletionMessage) {
+	for i, call := range msg.ToolCalls {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal([]byte(call.RawJSON()), &fields) != nil {
+			continue
+		}
+		if raw, ok := fields["extra_content"]; ok {
+			c.note(int64(i), map[string]respjson.Field{"extra_content": respjson.NewField(string(raw))})
+		}
+	}
+}
+
+func (c *chunkExtras) note(index int64, fields map[string]respjson.Field) {
+	// -1 is index 0, as the SDK's accumulator reads it.
+	index = max(index, 0)
+	if field, ok := fields["custom"]; ok {
+		var part struct {
+			Name  string `json:"name"`
+			Input string `json:"input"`
+		}
+		if json.Unmarshal([]byte(field.Raw()), &part) == nil {
+			if c.names == nil {
+				c.names, c.inputs = map[int64]string{}, map[int64]string{}
+			}
+			c.names[index] += part.Name
+			c.inputs[index] += part.Input
+		}
+	}
+	if field, ok := fields["extra_content"]; ok && json.Valid([]byte(field.Raw())) {
+		if c.extraContent == nil {
+			c.extraContent = map[int64]json.RawMessage{}
+		}
+		c.extraContent[index] = json.RawMessage(field.Raw())
+	}
+}
+
+func (c *chunkExtras) customName(i int) string  { return c.names[int64(i)] }
+func (c *chunkExtras) customInput(i int) string { return c.inputs[int64(i)] }
+
+// reasoning is the turn's tool calls' extra_content, by call ID, to send
+// back with them: nil when none carried any.
+func (c *chunkExtras) reasoning(calls []agentsagatype.ToolCall) *agentsagatype.Reasoning {
+	if len(c.extraContent) == 0 {
+		return nil
+	}
+	byID := map[string]json.RawMessage{}
+	for i, call := range calls {
+		if raw, ok := c.extraContent[int64(i)]; ok {
+			byID[call.ID] = raw
+		}
+	}
+	data, _ := json.Marshal(byID)
+	return &agentsagatype.Reasoning{Provider: reasoningExtraContent, Data: data}
+}
+
+// reasoningExtraContent tags the extra_content of an OpenAI-compatible
+// server's tool calls in a turn's Reasoning.
+const reasoningExtraContent = "openai-extra-content"
 
 // httpError reads the error body the SDK buffered and strips the API key
 // from it, in case a server or proxy echoes the request headers back.
@@ -272,6 +400,10 @@ func (m *openAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, 
 }
 
 func messageParam(msg agentsagatype.Message) (openai.ChatCompletionMessageParamUnion, error) {
+	var extraContent map[string]json.RawMessage
+	if msg.Reasoning != nil && msg.Reasoning.Provider == reasoningExtraContent {
+		_ = json.Unmarshal(msg.Reasoning.Data, &extraContent)
+	}
 	switch msg.Role {
 	case "system":
 		return openai.SystemMessage(msg.Content), nil
@@ -286,15 +418,18 @@ func messageParam(msg agentsagatype.Message) (openai.ChatCompletionMessageParamU
 			a.Content.OfString = param.NewOpt(msg.Content)
 		}
 		for _, call := range msg.ToolCalls {
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID: call.ID,
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-						Name:      call.Name,
-						Arguments: call.Arguments,
-					},
+			fn := &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID: call.ID,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+					Name:      call.Name,
+					Arguments: call.Arguments,
 				},
-			})
+			}
+			if raw, ok := extraContent[call.ID]; ok {
+				// Sent back as it came (Gemini's thought signature).
+				fn.SetExtraFields(map[string]any{"extra_content": raw})
+			}
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{OfFunction: fn})
 		}
 		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}, nil
 	default:

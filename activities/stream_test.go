@@ -142,8 +142,10 @@ func TestAnthropicStreamInManyEvents(t *testing.T) {
 	assert.Equal(t, agentsagatype.ModelTurn{
 		Content:   "Let me look that up. One moment.",
 		ToolCalls: []agentsagatype.ToolCall{{ID: "toolu_01A", Name: "search", Arguments: `{"q": "temporal workflows", "n": 3}`}},
-		Usage:     agentsagatype.Usage{InputTokens: 50 + 1200 + 30, OutputTokens: 20, CachedInputTokens: 1200},
+		Usage:     agentsagatype.Usage{InputTokens: 50 + 1200 + 30, OutputTokens: 20, CachedInputTokens: 1200, CacheWriteTokens: 30},
 		Model:     "claude-sonnet-4-5-20250929",
+		Reasoning: &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningAnthropic,
+			Data: json.RawMessage(`[{"type":"thinking","thinking":"The user wants the order.","signature":"sig=="}]`)},
 	}, turn)
 	assert.Equal(t, turn.Content, strings.Join(chunks, ""))
 	assert.Equal(t, true, srv.request(t)["stream"])
@@ -188,6 +190,7 @@ func TestStreamCutShort(t *testing.T) {
 		last     string // what a whole stream ends with
 		failure  providerwire.Event
 		failed   []string // what the error says of the error event
+		status   int      // the status the error event's type stands for
 	}{
 		{
 			provider: "openai chat.completions",
@@ -199,6 +202,7 @@ func TestStreamCutShort(t *testing.T) {
 			n: 4, received: "the stream broke after 4 chunks", last: "data: [DONE]",
 			failure: providerwire.Event{Data: []byte(`{"error":{"message":"The server had an error while processing your request. (key ` + testAPIKey + `)","type":"server_error"}}`)},
 			failed:  []string{"server_error", "The server had an error while processing your request."},
+			status:  http.StatusInternalServerError,
 		},
 		{
 			provider: "anthropic messages",
@@ -211,6 +215,7 @@ func TestStreamCutShort(t *testing.T) {
 			n: 6, received: "the stream broke after 5 events", last: "message_stop",
 			failure: providerwire.Event{Name: "error", Data: []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded (key ` + testAPIKey + `)"}}`)},
 			failed:  []string{"overloaded_error", "Overloaded"},
+			status:  529,
 		},
 	} {
 		for name, tc := range map[string]struct {
@@ -235,8 +240,14 @@ func TestStreamCutShort(t *testing.T) {
 					assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
 				}
 				var httpErr *activities.HTTPError
-				assert.False(t, errors.As(err, &httpErr), "the answer was a 200: its status says nothing of the failure")
-				assert.Equal(t, activities.Classification{ErrType: agentsagatype.ErrTypeTransient, Retryable: true}, activities.Classify(err))
+				if tc.how == errorEvent {
+					// The answer was a 200, whose status says nothing; the
+					// event's type says what its status would have.
+					assert.Equal(t, activities.Classification{ErrType: agentsagatype.ErrTypeHTTP, Retryable: true, Status: p.status}, activities.Classify(err))
+				} else {
+					assert.False(t, errors.As(err, &httpErr), "the answer was a 200: its status says nothing of the failure")
+					assert.Equal(t, activities.Classification{ErrType: agentsagatype.ErrTypeTransient, Retryable: true}, activities.Classify(err))
+				}
 				assert.Equal(t, []string{"The ", "orde", "r sh"}, chunks, "the watchers saw what came before the cut")
 			})
 		}

@@ -12,6 +12,11 @@ const (
 	ErrTypeTransient        = "Transient"
 	ErrTypeModelConfig      = "ModelConfig"
 	ErrTypeRefusal          = "Refusal"
+	// ErrTypeProtocol: a server answered 200 with a body that is neither
+	// a stream nor a completion. It speaks another protocol, so another
+	// attempt cannot help and its breaker must not count it: the run
+	// escalates, naming what came back.
+	ErrTypeProtocol = "ProtocolMismatch"
 	ErrTypePermission       = "PermissionDenied" // HTTP 401 or 403
 	ErrTypeNotFound         = "NotFound"         // HTTP 404 or 410: for a compensation, nothing to undo
 	// ErrTypeFenced: the key no longer accepts this attempt (the workflow

@@ -343,6 +343,13 @@ func (r *run) turn(ctx workflow.Context, step int, offered []agentsagatype.ToolD
 		// Nothing of the turn was done: once a human resumes the run, the
 		// next step makes it again.
 		return turnOutcome{end: askHuman, why: parked.why}
+	case isProtocolMismatch(err):
+		// The server answers, in another protocol: no retry or wait can
+		// help, and nothing is undone for it; a human fixes the spec's
+		// base_url or provider and resumes. (Only activities that know
+		// this error type send it, so no recorded history takes this
+		// branch: it needs no version gate.)
+		return turnOutcome{end: askHuman, why: fmt.Sprintf("The model at step %d does not speak its API: %s", step, errorText(err))}
 	case err != nil:
 		return turnOutcome{end: endFailed, why: fmt.Sprintf("model call at step %d failed: %s", step, errorText(err))}
 	case turn.Refusal != "":

@@ -86,6 +86,13 @@ func callFailureIn(err error) (wire.CallFailure, bool) {
 	return failure, true
 }
 
+// isProtocolMismatch says whether err is a server's 200 in another
+// protocol than the call's.
+func isProtocolMismatch(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == agentsagatype.ErrTypeProtocol
+}
+
 // errorText is the application error's message when there is one: the
 // part that says what went wrong, without the activity wrapper around it.
 func errorText(err error) string {

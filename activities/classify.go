@@ -70,3 +70,12 @@ func classify(err error) classified {
 	}
 	return c
 }
+
+// ErrorType is what the retry hook makes of a call's error: its error
+// type (agentsagatype.ErrType...) and whether another attempt may help.
+// It is for tools that call a model outside a run (agentsaga models
+// check) and want to say what a run would do.
+func ErrorType(err error) (errType string, retryable bool) {
+	c := classify(err)
+	return c.errType, c.retryable
+}

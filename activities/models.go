@@ -87,6 +87,14 @@ func (m *Models) Providers() []string {
 	return names
 }
 
+// Build is the Model spec names, as a worker builds it for one call:
+// apiKey is what spec.APIKeyEnv holds, httpClient may be nil. It is for
+// tools that talk to a spec's model outside a run (agentsaga models
+// check).
+func (m *Models) Build(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+	return m.build(spec, apiKey, httpClient)
+}
+
 func (m *Models) build(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	m.mu.RLock()
 	factory, ok := m.factories[spec.Provider]

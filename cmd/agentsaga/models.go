@@ -71,7 +71,9 @@ type modelReport struct {
 	problems []string
 }
 
-func (r *modelReport) fact(format string, args ...any) { r.facts = append(r.facts, fmt.Sprintf(format, args...)) }
+func (r *modelReport) fact(format string, args ...any) {
+	r.facts = append(r.facts, fmt.Sprintf(format, args...))
+}
 func (r *modelReport) problem(format string, args ...any) {
 	r.problems = append(r.problems, fmt.Sprintf(format, args...))
 }

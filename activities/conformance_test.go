@@ -152,23 +152,22 @@ func readWireCase(path string) (wireCase, error) {
 	return c, nil
 }
 
-// wireCases reads every transcript of dir.
-func wireCases(t *testing.T, dir string) []wireCase {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(wireDir, dir, "*.txt"))
+// readWireDir reads every transcript of root/dir.
+func readWireDir(root, dir string) ([]wireCase, error) {
+	paths, err := filepath.Glob(filepath.Join(root, dir, "*.txt"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	sort.Strings(paths)
 	var cases []wireCase
 	for _, path := range paths {
 		c, err := readWireCase(path)
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		cases = append(cases, c)
 	}
-	return cases
+	return cases, nil
 }
 
 // TestConformanceCorpus checks the corpus itself: every provider directory
@@ -177,37 +176,9 @@ func wireCases(t *testing.T, dir string) []wireCase {
 // body is what its content type says. It also checks that this file does
 // not import our encoder, so no case can have been written by it.
 func TestConformanceCorpus(t *testing.T) {
-	entries, err := os.ReadDir(wireDir)
-	if err != nil {
-		t.Fatal(err)
+	for _, problem := range corpusProblems(wireDir) {
+		t.Error(problem)
 	}
-	dirs := map[string]bool{}
-	for _, e := range entries {
-		switch {
-		case e.IsDir():
-			if _, ok := wireProviders[e.Name()]; !ok {
-				t.Errorf("%s/%s: no decoder is known for this directory (add it to wireProviders)", wireDir, e.Name())
-			}
-			dirs[e.Name()] = true
-		case e.Name() != "README.md":
-			t.Errorf("%s/%s: only provider directories and README.md belong here", wireDir, e.Name())
-		}
-	}
-	for dir, p := range wireProviders {
-		if !dirs[dir] {
-			t.Errorf("%s/%s is missing", wireDir, dir)
-			continue
-		}
-		cases := wireCases(t, dir)
-		if len(cases) == 0 {
-			t.Errorf("%s/%s holds no cases", wireDir, dir)
-		}
-		for _, c := range cases {
-			checkWireCase(t, c, p.hosts)
-		}
-	}
-
-	// This file must not reach the encoder the fake providers share.
 	f, err := parser.ParseFile(token.NewFileSet(), "conformance_test.go", nil, parser.ImportsOnly)
 	if err != nil {
 		t.Fatal(err)
@@ -219,72 +190,184 @@ func TestConformanceCorpus(t *testing.T) {
 	}
 }
 
-func checkWireCase(t *testing.T, c wireCase, hosts []string) {
-	t.Helper()
+// TestConformanceCorpusCatches shows corpusProblems finds what it is for:
+// an empty or missing provider directory, a case that cites no provider
+// document or cites ours, a malformed header or expectation, a slip in an
+// event stream's framing.
+func TestConformanceCorpusCatches(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join(wireDir, "openai", "text.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// corpus is a whole corpus of good cases, with file (under openai/)
+	// holding body instead, or, for "", with openai/ left empty.
+	corpus := func(t *testing.T, file string, body []byte) string {
+		root := t.TempDir()
+		for dir, p := range wireProviders {
+			if err := os.Mkdir(filepath.Join(root, dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if dir == "openai" && file == "" {
+				continue
+			}
+			// Any case will do, as long as it cites a host of dir.
+			src := bytes.Replace(good, []byte("https://platform.openai.com"), []byte("https://"+p.hosts[0]), 1)
+			if err := os.WriteFile(filepath.Join(root, dir, "case.txt"), src, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if file != "" {
+			if err := os.WriteFile(filepath.Join(root, "openai", file), body, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root
+	}
+	if problems := corpusProblems(corpus(t, "more.txt", good)); len(problems) > 0 {
+		t.Fatalf("a corpus of good cases has problems: %v", problems)
+	}
+	replace := func(old, new string) []byte {
+		if !bytes.Contains(good, []byte(old)) {
+			t.Fatalf("openai/text.txt no longer holds %q", old)
+		}
+		return bytes.Replace(good, []byte(old), []byte(new), 1)
+	}
+	for name, root := range map[string]string{
+		"empty provider directory": corpus(t, "", nil),
+		"no source":                corpus(t, "bad.txt", replace("source: ", "note: ")),
+		"source on another site":   corpus(t, "bad.txt", replace("https://platform.openai.com", "https://example.com")),
+		"source names our encoder": corpus(t, "bad.txt", replace("OpenAI API reference", "written by providerwire.WriteChatCompletion,")),
+		"unknown expect field":     corpus(t, "bad.txt", replace(`"error":""}`, `"error":"","finish":"stop"}`)),
+		"success without usage":    corpus(t, "bad.txt", replace(`"usage":{"input_tokens":9,"output_tokens":8,"cached_input_tokens":0},`, "")),
+		"unknown error kind":       corpus(t, "bad.txt", replace(`"error":""}`, `"error":"maybe"}`)),
+		"no blank line after head": corpus(t, "bad.txt", bytes.Replace(good, []byte("\n\n"), []byte("\n"), -1)),
+		"data that is not JSON":    corpus(t, "bad.txt", replace(`data: [DONE]`, `data: {"id":`)),
+		"not an SSE field":         corpus(t, "bad.txt", replace(`data: [DONE]`, `done: [DONE]`)),
+		"stream not ended":         corpus(t, "bad.txt", bytes.TrimRight(good, "\n")),
+	} {
+		if problems := corpusProblems(root); len(problems) == 0 {
+			t.Errorf("%s: corpusProblems found nothing wrong", name)
+		}
+	}
+	root := corpus(t, "more.txt", good)
+	if err := os.Mkdir(filepath.Join(root, "mystery"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if problems := corpusProblems(root); len(problems) == 0 {
+		t.Errorf("a directory no decoder reads: corpusProblems found nothing wrong")
+	}
+}
+
+// corpusProblems lists what is wrong with the corpus under root.
+func corpusProblems(root string) []string {
+	var problems []string
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	dirs := map[string]bool{}
+	for _, e := range entries {
+		switch {
+		case e.IsDir():
+			if _, ok := wireProviders[e.Name()]; !ok {
+				problems = append(problems, fmt.Sprintf("%s/%s: no decoder is known for this directory (add it to wireProviders)", root, e.Name()))
+			}
+			dirs[e.Name()] = true
+		case e.Name() != "README.md":
+			problems = append(problems, fmt.Sprintf("%s/%s: only provider directories and README.md belong here", root, e.Name()))
+		}
+	}
+	for dir, p := range wireProviders {
+		if !dirs[dir] {
+			problems = append(problems, fmt.Sprintf("%s/%s is missing", root, dir))
+			continue
+		}
+		cases, err := readWireDir(root, dir)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if len(cases) == 0 {
+			problems = append(problems, fmt.Sprintf("%s/%s holds no cases", root, dir))
+		}
+		for _, c := range cases {
+			problems = append(problems, wireCaseProblems(c, p.hosts)...)
+		}
+	}
+	sort.Strings(problems)
+	return problems
+}
+
+func wireCaseProblems(c wireCase, hosts []string) []string {
+	var problems []string
 	where := c.dir + "/" + c.name
+	bad := func(format string, args ...any) {
+		problems = append(problems, where+": "+fmt.Sprintf(format, args...))
+	}
 	cited := false
 	for _, host := range hosts {
 		cited = cited || strings.Contains(c.source, "https://"+host)
 	}
 	if !cited {
-		t.Errorf("%s: source %q cites no document of %v", where, c.source, hosts)
+		bad("source %q cites no document of %v", c.source, hosts)
 	}
 	for _, text := range append([]string{c.source, string(c.body)}, c.notes...) {
 		if strings.Contains(strings.ToLower(text), "providerwire") {
-			t.Errorf("%s: mentions providerwire; a case is written from the provider's document", where)
+			bad("mentions providerwire; a case is written from the provider's document")
 		}
 	}
 	if c.status < 100 || c.status > 599 {
-		t.Errorf("%s: status %d", where, c.status)
+		bad("status %d", c.status)
 	}
 	if len(bytes.TrimSpace(c.body)) == 0 {
-		t.Errorf("%s: empty body", where)
+		bad("empty body")
 	}
 	e := c.expect
 	switch e.Error {
 	case "":
 		if e.Content == nil || e.Usage == nil {
-			t.Errorf("%s: a case that succeeds must say its content and usage", where)
+			bad("a case that succeeds must say its content and usage")
 		}
 	case "retryable", "non-retryable", "protocol":
 		if e.Content != nil || e.ToolCalls != nil || e.Refusal != nil || e.Usage != nil || e.Reasoning {
-			t.Errorf("%s: an error case expects nothing but its error", where)
+			bad("an error case expects nothing but its error")
 		}
 	default:
-		t.Errorf("%s: error %q is none of \"\", retryable, non-retryable, protocol", where, e.Error)
+		bad("error %q is none of \"\", retryable, non-retryable, protocol", e.Error)
 	}
 	if (e.Contains != "" || e.Provider != "") && !e.Reasoning {
-		t.Errorf("%s: reasoning_contains and reasoning_provider need \"reasoning\":true", where)
+		bad("reasoning_contains and reasoning_provider need \"reasoning\":true")
 	}
 	// A signature comes whole; reasoning text may be split across
 	// deltas, so only its start is looked for.
 	if e.Contains != "" && !bytes.Contains(c.body, []byte(e.Contains)) {
-		t.Errorf("%s: the body does not hold %q", where, e.Contains)
+		bad("the body does not hold %q", e.Contains)
 	}
 	for _, text := range []string{e.Thinking, e.Reasoned} {
 		if start := text[:min(len(text), 16)]; text != "" && !bytes.Contains(c.body, []byte(start)) {
-			t.Errorf("%s: the body does not hold the start of %q", where, text)
+			bad("the body does not hold the start of %q", text)
 		}
 	}
 	mediaType, _, _ := strings.Cut(c.contentType, ";")
 	switch strings.TrimSpace(mediaType) {
 	case "text/event-stream":
-		checkEventStream(t, where, c.body)
+		problems = append(problems, eventStreamProblems(where, c.body)...)
 	case "application/json":
 		if !json.Valid(c.body) {
-			t.Errorf("%s: the application/json body is not JSON", where)
+			bad("the application/json body is not JSON")
 		}
 	}
+	return problems
 }
 
-// checkEventStream checks a body line by line as the SSE standard reads it:
-// a comment, a field (data, event, id, retry) or a blank line; and every
-// data line is JSON or [DONE]. It catches a hand-written slip, not a
+// eventStreamProblems checks a body line by line as the SSE standard reads
+// it: a comment, a field (data, event, id, retry) or a blank line; and
+// every data line is JSON or [DONE]. It catches a hand-written slip, not a
 // provider's departure: departures are in the JSON, not in the framing.
-func checkEventStream(t *testing.T, where string, body []byte) {
-	t.Helper()
+func eventStreamProblems(where string, body []byte) []string {
+	var problems []string
 	if !bytes.HasSuffix(body, []byte("\n\n")) && !bytes.HasSuffix(body, []byte("\r\n\r\n")) {
-		t.Errorf("%s: the stream's last event is not ended by a blank line", where)
+		problems = append(problems, where+": the stream's last event is not ended by a blank line")
 	}
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -298,13 +381,14 @@ func checkEventStream(t *testing.T, where string, body []byte) {
 		switch field {
 		case "data":
 			if value != "[DONE]" && !json.Valid([]byte(value)) {
-				t.Errorf("%s: line %d: data is not JSON: %s", where, n, value)
+				problems = append(problems, fmt.Sprintf("%s: line %d: data is not JSON: %s", where, n, value))
 			}
 		case "event", "id", "retry":
 		default:
-			t.Errorf("%s: line %d: %q is not an SSE field", where, n, field)
+			problems = append(problems, fmt.Sprintf("%s: line %d: %q is not an SSE field", where, n, field))
 		}
 	}
+	return problems
 }
 
 // TestConformance plays every transcript to the decoder its directory
@@ -325,7 +409,11 @@ func TestConformance(t *testing.T) {
 				t.Skip("the native Gemini provider (activities.NewGeminiModel) is not on this branch; " +
 					"its cases are checked by TestConformanceCorpus only, and are wired here when the provider lands")
 			}
-			for _, c := range wireCases(t, dir) {
+			cases, err := readWireDir(wireDir, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					playWireCase(t, p.decoder, p.reasoning, c)
 				})

@@ -227,7 +227,7 @@ func (a *Activities) modelTurn(ctx context.Context, model Model, call wire.Model
 	// The attempt's lease keeper heartbeats while the model answers.
 	spanCtx, span := startModelSpan(ctx, call)
 	turn, err := model.Turn(spanCtx, ModelRequest{Messages: fit.Messages, Tools: call.Tools, Finish: call.Finish, OmittedTurns: fit.Omitted,
-		OnText: text.Add})
+		OnText: text.Add, CacheKey: activity.GetInfo(ctx).WorkflowExecution.ID})
 	endModelSpan(span, turn, err)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, err

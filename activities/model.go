@@ -228,6 +228,9 @@ type ModelRequest struct {
 	// run's watchers (the event log, issue 33): the turn Turn returns is
 	// what the run receives, streamed or not.
 	OnText func(chunk string) `json:"-"`
+	// CacheKey is a key that keeps one run's requests together in the
+	// provider's prompt cache (OpenAI's prompt_cache_key): the workflow ID.
+	CacheKey string `json:"-"`
 }
 
 // Model is a chat model that can ask for tool calls. Implementations make

@@ -265,7 +265,22 @@ func TestAzureModelEntraIDNoToken(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no Entra ID token from DefaultAzureCredential")
 	assert.Contains(t, err.Error(), "AZURE_TENANT_ID")
+	assert.True(t, classify(err).retryable)
 	assert.Equal(t, int32(0), as.requests.Load(), "nothing is sent without a token")
+}
+
+// The SDK sends Azure credentials over HTTPS only.
+func TestAzureModelRefusesPlainHTTP(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { requests.Add(1) }))
+	t.Cleanup(srv.Close)
+	m, err := NewAzureModel(azureSpec(srv.URL), azureTestKey, &http.Client{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	_, err = m.Turn(context.Background(), userAsksAzure())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "HTTPS")
+	assert.NotContains(t, err.Error(), azureTestKey)
+	assert.Equal(t, int32(0), requests.Load())
 }
 
 func TestNewAzureModelSaysWhatIsMissing(t *testing.T) {

@@ -265,6 +265,7 @@ func TestBedrockModelNoCredentials(t *testing.T) {
 	_, err := m.Turn(context.Background(), ModelRequest{Messages: []agentsagatype.Message{{Role: "user", Content: "hi"}}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no AWS credentials from the default chain")
+	assert.True(t, classify(err).retryable)
 	assert.Equal(t, int32(0), bs.requests.Load())
 }
 

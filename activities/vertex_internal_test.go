@@ -167,6 +167,7 @@ func TestVertexModelNoToken(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no Google access token from the Application Default Credentials")
 	assert.Contains(t, err.Error(), "invalid_grant")
+	assert.True(t, classify(err).retryable)
 	assert.Equal(t, int32(0), vs.requests.Load())
 }
 

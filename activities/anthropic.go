@@ -53,10 +53,6 @@ func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 	if baseURL == "" {
 		baseURL = defaultAnthropicBaseURL
 	}
-	maxTokens := spec.MaxTokens
-	if maxTokens <= 0 {
-		maxTokens = defaultAnthropicMaxTokens
-	}
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),
 		option.WithMaxRetries(0),
@@ -68,12 +64,24 @@ func NewAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *
 	if httpClient != nil {
 		opts = append(opts, option.WithHTTPClient(httpClient))
 	}
+	return newAnthropicModel(spec, apiKey, opts), nil
+}
+
+// newAnthropicModel is the model of spec on a client built with opts: the
+// routes that serve the Messages API on another cloud (bedrock.go,
+// vertex.go) build theirs here, and share Turn. apiKey is only redacted
+// from what servers send.
+func newAnthropicModel(spec agentsagatype.ModelSpec, apiKey string, opts []option.RequestOption) *anthropicModel {
+	maxTokens := spec.MaxTokens
+	if maxTokens <= 0 {
+		maxTokens = defaultAnthropicMaxTokens
+	}
 	return &anthropicModel{
 		client:    anthropic.NewClient(opts...),
 		spec:      spec,
 		maxTokens: maxTokens,
 		apiKey:    apiKey,
-	}, nil
+	}
 }
 
 // Turn makes exactly one streamed messages request, handing each piece of

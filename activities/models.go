@@ -26,7 +26,9 @@ type Models struct {
 var providerName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 
 // NewModels returns a registry of the built-in providers (scripted,
-// openai for any OpenAI-compatible server, openai-responses and anthropic) and of custom,
+// openai for any OpenAI-compatible server, openai-responses, anthropic,
+// and the enterprise routes: azure, anthropic-bedrock, anthropic-vertex)
+// and of custom,
 // a team's own by the name specs write in model.provider (one of these
 // names replaces the built-in). A name or factory that cannot be
 // registered is an error naming it.
@@ -59,6 +61,15 @@ func builtinModels() *Models {
 	}
 	m.factories[agentsagatype.ProviderAnthropic] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 		return NewAnthropicModel(spec, apiKey, httpClient)
+	}
+	m.factories[agentsagatype.ProviderAzure] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+		return NewAzureModel(spec, apiKey, httpClient)
+	}
+	m.factories[agentsagatype.ProviderBedrock] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+		return NewBedrockModel(spec, apiKey, httpClient)
+	}
+	m.factories[agentsagatype.ProviderVertex] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+		return NewVertexModel(spec, apiKey, httpClient)
 	}
 	return m
 }

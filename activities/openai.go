@@ -63,7 +63,15 @@ func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *htt
 	if httpClient != nil {
 		opts = append(opts, option.WithHTTPClient(httpClient))
 	}
-	return &openAIModel{client: openai.NewClient(opts...), spec: spec, apiKey: apiKey}, nil
+	return newOpenAIModel(spec, apiKey, opts), nil
+}
+
+// newOpenAIModel is the model of spec on a client built with opts: the
+// routes that speak Chat Completions on another endpoint or with another
+// authentication (azure.go) build theirs here, and share Turn. apiKey is
+// only redacted from what servers send.
+func newOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, opts []option.RequestOption) *openAIModel {
+	return &openAIModel{client: openai.NewClient(opts...), spec: spec, apiKey: apiKey}
 }
 
 // Turn makes exactly one streamed chat.completions request and maps its

@@ -169,7 +169,7 @@ func (m *responsesModel) turn(resp *responses.Response, output []responses.Respo
 		Model: string(resp.Model),
 		// input_tokens counts the cached part too, and output_tokens the
 		// reasoning, which is priced as output.
-		Usage: reportedUsage(resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.InputTokensDetails.CachedTokens),
+		Usage: reportedUsage(resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.InputTokensDetails.CachedTokens, 0),
 	}
 	var text, refusal strings.Builder
 	var reasoning [][]byte

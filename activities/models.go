@@ -26,7 +26,7 @@ type Models struct {
 var providerName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 
 // NewModels returns a registry of the built-in providers (scripted,
-// openai for any OpenAI-compatible server, and anthropic) and of custom,
+// openai for any OpenAI-compatible server, anthropic and gemini) and of custom,
 // a team's own by the name specs write in model.provider (one of these
 // names replaces the built-in). A name or factory that cannot be
 // registered is an error naming it.
@@ -56,6 +56,9 @@ func builtinModels() *Models {
 	}
 	m.factories[agentsagatype.ProviderAnthropic] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 		return NewAnthropicModel(spec, apiKey, httpClient)
+	}
+	m.factories[agentsagatype.ProviderGemini] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+		return NewGeminiModel(spec, apiKey, httpClient)
 	}
 	return m
 }

@@ -337,8 +337,13 @@ func (r *geminiReply) addCall(p *genai.Part) error {
 
 // turn is the whole reply, once the stream ended without an error.
 func (r *geminiReply) turn(apiKey string, chunks int) (agentsagatype.ModelTurn, error) {
-	if r.finish == "" && r.blocked == nil {
+	switch {
+	case r.finish == "" && r.blocked == nil:
 		return agentsagatype.ModelTurn{}, streamBroke(opGenerateContent, apiKey, chunks, "chunks", errors.New("it ended without a finishReason"))
+	case r.finish == genai.FinishReasonContinuation && r.blocked == nil:
+		// The rest would come from another request, which the SDK's
+		// automatic continuation (off: one request per Turn) would send.
+		return agentsagatype.ModelTurn{}, streamBroke(opGenerateContent, apiKey, chunks, "chunks", errors.New("it ended with finishReason CONTINUATION, before the answer did"))
 	}
 	turn := agentsagatype.ModelTurn{Model: r.model}
 	if u := r.usage; u != nil {

@@ -270,7 +270,7 @@ func (r *geminiReply) add(chunk *genai.GenerateContentResponse, onText func(stri
 		return nil
 	}
 	cand := chunk.Candidates[0]
-	if cand.FinishReason != "" {
+	if cand.FinishReason != "" && cand.FinishReason != genai.FinishReasonUnspecified {
 		r.finish, r.finishMessage = cand.FinishReason, cand.FinishMessage
 	}
 	if cand.Content == nil {

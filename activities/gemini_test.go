@@ -586,6 +586,9 @@ func TestGeminiModelBrokenStreamIsRetryable(t *testing.T) {
 			`{"candidates": [{"content": {"parts": [{"text": "Hel"}], "role": "model"}, "index": 0}]}`,
 			`{"error": {"code": 500, "message": "An internal error has occurred (key ` + geminiTestKey + `).", "status": "INTERNAL"}}`,
 		},
+		"finishReason unspecified": {
+			`{"candidates": [{"content": {"parts": [{"text": "Hel"}], "role": "model"}, "finishReason": "FINISH_REASON_UNSPECIFIED", "index": 0}]}`,
+		},
 		"finishReason CONTINUATION": {
 			`{"candidates": [{"content": {"parts": [{"text": "Hel"}], "role": "model"}, "index": 0}]}`,
 			`{"candidates": [{"content": {"parts": [{"text": "lo"}], "role": "model"}, "finishReason": "CONTINUATION", "continuationToken": "Y2hlY2twb2ludC0x", "index": 0}]}`,

@@ -27,8 +27,8 @@ var providerName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 
 // NewModels returns a registry of the built-in providers (scripted,
 // openai for any OpenAI-compatible server, openai-responses, anthropic,
-// and the enterprise routes: azure, anthropic-bedrock, anthropic-vertex)
-// and of custom,
+// gemini, and the enterprise routes: azure, anthropic-bedrock,
+// anthropic-vertex) and of custom,
 // a team's own by the name specs write in model.provider (one of these
 // names replaces the built-in). A name or factory that cannot be
 // registered is an error naming it.
@@ -53,24 +53,13 @@ func builtinModels() *Models {
 	m.factories[agentsagatype.ProviderScripted] = func(spec agentsagatype.ModelSpec, _ string, _ *http.Client) (Model, error) {
 		return scriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
 	}
-	m.factories[agentsagatype.ProviderOpenAI] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
-		return NewOpenAIModel(spec, apiKey, httpClient)
-	}
-	m.factories[agentsagatype.ProviderOpenAIResponses] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
-		return NewOpenAIResponsesModel(spec, apiKey, httpClient)
-	}
-	m.factories[agentsagatype.ProviderAnthropic] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
-		return NewAnthropicModel(spec, apiKey, httpClient)
-	}
-	m.factories[agentsagatype.ProviderAzure] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
-		return NewAzureModel(spec, apiKey, httpClient)
-	}
-	m.factories[agentsagatype.ProviderBedrock] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
-		return NewBedrockModel(spec, apiKey, httpClient)
-	}
-	m.factories[agentsagatype.ProviderVertex] = func(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
-		return NewVertexModel(spec, apiKey, httpClient)
-	}
+	m.factories[agentsagatype.ProviderOpenAI] = NewOpenAIModel
+	m.factories[agentsagatype.ProviderOpenAIResponses] = NewOpenAIResponsesModel
+	m.factories[agentsagatype.ProviderAnthropic] = NewAnthropicModel
+	m.factories[agentsagatype.ProviderAzure] = NewAzureModel
+	m.factories[agentsagatype.ProviderBedrock] = NewBedrockModel
+	m.factories[agentsagatype.ProviderVertex] = NewVertexModel
+	m.factories[agentsagatype.ProviderGemini] = NewGeminiModel
 	return m
 }
 

@@ -222,10 +222,11 @@ func (m *anthropicModel) turnOf(resp anthropic.Message) (agentsagatype.ModelTurn
 		}
 		turn.Content = ""
 	case anthropic.StopReasonPauseTurn:
-		if turn.Content == "" && len(turn.ToolCalls) == 0 {
-			// The API paused a long turn (pause_turn) before it said
-			// anything: the request sent again continues it.
-			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: the model paused its turn (stop_reason pause_turn) before it answered", opMessages)
+		if len(turn.ToolCalls) == 0 {
+			// The API paused a long turn (pause_turn, a server tool at
+			// work): its text is not an answer, and a turn with text and no
+			// tool calls would end the run. The request sent again goes on.
+			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: the model paused its turn (stop_reason pause_turn) before it finished", opMessages)
 		}
 	case anthropic.StopReasonMaxTokens:
 		if len(turn.ToolCalls) > 0 {

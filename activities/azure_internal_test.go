@@ -167,9 +167,6 @@ func TestAzureModelContentFilterIsARefusal(t *testing.T) {
 	turn, err := m.Turn(context.Background(), userAsksAzure())
 	require.NoError(t, err, "the chunks decode: prompt_filter_results and content_filter_results are extra fields")
 	assert.Equal(t, agentsagatype.Usage{InputTokens: 21, OutputTokens: 9, CachedInputTokens: 4}, turn.Usage)
-	if turn.Refusal == "" {
-		t.Skip("openai.go does not yet map finish_reason content_filter to a refusal (the lead adds the mapping); the turn was returned as content " + turn.Content)
-	}
 	assert.Empty(t, turn.Content, "a filtered reply is no answer")
 	assert.NotEmpty(t, turn.Refusal)
 }

@@ -405,10 +405,6 @@ func TestConformance(t *testing.T) {
 	for _, dir := range dirs {
 		p := wireProviders[dir]
 		t.Run(dir, func(t *testing.T) {
-			if p.decoder == "gemini" {
-				t.Skip("the native Gemini provider (activities.NewGeminiModel) is not on this branch; " +
-					"its cases are checked by TestConformanceCorpus only, and are wired here when the provider lands")
-			}
 			cases, err := readWireDir(wireDir, dir)
 			if err != nil {
 				t.Fatal(err)
@@ -423,13 +419,15 @@ func TestConformance(t *testing.T) {
 }
 
 func playWireCase(t *testing.T, decoder, reasoningProvider string, c wireCase) {
-	wantPath := map[string]string{"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}[decoder]
+	wantPath := map[string]string{"openai": "/v1/chat/completions", "anthropic": "/v1/messages",
+		"gemini": "/v1beta/models/gemini-2.5-flash:streamGenerateContent"}[decoder]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var req struct {
 			Stream bool `json:"stream"`
 		}
-		if r.Method != http.MethodPost || r.URL.Path != wantPath || json.Unmarshal(b, &req) != nil || !req.Stream {
+		// Gemini asks for a stream by its URL (alt=sse), the others in the body.
+		if r.Method != http.MethodPost || r.URL.Path != wantPath || json.Unmarshal(b, &req) != nil || !(req.Stream || r.URL.Query().Get("alt") == "sse") {
 			t.Errorf("the decoder sent %s %s %s; want a streamed POST %s", r.Method, r.URL.Path, b, wantPath)
 			http.Error(w, "unexpected request", http.StatusTeapot)
 			return
@@ -452,6 +450,10 @@ func playWireCase(t *testing.T, decoder, reasoningProvider string, c wireCase) {
 		model, err = activities.NewAnthropicModel(agentsagatype.ModelSpec{
 			Provider: agentsagatype.ProviderAnthropic, Name: "claude-sonnet-4-5", BaseURL: srv.URL,
 		}, "sk-ant-conformance", client)
+	case "gemini":
+		model, err = activities.NewGeminiModel(agentsagatype.ModelSpec{
+			Provider: agentsagatype.ProviderGemini, Name: "gemini-2.5-flash", BaseURL: srv.URL,
+		}, "gemini-conformance-key", client)
 	default:
 		t.Fatalf("no decoder %q", decoder)
 	}

@@ -61,7 +61,7 @@ func (w *wholeReply) watch(resp *http.Response) {
 		return
 	}
 	w.contentType = resp.Header.Get("Content-Type")
-	if media, _, _ := mime.ParseMediaType(w.contentType); media == "text/event-stream" {
+	if media, _, _ := mime.ParseMediaType(w.contentType); streamTypes[media] {
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWholeReply))
@@ -85,6 +85,10 @@ func (w *wholeReply) watch(resp *http.Response) {
 		resp.Body = io.NopCloser(bytes.NewReader(nil))
 	}
 }
+
+// streamTypes are the content types a stream comes in: server-sent
+// events, and Bedrock's binary event stream (which its SDK decodes).
+var streamTypes = map[string]bool{"text/event-stream": true, "application/vnd.amazon.eventstream": true}
 
 // protocolErr is the error of an answer that was neither, or nil.
 func (w *wholeReply) protocolErr(op string) error {

@@ -16,9 +16,9 @@ const (
 	// a stream nor a completion. It speaks another protocol, so another
 	// attempt cannot help and its breaker must not count it: the run
 	// escalates, naming what came back.
-	ErrTypeProtocol = "ProtocolMismatch"
-	ErrTypePermission       = "PermissionDenied" // HTTP 401 or 403
-	ErrTypeNotFound         = "NotFound"         // HTTP 404 or 410: for a compensation, nothing to undo
+	ErrTypeProtocol   = "ProtocolMismatch"
+	ErrTypePermission = "PermissionDenied" // HTTP 401 or 403
+	ErrTypeNotFound   = "NotFound"         // HTTP 404 or 410: for a compensation, nothing to undo
 	// ErrTypeFenced: the key no longer accepts this attempt (the workflow
 	// gave up on the call, the run is rolling back or has ended, or another
 	// attempt took the key over). Nothing was sent.

@@ -97,9 +97,9 @@ model: {provider: openai, name: proxied-model, base_url: %q}
 
 	row, err := ledgerdb.Of(store).GetRun(ctx, id)
 	require.NoError(t, err)
-	assert.Contains(t, row.Reason, "does not speak its API")
-	assert.Contains(t, row.Reason, "text/html")
-	assert.Contains(t, row.Reason, "Please sign in to the corporate proxy")
+	assert.Contains(t, row.StatusDetail, "does not speak its API")
+	assert.Contains(t, row.StatusDetail, "text/html")
+	assert.Contains(t, row.StatusDetail, "Please sign in to the corporate proxy")
 	assert.EqualValues(t, 1, requests.Load(), "a protocol mismatch is not retried")
 	var failures int
 	err = ledgerdb.Of(store).Pool().QueryRow(ctx, `SELECT coalesce(sum(failures), 0) FROM circuit_breakers WHERE dependency LIKE '%proxied-model%'`).Scan(&failures)

@@ -1340,13 +1340,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
-
 // chaosTable is one row per cell of the plan (in the plan's order) and a
 // total: runs, runs whose fault missed its boundary, runs that could not be
 // checked, violations per invariant, the slowest takeover against its

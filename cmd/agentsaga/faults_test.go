@@ -43,7 +43,7 @@ func TestFaults(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildAgentsaga(t, dir)
 	shared := startTemporalServer(t, dir, nsKillInToolCall, nsKillInCompensation, nsPostgresRestart, nsBadDatabaseURL, nsKillAwaitingApproval,
-		nsKillMidStream)
+		nsKillMidStream, nsKillBetweenThinkingAndResult)
 
 	t.Run("WorkerKilledInToolCall", func(t *testing.T) {
 		t.Parallel()
@@ -68,6 +68,10 @@ func TestFaults(t *testing.T) {
 	t.Run("WorkerKilledMidStream", func(t *testing.T) {
 		t.Parallel()
 		testWorkerKilledMidStream(t, bin, shared)
+	})
+	t.Run("WorkerKilledBetweenThinkingAndResult", func(t *testing.T) {
+		t.Parallel()
+		testWorkerKilledBetweenThinkingAndResult(t, bin, shared)
 	})
 	t.Run("BadDatabaseURL", func(t *testing.T) {
 		t.Parallel()

@@ -127,6 +127,7 @@ bench: bin/temporal postgres build
 	$(BENCH) ratelimit --out cmd/agentsaga/bench/results/ratelimit.json --chart cmd/agentsaga/bench/ratelimit.png
 	$(BENCH) spend --out cmd/agentsaga/bench/results/spend.json --chart cmd/agentsaga/bench/spend.png
 	$(BENCH) drain --out cmd/agentsaga/bench/results/drain.json
+	$(BENCH) cache --out cmd/agentsaga/bench/results/cache.json
 	$(MAKE) chaos
 
 # The public API's size (issue 32): exported names and fields of each

@@ -36,7 +36,7 @@ func benchCommand() *cobra.Command {
 	ratelimit := bench.DefaultRateLimit
 	spend := bench.DefaultSpend
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|stream [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
+		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|stream|cache [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -45,9 +45,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "stream":
+			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "stream", "cache":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, stream; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, stream, cache; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -182,6 +182,19 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 					return err
 				}
 				result = scenarioResult{json: map[string]any{"result": res}, print: func(w io.Writer) { bench.PrintStream(w, res) }}
+			case "cache":
+				cc := bench.DefaultCache
+				cc.Progress = progress
+				if cmd.Flags().Changed("turns") {
+					if turns, _ := cmd.Flags().GetIntSlice("turns"); len(turns) > 0 {
+						cc.Turns = turns[0]
+					}
+				}
+				res, err := bench.Cache(ctx, stack.client, stack.cfg.DatabaseURL, cc)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"result": res}, print: func(w io.Writer) { bench.PrintCache(w, res) }}
 			case "ledger":
 				rows, err := bench.Ledger(ctx, stack.cfg.DatabaseURL, 8, 10*time.Second)
 				if err != nil {
@@ -219,7 +232,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().IntVar(&cfg.Runs, "runs", cfg.Runs, "concurrent runs per contender (amplification, success, overhead)")
 	cmd.Flags().IntVar(&cfg.Calls, "calls", cfg.Calls, "tool calls per run (amplification, success, overhead)")
 	cmd.Flags().IntVar(&cfg.Workers, "workers", cfg.Workers, "workers per contender, each with its own Postgres pool")
-	cmd.Flags().IntSliceVar(&long.Turns, "turns", long.Turns, "run lengths in turns, one run each (long)")
+	cmd.Flags().IntSliceVar(&long.Turns, "turns", long.Turns, "run lengths in turns, one run each (long); model turns of the run (cache, its first value)")
 	cmd.Flags().IntVar(&outputKiB, "output-kib", outputKiB, "size of each tool output in KiB (long)")
 	cmd.Flags().IntVar(&long.ContextTokens, "context-tokens", 0, "write model.context_tokens into the spec (long; 0 leaves it out)")
 	cmd.Flags().IntSliceVar(&fleet.Processes, "processes", fleet.Processes, "worker processes per contender, one measurement each (fleet, ratelimit, spend)")

@@ -140,18 +140,22 @@ func testWorkerKilledBetweenThinkingAndResult(t *testing.T, bin string, temporal
 	c := temporal.client(t, nsKillBetweenThinkingAndResult)
 	databaseURL := ledgertest.NewDatabase(t)
 	provider := startThinkingProvider(t)
-	held := make(chan struct{})
+	held, over := make(chan struct{}), make(chan struct{})
 	var toolCalls atomic.Int32
 	tool := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if toolCalls.Add(1) == 1 {
 			close(held)
-			<-r.Context().Done() // the worker that asked is gone
+			select {
+			case <-r.Context().Done(): // the worker that asked is gone
+			case <-over: // its socket outlived it
+			}
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"order_id":"A-1001","status":"shipped"}`)
 	}))
 	defer tool.Close()
+	defer close(over)
 
 	first := startWorkerProcess(t, bin, "worker-1", temporal.address(), nsKillBetweenThinkingAndResult, databaseURL)
 	waitPolling(ctx, t, c, first)
@@ -179,7 +183,7 @@ tools:
 
 	second := startWorkerProcess(t, bin, "worker-2", temporal.address(), nsKillBetweenThinkingAndResult, databaseURL)
 	var result workflows.RunResult
-	require.NoError(t, run.Get(ctx, &result), "the run finishes on worker-2:\n%s", second.log())
+	runErr := run.Get(ctx, &result)
 	provider.mu.Lock()
 	refused := provider.refused
 	provider.mu.Unlock()
@@ -187,6 +191,7 @@ tools:
 	// block intact. Each refusal is a violation.
 	t.Logf("thinking kept across a kill: violations=%d", len(refused))
 	assert.Empty(t, refused, "the provider refused a request for its thinking block")
+	require.NoError(t, runErr, "the run finishes on worker-2:\n%s", second.log())
 	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
 	assert.Equal(t, "Order A-1001 has shipped.", result.Answer)
 	assert.EqualValues(t, 2, provider.requests.Load(), "one request a turn")

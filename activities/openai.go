@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/openai/openai-go/v3"
@@ -371,6 +372,9 @@ func (c *chunkExtras) reasoning(calls []agentsagatype.ToolCall) *agentsagatype.R
 // server's tool calls in a turn's Reasoning.
 const reasoningExtraContent = "openai-extra-content"
 
+// baseURL is the server the spec names, or OpenAI's.
+func (m *openAIModel) baseURL() string { return cmp.Or(m.spec.BaseURL, defaultOpenAIBaseURL) }
+
 // httpError reads the error body the SDK buffered and strips the API key
 // from it, in case a server or proxy echoes the request headers back.
 func (m *openAIModel) httpError(resp *http.Response) *HTTPError {
@@ -389,6 +393,12 @@ func (m *openAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, 
 	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(m.spec.Name)}
 	if m.spec.MaxTokens > 0 {
 		p.MaxCompletionTokens = openai.Int(m.spec.MaxTokens)
+	}
+	if req.CacheKey != "" && m.spec.CachesPrompt() && strings.TrimSuffix(m.baseURL(), "/") == defaultOpenAIBaseURL {
+		// OpenAI caches on its own; the key keeps a run's requests on the
+		// same cache. Only OpenAI is sent it: a compatible server may
+		// refuse a field it does not know.
+		p.PromptCacheKey = openai.String(req.CacheKey)
 	}
 	for i, msg := range req.Messages {
 		mp, err := messageParam(msg)

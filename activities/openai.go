@@ -49,13 +49,18 @@ func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *htt
 	if spec.Name == "" {
 		return nil, fmt.Errorf("openai model: model name is empty")
 	}
-	baseURL := spec.BaseURL
-	if baseURL == "" {
-		baseURL = defaultOpenAIBaseURL
-	}
+	return newOpenAIModel(spec, apiKey, openAIClientOptions(spec, apiKey, httpClient)), nil
+}
+
+// openAIClientOptions are the options of a client of OpenAI's API (Chat
+// Completions or Responses) at spec's server: the SDK's retries off, and
+// nothing taken from the worker's environment.
+func openAIClientOptions(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) []option.RequestOption {
 	opts := []option.RequestOption{
 		option.WithMaxRetries(0),
-		option.WithBaseURL(baseURL),
+		// Set explicitly, so that an OPENAI_BASE_URL in the worker's
+		// environment cannot send a run somewhere its spec does not say.
+		option.WithBaseURL(cmp.Or(spec.BaseURL, defaultOpenAIBaseURL)),
 		// Always set, even when empty: otherwise the SDK falls back to
 		// OPENAI_API_KEY and could send that key to a local server. An empty
 		// key sends no Authorization header at all.
@@ -64,7 +69,7 @@ func NewOpenAIModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *htt
 	if httpClient != nil {
 		opts = append(opts, option.WithHTTPClient(httpClient))
 	}
-	return newOpenAIModel(spec, apiKey, opts), nil
+	return opts
 }
 
 // newOpenAIModel is the model of spec on a client built with opts: the

@@ -46,23 +46,7 @@ func NewOpenAIResponsesModel(spec agentsagatype.ModelSpec, apiKey string, httpCl
 	if spec.Name == "" {
 		return nil, fmt.Errorf("openai responses model: model name is empty")
 	}
-	baseURL := spec.BaseURL
-	if baseURL == "" {
-		// Set explicitly, so that an OPENAI_BASE_URL in the worker's
-		// environment cannot send a run somewhere its spec does not say.
-		baseURL = defaultOpenAIBaseURL
-	}
-	opts := []option.RequestOption{
-		option.WithMaxRetries(0),
-		option.WithBaseURL(baseURL),
-		// Always set, even when empty: otherwise the SDK falls back to
-		// OPENAI_API_KEY. An empty key sends no Authorization header.
-		option.WithAPIKey(apiKey),
-	}
-	if httpClient != nil {
-		opts = append(opts, option.WithHTTPClient(httpClient))
-	}
-	return &responsesModel{client: openai.NewClient(opts...), spec: spec, apiKey: apiKey}, nil
+	return &responsesModel{client: openai.NewClient(openAIClientOptions(spec, apiKey, httpClient)...), spec: spec, apiKey: apiKey}, nil
 }
 
 // Turn makes exactly one streamed responses request and maps the response

@@ -130,7 +130,7 @@ func ExampleInvalidSpecError() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// agentsaga: spec: model.provider: missing (want "scripted", "openai" or "anthropic")
+	// agentsaga: spec: model.provider: missing (want one of scripted, openai, anthropic, openai-responses, azure, anthropic-bedrock, anthropic-vertex, gemini)
 }
 
 // A decision the run cannot take now is refused at once, with the run's

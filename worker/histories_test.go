@@ -102,6 +102,16 @@ type scenario struct {
 	// answers after billedNotes notes.
 	spendCap    *ledger.SpendCap
 	billedNotes int
+	// model, when set, starts the run's model server (one per run, closed
+	// when the recording ends); MODEL_URL in the spec is its root URL, to
+	// which a spec adds the path its provider's base_url takes (/v1 for
+	// OpenAI's APIs). A server may fail the test (t.Errorf) on a request
+	// its provider would refuse.
+	model func(t *testing.T) *httptest.Server
+	// want, when set, is the status the ledger must show once the run has
+	// ended: a recording of a run that went another way is not the path
+	// its name says.
+	want string
 }
 
 func TestRecordHistories(t *testing.T) {
@@ -202,6 +212,11 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 		defer server.Close()
 		text = strings.ReplaceAll(text, "MODEL_URL", server.URL+"/v1")
 	}
+	if sc.model != nil {
+		server := sc.model(t)
+		defer server.Close()
+		text = strings.ReplaceAll(text, "MODEL_URL", server.URL)
+	}
 	spec, err := workflows.ParseSpec([]byte(text))
 	require.NoError(t, err, sc.name)
 	id := "corpus-" + sc.name
@@ -224,6 +239,11 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 		sc.act(ctx, r, id)
 	}
 	_ = temporalClient.GetWorkflow(ctx, id, "").Get(ctx, nil) // how it ended is in its history
+	if sc.want != "" {
+		run, err := ledgerdb.Of(r.store).GetRun(ctx, id)
+		require.NoError(t, err, sc.name)
+		require.Equal(t, sc.want, run.Status, "%s: %s", sc.name, run.StatusDetail)
+	}
 	r.save(ctx, sc.name, id, first)
 }
 
@@ -521,6 +541,39 @@ func corpusScenarios() []scenario {
 			spec: strings.Replace(strings.Replace(billedSpec("corpus-umbrella"), fmt.Sprint(spendPrice), "1", 2),
 				"}}}\n", "}}, tools: {note: 0.25}}\n", 1),
 			spendCap: &ledger.SpendCap{Account: "corpus-umbrella", Period: ledger.RollingPeriod(time.Hour), USD: 1}},
+		// Models that keep their reasoning (issue 42), each on a loopback
+		// server of its provider's wire format that answers turn 1 with
+		// reasoning and a tool call and refuses turn 2 (400) unless the
+		// reasoning comes back intact: it lives in the ledger's
+		// conversation, never in history, so these runs' commands are
+		// those of any tool-calling run; the corpus pins that.
+		// Anthropic's extended thinking: a thinking block and its
+		// signature before a tool_use.
+		{name: "thinking-tool-use", model: thinkingModel, want: agentsagatype.RunCompleted,
+			spec: "goal: charge ann\nbudget: {steps: 4}\n" +
+				"model: {provider: anthropic, name: claude-sonnet-4-5, base_url: MODEL_URL, max_tokens: 4096, thinking: {budget_tokens: 2048}}\n" + corpusTools},
+		// OpenAI's Responses API: a reasoning item with encrypted_content
+		// before a function_call (store false).
+		{name: "reasoning-items", model: reasoningModel, want: agentsagatype.RunCompleted,
+			spec: "goal: find a supplier of oak\nbudget: {steps: 4}\n" +
+				"model: {provider: openai-responses, name: o4-mini, base_url: MODEL_URL/v1, max_tokens: 2048, reasoning: {effort: high}}\n" + corpusTools},
+		// Gemini's native API: a functionCall part with its
+		// thoughtSignature.
+		{name: "thought-signatures", model: signatureModel, want: agentsagatype.RunCompleted,
+			spec: "goal: restock item 7\nbudget: {steps: 4}\n" +
+				"model: {provider: gemini, name: gemini-2.5-flash, base_url: MODEL_URL, api_key_env: " + corpusGeminiKeyEnv + ", thinking: {budget_tokens: 1024}}\n" + corpusTools},
+		// The model's URL answers 200 with an HTML page (a proxy's sign-in):
+		// a ProtocolMismatch, not retried, on which the run escalates at
+		// once; a human aborts it.
+		{name: "protocol-mismatch-escalated", model: htmlModel, want: agentsagatype.RunCompensated,
+			spec: "goal: answer\nbudget: {steps: 4}\nmodel: {provider: openai, name: proxied-model, base_url: MODEL_URL/v1}\n" + corpusTools,
+			act: func(ctx context.Context, r *recorder, id string) {
+				r.waitStatus(ctx, id, agentsagatype.RunEscalated)
+				run, err := ledgerdb.Of(r.store).GetRun(ctx, id)
+				require.NoError(r.t, err)
+				require.Contains(r.t, run.StatusDetail, "does not speak its API")
+				r.update(ctx, id, workflows.UpdateAbort, workflows.ReasonInput{Reason: "corpus: the base_url is a proxy's sign-in page"})
+			}},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,

@@ -201,7 +201,9 @@ func turnSpend(call wire.ModelCall) *ledgerdb.SpendClaim {
 	// dearest kind of input.
 	p, input := call.Spend, call.Spend.InputPerMillion
 	if writesPromptCache(call.Model) {
-		input = max(input, budget.ModelPrice{InputPerMillion: p.InputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}.CacheWritePrice())
+		// A million input tokens, all written to the cache.
+		written := agentsagatype.Usage{InputTokens: 1_000_000, CacheWriteTokens: 1_000_000}
+		input = max(input, budget.ModelPrice{InputPerMillion: p.InputPerMillion, CacheWritePerMillion: p.CacheWritePerMillion}.USD(written))
 	}
 	return &ledgerdb.SpendClaim{Account: call.Spend.Account, InputUSDPerMillion: input,
 		OutputUSDPerMillion: call.Spend.OutputPerMillion, OutputTokens: cmp.Or(call.Model.MaxTokens, defaultOutputReservation),

@@ -209,7 +209,7 @@ func (m *anthropicModel) turnOf(resp anthropic.Message) (agentsagatype.ModelTurn
 	turn.Content = text.String()
 	if len(thinking) > 0 {
 		data, _ := json.Marshal(thinking)
-		turn.Reasoning = &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningAnthropic, Data: data}
+		turn.Reasoning = &agentsagatype.Reasoning{Provider: reasoningAnthropic, Data: data}
 	}
 	switch resp.StopReason {
 	case anthropic.StopReasonRefusal:
@@ -370,7 +370,7 @@ func (m *anthropicModel) params(req ModelRequest) (anthropic.MessageNewParams, e
 		}
 		p.Tools = append(p.Tools, tp)
 	}
-	if m.spec.CachesPrompt() {
+	if cachesPrompt(m.spec) {
 		markCacheBreakpoints(&p, endMessage, endBlock)
 	}
 	return p, nil
@@ -402,7 +402,7 @@ func markCacheBreakpoints(p *anthropic.MessageNewParams, endMessage, endBlock in
 // thinkingBlocks are the thinking blocks of an assistant turn, as the API
 // sent them; none for reasoning of another provider.
 func thinkingBlocks(r *agentsagatype.Reasoning) []anthropic.ContentBlockParamUnion {
-	if r == nil || r.Provider != agentsagatype.ReasoningAnthropic {
+	if r == nil || r.Provider != reasoningAnthropic {
 		return nil
 	}
 	var kept []thinkingBlock

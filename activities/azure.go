@@ -16,7 +16,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
-// NewAzureModel builds a model for spec on Azure OpenAI: the Chat
+// newAzureModel builds a model for spec on Azure OpenAI: the Chat
 // Completions API of the deployment spec.Name at the resource endpoint
 // spec.BaseURL (https://RESOURCE.openai.azure.com), with api-version
 // spec.APIVersion. Requests go to
@@ -31,7 +31,7 @@ import (
 // variables, workload identity, a managed identity, or the Azure CLI's
 // login. httpClient may be nil to use the SDK's default; the SDK's own
 // retries are off, as for every provider.
-func NewAzureModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+func newAzureModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	if spec.Provider != agentsagatype.ProviderAzure {
 		return nil, fmt.Errorf("azure model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderAzure)
 	}

@@ -271,7 +271,7 @@ func TestAzureModelRefusesPlainHTTP(t *testing.T) {
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { requests.Add(1) }))
 	t.Cleanup(srv.Close)
-	m, err := NewAzureModel(azureSpec(srv.URL), azureTestKey, &http.Client{Timeout: 10 * time.Second})
+	m, err := newAzureModel(azureSpec(srv.URL), azureTestKey, &http.Client{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	_, err = m.Turn(context.Background(), userAsksAzure())
 	require.Error(t, err)
@@ -298,12 +298,12 @@ func TestNewAzureModelSaysWhatIsMissing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			spec := ok
 			tc.edit(&spec)
-			_, err := NewAzureModel(spec, tc.apiKey, nil)
+			_, err := newAzureModel(spec, tc.apiKey, nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.NotContains(t, err.Error(), azureTestKey)
 		})
 	}
-	_, err := NewAzureModel(ok, azureTestKey, nil)
+	_, err := newAzureModel(ok, azureTestKey, nil)
 	require.NoError(t, err)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
-// NewBedrockModel builds a model for spec on Amazon Bedrock: Anthropic's
+// newBedrockModel builds a model for spec on Amazon Bedrock: Anthropic's
 // model spec.Name (a Bedrock model id or inference profile) in region
 // spec.Region, streamed from
 // https://bedrock-runtime.REGION.amazonaws.com/model/{model}/invoke-with-response-stream
@@ -31,7 +31,7 @@ import (
 // to use the SDK's default; the SDK's own retries are off, and the AWS
 // configuration's retryer is never used for the model's requests (only
 // its credentials and region are).
-func NewBedrockModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+func newBedrockModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	if spec.Provider != agentsagatype.ProviderBedrock {
 		return nil, fmt.Errorf("anthropic-bedrock model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderBedrock)
 	}

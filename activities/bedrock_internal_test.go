@@ -296,12 +296,12 @@ func TestNewBedrockModelSaysWhatIsMissing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			spec := ok
 			tc.edit(&spec)
-			_, err := NewBedrockModel(spec, "", nil)
+			_, err := newBedrockModel(spec, "", nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err := NewBedrockModel(ok, "", nil)
+	_, err := newBedrockModel(ok, "", nil)
 	require.NoError(t, err)
 }
 

@@ -50,9 +50,9 @@ var wireProviders = map[string]struct {
 	"llamacpp":      {"openai", []string{"github.com/ggml-org/llama.cpp"}, ""},
 	"lmstudio":      {"openai", []string{"lmstudio.ai"}, ""},
 	"openrouter":    {"openai", []string{"openrouter.ai"}, ""},
-	"gemini-openai": {"openai", []string{"ai.google.dev"}, agentsagatype.ReasoningGemini},
-	"anthropic":     {"anthropic", []string{"docs.anthropic.com", "docs.claude.com"}, agentsagatype.ReasoningAnthropic},
-	"gemini":        {"gemini", []string{"ai.google.dev", "cloud.google.com"}, agentsagatype.ReasoningGemini},
+	"gemini-openai": {"openai", []string{"ai.google.dev"}, activities.ReasoningGemini},
+	"anthropic":     {"anthropic", []string{"docs.anthropic.com", "docs.claude.com"}, activities.ReasoningAnthropic},
+	"gemini":        {"gemini", []string{"ai.google.dev", "cloud.google.com"}, activities.ReasoningGemini},
 }
 
 // wireCase is one transcript: its header, then the body bytes verbatim.

@@ -32,3 +32,16 @@ func Classify(err error) Classification {
 	c := classify(err)
 	return Classification{ErrType: c.errType, Retryable: c.retryable, Status: c.status, RetryAfter: c.retryAfter}
 }
+
+// The providers a spec reaches through the registry, built directly, and
+// the tags of the reasoning each keeps, for the package's external tests.
+var (
+	NewGeminiModel          = newGeminiModel
+	NewOpenAIResponsesModel = newOpenAIResponsesModel
+)
+
+const (
+	ReasoningAnthropic       = reasoningAnthropic
+	ReasoningOpenAIResponses = reasoningOpenAIResponses
+	ReasoningGemini          = reasoningGemini
+)

@@ -41,7 +41,7 @@ type geminiModel struct {
 
 var _ Model = (*geminiModel)(nil)
 
-// NewGeminiModel builds a model for spec on the Gemini Developer API,
+// newGeminiModel builds a model for spec on the Gemini Developer API,
 // authenticated by apiKey (sent as x-goog-api-key). httpClient may be nil
 // to use a plain one.
 //
@@ -56,7 +56,7 @@ var _ Model = (*geminiModel)(nil)
 // The SDK's own retries are off (one attempt, and no automatic
 // continuation of a stream): Temporal's activity retry is the only retry
 // loop.
-func NewGeminiModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+func newGeminiModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	switch {
 	case spec.Provider != agentsagatype.ProviderGemini:
 		return nil, fmt.Errorf("gemini model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderGemini)
@@ -378,7 +378,7 @@ func (r *geminiReply) turn(apiKey string, chunks int) (agentsagatype.ModelTurn, 
 		if err != nil {
 			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: keeping the thought signatures: %w", opGenerateContent, err)
 		}
-		turn.Reasoning = &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningGemini, Data: data}
+		turn.Reasoning = &agentsagatype.Reasoning{Provider: reasoningGemini, Data: data}
 	}
 	return turn, nil
 }
@@ -504,7 +504,7 @@ type geminiCall struct{ name, id string }
 // the calls still get theirs. Reasoning another provider wrote is left out.
 func geminiModelParts(msg agentsagatype.Message) ([]*genai.Part, map[string]geminiCall) {
 	var kept geminiReasoning
-	if r := msg.Reasoning; r != nil && r.Provider == agentsagatype.ReasoningGemini {
+	if r := msg.Reasoning; r != nil && r.Provider == reasoningGemini {
 		if json.Unmarshal(r.Data, &kept) != nil {
 			kept = geminiReasoning{}
 		}

@@ -355,7 +355,7 @@ func TestGeminiModelThoughtSignatureGoesBack(t *testing.T) {
 	// counted apart.
 	assert.Equal(t, agentsagatype.Usage{InputTokens: 1200, OutputTokens: 240, CachedInputTokens: 1024}, first.Usage)
 	require.NotNil(t, first.Reasoning)
-	assert.Equal(t, agentsagatype.ReasoningGemini, first.Reasoning.Provider)
+	assert.Equal(t, activities.ReasoningGemini, first.Reasoning.Provider)
 	assert.Contains(t, string(first.Reasoning.Data), geminiSignature)
 	// Reasoning stays out of workflow history.
 	history, err := json.Marshal(first)
@@ -394,12 +394,12 @@ func TestGeminiModelFollowUpWithoutSignatureIsRefused(t *testing.T) {
 		sig[0] ^= 0x01
 		data := strings.Replace(string(first.Reasoning.Data), geminiSignature, base64.StdEncoding.EncodeToString(sig), 1)
 		require.NotEqual(t, string(first.Reasoning.Data), data)
-		return &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningGemini, Data: json.RawMessage(data)}
+		return &agentsagatype.Reasoning{Provider: activities.ReasoningGemini, Data: json.RawMessage(data)}
 	}
 	for name, reasoning := range map[string]func(agentsagatype.ModelTurn) *agentsagatype.Reasoning{
 		"none": func(agentsagatype.ModelTurn) *agentsagatype.Reasoning { return nil },
 		"another provider's": func(first agentsagatype.ModelTurn) *agentsagatype.Reasoning {
-			return &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningAnthropic, Data: first.Reasoning.Data}
+			return &agentsagatype.Reasoning{Provider: activities.ReasoningAnthropic, Data: first.Reasoning.Data}
 		},
 		"changed bytes": changed,
 	} {

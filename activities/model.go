@@ -254,10 +254,21 @@ func speaksAnthropic(spec agentsagatype.ModelSpec) bool {
 	return false
 }
 
+// The wire formats a turn's Reasoning is kept in (its Provider).
+const (
+	reasoningAnthropic       = "anthropic"
+	reasoningOpenAIResponses = "openai-responses"
+	reasoningGemini          = "gemini"
+)
+
+// cachesPrompt says whether spec's requests ask the provider to cache
+// their stable prefix: the default, unless model.cache is false.
+func cachesPrompt(spec agentsagatype.ModelSpec) bool { return spec.Cache == nil || *spec.Cache }
+
 // writesPromptCache says whether a model's requests may write its
 // provider's prompt cache, which costs more than plain input: Anthropic's
 // do, when caching is on (it is by default); OpenAI's and Gemini's caches
 // are written for free.
 func writesPromptCache(spec agentsagatype.ModelSpec) bool {
-	return speaksAnthropic(spec) && spec.CachesPrompt()
+	return speaksAnthropic(spec) && cachesPrompt(spec)
 }

@@ -54,12 +54,12 @@ func builtinModels() *Models {
 		return scriptedModel{Turns: spec.Script, Finish: spec.ScriptFinish}, nil
 	}
 	m.factories[agentsagatype.ProviderOpenAI] = NewOpenAIModel
-	m.factories[agentsagatype.ProviderOpenAIResponses] = NewOpenAIResponsesModel
+	m.factories[agentsagatype.ProviderOpenAIResponses] = newOpenAIResponsesModel
 	m.factories[agentsagatype.ProviderAnthropic] = NewAnthropicModel
-	m.factories[agentsagatype.ProviderAzure] = NewAzureModel
-	m.factories[agentsagatype.ProviderBedrock] = NewBedrockModel
-	m.factories[agentsagatype.ProviderVertex] = NewVertexModel
-	m.factories[agentsagatype.ProviderGemini] = NewGeminiModel
+	m.factories[agentsagatype.ProviderAzure] = newAzureModel
+	m.factories[agentsagatype.ProviderBedrock] = newBedrockModel
+	m.factories[agentsagatype.ProviderVertex] = newVertexModel
+	m.factories[agentsagatype.ProviderGemini] = newGeminiModel
 	return m
 }
 

@@ -399,7 +399,7 @@ func (m *openAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, 
 	if m.spec.MaxTokens > 0 {
 		p.MaxCompletionTokens = openai.Int(m.spec.MaxTokens)
 	}
-	if req.CacheKey != "" && m.spec.CachesPrompt() && strings.TrimSuffix(m.baseURL(), "/") == defaultOpenAIBaseURL {
+	if req.CacheKey != "" && cachesPrompt(m.spec) && strings.TrimSuffix(m.baseURL(), "/") == defaultOpenAIBaseURL {
 		// OpenAI caches on its own; the key keeps a run's requests on the
 		// same cache. Only OpenAI is sent it: a compatible server may
 		// refuse a field it does not know.

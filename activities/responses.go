@@ -35,11 +35,11 @@ type responsesModel struct {
 
 var _ Model = (*responsesModel)(nil)
 
-// NewOpenAIResponsesModel builds a model for spec, whose provider is
+// newOpenAIResponsesModel builds a model for spec, whose provider is
 // openai-responses. apiKey may be empty for a server that needs none;
 // httpClient may be nil to use the SDK's default. The SDK's own retries are
 // off: Temporal's activity retry is the only retry loop.
-func NewOpenAIResponsesModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+func newOpenAIResponsesModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	if spec.Provider != agentsagatype.ProviderOpenAIResponses {
 		return nil, fmt.Errorf("openai responses model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderOpenAIResponses)
 	}
@@ -196,7 +196,7 @@ func (m *responsesModel) turn(resp *responses.Response, output []responses.Respo
 		// Joined by hand: json.Marshal would compact the items, and they
 		// are kept byte for byte.
 		data := append(append([]byte("["), bytes.Join(reasoning, []byte(","))...), ']')
-		turn.Reasoning = &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningOpenAIResponses, Data: data}
+		turn.Reasoning = &agentsagatype.Reasoning{Provider: reasoningOpenAIResponses, Data: data}
 	}
 	return turn
 }
@@ -340,7 +340,7 @@ func easyMessage(role responses.EasyInputMessageRole, content string) responses.
 // reasoningItems are the reasoning items r holds, sent back byte for byte
 // as OpenAI returned them; reasoning another provider wrote is left out.
 func reasoningItems(r *agentsagatype.Reasoning) ([]responses.ResponseInputItemUnionParam, error) {
-	if r == nil || r.Provider != agentsagatype.ReasoningOpenAIResponses || len(r.Data) == 0 {
+	if r == nil || r.Provider != reasoningOpenAIResponses || len(r.Data) == 0 {
 		return nil, nil
 	}
 	var raw []json.RawMessage

@@ -393,7 +393,7 @@ func TestResponsesStreamsTextToOnTextInOrder(t *testing.T) {
 	assert.Equal(t, agentsagatype.Usage{InputTokens: 1200, OutputTokens: 300, CachedInputTokens: 1024}, turn.Usage)
 	// The reasoning item is kept as it came, byte for byte.
 	require.NotNil(t, turn.Reasoning)
-	assert.Equal(t, agentsagatype.ReasoningOpenAIResponses, turn.Reasoning.Provider)
+	assert.Equal(t, activities.ReasoningOpenAIResponses, turn.Reasoning.Provider)
 	assert.Equal(t, "["+rsItem+"]", string(turn.Reasoning.Data))
 }
 
@@ -487,9 +487,9 @@ func TestResponsesFollowUpWithoutReasoningIsRejected(t *testing.T) {
 	for name, reasoning := range map[string]*agentsagatype.Reasoning{
 		"none": nil,
 		// Another provider's reasoning is left out, not sent.
-		"another provider's": {Provider: agentsagatype.ReasoningAnthropic, Data: json.RawMessage(`[{"type":"thinking","thinking":"hm","signature":"sig"}]`)},
+		"another provider's": {Provider: activities.ReasoningAnthropic, Data: json.RawMessage(`[{"type":"thinking","thinking":"hm","signature":"sig"}]`)},
 		// An item altered on the way is not the one OpenAI emitted.
-		"altered": {Provider: agentsagatype.ReasoningOpenAIResponses, Data: json.RawMessage(`[` + strings.Replace(rsItem, "enc-reasoning-1", "enc-reasoning-2", 1) + `]`)},
+		"altered": {Provider: activities.ReasoningOpenAIResponses, Data: json.RawMessage(`[` + strings.Replace(rsItem, "enc-reasoning-1", "enc-reasoning-2", 1) + `]`)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv := newRespServer(t, toolCallAnswer(), textAnswer("never"))

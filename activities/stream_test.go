@@ -144,7 +144,7 @@ func TestAnthropicStreamInManyEvents(t *testing.T) {
 		ToolCalls: []agentsagatype.ToolCall{{ID: "toolu_01A", Name: "search", Arguments: `{"q": "temporal workflows", "n": 3}`}},
 		Usage:     agentsagatype.Usage{InputTokens: 50 + 1200 + 30, OutputTokens: 20, CachedInputTokens: 1200, CacheWriteTokens: 30},
 		Model:     "claude-sonnet-4-5-20250929",
-		Reasoning: &agentsagatype.Reasoning{Provider: agentsagatype.ReasoningAnthropic,
+		Reasoning: &agentsagatype.Reasoning{Provider: activities.ReasoningAnthropic,
 			Data: json.RawMessage(`[{"type":"thinking","thinking":"The user wants the order.","signature":"sig=="}]`)},
 	}, turn)
 	assert.Equal(t, turn.Content, strings.Join(chunks, ""))

@@ -16,7 +16,7 @@ import (
 // vertexScope is the OAuth2 scope of the tokens sent to Vertex AI.
 const vertexScope = "https://www.googleapis.com/auth/cloud-platform"
 
-// NewVertexModel builds a model for spec on Google Cloud's Vertex AI:
+// newVertexModel builds a model for spec on Google Cloud's Vertex AI:
 // Anthropic's model spec.Name (claude-sonnet-4-5@20250929, say) in region
 // spec.Region of project spec.Project, streamed from
 // https://REGION-aiplatform.googleapis.com/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}:streamRawPredict
@@ -32,7 +32,7 @@ const vertexScope = "https://www.googleapis.com/auth/cloud-platform"
 // an OAuth2 access token (Authorization: Bearer). model.api_key_env is
 // not used. httpClient may be nil to use the SDK's default; the SDK's own
 // retries are off.
-func NewVertexModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
+func newVertexModel(spec agentsagatype.ModelSpec, apiKey string, httpClient *http.Client) (Model, error) {
 	if spec.Provider != agentsagatype.ProviderVertex {
 		return nil, fmt.Errorf("anthropic-vertex model: provider is %q, want %q", spec.Provider, agentsagatype.ProviderVertex)
 	}

@@ -178,7 +178,7 @@ func TestVertexModelNoApplicationDefaultCredentials(t *testing.T) {
 	saved := googleADC.loaded
 	googleADC.loaded = nil
 	t.Cleanup(func() { googleADC.loaded = saved })
-	_, err := NewVertexModel(vertexSpec(""), "", nil)
+	_, err := newVertexModel(vertexSpec(""), "", nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no Google Application Default Credentials")
 	assert.Contains(t, err.Error(), "no-such-key.json")
@@ -201,11 +201,11 @@ func TestNewVertexModelSaysWhatIsMissing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			spec := ok
 			tc.edit(&spec)
-			_, err := NewVertexModel(spec, "", nil)
+			_, err := newVertexModel(spec, "", nil)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err := NewVertexModel(ok, "", nil)
+	_, err := newVertexModel(ok, "", nil)
 	require.NoError(t, err)
 }

@@ -34,8 +34,8 @@ type Message struct {
 }
 
 // Reasoning is a turn's reasoning as one provider wrote it and wants it
-// back, unchanged: Provider is the wire format that reads Data
-// (ReasoningAnthropic, ReasoningOpenAIResponses, ReasoningGemini).
+// back, unchanged: Provider names the wire format that reads Data (the
+// activities package's providers set and read it).
 type Reasoning struct {
 	Provider string          `json:"provider"`
 	Data     json.RawMessage `json:"data"`

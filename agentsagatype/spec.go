@@ -26,13 +26,6 @@ const (
 	ProviderGemini = "gemini"
 )
 
-// The wire formats a turn's Reasoning is kept in.
-const (
-	ReasoningAnthropic       = "anthropic"
-	ReasoningOpenAIResponses = "openai-responses"
-	ReasoningGemini          = "gemini"
-)
-
 // ModelSpec says which model a run talks to. API keys are never part of it:
 // APIKeyEnv names the environment variable the worker reads the key from,
 // so the key stays out of workflow history and the ledger.
@@ -79,10 +72,6 @@ type Thinking struct {
 	BudgetTokens int64  `json:"budget_tokens,omitempty"`
 	Effort       string `json:"effort,omitempty"`
 }
-
-// CachesPrompt says whether the model's requests ask the provider to
-// cache their stable prefix (the default).
-func (m ModelSpec) CachesPrompt() bool { return m.Cache == nil || *m.Cache }
 
 // isAnthropic says whether provider speaks Anthropic's Messages API.
 func isAnthropic(provider string) bool {

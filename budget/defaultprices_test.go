@@ -47,3 +47,17 @@ func TestCachedInputIsPricedAtTheCachedRate(t *testing.T) {
 	assert.InDelta(t, 1+2, prices.ModelUSD("m", agentsagatype.Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000}), 1e-12)
 	assert.Zero(t, prices.ModelUSD("unpriced", u))
 }
+// Input written to the prompt cache costs the cache-write price: the
+// table's, or 1.25 times the input price (Anthropic's documented rate)
+// without one; reads cost the cached price, the rest the input price.
+func TestCacheWritesArePricedAtTheirRate(t *testing.T) {
+	u := agentsagatype.Usage{InputTokens: 1_000_000, CachedInputTokens: 600_000, CacheWriteTokens: 300_000, OutputTokens: 0}
+	sonnet := budget.ModelPrice{InputPerMillion: 3, OutputPerMillion: 15, CachedInputPerMillion: 0.30}
+	// 0.1M plain at 3, 0.6M read at 0.30, 0.3M written at 3.75.
+	assert.InDelta(t, 0.3+0.18+1.125, sonnet.USD(u), 1e-9)
+	sonnet.CacheWritePerMillion = 6 // a one-hour cache write, 2x input
+	assert.InDelta(t, 0.3+0.18+1.8, sonnet.USD(u), 1e-9)
+	// Writes are never counted beyond the input that was not read.
+	u.CacheWriteTokens = 900_000
+	assert.InDelta(t, 0.18+0.4*6, sonnet.USD(u), 1e-9)
+}

@@ -33,8 +33,8 @@ type ModelPrice struct {
 // for its default, five-minute cache.
 const cacheWriteMultiplier = 1.25
 
-// CacheWritePrice is the price of a million tokens written to the cache.
-func (price ModelPrice) CacheWritePrice() float64 {
+// cacheWritePrice is the price of a million tokens written to the cache.
+func (price ModelPrice) cacheWritePrice() float64 {
 	if price.CacheWritePerMillion > 0 {
 		return price.CacheWritePerMillion
 	}
@@ -88,7 +88,7 @@ func (price ModelPrice) USD(u agentsagatype.Usage) float64 {
 		cachedPrice = price.CachedInputPerMillion
 	}
 	return (float64(u.InputTokens-cached-written)*price.InputPerMillion + float64(cached)*cachedPrice +
-		float64(written)*price.CacheWritePrice() + float64(u.OutputTokens)*price.OutputPerMillion) / 1e6
+		float64(written)*price.cacheWritePrice() + float64(u.OutputTokens)*price.OutputPerMillion) / 1e6
 }
 
 // ToolUSD is what leafCalls attempts of tool cost.

@@ -175,7 +175,7 @@ func checkModel(ctx context.Context, models *activities.Models, m agentsagatype.
 	if turn.Model != "" && turn.Model != m.Name {
 		report.fact("answered as model %q", turn.Model)
 	}
-	if m.CachesPrompt() {
+	if m.Cache == nil || *m.Cache { // caching is on unless the spec turns it off
 		again, _, _, err := ask(plain)
 		switch {
 		case err != nil:

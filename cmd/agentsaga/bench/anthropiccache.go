@@ -105,7 +105,7 @@ func (t CacheTotals) InputUSD(price budget.ModelPrice) float64 {
 		cached = price.InputPerMillion
 	}
 	return (float64(t.InputTokens)*price.InputPerMillion + float64(t.CacheReadTokens)*cached +
-		float64(t.CacheWriteTokens)*price.CacheWritePrice()) / 1e6
+		float64(t.CacheWriteTokens)*price.CacheWritePerMillion) / 1e6
 }
 
 // CacheRequest is one request as the server saw it.

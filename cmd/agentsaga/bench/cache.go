@@ -390,7 +390,7 @@ func PrintCache(out io.Writer, res CacheResult) {
 	fmt.Fprintf(out, "  server: enforces <= %d cache_control blocks, caches prefixes of >= %s tokens at breakpoints (tools, system, messages order; %d-block lookback; %v TTL), checks thinking blocks; tokens estimated as len(JSON)/4\n",
 		CacheMaxBreakpoints, thousands(CacheMinTokens), CacheLookback, CacheTTL)
 	fmt.Fprintf(out, "  prices ($/M): input %v, output %v, cache read %v, cache write %v; runs charged to %s (cap $%v a month)\n",
-		cfg.Price.InputPerMillion, cfg.Price.OutputPerMillion, cfg.Price.CachedInputPerMillion, cfg.Price.CacheWritePrice(), res.Account, cfg.CapUSD)
+		cfg.Price.InputPerMillion, cfg.Price.OutputPerMillion, cfg.Price.CachedInputPerMillion, cfg.Price.CacheWritePerMillion, res.Account, cfg.CapUSD)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  RUN\tSTATUS\tTURNS\t400s\tINPUT\tCACHE READ\tCACHE WRITE\tOUTPUT\tREAD/TURN\tINPUT USD\tSERVER USD\tRUN USD\tLEDGER USD\tSECONDS")
 	for _, r := range []CacheRun{res.Cached, res.Uncached} {

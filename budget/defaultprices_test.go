@@ -47,6 +47,7 @@ func TestCachedInputIsPricedAtTheCachedRate(t *testing.T) {
 	assert.InDelta(t, 1+2, prices.ModelUSD("m", agentsagatype.Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000}), 1e-12)
 	assert.Zero(t, prices.ModelUSD("unpriced", u))
 }
+
 // Input written to the prompt cache costs the cache-write price: the
 // table's, or 1.25 times the input price (Anthropic's documented rate)
 // without one; reads cost the cached price, the rest the input price.

@@ -69,7 +69,7 @@ func TestParseSpecNamesTheFieldOfEveryMalformedSpec(t *testing.T) {
 		"bad method":           {head + model + "tools: [{name: a, kind: http, url: 'http://x/y', method: TRACE}]", `tools[0]: tool a: method "TRACE"`},
 		"agent without agents": {head + model + "tools: [{name: a, kind: agent}]", "agents.a is not defined"},
 		"compensate unknown":   {head + model + "tools: [{name: a, kind: go, compensate: {tool: nope}}]", `compensate.tool "nope"`},
-		"unknown provider":     {head + "model: {provider: gemini}\n", `model.provider: unknown provider "gemini"`},
+		"unknown provider":     {head + "model: {provider: palm}\n", `model.provider: unknown provider "palm"`},
 		"fallback without name": {head + "model: {provider: openai, name: gpt-4o, fallbacks: [{provider: anthropic}]}\n",
 			"model.fallbacks[0]: model.name"},
 		"fallback of a fallback": {head + "model: {provider: openai, name: gpt-4o, fallbacks: [{provider: anthropic, name: c, fallbacks: [{provider: openai, name: d}]}]}\n",

@@ -29,7 +29,7 @@ func TestParseSpecRejectsBadInputByName(t *testing.T) {
 		"zero steps":              {"goal: g\nbudget: {steps: 0}\nmodel: {provider: scripted, script: [{content: x}]}", "budget.steps: 0 is not a budget"},
 		"negative usd":            {"goal: g\nbudget: {steps: 3, usd: -1}\nmodel: {provider: scripted, script: [{content: x}]}", "budget.usd: -1"},
 		"missing budget":          {"goal: g\nmodel: {provider: scripted, script: [{content: x}]}", "budget.steps: 0; a run needs a positive step cap"},
-		"unknown provider":        {"goal: g\nbudget: {steps: 3}\nmodel: {provider: gemini}", `model.provider: unknown provider "gemini"`},
+		"unknown provider":        {"goal: g\nbudget: {steps: 3}\nmodel: {provider: palm}", `model.provider: unknown provider "palm"`},
 		"openai without name":     {"goal: g\nbudget: {steps: 3}\nmodel: {provider: openai}", "model.name"},
 		"empty script":            {"goal: g\nbudget: {steps: 3}\nmodel: {provider: scripted}", "model.script"},
 		"missing goal":            {"budget: {steps: 3}\nmodel: {provider: scripted, script: [{content: x}]}", "goal: missing"},

@@ -173,13 +173,14 @@ func spendReportCommand() *cobra.Command {
 				return printJSON(out, lines)
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ACCOUNT\tMODEL\tDAY\tCALLS\tUSD")
+			fmt.Fprintln(tw, "ACCOUNT\tMODEL\tDAY\tCALLS\tUSD\tINPUT TOKENS\tCACHE READ\tCACHE WRITE")
 			for _, l := range lines {
 				day := ""
 				if !l.Day.IsZero() {
 					day = l.Day.UTC().Format(time.DateOnly)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t$%.4f\n", l.Account, l.Model, day, l.Calls, l.USD)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t$%.4f\t%d\t%d\t%d\n", l.Account, l.Model, day, l.Calls, l.USD,
+					l.InputTokens, l.CachedTokens, l.CacheWriteTokens)
 			}
 			return tw.Flush()
 		},

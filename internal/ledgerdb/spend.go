@@ -450,6 +450,11 @@ type SpendLine struct {
 	Day     time.Time `json:"day,omitzero"`
 	USD     float64   `json:"usd"`
 	Calls   int64     `json:"calls"`
+	// The model turns' input tokens, and the parts of them the provider
+	// read from its prompt cache and wrote to it.
+	InputTokens      int64 `json:"input_tokens"`
+	CachedTokens     int64 `json:"cached_input_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 // The dimensions a spend report groups by.
@@ -474,8 +479,16 @@ func (s *Store) SpendReport(ctx context.Context, since time.Time, by []string) (
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT e.account, coalesce(a.tool, ''), date_trunc('day', e.settled_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
-		       sum(e.usd)::float8, count(*)
+		       sum(e.usd)::float8, count(*),
+		       coalesce(sum(substring(u.result from '"input_tokens":(\d+)')::bigint), 0)::bigint,
+		       coalesce(sum(substring(u.result from '"cached_input_tokens":(\d+)')::bigint), 0)::bigint,
+		       coalesce(sum(substring(u.result from '"cache_write_tokens":(\d+)')::bigint), 0)::bigint
 		FROM spend_entries e LEFT JOIN actions a ON a.idempotency_key = e.idempotency_key
+		-- A completed model turn's result is its reply, whose usage the
+		-- counts are read from, as text: a reply's own text holds its
+		-- quotes escaped, so only the usage's keys match, and no result
+		-- can make the report fail. A tool's result is not read.
+		LEFT JOIN LATERAL (SELECT CASE WHEN a.tool LIKE 'model:%' AND a.status = 'completed' THEN a.result END AS result) u ON true
 		WHERE e.settled_at >= $1
 		GROUP BY 1, 2, 3`, since)
 	if err != nil {
@@ -483,7 +496,7 @@ func (s *Store) SpendReport(ctx context.Context, since time.Time, by []string) (
 	}
 	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendLine, error) {
 		var l SpendLine
-		err := row.Scan(&l.Account, &l.Model, &l.Day, &l.USD, &l.Calls)
+		err := row.Scan(&l.Account, &l.Model, &l.Day, &l.USD, &l.Calls, &l.InputTokens, &l.CachedTokens, &l.CacheWriteTokens)
 		l.Model = strings.TrimPrefix(l.Model, "model:") // a model turn's action is "model:<provider:name>"
 		return l, err
 	})
@@ -512,6 +525,9 @@ func (s *Store) SpendReport(ctx context.Context, since time.Time, by []string) (
 		}
 		m.USD += l.USD
 		m.Calls += l.Calls
+		m.InputTokens += l.InputTokens
+		m.CachedTokens += l.CachedTokens
+		m.CacheWriteTokens += l.CacheWriteTokens
 	}
 	report := make([]SpendLine, len(out))
 	for i, m := range out {

@@ -460,6 +460,11 @@ func TestSpendReportAttributesByAccountModelAndDay(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, held)
 		}
+		// The reply, as a model turn stores it; its text quotes a usage
+		// that is not its own.
+		reply := `{"content":"the docs say \"input_tokens\":99","usage":{"input_tokens":1000,"output_tokens":10,"cached_input_tokens":600,"cache_write_tokens":300}}`
+		_, err = store.CompleteAction(ctx, c.key, 1, reply)
+		require.NoError(t, err)
 	}
 	byAccount, err := store.SpendReport(ctx, since, []string{ledgerdb.SpendByAccount})
 	require.NoError(t, err)
@@ -469,6 +474,9 @@ func TestSpendReportAttributesByAccountModelAndDay(t *testing.T) {
 	assert.Equal(t, "acme/support", byAccount[1].Account)
 	assert.InDelta(t, 0.5, byAccount[1].USD, 1e-9)
 	assert.EqualValues(t, 2, byAccount[1].Calls, "a key settled twice is one call")
+	assert.EqualValues(t, 2000, byAccount[1].InputTokens, "the turns' usage, read from their replies")
+	assert.EqualValues(t, 1200, byAccount[1].CachedTokens)
+	assert.EqualValues(t, 600, byAccount[1].CacheWriteTokens)
 	all, err := store.SpendReport(ctx, since, []string{ledgerdb.SpendByAccount, ledgerdb.SpendByModel, ledgerdb.SpendByDay})
 	require.NoError(t, err)
 	require.Len(t, all, 2)

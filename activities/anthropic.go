@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -114,11 +113,11 @@ func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 		var apiErr *anthropic.Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Response != nil && apiErr.StatusCode >= 300:
-			return agentsagatype.ModelTurn{}, m.httpError(apiErr.Response)
+			return agentsagatype.ModelTurn{}, readHTTPError(opMessages, m.apiKey, apiErr.Response)
 		case raw != nil && raw.StatusCode >= 400:
 			// An error body the SDK cannot decode still has a status, and
 			// the status must decide retries.
-			return agentsagatype.ModelTurn{}, m.httpError(raw)
+			return agentsagatype.ModelTurn{}, readHTTPError(opMessages, m.apiKey, raw)
 		default:
 			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opMessages, err)
 		}
@@ -155,7 +154,7 @@ func (m *anthropicModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 		return agentsagatype.ModelTurn{}, err
 	}
 	if whole.body != nil && events == 0 {
-		if gjsonHas(whole.body, "error") {
+		if hasField(whole.body, "error") {
 			return agentsagatype.ModelTurn{}, streamErrorEvent(opMessages, m.apiKey, 0, "events", whole.body)
 		}
 		if err := json.Unmarshal(whole.body, &resp); err != nil || resp.Type != "message" {
@@ -263,19 +262,6 @@ func checkToolInputs(event anthropic.MessageStreamEventUnion, blocks []anthropic
 		}
 	}
 	return nil
-}
-
-// httpError reads the error body the SDK buffered and strips the API key
-// from it, in case a server or proxy echoes the request headers back.
-func (m *anthropicModel) httpError(resp *http.Response) *HTTPError {
-	var body []byte
-	if resp.Body != nil {
-		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	}
-	if m.apiKey != "" {
-		body = bytes.ReplaceAll(body, []byte(m.apiKey), []byte("[redacted]"))
-	}
-	return newHTTPError(opMessages, resp, body)
 }
 
 // params translates the provider-neutral request to the SDK's. System

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -49,6 +50,17 @@ func newHTTPError(op string, resp *http.Response, body []byte) *HTTPError {
 		e.ShouldRetry = new(false)
 	}
 	return e
+}
+
+// readHTTPError is the error of a provider's non-2xx answer, whose body
+// the SDK buffered: read (at most 64 KiB), with the API key redacted in
+// case a server or proxy echoes the request's headers back.
+func readHTTPError(op, apiKey string, resp *http.Response) *HTTPError {
+	var body []byte
+	if resp.Body != nil {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	}
+	return newHTTPError(op, resp, []byte(newRedactor([]string{apiKey}).redact(string(body))))
 }
 
 // retryAfter prefers retry-after-ms, which OpenAI sends for sub-second

@@ -103,18 +103,7 @@ func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 	defer stream.Close()
 	noteResponse(ctx, raw)
 	if err := stream.Err(); err != nil {
-		var apiErr *openai.Error
-		switch {
-		case errors.As(err, &apiErr) && apiErr.Response != nil:
-			return agentsagatype.ModelTurn{}, m.httpError(apiErr.Response)
-		case raw != nil && raw.StatusCode >= 400:
-			// The SDK fails to decode an error body like {"error":"not
-			// found"}, which some compatible servers send, and returns the
-			// decode error instead; the status must still decide retries.
-			return agentsagatype.ModelTurn{}, m.httpError(raw)
-		default:
-			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opChatCompletions, err)
-		}
+		return agentsagatype.ModelTurn{}, openAIStartError(opChatCompletions, m.apiKey, err, raw)
 	}
 	var acc openai.ChatCompletionAccumulator
 	var extra chunkExtras
@@ -157,7 +146,7 @@ func (m *openAIModel) Turn(ctx context.Context, req ModelRequest) (agentsagatype
 // wholeCompletion reads a whole JSON answer to a streamed request: a
 // chat.completion, or an error object sent with a 200.
 func (m *openAIModel) wholeCompletion(body []byte, req ModelRequest) (agentsagatype.ModelTurn, error) {
-	if status := errorEventStatus(body); status != 0 || gjsonHas(body, "error") {
+	if status := errorEventStatus(body); status != 0 || hasField(body, "error") {
 		return agentsagatype.ModelTurn{}, streamErrorEvent(opChatCompletions, m.apiKey, 0, "chunks", body)
 	}
 	var completion openai.ChatCompletion
@@ -173,14 +162,33 @@ func (m *openAIModel) wholeCompletion(body []byte, req ModelRequest) (agentsagat
 	return turn, nil
 }
 
-// gjsonHas says whether body is a JSON object with the top-level field.
-func gjsonHas(body []byte, field string) bool {
+// hasField says whether body is a JSON object with the top-level field.
+func hasField(body []byte, field string) bool {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) != nil {
 		return false
 	}
 	_, ok := fields[field]
 	return ok
+}
+
+// openAIStartError is the error of a request to OpenAI's API that failed
+// before its stream began: a non-2xx answer as *HTTPError, so the retry
+// classifier reads its status and retry hints; anything else wrapped with
+// op.
+func openAIStartError(op, apiKey string, err error, raw *http.Response) error {
+	var apiErr *openai.Error
+	switch {
+	case errors.As(err, &apiErr) && apiErr.Response != nil:
+		return readHTTPError(op, apiKey, apiErr.Response)
+	case raw != nil && raw.StatusCode >= 400:
+		// The SDK fails to decode an error body like {"error":"not
+		// found"}, which some compatible servers send, and returns the
+		// decode error instead; the status must still decide retries.
+		return readHTTPError(op, apiKey, raw)
+	default:
+		return fmt.Errorf("%s: %w", op, err)
+	}
 }
 
 // chatTurn maps a completion's first choice, streamed or whole.
@@ -379,19 +387,6 @@ const reasoningExtraContent = "openai-extra-content"
 
 // baseURL is the server the spec names, or OpenAI's.
 func (m *openAIModel) baseURL() string { return cmp.Or(m.spec.BaseURL, defaultOpenAIBaseURL) }
-
-// httpError reads the error body the SDK buffered and strips the API key
-// from it, in case a server or proxy echoes the request headers back.
-func (m *openAIModel) httpError(resp *http.Response) *HTTPError {
-	var body []byte
-	if resp.Body != nil {
-		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	}
-	if m.apiKey != "" {
-		body = bytes.ReplaceAll(body, []byte(m.apiKey), []byte("[redacted]"))
-	}
-	return newHTTPError(opChatCompletions, resp, body)
-}
 
 // params translates the provider-neutral request to the SDK's.
 func (m *openAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, error) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -71,17 +70,7 @@ func (m *responsesModel) Turn(ctx context.Context, req ModelRequest) (agentsagat
 	defer stream.Close()
 	noteResponse(ctx, raw)
 	if err := stream.Err(); err != nil {
-		var apiErr *openai.Error
-		switch {
-		case errors.As(err, &apiErr) && apiErr.Response != nil:
-			return agentsagatype.ModelTurn{}, m.httpError(apiErr.Response)
-		case raw != nil && raw.StatusCode >= 400:
-			// An error body the SDK cannot decode still has a status,
-			// and the status must decide retries.
-			return agentsagatype.ModelTurn{}, m.httpError(raw)
-		default:
-			return agentsagatype.ModelTurn{}, fmt.Errorf("%s: %w", opResponses, err)
-		}
+		return agentsagatype.ModelTurn{}, openAIStartError(opResponses, m.apiKey, err, raw)
 	}
 	var (
 		final  *responses.Response
@@ -223,15 +212,8 @@ func (m *responsesModel) eventFailure(events int, event, errType, code string, d
 // (a server error, a rate limit, a timeout, a code it does not know),
 // which another attempt may well not meet.
 func clientErrorStatus(errType, code string) int {
-	switch errType {
-	case "invalid_request_error":
-		return http.StatusBadRequest
-	case "authentication_error":
-		return http.StatusUnauthorized
-	case "permission_error", "permission_denied":
-		return http.StatusForbidden
-	case "not_found_error":
-		return http.StatusNotFound
+	if status := errorTypeStatus[errType]; status >= 400 && status < 500 && status != http.StatusTooManyRequests {
+		return status
 	}
 	switch code {
 	case "invalid_prompt", "invalid_request_error", "context_length_exceeded", "data_residency_mismatch",
@@ -246,16 +228,6 @@ func clientErrorStatus(errType, code string) int {
 		return http.StatusBadRequest
 	}
 	return 0
-}
-
-// httpError reads the error body the SDK buffered, with the API key
-// redacted, in case a server or proxy echoes the request headers back.
-func (m *responsesModel) httpError(resp *http.Response) *HTTPError {
-	var body []byte
-	if resp.Body != nil {
-		body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	}
-	return newHTTPError(opResponses, resp, []byte(newRedactor([]string{m.apiKey}).redact(string(body))))
 }
 
 // params translates the provider-neutral request to the SDK's.

@@ -30,3 +30,17 @@ func TestPromptCacheKeyGoesToOpenAIOnly(t *testing.T) {
 		assert.Equal(t, tc.want, p.PromptCacheKey.Value, "%+v", tc.spec)
 	}
 }
+
+// Azure's reasoning models take the spec's effort, which the spec allows
+// there; a spec without one sends none.
+func TestReasoningEffortGoesToChatCompletions(t *testing.T) {
+	req := ModelRequest{Messages: []agentsagatype.Message{{Role: "user", Content: "hi"}}}
+	spec := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "o4-mini", BaseURL: "http://127.0.0.1:1/v1"}
+	p, err := newOpenAIModel(spec, "", openAIClientOptions(spec, "", nil)).params(req)
+	require.NoError(t, err)
+	assert.Empty(t, p.ReasoningEffort)
+	spec.Reasoning = &agentsagatype.Thinking{Effort: "high"}
+	p, err = newOpenAIModel(spec, "", openAIClientOptions(spec, "", nil)).params(req)
+	require.NoError(t, err)
+	assert.EqualValues(t, "high", p.ReasoningEffort)
+}

@@ -394,6 +394,11 @@ func (m *openAIModel) params(req ModelRequest) (openai.ChatCompletionNewParams, 
 	if m.spec.MaxTokens > 0 {
 		p.MaxCompletionTokens = openai.Int(m.spec.MaxTokens)
 	}
+	if r := m.spec.Reasoning; r != nil {
+		// A reasoning model's effort (the spec allows it on azure, where
+		// Chat Completions serves OpenAI's reasoning models).
+		p.ReasoningEffort = shared.ReasoningEffort(r.Effort)
+	}
 	if req.CacheKey != "" && cachesPrompt(m.spec) && strings.TrimSuffix(m.baseURL(), "/") == defaultOpenAIBaseURL {
 		// OpenAI caches on its own; the key keeps a run's requests on the
 		// same cache. Only OpenAI is sent it: a compatible server may

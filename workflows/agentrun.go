@@ -347,8 +347,9 @@ func (r *run) turn(ctx workflow.Context, step int, offered []agentsagatype.ToolD
 		// The server answers, in another protocol: no retry or wait can
 		// help, and nothing is undone for it; a human fixes the spec's
 		// base_url or provider and resumes. (Only activities that know
-		// this error type send it, so no recorded history takes this
-		// branch: it needs no version gate.)
+		// this error type send it, so no history recorded before this
+		// branch takes it: it needs no version gate. The replay corpus's
+		// protocol-mismatch-escalated run is recorded with it.)
 		return turnOutcome{end: askHuman, why: fmt.Sprintf("The model at step %d does not speak its API: %s", step, errorText(err))}
 	case err != nil:
 		return turnOutcome{end: endFailed, why: fmt.Sprintf("model call at step %d failed: %s", step, errorText(err))}

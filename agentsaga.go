@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/admission"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -120,6 +122,8 @@ type Engine struct {
 	reconciler *activities.Reconciliation
 	hook       *activities.RetryHook
 	tracing    []interceptor.WorkerInterceptor
+	// stopAdmitting ends the admission loop (nil without Config.Temporal).
+	stopAdmitting func()
 }
 
 // New builds an engine on store, making sure the fleet bucket's row
@@ -182,6 +186,14 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 		e.tracing = []interceptor.WorkerInterceptor{tracing}
 	}
 	if cfg.Temporal != nil {
+		// Queued runs are told here when the ledger admits them.
+		loopCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			admission.Loop(loopCtx, db, cfg.Temporal, workflows.SignalAdmitted, slog.Default())
+		}()
+		e.stopAdmitting = func() { stop(); <-done }
 		e.reconciler = &activities.Reconciliation{Ledger: db, Temporal: cfg.Temporal}
 		if cfg.ReconcileEvery >= 0 {
 			every := cmp.Or(cfg.ReconcileEvery, workflows.ReconcileInterval)
@@ -199,6 +211,9 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 // server's stdin is closed, so it exits). Stop the worker first, and close
 // the ledger store, which is the caller's, after.
 func (e *Engine) Close() error {
+	if e.stopAdmitting != nil {
+		e.stopAdmitting()
+	}
 	e.hook.Flush()
 	if err := activities.CloseSessions(e.acts); err != nil {
 		return fmt.Errorf("agentsaga: close the MCP sessions: %w", err)

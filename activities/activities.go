@@ -464,6 +464,23 @@ func (a *Activities) RecordRunStart(ctx context.Context, run agentsagatype.Run) 
 	return a.Ledger.StartRun(ctx, run)
 }
 
+// AdmitRun puts the run in its account's admission queue and admits what
+// fits, or reads where the run stands there; the live page hears whether
+// it waits, and why.
+func (a *Activities) AdmitRun(ctx context.Context, req wire.AdmitRequest) (wire.Admission, error) {
+	adm, err := a.Ledger.AdmitRun(ctx, req)
+	if err != nil {
+		return wire.Admission{}, err
+	}
+	switch {
+	case adm.Status == wire.AdmissionQueued:
+		a.publish(ctx, req.RunID, req.RunID+"/queued", runevents.Queued, "", adm)
+	case adm.Status == wire.AdmissionAdmitted && req.Waited:
+		a.publish(ctx, req.RunID, req.RunID+"/admitted", runevents.Admitted, "", adm)
+	}
+	return adm, nil
+}
+
 // RecordRunFinish writes how the run ended.
 func (a *Activities) RecordRunFinish(ctx context.Context, finish wire.RunFinish) error {
 	if err := a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome); err != nil {

@@ -8,6 +8,9 @@ import (
 // Run statuses. Every run ends in one of the non-running ones, and says why
 // in Reason.
 const (
+	// RunQueued: the run waits in its account's admission queue, before
+	// its first turn, for room under a spend cap or a concurrency limit.
+	RunQueued  = "queued"
 	RunRunning = "running"
 	// RunAwaitingApproval: a call waits for a human's approval. It is a
 	// status the UI and the AgentStatus search attribute show while the

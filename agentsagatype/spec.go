@@ -134,6 +134,10 @@ type RateLimit struct {
 	OutputTokensPerMinute int64 `json:"output_tokens_per_minute,omitempty"`
 	// Concurrency bounds the calls in flight at once, fleet-wide.
 	Concurrency int `json:"concurrency,omitempty"`
+	// MaxConcurrentRuns bounds the runs on this model admitted at once,
+	// fleet-wide: a backlog waits in the admission queue and drains at the
+	// quota's capacity, and the runs admitted finish first.
+	MaxConcurrentRuns int `json:"max_concurrent_runs,omitempty"`
 }
 
 // Validate names the first negative limit.
@@ -147,6 +151,7 @@ func (l RateLimit) Validate() error {
 		{"input_tokens_per_minute", l.InputTokensPerMinute},
 		{"output_tokens_per_minute", l.OutputTokensPerMinute},
 		{"concurrency", int64(l.Concurrency)},
+		{"max_concurrent_runs", int64(l.MaxConcurrentRuns)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("rate_limit.%s: %d is negative (omit it, or 0, for not declared)", f.name, f.v)

@@ -167,6 +167,20 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if err := r.bookkeeping(ctx, "run-start", wire.ActivityRecordRunStart, start); err != nil {
 			return RunResult{}, err
 		}
+		// A sub-agent is part of its parent's admitted run, and draws on
+		// its reservation.
+		if r.versions.admission && spec.Budget.Account != "" && start.ParentWorkflowID == "" {
+			admitted, err := r.admit(ctx)
+			if err != nil && ctx.Err() == nil {
+				return RunResult{}, err
+			}
+			if err != nil {
+				return r.failAtStart(ctx, "cancelled while queued for admission: "+err.Error())
+			}
+			if !admitted {
+				return r.failAtStart(ctx, queueCancelledReason)
+			}
+		}
 		if err := r.listMCPTools(ctx, &spec); err != nil {
 			return r.failAtStart(ctx, err.Error())
 		}

@@ -56,6 +56,10 @@ type RunSpec struct {
 	// History bounds the workflow's history: the run continues as new
 	// before it grows past it.
 	History HistorySpec `json:"history,omitempty"`
+	// Priority orders the admission queue of the run's account: 1 goes
+	// first, 5 last; 0 means DefaultPriority. It is Temporal's task
+	// priority too, where the server honours it.
+	Priority int `json:"priority,omitempty"`
 
 	// Carried is the state a run continued as new carries into its next
 	// execution. The engine sets it; a spec never does.
@@ -158,6 +162,9 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 	}
 	if err := s.Budget.Validate(); err != nil {
 		return err
+	}
+	if s.Priority < 0 || s.Priority > 5 {
+		return fmt.Errorf("priority: %d is outside 1 to 5 (1 goes first)", s.Priority)
 	}
 	if s.FinishAt != 0 && (s.FinishAt <= 0 || s.FinishAt >= 1) {
 		return fmt.Errorf("finish_at: %v is outside (0, 1)", s.FinishAt)

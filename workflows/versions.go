@@ -108,7 +108,12 @@ const (
 	// (ToolCallRequest.Spend); a call the caps cannot pay for does what
 	// the cap says, as a model turn does (run.waitForToolSpend).
 	commandsVersion8 workflow.Version = 8
-	latestCommands                    = commandsVersion8
+	// commandsVersion9 admits a run with an account whole before its
+	// first turn (run.admit): a local activity asks the ledger, and a run
+	// that does not fit under its account's caps and concurrency limits
+	// waits, queued, for the signal SignalAdmitted or a recheck timer.
+	commandsVersion9 workflow.Version = 9
+	latestCommands                    = commandsVersion9
 )
 
 // versions are the paths this execution takes.
@@ -137,6 +142,8 @@ type versions struct {
 	spendCaps bool
 	// The field below came with commandsVersion8.
 	toolSpend bool
+	// The field below came with commandsVersion9.
+	admission bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -154,7 +161,8 @@ func readVersions(ctx workflow.Context) versions {
 			effectsProgress:       commands >= commandsVersion5,
 			namesWaits:            commands >= commandsVersion6,
 			spendCaps:             commands >= commandsVersion7,
-			toolSpend:             commands >= commandsVersion8}
+			toolSpend:             commands >= commandsVersion8,
+			admission:             commands >= commandsVersion9}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

@@ -27,6 +27,8 @@ const (
 	Resumed          = "resumed"
 	CompensationStep = "compensation_step"
 	RunFinished      = "run_finished"
+	Queued           = "queued"   // the run waits in its account's admission queue: its place and why
+	Admitted         = "admitted" // the run left the queue: its first turn follows
 )
 
 // Channel is the Postgres channel a publish notifies, with the run's

@@ -35,6 +35,9 @@ const (
 	ActivityRequestApproval    = "RequestApproval"
 	ActivityDecideApproval     = "DecideApproval"
 	ActivityHoldLimit          = "HoldLimit"
+	// ActivityAdmitRun puts a run in its account's admission queue, or
+	// reads where it stands there (agentsaga-commands 9).
+	ActivityAdmitRun = "AdmitRun"
 	// ActivityRecordedApproval decides a replay's approval as the recording
 	// did (agentsaga replay): no human is asked.
 	ActivityRecordedApproval = "RecordedApproval"
@@ -46,5 +49,5 @@ var Activities = []string{
 	ActivityReadResult, ActivityRecordRunFinish, ActivityRecordRunStart, ActivityRollbackPlan,
 	ActivitySetRunStatus, ActivitySettleCompensation, ActivityFindAbandonedRuns, ActivityFinishSubRuns,
 	ActivityReadTerminatedRun, ActivityStartRollback, ActivityRequestApproval, ActivityDecideApproval,
-	ActivityHoldLimit, ActivityRecordedApproval,
+	ActivityHoldLimit, ActivityRecordedApproval, ActivityAdmitRun,
 }

@@ -1,0 +1,108 @@
+package workflows
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
+)
+
+// Admission by run (agentsaga-commands 9, issue 43): a run charged to an
+// account is admitted whole before its first turn, when its account's
+// caps can hold its estimate and its concurrency limits have a place, or
+// it waits in the account's queue with status queued. The ledger decides
+// (agentsaga_admission_enqueue); the workers' admission loops signal the
+// runs a pass admitted, and the run asks the ledger again before it goes
+// on, so a signal alone admits nothing.
+
+// SignalAdmitted wakes a queued run: a pass may have admitted it, or an
+// operator taken it out of the queue (`agentsaga queue cancel`).
+const SignalAdmitted = "agentsaga-admitted"
+
+// DefaultPriority is a run's place among priorities when its spec sets
+// none: 1 goes first, 5 last.
+const DefaultPriority = 3
+
+// admissionRecheck is how long a queued run waits for the signal before
+// it asks the ledger again, which also runs a pass: a worker killed
+// between admitting a run and signalling it, or a fleet whose workers run
+// no admission loop, delays a run by this much at most. Room that frees
+// is signalled at once; this is the backstop, not the clock.
+const admissionRecheck = 2 * time.Minute
+
+// leaseMargin is how long past its wall clock an admitted run's
+// reservation lives: a run that is still going then (resumed after an
+// escalation) draws on the caps turn by turn.
+const leaseMargin = time.Hour
+
+// queueCancelledReason ends a run an operator took out of the queue.
+const queueCancelledReason = "cancelled in the admission queue (agentsaga queue cancel): no turn was taken"
+
+// admit waits until the ledger admits the run, or returns false when the
+// run was taken out of the queue. A run that waited starts its wall clock
+// when it is admitted: the budget is for its work, not for the queue.
+func (r *run) admit(ctx workflow.Context) (bool, error) {
+	req := wire.AdmitRequest{RunID: r.workflowID, Account: r.spec.Budget.Account, SpecKey: specKey(r.spec),
+		QuotaKey: r.spec.Model.Target(), QuotaMax: r.spec.Model.RateLimit.MaxConcurrentRuns,
+		Priority: cmp.Or(r.spec.Priority, DefaultPriority), BudgetUSD: r.spec.Budget.USD}
+	if r.spec.Budget.Seconds > 0 {
+		req.LeaseMS = (time.Duration(r.spec.Budget.Seconds*float64(time.Second)) + leaseMargin).Milliseconds()
+	}
+	woken := workflow.GetSignalChannel(ctx, SignalAdmitted)
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 30 * time.Second})
+	for {
+		var adm wire.Admission
+		if err := workflow.ExecuteLocalActivity(lctx, r.versions.activity(wire.ActivityAdmitRun), req).Get(ctx, &adm); err != nil {
+			return false, err
+		}
+		switch adm.Status {
+		case wire.AdmissionAdmitted:
+			if req.Waited {
+				r.RunBudget.Start = workflow.Now(ctx)
+				r.showProgress(ctx, agentsagatype.RunRunning, "admitted after waiting in the queue of account "+req.Account,
+					r.RunBudget.Note(workflow.Now(ctx), nil))
+			}
+			return true, nil
+		case wire.AdmissionQueued:
+		default:
+			return false, nil
+		}
+		r.showProgress(ctx, agentsagatype.RunQueued,
+			fmt.Sprintf("queued: place %d in the admission queue of account %s (priority %d, estimated at $%.4f): %s",
+				adm.Place, req.Account, req.Priority, adm.EstimateUSD, adm.Reason),
+			r.RunBudget.Note(workflow.Now(ctx), nil))
+		timerCtx, stopTimer := workflow.WithCancel(ctx)
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(woken, func(c workflow.ReceiveChannel, _ bool) {
+			for c.ReceiveAsync(nil) { // every signal sent so far is answered by the one ask below
+			}
+		})
+		sel.AddFuture(workflow.NewTimerWithOptions(timerCtx, admissionRecheck,
+			workflow.TimerOptions{Summary: "queued: ask the ledger again"}), func(workflow.Future) {})
+		sel.Select(ctx)
+		stopTimer()
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		req.Waited = true
+	}
+}
+
+// specKey identifies a spec without its goal: the runs of one spec learn
+// one cost estimate from what they spent.
+func specKey(spec RunSpec) string {
+	spec.Goal, spec.Carried, spec.Priority = "", nil, 0
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8])
+}

@@ -1,6 +1,7 @@
 package agentsaga
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ type StartOptions struct {
 	// budget.account when that is empty; a spec that names another
 	// account is refused.
 	Account string
+	// Priority orders the run in its account's admission queue, and its
+	// tasks on Temporal servers that honour task priority: 1 goes first,
+	// 5 last. Zero keeps the spec's (priority), or 3.
+	Priority int
 }
 
 // ErrNoLedger is what Start returns for options with neither a Ledger nor
@@ -98,6 +103,9 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 		}
 		spec.Budget.Account = opts.Account
 	}
+	if opts.Priority != 0 {
+		spec.Priority = opts.Priority
+	}
 	resolved, err := spec.ResolveFor(opts.ModelProviders...)
 	if err != nil {
 		return nil, &InvalidSpecError{Err: err}
@@ -144,6 +152,7 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TaskQueue:                                opts.TaskQueue,
 		TypedSearchAttributes:                    attributes,
+		Priority:                                 taskPriority(ctx, opts.Ledger, resolved),
 		StaticSummary:                            summary,
 		StaticDetails: fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v",
 			resolved.Goal, resolved.Model.Provider, resolved.Model.Name, resolved.Budget),
@@ -173,4 +182,27 @@ func (e *Engine) Start(ctx context.Context, c client.Client, id string, spec Run
 		opts.ModelProviders = e.Providers()
 	}
 	return Start(ctx, c, id, spec, opts)
+}
+
+// fairnessKeyBytes is the longest fairness key Temporal takes.
+const fairnessKeyBytes = 64
+
+// taskPriority is the run's priority on Temporal's task queues, which its
+// activities and sub-agents inherit: its priority, and its account as the
+// fairness key, weighted by the account's weight (agentsaga queue limit),
+// so that on a server that honours fairness one account's backlog does
+// not hold back another's tasks. A server without it ignores the keys.
+func taskPriority(ctx context.Context, store *ledger.Store, spec RunSpec) temporal.Priority {
+	p := temporal.Priority{PriorityKey: cmp.Or(spec.Priority, workflows.DefaultPriority)}
+	if account := spec.Budget.Account; account != "" {
+		p.FairnessKey = account[:min(len(account), fairnessKeyBytes)]
+		if store != nil {
+			// The weight is a share, not a permission: without the
+			// ledger's answer the account weighs 1.
+			if w, err := ledgerdb.Of(store).AccountWeight(ctx, account); err == nil {
+				p.FairnessWeight = float32(w)
+			}
+		}
+	}
+	return p
 }

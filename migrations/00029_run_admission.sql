@@ -171,12 +171,12 @@ BEGIN
         -- Concurrency: the account and each parent with a limit.
         SELECT w.account, w.max_concurrent_runs,
                (SELECT count(*) FROM run_admissions r
-                WHERE r.status = 'admitted' AND (r.account = w.account OR r.account LIKE w.account || '/%')) AS running
+                WHERE r.status = 'admitted' AND (r.account = w.account OR starts_with(r.account, w.account || '/'))) AS running
         INTO lim
         FROM admission_accounts w
         WHERE w.account = ANY (agentsaga_spend_accounts(q.account)) AND w.max_concurrent_runs IS NOT NULL
           AND (SELECT count(*) FROM run_admissions r
-               WHERE r.status = 'admitted' AND (r.account = w.account OR r.account LIKE w.account || '/%')) >= w.max_concurrent_runs
+               WHERE r.status = 'admitted' AND (r.account = w.account OR starts_with(r.account, w.account || '/'))) >= w.max_concurrent_runs
         ORDER BY w.account
         LIMIT 1;
         IF FOUND THEN

@@ -522,6 +522,33 @@ func (l chaosLedger) spendHolds(ctx context.Context) ([]ledgerSpendHold, error) 
 	return holds, nil
 }
 
+// ledgerAdmission is a run's row in its account's admission queue.
+type ledgerAdmission struct {
+	Status string
+	Held   float64
+}
+
+// runAdmissions reads the admission rows of the run wf.
+func (l chaosLedger) runAdmissions(ctx context.Context, wf string) ([]ledgerAdmission, error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT status, held::float8 FROM run_admissions WHERE run_id = $1`, wf)
+	if err != nil {
+		return nil, fmt.Errorf("read the admission of %s: %w", wf, err)
+	}
+	admissions, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ledgerAdmission, error) {
+		var a ledgerAdmission
+		return a, row.Scan(&a.Status, &a.Held)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the admission of %s: %w", wf, err)
+	}
+	return admissions, nil
+}
+
 // spendLeaseEnd is when the last spend hold left lapses; nil when none
 // is left.
 func (l chaosLedger) spendLeaseEnd(ctx context.Context) (*time.Time, error) {

@@ -54,7 +54,11 @@ import (
 //	    cost (their reported usage at the spec's price): the cap was never
 //	    passed in fact, unseen;
 //	I7  nothing is left reserved: no period holds a reservation and no
-//	    spend hold is left.
+//	    spend hold is left;
+//	I8  the run was admitted once, and its admission ended with the run:
+//	    one admission row, ended, holding nothing (a run reservation
+//	    admitted twice, or never given back, is also a period's
+//	    reservation left, which I7 counts).
 //
 // `make test` runs a small configuration in about two minutes; `make chaos`
 // runs every fault at every boundary with every timeout, more than once, and
@@ -438,7 +442,7 @@ type chaosEnv struct {
 	// takeoverMeasured reports I5 (the takeover bound) instead of failing
 	// on it: for a configuration measured to show why the bound needs
 	// what it is run without (cluster_test.go, the worker's poll cap
-	// off). I1-I4, I6 and I7 still fail the run.
+	// off). I1-I4 and I6-I8 still fail the run.
 	takeoverMeasured bool
 }
 
@@ -447,14 +451,14 @@ type chaosOutcome struct {
 	Case   chaosCase
 	Status string
 	// Missed says why the fault did not strike at its boundary (the run
-	// still counts for I1-I4, I6 and I7, not for I5).
+	// still counts for I1-I4 and I6-I8, not for I5).
 	Missed string
 	// CapMissed says why a cap sized to refuse a turn refused none (the
-	// run still counts for I6 and I7; TestChaos fails on it).
+	// run still counts for I6-I8; TestChaos fails on it).
 	CapMissed string
 	// Err says why the run could not be checked.
 	Err        string
-	Violations [7]int
+	Violations [8]int
 	// Capped counts the model turns the account's spend cap refused, and
 	// Expired the spend holds ExpireSpendHolds had to end after the run
 	// (their worker never settled them).
@@ -1252,6 +1256,19 @@ func (r *chaosRun) checkSpend(ctx context.Context, result workflows.RunResult, o
 	for _, h := range holds {
 		out.violate(7, "spend hold %s of $%.6f is left after ExpireSpendHolds, its lease until %s", h.Key, h.USD, r.clock(h.LeaseUntil))
 	}
+	admissions, err := r.ledger.runAdmissions(ctx, r.wf)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if len(admissions) != 1 {
+		out.violate(8, "the run has %d admission rows, not 1", len(admissions))
+	}
+	for _, a := range admissions {
+		if a.Status != "ended" || a.Held != 0 {
+			out.violate(8, "the run's admission is %s and holds $%.6f after the run ended", a.Status, a.Held)
+		}
+	}
 	r.note("spend (%s): %d model turns cost $%.6f by their usage; %s; %d turns refused by the cap", r.cc.capMode(), turns, cost,
 		strings.Join(book, "; "), out.Capped)
 }
@@ -1294,7 +1311,7 @@ func (r *chaosRun) report(out chaosOutcome) {
 			strings.TrimPrefix(req.Key, r.wf+"/"), req.Outcome)
 	}
 	seen, _ := r.attemptsSeen()
-	t.Logf("%s: status=%s violations I1..I7=%v takeover=%s requests=%d executions=%d worker WARN lines=%d missed=%q cap refusals=%d holds expired=%d took %s\n  %s%s\nattempts of %s: %s\nservice timeline:%s",
+	t.Logf("%s: status=%s violations I1..I8=%v takeover=%s requests=%d executions=%d worker WARN lines=%d missed=%q cap refusals=%d holds expired=%d took %s\n  %s%s\nattempts of %s: %s\nservice timeline:%s",
 		r.cc.name(), out.Status, out.Violations, takeover, requests, executions, warnings, out.Missed, out.Capped, out.Expired,
 		time.Since(r.began).Round(time.Second), notes, zombie, r.faultActivity, seen, timeline.String())
 	for _, e := range out.Evidence {
@@ -1353,7 +1370,7 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 		runs, missed, errs int
 		toPaused           int
 		capped, expired    int
-		violations         [7]int
+		violations         [8]int
 		worstTakeover      time.Duration
 		measured           bool
 		statuses           map[string]int
@@ -1395,7 +1412,7 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 	}
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "fault\tboundary\ttimeout\truns\tmissed\terrors\tI1\tI2\tI3\tI4\tI5\tI6\tI7\tworst takeover (limit)\tto paused\tcapped\tholds expired\tended\t")
+	fmt.Fprintln(w, "fault\tboundary\ttimeout\truns\tmissed\terrors\tI1\tI2\tI3\tI4\tI5\tI6\tI7\tI8\tworst takeover (limit)\tto paused\tcapped\tholds expired\tended\t")
 	line := func(fault, boundary, timeout string, rw *row, limit string) {
 		takeover := "-"
 		if rw.measured {
@@ -1409,8 +1426,8 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 			ended = append(ended, fmt.Sprintf("%s %d", s, rw.statuses[s]))
 		}
 		v := rw.violations
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t\n", fault, boundary, timeout,
-			rw.runs, rw.missed, rw.errs, v[0], v[1], v[2], v[3], v[4], v[5], v[6], takeover, rw.toPaused, rw.capped, rw.expired,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t\n", fault, boundary, timeout,
+			rw.runs, rw.missed, rw.errs, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], takeover, rw.toPaused, rw.capped, rw.expired,
 			strings.Join(ended, ", "))
 	}
 	for _, key := range order {

@@ -256,7 +256,7 @@ func (s *Store) ListQueue(ctx context.Context, account string) ([]QueuedRun, err
 		       clock_timestamp() - q.enqueued_at,
 		       CASE WHEN r.per_second > 0 THEN clock_timestamp() + q.place / r.per_second * interval '1 second' END
 		FROM q LEFT JOIN rate r ON r.root = q.root
-		WHERE $1 = '' OR q.account = $1 OR q.account LIKE $1 || '/%'
+		WHERE $1 = '' OR q.account = $1 OR starts_with(q.account, $1 || '/')
 		ORDER BY q.root, q.place`, account)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list the queue of %q: %w", account, err)

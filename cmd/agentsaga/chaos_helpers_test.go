@@ -669,6 +669,21 @@ func (l chaosLedger) blockClaim(ctx context.Context, workflowID, activityID, key
 	return h, nil
 }
 
+// blockAdmission holds the lock that admission passes over the queue of
+// root take, in a transaction it leaves open: a run's admission, which
+// runs a pass, waits until release.
+func (l chaosLedger) blockAdmission(ctx context.Context, root string) (*sqlHold, error) {
+	h, err := l.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := h.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('admission' || chr(31) || $1, 0))`, root); err != nil {
+		h.release()
+		return nil, fmt.Errorf("hold the admission lock of %s: %w", root, err)
+	}
+	return h, nil
+}
+
 // lockAction locks key's actions row FOR UPDATE in a transaction it leaves
 // open: a claim that updates the row (an INSERT ... ON CONFLICT DO UPDATE
 // locks the row it conflicts with) waits until release.

@@ -112,6 +112,11 @@ const (
 	// During the walk: the run was aborted and is refunding; bob's refund
 	// has executed and its answer is held.
 	boundaryDuringWalk chaosBoundary = "during-walk"
+	// While admitting: the run's first workflow task asks the ledger to
+	// admit it, and the statement waits for the queue's pass lock, which
+	// the harness holds. The fault strikes the worker whose admission
+	// waits; the lock is let go after it.
+	boundaryAdmitting chaosBoundary = "admitting"
 )
 
 // How a run ends when nothing goes wrong.
@@ -125,7 +130,8 @@ const (
 
 var (
 	chaosFaults     = []chaosFault{faultKill, faultPause, faultPostgres, faultSlow}
-	chaosBoundaries = []chaosBoundary{boundaryBeforeClaim, boundaryWaitingKey, boundaryDuringEffect, boundaryAfterEffect, boundaryDuringWalk}
+	chaosBoundaries = []chaosBoundary{boundaryBeforeClaim, boundaryWaitingKey, boundaryDuringEffect, boundaryAfterEffect, boundaryDuringWalk,
+		boundaryAdmitting}
 	chaosTimeouts   = []int{3, 30, 60}
 )
 
@@ -302,6 +308,7 @@ func chaosPlan(cfg chaosConfig) []chaosCase {
 			{Fault: faultKill, Boundary: boundaryBeforeClaim, Timeout: 3, Ending: endingCommit, Run: 1},
 			{Fault: faultKill, Boundary: boundaryWaitingKey, Timeout: 3, Ending: endingAbort, Run: 1},
 			{Fault: faultKill, Boundary: boundaryDuringWalk, Timeout: 3, Ending: endingAbort, Run: 1},
+			{Fault: faultKill, Boundary: boundaryAdmitting, Timeout: 3, Ending: endingCommit, Run: 1},
 			{Fault: faultPause, Boundary: boundaryBeforeClaim, Timeout: 30, Ending: endingCommit, Run: 1},
 			{Fault: faultPause, Boundary: boundaryWaitingKey, Timeout: 30, Ending: endingAbort, Run: 1},
 			{Fault: faultPause, Boundary: boundaryAfterEffect, Timeout: 30, Ending: endingAbort, Run: 1},
@@ -748,6 +755,11 @@ func (r *chaosRun) arm(ctx context.Context) {
 		r.must(err)
 		r.t.Cleanup(block.release)
 		r.block = block
+	case boundaryAdmitting:
+		block, err := r.ledger.blockAdmission(ctx, chaosCapAccount)
+		r.must(err)
+		r.t.Cleanup(block.release)
+		r.block = block
 	case boundaryWaitingKey:
 		r.hold = r.tool.hold(r.faultKey, holdAfterEffect, 0)
 	case boundaryDuringEffect:
@@ -763,6 +775,8 @@ func (r *chaosRun) inject(ctx context.Context) {
 		r.injectBeforeClaim(ctx)
 	case boundaryWaitingKey:
 		r.injectWaitingForKey(ctx)
+	case boundaryAdmitting:
+		r.injectAdmitting(ctx)
 	default:
 		r.injectInTool(ctx)
 	}
@@ -842,6 +856,33 @@ func (r *chaosRun) injectBeforeClaim(ctx context.Context) {
 		r.must(sleepCtx(ctx, r.cc.heartbeatTimeout()+2*time.Second))
 		r.block.release()
 		r.note("released the claim after %s", r.cc.heartbeatTimeout()+2*time.Second)
+	}
+}
+
+// injectAdmitting strikes worker-1 while its admission of the run waits
+// for the queue's lock, then lets the lock go: the dead (or sleeping)
+// worker's statement may still admit the run, and worker-2's asks again.
+// The run must be admitted once, and its reservation given back once it
+// ends (I7, I8).
+func (r *chaosRun) injectAdmitting(ctx context.Context) {
+	r.must(r.waitForWaiter(ctx, r.block, "worker-1's admission of "+r.wf+" to wait for the queue's lock"))
+	first := r.workers[0]
+	r.note("worker-1's admission of %s waits for the queue's lock", r.wf)
+	switch r.cc.Fault {
+	case faultKill:
+		r.kill(first)
+		r.block.release()
+		r.startWorker("worker-2")
+	case faultPause:
+		r.pause(first)
+		r.block.release()
+		r.startWorker("worker-2")
+	case faultPostgres:
+		r.restartPostgres(ctx, nil)
+	case faultSlow:
+		r.must(sleepCtx(ctx, r.cc.heartbeatTimeout()+2*time.Second))
+		r.block.release()
+		r.note("let the queue's lock go after %s", r.cc.heartbeatTimeout()+2*time.Second)
 	}
 }
 
@@ -1129,7 +1170,10 @@ func (r *chaosRun) check(ctx context.Context, result workflows.RunResult) chaosO
 	// I5: from the kill or pause to the next attempt's request.
 	seen, toPaused := r.attemptsSeen()
 	out.ToPaused = toPaused
-	if (r.cc.Fault == faultKill || r.cc.Fault == faultPause) && r.missed == "" {
+	// A fault while admitting strikes a workflow task, not an attempt of
+	// a call: the run's takeover is the workflow task timeout's, which I5
+	// does not bound.
+	if (r.cc.Fault == faultKill || r.cc.Fault == faultPause) && r.missed == "" && r.cc.Boundary != boundaryAdmitting {
 		limit := r.cc.heartbeatTimeout() + 5*time.Second
 		next, ok := st.firstRequestAfter(r.faultKey, r.faultAttempt)
 		switch {

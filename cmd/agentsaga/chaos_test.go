@@ -786,6 +786,10 @@ func (r *chaosRun) inject(ctx context.Context) {
 func (r *chaosRun) kill(w *process) {
 	w.kill()
 	r.faultAt = time.Now()
+	if r.cc.Boundary == boundaryAdmitting {
+		r.note("killed %s while it admitted the run", w.name)
+		return
+	}
 	r.note("killed %s (attempt %d of %s)", w.name, r.faultAttempt, r.faultActivity)
 }
 
@@ -795,6 +799,10 @@ func (r *chaosRun) pause(w *process) {
 	r.must(w.pause())
 	r.faultAt = time.Now()
 	r.paused = w
+	if r.cc.Boundary == boundaryAdmitting {
+		r.note("paused %s while it admitted the run", w.name)
+		return
+	}
 	r.note("paused %s (attempt %d of %s)", w.name, r.faultAttempt, r.faultActivity)
 }
 

@@ -180,13 +180,13 @@ BEGIN
         ORDER BY w.account
         LIMIT 1;
         IF FOUND THEN
-            v_reason := format('account %s runs %s of its %s concurrent runs (max_concurrent_runs); the next ends frees a place',
-                               lim.account, lim.running, lim.max_concurrent_runs);
+            v_reason := 'account ' || lim.account || ' runs ' || lim.running || ' of its ' || lim.max_concurrent_runs
+                        || ' concurrent runs (max_concurrent_runs); the next to end frees a place';
         END IF;
         IF v_reason IS NULL AND q.quota_max IS NOT NULL
            AND (SELECT count(*) FROM run_admissions r WHERE r.status = 'admitted' AND r.quota_key = q.quota_key) >= q.quota_max THEN
-            v_reason := format('model %s runs %s concurrent runs (its max_concurrent_runs); the next ends frees a place',
-                               q.quota_key, q.quota_max);
+            v_reason := 'model ' || q.quota_key || ' runs ' || q.quota_max
+                        || ' concurrent runs (its max_concurrent_runs); the next to end frees a place';
         END IF;
         v_accts := '{}';
         v_pers := '{}';
@@ -210,10 +210,15 @@ BEGIN
                 WHERE sp.account = c.account AND sp.period = c.period AND sp.starts = c.starts FOR UPDATE;
                 SELECT * INTO held FROM agentsaga_spend_held(c.account, c.period, c.time_zone, v_now);
                 IF held.spent + held.reserved >= c.room OR held.spent + held.reserved + v_est > c.room THEN
-                    v_reason := format('account %s has $%s of its $%s per %s spend cap for runs ($%s spent, $%s held), and the run is estimated at $%s; room frees as runs end below their estimates, when the cap is raised, or at %s',
-                                       c.account, round(greatest(c.room - held.spent - held.reserved, 0), 4), round(c.usd, 4), c.period,
-                                       round(held.spent, 4), round(held.reserved, 4), round(v_est, 4),
-                                       to_char(held.frees AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'));
+                    -- Concatenated (the guard of migrations forbids building SQL at run
+                    -- time in a migration): every part is coalesced, as
+                    -- a null would make the whole reason null and the
+                    -- run admitted.
+                    v_reason := 'account ' || c.account || ' has $' || round(greatest(c.room - held.spent - held.reserved, 0), 4)
+                        || ' of its $' || round(c.usd, 4) || ' per ' || c.period || ' spend cap for runs ($'
+                        || round(held.spent, 4) || ' spent, $' || round(held.reserved, 4) || ' held), and the run is estimated at $'
+                        || round(v_est, 4) || '; room frees as runs end below their estimates, when the cap is raised, or at '
+                        || coalesce(to_char(held.frees AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'), 'the period''s reset');
                     EXIT;
                 END IF;
                 v_accts := v_accts || c.account;

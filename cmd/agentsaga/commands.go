@@ -126,12 +126,16 @@ func migrateCommand() *cobra.Command {
 
 func runCommand() *cobra.Command {
 	var specPath, id, account string
+	var priority int
 	var wait, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "run --spec FILE [--wait] [--json]",
+		Use:   "run --spec FILE [--account A] [--priority 1-5] [--wait] [--json]",
 		Short: "Start a run from a spec file; with --wait, print its result",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("priority") && (priority < 1 || priority > ledgerdb.MaxPriority) {
+				return fmt.Errorf("run: --priority %d: give 1 (first in the admission queue) to %d (last)", priority, ledgerdb.MaxPriority)
+			}
 			spec, err := workflows.ReadSpec(specPath)
 			if err != nil {
 				return err
@@ -146,7 +150,7 @@ func runCommand() *cobra.Command {
 			if id == "" {
 				id = newRunID()
 			}
-			run, err := startRun(cmd.Context(), c, store, cfg.Namespace, id, spec, account)
+			run, err := startRun(cmd.Context(), c, store, cfg.Namespace, id, spec, account, priority)
 			if err != nil {
 				return err
 			}
@@ -184,6 +188,7 @@ func runCommand() *cobra.Command {
 	cmd.Flags().StringVar(&specPath, "spec", "", "the run spec, YAML or JSON (required)")
 	cmd.Flags().StringVar(&id, "id", "", "the run's workflow ID (default: a new run-<random> ID)")
 	cmd.Flags().StringVar(&account, "account", "", "charge the run to this account (acme/support): its spend caps bound every model turn")
+	cmd.Flags().IntVar(&priority, "priority", 0, "the run's place among priorities in its account's admission queue, and on Temporal's task queues: 1 goes first, 5 last (default: the spec's priority, or 3)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end and print its result")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	_ = cmd.MarkFlagRequired("spec")
@@ -256,10 +261,12 @@ func newRunID() string {
 
 // startRun starts a run the safe way (agentsaga.Start: validated, its
 // defaults written out, an ID Temporal or the ledger has refused), charged
-// to account ("" for the spec's): what `agentsaga run`, the demo and
-// `agentsaga serve`'s POST /v1/runs start runs with.
-func startRun(ctx context.Context, c client.Client, store *ledger.Store, namespace, id string, spec workflows.RunSpec, account string) (*agentsaga.Run, error) {
-	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace, Ledger: store, Account: account})
+// to account ("" for the spec's) at priority (0 for the spec's): what
+// `agentsaga run`, the demo and `agentsaga serve`'s POST /v1/runs start
+// runs with.
+func startRun(ctx context.Context, c client.Client, store *ledger.Store, namespace, id string, spec workflows.RunSpec, account string,
+	priority int) (*agentsaga.Run, error) {
+	return agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: namespace, Ledger: store, Account: account, Priority: priority})
 }
 
 // awaitRun waits for the run's result. A run that ended failed still has a

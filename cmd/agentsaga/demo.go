@@ -85,7 +85,7 @@ func demoRun(ctx context.Context, out io.Writer, stack *devStack, prefix, specTe
 		return "", fmt.Errorf("demo: %w", err)
 	}
 	id := prefix + "-" + newRunID()[len("run-"):]
-	run, err := startRun(ctx, stack.client, stack.store, stack.cfg.Namespace, id, spec, "")
+	run, err := startRun(ctx, stack.client, stack.store, stack.cfg.Namespace, id, spec, "", 0)
 	if err != nil {
 		return "", err
 	}

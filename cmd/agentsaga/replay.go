@@ -85,7 +85,7 @@ type runReplay func(ctx context.Context, id string, spec workflows.RunSpec) erro
 
 // startAndAwait is runReplay on the workers.
 func startAndAwait(ctx context.Context, c client.Client, store *ledger.Store, namespace, id string, spec workflows.RunSpec) error {
-	run, err := startRun(ctx, c, store, namespace, id, spec, "")
+	run, err := startRun(ctx, c, store, namespace, id, spec, "", 0)
 	if err != nil {
 		return err
 	}

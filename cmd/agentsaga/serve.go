@@ -117,7 +117,7 @@ func newAPI(ctx context.Context, c client.Client, store *ledger.Store, namespace
 	stop := func() { cancel(); <-hubDone }
 	handler, err := api.New(api.Config{Store: store, Client: c, Hub: hub, Logger: logger,
 		Start: func(ctx context.Context, id string, spec workflows.RunSpec, account string) (*agentsaga.Run, error) {
-			return startRun(ctx, c, store, namespace, id, spec, account)
+			return startRun(ctx, c, store, namespace, id, spec, account, 0)
 		}})
 	if err != nil {
 		stop()

@@ -46,14 +46,14 @@ func spendCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ACCOUNT\tCAP\tFINISH RESERVE\tSPENT\tRESERVED\tLEFT\tRESETS\tRUNS WAITING\tON EXHAUSTED\tSET BY")
+			fmt.Fprintln(tw, "ACCOUNT\tCAP\tADMITS\tFINISH RESERVE\tSPENT\tRESERVED\tLEFT\tRESETS\tRUNS QUEUED\tRUNS WAITING\tON EXHAUSTED\tSET BY")
 			for _, c := range caps {
 				cap := fmt.Sprintf("$%.2f %s (%s)", c.USD, wire.SpendPer(c.Period), c.TimeZone)
 				if _, rolling := wire.RollingWindow(c.Period); rolling {
 					cap = fmt.Sprintf("$%.2f %s", c.USD, wire.SpendPer(c.Period))
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%.0f%%\t$%.4f\t$%.4f\t$%.4f\t%s\t%d\t%s\t%s %s\n", c.Account, cap,
-					100*c.FinishReserve, c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.Waiting, c.OnExhausted,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t$%.4f\t$%.4f\t$%.4f\t%s\t%d\t%d\t%s\t%s %s\n", c.Account, cap, admits(c.Admit),
+					100*c.FinishReserve, c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.Queued, c.Waiting, c.OnExhausted,
 					c.UpdatedBy, c.UpdatedAt.UTC().Format(time.RFC3339))
 			}
 			return tw.Flush()
@@ -69,7 +69,7 @@ func spendSetCommand() *cobra.Command {
 	var by string
 	var rolling time.Duration
 	cmd := &cobra.Command{
-		Use:   "set ACCOUNT --usd N (--per minute|hour|day|month [--tz ZONE] | --rolling 24h) [--on-exhausted finish|wait|escalate] [--finish-reserve SHARE] [--by NAME]",
+		Use:   "set ACCOUNT --usd N (--per minute|hour|day|month [--tz ZONE] | --rolling 24h) [--admit run|turn] [--on-exhausted finish|wait|escalate] [--finish-reserve SHARE] [--by NAME]",
 		Short: "Cap what ACCOUNT (and the accounts under it) may spend a period; the ledger keeps who changed it, when, from what",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -91,9 +91,9 @@ func spendSetCommand() *cobra.Command {
 			}
 			was := "none"
 			if old != nil {
-				was = fmt.Sprintf("$%.2f (%s, %s)", old.USD, old.TimeZone, old.OnExhausted)
+				was = fmt.Sprintf("$%.2f (%s, %s, admits %s)", old.USD, old.TimeZone, old.OnExhausted, admits(old.Admit))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "spend cap of %s per %s: $%.2f, was %s\n", c.Account, c.Period, c.USD, was)
+			fmt.Fprintf(cmd.OutOrStdout(), "spend cap of %s per %s: $%.2f, admits %s, was %s\n", c.Account, c.Period, c.USD, admits(c.Admit), was)
 			return nil
 		},
 	}
@@ -101,7 +101,8 @@ func spendSetCommand() *cobra.Command {
 	cmd.Flags().StringVar(&c.Period, "per", ledgerdb.SpendDay, "the period: minute, hour, day or month, calendar-aligned in --tz")
 	cmd.Flags().StringVar(&c.TimeZone, "tz", "UTC", "the time zone the period is aligned in (an IANA name: Europe/Paris)")
 	cmd.Flags().DurationVar(&rolling, "rolling", 0, "cap what the account spends in any window this long (24h, 90m), in place of a calendar --per")
-	cmd.Flags().StringVar(&c.OnExhausted, "on-exhausted", "finish", "what a run does when the cap cannot pay for its next turn: finish, wait or escalate")
+	cmd.Flags().StringVar(&c.Admit, "admit", ledgerdb.SpendAdmitRun, "run: a run is admitted whole when the cap can hold its estimate, or waits queued; turn: the cap is shared out turn by turn")
+	cmd.Flags().StringVar(&c.OnExhausted, "on-exhausted", "finish", "what an admitted run does when the cap cannot pay for its next turn: finish, wait or escalate")
 	cmd.Flags().Float64Var(&c.FinishReserve, "finish-reserve", 0.1, "the share of the cap only finishing turns may use, so that a run the cap stops can pay for its partial answer (0: none)")
 	cmd.Flags().StringVar(&by, "by", "", "who sets it, as the ledger keeps it (default: your user@host)")
 	return cmd
@@ -189,6 +190,15 @@ func spendReportCommand() *cobra.Command {
 	cmd.Flags().StringVar(&since, "since", "", "the first day (UTC) counted (default: 30 days ago)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// admits says how a cap admits work: whole runs, or turn by turn.
+func admits(admit string) string {
+	switch admit {
+	case ledgerdb.SpendAdmitTurn:
+		return "turns"
+	}
+	return "runs"
 }
 
 // rollingPeriod sets *period to the rolling window's, when --rolling is

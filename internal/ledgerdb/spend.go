@@ -71,7 +71,18 @@ type SpendCap struct {
 	// (0.1: the last tenth), so that a run the cap stops can still pay for
 	// its partial answer and handoff note. 0: none.
 	FinishReserve float64 `json:"finish_reserve,omitempty"`
+	// Admit is SpendAdmitRun (the default: a run is admitted whole, its
+	// estimate reserved, or waits in its account's queue) or
+	// SpendAdmitTurn (the cap is shared out turn by turn, and no run
+	// waits for it). Empty in a change recorded before it existed.
+	Admit string `json:"admit,omitempty"`
 }
+
+// How a cap admits work (SpendCap.Admit).
+const (
+	SpendAdmitRun  = "run"
+	SpendAdmitTurn = "turn"
+)
 
 // withDefaults fills the time zone and what happens when the cap binds.
 func (c SpendCap) withDefaults() SpendCap {
@@ -80,6 +91,9 @@ func (c SpendCap) withDefaults() SpendCap {
 	}
 	if c.OnExhausted == "" {
 		c.OnExhausted = agentsagatype.OnExhaustedFinish
+	}
+	if c.Admit == "" {
+		c.Admit = SpendAdmitRun
 	}
 	return c
 }
@@ -120,6 +134,12 @@ func (c SpendCap) Validate() error {
 		return fmt.Errorf("spend cap %s: on_exhausted %q is not %s, %s or %s", c.Account, c.OnExhausted,
 			agentsagatype.OnExhaustedFinish, agentsagatype.OnExhaustedWait, agentsagatype.OnExhaustedEscalate)
 	}
+	switch c.Admit {
+	case "", SpendAdmitRun, SpendAdmitTurn:
+	default:
+		return fmt.Errorf("spend cap %s: admit %q is not %s (whole runs, queued when they do not fit) or %s (turn by turn)",
+			c.Account, c.Admit, SpendAdmitRun, SpendAdmitTurn)
+	}
 	return nil
 }
 
@@ -134,7 +154,7 @@ func (s *Store) SetSpendCap(ctx context.Context, c SpendCap, by string) (*SpendC
 		return nil, fmt.Errorf("ledger: set spend cap %s: who sets it is empty", c.Account)
 	}
 	c = c.withDefaults()
-	return s.changeSpendCap(ctx, c.Account, c.Period, c.TimeZone, &c.USD, c.OnExhausted, c.FinishReserve, by)
+	return s.changeSpendCap(ctx, c.Account, c.Period, c.TimeZone, &c.USD, c.OnExhausted, c.FinishReserve, c.Admit, by)
 }
 
 // RemoveSpendCap removes an account's cap for a period, recording who did
@@ -143,14 +163,14 @@ func (s *Store) RemoveSpendCap(ctx context.Context, account, period, by string) 
 	if by == "" {
 		return nil, fmt.Errorf("ledger: remove spend cap %s: who removes it is empty", account)
 	}
-	return s.changeSpendCap(ctx, account, period, "UTC", nil, agentsagatype.OnExhaustedFinish, 0, by)
+	return s.changeSpendCap(ctx, account, period, "UTC", nil, agentsagatype.OnExhaustedFinish, 0, SpendAdmitRun, by)
 }
 
 func (s *Store) changeSpendCap(ctx context.Context, account, period, timeZone string, usd *float64, onExhausted string,
-	finishReserve float64, by string) (*SpendCap, error) {
+	finishReserve float64, admit, by string) (*SpendCap, error) {
 	var old []byte
-	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_spend_set_cap($1, $2, $3, $4, $5, $6, $7)`,
-		account, period, timeZone, usd, onExhausted, finishReserve, by).Scan(&old); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT agentsaga_spend_set_cap($1, $2, $3, $4, $5, $6, $7, $8)`,
+		account, period, timeZone, usd, onExhausted, finishReserve, admit, by).Scan(&old); err != nil {
 		return nil, fmt.Errorf("ledger: change spend cap %s per %s: %w", account, period, err)
 	}
 	if old == nil {
@@ -176,6 +196,10 @@ type SpendCapState struct {
 	// Waiting is how many unfinished runs wait for the account's caps, or
 	// are escalated on them, as the runs' statuses say.
 	Waiting int
+	// Queued is how many runs of the account and the accounts under it
+	// wait in the admission queue (not admitted yet), whatever holds
+	// them there: this cap, another, or a max_concurrent_runs.
+	Queued int
 	// Refusals is how many calls the cap has refused since it was set.
 	Refusals int64
 }
@@ -187,11 +211,13 @@ func (c SpendCapState) Left() float64 { return max(c.USD-c.Spent-c.Reserved, 0) 
 // caps when account is empty), each with its current period.
 func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT c.account, c.period, c.time_zone, c.usd::float8, c.on_exhausted, c.finish_reserve::float8, c.updated_by, c.updated_at,
+		SELECT c.account, c.period, c.time_zone, c.usd::float8, c.on_exhausted, c.finish_reserve::float8, c.admit, c.updated_by, c.updated_at,
 		       coalesce(clock_timestamp() - agentsaga_spend_window(c.period), w.starts), h.frees, h.spent::float8, h.reserved::float8,
 		       (SELECT count(*) FROM runs r WHERE r.finished_at IS NULL AND r.status IN ('running', 'escalated')
 		          AND (strpos(r.status_detail, 'spend cap of account ' || c.account || ' ') > 0
 		               OR strpos(r.status_detail, 'spend cap of account ' || c.account || ':') > 0))::int,
+		       (SELECT count(*) FROM run_admissions q WHERE q.status = 'queued'
+		          AND (q.account = c.account OR starts_with(q.account, c.account || '/')))::int,
 		       coalesce((SELECT f.refusals FROM spend_refusals f WHERE f.account = c.account AND f.period = c.period), 0)
 		FROM spend_caps c
 		CROSS JOIN LATERAL agentsaga_spend_period(c.period, c.time_zone, clock_timestamp()) w
@@ -203,8 +229,8 @@ func (s *Store) SpendCaps(ctx context.Context, account string) ([]SpendCapState,
 	}
 	caps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SpendCapState, error) {
 		var c SpendCapState
-		err := row.Scan(&c.Account, &c.Period, &c.TimeZone, &c.USD, &c.OnExhausted, &c.FinishReserve, &c.UpdatedBy, &c.UpdatedAt,
-			&c.Starts, &c.Resets, &c.Spent, &c.Reserved, &c.Waiting, &c.Refusals)
+		err := row.Scan(&c.Account, &c.Period, &c.TimeZone, &c.USD, &c.OnExhausted, &c.FinishReserve, &c.Admit, &c.UpdatedBy, &c.UpdatedAt,
+			&c.Starts, &c.Resets, &c.Spent, &c.Reserved, &c.Waiting, &c.Queued, &c.Refusals)
 		return c, err
 	})
 	if err != nil {

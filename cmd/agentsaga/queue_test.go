@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/wire"
+	"github.com/agentsaga/agentsaga/workflows"
+)
+
+// An operator bounds an account to one run at a time; a second run waits
+// queued, shows in `agentsaga queue` with its place, priority and reason,
+// and `queue cancel` ends it at once without a turn. A run that is not
+// queued, or unknown, is refused with what is wrong.
+func TestQueueFromTheCLI(t *testing.T) {
+	store := cliWorld(t)
+	ctx := context.Background()
+
+	out, err := runCLI(t, "queue")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "no run is queued")
+	out, err = runCLI(t, "queue", "limits")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "no account has limits set")
+
+	out, err = runCLI(t, "queue", "limit", "acme", "--max-concurrent-runs", "1", "--by", "ann")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "account acme: max_concurrent_runs 1 (was none), weight 1 (was 1)")
+	out, err = runCLI(t, "queue", "limit", "acme", "--weight", "3", "--by", "ann")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "max_concurrent_runs 1 (was 1), weight 3 (was 1)", "a flag left out keeps its value")
+	out, err = runCLI(t, "queue", "limits", "--json")
+	require.NoError(t, err, out)
+	var limits []ledgerdb.AccountLimits
+	require.NoError(t, json.Unmarshal([]byte(out), &limits), out)
+	require.Len(t, limits, 1)
+	assert.Equal(t, ledgerdb.AccountLimits{Account: "acme", MaxConcurrentRuns: 1, Weight: 3, UpdatedBy: "ann", UpdatedAt: limits[0].UpdatedAt}, limits[0])
+
+	// The first run escalates and keeps its place; the second waits.
+	holder := writeFile(t, "holder.yaml", `
+goal: hold the account's one place
+budget: {steps: 4}
+model: {provider: scripted, script: [{refusal: I will wait for a human.}]}
+`)
+	_, err = runCLI(t, "run", "--spec", holder, "--id", "q-holder", "--account", "acme")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		run, err := store.GetRun(ctx, "q-holder")
+		return err == nil && run.Status == agentsagatype.RunEscalated
+	}, 30*time.Second, 100*time.Millisecond)
+	waiter := writeFile(t, "waiter.yaml", `
+goal: wait for a place
+budget: {steps: 4}
+model: {provider: scripted, script: [{content: done}]}
+`)
+	_, err = runCLI(t, "run", "--spec", waiter, "--id", "q-waiter", "--account", "acme/support", "--priority", "2")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		run, err := store.GetRun(ctx, "q-waiter")
+		return err == nil && run.Status == agentsagatype.RunQueued
+	}, 30*time.Second, 100*time.Millisecond, "the second run waits for the account's one place")
+
+	out, err = runCLI(t, "queue")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "PLACE")
+	assert.Regexp(t, `1\s+q-waiter\s+acme/support\s+2\s+\$0\.0000\s+\d+s\s+in ~`, out, "its place, priority, estimate, wait, and when it may start")
+	assert.Contains(t, out, "account acme runs 1 of its 1 concurrent runs (max_concurrent_runs)")
+	out, err = runCLI(t, "queue", "--account", "acme/support", "--json")
+	require.NoError(t, err, out)
+	var queued []ledgerdb.QueuedRun
+	require.NoError(t, json.Unmarshal([]byte(out), &queued), out)
+	require.Len(t, queued, 1)
+	assert.Equal(t, "q-waiter", queued[0].RunID)
+	assert.Equal(t, 2, queued[0].Priority)
+	out, err = runCLI(t, "queue", "--account", "other")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "no run of other is queued")
+
+	out, err = runCLI(t, "queue", "cancel", "q-waiter")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "q-waiter: taken out of the queue; it ends without a turn")
+	var result workflows.RunResult
+	err = devServer.Client().GetWorkflow(ctx, "q-waiter", "").Get(ctx, &result)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "the cancelled run ends failed at once: %v", err)
+	require.NoError(t, appErr.Details(&result))
+	assert.Equal(t, agentsagatype.RunFailed, result.Status)
+	assert.Contains(t, result.Reason, "cancelled in the admission queue")
+	assert.Empty(t, result.Trace, "no turn was taken")
+	out, err = runCLI(t, "queue")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "no run is queued")
+
+	_, err = runCLI(t, "queue", "cancel", "q-waiter")
+	assert.ErrorContains(t, err, "queue cancel q-waiter: the run is not queued, so there is nothing to cancel")
+	_, err = runCLI(t, "queue", "cancel", "q-holder")
+	assert.ErrorContains(t, err, "it is admitted")
+	_, err = runCLI(t, "queue", "cancel", "no-such-run")
+	assert.ErrorContains(t, err, "queue cancel no-such-run: no run with this ID in the ledger")
+	_, err = runCLI(t, "abort", "q-holder", "--reason", "test over")
+	require.NoError(t, err)
+}
+
+// Bad flags are refused with what is wrong, before anything is changed or
+// started.
+func TestQueueAndPriorityBadInput(t *testing.T) {
+	databaseURL := ledgertest.NewDatabase(t)
+	t.Setenv("DATABASE_URL", databaseURL)
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1") // nothing may be started
+
+	spec := writeFile(t, "spec.yaml", "goal: g\nbudget: {steps: 2}\nmodel: {provider: scripted, script: [{content: x}]}\n")
+	for _, p := range []string{"0", "6", "-1"} {
+		_, err := runCLI(t, "run", "--spec", spec, "--priority", p)
+		assert.ErrorContains(t, err, "run: --priority "+p+": give 1 (first in the admission queue) to 5 (last)")
+	}
+	_, err := runCLI(t, "queue", "limit", "acme", "--weight", "0")
+	assert.ErrorContains(t, err, "queue limit acme: --weight 0 is outside 1 to 1000")
+	_, err = runCLI(t, "queue", "limit", "acme", "--max-concurrent-runs", "-2")
+	assert.ErrorContains(t, err, "--max-concurrent-runs -2 is negative")
+	_, err = runCLI(t, "queue", "limit", "acme")
+	assert.ErrorContains(t, err, "give --max-concurrent-runs, --weight or both")
+	_, err = runCLI(t, "queue", "limit", "acme//x", "--weight", "2")
+	assert.ErrorContains(t, err, "queue limit:")
+	_, err = runCLI(t, "queue", "--account", "acme//x")
+	assert.ErrorContains(t, err, "queue: --account:")
+	_, err = runCLI(t, "spend", "set", "acme", "--usd", "5", "--admit", "sometimes")
+	assert.ErrorContains(t, err, `admit "sometimes" is not run (whole runs, queued when they do not fit) or turn (turn by turn)`)
+
+	store, err := ledgerdb.Open(context.Background(), databaseURL)
+	require.NoError(t, err)
+	defer store.Close()
+	limits, err := store.ListAccountLimits(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, limits, "nothing was set")
+	caps, err := store.SpendCaps(context.Background(), "")
+	require.NoError(t, err)
+	assert.Empty(t, caps)
+}
+
+// A cap's admit is set with it and kept in its history; `agentsaga spend`
+// shows how the cap admits, and how many runs of its account wait queued.
+func TestSpendAdmitAndQueuedRuns(t *testing.T) {
+	databaseURL := ledgertest.NewDatabase(t)
+	t.Setenv("DATABASE_URL", databaseURL)
+	ctx := context.Background()
+	out, err := runCLI(t, "spend", "set", "acme", "--usd", "1", "--per", "day", "--by", "ann")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "spend cap of acme per day: $1.00, admits runs, was none")
+
+	store, err := ledgerdb.Open(ctx, databaseURL)
+	require.NoError(t, err)
+	defer store.Close()
+	for _, id := range []string{"wf-1", "wf-2", "wf-3"} {
+		require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "g"}))
+		adm, err := store.AdmitRun(ctx, wire.AdmitRequest{RunID: id, Account: "acme/support", SpecKey: "k", Priority: 3, BudgetUSD: 0.5})
+		require.NoError(t, err)
+		t.Logf("%s: %+v", id, adm)
+	}
+	out, err = runCLI(t, "spend", "--json")
+	require.NoError(t, err, out)
+	var caps []ledgerdb.SpendCapState
+	require.NoError(t, json.Unmarshal([]byte(out), &caps), out)
+	require.Len(t, caps, 1)
+	assert.Equal(t, ledgerdb.SpendAdmitRun, caps[0].Admit)
+	assert.Equal(t, 2, caps[0].Queued, "$0.90 of room holds one run estimated at $0.50; two wait")
+	out, err = runCLI(t, "spend")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "RUNS QUEUED")
+	assert.Regexp(t, `acme\s+\$1\.00 a day \(UTC\)\s+runs\s+10%`, out)
+
+	out, err = runCLI(t, "spend", "set", "acme", "--usd", "1", "--per", "day", "--admit", "turn", "--by", "bob")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "admits turns, was $1.00 (UTC, finish, admits runs)")
+	changes, err := store.SpendCapChanges(ctx, "acme")
+	require.NoError(t, err)
+	require.Len(t, changes, 2, "a change of admit alone is a change")
+	assert.Equal(t, ledgerdb.SpendAdmitRun, changes[1].Old.Admit)
+	assert.Equal(t, ledgerdb.SpendAdmitTurn, changes[1].New.Admit)
+	assert.Equal(t, "bob", changes[1].By)
+}

@@ -29,115 +29,14 @@ import (
 // spends or holds more than its cap, and, once every run has ended,
 // nothing is held at all.
 
-// admissionLog records every admission (a run_admissions row becoming
-// 'admitted') in the test's own database, with how many runs its root,
-// and its model, had admitted then: a run logged twice was admitted twice.
-const admissionLog = `
-CREATE TABLE test_admissions (n bigserial PRIMARY KEY, run_id text NOT NULL, account text NOT NULL, held numeric NOT NULL,
-                              root_running bigint NOT NULL, model_running bigint NOT NULL);
-CREATE FUNCTION test_admission_logged() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.status = 'admitted' AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM 'admitted') THEN
-        INSERT INTO test_admissions (run_id, account, held, root_running, model_running)
-        VALUES (NEW.run_id, NEW.account, NEW.held,
-                (SELECT count(*) FROM run_admissions r WHERE r.status = 'admitted' AND r.root = NEW.root),
-                (SELECT count(*) FROM run_admissions r WHERE r.status = 'admitted' AND r.quota_key = NEW.quota_key));
-    END IF;
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER test_admission_logged AFTER INSERT OR UPDATE OF status ON run_admissions
-FOR EACH ROW EXECUTE FUNCTION test_admission_logged();`
+func logAdmissions(t *testing.T, store *ledgerdb.Store) { ledgertest.LogAdmissions(t, store) }
 
-func logAdmissions(t *testing.T, store *ledgerdb.Store) {
-	t.Helper()
-	_, err := store.Pool().Exec(context.Background(), admissionLog)
-	require.NoError(t, err)
-}
-
-// admittedOrder is the runs in the order they were admitted.
 func admittedOrder(t *testing.T, store *ledgerdb.Store) []string {
-	t.Helper()
-	rows, err := store.Pool().Query(context.Background(), `SELECT run_id FROM test_admissions ORDER BY n`)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return ids
+	return ledgertest.AdmittedOrder(t, store)
 }
 
-// reservationMismatch finds the period rows whose reserved is not what
-// the admitted runs' reservations (held), the calls' holds (usd) and what
-// the calls drew from their runs (from_run, held in the run's periods)
-// add up to in them.
-const reservationMismatch = `
-WITH expect AS (
-    SELECT x.account, x.period, x.starts, a.held AS usd
-    FROM run_admissions a, unnest(a.accounts, a.periods, a.starts) AS x(account, period, starts)
-    WHERE a.status = 'admitted'
-    UNION ALL
-    SELECT x.account, x.period, x.starts, h.usd
-    FROM spend_holds h, unnest(h.accounts, h.periods, h.starts) AS x(account, period, starts)
-    UNION ALL
-    SELECT x.account, x.period, x.starts, h.from_run
-    FROM spend_holds h JOIN run_admissions a ON a.run_id = h.run_id, unnest(a.accounts, a.periods, a.starts) AS x(account, period, starts)
-    WHERE h.from_run <> 0
-), e AS (SELECT account, period, starts, sum(usd) AS usd FROM expect GROUP BY account, period, starts)
-SELECT coalesce(sp.account, e.account) || ' ' || coalesce(sp.period, e.period) || ' ' || coalesce(sp.starts, e.starts)::text
-       || ': reserved $' || coalesce(sp.reserved, 0)::text || ', held by runs and calls $' || coalesce(e.usd, 0)::text
-FROM spend_periods sp FULL JOIN e ON e.account = sp.account AND e.period = sp.period AND e.starts = sp.starts
-WHERE abs(coalesce(sp.reserved, 0) - coalesce(e.usd, 0)) > 1e-9`
-
-// admissionViolations counts (and logs) what breaks the invariants now;
-// ended says every run has ended, so that nothing may be held.
 func admissionViolations(ctx context.Context, t *testing.T, store *ledgerdb.Store, ended bool) int {
-	t.Helper()
-	n := 0
-	violation := func(format string, args ...any) {
-		n++
-		t.Errorf("violation: "+format, args...)
-	}
-	var doubles int
-	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) - count(DISTINCT run_id) FROM test_admissions`).Scan(&doubles))
-	if doubles > 0 {
-		violation("%d admissions of a run admitted already", doubles)
-	}
-	rows, err := store.Pool().Query(ctx, reservationMismatch)
-	require.NoError(t, err)
-	mismatches, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	for _, m := range mismatches {
-		violation("%s", m)
-	}
-	rows, err = store.Pool().Query(ctx, `
-		SELECT sp.account || ' ' || sp.period || ' ' || sp.starts::text || ': spent $' || sp.spent::text || ' and holds $'
-		       || sp.reserved::text || ' of a $' || c.usd::text || ' cap'
-		FROM spend_periods sp JOIN spend_caps c ON c.account = sp.account AND c.period = sp.period
-		WHERE sp.spent + sp.reserved > c.usd + 1e-9 OR sp.reserved < -1e-9`)
-	require.NoError(t, err)
-	over, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	for _, o := range over {
-		violation("%s", o)
-	}
-	var negative int
-	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM run_admissions WHERE held < 0 OR (status <> 'admitted' AND held <> 0)`).Scan(&negative))
-	if negative > 0 {
-		violation("%d admissions hold less than nothing, or hold while not admitted", negative)
-	}
-	if ended {
-		held, admitted, err := store.AdmissionHeld(ctx)
-		require.NoError(t, err)
-		if held != 0 || admitted != 0 {
-			violation("every run ended, and %d runs are still admitted, holding $%.6f", admitted, held)
-		}
-		var periods, holds int
-		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM spend_periods WHERE reserved <> 0),
-			(SELECT count(*) FROM spend_holds)`).Scan(&periods, &holds))
-		if periods != 0 || holds != 0 {
-			violation("every run ended, and %d periods still hold a reservation, %d calls a hold", periods, holds)
-		}
-	}
-	return n
+	return ledgertest.AdmissionViolations(ctx, t, store, ended)
 }
 
 // admitReq is a run of account's "spec" with budget usd.
@@ -725,28 +624,8 @@ func TestAdmissionLoweredCapKeepsRunsWaiting(t *testing.T) {
 	assert.Zero(t, violations)
 }
 
-// moveClock moves the ledger's clock a period on, as far as the caps can
-// tell: every row naming a period of a calendar cap (the periods, the
-// runs' reservations, the calls' holds) is shifted back by one, so that
-// now is the next period.
 func moveClock(ctx context.Context, t *testing.T, store *ledgerdb.Store, period string) {
-	t.Helper()
-	_, err := store.Pool().Exec(ctx, `
-		UPDATE spend_periods SET starts = starts - ('1 ' || period)::interval, resets = resets - ('1 ' || period)::interval
-		WHERE period = $1`, period)
-	require.NoError(t, err)
-	_, err = store.Pool().Exec(ctx, `
-		UPDATE run_admissions a SET starts = (SELECT array_agg(CASE WHEN x.period = $1 THEN x.starts - ('1 ' || x.period)::interval
-		                                                           ELSE x.starts END ORDER BY x.i)
-		                                      FROM unnest(a.periods, a.starts) WITH ORDINALITY AS x(period, starts, i))
-		WHERE $1 = ANY (a.periods)`, period)
-	require.NoError(t, err)
-	_, err = store.Pool().Exec(ctx, `
-		UPDATE spend_holds h SET starts = (SELECT array_agg(CASE WHEN x.period = $1 THEN x.starts - ('1 ' || x.period)::interval
-		                                                      ELSE x.starts END ORDER BY x.i)
-		                                 FROM unnest(h.periods, h.starts) WITH ORDINALITY AS x(period, starts, i))
-		WHERE $1 = ANY (h.periods)`, period)
-	require.NoError(t, err)
+	ledgertest.MoveClock(ctx, t, store, period)
 }
 
 // A period reset admits the runs that waited for it, in order; a run

@@ -124,7 +124,11 @@ BEGIN
     SET status = CASE WHEN a.status = 'queued' THEN 'cancelled' ELSE 'ended' END,
         held = 0, ended_at = clock_timestamp(), outcome = p_outcome
     WHERE r.run_id = p_run_id;
-    PERFORM pg_notify('agentsaga_admission', a.root);
+    -- Room or a place may have freed: the loops run a pass, if anything
+    -- waits (most runs end under no queue at all).
+    IF EXISTS (SELECT 1 FROM run_admissions r WHERE r.root = a.root AND r.status = 'queued') THEN
+        PERFORM pg_notify('agentsaga_admission', a.root);
+    END IF;
 END
 $$;
 -- +goose StatementEnd
@@ -133,60 +137,101 @@ $$;
 -- Admits the queued runs of a root account that fit, in order, and
 -- returns how many it admitted. Each admitted run reserves its estimate
 -- (at most what a cap's room can ever hold) on every 'run' cap of its
--- account tree. A run that does not fit records why, and blocks its own
--- account for the rest of the pass.
+-- account tree. A run that does not fit records why, and blocks what it
+-- waits for, for the rest of the pass: the account a cap or a
+-- max_concurrent_runs binds on, with its sub-accounts (a later, smaller
+-- run must not take the room the first in line waits for), or its model.
+-- The runs behind it record that they wait behind it.
+--
+-- Locks, in the order every other writer takes them: the root's queue
+-- (an advisory lock: one pass at a time, and the enqueues), then for a
+-- run the runs row (FinishRun's trigger holds it while it ends the
+-- run's admission), its run_admissions row, then the caps' period rows
+-- (as agentsaga_spend_reserve and agentsaga_spend_settle do). The
+-- models' concurrency is counted across roots, under one lock of its
+-- own.
 CREATE FUNCTION agentsaga_admission_pass(p_root text)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_now     timestamptz := clock_timestamp();
-    q         record;
-    c         record;
-    held      record;
-    lim       record;
-    v_blocked text[] := '{}';
-    v_reason  text;
-    v_est     numeric;
-    v_accts   text[];
-    v_pers    text[];
-    v_starts  timestamptz[];
-    v_n       integer := 0;
+    v_now       timestamptz := clock_timestamp();
+    q           run_admissions%ROWTYPE;
+    v_id        text;
+    c           record;
+    held        record;
+    lim         record;
+    -- What waits, and why: account subtrees and models, each with the
+    -- first run in line that waits for it.
+    v_blocked   text[] := '{}';
+    v_b_runs    text[] := '{}';
+    v_b_reasons text[] := '{}';
+    v_models    text[] := '{}';
+    v_m_runs    text[] := '{}';
+    v_m_reasons text[] := '{}';
+    v_reason    text;
+    v_est       numeric;
+    v_accts     text[];
+    v_pers      text[];
+    v_starts    timestamptz[];
+    v_ids       text[];
+    v_reasons   text[];
+    v_n         integer := 0;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('admission' || chr(31) || p_root, 0));
     -- A run whose lease passed (its worker and its deadline are gone)
-    -- holds nothing any more.
-    FOR q IN SELECT r.run_id FROM run_admissions r
-             WHERE r.status = 'admitted' AND r.root = p_root AND r.lease_until < v_now LOOP
-        PERFORM agentsaga_admission_end(q.run_id, 'lease passed');
-    END LOOP;
+    -- holds nothing any more. Every row is locked before any period is.
+    SELECT coalesce(array_agg(r.run_id ORDER BY r.run_id), '{}') INTO v_ids FROM run_admissions r
+    WHERE r.status = 'admitted' AND r.root = p_root AND r.lease_until < v_now;
+    IF cardinality(v_ids) > 0 THEN
+        PERFORM 1 FROM runs u WHERE u.workflow_id = ANY (v_ids) ORDER BY u.workflow_id FOR UPDATE;
+        PERFORM 1 FROM run_admissions r WHERE r.run_id = ANY (v_ids) ORDER BY r.run_id FOR UPDATE;
+        FOREACH v_id IN ARRAY v_ids LOOP
+            PERFORM agentsaga_admission_end(v_id, 'lease passed');
+        END LOOP;
+    END IF;
     LOOP
-        SELECT a.* INTO q
+        SELECT a.run_id INTO v_id
         FROM run_admissions a LEFT JOIN admission_accounts w ON w.account = a.account
-        WHERE a.root = p_root AND a.status = 'queued' AND NOT (a.account = ANY (v_blocked))
+        WHERE a.root = p_root AND a.status = 'queued'
+          AND NOT (agentsaga_spend_accounts(a.account) && v_blocked)
+          AND NOT (a.quota_max IS NOT NULL AND a.quota_key = ANY (v_models))
         ORDER BY a.priority, coalesce(w.served, 0), a.seq
-        LIMIT 1
-        FOR UPDATE OF a;
+        LIMIT 1;
         EXIT WHEN NOT FOUND;
+        PERFORM 1 FROM runs u WHERE u.workflow_id = v_id FOR UPDATE;
+        SELECT * INTO q FROM run_admissions a WHERE a.run_id = v_id FOR UPDATE;
+        IF q.status <> 'queued' THEN
+            CONTINUE; -- ended (cancelled) since: the next statement does not see it queued
+        END IF;
         v_reason := NULL;
         -- Concurrency: the account and each parent with a limit.
-        SELECT w.account, w.max_concurrent_runs,
-               (SELECT count(*) FROM run_admissions r
-                WHERE r.status = 'admitted' AND (r.account = w.account OR starts_with(r.account, w.account || '/'))) AS running
+        SELECT w.account, w.max_concurrent_runs, n.running
         INTO lim
-        FROM admission_accounts w
+        FROM admission_accounts w,
+             LATERAL (SELECT count(*) AS running FROM run_admissions r
+                      WHERE r.status = 'admitted' AND (r.account = w.account OR starts_with(r.account, w.account || '/'))) n
         WHERE w.account = ANY (agentsaga_spend_accounts(q.account)) AND w.max_concurrent_runs IS NOT NULL
-          AND (SELECT count(*) FROM run_admissions r
-               WHERE r.status = 'admitted' AND (r.account = w.account OR starts_with(r.account, w.account || '/'))) >= w.max_concurrent_runs
+          AND n.running >= w.max_concurrent_runs
         ORDER BY w.account
         LIMIT 1;
         IF FOUND THEN
             v_reason := 'account ' || lim.account || ' runs ' || lim.running || ' of its ' || lim.max_concurrent_runs
                         || ' concurrent runs (max_concurrent_runs); the next to end frees a place';
+            v_blocked := v_blocked || lim.account;
+            v_b_runs := v_b_runs || q.run_id;
+            v_b_reasons := v_b_reasons || v_reason;
         END IF;
-        IF v_reason IS NULL AND q.quota_max IS NOT NULL
-           AND (SELECT count(*) FROM run_admissions r WHERE r.status = 'admitted' AND r.quota_key = q.quota_key) >= q.quota_max THEN
-            v_reason := 'model ' || q.quota_key || ' runs ' || q.quota_max
-                        || ' concurrent runs (its max_concurrent_runs); the next to end frees a place';
+        IF v_reason IS NULL AND q.quota_max IS NOT NULL THEN
+            -- A model's runs are counted across root accounts: their passes
+            -- take turns here.
+            PERFORM pg_advisory_xact_lock(hashtextextended('admission-models', 0));
+            IF (SELECT count(*) FROM run_admissions r WHERE r.status = 'admitted' AND r.quota_key = q.quota_key) >= q.quota_max THEN
+                v_reason := 'model ' || q.quota_key || ' runs ' || q.quota_max
+                            || ' concurrent runs (its max_concurrent_runs); the next to end frees a place';
+                v_models := v_models || q.quota_key;
+                v_m_runs := v_m_runs || q.run_id;
+                v_m_reasons := v_m_reasons || v_reason;
+            END IF;
         END IF;
         v_accts := '{}';
         v_pers := '{}';
@@ -219,6 +264,9 @@ BEGIN
                         || round(held.spent, 4) || ' spent, $' || round(held.reserved, 4) || ' held), and the run is estimated at $'
                         || round(v_est, 4) || '; room frees as runs end below their estimates, when the cap is raised, or at '
                         || coalesce(to_char(held.frees AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"'), 'the period''s reset');
+                    v_blocked := v_blocked || c.account;
+                    v_b_runs := v_b_runs || q.run_id;
+                    v_b_reasons := v_b_reasons || v_reason;
                     EXIT;
                 END IF;
                 v_accts := v_accts || c.account;
@@ -227,9 +275,8 @@ BEGIN
             END LOOP;
         END IF;
         IF v_reason IS NOT NULL THEN
-            UPDATE run_admissions r SET reason = v_reason WHERE r.run_id = q.run_id AND r.reason IS DISTINCT FROM v_reason;
             UPDATE runs SET status_detail = v_reason WHERE workflow_id = q.run_id AND status = 'queued' AND status_detail <> v_reason;
-            v_blocked := v_blocked || q.account;
+            UPDATE run_admissions r SET reason = v_reason WHERE r.run_id = q.run_id AND r.reason IS DISTINCT FROM v_reason;
             CONTINUE;
         END IF;
         IF cardinality(v_accts) = 0 THEN
@@ -248,6 +295,32 @@ BEGIN
         ON CONFLICT (account) DO UPDATE SET served = w.served + 1.0 / w.weight;
         v_n := v_n + 1;
     END LOOP;
+    -- The runs behind one that waits wait for the same: each says so
+    -- (runs rows first, as everywhere).
+    SELECT coalesce(array_agg(x.run_id), '{}'), coalesce(array_agg(x.reason), '{}') INTO v_ids, v_reasons
+    FROM (SELECT DISTINCT ON (r.run_id) r.run_id, 'behind run ' || b.run_id || ', which waits: ' || b.reason AS reason
+          FROM run_admissions r
+          JOIN (SELECT * FROM unnest(v_blocked, v_b_runs, v_b_reasons)) AS b(account, run_id, reason)
+            ON r.account = b.account OR starts_with(r.account, b.account || '/')
+          WHERE r.root = p_root AND r.status = 'queued' AND r.run_id <> b.run_id
+          ORDER BY r.run_id, length(b.account)
+         ) x;
+    IF cardinality(v_models) > 0 THEN
+        SELECT v_ids || coalesce(array_agg(x.run_id), '{}'), v_reasons || coalesce(array_agg(x.reason), '{}') INTO v_ids, v_reasons
+        FROM (SELECT DISTINCT ON (r.run_id) r.run_id, 'behind run ' || b.run_id || ', which waits: ' || b.reason AS reason
+              FROM run_admissions r
+              JOIN (SELECT * FROM unnest(v_models, v_m_runs, v_m_reasons)) AS b(model, run_id, reason) ON r.quota_key = b.model
+              WHERE r.root = p_root AND r.status = 'queued' AND r.quota_max IS NOT NULL AND r.run_id <> b.run_id
+                AND NOT (r.run_id = ANY (v_ids))
+              ORDER BY r.run_id
+             ) x;
+    END IF;
+    IF cardinality(v_ids) > 0 THEN
+        UPDATE runs u SET status_detail = x.reason FROM unnest(v_ids, v_reasons) AS x(run_id, reason)
+        WHERE u.workflow_id = x.run_id AND u.status = 'queued' AND u.status_detail <> x.reason;
+        UPDATE run_admissions r SET reason = x.reason FROM unnest(v_ids, v_reasons) AS x(run_id, reason)
+        WHERE r.run_id = x.run_id AND r.status = 'queued' AND r.reason <> x.reason;
+    END IF;
     RETURN v_n;
 END
 $$;
@@ -271,6 +344,10 @@ DECLARE
     v_samples bigint;
     v_est     numeric;
 BEGIN
+    -- The root's queue is locked for the whole statement, as its passes
+    -- lock it: an enqueue and a pass never interleave (the served of an
+    -- account, its first run, the pass's own lock, in any order).
+    PERFORM pg_advisory_xact_lock(hashtextextended('admission' || chr(31) || v_root, 0));
     IF NOT EXISTS (SELECT 1 FROM run_admissions r WHERE r.run_id = p_run_id) THEN
         v_needed := p_quota_max IS NOT NULL
             OR EXISTS (SELECT 1 FROM spend_caps s WHERE s.account = ANY (agentsaga_spend_accounts(p_account)) AND s.admit = 'run')
@@ -287,14 +364,16 @@ BEGIN
                       ELSE coalesce(v_learned, 0) END;
         IF v_needed AND NOT EXISTS (SELECT 1 FROM run_admissions r
                                     WHERE r.account = p_account AND r.status IN ('queued', 'admitted')) THEN
-            -- An account coming back to the queue starts level with the
-            -- least served account waiting, not with what it is owed
-            -- from its idle time.
-            UPDATE admission_accounts w
-            SET served = greatest(w.served, coalesce((SELECT min(x.served) FROM admission_accounts x
-                                                      WHERE x.account IN (SELECT r.account FROM run_admissions r
-                                                                          WHERE r.root = v_root AND r.status = 'queued')), 0))
-            WHERE w.account = p_account;
+            -- An account coming back to the queue, or new to it, starts
+            -- level with the least served account of the root that runs
+            -- or waits, not with what it is owed from its idle time (a
+            -- newcomer at 0 would take every place until it caught up).
+            INSERT INTO admission_accounts AS w (account, served)
+            VALUES (p_account, coalesce((SELECT min(x.served) FROM admission_accounts x
+                                         WHERE x.account <> p_account
+                                           AND x.account IN (SELECT r.account FROM run_admissions r
+                                                             WHERE r.root = v_root AND r.status IN ('queued', 'admitted'))), 0))
+            ON CONFLICT (account) DO UPDATE SET served = greatest(w.served, excluded.served);
         END IF;
         INSERT INTO run_admissions (run_id, account, root, spec_key, quota_key, quota_max, priority, status, estimate,
                                     lease_ms, lease_until, admitted_at, signalled)
@@ -423,7 +502,11 @@ BEGIN
         PERFORM 1 FROM spend_periods sp
         WHERE sp.account = c.account AND sp.period = c.period AND sp.starts = c.starts FOR UPDATE;
         SELECT * INTO held FROM agentsaga_spend_held(c.account, c.period, c.time_zone, v_now);
-        IF held.spent + held.reserved + v_own > c.room THEN
+        -- A call its run's reservation covers whole takes nothing more
+        -- from the cap: however full other runs' turns (a finishing
+        -- turn, in the finishing reserve) or a lowered cap left it, it
+        -- goes.
+        IF (v_own > 0 OR v_from = 0) AND held.spent + held.reserved + v_own > c.room THEN
             RETURN QUERY SELECT false, c.account, c.period, c.usd, held.spent, held.reserved, held.frees, c.on_exhausted, c.room;
             RETURN; -- the transaction's locks go with it; nothing was held
         END IF;
@@ -522,6 +605,39 @@ BEGIN
         PERFORM pg_notify('agentsaga_admission', split_part(h.account, '/', 1));
     END IF;
     RETURN h.usd + h.from_run;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Ends the holds whose lease passed, as 00021's agentsaga_spend_expire
+-- does; a call that reached the provider is spent in full, the part it
+-- drew from its run's reservation included (from_run: settling it at its
+-- own part alone would have spent nothing of a call its run paid for).
+CREATE OR REPLACE FUNCTION agentsaga_spend_expire()
+RETURNS TABLE (spent_in_full integer, released integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    h      record;
+    v_full integer := 0;
+    v_free integer := 0;
+BEGIN
+    FOR h IN
+        SELECT s.idempotency_key, s.usd + s.from_run AS usd,
+               EXISTS (SELECT 1 FROM actions a WHERE a.idempotency_key = s.idempotency_key) AS claimed
+        FROM spend_holds s WHERE s.lease_until < clock_timestamp()
+        ORDER BY s.idempotency_key
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        IF h.claimed THEN
+            PERFORM agentsaga_spend_settle(h.idempotency_key, h.usd);
+            v_full := v_full + 1;
+        ELSE
+            PERFORM agentsaga_spend_settle(h.idempotency_key, 0);
+            v_free := v_free + 1;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT v_full, v_free;
 END
 $$;
 -- +goose StatementEnd

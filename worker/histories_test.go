@@ -102,6 +102,9 @@ type scenario struct {
 	// answers after billedNotes notes.
 	spendCap    *ledger.SpendCap
 	billedNotes int
+	// before, when set, prepares the ledger once the cap is set, before
+	// the run starts.
+	before func(ctx context.Context, r *recorder)
 	// model, when set, starts the run's model server (one per run, closed
 	// when the recording ends); MODEL_URL in the spec is its root URL, to
 	// which a spec adds the path its provider's base_url takes (/v1 for
@@ -216,6 +219,9 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 		server := sc.model(t)
 		defer server.Close()
 		text = strings.ReplaceAll(text, "MODEL_URL", server.URL)
+	}
+	if sc.before != nil {
+		sc.before(ctx, r)
 	}
 	spec, err := workflows.ParseSpec([]byte(text))
 	require.NoError(t, err, sc.name)
@@ -541,6 +547,34 @@ func corpusScenarios() []scenario {
 			spec: strings.Replace(strings.Replace(billedSpec("corpus-umbrella"), fmt.Sprint(spendPrice), "1", 2),
 				"}}}\n", "}}, tools: {note: 0.25}}\n", 1),
 			spendCap: &ledger.SpendCap{Account: "corpus-umbrella", Period: ledger.RollingPeriod(time.Hour), USD: 1}},
+		// Admission by run (agentsaga-commands 9, issue 43): a run charged
+		// to a capped account asks the ledger to admit it whole before its
+		// first turn. Admitted at once, it goes on as before; one the cap
+		// cannot hold waits queued (the ledger's answer, a recheck timer)
+		// until the admission loop's signal, after an operator raised the
+		// cap, admits it; or until an operator takes it out of the queue,
+		// and it fails without a turn.
+		{name: "admission-admitted", want: agentsagatype.RunCompleted, billedNotes: 2,
+			spec:     admissionSpec("corpus-acme-admitted"),
+			spendCap: &ledger.SpendCap{Account: "corpus-acme-admitted", Period: ledger.SpendMonth, USD: 10}},
+		{name: "admission-queued", want: agentsagatype.RunCompleted, billedNotes: 2,
+			spec:     admissionSpec("corpus-acme-queued"),
+			spendCap: &ledger.SpendCap{Account: "corpus-acme-queued", Period: ledger.SpendMonth, USD: 1},
+			before:   spendEarlier("corpus-acme-queued", 0.9),
+			act: func(ctx context.Context, r *recorder, id string) {
+				r.waitStatus(ctx, id, agentsagatype.RunQueued)
+				_, err := r.store.SetSpendCap(ctx, ledger.SpendCap{Account: "corpus-acme-queued", Period: ledger.SpendMonth, USD: 10}, "corpus")
+				require.NoError(r.t, err)
+			}},
+		{name: "admission-cancelled", want: agentsagatype.RunFailed, billedNotes: 2,
+			spec:     admissionSpec("corpus-acme-cancelled"),
+			spendCap: &ledger.SpendCap{Account: "corpus-acme-cancelled", Period: ledger.SpendMonth, USD: 1},
+			before:   spendEarlier("corpus-acme-cancelled", 0.9),
+			act: func(ctx context.Context, r *recorder, id string) {
+				r.waitStatus(ctx, id, agentsagatype.RunQueued)
+				require.NoError(r.t, ledgerdb.Of(r.store).CancelQueued(ctx, id))
+				require.NoError(r.t, temporalClient.SignalWorkflow(ctx, id, "", workflows.SignalAdmitted, nil))
+			}},
 		// Models that keep their reasoning (issue 42), each on a loopback
 		// server of its provider's wire format that answers turn 1 with
 		// reasoning and a tool call and refuses turn 2 (400) unless the
@@ -617,4 +651,23 @@ func billedSpec(account string) string {
 	return fmt.Sprintf("goal: take notes\nbudget: {steps: 12, seconds: 300, account: %s}\n"+
 		"model: {provider: openai, name: gpt-4o-mini, base_url: MODEL_URL, max_tokens: 40}\n"+
 		"prices: {models: {gpt-4o-mini: {input_per_million: %[2]v, output_per_million: %[2]v}}}\n", account, spendPrice) + corpusTools
+}
+
+// admissionSpec is billedSpec with a budget.usd of $2: the estimate
+// admitting the run reserves.
+func admissionSpec(account string) string {
+	return strings.Replace(billedSpec(account), "account: "+account+"}", "account: "+account+", usd: 2}", 1)
+}
+
+// spendEarlier spends usd of account's cap before the run starts, as
+// runs before it did: what is left cannot hold the run's estimate.
+func spendEarlier(account string, usd float64) func(context.Context, *recorder) {
+	return func(ctx context.Context, r *recorder) {
+		key := "corpus-earlier-" + account + "/step-001-model"
+		res, err := ledgerdb.Of(r.store).ReserveSpend(ctx, key, account, usd, time.Minute)
+		require.NoError(r.t, err)
+		require.True(r.t, res.Admitted)
+		_, err = ledgerdb.Of(r.store).SettleSpend(ctx, key, usd)
+		require.NoError(r.t, err)
+	}
 }

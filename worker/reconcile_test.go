@@ -276,8 +276,9 @@ func TestWorkerEnsuresTheReconciler(t *testing.T) {
 
 	first, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
 	require.NoError(t, err)
-	_, err = worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
+	idle, err := worker.New(ctx, temporalClient, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, ReconcileEvery: time.Hour}})
 	require.NoError(t, err, "a reconciler that runs is not an error")
+	t.Cleanup(idle.Stop) // its engine's admission loop ends with it
 	_, err = old.Describe(ctx)
 	var notFound *serviceerror.NotFound
 	require.ErrorAs(t, err, &notFound, "the old Schedule is gone")

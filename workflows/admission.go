@@ -51,7 +51,7 @@ const queueCancelledReason = "cancelled in the admission queue (agentsaga queue 
 func (r *run) admit(ctx workflow.Context) (bool, error) {
 	req := wire.AdmitRequest{RunID: r.workflowID, Account: r.spec.Budget.Account, SpecKey: specKey(r.spec),
 		QuotaKey: r.spec.Model.Target(), Priority: cmp.Or(r.spec.Priority, DefaultPriority), BudgetUSD: r.spec.Budget.USD}
-	if limit := r.spec.Model.RateLimit; limit != nil {
+	if limit := r.spec.Model.RateLimit; limit != nil { // a model without a declared quota has none
 		req.QuotaMax = limit.MaxConcurrentRuns
 	}
 	if r.spec.Budget.Seconds > 0 {

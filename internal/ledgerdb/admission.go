@@ -127,19 +127,28 @@ func (s *Store) MarkSignalled(ctx context.Context, runIDs []string) error {
 // CancelQueued takes a queued run out of its queue; its workflow, told by
 // the caller, then ends without a turn. A run that is not queued is
 // ErrNotQueued.
+//
+// The run's row is locked from the read to the end: a pass that admitted
+// the run in between would otherwise have its admission ended under a
+// run that was told it may start.
 func (s *Store) CancelQueued(ctx context.Context, runID string) error {
 	var status string
-	err := s.pool.QueryRow(ctx, `SELECT status FROM run_admissions WHERE run_id = $1`, runID).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT status FROM run_admissions WHERE run_id = $1 FOR UPDATE`, runID).Scan(&status); err != nil {
+			return err
+		}
+		if status != wire.AdmissionQueued {
+			return ErrNotQueued
+		}
+		_, err := tx.Exec(ctx, `SELECT agentsaga_admission_end($1, 'cancelled')`, runID)
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("ledger: cancel queued run %s: %w", runID, ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("ledger: cancel queued run %s: %w", runID, err)
-	}
-	if status != wire.AdmissionQueued {
+	case errors.Is(err, ErrNotQueued):
 		return fmt.Errorf("ledger: cancel queued run %s: it is %s: %w", runID, status, ErrNotQueued)
-	}
-	if _, err := s.pool.Exec(ctx, `SELECT agentsaga_admission_end($1, 'cancelled')`, runID); err != nil {
+	case err != nil:
 		return fmt.Errorf("ledger: cancel queued run %s: %w", runID, err)
 	}
 	return nil

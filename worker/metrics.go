@@ -187,6 +187,7 @@ type ledgerCollector struct {
 	leafCalls, logicalCalls, amplification, usdSpent, tokensSpent *prometheus.Desc
 	spendCap, spendSpent, spendReserved, spendRefusals            *prometheus.Desc
 	spendWaiting                                                  *prometheus.Desc
+	runsQueued, queueOldestWait, queueAdmitted, queueAdmittedWait *prometheus.Desc
 }
 
 // gauge is prometheus.MustNewConstMetric for a gauge that never panics: a
@@ -218,7 +219,7 @@ func newLedgerCollector(store *ledgerdb.Store) *ledgerCollector {
 			"Fleet-wide circuit breaker of a dependency: 1 for its current state (closed, open or half-open), 0 for the other two.",
 			"dependency", "state"),
 		runs: desc("agentsaga_runs",
-			"Runs in the ledger by status (running, completed, partial, escalated, compensated, needs-attention, failed, terminated).", "status"),
+			"Runs in the ledger by status (queued, running, completed, partial, escalated, compensated, needs-attention, failed, terminated).", "status"),
 		leafCalls: desc("agentsaga_leaf_calls",
 			"Attempts that left a worker (model calls, tool calls and compensations, retries included), fleet-wide: rows of leaf_calls."),
 		logicalCalls: desc("agentsaga_logical_calls",
@@ -239,13 +240,22 @@ func newLedgerCollector(store *ledgerdb.Store) *ledgerCollector {
 			"Calls (model turns and priced tool calls) an account's spend cap refused since it was set, fleet-wide.", "account", "period"),
 		spendWaiting: desc("agentsaga_spend_runs_waiting",
 			"Unfinished runs that wait for an account's spend caps, or are escalated on them.", "account", "period"),
+		runsQueued: desc("agentsaga_runs_queued",
+			"Runs of an account waiting in its admission queue now (agentsaga queue); 0 for an account whose queue emptied in the last hour.", "account"),
+		queueOldestWait: desc("agentsaga_queue_oldest_wait_seconds",
+			"How long the account's oldest queued run has waited, in seconds (0: none waits).", "account"),
+		queueAdmitted: desc("agentsaga_queue_admitted_last_hour",
+			"Runs of an account admitted in the last hour, at once or after waiting.", "account"),
+		queueAdmittedWait: desc("agentsaga_queue_admitted_wait_seconds",
+			"Waits of the account's runs admitted in the last hour, from enqueued to admitted, in seconds (0 for a run admitted at once): stat p50, p95 or max.",
+			"account", "stat"),
 	}
 }
 
 func (c *ledgerCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.up, c.bucketTokens, c.bucketCapacity, c.breakerState, c.runs,
 		c.leafCalls, c.logicalCalls, c.amplification, c.usdSpent, c.tokensSpent, c.spendCap, c.spendSpent, c.spendReserved,
-		c.spendRefusals, c.spendWaiting}
+		c.spendRefusals, c.spendWaiting, c.runsQueued, c.queueOldestWait, c.queueAdmitted, c.queueAdmittedWait}
 }
 
 // Describe implements prometheus.Collector.
@@ -289,6 +299,7 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(c.amplification, f.Amplification())
 	ch <- gauge(c.usdSpent, f.USDSpent)
 	ch <- gauge(c.tokensSpent, float64(f.TokensSpent))
+	c.collectQueues(ctx, ch)
 	caps, err := c.store.SpendCaps(ctx, "")
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.spendCap, err)
@@ -304,5 +315,24 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		} else {
 			ch <- prometheus.NewInvalidMetric(c.spendRefusals, err)
 		}
+	}
+}
+
+// collectQueues reports the admission queues by account: the runs queued
+// and the oldest's wait, and the waits of the runs admitted in the last
+// hour.
+func (c *ledgerCollector) collectQueues(ctx context.Context, ch chan<- prometheus.Metric) {
+	figures, err := c.store.QueueFigures(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.runsQueued, err)
+		return
+	}
+	for _, f := range figures {
+		ch <- gauge(c.runsQueued, float64(f.Queued), f.Account)
+		ch <- gauge(c.queueOldestWait, f.OldestWaitSeconds, f.Account)
+		ch <- gauge(c.queueAdmitted, float64(f.AdmittedLastHour), f.Account)
+		ch <- gauge(c.queueAdmittedWait, f.WaitP50Seconds, f.Account, "p50")
+		ch <- gauge(c.queueAdmittedWait, f.WaitP95Seconds, f.Account, "p95")
+		ch <- gauge(c.queueAdmittedWait, f.WaitMaxSeconds, f.Account, "max")
 	}
 }

@@ -12,7 +12,7 @@ import (
 // runStatuses lists every status a run can have (the runs table's CHECK
 // constraint), so a report can show zero for the ones no run is in.
 var runStatuses = []string{
-	agentsagatype.RunRunning, agentsagatype.RunCompleted, agentsagatype.RunPartial, agentsagatype.RunEscalated, agentsagatype.RunCompensated, agentsagatype.RunNeedsAttention, agentsagatype.RunFailed, agentsagatype.RunTerminated,
+	agentsagatype.RunQueued, agentsagatype.RunRunning, agentsagatype.RunCompleted, agentsagatype.RunPartial, agentsagatype.RunEscalated, agentsagatype.RunCompensated, agentsagatype.RunNeedsAttention, agentsagatype.RunFailed, agentsagatype.RunTerminated,
 }
 
 // FleetFigures are the fleet-wide figures the metrics endpoint reports,

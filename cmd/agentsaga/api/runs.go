@@ -193,10 +193,10 @@ var specTypes = map[string]bool{"application/json": true, "application/yaml": tr
 	"text/yaml": true, "text/x-yaml": true, "application/yml": true}
 
 // startRun is POST /v1/runs: the body is a run spec, JSON or YAML, as
-// `agentsaga run --spec` takes it; ?id= and ?account= are its --id and
-// --account.
+// `agentsaga run --spec` takes it; ?id=, ?account= and ?priority= are its
+// --id, --account and --priority.
 func (s *Server) startRun(w http.ResponseWriter, r *http.Request, key apikeys.Key) error {
-	q, p := onlyParams(r, "id", "account")
+	q, p := onlyParams(r, "id", "account", "priority")
 	if p != nil {
 		return p
 	}
@@ -235,6 +235,14 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, key apikeys.Ke
 	if err != nil {
 		return problem(http.StatusBadRequest, "invalid-spec", "Invalid spec", "%v", err)
 	}
+	if q.Has("priority") {
+		// It stands for the spec's priority, as --priority does.
+		n, err := strconv.Atoi(q.Get("priority"))
+		if err != nil || n < 1 || n > ledgerdb.MaxPriority {
+			return badRequest("priority %q: give 1 (first in the admission queue) to %d (last)", q.Get("priority"), ledgerdb.MaxPriority)
+		}
+		spec.Priority = n
+	}
 	// The account the run is charged to decides who sees it: a key bound
 	// to an account charges its runs to it when the spec names none, and
 	// may charge only its account or a sub-account.
@@ -267,7 +275,11 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request, key apikeys.Ke
 	// key is bound to the request's hash and to the ID it starts before
 	// the start, so a retry (here or at another API process) finds it.
 	sum := sha256.New()
-	for _, part := range [][]byte{[]byte(id), []byte(account), body} {
+	parts := [][]byte{[]byte(id), []byte(account), body}
+	if q.Has("priority") { // a part only when given, so that the hashes of requests without it stay as they were
+		parts = append(parts, []byte("priority="+q.Get("priority")))
+	}
+	for _, part := range parts {
 		fmt.Fprintf(sum, "%d:", len(part))
 		sum.Write(part)
 	}

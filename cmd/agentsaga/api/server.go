@@ -102,6 +102,8 @@ func New(cfg Config) (*Server, error) {
 	for _, d := range runDecisions {
 		s.handle("POST /v1/runs/{id}/"+d.name, apikeys.RunsWrite, s.decide(d))
 	}
+	s.handle("POST /v1/runs/{id}/cancel-queued", apikeys.RunsWrite, s.cancelQueued)
+	s.handle("GET /v1/queue", apikeys.RunsRead, s.listQueue)
 	s.handle("GET /v1/approvals", apikeys.RunsRead, s.listApprovals)
 	s.handle("POST /v1/runs/{id}/approvals/{call}/approve", apikeys.ApprovalsDecide, s.decideApproval(true))
 	s.handle("POST /v1/runs/{id}/approvals/{call}/deny", apikeys.ApprovalsDecide, s.decideApproval(false))

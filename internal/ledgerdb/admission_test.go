@@ -970,3 +970,45 @@ func TestAdmissionReservationIsTheRunsOwn(t *testing.T) {
 	t.Logf("violations=%d", violations)
 	assert.Zero(t, violations)
 }
+
+// A tree whose caps differ in admit: acme's admits runs whole,
+// acme/support's ($0.50 a month) shares out turns. A run of acme/support
+// holds its reservation under acme's cap alone; its turns draw on it
+// there (its own reservation, all of acme's room, does not stop them),
+// and are reserved in full, turn by turn, under acme/support's, which
+// refuses what it has no room for. Checked with a call in flight too.
+func TestAdmissionUnderCapsThatShareOutTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	logAdmissions(t, store)
+	_, err := store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: "acme", Period: ledgerdb.SpendMonth, USD: 1}, "test")
+	require.NoError(t, err)
+	_, err = store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: "acme/support", Period: ledgerdb.SpendMonth, USD: 0.5}, "test")
+	require.NoError(t, err)
+	_, err = store.Pool().Exec(ctx, `UPDATE spend_caps SET admit = 'turn' WHERE account = 'acme/support'`)
+	require.NoError(t, err)
+	require.Equal(t, wire.AdmissionAdmitted, startQueued(ctx, t, store, admitReq("mixed", "acme/support", 5, 3)).Status)
+	status, held := admissionStatus(ctx, t, store, "mixed")
+	require.Equal(t, wire.AdmissionAdmitted, status)
+	assert.InDelta(t, 1, held, 1e-9, "held under acme's cap alone, all its room")
+	assert.True(t, spendOn(ctx, t, store, "mixed", "acme/support", 1, 0.3, 0.2))
+	r, err := store.ReserveSpend(ctx, "mixed/step-002-model", "acme/support", 0.25, time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Admitted, "acme/support has $0.30 left")
+	assert.Zero(t, admissionViolations(ctx, t, store, false), "a call in flight")
+	assert.False(t, spendOn(ctx, t, store, "mixed", "acme/support", 3, 0.1, 0.1), "acme/support's cap has $0.05 left")
+	_, err = store.SettleSpend(ctx, "mixed/step-002-model", 0.25)
+	require.NoError(t, err)
+	states, err := store.SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	for _, st := range states {
+		assert.InDelta(t, 0.45, st.Spent, 1e-9, "%s spent both calls", st.Account)
+	}
+	_, held = admissionStatus(ctx, t, store, "mixed")
+	assert.InDelta(t, 0.55, held, 1e-9, "the run's reservation paid for both")
+	endRun(ctx, t, store, "mixed", agentsagatype.RunCompleted)
+	violations := admissionViolations(ctx, t, store, true)
+	t.Logf("violations=%d", violations)
+	assert.Zero(t, violations)
+}

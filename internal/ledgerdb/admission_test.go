@@ -101,6 +101,9 @@ type admissionFleet struct {
 	limits map[string]int
 }
 
+// total is how many runs the fleet starts.
+func (f admissionFleet) total() int { return f.pools * f.goroutines * f.runs }
+
 type fleetResult struct {
 	admitted, cancelled, refusedCalls, overLimit atomic.Int64
 }
@@ -262,16 +265,16 @@ func TestAdmissionHoldsAcrossPools(t *testing.T) {
 		_, err := stores[0].SetSpendCap(ctx, c, "test")
 		require.NoError(t, err)
 	}
-	fleet := admissionFleet{pools: 4, goroutines: 5, runs: 10, accounts: []string{"acme/support", "acme/sales", "acme"},
+	fleet := admissionFleet{pools: 4, goroutines: 4, runs: 8, accounts: []string{"acme/support", "acme/sales", "acme"},
 		budget: 0.3, call: 0.25}
 	res := fleet.run(ctx, t, stores)
 	violations := admissionViolations(ctx, t, stores[0], true)
 	var admissions int
 	require.NoError(t, stores[0].Pool().QueryRow(ctx, `SELECT count(*) FROM test_admissions`).Scan(&admissions))
 	t.Logf("%d runs: %d admitted (%d admissions logged), %d cancelled while queued, %d calls refused; violations=%d",
-		4*5*10, res.admitted.Load(), admissions, res.cancelled.Load(), res.refusedCalls.Load(), violations)
+		fleet.total(), res.admitted.Load(), admissions, res.cancelled.Load(), res.refusedCalls.Load(), violations)
 	assert.Zero(t, violations)
-	assert.EqualValues(t, 4*5*10, res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
+	assert.EqualValues(t, fleet.total(), res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
 	assert.EqualValues(t, res.admitted.Load(), admissions)
 	var waited int
 	require.NoError(t, stores[0].Pool().QueryRow(ctx, `SELECT count(*) FROM run_admissions WHERE admitted_at > enqueued_at + interval '1 millisecond'`).Scan(&waited))
@@ -302,13 +305,13 @@ func TestAdmissionHoldsAcrossAccounts(t *testing.T) {
 	// its runs.
 	limits["team_"] = 1
 	require.NoError(t, stores[0].SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: "team_", MaxConcurrentRuns: 1}, "test"))
-	fleet := admissionFleet{pools: 4, goroutines: 4, runs: 10, accounts: accounts, budget: 0.2, call: 0.15, quotaMax: 12, limits: limits}
+	fleet := admissionFleet{pools: 4, goroutines: 4, runs: 6, accounts: accounts, budget: 0.2, call: 0.15, quotaMax: 12, limits: limits}
 	res := fleet.run(ctx, t, stores)
 	violations := admissionViolations(ctx, t, stores[0], true) + int(res.overLimit.Load())
 	t.Logf("%d runs over %d accounts: %d admitted, %d cancelled while queued, %d calls refused; violations=%d",
-		4*4*10, len(accounts), res.admitted.Load(), res.cancelled.Load(), res.refusedCalls.Load(), violations)
+		fleet.total(), len(accounts), res.admitted.Load(), res.cancelled.Load(), res.refusedCalls.Load(), violations)
 	assert.Zero(t, violations)
-	assert.EqualValues(t, 4*4*10, res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
+	assert.EqualValues(t, fleet.total(), res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
 }
 
 // A capped account's queue is FIFO: as room frees, the runs that waited

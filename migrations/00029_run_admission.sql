@@ -444,9 +444,11 @@ FOR EACH ROW EXECUTE FUNCTION agentsaga_admission_limits_changed();
 -- Reserves as 00023's agentsaga_spend_reserve does, but a call of an
 -- admitted run draws first on its run's reservation (the longest run ID
 -- its key extends, so a sub-agent draws on its parent's), and only what
--- that cannot cover on the caps. A run reserved under fewer caps than
--- bind the call now (a cap set since it was admitted) draws nothing: the
--- call is reserved in full, as before.
+-- that cannot cover on the caps its reservation is held in. A cap it is
+-- not held in (one whose admit is 'turn', or one set since the run was
+-- admitted) reserves the whole call, as before: turns are shared out
+-- there, and the run's own reservation must not stop its turns on the
+-- caps it is held in.
 CREATE OR REPLACE FUNCTION agentsaga_spend_reserve(p_key text, p_account text, p_usd numeric, p_lease_ms bigint, p_finishing boolean)
 RETURNS TABLE (admitted boolean, account text, period text, cap numeric, spent numeric, reserved numeric,
                resets timestamptz, on_exhausted text, room numeric)
@@ -464,6 +466,8 @@ DECLARE
     v_run      run_admissions%ROWTYPE;
     v_from     numeric := 0;
     v_own      numeric;
+    v_need     numeric;
+    v_needs    numeric[] := '{}';
 BEGIN
     IF p_usd < 0 THEN
         RAISE EXCEPTION 'spend: reserve %: % USD is negative', p_key, p_usd;
@@ -480,10 +484,8 @@ BEGIN
     ORDER BY length(a.run_id) DESC LIMIT 1
     FOR UPDATE;
     IF FOUND AND v_run.status = 'admitted' AND v_run.held > 0
-       AND NOT EXISTS (SELECT 1 FROM spend_caps s
-                       WHERE s.account = ANY (agentsaga_spend_accounts(p_account))
-                         AND NOT EXISTS (SELECT 1 FROM unnest(v_run.accounts, v_run.periods) AS x(account, period)
-                                         WHERE x.account = s.account AND x.period = s.period)) THEN
+       AND EXISTS (SELECT 1 FROM spend_caps s, unnest(v_run.accounts, v_run.periods) AS x(account, period)
+                   WHERE s.account = ANY (agentsaga_spend_accounts(p_account)) AND x.account = s.account AND x.period = s.period) THEN
         v_from := least(p_usd, v_run.held);
     END IF;
     v_own := p_usd - v_from;
@@ -502,27 +504,34 @@ BEGIN
         PERFORM 1 FROM spend_periods sp
         WHERE sp.account = c.account AND sp.period = c.period AND sp.starts = c.starts FOR UPDATE;
         SELECT * INTO held FROM agentsaga_spend_held(c.account, c.period, c.time_zone, v_now);
+        -- A cap the run's reservation is held in takes what it cannot
+        -- cover; another (a cap that shares out turns, admit 'turn', or
+        -- one set since the run was admitted) the whole call.
+        v_need := CASE WHEN v_from > 0 AND EXISTS (SELECT 1 FROM unnest(v_run.accounts, v_run.periods) AS x(account, period)
+                                                   WHERE x.account = c.account AND x.period = c.period)
+                       THEN v_own ELSE p_usd END;
         -- A call its run's reservation covers whole takes nothing more
         -- from the cap: however full other runs' turns (a finishing
         -- turn, in the finishing reserve) or a lowered cap left it, it
         -- goes.
-        IF (v_own > 0 OR v_from = 0) AND held.spent + held.reserved + v_own > c.room THEN
+        IF (v_need > 0 OR v_from = 0) AND held.spent + held.reserved + v_need > c.room THEN
             RETURN QUERY SELECT false, c.account, c.period, c.usd, held.spent, held.reserved, held.frees, c.on_exhausted, c.room;
             RETURN; -- the transaction's locks go with it; nothing was held
         END IF;
         v_accounts := v_accounts || c.account;
         v_periods := v_periods || c.period;
         v_starts := v_starts || c.starts;
-        v_left := c.room - held.spent - held.reserved - v_own;
+        v_needs := v_needs || v_need;
+        v_left := c.room - held.spent - held.reserved - v_need;
         IF v_least IS NULL OR v_left < v_least THEN
             v_least := v_left;
-            SELECT c.account, c.period, c.usd, held.spent, held.reserved + v_own AS reserved, held.frees AS resets,
+            SELECT c.account, c.period, c.usd, held.spent, held.reserved + v_need AS reserved, held.frees AS resets,
                    c.on_exhausted, c.room
             INTO v_tight;
         END IF;
     END LOOP;
-    UPDATE spend_periods sp SET reserved = sp.reserved + v_own
-    FROM unnest(v_accounts, v_periods, v_starts) AS h(account, period, starts)
+    UPDATE spend_periods sp SET reserved = sp.reserved + h.need
+    FROM unnest(v_accounts, v_periods, v_starts, v_needs) AS h(account, period, starts, need)
     WHERE sp.account = h.account AND sp.period = h.period AND sp.starts = h.starts;
     IF v_from > 0 THEN
         UPDATE run_admissions a SET held = a.held - v_from WHERE a.run_id = v_run.run_id;
@@ -586,7 +595,13 @@ BEGIN
       ON sp.account = x.account AND sp.period = x.period AND sp.starts = x.starts
     ORDER BY sp.account, sp.period, sp.starts
     FOR UPDATE OF sp;
-    UPDATE spend_periods sp SET reserved = sp.reserved - h.usd, spent = sp.spent + p_usd,
+    -- A cap the run's reservation is not held in reserved the whole call
+    -- (agentsaga_spend_reserve): what it drew from the run too.
+    UPDATE spend_periods sp SET reserved = sp.reserved - h.usd
+            - CASE WHEN h.from_run <> 0 AND NOT EXISTS (SELECT 1 FROM unnest(v_run.accounts, v_run.periods) AS r(account, period)
+                                                        WHERE r.account = x.account AND r.period = x.period)
+                   THEN h.from_run ELSE 0 END,
+        spent = sp.spent + p_usd,
         resets = CASE WHEN agentsaga_spend_window(sp.period) IS NULL OR p_usd = 0 THEN sp.resets
                       ELSE greatest(sp.resets, clock_timestamp() + agentsaga_spend_window(sp.period)) END
     FROM unnest(h.accounts, h.periods, h.starts) AS x(account, period, starts)

@@ -101,6 +101,9 @@ type admissionFleet struct {
 	limits map[string]int
 }
 
+// total is how many runs the fleet starts.
+func (f admissionFleet) total() int { return f.pools * f.goroutines * f.runs }
+
 type fleetResult struct {
 	admitted, cancelled, refusedCalls, overLimit atomic.Int64
 }
@@ -262,16 +265,16 @@ func TestAdmissionHoldsAcrossPools(t *testing.T) {
 		_, err := stores[0].SetSpendCap(ctx, c, "test")
 		require.NoError(t, err)
 	}
-	fleet := admissionFleet{pools: 4, goroutines: 5, runs: 10, accounts: []string{"acme/support", "acme/sales", "acme"},
+	fleet := admissionFleet{pools: 4, goroutines: 4, runs: 8, accounts: []string{"acme/support", "acme/sales", "acme"},
 		budget: 0.3, call: 0.25}
 	res := fleet.run(ctx, t, stores)
 	violations := admissionViolations(ctx, t, stores[0], true)
 	var admissions int
 	require.NoError(t, stores[0].Pool().QueryRow(ctx, `SELECT count(*) FROM test_admissions`).Scan(&admissions))
 	t.Logf("%d runs: %d admitted (%d admissions logged), %d cancelled while queued, %d calls refused; violations=%d",
-		4*5*10, res.admitted.Load(), admissions, res.cancelled.Load(), res.refusedCalls.Load(), violations)
+		fleet.total(), res.admitted.Load(), admissions, res.cancelled.Load(), res.refusedCalls.Load(), violations)
 	assert.Zero(t, violations)
-	assert.EqualValues(t, 4*5*10, res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
+	assert.EqualValues(t, fleet.total(), res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
 	assert.EqualValues(t, res.admitted.Load(), admissions)
 	var waited int
 	require.NoError(t, stores[0].Pool().QueryRow(ctx, `SELECT count(*) FROM run_admissions WHERE admitted_at > enqueued_at + interval '1 millisecond'`).Scan(&waited))
@@ -302,13 +305,13 @@ func TestAdmissionHoldsAcrossAccounts(t *testing.T) {
 	// its runs.
 	limits["team_"] = 1
 	require.NoError(t, stores[0].SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: "team_", MaxConcurrentRuns: 1}, "test"))
-	fleet := admissionFleet{pools: 4, goroutines: 4, runs: 10, accounts: accounts, budget: 0.2, call: 0.15, quotaMax: 12, limits: limits}
+	fleet := admissionFleet{pools: 4, goroutines: 4, runs: 6, accounts: accounts, budget: 0.2, call: 0.15, quotaMax: 12, limits: limits}
 	res := fleet.run(ctx, t, stores)
 	violations := admissionViolations(ctx, t, stores[0], true) + int(res.overLimit.Load())
 	t.Logf("%d runs over %d accounts: %d admitted, %d cancelled while queued, %d calls refused; violations=%d",
-		4*4*10, len(accounts), res.admitted.Load(), res.cancelled.Load(), res.refusedCalls.Load(), violations)
+		fleet.total(), len(accounts), res.admitted.Load(), res.cancelled.Load(), res.refusedCalls.Load(), violations)
 	assert.Zero(t, violations)
-	assert.EqualValues(t, 4*4*10, res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
+	assert.EqualValues(t, fleet.total(), res.admitted.Load()+res.cancelled.Load(), "every run was admitted or cancelled")
 }
 
 // A capped account's queue is FIFO: as room frees, the runs that waited
@@ -966,6 +969,48 @@ func TestAdmissionReservationIsTheRunsOwn(t *testing.T) {
 	cap.USD = 1
 	_, err = store.SetSpendCap(ctx, cap, "test")
 	require.NoError(t, err)
+	violations := admissionViolations(ctx, t, store, true)
+	t.Logf("violations=%d", violations)
+	assert.Zero(t, violations)
+}
+
+// A tree whose caps differ in admit: acme's admits runs whole,
+// acme/support's ($0.50 a month) shares out turns. A run of acme/support
+// holds its reservation under acme's cap alone; its turns draw on it
+// there (its own reservation, all of acme's room, does not stop them),
+// and are reserved in full, turn by turn, under acme/support's, which
+// refuses what it has no room for. Checked with a call in flight too.
+func TestAdmissionUnderCapsThatShareOutTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	logAdmissions(t, store)
+	_, err := store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: "acme", Period: ledgerdb.SpendMonth, USD: 1}, "test")
+	require.NoError(t, err)
+	_, err = store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: "acme/support", Period: ledgerdb.SpendMonth, USD: 0.5}, "test")
+	require.NoError(t, err)
+	_, err = store.Pool().Exec(ctx, `UPDATE spend_caps SET admit = 'turn' WHERE account = 'acme/support'`)
+	require.NoError(t, err)
+	require.Equal(t, wire.AdmissionAdmitted, startQueued(ctx, t, store, admitReq("mixed", "acme/support", 5, 3)).Status)
+	status, held := admissionStatus(ctx, t, store, "mixed")
+	require.Equal(t, wire.AdmissionAdmitted, status)
+	assert.InDelta(t, 1, held, 1e-9, "held under acme's cap alone, all its room")
+	assert.True(t, spendOn(ctx, t, store, "mixed", "acme/support", 1, 0.3, 0.2))
+	r, err := store.ReserveSpend(ctx, "mixed/step-002-model", "acme/support", 0.25, time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Admitted, "acme/support has $0.30 left")
+	assert.Zero(t, admissionViolations(ctx, t, store, false), "a call in flight")
+	assert.False(t, spendOn(ctx, t, store, "mixed", "acme/support", 3, 0.1, 0.1), "acme/support's cap has $0.05 left")
+	_, err = store.SettleSpend(ctx, "mixed/step-002-model", 0.25)
+	require.NoError(t, err)
+	states, err := store.SpendCaps(ctx, "acme")
+	require.NoError(t, err)
+	for _, st := range states {
+		assert.InDelta(t, 0.45, st.Spent, 1e-9, "%s spent both calls", st.Account)
+	}
+	_, held = admissionStatus(ctx, t, store, "mixed")
+	assert.InDelta(t, 0.55, held, 1e-9, "the run's reservation paid for both")
+	endRun(ctx, t, store, "mixed", agentsagatype.RunCompleted)
 	violations := admissionViolations(ctx, t, store, true)
 	t.Logf("violations=%d", violations)
 	assert.Zero(t, violations)

@@ -85,6 +85,12 @@ WITH expect AS (
     SELECT x.account, x.period, x.starts, h.from_run
     FROM spend_holds h JOIN run_admissions a ON a.run_id = h.run_id, unnest(a.accounts, a.periods, a.starts) AS x(account, period, starts)
     WHERE h.from_run <> 0
+    UNION ALL
+    -- A cap the run's reservation is not held in holds the whole call.
+    SELECT x.account, x.period, x.starts, h.from_run
+    FROM spend_holds h JOIN run_admissions a ON a.run_id = h.run_id, unnest(h.accounts, h.periods, h.starts) AS x(account, period, starts)
+    WHERE h.from_run <> 0
+      AND NOT EXISTS (SELECT 1 FROM unnest(a.accounts, a.periods) AS r(account, period) WHERE r.account = x.account AND r.period = x.period)
 ), e AS (SELECT account, period, starts, sum(usd) AS usd FROM expect GROUP BY account, period, starts)
 SELECT coalesce(sp.account, e.account) || ' ' || coalesce(sp.period, e.period) || ' ' || coalesce(sp.starts, e.starts)::text
        || ': reserved $' || coalesce(sp.reserved, 0)::text || ', held by runs and calls $' || coalesce(e.usd, 0)::text

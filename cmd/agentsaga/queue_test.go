@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -70,6 +72,10 @@ model: {provider: scripted, script: [{content: done}]}
 		return err == nil && run.Status == agentsagatype.RunQueued
 	}, 30*time.Second, 100*time.Millisecond, "the second run waits for the account's one place")
 
+	out, err = runCLI(t, "show", "q-waiter")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "run q-waiter: queued")
+	assert.Regexp(t, `waiting to be admitted: .*account acme runs 1 of its 1 concurrent runs \(max_concurrent_runs\)`, out)
 	out, err = runCLI(t, "queue")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "PLACE")
@@ -109,6 +115,18 @@ model: {provider: scripted, script: [{content: done}]}
 	assert.ErrorContains(t, err, "queue cancel no-such-run: no run with this ID in the ledger")
 	_, err = runCLI(t, "abort", "q-holder", "--reason", "test over")
 	require.NoError(t, err)
+}
+
+// `agentsaga watch` says where a queued run stands, and when it is
+// admitted.
+func TestWatchPrintsQueuedAndAdmitted(t *testing.T) {
+	var out bytes.Buffer
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	printEvent(&out, runevents.Event{Seq: 1, At: at, Kind: runevents.Queued,
+		Data: json.RawMessage(`{"status":"queued","place":2,"reason":"account acme runs 1 of its 1 concurrent runs","estimate_usd":0.5}`)})
+	printEvent(&out, runevents.Event{Seq: 2, At: at, Kind: runevents.Admitted, Data: json.RawMessage(`{"status":"admitted","estimate_usd":0.5}`)})
+	assert.Equal(t, "    1  10:00:00  queued             place 2 in the admission queue, estimated at $0.5: account acme runs 1 of its 1 concurrent runs\n"+
+		"    2  10:00:00  admitted           estimated at $0.5; its first turn follows\n", out.String())
 }
 
 // Bad flags are refused with what is wrong, before anything is changed or

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,10 @@ import (
 func TestQueueFromTheCLI(t *testing.T) {
 	store := cliWorld(t)
 	ctx := context.Background()
+	// IDs of their own, so that -count=N does not meet the runs of the
+	// first round on the shared dev server.
+	suffix := strings.TrimPrefix(newRunID(), "run-")
+	holderID, waiterID := "q-holder-"+suffix, "q-waiter-"+suffix
 
 	out, err := runCLI(t, "queue")
 	require.NoError(t, err, out)
@@ -54,10 +59,10 @@ goal: hold the account's one place
 budget: {steps: 4}
 model: {provider: scripted, script: [{refusal: I will wait for a human.}]}
 `)
-	_, err = runCLI(t, "run", "--spec", holder, "--id", "q-holder", "--account", "acme")
+	_, err = runCLI(t, "run", "--spec", holder, "--id", holderID, "--account", "acme")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		run, err := store.GetRun(ctx, "q-holder")
+		run, err := store.GetRun(ctx, holderID)
 		return err == nil && run.Status == agentsagatype.RunEscalated
 	}, 30*time.Second, 100*time.Millisecond)
 	waiter := writeFile(t, "waiter.yaml", `
@@ -65,38 +70,38 @@ goal: wait for a place
 budget: {steps: 4}
 model: {provider: scripted, script: [{content: done}]}
 `)
-	_, err = runCLI(t, "run", "--spec", waiter, "--id", "q-waiter", "--account", "acme/support", "--priority", "2")
+	_, err = runCLI(t, "run", "--spec", waiter, "--id", waiterID, "--account", "acme/support", "--priority", "2")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		run, err := store.GetRun(ctx, "q-waiter")
+		run, err := store.GetRun(ctx, waiterID)
 		return err == nil && run.Status == agentsagatype.RunQueued
 	}, 30*time.Second, 100*time.Millisecond, "the second run waits for the account's one place")
 
-	out, err = runCLI(t, "show", "q-waiter")
+	out, err = runCLI(t, "show", waiterID)
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "run q-waiter: queued")
+	assert.Contains(t, out, "run "+waiterID+": queued")
 	assert.Regexp(t, `waiting to be admitted: .*account acme runs 1 of its 1 concurrent runs \(max_concurrent_runs\)`, out)
 	out, err = runCLI(t, "queue")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "PLACE")
-	assert.Regexp(t, `1\s+q-waiter\s+acme/support\s+2\s+\$0\.0000\s+\d+s\s+in ~`, out, "its place, priority, estimate, wait, and when it may start")
+	assert.Regexp(t, `1\s+`+waiterID+`\s+acme/support\s+2\s+\$0\.0000\s+\d+s\s+in ~`, out, "its place, priority, estimate, wait, and when it may start")
 	assert.Contains(t, out, "account acme runs 1 of its 1 concurrent runs (max_concurrent_runs)")
 	out, err = runCLI(t, "queue", "--account", "acme/support", "--json")
 	require.NoError(t, err, out)
 	var queued []ledgerdb.QueuedRun
 	require.NoError(t, json.Unmarshal([]byte(out), &queued), out)
 	require.Len(t, queued, 1)
-	assert.Equal(t, "q-waiter", queued[0].RunID)
+	assert.Equal(t, waiterID, queued[0].RunID)
 	assert.Equal(t, 2, queued[0].Priority)
 	out, err = runCLI(t, "queue", "--account", "other")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "no run of other is queued")
 
-	out, err = runCLI(t, "queue", "cancel", "q-waiter")
+	out, err = runCLI(t, "queue", "cancel", waiterID)
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "q-waiter: taken out of the queue; it ends without a turn")
+	assert.Contains(t, out, waiterID+": taken out of the queue; it ends without a turn")
 	var result workflows.RunResult
-	err = devServer.Client().GetWorkflow(ctx, "q-waiter", "").Get(ctx, &result)
+	err = devServer.Client().GetWorkflow(ctx, waiterID, "").Get(ctx, &result)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "the cancelled run ends failed at once: %v", err)
 	require.NoError(t, appErr.Details(&result))
@@ -107,13 +112,13 @@ model: {provider: scripted, script: [{content: done}]}
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "no run is queued")
 
-	_, err = runCLI(t, "queue", "cancel", "q-waiter")
-	assert.ErrorContains(t, err, "queue cancel q-waiter: the run is not queued, so there is nothing to cancel")
-	_, err = runCLI(t, "queue", "cancel", "q-holder")
+	_, err = runCLI(t, "queue", "cancel", waiterID)
+	assert.ErrorContains(t, err, "queue cancel "+waiterID+": the run is not queued, so there is nothing to cancel")
+	_, err = runCLI(t, "queue", "cancel", holderID)
 	assert.ErrorContains(t, err, "it is admitted")
 	_, err = runCLI(t, "queue", "cancel", "no-such-run")
 	assert.ErrorContains(t, err, "queue cancel no-such-run: no run with this ID in the ledger")
-	_, err = runCLI(t, "abort", "q-holder", "--reason", "test over")
+	_, err = runCLI(t, "abort", holderID, "--reason", "test over")
 	require.NoError(t, err)
 }
 

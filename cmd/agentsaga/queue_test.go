@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"errors"
 	"strings"
 	"testing"
@@ -213,4 +214,52 @@ func TestSpendAdmitAndQueuedRuns(t *testing.T) {
 	assert.Equal(t, ledgerdb.SpendAdmitRun, changes[1].Old.Admit)
 	assert.Equal(t, ledgerdb.SpendAdmitTurn, changes[1].New.Admit)
 	assert.Equal(t, "bob", changes[1].By)
+}
+
+// Over HTTP against a real dev server: a start's ?priority= reaches the
+// run's place in the queue, GET /v1/queue shows it, and cancel-queued
+// ends it at once.
+func TestServeQueuesAndCancelsARun(t *testing.T) {
+	base, key, store := apiWorld(t)
+	ctx := context.Background()
+	db := ledgerdb.Of(store)
+	require.NoError(t, db.SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: "acme", MaxConcurrentRuns: 1}, "ops"))
+	suffix := strings.TrimPrefix(newRunID(), "run-")
+	holder, waiter := "api-holder-"+suffix, "api-waiter-"+suffix
+	status, run := call(t, "POST", base+"/v1/runs?id="+holder, key,
+		"goal: hold the place\nbudget: {steps: 4}\nmodel: {provider: scripted, script: [{refusal: I will wait for a human.}]}\n",
+		"Content-Type", "application/yaml")
+	require.Equal(t, http.StatusCreated, status, "%v", run)
+	require.Eventually(t, func() bool {
+		r, err := db.GetRun(ctx, holder)
+		return err == nil && r.Status == agentsagatype.RunEscalated
+	}, 30*time.Second, 100*time.Millisecond)
+	status, run = call(t, "POST", base+"/v1/runs?priority=1&id="+waiter, key,
+		"goal: wait\nbudget: {steps: 4}\nmodel: {provider: scripted, script: [{content: done}]}\n", "Content-Type", "application/yaml")
+	require.Equal(t, http.StatusCreated, status, "%v", run)
+	var queued []any
+	require.Eventually(t, func() bool {
+		status, page := call(t, "GET", base+"/v1/queue", key, "")
+		queued, _ = page["queued"].([]any)
+		return status == http.StatusOK && len(queued) == 1
+	}, 30*time.Second, 100*time.Millisecond)
+	first := queued[0].(map[string]any)
+	assert.Equal(t, waiter, first["run_id"])
+	assert.EqualValues(t, 1, first["priority"], "?priority= reached the run")
+	status, run = call(t, "GET", base+"/v1/runs/"+waiter, key, "")
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "queued", run["status"])
+
+	status, answer := call(t, "POST", base+"/v1/runs/"+waiter+"/cancel-queued", key, "")
+	require.Equal(t, http.StatusOK, status, "%v", answer)
+	err := devServer.Client().GetWorkflow(ctx, waiter, "").Get(ctx, nil)
+	require.Error(t, err, "the run ends failed at once")
+	require.Eventually(t, func() bool {
+		r, err := db.GetRun(ctx, waiter)
+		return err == nil && r.Status == agentsagatype.RunFailed
+	}, 10*time.Second, 100*time.Millisecond)
+	status, answer = call(t, "POST", base+"/v1/runs/"+holder+"/cancel-queued", key, "")
+	assert.Equal(t, http.StatusConflict, status, "%v", answer)
+	status, _ = call(t, "POST", base+"/v1/runs/"+holder+"/abort", key, `{"reason":"test over"}`)
+	assert.Equal(t, http.StatusOK, status)
 }

@@ -476,6 +476,8 @@ func showRun(ctx context.Context, out io.Writer, store *ledgerdb.Store, id strin
 	case run.StatusDetail == "":
 	case run.Status == agentsagatype.RunEscalated || run.Status == agentsagatype.RunNeedsAttention:
 		fmt.Fprintf(out, "waiting for a human: %s\n", run.StatusDetail)
+	case run.Status == agentsagatype.RunQueued:
+		fmt.Fprintf(out, "waiting to be admitted: %s\n", strings.TrimPrefix(run.StatusDetail, "queued: "))
 	case run.Status == agentsagatype.RunRunning:
 		// e.g. a call parked behind an open circuit breaker
 		fmt.Fprintf(out, "now: %s\n", run.StatusDetail)

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -25,6 +29,10 @@ import (
 func TestQueueFromTheCLI(t *testing.T) {
 	store := cliWorld(t)
 	ctx := context.Background()
+	// IDs of their own, so that -count=N does not meet the runs of the
+	// first round on the shared dev server.
+	suffix := strings.TrimPrefix(newRunID(), "run-")
+	holderID, waiterID := "q-holder-"+suffix, "q-waiter-"+suffix
 
 	out, err := runCLI(t, "queue")
 	require.NoError(t, err, out)
@@ -52,10 +60,10 @@ goal: hold the account's one place
 budget: {steps: 4}
 model: {provider: scripted, script: [{refusal: I will wait for a human.}]}
 `)
-	_, err = runCLI(t, "run", "--spec", holder, "--id", "q-holder", "--account", "acme")
+	_, err = runCLI(t, "run", "--spec", holder, "--id", holderID, "--account", "acme")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		run, err := store.GetRun(ctx, "q-holder")
+		run, err := store.GetRun(ctx, holderID)
 		return err == nil && run.Status == agentsagatype.RunEscalated
 	}, 30*time.Second, 100*time.Millisecond)
 	waiter := writeFile(t, "waiter.yaml", `
@@ -63,34 +71,38 @@ goal: wait for a place
 budget: {steps: 4}
 model: {provider: scripted, script: [{content: done}]}
 `)
-	_, err = runCLI(t, "run", "--spec", waiter, "--id", "q-waiter", "--account", "acme/support", "--priority", "2")
+	_, err = runCLI(t, "run", "--spec", waiter, "--id", waiterID, "--account", "acme/support", "--priority", "2")
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		run, err := store.GetRun(ctx, "q-waiter")
+		run, err := store.GetRun(ctx, waiterID)
 		return err == nil && run.Status == agentsagatype.RunQueued
 	}, 30*time.Second, 100*time.Millisecond, "the second run waits for the account's one place")
 
+	out, err = runCLI(t, "show", waiterID)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "run "+waiterID+": queued")
+	assert.Regexp(t, `waiting to be admitted: .*account acme runs 1 of its 1 concurrent runs \(max_concurrent_runs\)`, out)
 	out, err = runCLI(t, "queue")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "PLACE")
-	assert.Regexp(t, `1\s+q-waiter\s+acme/support\s+2\s+\$0\.0000\s+\d+s\s+in ~`, out, "its place, priority, estimate, wait, and when it may start")
+	assert.Regexp(t, `1\s+`+waiterID+`\s+acme/support\s+2\s+\$0\.0000\s+\d+s\s+in ~`, out, "its place, priority, estimate, wait, and when it may start")
 	assert.Contains(t, out, "account acme runs 1 of its 1 concurrent runs (max_concurrent_runs)")
 	out, err = runCLI(t, "queue", "--account", "acme/support", "--json")
 	require.NoError(t, err, out)
 	var queued []ledgerdb.QueuedRun
 	require.NoError(t, json.Unmarshal([]byte(out), &queued), out)
 	require.Len(t, queued, 1)
-	assert.Equal(t, "q-waiter", queued[0].RunID)
+	assert.Equal(t, waiterID, queued[0].RunID)
 	assert.Equal(t, 2, queued[0].Priority)
 	out, err = runCLI(t, "queue", "--account", "other")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "no run of other is queued")
 
-	out, err = runCLI(t, "queue", "cancel", "q-waiter")
+	out, err = runCLI(t, "queue", "cancel", waiterID)
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "q-waiter: taken out of the queue; it ends without a turn")
+	assert.Contains(t, out, waiterID+": taken out of the queue; it ends without a turn")
 	var result workflows.RunResult
-	err = devServer.Client().GetWorkflow(ctx, "q-waiter", "").Get(ctx, &result)
+	err = devServer.Client().GetWorkflow(ctx, waiterID, "").Get(ctx, &result)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "the cancelled run ends failed at once: %v", err)
 	require.NoError(t, appErr.Details(&result))
@@ -101,14 +113,29 @@ model: {provider: scripted, script: [{content: done}]}
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "no run is queued")
 
-	_, err = runCLI(t, "queue", "cancel", "q-waiter")
-	assert.ErrorContains(t, err, "queue cancel q-waiter: the run is not queued, so there is nothing to cancel")
-	_, err = runCLI(t, "queue", "cancel", "q-holder")
+	_, err = runCLI(t, "queue", "cancel", waiterID)
+	assert.ErrorContains(t, err, "queue cancel "+waiterID+": the run is not queued, so there is nothing to cancel")
+	_, err = runCLI(t, "queue", "cancel", holderID)
 	assert.ErrorContains(t, err, "it is admitted")
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: "q-plain-" + suffix, RunID: "r", Goal: "g"}))
+	_, err = runCLI(t, "queue", "cancel", "q-plain-"+suffix)
+	assert.ErrorContains(t, err, "it is running and was never in an admission queue", "a run charged to no account")
 	_, err = runCLI(t, "queue", "cancel", "no-such-run")
 	assert.ErrorContains(t, err, "queue cancel no-such-run: no run with this ID in the ledger")
-	_, err = runCLI(t, "abort", "q-holder", "--reason", "test over")
+	_, err = runCLI(t, "abort", holderID, "--reason", "test over")
 	require.NoError(t, err)
+}
+
+// `agentsaga watch` says where a queued run stands, and when it is
+// admitted.
+func TestWatchPrintsQueuedAndAdmitted(t *testing.T) {
+	var out bytes.Buffer
+	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	printEvent(&out, runevents.Event{Seq: 1, At: at, Kind: runevents.Queued,
+		Data: json.RawMessage(`{"status":"queued","place":2,"reason":"account acme runs 1 of its 1 concurrent runs","estimate_usd":0.5}`)})
+	printEvent(&out, runevents.Event{Seq: 2, At: at, Kind: runevents.Admitted, Data: json.RawMessage(`{"status":"admitted","estimate_usd":0.5}`)})
+	assert.Equal(t, "    1  10:00:00  queued             place 2 in the admission queue, estimated at $0.5: account acme runs 1 of its 1 concurrent runs\n"+
+		"    2  10:00:00  admitted           estimated at $0.5; its first turn follows\n", out.String())
 }
 
 // Bad flags are refused with what is wrong, before anything is changed or
@@ -187,4 +214,52 @@ func TestSpendAdmitAndQueuedRuns(t *testing.T) {
 	assert.Equal(t, ledgerdb.SpendAdmitRun, changes[1].Old.Admit)
 	assert.Equal(t, ledgerdb.SpendAdmitTurn, changes[1].New.Admit)
 	assert.Equal(t, "bob", changes[1].By)
+}
+
+// Over HTTP against a real dev server: a start's ?priority= reaches the
+// run's place in the queue, GET /v1/queue shows it, and cancel-queued
+// ends it at once.
+func TestServeQueuesAndCancelsARun(t *testing.T) {
+	base, key, store := apiWorld(t)
+	ctx := context.Background()
+	db := ledgerdb.Of(store)
+	require.NoError(t, db.SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: "acme", MaxConcurrentRuns: 1}, "ops"))
+	suffix := strings.TrimPrefix(newRunID(), "run-")
+	holder, waiter := "api-holder-"+suffix, "api-waiter-"+suffix
+	status, run := call(t, "POST", base+"/v1/runs?id="+holder, key,
+		"goal: hold the place\nbudget: {steps: 4}\nmodel: {provider: scripted, script: [{refusal: I will wait for a human.}]}\n",
+		"Content-Type", "application/yaml")
+	require.Equal(t, http.StatusCreated, status, "%v", run)
+	require.Eventually(t, func() bool {
+		r, err := db.GetRun(ctx, holder)
+		return err == nil && r.Status == agentsagatype.RunEscalated
+	}, 30*time.Second, 100*time.Millisecond)
+	status, run = call(t, "POST", base+"/v1/runs?priority=1&id="+waiter, key,
+		"goal: wait\nbudget: {steps: 4}\nmodel: {provider: scripted, script: [{content: done}]}\n", "Content-Type", "application/yaml")
+	require.Equal(t, http.StatusCreated, status, "%v", run)
+	var queued []any
+	require.Eventually(t, func() bool {
+		status, page := call(t, "GET", base+"/v1/queue", key, "")
+		queued, _ = page["queued"].([]any)
+		return status == http.StatusOK && len(queued) == 1
+	}, 30*time.Second, 100*time.Millisecond)
+	first := queued[0].(map[string]any)
+	assert.Equal(t, waiter, first["run_id"])
+	assert.EqualValues(t, 1, first["priority"], "?priority= reached the run")
+	status, run = call(t, "GET", base+"/v1/runs/"+waiter, key, "")
+	require.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "queued", run["status"])
+
+	status, answer := call(t, "POST", base+"/v1/runs/"+waiter+"/cancel-queued", key, "")
+	require.Equal(t, http.StatusOK, status, "%v", answer)
+	err := devServer.Client().GetWorkflow(ctx, waiter, "").Get(ctx, nil)
+	require.Error(t, err, "the run ends failed at once")
+	require.Eventually(t, func() bool {
+		r, err := db.GetRun(ctx, waiter)
+		return err == nil && r.Status == agentsagatype.RunFailed
+	}, 10*time.Second, 100*time.Millisecond)
+	status, answer = call(t, "POST", base+"/v1/runs/"+holder+"/cancel-queued", key, "")
+	assert.Equal(t, http.StatusConflict, status, "%v", answer)
+	status, _ = call(t, "POST", base+"/v1/runs/"+holder+"/abort", key, `{"reason":"test over"}`)
+	assert.Equal(t, http.StatusOK, status)
 }

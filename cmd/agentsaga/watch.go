@@ -104,6 +104,10 @@ func printEvent(out io.Writer, e runevents.Event) {
 		}
 	case runevents.AttemptDiscarded:
 		what = "attempt " + field("attempt") + ": " + field("why")
+	case runevents.Queued:
+		what = "place " + field("place") + " in the admission queue, estimated at $" + field("estimate_usd") + ": " + field("reason")
+	case runevents.Admitted:
+		what = "estimated at $" + field("estimate_usd") + "; its first turn follows"
 	default:
 		what = strings.TrimSpace(field("status") + " " + field("detail"))
 	}

@@ -241,7 +241,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().StringSliceVar(&fleet.Servers, "servers", fleet.Servers, "dev servers to run on: file (--db-filename), memory, or both (fleet)")
 	cmd.Flags().Int64Var(&ratelimit.RequestsPerMinute, "rpm", ratelimit.RequestsPerMinute, "the provider's requests per minute on the one key (ratelimit)")
 	cmd.Flags().Int64Var(&ratelimit.TokensPerMinute, "tpm", ratelimit.TokensPerMinute, "the provider's tokens per minute on the one key (ratelimit)")
-	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit)")
+	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit); per-run, check-then-record, agentsaga-turn, agentsaga (spend)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
 	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchRateLimitWorkerCommand(), benchSpendWorkerCommand())
 	return cmd
@@ -477,6 +477,9 @@ func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 	}
 	if flags.Changed("processes") {
 		cfg.Processes, _ = flags.GetIntSlice("processes")
+	}
+	if flags.Changed("contenders") {
+		cfg.Contenders, _ = flags.GetStringSlice("contenders")
 	}
 	var err error
 	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "spend"); err != nil {

@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+	sdkworker "go.temporal.io/sdk/worker"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -470,20 +471,9 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	}
 	env := append(slices.Clip(m.common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns))
 	prefix := fmt.Sprintf("spend-%s-%d-%s", contender, processes, nonce())
-	procs := make([]*fleetProcess, 0, processes)
-	defer func() {
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
-	for i := range processes {
-		p, err := startFleetProcess(cfg.Executable, args, env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
-		if err != nil {
-			return fail(err)
-		}
-		procs = append(procs, p)
-	}
-	if err := waitForReady(ctx, procs, SpendWorkerReady); err != nil {
+	procs, err := startSpendWorkers(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes)
+	defer func() { _ = procs.stop() }()
+	if err != nil {
 		return fail(err)
 	}
 	spec, err := SpendSpec(cfg, provider.URL(), contender)
@@ -584,20 +574,49 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	}
 	stopCancel()
 	if store != nil {
-		a, err := spendAdmission(ctx, poll)
+		a, err := spendAdmission(ctx, poll, "")
 		if err != nil {
 			return fail(err)
 		}
 		row.Admission = &a
 	}
 	poll.Close(ctx)
-	for _, p := range procs {
-		if err := p.stop(); err != nil {
-			return fail(err)
+	if err := procs.stop(); err != nil {
+		return fail(err)
+	}
+	return row, nil
+}
+
+// spendWorkers are the `agentsaga bench spend-worker` processes of one
+// measurement.
+type spendWorkers []*fleetProcess
+
+// startSpendWorkers starts n `agentsaga bench spend-worker` processes of
+// executable with args and env (each logging to logPrefix-i.log) and
+// waits until each polls. It returns those it started, also on an error.
+func startSpendWorkers(ctx context.Context, executable string, args, env []string, logPrefix string, n int) (spendWorkers, error) {
+	procs := make(spendWorkers, 0, n)
+	for i := range n {
+		p, err := startFleetProcess(executable, args, env, fmt.Sprintf("%s-%d.log", logPrefix, i))
+		if err != nil {
+			return procs, err
+		}
+		procs = append(procs, p)
+	}
+	return procs, waitForReady(ctx, procs, SpendWorkerReady)
+}
+
+// stop stops every process (once: a second stop does nothing), and
+// returns the first one's error.
+func (ws *spendWorkers) stop() error {
+	var first error
+	for _, p := range *ws {
+		if err := p.stop(); err != nil && first == nil {
+			first = err
 		}
 	}
-	procs = nil
-	return row, nil
+	*ws = nil
+	return first
 }
 
 // spendRun is a run's row in the ledger.
@@ -678,11 +697,13 @@ func resetSpendPeriod(ctx context.Context, conn *pgx.Conn, account string, n int
 	return nil
 }
 
-// spendAdmission reads the admission queue's books.
-func spendAdmission(ctx context.Context, conn *pgx.Conn) (SpendAdmission, error) {
+// spendAdmission reads the admission queue's books, leaving out the runs
+// whose IDs start with except (when it is not empty).
+func spendAdmission(ctx context.Context, conn *pgx.Conn, except string) (SpendAdmission, error) {
 	var a SpendAdmission
 	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE admitted_at IS NOT NULL), count(*) FILTER (WHERE status = 'admitted'),
-		coalesce(sum(held), 0)::float8, (SELECT coalesce(sum(reserved), 0)::float8 FROM spend_periods) FROM run_admissions`).
+		coalesce(sum(held), 0)::float8, (SELECT coalesce(sum(reserved), 0)::float8 FROM spend_periods)
+		FROM run_admissions WHERE $1 = '' OR NOT starts_with(run_id, $1)`, except).
 		Scan(&a.Admitted, &a.StillAdmitted, &a.HeldUSD, &a.ReservedUSD); err != nil {
 		return a, fmt.Errorf("read the admission queue: %w", err)
 	}
@@ -842,6 +863,9 @@ type spendProvider struct {
 	counts SpendProviderCounts
 	// bills is each reply's cost at the bench's price, in the order billed.
 	bills []spendBill
+	// firsts is when the first request of each conversation (by its first
+	// user message: a run's goal) arrived.
+	firsts map[string]time.Time
 }
 
 // spendBill is one reply the provider billed: when, and what it cost.
@@ -855,7 +879,7 @@ func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spend provider: %w", err)
 	}
-	p := &spendProvider{cfg: cfg, listener: listener, random: rand.New(rand.NewPCG(3, 1))}
+	p := &spendProvider{cfg: cfg, listener: listener, random: rand.New(rand.NewPCG(3, 1)), firsts: map[string]time.Time{}}
 	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.server.Serve(listener) }()
 	return p, nil
@@ -865,6 +889,16 @@ func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
 func (p *spendProvider) URL() string { return "http://" + p.listener.Addr().String() + "/v1" }
 
 func (p *spendProvider) Close() error { return p.server.Close() }
+
+// FirstRequest is when the first request whose first user message is
+// goal arrived.
+func (p *spendProvider) FirstRequest(goal string) (time.Time, bool) {
+	content, _ := json.Marshal(goal)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.firsts[string(content)]
+	return at, ok
+}
 
 // Counts is what the provider has answered and counted so far.
 func (p *spendProvider) Counts() SpendProviderCounts {
@@ -902,11 +936,20 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
 		return
 	}
+	arrived := time.Now()
 	prompt, completion := int64(requestTokens(req, body)), p.cfg.CompletionTokens
 	if limit := req.maxTokens(); limit >= 0 {
 		completion = min(completion, limit)
 	}
 	p.mu.Lock()
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			if _, seen := p.firsts[string(m.Content)]; !seen {
+				p.firsts[string(m.Content)] = arrived
+			}
+			break
+		}
+	}
 	latency := p.cfg.LatencyMin
 	if spread := p.cfg.LatencyMax - p.cfg.LatencyMin; spread > 0 {
 		latency += time.Duration(p.random.Int64N(int64(spread) + 1))
@@ -1000,6 +1043,9 @@ type SpendWorkerConfig struct {
 	Account       string
 	CapUSD        float64
 	USDPerMillion float64
+	// MaxActivities bounds the activities the worker runs at once (the
+	// SDK's MaxConcurrentActivityExecutionSize); 0 keeps the SDK's.
+	MaxActivities int
 }
 
 // RunSpendWorker runs one worker process of the spend scenario until ctx
@@ -1028,7 +1074,8 @@ func RunSpendWorker(ctx context.Context, out io.Writer, c client.Client, cfg Spe
 			return &checkThenRecord{inner: inner, pool: pool, account: cfg.Account, capUSD: cfg.CapUSD, price: cfg.USDPerMillion, refused: &refused}, nil
 		}
 	}
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: cfg.Queue, Models: models}})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: cfg.Queue, Models: models},
+		Worker: sdkworker.Options{MaxConcurrentActivityExecutionSize: cfg.MaxActivities}})
 	if err != nil {
 		return fmt.Errorf("bench: spend-worker: %w", err)
 	}

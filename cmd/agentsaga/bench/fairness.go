@@ -86,20 +86,17 @@ type FairnessConfig struct {
 	// engine's round robin: the fleet's capacity, in runs (a run holds its
 	// activity slot only for its turn: twice the slots keeps them busy).
 	MaxConcurrentRuns int `json:"max_concurrent_runs"`
-	// ToolCalls is how many word_count calls a run makes before it
-	// answers; LatencyMin..LatencyMax the provider's time to answer.
+	// A run makes ToolCalls word_count calls, then answers; the provider
+	// answers each turn in LatencyMin..LatencyMax.
 	ToolCalls  int           `json:"tool_calls"`
 	LatencyMin time.Duration `json:"latency_min"`
 	LatencyMax time.Duration `json:"latency_max"`
-	// Contenders are the short names to run, in order.
+	// Contenders (short names) run in this order, each within Timeout,
+	// on workers with PoolMaxConns connections each.
 	Contenders   []string      `json:"contenders"`
-	PoolMaxConns int           `json:"pool_max_conns"`
 	Timeout      time.Duration `json:"timeout"`
-
-	TemporalBin string    `json:"-"`
-	DatabaseURL string    `json:"-"`
-	Executable  string    `json:"-"`
-	Progress    io.Writer `json:"-"`
+	PoolMaxConns int           `json:"pool_max_conns"`
+	ProcessScenario
 }
 
 // DefaultFairness is issue 43's: A starts 1,000 runs, then B 10, on 2

@@ -121,6 +121,14 @@ type SpendConfig struct {
 	// makes at most, after its first period, for its queued runs.
 	Resets int `json:"resets"`
 
+	ProcessScenario
+}
+
+// ProcessScenario is what a scenario that starts its own dev server and
+// worker processes is given: the Temporal CLI, the agentsaga binary the
+// workers run, the Postgres server its databases are made on, and where
+// it reports progress.
+type ProcessScenario struct {
 	TemporalBin string    `json:"-"`
 	DatabaseURL string    `json:"-"`
 	Executable  string    `json:"-"`

@@ -35,8 +35,9 @@ func benchCommand() *cobra.Command {
 	fleet := bench.DefaultFleet
 	ratelimit := bench.DefaultRateLimit
 	spend := bench.DefaultSpend
+	fairness := bench.DefaultFairness
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|stream|cache [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N]",
+		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|fairness|stream|cache [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N] [--runs-a N --runs-b N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -45,9 +46,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "stream", "cache":
+			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "fairness", "stream", "cache":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, stream, cache; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, fairness, stream, cache; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -87,8 +88,15 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 					return err
 				}
 			}
+			if scenario == "fairness" {
+				// Its own dev servers and worker processes too.
+				var err error
+				if result, err = fairnessScenario(cmd, progress, temporalBin, fairness); err != nil {
+					return err
+				}
+			}
 			stack := &devStack{}
-			if scenario != "fleet" && scenario != "ratelimit" && scenario != "spend" {
+			if scenario != "fleet" && scenario != "ratelimit" && scenario != "spend" && scenario != "fairness" {
 				var err error
 				if stack, err = startDevStack(ctx, progress, temporalBin); err != nil {
 					return err
@@ -241,7 +249,11 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().StringSliceVar(&fleet.Servers, "servers", fleet.Servers, "dev servers to run on: file (--db-filename), memory, or both (fleet)")
 	cmd.Flags().Int64Var(&ratelimit.RequestsPerMinute, "rpm", ratelimit.RequestsPerMinute, "the provider's requests per minute on the one key (ratelimit)")
 	cmd.Flags().Int64Var(&ratelimit.TokensPerMinute, "tpm", ratelimit.TokensPerMinute, "the provider's tokens per minute on the one key (ratelimit)")
-	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit)")
+	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit); per-run, check-then-record, agentsaga-turn, agentsaga (spend); fcfs, temporal, round-robin (fairness)")
+	cmd.Flags().IntVar(&fairness.RunsA, "runs-a", fairness.RunsA, "account A's runs, started first (fairness)")
+	cmd.Flags().IntVar(&fairness.RunsB, "runs-b", fairness.RunsB, "account B's runs, started once A's are under way (fairness)")
+	cmd.Flags().IntVar(&fairness.BAfter, "b-after", fairness.BAfter, "B starts once this many of A's runs have ended (fairness)")
+	cmd.Flags().IntVar(&fairness.MaxConcurrentRuns, "max-concurrent-runs", fairness.MaxConcurrentRuns, "the root account's max_concurrent_runs for the engine's round robin (fairness)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
 	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchRateLimitWorkerCommand(), benchSpendWorkerCommand())
 	return cmd
@@ -478,6 +490,9 @@ func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 	if flags.Changed("processes") {
 		cfg.Processes, _ = flags.GetIntSlice("processes")
 	}
+	if flags.Changed("contenders") {
+		cfg.Contenders, _ = flags.GetStringSlice("contenders")
+	}
 	var err error
 	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "spend"); err != nil {
 		return scenarioResult{}, err
@@ -491,6 +506,33 @@ func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
 		print: func(w io.Writer) { bench.PrintSpend(w, result) },
 		chart: func(path string) error { return bench.SpendChart(path, result.Rows) }}, nil
+}
+
+// fairnessScenario runs bench.Fairness with this binary as the worker
+// processes; --processes (its first value) and --contenders apply when
+// given, else the scenario's defaults.
+func fairnessScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.FairnessConfig) (scenarioResult, error) {
+	flags := cmd.Flags()
+	if flags.Changed("processes") {
+		if processes, _ := flags.GetIntSlice("processes"); len(processes) > 0 {
+			cfg.Processes = processes[0]
+		}
+	}
+	if flags.Changed("contenders") {
+		cfg.Contenders, _ = flags.GetStringSlice("contenders")
+	}
+	var err error
+	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "fairness"); err != nil {
+		return scenarioResult{}, err
+	}
+	cfg.Progress = progress
+	fmt.Fprintf(progress, "fairness: dev servers in memory from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
+	result, err := bench.Fairness(cmd.Context(), cfg)
+	if err != nil {
+		return scenarioResult{}, err
+	}
+	return scenarioResult{json: map[string]any{"config": result.Config, "baselines": result.Baselines, "rows": result.Rows},
+		print: func(w io.Writer) { bench.PrintFairness(w, result) }}, nil
 }
 
 // benchSpendWorkerCommand is one worker process of the spend scenario,
@@ -513,5 +555,6 @@ func benchSpendWorkerCommand() *cobra.Command {
 	cmd.Flags().StringVar(&cfg.Account, "account", "", "the check-then-record provider's account (none: the provider is not served)")
 	cmd.Flags().Float64Var(&cfg.CapUSD, "cap-usd", 0, "the check-then-record provider's cap on the account")
 	cmd.Flags().Float64Var(&cfg.USDPerMillion, "usd-per-million", 0, "the check-then-record provider's price, per million tokens each way")
+	cmd.Flags().IntVar(&cfg.MaxActivities, "max-activities", 0, "the activities the worker runs at once (0: the SDK's default)")
 	return cmd
 }

@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+	sdkworker "go.temporal.io/sdk/worker"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -50,18 +51,24 @@ import (
 // contender's own accounting decides its figures. Each measurement has a
 // fresh provider and a fresh database.
 
-// The contenders' names in the rows, and their short forms.
+// The contenders' names in the rows, and their short forms. agentsaga by
+// run is the engine's default (issue 43: a run is admitted whole, or
+// waits queued); by turn is the cap set to `admit: turn`, the cap shared
+// out a turn at a time as before admission existed.
 const (
-	SpendPerRunContender    = "per-run budgets only"
-	SpendCheckContender     = "check-then-record"
-	SpendAgentsagaContender = "agentsaga reservation"
+	SpendPerRunContender        = "per-run budgets only"
+	SpendCheckContender         = "check-then-record"
+	SpendAgentsagaContender     = "agentsaga by run"
+	SpendAgentsagaTurnContender = "agentsaga by turn"
 
-	SpendPerRun    = "per-run"
-	SpendCheck     = "check-then-record"
-	SpendAgentsaga = "agentsaga"
+	SpendPerRun        = "per-run"
+	SpendCheck         = "check-then-record"
+	SpendAgentsaga     = "agentsaga"
+	SpendAgentsagaTurn = "agentsaga-turn"
 )
 
-var spendContenderNames = map[string]string{SpendPerRun: SpendPerRunContender, SpendCheck: SpendCheckContender, SpendAgentsaga: SpendAgentsagaContender}
+var spendContenderNames = map[string]string{SpendPerRun: SpendPerRunContender, SpendCheck: SpendCheckContender,
+	SpendAgentsaga: SpendAgentsagaContender, SpendAgentsagaTurn: SpendAgentsagaTurnContender}
 
 // SpendWorkerReady is what `agentsaga bench spend-worker` prints once its
 // worker polls.
@@ -110,7 +117,18 @@ type SpendConfig struct {
 	// Timeout bounds one measurement's runs; runs not ended by then count
 	// as waiting (or as not ended) and are terminated.
 	Timeout time.Duration `json:"timeout"`
+	// Resets is how many period resets the agentsaga by-run contender
+	// makes at most, after its first period, for its queued runs.
+	Resets int `json:"resets"`
 
+	ProcessScenario
+}
+
+// ProcessScenario is what a scenario that starts its own dev server and
+// worker processes is given: the Temporal CLI, the agentsaga binary the
+// workers run, the Postgres server its databases are made on, and where
+// it reports progress.
+type ProcessScenario struct {
 	TemporalBin string    `json:"-"`
 	DatabaseURL string    `json:"-"`
 	Executable  string    `json:"-"`
@@ -120,9 +138,9 @@ type SpendConfig struct {
 // DefaultSpend is 40 runs of 5 turns on one account with a $5 cap, each
 // run about $0.45 alone (under its own $0.50 budget, which it never
 // reaches): some $18 of demand against the cap.
-var DefaultSpend = SpendConfig{Processes: []int{2, 4}, Runs: 40, CapUSD: 5, RunUSD: 0.5, ToolCalls: 4, USDPerMillion: 280,
+var DefaultSpend = SpendConfig{Processes: []int{2, 4}, Runs: 40, CapUSD: 5, RunUSD: 0.6, ToolCalls: 4, USDPerMillion: 280,
 	MaxTokens: 40, CompletionTokens: 20, GoalChars: 600, LatencyMin: 200 * time.Millisecond, LatencyMax: 800 * time.Millisecond,
-	Contenders: []string{SpendPerRun, SpendCheck, SpendAgentsaga}, PoolMaxConns: 8, Timeout: 3 * time.Minute}
+	Contenders: []string{SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga}, PoolMaxConns: 8, Timeout: 3 * time.Minute, Resets: 10}
 
 // SpendRow is one contender on one process count.
 type SpendRow struct {
@@ -150,6 +168,16 @@ type SpendRow struct {
 	Waiting   int            `json:"waiting"`
 	Escalated int            `json:"escalated"`
 	Failed    int            `json:"failed"`
+	// Queued counts the runs waiting in the admission queue when the
+	// period's runs had settled (agentsaga by run).
+	Queued int `json:"queued"`
+	// QueuedBehind counts the queued runs whose ledger row gives no
+	// reason: those behind the first that did not fit.
+	QueuedBehind int `json:"queued_behind,omitempty"`
+	// Payable is how many runs the cap pays for (the cap over what one run
+	// alone costs, SpendResult.AloneUSD); Goodput is Completed over it.
+	Payable int     `json:"payable"`
+	Goodput float64 `json:"goodput"`
 	// Unexplained counts the runs that did not complete and give no
 	// reason.
 	Unexplained int `json:"unexplained"`
@@ -164,8 +192,35 @@ type SpendRow struct {
 	Seconds           float64  `json:"seconds"`
 	// Series is the account's spend over time: after each reply the
 	// provider billed, what it had billed in all (SpentUSD at the end),
-	// from the runs' start.
+	// from the runs' start, until the period's runs settled.
 	Series []SpendPoint `json:"series,omitempty"`
+	// Resets are the periods after the first (agentsaga by run): the
+	// cap's period moved back a month, one period each, while runs were
+	// queued.
+	Resets []SpendReset `json:"resets,omitempty"`
+	// Admission is the admission queue's books once every run ended or
+	// was stopped (agentsaga by run).
+	Admission *SpendAdmission `json:"admission,omitempty"`
+}
+
+// SpendReset is one period after a reset: the runs it completed, those
+// still queued at its end, and what the provider billed in it.
+type SpendReset struct {
+	Completed int     `json:"completed"`
+	Queued    int     `json:"queued"`
+	Requests  int64   `json:"requests"`
+	SpentUSD  float64 `json:"spent_usd"`
+	Seconds   float64 `json:"seconds"`
+}
+
+// SpendAdmission is what the ledger's admission queue holds at the end:
+// runs ever admitted, runs still admitted, what they hold as run
+// reservations, and what the spend periods hold reserved.
+type SpendAdmission struct {
+	Admitted      int     `json:"admitted"`
+	StillAdmitted int     `json:"still_admitted"`
+	HeldUSD       float64 `json:"held_usd"`
+	ReservedUSD   float64 `json:"reserved_usd"`
 }
 
 // SpendPoint is what the provider had billed the account, at the bench's
@@ -178,11 +233,19 @@ type SpendPoint struct {
 // SpendResult is the scenario's figures.
 type SpendResult struct {
 	Config SpendConfig `json:"config"`
-	Rows   []SpendRow  `json:"rows"`
+	// AloneUSD is what one run alone cost (one run of the per-run
+	// contender, measured first), and Payable how many of them the cap
+	// pays for.
+	AloneUSD float64    `json:"alone_usd"`
+	Payable  int        `json:"payable"`
+	Rows     []SpendRow `json:"rows"`
 }
 
-// Targets for the agentsaga rows (issue 31).
-const SpendMinUtilisation = 0.95
+// Targets for the agentsaga rows (issue 31), and for goodput (issue 43).
+const (
+	SpendMinUtilisation = 0.95
+	SpendMinGoodput     = 0.90
+)
 
 // spendEpsilon absorbs float rounding in sums of dollars.
 const spendEpsilon = 1e-9
@@ -234,6 +297,15 @@ func (r *SpendRow) count(outcome, reason string) {
 		r.Escalated++
 	case agentsagatype.RunFailed:
 		r.Failed++
+	case agentsagatype.RunQueued:
+		r.Queued++
+		if strings.TrimSpace(reason) == "" {
+			// Its place in the queue is its reason: an admission pass
+			// writes why to the first run of an account that does not fit,
+			// not to those behind it.
+			r.QueuedBehind++
+			return
+		}
 	}
 	if strings.TrimSpace(reason) == "" {
 		r.Unexplained++
@@ -247,8 +319,24 @@ func (r *SpendRow) count(outcome, reason string) {
 // run ended in a stated status (completed, partial, waiting, escalated or
 // failed, each but completed with its reason).
 func SpendVerdicts(r SpendRow) (noOverspend, utilised, stated bool) {
-	known := r.Completed + r.Partial + r.Waiting + r.Escalated + r.Failed
-	return r.OverspendUSD == 0, r.Utilisation >= SpendMinUtilisation, known == r.Runs && r.Unexplained == 0
+	return r.OverspendUSD == 0, r.Utilisation >= SpendMinUtilisation, r.stated() == r.Runs && r.Unexplained == 0
+}
+
+// stated is how many runs ended in a stated status, or wait queued.
+func (r SpendRow) stated() int {
+	return r.Completed + r.Partial + r.Waiting + r.Escalated + r.Failed + r.Queued
+}
+
+// GoodputVerdicts says, for a row, which of issue 43's targets it met: at
+// least SpendMinGoodput of the runs the cap pays for completed, every
+// other run queued (none cut short), and, after the resets, every queued
+// run completed with no period's spend past the cap.
+func GoodputVerdicts(r SpendRow) (goodput, othersQueued, drained bool) {
+	drained = len(r.Resets) > 0 && r.Resets[len(r.Resets)-1].Queued == 0
+	for _, p := range r.Resets {
+		drained = drained && p.SpentUSD <= r.CapUSD+spendEpsilon
+	}
+	return r.Goodput >= SpendMinGoodput, r.Completed+r.Queued == r.Runs, drained || (r.Queued == 0 && len(r.Resets) == 0)
 }
 
 func (cfg SpendConfig) validate() error {
@@ -269,7 +357,7 @@ func (cfg SpendConfig) validate() error {
 	}
 	for _, c := range cfg.Contenders {
 		if _, ok := spendContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s or %s)", spendLabel, c, SpendPerRun, SpendCheck, SpendAgentsaga)
+			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s or %s)", spendLabel, c, SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga)
 		}
 	}
 	return nil
@@ -288,34 +376,73 @@ func Spend(ctx context.Context, cfg SpendConfig) (SpendResult, error) {
 		return result, fmt.Errorf("%s: temp dir: %w", spendLabel, err)
 	}
 	defer os.RemoveAll(dir)
-	logPath := filepath.Join(dir, "temporal.log")
-	logFile, err := os.Create(logPath)
+	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, nil)
 	if err != nil {
 		return result, fmt.Errorf("%s: %w", spendLabel, err)
 	}
-	defer logFile.Close()
-	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: cfg.TemporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(),
-		ClientOptions: &client.Options{Namespace: "default",
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
+	defer server.stop()
+	m := spendMeasurement{cfg: cfg, c: server.c, dir: dir, common: server.env}
+
+	// One run alone, first, on the same provider: what the cap is divided
+	// by to count the runs it pays for.
+	alone := m
+	alone.cfg.Runs = 1
+	row, err := alone.measure(ctx, SpendPerRun, 1)
 	if err != nil {
-		return result, fmt.Errorf("%s: start the dev server from %s: %w (log: %s)", spendLabel, cfg.TemporalBin, err, tail(logPath))
+		return result, err
 	}
-	defer server.Stop()
-	m := spendMeasurement{cfg: cfg, c: server.Client(), dir: dir,
-		common: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
-			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}
+	if row.Completed != 1 || row.SpentUSD <= 0 {
+		return result, fmt.Errorf("%s: one run alone did not complete (%v, $%.4f)", spendLabel, row.Outcomes, row.SpentUSD)
+	}
+	result.AloneUSD = row.SpentUSD
+	result.Payable = int(math.Floor(cfg.CapUSD/row.SpentUSD + spendEpsilon))
 	for _, n := range cfg.Processes {
 		for _, contender := range cfg.Contenders {
 			row, err := m.measure(ctx, contender, n)
 			if err != nil {
 				return result, err
 			}
+			row.Payable = result.Payable
+			if row.Payable > 0 {
+				row.Goodput = float64(row.Completed) / float64(row.Payable)
+			}
 			result.Rows = append(result.Rows, row)
 		}
 	}
 	return result, nil
 }
+
+// benchServer is a dev server in memory that a scenario started for
+// itself, and the environment its worker processes connect with.
+type benchServer struct {
+	server *testsuite.DevServer
+	c      client.Client
+	env    []string
+}
+
+// startBenchServer starts a dev server in memory from temporalBin, with
+// the engine's search attributes and extraArgs (e.g. dynamic config
+// values), logging to dir/temporal.log.
+func startBenchServer(ctx context.Context, temporalBin, dir string, extraArgs []string) (*benchServer, error) {
+	logPath := filepath.Join(dir, "temporal.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the server's process holds its own descriptor
+	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: temporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
+		SearchAttributes: workflows.SearchAttributes(), ExtraArgs: extraArgs,
+		ClientOptions: &client.Options{Namespace: "default",
+			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
+	if err != nil {
+		return nil, fmt.Errorf("start the dev server from %s %v: %w (log: %s)", temporalBin, extraArgs, err, tail(logPath))
+	}
+	return &benchServer{server: server, c: server.Client(),
+		env: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
+			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}, nil
+}
+
+func (s *benchServer) stop() { _ = s.server.Stop() }
 
 type spendMeasurement struct {
 	cfg    SpendConfig
@@ -352,20 +479,9 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	}
 	env := append(slices.Clip(m.common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns))
 	prefix := fmt.Sprintf("spend-%s-%d-%s", contender, processes, nonce())
-	procs := make([]*fleetProcess, 0, processes)
-	defer func() {
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
-	for i := range processes {
-		p, err := startFleetProcess(cfg.Executable, args, env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
-		if err != nil {
-			return fail(err)
-		}
-		procs = append(procs, p)
-	}
-	if err := waitForReady(ctx, procs, SpendWorkerReady); err != nil {
+	procs, err := startSpendWorkers(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes)
+	defer func() { _ = procs.stop() }()
+	if err != nil {
 		return fail(err)
 	}
 	spec, err := SpendSpec(cfg, provider.URL(), contender)
@@ -382,6 +498,13 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		return fail(err)
 	}
 	defer poll.Close(context.Background())
+	var store *ledgerdb.Store
+	if contender == SpendAgentsaga {
+		if store, err = ledgerdb.Open(ctx, db.url); err != nil {
+			return fail(err)
+		}
+		defer store.Close()
+	}
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	began := time.Now()
@@ -392,62 +515,15 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 			return fail(fmt.Errorf("start %s: %w", ids[i], err))
 		}
 	}
-	type ledgerRun struct{ status, detail, reason string }
-	var runs map[string]ledgerRun
-	for {
-		rows, err := poll.Query(ctx, `SELECT workflow_id, status, status_detail, reason FROM runs`)
-		if err != nil {
-			return fail(fmt.Errorf("read the runs: %w", err))
-		}
-		runs = map[string]ledgerRun{}
-		for rows.Next() {
-			var id string
-			var r ledgerRun
-			if err := rows.Scan(&id, &r.status, &r.detail, &r.reason); err != nil {
-				rows.Close()
-				return fail(fmt.Errorf("read the runs: %w", err))
-			}
-			runs[id] = r
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fail(fmt.Errorf("read the runs: %w", err))
-		}
-		open := 0
-		for _, id := range ids {
-			if r, ok := runs[id]; !ok || r.status == agentsagatype.RunRunning || r.status == agentsagatype.RunAwaitingApproval {
-				open++
-			}
-		}
-		if open == 0 || runCtx.Err() != nil {
-			break
-		}
-		select {
-		case <-runCtx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
+	runs, err := settleSpendRuns(ctx, runCtx, poll, store, ids)
+	if err != nil {
+		return fail(err)
 	}
 	row.Seconds = time.Since(began).Seconds()
-	stopCtx, stopCancel := context.WithTimeout(ctx, 30*time.Second)
 	for _, id := range ids {
 		r := runs[id]
 		row.count(spendOutcome(r.status, r.detail), cmpNonEmpty(r.reason, r.detail))
-		switch r.status {
-		case agentsagatype.RunCompleted, agentsagatype.RunPartial, agentsagatype.RunFailed, agentsagatype.RunCompensated, agentsagatype.RunNeedsAttention:
-		default:
-			// Escalated, waiting or not ended: stopped, so that the
-			// workers can stop.
-			_ = m.c.TerminateWorkflow(stopCtx, id, "", "the bench's measurement ended")
-		}
 	}
-	stopCancel()
-	poll.Close(ctx)
-	for _, p := range procs {
-		if err := p.stop(); err != nil {
-			return fail(err)
-		}
-	}
-	procs = nil
 	counts := provider.Counts()
 	row.Requests, row.PromptTokens, row.CompletionTokens = counts.Answered, counts.PromptTokens, counts.CompletionTokens
 	row.SpentUSD = spendUSD(counts.PromptTokens, counts.CompletionTokens, cfg.USDPerMillion, cfg.USDPerMillion)
@@ -460,7 +536,186 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		fmt.Fprintf(cfg.Progress, "spend: %s: $%.2f spent of a $%.2f cap (%.0f%%) in %d model turns; runs %v; %.1f s\n",
 			label, row.SpentUSD, row.CapUSD, 100*row.Utilisation, row.Requests, row.Outcomes, row.Seconds)
 	}
+	// The queued runs wait for room: a period reset gives it, one period
+	// at a time, until none waits.
+	for len(row.Resets) < cfg.Resets && row.Queued > 0 && runCtx.Err() == nil {
+		before, from := counts, time.Now()
+		if err := resetSpendPeriod(ctx, poll, spendAccount, len(row.Resets)+1); err != nil {
+			return fail(err)
+		}
+		if runs, err = settleSpendRuns(ctx, runCtx, poll, store, ids); err != nil {
+			return fail(err)
+		}
+		counts = provider.Counts()
+		p := SpendReset{Requests: counts.Answered - before.Answered, Seconds: time.Since(from).Seconds(),
+			SpentUSD: spendUSD(counts.PromptTokens-before.PromptTokens, counts.CompletionTokens-before.CompletionTokens, cfg.USDPerMillion, cfg.USDPerMillion)}
+		for _, id := range ids {
+			switch runs[id].status {
+			case agentsagatype.RunCompleted:
+				p.Completed++
+			case agentsagatype.RunQueued:
+				p.Queued++
+			}
+		}
+		p.Completed -= row.Completed
+		for _, q := range row.Resets {
+			p.Completed -= q.Completed
+		}
+		row.Resets = append(row.Resets, p)
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "spend: %s: after period reset %d: %d more runs completed for $%.2f in %d model turns, %d still queued; %.1f s\n",
+				label, len(row.Resets), p.Completed, p.SpentUSD, p.Requests, p.Queued, p.Seconds)
+		}
+		if p.Completed == 0 {
+			break
+		}
+	}
+	stopCtx, stopCancel := context.WithTimeout(ctx, 30*time.Second)
+	for _, id := range ids {
+		switch runs[id].status {
+		case agentsagatype.RunCompleted, agentsagatype.RunPartial, agentsagatype.RunFailed, agentsagatype.RunCompensated, agentsagatype.RunNeedsAttention:
+		default:
+			// Escalated, waiting, queued or not ended: stopped, so that
+			// the workers can stop.
+			_ = m.c.TerminateWorkflow(stopCtx, id, "", "the bench's measurement ended")
+		}
+	}
+	stopCancel()
+	if store != nil {
+		a, err := spendAdmission(ctx, poll, "")
+		if err != nil {
+			return fail(err)
+		}
+		row.Admission = &a
+	}
+	poll.Close(ctx)
+	if err := procs.stop(); err != nil {
+		return fail(err)
+	}
 	return row, nil
+}
+
+// spendWorkers are the `agentsaga bench spend-worker` processes of one
+// measurement.
+type spendWorkers []*fleetProcess
+
+// startSpendWorkers starts n `agentsaga bench spend-worker` processes of
+// executable with args and env (each logging to logPrefix-i.log) and
+// waits until each polls. It returns those it started, also on an error.
+func startSpendWorkers(ctx context.Context, executable string, args, env []string, logPrefix string, n int) (spendWorkers, error) {
+	procs := make(spendWorkers, 0, n)
+	for i := range n {
+		p, err := startFleetProcess(executable, args, env, fmt.Sprintf("%s-%d.log", logPrefix, i))
+		if err != nil {
+			return procs, err
+		}
+		procs = append(procs, p)
+	}
+	return procs, waitForReady(ctx, procs, SpendWorkerReady)
+}
+
+// stop stops every process (once: a second stop does nothing), and
+// returns the first one's error.
+func (ws *spendWorkers) stop() error {
+	var first error
+	for _, p := range *ws {
+		if err := p.stop(); err != nil && first == nil {
+			first = err
+		}
+	}
+	*ws = nil
+	return first
+}
+
+// spendRun is a run's row in the ledger.
+type spendRun struct{ status, detail, reason string }
+
+// settleSpendRuns polls the ledger until none of the runs is open: each
+// recorded, and none running or awaiting approval (runCtx ending stops
+// the wait). With store (admission by run), a settled ledger with runs
+// queued gets one admission pass of its own before the wait ends: room
+// may have freed a moment ago, with the engine's pass still to come; a
+// pass that admits a run (the engine's loops are told) keeps it waiting.
+func settleSpendRuns(ctx, runCtx context.Context, poll *pgx.Conn, store *ledgerdb.Store, ids []string) (map[string]spendRun, error) {
+	for {
+		rows, err := poll.Query(ctx, `SELECT workflow_id, status, status_detail, reason FROM runs`)
+		if err != nil {
+			return nil, fmt.Errorf("read the runs: %w", err)
+		}
+		runs := map[string]spendRun{}
+		for rows.Next() {
+			var id string
+			var r spendRun
+			if err := rows.Scan(&id, &r.status, &r.detail, &r.reason); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read the runs: %w", err)
+			}
+			runs[id] = r
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read the runs: %w", err)
+		}
+		open, queued := 0, 0
+		for _, id := range ids {
+			r, ok := runs[id]
+			switch {
+			case !ok || r.status == agentsagatype.RunRunning || r.status == agentsagatype.RunAwaitingApproval:
+				open++
+			case r.status == agentsagatype.RunQueued:
+				queued++
+			}
+		}
+		if open == 0 && queued > 0 && store != nil && runCtx.Err() == nil {
+			root := ledgerdb.RootAccount(spendAccount)
+			n, err := store.AdmitQueued(ctx, root)
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 {
+				if _, err := poll.Exec(ctx, `SELECT pg_notify($1, $2)`, ledgerdb.AdmissionChannel, root); err != nil {
+					return nil, fmt.Errorf("notify the admission loops: %w", err)
+				}
+				open += n
+			}
+		}
+		if open == 0 || runCtx.Err() != nil {
+			return runs, nil
+		}
+		select {
+		case <-runCtx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// resetSpendPeriod moves the clock of the account's caps on by a period,
+// as a test's fake clock would: the current period's rows are moved back
+// by n months (the nth reset), behind the rows of the resets before, so
+// that a new period starts with nothing spent. Then the admission loops
+// are told, as a reset's timer tells them.
+func resetSpendPeriod(ctx context.Context, conn *pgx.Conn, account string, n int) error {
+	if _, err := conn.Exec(ctx, `UPDATE spend_periods SET starts = starts - make_interval(months => $2), resets = resets - make_interval(months => $2)
+		WHERE account = $1 AND period = $3 AND resets > clock_timestamp()`, account, n, ledgerdb.SpendMonth); err != nil {
+		return fmt.Errorf("reset the spend period of %s: %w", account, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_notify($1, $2)`, ledgerdb.AdmissionChannel, ledgerdb.RootAccount(account)); err != nil {
+		return fmt.Errorf("notify the admission loops: %w", err)
+	}
+	return nil
+}
+
+// spendAdmission reads the admission queue's books, leaving out the runs
+// whose IDs start with except (when it is not empty).
+func spendAdmission(ctx context.Context, conn *pgx.Conn, except string) (SpendAdmission, error) {
+	var a SpendAdmission
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE admitted_at IS NOT NULL), count(*) FILTER (WHERE status = 'admitted'),
+		coalesce(sum(held), 0)::float8, (SELECT coalesce(sum(reserved), 0)::float8 FROM spend_periods)
+		FROM run_admissions WHERE $1 = '' OR NOT starts_with(run_id, $1)`, except).
+		Scan(&a.Admitted, &a.StillAdmitted, &a.HeldUSD, &a.ReservedUSD); err != nil {
+		return a, fmt.Errorf("read the admission queue: %w", err)
+	}
+	return a, nil
 }
 
 func cmpNonEmpty(a, b string) string {
@@ -474,14 +729,21 @@ func cmpNonEmpty(a, b string) string {
 // check-then-record contender's book of the account's spend.
 func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, contender string) error {
 	switch contender {
-	case SpendAgentsaga:
+	case SpendAgentsaga, SpendAgentsagaTurn:
 		store, err := ledgerdb.Open(ctx, db.url)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		_, err = store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: spendAccount, Period: ledgerdb.SpendMonth, USD: m.cfg.CapUSD,
-			OnExhausted: agentsagatype.OnExhaustedFinish}, "bench")
+		if _, err = store.SetSpendCap(ctx, ledgerdb.SpendCap{Account: spendAccount, Period: ledgerdb.SpendMonth, USD: m.cfg.CapUSD,
+			OnExhausted: agentsagatype.OnExhaustedFinish}, "bench"); err != nil {
+			return err
+		}
+		if contender == SpendAgentsagaTurn {
+			// The cap's admit column (migration 00029): shared out turn by
+			// turn, as before admission by run.
+			_, err = store.Pool().Exec(ctx, `UPDATE spend_caps SET admit = 'turn' WHERE account = $1`, spendAccount)
+		}
 		return err
 	case SpendCheck:
 		conn, err := pgx.Connect(ctx, db.url)
@@ -501,7 +763,7 @@ func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, conten
 // (check-then-record).
 func (m spendMeasurement) books(ctx context.Context, db *fleetDatabase, contender string, row *SpendRow) error {
 	switch contender {
-	case SpendAgentsaga:
+	case SpendAgentsaga, SpendAgentsagaTurn:
 		store, err := ledgerdb.Open(ctx, db.url)
 		if err != nil {
 			return err
@@ -539,8 +801,26 @@ func (m spendMeasurement) books(ctx context.Context, db *fleetDatabase, contende
 // one.
 func SpendSpec(cfg SpendConfig, url, contender string) (agentsaga.RunSpec, error) {
 	account := ""
-	if contender == SpendAgentsaga {
-		account = ", account: " + spendAccount
+	if contender == SpendAgentsaga || contender == SpendAgentsagaTurn {
+		account = spendAccount
+	}
+	spec, err := spendRunSpec(cfg, url, account)
+	if err != nil {
+		return spec, err
+	}
+	if contender == SpendCheck {
+		// Set after parsing: ParseSpec knows the built-in providers only;
+		// Start checks it against StartOptions.ModelProviders.
+		spec.Model.Provider = SpendCheckProvider
+	}
+	return spec, nil
+}
+
+// spendRunSpec is the spend scenario's run, charged to account when it is
+// not empty.
+func spendRunSpec(cfg SpendConfig, url, account string) (agentsaga.RunSpec, error) {
+	if account != "" {
+		account = ", account: " + account
 	}
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
 goal: %q
@@ -557,11 +837,6 @@ tools:
 		agentsagatype.ProviderOpenAI, spendModel, url, cfg.MaxTokens, cfg.USDPerMillion, rateLimitTool, rateLimitToolSchema)))
 	if err != nil {
 		return spec, fmt.Errorf("%s: spec: %w", spendLabel, err)
-	}
-	if contender == SpendCheck {
-		// Set after parsing: ParseSpec knows the built-in providers only;
-		// Start checks it against StartOptions.ModelProviders.
-		spec.Model.Provider = SpendCheckProvider
 	}
 	spec.SearchAttributes = true
 	return spec, nil
@@ -596,6 +871,9 @@ type spendProvider struct {
 	counts SpendProviderCounts
 	// bills is each reply's cost at the bench's price, in the order billed.
 	bills []spendBill
+	// firsts is when the first request of each conversation (by its first
+	// user message: a run's goal) arrived.
+	firsts map[string]time.Time
 }
 
 // spendBill is one reply the provider billed: when, and what it cost.
@@ -609,7 +887,7 @@ func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spend provider: %w", err)
 	}
-	p := &spendProvider{cfg: cfg, listener: listener, random: rand.New(rand.NewPCG(3, 1))}
+	p := &spendProvider{cfg: cfg, listener: listener, random: rand.New(rand.NewPCG(3, 1)), firsts: map[string]time.Time{}}
 	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.server.Serve(listener) }()
 	return p, nil
@@ -619,6 +897,16 @@ func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
 func (p *spendProvider) URL() string { return "http://" + p.listener.Addr().String() + "/v1" }
 
 func (p *spendProvider) Close() error { return p.server.Close() }
+
+// FirstRequest is when the first request whose first user message is
+// goal arrived.
+func (p *spendProvider) FirstRequest(goal string) (time.Time, bool) {
+	content, _ := json.Marshal(goal)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.firsts[string(content)]
+	return at, ok
+}
 
 // Counts is what the provider has answered and counted so far.
 func (p *spendProvider) Counts() SpendProviderCounts {
@@ -656,11 +944,20 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
 		return
 	}
+	arrived := time.Now()
 	prompt, completion := int64(requestTokens(req, body)), p.cfg.CompletionTokens
 	if limit := req.maxTokens(); limit >= 0 {
 		completion = min(completion, limit)
 	}
 	p.mu.Lock()
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			if _, seen := p.firsts[string(m.Content)]; !seen {
+				p.firsts[string(m.Content)] = arrived
+			}
+			break
+		}
+	}
 	latency := p.cfg.LatencyMin
 	if spread := p.cfg.LatencyMax - p.cfg.LatencyMin; spread > 0 {
 		latency += time.Duration(p.random.Int64N(int64(spread) + 1))
@@ -754,6 +1051,9 @@ type SpendWorkerConfig struct {
 	Account       string
 	CapUSD        float64
 	USDPerMillion float64
+	// MaxActivities bounds the activities the worker runs at once (the
+	// SDK's MaxConcurrentActivityExecutionSize); 0 keeps the SDK's.
+	MaxActivities int
 }
 
 // RunSpendWorker runs one worker process of the spend scenario until ctx
@@ -782,7 +1082,8 @@ func RunSpendWorker(ctx context.Context, out io.Writer, c client.Client, cfg Spe
 			return &checkThenRecord{inner: inner, pool: pool, account: cfg.Account, capUSD: cfg.CapUSD, price: cfg.USDPerMillion, refused: &refused}, nil
 		}
 	}
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: cfg.Queue, Models: models}})
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: cfg.Queue, Models: models},
+		Worker: sdkworker.Options{MaxConcurrentActivityExecutionSize: cfg.MaxActivities}})
 	if err != nil {
 		return fmt.Errorf("bench: spend-worker: %w", err)
 	}
@@ -807,26 +1108,22 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		cfg.LatencyMin, cfg.LatencyMax, cfg.USDPerMillion)
 	fmt.Fprintf(out, "  %s: budget.usd per run, no account; %s: a custom model provider on the workers that SELECTs the account's spend\n", SpendPerRunContender, SpendCheckContender)
 	fmt.Fprintf(out, "    before each call, refuses at or over the cap (HTTP 400 budget_exceeded), and UPDATEs it by the call's cost after (as LiteLLM);\n")
-	fmt.Fprintf(out, "  %s: budget.account %s with a $%.2f a month cap (ledger.SetSpendCap, on_exhausted finish)\n", SpendAgentsagaContender, spendAccount, cfg.CapUSD)
+	fmt.Fprintf(out, "  %s: budget.account %s with a $%.2f a month cap (ledger.SetSpendCap, on_exhausted finish), runs admitted whole or queued (admit: run, the default);\n",
+		SpendAgentsagaContender, spendAccount, cfg.CapUSD)
+	fmt.Fprintf(out, "  %s: the same cap set to admit: turn, shared out a turn at a time\n", SpendAgentsagaTurnContender)
+	fmt.Fprintf(out, "  one run alone (measured first, 1 process): $%.4f, so the cap pays for %d runs (PAYABLE)\n", result.AloneUSD, result.Payable)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
+	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPAYABLE\tGOODPUT\tQUEUED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
 	for _, r := range result.Rows {
-		other := r.Runs - r.Completed - r.Partial - r.Waiting - r.Escalated - r.Failed
 		stmts := "2"
 		if r.Contender == SpendCheckContender {
 			stmts = "2+2"
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t$%.2f\t$%.2f\t$%.2f\t%.0f%%\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\n",
+		fmt.Fprintf(tw, "  %d\t%s\t$%.2f\t$%.2f\t$%.2f\t%.0f%%\t%.1f%%\t%d\t%d\t%d\t%.0f%%\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.1f\n",
 			r.Processes, r.Contender, r.SpentUSD, r.CapUSD, r.OverspendUSD, 100*r.OverspendShare, 100*r.Utilisation, r.Requests,
-			r.Completed, r.Partial, r.Waiting, r.Escalated, r.Failed, other, stmts, r.Seconds)
+			r.Completed, r.Payable, 100*r.Goodput, r.Queued, r.Partial, r.Waiting, r.Escalated, r.Failed, r.Runs-r.stated(), stmts, r.Seconds)
 	}
 	tw.Flush()
-	for _, r := range result.Rows {
-		if r.Contender == SpendPerRunContender && r.Completed == r.Runs && r.Runs > 0 {
-			fmt.Fprintf(out, "  a run alone: $%.3f (the per-run contender, %d processes: every run completed, none bounded by another)\n", r.SpentUSD/float64(r.Runs), r.Processes)
-			break
-		}
-	}
 	for _, r := range result.Rows {
 		switch {
 		case r.LedgerSpentUSD != nil:
@@ -835,6 +1132,24 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		case r.GatewaySpentUSD != nil:
 			fmt.Fprintf(out, "  %s, %d processes: the gateway's table holds $%.4f spent (the provider's usage: $%.4f)\n",
 				r.Contender, r.Processes, *r.GatewaySpentUSD, r.SpentUSD)
+		}
+	}
+	for _, r := range result.Rows {
+		for i, p := range r.Resets {
+			fmt.Fprintf(out, "  %s, %d processes: period reset %d: %d more runs completed, $%.2f spent of the new period's $%.2f (%d model turns), %d still queued, %.1f s\n",
+				r.Contender, r.Processes, i+1, p.Completed, p.SpentUSD, r.CapUSD, p.Requests, p.Queued, p.Seconds)
+		}
+		if r.Contender == SpendAgentsagaContender && r.Completed > 0 {
+			fmt.Fprintf(out, "  %s, %d processes: a completed run cost $%.4f on average in the cap's period (one alone: $%.4f)\n",
+				r.Contender, r.Processes, r.SpentUSD/float64(r.Completed), result.AloneUSD)
+		}
+		if r.QueuedBehind > 0 {
+			fmt.Fprintf(out, "  %s, %d processes: %d of the %d queued runs have no reason in the ledger's run row (runs.status_detail): a pass writes why to the first run that does not fit, not to those behind it\n",
+				r.Contender, r.Processes, r.QueuedBehind, r.Queued)
+		}
+		if a := r.Admission; a != nil {
+			fmt.Fprintf(out, "  %s, %d processes: at the end, %d runs were ever admitted, %d still admitted, $%.4f held as run reservations, $%.4f reserved in the spend periods\n",
+				r.Contender, r.Processes, a.Admitted, a.StillAdmitted, a.HeldUSD, a.ReservedUSD)
 		}
 	}
 	seen := map[string]bool{}
@@ -847,16 +1162,21 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		}
 	}
 	for _, r := range result.Rows {
-		if r.Contender != SpendAgentsagaContender {
+		if r.Contender != SpendAgentsagaContender && r.Contender != SpendAgentsagaTurnContender {
 			continue
 		}
 		noOver, utilised, stated := SpendVerdicts(r)
-		fmt.Fprintf(out, "  TARGET %s, %d processes: overspend $%.2f = $0.00 (%s); %.1f%% of the cap >= 95%% (%s); %d of %d runs ended in a stated status (%s)\n",
+		fmt.Fprintf(out, "  TARGET %s, %d processes: overspend $%.2f = $0.00 (%s); %.1f%% of the cap >= 95%% (%s); %d of %d runs ended in a stated status or queued (%s)\n",
 			r.Contender, r.Processes, r.OverspendUSD, verdict(noOver), 100*r.Utilisation, verdict(utilised),
-			r.Completed+r.Partial+r.Waiting+r.Escalated+r.Failed-r.Unexplained, r.Runs, verdict(stated))
+			r.stated()-r.Unexplained, r.Runs, verdict(stated))
+		goodput, othersQueued, drained := GoodputVerdicts(r)
+		fmt.Fprintf(out, "  TARGET %s, %d processes: goodput %d of %d payable = %.0f%% >= 90%% (%s); the other %d runs queued, not cut short (%s); after %d period resets, every queued run completed, no period over its cap (%s)\n",
+			r.Contender, r.Processes, r.Completed, r.Payable, 100*r.Goodput, verdict(goodput), r.Runs-r.Completed, verdict(othersQueued), len(r.Resets), verdict(drained))
 	}
-	fmt.Fprintln(out, "\n  SPENT: the provider's counted usage at the bench's price; OVERSPEND: spent past the cap; OF CAP: spent over the cap;")
-	fmt.Fprintln(out, "  TURNS: model turns the provider answered; PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;")
+	fmt.Fprintln(out, "\n  SPENT: the provider's counted usage at the bench's price, in the cap's period (before any reset); OVERSPEND: spent past the cap; OF CAP: spent over the cap;")
+	fmt.Fprintln(out, "  TURNS: model turns the provider answered; PAYABLE: the cap over what one run alone costs, rounded down; GOODPUT: COMPLETED over PAYABLE")
+	fmt.Fprintln(out, "    (a figure only with $0.00 over: a contender that overspends completes more runs than the cap pays for); QUEUED: runs waiting for admission;")
+	fmt.Fprintln(out, "  PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;")
 	fmt.Fprintln(out, "  STATEMENTS A TURN: a model turn's ledger statements as TestStatementsPerSuccessfulCall counts them, not measured here: 2 (the claim,")
 	fmt.Fprintln(out, "    which holds agentsaga's reservation, and the settle, which settles it), plus the gateway's SELECT and UPDATE for check-then-record")
 }
@@ -946,7 +1266,7 @@ func SpendChart(path string, rows []SpendRow) error {
 				if r.OverspendUSD > 0 {
 					figure = fmt.Sprintf("$%.2f over the cap", r.OverspendUSD)
 				}
-				p.Legend.Add(fmt.Sprintf("%s: $%.2f, %s", r.Contender, r.SpentUSD, figure), line)
+				p.Legend.Add(fmt.Sprintf("%s: $%.2f, %s, %d runs completed", r.Contender, r.SpentUSD, figure, r.Completed), line)
 			}
 		}
 		p.X.Min, p.X.Max = 0, maxX*1.02

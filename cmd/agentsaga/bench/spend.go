@@ -541,7 +541,7 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	}
 	// The queued runs wait for room: a period reset gives it, one period
 	// at a time, until none waits.
-	for len(row.Resets) < cfg.Resets && row.Queued > 0 && runCtx.Err() == nil {
+	for queued := row.Queued; len(row.Resets) < cfg.Resets && queued > 0 && runCtx.Err() == nil; queued = row.Resets[len(row.Resets)-1].Queued {
 		before, from := counts, time.Now()
 		if err := resetSpendPeriod(ctx, poll, spendAccount, len(row.Resets)+1); err != nil {
 			return fail(err)

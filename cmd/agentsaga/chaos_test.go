@@ -132,7 +132,7 @@ var (
 	chaosFaults     = []chaosFault{faultKill, faultPause, faultPostgres, faultSlow}
 	chaosBoundaries = []chaosBoundary{boundaryBeforeClaim, boundaryWaitingKey, boundaryDuringEffect, boundaryAfterEffect, boundaryDuringWalk,
 		boundaryAdmitting}
-	chaosTimeouts   = []int{3, 30, 60}
+	chaosTimeouts = []int{3, 30, 60}
 )
 
 // chaosCapMode is how the spend cap of a run's account meets its model

@@ -122,7 +122,7 @@ type FairnessRun struct {
 	RunsB     int    `json:"runs_b"`
 	// BFirstTurnMs are B's runs' times to first turn, from just before
 	// each Start to its first request at the provider, sorted.
-	BFirstTurnMs []float64  `json:"b_first_turn_ms,omitempty"`
+	BFirstTurnMs []float64   `json:"b_first_turn_ms,omitempty"`
 	BFirstTurn   Percentiles `json:"b_first_turn"`
 	// ASeconds is from A's first Start to its last run's end;
 	// ARunsPerSecond is RunsA over it.

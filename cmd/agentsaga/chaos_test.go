@@ -845,17 +845,24 @@ func (r *chaosRun) injectBeforeClaim(ctx context.Context) {
 	}))
 	r.faultAttempt = started.number
 	r.note("worker-1's claim of %s (attempt %d) is blocked", r.faultActivity, r.faultAttempt)
+	// Killed, the dead worker's session is still waiting: when the row
+	// goes, it claims the key for an attempt that no longer exists. Paused,
+	// its claim goes through while it sleeps; it learns of it when it wakes.
+	r.strikeBlocked(ctx, first, "the claim")
+}
+
+// strikeBlocked does the case's fault to first, whose session waits on
+// the harness's block, and lets the block go: at once after a kill or a
+// pause (and worker-2 starts), after the heartbeat timeout and 2 s for a
+// slow fault; a Postgres restart ends the block with every session.
+func (r *chaosRun) strikeBlocked(ctx context.Context, first *process, what string) {
 	switch r.cc.Fault {
-	case faultKill:
-		// The dead worker's session is still waiting: when the row goes,
-		// it claims the key for an attempt that no longer exists.
-		r.kill(first)
-		r.block.release()
-		r.startWorker("worker-2")
-	case faultPause:
-		// The paused worker's claim goes through while it sleeps; it learns
-		// of it when it wakes.
-		r.pause(first)
+	case faultKill, faultPause:
+		if r.cc.Fault == faultKill {
+			r.kill(first)
+		} else {
+			r.pause(first)
+		}
 		r.block.release()
 		r.startWorker("worker-2")
 	case faultPostgres:
@@ -863,7 +870,7 @@ func (r *chaosRun) injectBeforeClaim(ctx context.Context) {
 	case faultSlow:
 		r.must(sleepCtx(ctx, r.cc.heartbeatTimeout()+2*time.Second))
 		r.block.release()
-		r.note("released the claim after %s", r.cc.heartbeatTimeout()+2*time.Second)
+		r.note("let %s go after %s", what, r.cc.heartbeatTimeout()+2*time.Second)
 	}
 }
 
@@ -876,22 +883,7 @@ func (r *chaosRun) injectAdmitting(ctx context.Context) {
 	r.must(r.waitForWaiter(ctx, r.block, "worker-1's admission of "+r.wf+" to wait for the queue's lock"))
 	first := r.workers[0]
 	r.note("worker-1's admission of %s waits for the queue's lock", r.wf)
-	switch r.cc.Fault {
-	case faultKill:
-		r.kill(first)
-		r.block.release()
-		r.startWorker("worker-2")
-	case faultPause:
-		r.pause(first)
-		r.block.release()
-		r.startWorker("worker-2")
-	case faultPostgres:
-		r.restartPostgres(ctx, nil)
-	case faultSlow:
-		r.must(sleepCtx(ctx, r.cc.heartbeatTimeout()+2*time.Second))
-		r.block.release()
-		r.note("let the queue's lock go after %s", r.cc.heartbeatTimeout()+2*time.Second)
-	}
+	r.strikeBlocked(ctx, first, "the queue's lock")
 }
 
 func (r *chaosRun) injectWaitingForKey(ctx context.Context) {

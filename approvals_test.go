@@ -388,7 +388,8 @@ func TestApprovalTimeout(t *testing.T) {
 	})
 	t.Run("escalate", func(t *testing.T) {
 		desk := &refunds{}
-		tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutSeconds: 1}))
+		tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutSeconds: 1,
+			OnTimeout: agentsagatype.ApprovalTimeoutEscalate}))
 		spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 6},
 			Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 10}), agentsagatest.Call("refund", moneyArgs{"A", 10}),
 				agentsagatest.Answer("done")), Tools: specs(tools)}

@@ -19,6 +19,7 @@ import (
 func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.RequestApproval(ctx, req)
 	if err == nil {
+		approval.Deadline, approval.OnTimeout = req.Deadline, req.OnTimeout // the run's, not the ledger's
 		a.publish(ctx, approval.WorkflowID, approval.Key+"/approval", runevents.AwaitingApproval, approval.Key, approval)
 	}
 	return approval, err

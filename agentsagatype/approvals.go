@@ -239,6 +239,12 @@ type ApprovalRequest struct {
 	// Why says what made the call need approval: the tool's rule, or the
 	// per-call limit it is over.
 	Why string `json:"why"`
+	// Deadline is when the wait times out, and OnTimeout what follows
+	// (ApprovalSpec.OnTimeout, resolved): set by runs whose waits have
+	// deadlines (agentsaga-commands 10), published with the request;
+	// the ledger does not keep them.
+	Deadline  time.Time `json:"deadline,omitzero"`
+	OnTimeout string    `json:"on_timeout,omitempty"`
 }
 
 // Approval is an approval request with its decision so far.

@@ -208,6 +208,7 @@ func (r *run) publishWait(ctx workflow.Context, e wire.WaitEvent) {
 func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 	escalated := workflow.Now(ctx)
 	own, runEnds := r.spec.Escalate.timeout(), r.RunBudget.Deadline()
+	options := "Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)"
 	var deadline time.Time
 	if own > 0 {
 		deadline = escalated.Add(own)
@@ -229,9 +230,14 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 	if deadline.IsZero() {
 		reminders.until = escalated.Add(time.Duration(agentsagatype.MaxReminders+1) * reminders.every)
 	}
+	switch {
+	case ownFirst:
+		options += fmt.Sprintf("\n\n**Deadline:** %s, then %s (escalate.on_timeout)", deadline.UTC().Format(time.RFC3339), onTimeout)
+	case !deadline.IsZero():
+		options += fmt.Sprintf("\n\n**Deadline:** %s, the run's", deadline.UTC().Format(time.RFC3339))
+	}
 	reminded := 0
-	in := r.waitForHumanUntil(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
-		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", deadline,
+	in := r.waitForHumanUntil(ctx, waitingEscalation, agentsagatype.RunEscalated, why, options, deadline,
 		func(now time.Time) time.Time {
 			for reminders.due(now, reminded) {
 				reminded++

@@ -121,6 +121,18 @@ model:
 	assert.Equal(t, w.Since.Add(30*time.Minute), w.Deadline, "the deadline is fixed from the request")
 	assert.Equal(t, agentsagatype.OnTimeoutDeny, w.OnTimeout, "an unresolved spec's approval denies by default")
 	assert.Equal(t, 2, w.Reminded)
+	var waiting runevents.Event
+	events, err := runevents.New(store.Pool()).Read(context.Background(), workflowID, 0, 1000)
+	require.NoError(t, err)
+	for _, e := range events {
+		if e.Kind == runevents.AwaitingApproval {
+			waiting = e
+		}
+	}
+	var published agentsagatype.Approval
+	require.NoError(t, json.Unmarshal(waiting.Data, &published))
+	assert.Equal(t, w.Deadline, published.Deadline, "approval.waiting says when it times out")
+	assert.Equal(t, agentsagatype.OnTimeoutDeny, published.OnTimeout)
 	assert.Empty(t, after, "denied at 30m")
 
 	errs := toolErrorsOf(result)

@@ -248,15 +248,13 @@ type ApprovalWait struct {
 	Since time.Time `json:"since"`
 	// Timeout is how long it waits before the spec's on_timeout applies.
 	Timeout time.Duration `json:"timeout"`
-	// Deadline is when it times out, Since plus Timeout (a wait asked
-	// again after an escalating timeout: from the new ask), OnTimeout what
-	// follows then, and Reminded the reminders its wait published; Asked
-	// counts the waits of an escalating timeout's request. Set from
+	// Reminded is the reminders its wait published, and Asked the waits
+	// of an escalating timeout's request before this one. With its
+	// Deadline (Since plus Timeout; a wait asked again after an escalating
+	// timeout: from the new ask) and OnTimeout, set from
 	// agentsaga-commands 10 (before, the wait's timeout ran from each ask).
-	Deadline  time.Time `json:"deadline,omitzero"`
-	OnTimeout string    `json:"on_timeout,omitempty"`
-	Reminded  int       `json:"reminded,omitempty"`
-	Asked     int       `json:"asked,omitempty"`
+	Reminded int `json:"reminded,omitempty"`
+	Asked    int `json:"asked,omitempty"`
 	// Decision is the Update accepted for it; Recorded is the ledger's
 	// record of that decision, which the call waits for before it goes.
 	Decision *wire.ApprovalDecision  `json:"decision,omitempty"`
@@ -279,11 +277,17 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 	if i >= 0 {
 		w = r.Approvals[i]
 		c.activityID, c.entry.ActivityID = w.Call, w.Call
+		if r.deadlines() {
+			r.setApprovalDeadline(ctx, w, rule)
+		}
 	} else {
 		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
 			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
 			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
 		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
+		if r.deadlines() {
+			r.setApprovalDeadline(ctx, w, rule)
+		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
 		})
@@ -303,13 +307,14 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 		}
 		r.Approvals = append(r.Approvals, w)
 	}
-	if r.deadlines() {
-		r.setApprovalDeadline(ctx, w, rule)
-	}
 	if w.Recorded == nil {
+		deadline := ""
+		if r.deadlines() {
+			deadline = fmt.Sprintf("\n\n**Deadline:** %s, then %s (on_timeout)", w.Deadline.UTC().Format(time.RFC3339), w.OnTimeout)
+		}
 		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
-			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})",
-				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call),
+			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})%s",
+				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call, deadline),
 			r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
 		start := workflow.Now(ctx)
 		if r.deadlines() {

@@ -266,10 +266,12 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 	timedOut := event
 	timedOut.Key, timedOut.TimedOut, timedOut.Reminders = fmt.Sprintf("%s/escalation-%d/timed-out", r.workflowID, r.Escalations), true, reminded
 	if !ownFirst {
+		// The run's own deadline, not the wait's: the reason is the one
+		// the run's wall clock always gave; the event says who was told.
 		timedOut.Action = timeoutOutOfTime
 		timedOut.Reason = "the deadline passed while escalated (" + why + "); " + told("run.escalated", reminded)
 		r.publishWait(ctx, timedOut)
-		result := r.outOfBudget(ctx, "", "", r.withWaits(timedOut.Reason, "the wall clock"))
+		result := r.outOfBudget(ctx, "", "", r.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
 		return &result
 	}
 	switch onTimeout {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
@@ -143,25 +142,9 @@ func TestApprovalDeadlineSurvivesTheWorker(t *testing.T) {
 	desk := &refunds{}
 	tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutAfter: "6s"}))
 	store := agentsagatest.NewLedger(t)
-	cfg := agentsaga.Config{Tools: tools, TaskQueue: agentsagatest.RunID(t), Bucket: "bucket-" + t.Name()}
-	startWorker := func() (worker.Worker, *agentsaga.Engine) {
-		engine, err := agentsaga.New(ctx, store, cfg)
-		require.NoError(t, err)
-		w := worker.New(devServer.Client(), engine.TaskQueue(), engine.WorkerOptions(worker.Options{}))
-		engine.Register(w)
-		require.NoError(t, w.Start())
-		return w, engine
-	}
-	w, engine := startWorker()
-	spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 4},
-		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 10}), agentsagatest.Answer("done")), Tools: specs(tools)}
-	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
-	require.NoError(t, err)
-	wait := waitForApproval(t, run)
-	w.Stop()
-	require.NoError(t, engine.Close())
+	run, wait, startWorker := startThenLoseTheWorker(ctx, t, store, tools)
 	time.Sleep(5 * time.Second)
-	w, engine = startWorker()
+	w, engine := startWorker()
 	t.Cleanup(func() {
 		w.Stop()
 		require.NoError(t, engine.Close())

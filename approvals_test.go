@@ -388,7 +388,8 @@ func TestApprovalTimeout(t *testing.T) {
 	})
 	t.Run("escalate", func(t *testing.T) {
 		desk := &refunds{}
-		tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutSeconds: 1}))
+		tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutSeconds: 1,
+			OnTimeout: agentsagatype.ApprovalTimeoutEscalate}))
 		spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 6},
 			Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 10}), agentsagatest.Call("refund", moneyArgs{"A", 10}),
 				agentsagatest.Answer("done")), Tools: specs(tools)}
@@ -412,14 +413,12 @@ func TestApprovalTimeout(t *testing.T) {
 	})
 }
 
-// The worker dies while a call waits: the wait is durable, and the approval
-// given while no worker runs applies once on the next worker.
-func TestApprovalSurvivesTheWorker(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	desk := &refunds{}
-	tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways}))
-	store := agentsagatest.NewLedger(t)
+// startThenLoseTheWorker starts a worker for tools on a queue of the
+// test's own, writing store, and a run that refunds A 10 once and
+// answers; it stops the worker once the call waits for approval, and
+// returns the run, the wait, and how to start another worker there.
+func startThenLoseTheWorker(ctx context.Context, t *testing.T, store *ledger.Store, tools []agentsaga.Tool) (*agentsaga.Run, agentsaga.ApprovalWait, func() (worker.Worker, *agentsaga.Engine)) {
+	t.Helper()
 	cfg := agentsaga.Config{Tools: tools, TaskQueue: agentsagatest.RunID(t), Bucket: "bucket-" + t.Name()}
 	startWorker := func() (worker.Worker, *agentsaga.Engine) {
 		engine, err := agentsaga.New(ctx, store, cfg)
@@ -437,6 +436,18 @@ func TestApprovalSurvivesTheWorker(t *testing.T) {
 	wait := waitForApproval(t, run)
 	w.Stop()
 	require.NoError(t, engine.Close())
+	return run, wait, startWorker
+}
+
+// The worker dies while a call waits: the wait is durable, and the approval
+// given while no worker runs applies once on the next worker.
+func TestApprovalSurvivesTheWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &refunds{}
+	tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways}))
+	store := agentsagatest.NewLedger(t)
+	run, wait, startWorker := startThenLoseTheWorker(ctx, t, store, tools)
 
 	decided := make(chan error, 1)
 	go func() {
@@ -444,7 +455,7 @@ func TestApprovalSurvivesTheWorker(t *testing.T) {
 		decided <- err
 	}()
 	time.Sleep(time.Second) // the Update waits for a worker
-	w, engine = startWorker()
+	w, engine := startWorker()
 	t.Cleanup(func() {
 		w.Stop()
 		require.NoError(t, engine.Close())

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -18,6 +19,7 @@ import (
 func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.RequestApproval(ctx, req)
 	if err == nil {
+		approval.Deadline, approval.OnTimeout = req.Deadline, req.OnTimeout // the run's, not the ledger's
 		a.publish(ctx, approval.WorkflowID, approval.Key+"/approval", runevents.AwaitingApproval, approval.Key, approval)
 	}
 	return approval, err
@@ -39,6 +41,26 @@ func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision
 		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeNotFound, nil)
 	}
 	return approval, err
+}
+
+// PublishWaitEvent publishes a wait for a person's reminder, or its
+// timeout, to the run's event log, under the event's key: a retried
+// attempt stores it once. Unlike the events the activities publish beside
+// a record, it fails when the log cannot be written, so that its retries
+// tell people.
+func (a *Activities) PublishWaitEvent(ctx context.Context, e wire.WaitEvent) error {
+	kind := map[[2]bool]string{
+		{true, false}:  runevents.ApprovalReminder,
+		{true, true}:   runevents.ApprovalTimedOut,
+		{false, false}: runevents.EscalationReminder,
+		{false, true}:  runevents.EscalationTimedOut,
+	}[[2]bool{e.Of == wire.WaitApproval, e.TimedOut}]
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), "BadEvent", nil)
+	}
+	_, err = runevents.New(a.Ledger.Pool()).Publish(ctx, e.WorkflowID, runevents.Event{Key: e.Key, Kind: kind, CallKey: e.CallKey, Data: raw})
+	return err
 }
 
 // HoldLimit counts a call against its run's limit on a tool's arguments,

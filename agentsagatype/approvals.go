@@ -14,15 +14,38 @@ const (
 	ApprovalNever  = "never"
 )
 
-// What a run does when nobody decides on an approval in time
-// (ApprovalSpec.OnTimeout).
+// What a run does when nobody answers a wait for a person in time (an
+// approval rule's on_timeout, escalate.on_timeout). Every wait for a
+// person has a deadline (ARCHITECTURE.md decision 22); these say what
+// follows it.
 const (
-	// ApprovalTimeoutEscalate escalates the run; the request stays open, so
-	// a human may still approve or deny it, and the model's next identical
-	// call picks up the decision.
+	// OnTimeoutDeny refuses the call as a human's deny would: it is not
+	// sent, the model reads why (the timeout, and what the run published
+	// while it waited), and the run goes on without it. An approval's
+	// default from spec version 4.
+	OnTimeoutDeny = "deny"
+	// OnTimeoutAbort aborts the run as a human's abort would: it walks its
+	// compensations backwards and ends compensated. An escalation's
+	// default from spec version 4.
+	OnTimeoutAbort = "abort"
+	// OnTimeoutResume, for an escalation only, resumes the run as a human's
+	// resume would, with no budget added: the model is told that nobody
+	// answered, and goes on with what it has. An approval has no resume:
+	// nothing is sent without a human's yes.
+	OnTimeoutResume = "resume"
+	// OnTimeoutFinish, for an escalation only, ends the run gracefully: a
+	// last turn writes a partial answer and a handoff note, kept or
+	// compensated as on_budget_exhausted says.
+	OnTimeoutFinish = "finish"
+
+	// ApprovalTimeoutEscalate, an approval's on_timeout before spec
+	// version 4 (and its default there), escalates the run; the request
+	// stays open, so a human may still approve or deny it, and the model's
+	// next identical call picks up the decision (or waits once more).
 	ApprovalTimeoutEscalate = "escalate"
-	// ApprovalTimeoutFail ends the run: it fails and walks its
-	// compensations, naming the call nobody approved.
+	// ApprovalTimeoutFail, an approval's on_timeout before spec version 4,
+	// ends the run: it fails and walks its compensations, naming the call
+	// nobody approved.
 	ApprovalTimeoutFail = "fail"
 )
 
@@ -30,21 +53,34 @@ const (
 // spec does not say: a working day and a night.
 const DefaultApprovalTimeout = 24 * time.Hour
 
+// MaxReminders bounds the reminders of one wait for a person
+// (remind_every against timeout): each is a timer and an event in the
+// run's history, which does not continue as new while a person is awaited.
+const MaxReminders = 48
+
 // ApprovalSpec says when a call of a tool waits for a human's yes before it
-// is sent. In a spec it is an object, or just its rule: "approval":
-// "always". A tool marked irreversible needs approval always unless its
-// spec says "never".
+// is sent, and how long. In a spec it is an object, or just its rule:
+// "approval": "always". A tool marked irreversible needs approval always
+// unless its spec says "never".
 type ApprovalSpec struct {
 	// When is "always", "never", or a CEL condition on the call's
 	// arguments (amount > 100): the call waits when it holds, and when it
 	// cannot be evaluated (a missing argument).
 	When string `json:"when"`
-	// TimeoutSeconds bounds the wait; DefaultApprovalTimeout when 0. The
-	// run's wall-clock budget does not run while it waits.
+	// TimeoutAfter (timeout in a spec: a Go duration, 30m) bounds the
+	// wait; DefaultApprovalTimeout when empty. TimeoutSeconds is its older
+	// form, still read; a spec sets one of the two. The run's wall-clock
+	// budget does not run while it waits.
+	TimeoutAfter   string  `json:"timeout,omitempty"`
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
-	// OnTimeout is ApprovalTimeoutEscalate (the default) or
-	// ApprovalTimeoutFail.
+	// OnTimeout is what follows the timeout: OnTimeoutDeny (the default
+	// from spec version 4) or OnTimeoutAbort; ApprovalTimeoutEscalate (the
+	// default before) and ApprovalTimeoutFail keep their meaning.
 	OnTimeout string `json:"on_timeout,omitempty"`
+	// RemindEvery (remind_every: a Go duration, 10m) publishes a reminder
+	// each period while the call waits, at most MaxReminders in a wait;
+	// none when empty.
+	RemindEvery string `json:"remind_every,omitempty"`
 }
 
 // UnmarshalJSON takes the object, or a string that is its rule. An unknown
@@ -67,10 +103,19 @@ func (a *ApprovalSpec) UnmarshalJSON(data []byte) error {
 
 // Timeout is how long a call waits for a decision.
 func (a ApprovalSpec) Timeout() time.Duration {
+	if d, err := time.ParseDuration(a.TimeoutAfter); err == nil && d > 0 {
+		return d
+	}
 	if a.TimeoutSeconds <= 0 {
 		return DefaultApprovalTimeout
 	}
 	return time.Duration(a.TimeoutSeconds * float64(time.Second))
+}
+
+// Reminders is the period of the wait's reminders; 0 for none.
+func (a ApprovalSpec) Reminders() time.Duration {
+	d, _ := time.ParseDuration(a.RemindEvery)
+	return max(d, 0)
 }
 
 // Validate checks what it can without the tool's schema; the condition
@@ -81,8 +126,46 @@ func (a ApprovalSpec) Validate() error {
 		return fmt.Errorf("approval.when: empty (%q, %q or a condition such as amount > 100)", ApprovalAlways, ApprovalNever)
 	case a.TimeoutSeconds < 0:
 		return fmt.Errorf("approval.timeout_seconds: %v is negative", a.TimeoutSeconds)
-	case a.OnTimeout != "" && a.OnTimeout != ApprovalTimeoutEscalate && a.OnTimeout != ApprovalTimeoutFail:
-		return fmt.Errorf("approval.on_timeout: %q is not %q or %q", a.OnTimeout, ApprovalTimeoutEscalate, ApprovalTimeoutFail)
+	case a.TimeoutAfter != "" && a.TimeoutSeconds != 0:
+		return fmt.Errorf("approval.timeout: %q and approval.timeout_seconds: %v both set; keep timeout", a.TimeoutAfter, a.TimeoutSeconds)
+	}
+	switch a.OnTimeout {
+	case "", OnTimeoutDeny, OnTimeoutAbort, ApprovalTimeoutEscalate, ApprovalTimeoutFail:
+	case OnTimeoutResume, OnTimeoutFinish:
+		return fmt.Errorf("approval.on_timeout: %q applies to an escalation (escalate.on_timeout); an approval that times out is %q (the call is refused and the run goes on) or %q (the run is aborted): nothing is sent without a human's yes",
+			a.OnTimeout, OnTimeoutDeny, OnTimeoutAbort)
+	default:
+		return fmt.Errorf("approval.on_timeout: %q is not %q (the default) or %q", a.OnTimeout, OnTimeoutDeny, OnTimeoutAbort)
+	}
+	return ValidateDeadline("approval", a.TimeoutAfter, a.RemindEvery, a.Timeout())
+}
+
+// ValidateDeadline checks the timeout and remind_every of a wait for a
+// person under field (approval, escalate): Go durations, positive, and
+// at most MaxReminders reminders in the wait (timeout is the wait's
+// timeout once resolved).
+func ValidateDeadline(field, timeoutText, remindEvery string, timeout time.Duration) error {
+	if timeoutText != "" {
+		d, err := time.ParseDuration(timeoutText)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s.timeout: %q is not a duration (30m, 4h, 90s)", field, timeoutText)
+		case d <= 0:
+			return fmt.Errorf("%s.timeout: %q must be positive: every wait for a person has a deadline", field, timeoutText)
+		}
+	}
+	if remindEvery == "" {
+		return nil
+	}
+	d, err := time.ParseDuration(remindEvery)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s.remind_every: %q is not a duration (10m, 1h)", field, remindEvery)
+	case d <= 0:
+		return fmt.Errorf("%s.remind_every: %q must be positive (leave it out for no reminders)", field, remindEvery)
+	case timeout > 0 && timeout/d > MaxReminders:
+		return fmt.Errorf("%s.remind_every: %s against a timeout of %s is %d reminders; at most %d in a wait (remind less often)",
+			field, remindEvery, timeout, timeout/d, MaxReminders)
 	}
 	return nil
 }
@@ -138,8 +221,9 @@ const (
 	ApprovalAwaiting = "awaiting-approval"
 	ApprovalApproved = "approved"
 	ApprovalDenied   = "denied"
-	// ApprovalTimedOut: nobody decided in time and the spec said to fail
-	// the run (an escalating timeout leaves the request awaiting).
+	// ApprovalTimedOut: nobody decided in time, and the spec's on_timeout
+	// denied the call or ended the run (an escalating timeout leaves the
+	// request awaiting); the reason says which.
 	ApprovalTimedOut = "timed-out"
 )
 
@@ -155,6 +239,12 @@ type ApprovalRequest struct {
 	// Why says what made the call need approval: the tool's rule, or the
 	// per-call limit it is over.
 	Why string `json:"why"`
+	// Deadline is when the wait times out, and OnTimeout what follows
+	// (ApprovalSpec.OnTimeout, resolved): set by runs whose waits have
+	// deadlines (agentsaga-commands 10), published with the request;
+	// the ledger does not keep them.
+	Deadline  time.Time `json:"deadline,omitzero"`
+	OnTimeout string    `json:"on_timeout,omitempty"`
 }
 
 // Approval is an approval request with its decision so far.

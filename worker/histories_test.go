@@ -359,6 +359,16 @@ var approvalTools = strings.Replace(corpusTools, `      arguments: {charge_id: "
     limits: [{call: "amount <= 1000"}, {run_sum: amount, at_most: 300}]
 `, 1)
 
+// deadlineTools are corpusTools whose charge past 100 waits 2s for
+// approval, reminding after 1s, and then does what more says
+// (agentsaga-commands 10).
+func deadlineTools(more string) string {
+	return strings.Replace(corpusTools, `      arguments: {charge_id: "{{result.id}}", customer: "{{args.customer}}"}
+`, `      arguments: {charge_id: "{{result.id}}", customer: "{{args.customer}}"}
+    approval: {when: "amount > 100", timeout: 2s, remind_every: 1s`+more+`}
+`, 1)
+}
+
 // decideApproval waits for the run's call waiting for approval and sends
 // the decision (workflows.UpdateApprove or UpdateDeny).
 func (r *recorder) decideApproval(ctx context.Context, id, decision string) {
@@ -608,6 +618,19 @@ func corpusScenarios() []scenario {
 				require.Contains(r.t, run.StatusDetail, "does not speak its API")
 				r.update(ctx, id, workflows.UpdateAbort, workflows.ReasonInput{Reason: "corpus: the base_url is a proxy's sign-in page"})
 			}},
+		// Deadlines on the waits for a person (agentsaga-commands 10,
+		// issue 44): nobody decides on the charge of 200 within its 2s,
+		// the wait reminds after 1s, and the call is denied by default;
+		// with on_timeout abort the run compensates the charge of 10 it
+		// made before; an escalation nobody answers within 2s resumes
+		// after a reminder, and the run completes.
+		{name: "approval-timeout-denied", want: agentsagatype.RunCompleted,
+			spec: "goal: charge ann\n" + gated + big + "    - content: not charged\n" + deadlineTools("")},
+		{name: "approval-timeout-aborted", want: agentsagatype.RunCompensated,
+			spec: "goal: charge ann\n" + gated + charge + big + "    - content: never\n" + deadlineTools(", on_timeout: abort")},
+		{name: "escalation-timeout-resumed", want: agentsagatype.RunCompleted,
+			spec: "goal: charge ann\nbudget: {steps: 5}\nescalate: {timeout: 2s, on_timeout: resume, remind_every: 1s}\nmodel:\n  provider: scripted\n  script:\n" +
+				charge + refuse + "    - content: charged\n" + corpusTools},
 		{name: "continued-as-new", spec: "goal: read\nbudget: {steps: 20}\nhistory: {max_events: 100}\nmodel:\n  provider: scripted\n  script:\n" +
 			pagesScript(1, 14) + "    - content: read them\n" + corpusTools},
 		{name: "terminated", spec: "goal: charge ann\nbudget: {steps: 5}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,

@@ -156,6 +156,9 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	r.versions = readVersions(ctx)
 	r.Watchdog.namesRules = r.versions.effectsProgress
 	if carried == nil {
+		r.Deadlines = r.versions.deadlines
+	}
+	if carried == nil {
 		specJSON, err := json.Marshal(spec)
 		if err != nil {
 			return RunResult{}, err
@@ -340,6 +343,8 @@ const (
 	endFailed
 	endSpendCap
 	endWatchdog
+	// endAborted: an approval's timeout aborted the run (on_timeout: abort).
+	endAborted
 )
 
 // turn is one step of the run: a model turn, then the tool calls it asked
@@ -403,6 +408,8 @@ func (r *run) conclude(ctx workflow.Context, out turnOutcome) *RunResult {
 		result = r.endOnSpendCap(ctx, out.step, out.capped)
 	case endWatchdog:
 		result = r.gracefulFinish(ctx, out.step, r.LastContent, out.why)
+	case endAborted:
+		result = r.rollback(ctx, out.why, r.LastContent, "")
 	}
 	return &result
 }

@@ -53,6 +53,11 @@ type Carried struct {
 	Denied    map[string]string `json:"denied,omitempty"`
 	// Waits is what the run's waits took of its wall clock, by cause.
 	Waits waitBook `json:"waits,omitzero"`
+	// Deadlines is set when the run's first execution took
+	// commandsVersion10: its waits for a person have deadlines, reminders
+	// and timeout events in every execution. A run begun on older code
+	// keeps its older waits when it continues as new on newer code.
+	Deadlines bool `json:"deadlines,omitempty"`
 }
 
 // historyIsLong says whether the run should continue as new before its next

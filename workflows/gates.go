@@ -46,7 +46,11 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 	}
 	args := c.call.Arguments
 	if why, ok := r.Denied[sameCall(c.call)]; ok {
-		c.gateRefuse(denyApproval, fmt.Sprintf("refused: a human denied this call before (%s). Do not ask for it again; carry on without it or say that it needs a human", why))
+		who := "a human denied this call before"
+		if strings.HasPrefix(why, "nobody decided") {
+			who = "this call was denied before" // by its approval's timeout (deadlines.go)
+		}
+		c.gateRefuse(denyApproval, fmt.Sprintf("refused: %s (%s). Do not ask for it again; carry on without it or say that it needs a human", who, why))
 		return
 	}
 	var needs []string

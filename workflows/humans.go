@@ -194,6 +194,9 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 // passes. It returns a result when the run ends here.
 func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 	r.Escalations++
+	if r.deadlines() {
+		return r.escalateUntil(ctx, why)
+	}
 	var timeout time.Duration
 	if deadline := r.RunBudget.Deadline(); !deadline.IsZero() {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
@@ -245,6 +248,13 @@ type ApprovalWait struct {
 	Since time.Time `json:"since"`
 	// Timeout is how long it waits before the spec's on_timeout applies.
 	Timeout time.Duration `json:"timeout"`
+	// Reminded is the reminders its wait published, and Asked the waits
+	// of an escalating timeout's request before this one. With its
+	// Deadline (Since plus Timeout; a wait asked again after an escalating
+	// timeout: from the new ask) and OnTimeout, set from
+	// agentsaga-commands 10 (before, the wait's timeout ran from each ask).
+	Reminded int `json:"reminded,omitempty"`
+	Asked    int `json:"asked,omitempty"`
 	// Decision is the Update accepted for it; Recorded is the ledger's
 	// record of that decision, which the call waits for before it goes.
 	Decision *wire.ApprovalDecision  `json:"decision,omitempty"`
@@ -267,11 +277,17 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 	if i >= 0 {
 		w = r.Approvals[i]
 		c.activityID, c.entry.ActivityID = w.Call, w.Call
+		if r.deadlines() {
+			r.setApprovalDeadline(ctx, w, rule)
+		}
 	} else {
 		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
 			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
 			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
 		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
+		if r.deadlines() {
+			r.setApprovalDeadline(ctx, w, rule)
+		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
 		})
@@ -292,12 +308,19 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 		r.Approvals = append(r.Approvals, w)
 	}
 	if w.Recorded == nil {
+		deadline := ""
+		if r.deadlines() {
+			deadline = fmt.Sprintf("\n\n**Deadline:** %s, then %s (on_timeout)", w.Deadline.UTC().Format(time.RFC3339), w.OnTimeout)
+		}
 		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
-			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})",
-				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call),
+			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})%s",
+				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call, deadline),
 			r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
 		start := workflow.Now(ctx)
-		for w.Recorded == nil && ctx.Err() == nil {
+		if r.deadlines() {
+			r.awaitDecision(ctx, w, rule.Reminders())
+		}
+		for w.Recorded == nil && ctx.Err() == nil && !r.deadlines() {
 			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
 			if left <= 0 {
 				break
@@ -321,6 +344,8 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 	case ctx.Err() != nil:
 		c.refuse("cancelled while it waited for approval")
 		return false
+	case w.Recorded == nil && r.deadlines():
+		return r.approvalPastDeadline(ctx, c, w)
 	case w.Recorded == nil:
 		return r.approvalTimedOut(ctx, c, w, rule)
 	}

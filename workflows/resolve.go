@@ -21,7 +21,15 @@ import (
 // Version 3 writes out the default price table's price of each model the
 // spec does not price (budget.DefaultModelPrice): a spec of version 2
 // priced such a model at nothing, and its run still does.
-const SpecVersion = 3
+//
+// Version 4 gave every wait for a person a deadline with a safe default
+// (issue 44): an approval rule that names no on_timeout denies the call
+// when its timeout passes (written out; a rule the spec does not write,
+// an irreversible tool's or an approvable limit's, takes deny from the
+// version), and escalate carries timeout 24h and on_timeout abort. A spec
+// of version 3 or before keeps what it had: its approvals escalate when
+// they time out, and its escalations wait until the run's deadline.
+const SpecVersion = 4
 
 // Resolve validates s and returns it with every default written out, at
 // SpecVersion: what the client hands the workflow. Call it before the run
@@ -56,7 +64,31 @@ func (s RunSpec) withRunDefaults() RunSpec {
 	if s.History.MaxEvents == 0 {
 		s.History.MaxEvents = DefaultMaxEvents
 	}
+	if s.Version == 0 || s.Version >= 4 {
+		// Before version 4 an escalation had no timeout of its own.
+		if s.Escalate.Timeout == "" {
+			s.Escalate.Timeout = DefaultEscalationTimeout.String()
+		}
+		if s.Escalate.OnTimeout == "" {
+			s.Escalate.OnTimeout = agentsagatype.OnTimeoutAbort
+		}
+	}
 	return s
+}
+
+// approvalOnTimeout is what follows the timeout of an approval whose rule
+// names no on_timeout: deny for a spec of version 4 or later (and one no
+// client resolved), escalate for one resolved before. Resolve writes it
+// into the rules a spec writes; this is the default of those it does not
+// (an irreversible tool's, an approvable limit's).
+func (s RunSpec) approvalOnTimeout(rule agentsagatype.ApprovalSpec) string {
+	switch {
+	case rule.OnTimeout != "":
+		return rule.OnTimeout
+	case s.Version == 0 || s.Version >= 4:
+		return agentsagatype.OnTimeoutDeny
+	}
+	return agentsagatype.ApprovalTimeoutEscalate
 }
 
 // ResolveFor is Resolve for a fleet whose workers also register the custom
@@ -77,6 +109,16 @@ func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
 		r.Watchdog.OnFire = WatchdogFinish
 	}
 	r.Model = resolveModel(s.Model)
+	if slices.ContainsFunc(s.Tools, func(t agentsagatype.ToolSpec) bool { return t.Approval != nil && t.Approval.OnTimeout == "" }) {
+		r.Tools = slices.Clone(s.Tools)
+		for i, t := range r.Tools {
+			if t.Approval != nil && t.Approval.OnTimeout == "" {
+				rule := *t.Approval
+				rule.OnTimeout = agentsagatype.OnTimeoutDeny
+				r.Tools[i].Approval = &rule
+			}
+		}
+	}
 	r.Prices = s.withDefaultPrices()
 	if len(s.Agents) > 0 {
 		r.Agents = make(map[string]AgentSpec, len(s.Agents))

@@ -22,9 +22,9 @@ model: {provider: openai, name: gpt-4o-mini}
 	out, _ := json.Marshal(map[string]any{"version": resolved.Version, "finish_at": resolved.FinishAt,
 		"max_attempts": resolved.Retry.MaxAttempts, "context_tokens": resolved.Model.ContextWindow,
 		"max_events": resolved.History.MaxEvents, "after_breaker_open_seconds": resolved.Escalate.AfterBreakerOpenSeconds,
-		"price": resolved.Prices.Models["gpt-4o-mini"]})
+		"price": resolved.Prices.Models["gpt-4o-mini"], "escalate": resolved.Escalate})
 	fmt.Println(string(out))
-	// Output: {"after_breaker_open_seconds":300,"context_tokens":128000,"finish_at":0.2,"max_attempts":3,"max_events":1000,"price":{"input_per_million":0.15,"output_per_million":0.6,"cached_input_per_million":0.075},"version":3}
+	// Output: {"after_breaker_open_seconds":300,"context_tokens":128000,"escalate":{"after_breaker_open_seconds":300,"timeout":"24h0m0s","on_timeout":"abort"},"finish_at":0.2,"max_attempts":3,"max_events":1000,"price":{"input_per_million":0.15,"output_per_million":0.6,"cached_input_per_million":0.075},"version":4}
 }
 
 // A resolved spec carries every default, so the run it starts never reads

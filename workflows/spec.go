@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"sigs.k8s.io/yaml"
@@ -101,6 +102,51 @@ type EscalationSpec struct {
 	// (default 300). A spec resolved before parking existed carries 0 and
 	// keeps escalating at the first refusal.
 	AfterBreakerOpenSeconds int `json:"after_breaker_open_seconds,omitempty"`
+	// Timeout (a Go duration, 24h) bounds the wait for a human's resume or
+	// abort; OnTimeout says what follows it: agentsagatype.OnTimeoutAbort
+	// (the default), OnTimeoutFinish or OnTimeoutResume; RemindEvery
+	// publishes a reminder each period while the run waits. A spec resolved
+	// at version 4 or later carries DefaultEscalationTimeout and abort
+	// where it set none; one resolved before carries neither, and its
+	// escalations wait, as they did, until the run's deadline, if it has
+	// one. The run's deadline bounds the wait too, whichever comes first.
+	Timeout     string `json:"timeout,omitempty"`
+	OnTimeout   string `json:"on_timeout,omitempty"`
+	RemindEvery string `json:"remind_every,omitempty"`
+}
+
+// DefaultEscalationTimeout is escalate.timeout when a new spec sets none:
+// a working day and a night, as an approval's.
+const DefaultEscalationTimeout = 24 * time.Hour
+
+// timeout is how long an escalation waits for a human; 0 for no limit of
+// its own (a spec resolved before version 4).
+func (e EscalationSpec) timeout() time.Duration {
+	d, _ := time.ParseDuration(e.Timeout)
+	return max(d, 0)
+}
+
+// reminders is the period of an escalation's reminders; 0 for none.
+func (e EscalationSpec) reminders() time.Duration {
+	d, _ := time.ParseDuration(e.RemindEvery)
+	return max(d, 0)
+}
+
+func (e EscalationSpec) validate() error {
+	switch e.OnTimeout {
+	case "", agentsagatype.OnTimeoutAbort, agentsagatype.OnTimeoutFinish, agentsagatype.OnTimeoutResume:
+	case agentsagatype.OnTimeoutDeny:
+		return fmt.Errorf("escalate.on_timeout: %q applies to an approval; an escalation that times out is %q (the default: the run compensates), %q (a partial answer and a handoff note) or %q (the run goes on, no budget added)",
+			e.OnTimeout, agentsagatype.OnTimeoutAbort, agentsagatype.OnTimeoutFinish, agentsagatype.OnTimeoutResume)
+	default:
+		return fmt.Errorf("escalate.on_timeout: %q is not %q (the default), %q or %q",
+			e.OnTimeout, agentsagatype.OnTimeoutAbort, agentsagatype.OnTimeoutFinish, agentsagatype.OnTimeoutResume)
+	}
+	timeout := e.timeout()
+	if e.Timeout == "" {
+		timeout = DefaultEscalationTimeout
+	}
+	return agentsagatype.ValidateDeadline("escalate", e.Timeout, e.RemindEvery, timeout)
 }
 
 // OnBudgetExhausted values.
@@ -189,6 +235,9 @@ func (s RunSpec) ValidateFor(providers ...string) error {
 	}
 	if s.Escalate.AfterToolFailures < 0 || s.CompensationAttempts < 0 {
 		return fmt.Errorf("escalate.after_tool_failures and compensation_attempts must not be negative")
+	}
+	if err := s.Escalate.validate(); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i, tool := range s.Tools {

@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,8 +87,10 @@ type toolCall struct {
 	spendStop error
 	// escalation is why a gate that refused the call asks for a human, and
 	// ending why the run fails after this turn (an approval nobody gave in
-	// time, when the spec says so).
+	// time, when the spec says so); aborted, that it is aborted rather than
+	// failed (on_timeout: abort).
 	escalation, ending string
+	aborted            bool
 	// newArguments: the run had not called this tool with these arguments
 	// before; readOnly: the tool only reads. Together with success they
 	// make the call progress for the watchdog (changedTheWorld).
@@ -104,12 +105,23 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 	first := r.Seq
 	r.Seq += len(calls)
 	turn := make([]*toolCall, len(calls))
+	ends := ""
 	for i, call := range calls {
+		if ends != "" {
+			// A call before this one ended the run (an approval's timeout,
+			// from agentsaga-commands 10): the rest of the turn is not sent.
+			turn[i] = (&toolCall{call: call, seq: first + i, activityID: activityid.Tool(step, i+1, call.Name),
+				entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, textclip.PreviewBytes)}}).refuse("not sent: " + ends)
+			continue
+		}
 		turn[i] = r.planCall(ctx, step, i+1, first+i, call)
 		if r.versions.approvals && turn[i].route == routeTool {
 			r.gateCall(ctx, turn[i])
 		}
 		r.sendCall(ctx, turn[i])
+		if r.deadlines() && turn[i].ending != "" {
+			ends = turn[i].ending
+		}
 	}
 	if r.versions.giveUpsTogether {
 		r.settleSideBySide(ctx, turn)
@@ -117,6 +129,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 	entries := make([]TraceEntry, len(turn))
 	effects := make([]bool, len(turn))
 	var escalation, ending string
+	var aborted bool
 	var capped *spendCapStop
 	for i, c := range turn {
 		if !c.settled {
@@ -129,7 +142,9 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		if escalation == "" {
 			escalation = why // the first call that asks for a human says why
 		}
-		ending = cmp.Or(c.ending, ending)
+		if c.ending != "" && (ending == "" || !r.deadlines()) {
+			ending, aborted = c.ending, c.aborted // on the old path, the last call's
+		}
 		if stop := (*spendCapStop)(nil); errors.As(c.spendStop, &stop) {
 			capped = stop
 		}
@@ -139,6 +154,8 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 	r.record(entries...)
 	stuck := r.Watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
 	switch {
+	case ending != "" && aborted:
+		return turnOutcome{end: endAborted, why: ending}
 	case ending != "":
 		return turnOutcome{end: endFailed, why: ending}
 	case capped != nil:

@@ -113,7 +113,17 @@ const (
 	// that does not fit under its account's caps and concurrency limits
 	// waits, queued, for the signal SignalAdmitted or a recheck timer.
 	commandsVersion9 workflow.Version = 9
-	latestCommands                    = commandsVersion9
+	// commandsVersion10 gives every wait for a person a deadline (issue
+	// 44): an approval's wait ends at its recorded start plus its timeout,
+	// whatever the run did meanwhile, and its on_timeout denies the call
+	// or aborts the run; an escalation waits at most escalate.timeout and
+	// then aborts, finishes or resumes; and either publishes a reminder
+	// each remind_every while it waits, and an event when it times out
+	// (local activities: run.remind, run.humanTimedOut). A run whose first
+	// execution took an older version keeps the older waits across
+	// continue-as-new (Carried.Deadlines).
+	commandsVersion10 workflow.Version = 10
+	latestCommands                     = commandsVersion10
 )
 
 // versions are the paths this execution takes.
@@ -144,6 +154,8 @@ type versions struct {
 	toolSpend bool
 	// The field below came with commandsVersion9.
 	admission bool
+	// The field below came with commandsVersion10.
+	deadlines bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -162,7 +174,8 @@ func readVersions(ctx workflow.Context) versions {
 			namesWaits:            commands >= commandsVersion6,
 			spendCaps:             commands >= commandsVersion7,
 			toolSpend:             commands >= commandsVersion8,
-			admission:             commands >= commandsVersion9}
+			admission:             commands >= commandsVersion9,
+			deadlines:             commands >= commandsVersion10}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

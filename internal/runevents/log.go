@@ -29,6 +29,14 @@ const (
 	RunFinished      = "run_finished"
 	Queued           = "queued"   // the run waits in its account's admission queue: its place and why
 	Admitted         = "admitted" // the run left the queue: its first turn follows
+	// A wait for a person (an approval, an escalation) reminds each
+	// remind_every while it waits, and says so when its timeout passes:
+	// the call, the tool, the deadline and the action taken
+	// (wire.WaitEvent is the data).
+	ApprovalReminder   = "approval_reminder"
+	ApprovalTimedOut   = "approval_timed_out"
+	EscalationReminder = "escalation_reminder"
+	EscalationTimedOut = "escalation_timed_out"
 )
 
 // Channel is the Postgres channel a publish notifies, with the run's

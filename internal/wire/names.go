@@ -41,6 +41,9 @@ const (
 	// ActivityRecordedApproval decides a replay's approval as the recording
 	// did (agentsaga replay): no human is asked.
 	ActivityRecordedApproval = "RecordedApproval"
+	// ActivityPublishWaitEvent publishes a wait for a person's reminder,
+	// or its timeout, to the run's event log (agentsaga-commands 10).
+	ActivityPublishWaitEvent = "PublishWaitEvent"
 )
 
 // Activities lists every activity name above.
@@ -49,5 +52,5 @@ var Activities = []string{
 	ActivityReadResult, ActivityRecordRunFinish, ActivityRecordRunStart, ActivityRollbackPlan,
 	ActivitySetRunStatus, ActivitySettleCompensation, ActivityFindAbandonedRuns, ActivityFinishSubRuns,
 	ActivityReadTerminatedRun, ActivityStartRollback, ActivityRequestApproval, ActivityDecideApproval,
-	ActivityHoldLimit, ActivityRecordedApproval, ActivityAdmitRun,
+	ActivityHoldLimit, ActivityRecordedApproval, ActivityAdmitRun, ActivityPublishWaitEvent,
 }

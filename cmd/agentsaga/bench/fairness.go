@@ -36,10 +36,12 @@ const (
 	FairnessFCFSContender     = "first come, first served"
 	FairnessTemporalContender = "Temporal fairness keys"
 	FairnessEngineContender   = "agentsaga round robin"
+	FairnessBothContender     = "round robin on fairness keys"
 
 	FairnessFCFS     = "fcfs"
 	FairnessTemporal = "temporal"
 	FairnessEngine   = "round-robin"
+	FairnessBoth     = "both"
 
 	// FairnessDefaultServer is the dev server as it starts; the fairness
 	// server is started with FairnessServerArgs.
@@ -48,7 +50,7 @@ const (
 )
 
 var fairnessContenderNames = map[string]string{FairnessFCFS: FairnessFCFSContender, FairnessTemporal: FairnessTemporalContender,
-	FairnessEngine: FairnessEngineContender}
+	FairnessEngine: FairnessEngineContender, FairnessBoth: FairnessBothContender}
 
 // FairnessServerArgs turn on task queue fairness on the 1.29 dev server:
 // the new matcher, fairness, and one partition per task queue (the
@@ -102,7 +104,7 @@ type FairnessConfig struct {
 // worker processes; a run is one model turn answered in 20-40 ms.
 var DefaultFairness = FairnessConfig{Processes: 2, RunsA: 1000, RunsB: 10, BAfter: 100, MaxActivities: 8, MaxConcurrentRuns: 32,
 	LatencyMin: 400 * time.Millisecond, LatencyMax: 600 * time.Millisecond,
-	Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine}, PoolMaxConns: 8, Timeout: 4 * time.Minute}
+	Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth}, PoolMaxConns: 8, Timeout: 4 * time.Minute}
 
 // fairnessWarmUp is the warm-up runs a worker process, before each
 // measurement.
@@ -174,7 +176,7 @@ func (cfg FairnessConfig) validate() error {
 	}
 	for _, c := range cfg.Contenders {
 		if _, ok := fairnessContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s or %s)", fairnessLabel, c, FairnessFCFS, FairnessTemporal, FairnessEngine)
+			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s or %s)", fairnessLabel, c, FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth)
 		}
 	}
 	return nil
@@ -206,7 +208,7 @@ func Fairness(ctx context.Context, cfg FairnessConfig) (FairnessResult, error) {
 	var servers []string
 	for _, c := range cfg.Contenders {
 		server := FairnessDefaultServer
-		if c == FairnessTemporal {
+		if c == FairnessTemporal || c == FairnessBoth {
 			server = FairnessFairnessServer
 		}
 		if !slices.Contains(servers, server) {
@@ -292,7 +294,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 		return fail(err)
 	}
 	defer poll.Close(context.Background())
-	if contender == FairnessEngine {
+	if contender == FairnessEngine || contender == FairnessBoth {
 		store, err := ledgerdb.Open(ctx, db.url)
 		if err != nil {
 			return fail(err)
@@ -482,6 +484,7 @@ func PrintFairness(out io.Writer, result FairnessResult) {
 		FairnessFCFSContender, FairnessTemporalContender, strings.Join(FairnessServerArgs, " "))
 	fmt.Fprintf(out, "  %s: max_concurrent_runs %d on the root account %s, so A's backlog waits in the engine's admission queue and its round robin admits B's runs\n",
 		FairnessEngineContender, cfg.MaxConcurrentRuns, fairnessRoot)
+	fmt.Fprintf(out, "  %s: that limit on the fairness server\n", FairnessBothContender)
 	fmt.Fprintln(out, "  (every run carries its account as Temporal's fairness key; only the fairness server honours it)")
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\n  SERVER\tRUN\tB FIRST TURN P50\tB P95\tA RUNS/S\tA'S RUNS ENDED WHEN B STARTED\tOUTCOMES\tADMITTED\tSECONDS")

@@ -1,16 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/webhooks"
-	"github.com/agentsaga/agentsaga/worker"
 )
 
 // webhooksCommand manages the webhooks that tell people what runs need
@@ -59,9 +59,14 @@ func webhooksCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&account, "account", "", "only the endpoints of this account and its sub-accounts")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(webhooksCreateCommand(), webhooksIDCommand("delete", "Delete a webhook endpoint and its deliveries"),
-		webhooksRotateCommand(), webhooksIDCommand("enable", "Enable an endpoint a 410 disabled: the deliveries it held go out"),
-		webhooksDeliveriesCommand(), webhooksRedeliverCommand())
+	cmd.AddCommand(webhooksCreateCommand(), webhooksRotateCommand(), webhooksDeliveriesCommand(),
+		webhooksIDCommand("delete ID", "Delete a webhook endpoint and its deliveries",
+			func(s *webhooks.Store) func(context.Context, string, string) error { return s.Delete }, "deleted webhook %s"),
+		webhooksIDCommand("enable ID", "Enable an endpoint a 410 disabled: the deliveries it held go out",
+			func(s *webhooks.Store) func(context.Context, string, string) error { return s.Enable }, "enabled webhook %s"),
+		webhooksIDCommand("redeliver DELIVERY_ID", "Send a delivery again, under the same webhook-id, with a retry window of its own",
+			func(s *webhooks.Store) func(context.Context, string, string) error { return s.Redeliver },
+			"delivery %s goes out again (a worker or serve process sends it)"))
 	return cmd
 }
 
@@ -101,22 +106,22 @@ Each --redact JSON path ($.customer.email) is replaced by "[redacted]" in an app
 	return cmd
 }
 
-// webhooksIDCommand is a command that does one thing to the endpoint ID.
-func webhooksIDCommand(verb, short string) *cobra.Command {
+// webhookAction is what an ID command does, on the store.
+type webhookAction func(*webhooks.Store) func(ctx context.Context, scope, id string) error
+
+// webhooksIDCommand is a command that does one thing to the endpoint or
+// delivery ID, and says so (done, with the ID).
+func webhooksIDCommand(use, short string, do webhookAction, done string) *cobra.Command {
 	return &cobra.Command{
-		Use:   verb + " ID",
+		Use:   use,
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withWebhooks(cmd, func(store *webhooks.Store) error {
-				do := store.Delete
-				if verb == "enable" {
-					do = store.Enable
-				}
-				if err := do(cmd.Context(), "", args[0]); err != nil {
+				if err := do(store)(cmd.Context(), "", args[0]); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%sd webhook %s\n", verb, args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), done+"\n", args[0])
 				return nil
 			})
 		},
@@ -188,29 +193,7 @@ func webhooksDeliveriesCommand() *cobra.Command {
 	return cmd
 }
 
-func webhooksRedeliverCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "redeliver DELIVERY_ID",
-		Short: "Send a delivery again, under the same webhook-id, with a retry window of its own",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withWebhooks(cmd, func(store *webhooks.Store) error {
-				if err := store.Redeliver(cmd.Context(), "", args[0]); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "delivery %s goes out again (a worker or serve process sends it)\n", args[0])
-				return nil
-			})
-		},
-	}
-}
-
 // withWebhooks runs fn on the webhooks in DATABASE_URL's ledger.
 func withWebhooks(cmd *cobra.Command, fn func(*webhooks.Store) error) error {
-	store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	return fn(webhooks.NewStore(store.Pool()))
+	return withLedgerPool(cmd, func(pool *pgxpool.Pool) error { return fn(webhooks.NewStore(pool)) })
 }

@@ -400,8 +400,8 @@ const (
 
 // Run delivers until ctx ends, then lets the attempts in flight end. It
 // claims whenever it has room, woken by the outbox's notifications, by an
-// attempt ending (the next of the run may go), by its own retries coming
-// due and by a sweep.
+// attempt ending (the next of the run may go), and by a sweep every
+// Options.Sweep, which finds the retries that came due.
 func (d *Deliverer) Run(ctx context.Context) error {
 	wake := make(chan struct{}, 1)
 	listenDone := make(chan struct{})

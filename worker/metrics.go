@@ -23,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/webhooks"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -188,6 +189,7 @@ type ledgerCollector struct {
 	spendCap, spendSpent, spendReserved, spendRefusals            *prometheus.Desc
 	spendWaiting                                                  *prometheus.Desc
 	runsQueued, queueOldestWait, queueAdmitted, queueAdmittedWait *prometheus.Desc
+	webhookDeliveries, webhookOldest                              *prometheus.Desc
 }
 
 // gauge is prometheus.MustNewConstMetric for a gauge that never panics: a
@@ -249,13 +251,19 @@ func newLedgerCollector(store *ledgerdb.Store) *ledgerCollector {
 		queueAdmittedWait: desc("agentsaga_queue_admitted_wait_seconds",
 			"Waits of the account's runs admitted in the last hour, from enqueued to admitted, in seconds (0 for a run admitted at once): stat p50, p95 or max.",
 			"account", "stat"),
+		webhookDeliveries: desc("agentsaga_webhook_deliveries",
+			"Webhook deliveries in the outbox by status: pending (not sent yet), failed (retrying), delivered, dead (given up or 410).",
+			"status"),
+		webhookOldest: desc("agentsaga_webhook_oldest_undelivered_seconds",
+			"Age of the oldest webhook delivery not delivered yet (pending or failed), in seconds; 0 when none waits."),
 	}
 }
 
 func (c *ledgerCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.up, c.bucketTokens, c.bucketCapacity, c.breakerState, c.runs,
 		c.leafCalls, c.logicalCalls, c.amplification, c.usdSpent, c.tokensSpent, c.spendCap, c.spendSpent, c.spendReserved,
-		c.spendRefusals, c.spendWaiting, c.runsQueued, c.queueOldestWait, c.queueAdmitted, c.queueAdmittedWait}
+		c.spendRefusals, c.spendWaiting, c.runsQueued, c.queueOldestWait, c.queueAdmitted, c.queueAdmittedWait,
+		c.webhookDeliveries, c.webhookOldest}
 }
 
 // Describe implements prometheus.Collector.
@@ -300,6 +308,15 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(c.usdSpent, f.USDSpent)
 	ch <- gauge(c.tokensSpent, float64(f.TokensSpent))
 	c.collectQueues(ctx, ch)
+	if st, err := webhooks.NewStore(c.store.Pool()).Stats(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(c.webhookDeliveries, err)
+	} else {
+		for status, n := range map[string]int64{webhooks.StatusPending: st.Pending, webhooks.StatusFailed: st.Failed,
+			webhooks.StatusDelivered: st.Delivered, webhooks.StatusDead: st.Dead} {
+			ch <- gauge(c.webhookDeliveries, float64(n), status)
+		}
+		ch <- gauge(c.webhookOldest, st.OldestUndelivered.Seconds())
+	}
 	caps, err := c.store.SpendCaps(ctx, "")
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.spendCap, err)

@@ -160,6 +160,11 @@ tools:
 	assert.Zero(t, series[`agentsaga_spend_spent_usd{account="acme",period="day"}`])
 	assert.Equal(t, 1.0, series[`agentsaga_spend_refusals_total{account="acme",period="day"}`])
 	assert.Contains(t, series, `agentsaga_spend_runs_waiting{account="acme",period="day"}`)
+	for _, status := range []string{"pending", "failed", "delivered", "dead"} {
+		assert.Contains(t, series, `agentsaga_webhook_deliveries{status="`+status+`"}`, "every status of the webhook outbox, zero included")
+	}
+	assert.Contains(t, series, "agentsaga_webhook_oldest_undelivered_seconds")
+	assert.Zero(t, series["agentsaga_webhook_oldest_undelivered_seconds"])
 	for name, v := range series {
 		if strings.HasPrefix(name, "agentsaga_circuit_breaker_state{") && strings.Contains(name, `state="closed"`) {
 			assert.Equal(t, 1.0, v, "%s: one 503 does not open a breaker", name)

@@ -56,6 +56,10 @@ type Config struct {
 	// the default, 60 s; zero cancels them at once, as the SDK does
 	// unless told otherwise.
 	StopTimeout time.Duration
+	// PublicURL is where `agentsaga serve` is reached from outside
+	// (AGENTSAGA_PUBLIC_URL, such as https://agents.example.com): the
+	// links to a run in its webhooks start with it; paths when empty.
+	PublicURL string
 }
 
 // defaultStopTimeout lets a typical tool call (an HTTP request of a few
@@ -79,6 +83,7 @@ func ConfigFromEnv() Config {
 		StopTimeout:     stopTimeout,
 		TaskQueue:       workflows.TaskQueue,
 		MetricsAddr:     os.Getenv("AGENTSAGA_METRICS_ADDR"),
+		PublicURL:       os.Getenv("AGENTSAGA_PUBLIC_URL"),
 		Deployment: Deployment{
 			Name: os.Getenv("AGENTSAGA_DEPLOYMENT"), BuildID: os.Getenv("AGENTSAGA_BUILD_ID"),
 			Versioning: os.Getenv("AGENTSAGA_VERSIONING"),
@@ -258,11 +263,17 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(expired)
 		keepExpiringHolds(ctx, db, logger, expireHoldsEvery)
 	}()
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		_ = DeliverWebhooks(ctx, store, cfg)
+	}()
 	<-ctx.Done()
 	ready.drain()
 	logger.Info("agentsaga worker draining: no new calls; the calls in flight may finish", "stop_timeout", cfg.StopTimeout.String())
 	<-pruned // before the store closes
 	<-expired
+	<-delivered
 	w.Stop()
 	logger.Info("agentsaga worker stopped")
 	return nil

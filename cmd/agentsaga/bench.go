@@ -37,7 +37,7 @@ func benchCommand() *cobra.Command {
 	spend := bench.DefaultSpend
 	fairness := bench.DefaultFairness
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|fairness|stream|cache [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N] [--runs-a N --runs-b N]",
+		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|fairness|stream|cache|webhooks [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N] [--runs-a N --runs-b N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -46,9 +46,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "fairness", "stream", "cache":
+			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "fairness", "stream", "cache", "webhooks":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, fairness, stream, cache; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, fairness, stream, cache, webhooks; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -203,6 +203,15 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 					return err
 				}
 				result = scenarioResult{json: map[string]any{"result": res}, print: func(w io.Writer) { bench.PrintCache(w, res) }}
+			case "webhooks":
+				wc := bench.DefaultWebhooks
+				wc.Progress = progress
+				rows, err := bench.Webhooks(ctx, stack.cfg.DatabaseURL, wc)
+				if err != nil {
+					return err
+				}
+				result = scenarioResult{json: map[string]any{"config": wc, "rows": rows},
+					print: func(w io.Writer) { bench.PrintWebhooks(w, wc, rows) }}
 			case "ledger":
 				rows, err := bench.Ledger(ctx, stack.cfg.DatabaseURL, 8, 10*time.Second)
 				if err != nil {

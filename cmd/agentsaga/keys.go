@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/agentsaga/agentsaga/internal/apikeys"
@@ -101,12 +102,17 @@ func keysRevokeCommand() *cobra.Command {
 
 // withKeys runs fn on the keys in DATABASE_URL's ledger.
 func withKeys(cmd *cobra.Command, fn func(*apikeys.Keys) error) error {
+	return withLedgerPool(cmd, func(pool *pgxpool.Pool) error { return fn(apikeys.New(pool)) })
+}
+
+// withLedgerPool runs fn on a pool of DATABASE_URL's ledger, closed after.
+func withLedgerPool(cmd *cobra.Command, fn func(*pgxpool.Pool) error) error {
 	store, err := ledgerdb.Open(cmd.Context(), worker.ConfigFromEnv().DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	return fn(apikeys.New(store.Pool()))
+	return fn(store.Pool())
 }
 
 // cmpOrAll names a key's account, or says it sees every account.

@@ -97,7 +97,7 @@ Postgres: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/agentsaga); T
 		return nil
 	}
 	root.AddCommand(workerCommand(), pruneCommand(), runCommand(), showCommand(), resumeCommand(), abortCommand(), retryCommand(),
-		skipCommand(), approvalsCommand(), approveCommand(), denyCommand(), spendCommand(), queueCommand(), keysCommand(), watchCommand(), serveCommand(), migrateCommand(), devCommand(), demoCommand(), benchCommand(),
+		skipCommand(), approvalsCommand(), approveCommand(), denyCommand(), spendCommand(), queueCommand(), keysCommand(), webhooksCommand(), watchCommand(), serveCommand(), migrateCommand(), devCommand(), demoCommand(), benchCommand(),
 		replayCommand(), datasetCommand(), evalCommand(), modelsCommand())
 	return root
 }

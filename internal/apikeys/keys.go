@@ -24,10 +24,13 @@ const (
 	RunsRead        = "runs:read"
 	RunsWrite       = "runs:write"
 	ApprovalsDecide = "approvals:decide"
+	// WebhooksManage makes, lists, rotates and deletes webhook endpoints
+	// (of the key's account) and reads and redelivers their deliveries.
+	WebhooksManage = "webhooks:manage"
 )
 
 // Scopes are every scope, in the order they are documented.
-var Scopes = []string{RunsRead, RunsWrite, ApprovalsDecide}
+var Scopes = []string{RunsRead, RunsWrite, ApprovalsDecide, WebhooksManage}
 
 // prefix starts every key, so a key that leaks is recognised (by people
 // and by secret scanners) for what it is.

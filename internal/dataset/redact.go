@@ -102,6 +102,12 @@ func redactScript(m any, paths [][]string) {
 	}
 }
 
+// RedactJSON is text with paths (ParsePaths) redacted as Redact redacts
+// a call's arguments: when text is a JSON object or array, re-encoded
+// canonically; any other text unchanged. Webhooks redact an approval's
+// arguments with it (internal/webhooks).
+func RedactJSON(text string, paths [][]string) string { return redactText(text, paths) }
+
 // redactText is text with paths redacted when it is a JSON object or
 // array, re-encoded canonically; any other text unchanged.
 func redactText(text string, paths [][]string) string {

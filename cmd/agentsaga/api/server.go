@@ -17,6 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/runevents"
+	"github.com/agentsaga/agentsaga/internal/webhooks"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -65,6 +66,7 @@ type Server struct {
 	mux      *http.ServeMux
 	routes   []string
 	failures *failureLimiter
+	webhooks *webhooks.Store
 }
 
 // New builds the API over cfg.
@@ -94,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, db: db, keys: apikeys.New(db.Pool()), log: runevents.New(db.Pool()), mux: http.NewServeMux(),
 		failures: &failureLimiter{every: cfg.FailedAuthRate, burst: cfg.FailedAuthBurst, byAddr: map[string]*rate.Limiter{}}}
 	s.feed = runevents.NewFeed(s.log, cfg.Hub, cfg.Poll)
+	s.webhooks = webhooks.NewStore(db.Pool())
 	s.handle("POST /v1/runs", apikeys.RunsWrite, s.startRun)
 	s.handle("GET /v1/runs", apikeys.RunsRead, s.listRuns)
 	s.handle("GET /v1/runs/{id}", apikeys.RunsRead, s.getRun)
@@ -107,6 +110,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /v1/approvals", apikeys.RunsRead, s.listApprovals)
 	s.handle("POST /v1/runs/{id}/approvals/{call}/approve", apikeys.ApprovalsDecide, s.decideApproval(true))
 	s.handle("POST /v1/runs/{id}/approvals/{call}/deny", apikeys.ApprovalsDecide, s.decideApproval(false))
+	s.handleWebhooks()
 	s.handle("GET /v1/openapi.json", "", s.openAPI)
 	s.handle("GET /runs/{id}", "", s.page)
 	return s, nil

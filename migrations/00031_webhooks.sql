@@ -27,7 +27,11 @@ CREATE TABLE webhook_endpoints (
     created_at      timestamptz NOT NULL DEFAULT now(),
     rotated_at      timestamptz,
     disabled_at     timestamptz,
-    disabled_reason text NOT NULL DEFAULT ''
+    disabled_reason text NOT NULL DEFAULT '',
+    -- Attempts that failed in a row, whatever their delivery: a receiver
+    -- that answers most requests is retried soon, one that answers none
+    -- backs off (internal/webhooks' Schedule). A 2xx resets it.
+    failure_streak  integer NOT NULL DEFAULT 0
 );
 
 -- The outbox: one row an event an endpoint hears, written in the statement

@@ -806,6 +806,29 @@ func TestComposeDynamicConfigKeepalive(t *testing.T) {
 	}
 }
 
+// The committed dynamic config turns on the fairness keys as `agentsaga
+// dev` does.
+func TestComposeDynamicConfigFairness(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "temporal", "dynamicconfig.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file dynamicConfigFile
+	if err := yaml.UnmarshalStrict(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	args := fairnessKeys()
+	for _, key := range []string{"matching.useNewMatcher", "matching.enableFairness"} {
+		values := file[key]
+		if len(values) != 1 || values[0].Value != true || len(values[0].Constraints) != 0 {
+			t.Errorf("dynamicconfig.yaml %s: want true without constraints, got %+v", key, values)
+		}
+		if !slices.Contains(args, key+"=true") {
+			t.Errorf("agentsaga dev does not set %s=true (%q)", key, args)
+		}
+	}
+}
+
 // composeTemporalMounts is what each Temporal service of docker-compose.yml
 // mounts from deploy/temporal, and nothing else: the real-server target
 // (make test-cluster) starts its server with the same files, so the

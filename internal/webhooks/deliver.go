@@ -29,8 +29,9 @@ const Channel = "agentsaga_webhooks"
 
 // Schedule is when a failed delivery is tried again: after attempt n
 // fails, it waits a random time in [0, min(Cap, Base*2^(n-1))) (full
-// jitter), and it is given up (dead) at the first failure Window after
-// its first attempt was due.
+// jitter), where n is the least of the delivery's attempts and one more
+// than its endpoint's failures in a row, and it is given up (dead) at the
+// first failure Window after its first attempt was due.
 type Schedule struct {
 	Base, Cap, Window time.Duration
 }
@@ -65,7 +66,7 @@ const Timeout = 10 * time.Second
 type Options struct {
 	// Owner names this process in leases and attempts (host/pid when "").
 	Owner string
-	// Concurrency is how many deliveries it sends at once (16 when 0); it
+	// Concurrency is how many deliveries it sends at once (64 when 0); it
 	// holds no more than that many in memory.
 	Concurrency int
 	// Lease is how long a claim lasts: a process killed mid-send leaves
@@ -110,7 +111,7 @@ func NewDeliverer(pool *pgxpool.Pool, opts Options) *Deliverer {
 		opts.Owner = host + "/" + strconv.Itoa(os.Getpid())
 	}
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 16
+		opts.Concurrency = 64
 	}
 	if opts.Lease <= 0 {
 		opts.Lease = time.Minute
@@ -167,6 +168,7 @@ type claim struct {
 	attempt                         int
 	retryFrom                       time.Time
 	url, format, secret             string
+	streak                          int // the endpoint's failures in a row when claimed
 	previous                        *string
 	previousUntil                   *time.Time
 	allowPrivate                    bool
@@ -217,7 +219,7 @@ WITH candidates AS MATERIALIZED (
 	INSERT INTO webhook_attempts (delivery_id, attempt, owner, started_at) SELECT id, attempts, $3, $1 FROM claimed
 )
 SELECT c.id, c.endpoint_id, c.workflow_id, c.event_seq, c.event, c.payload, c.attempts, c.retry_from,
-	e.url, e.format, e.secret, e.previous_secret, e.previous_until, e.allow_private, e.redact
+	e.url, e.format, e.secret, e.previous_secret, e.previous_until, e.allow_private, e.redact, e.failure_streak
 FROM claimed c JOIN webhook_endpoints e ON e.id = c.endpoint_id, ` + noWait
 
 // claim takes up to n due deliveries.
@@ -235,7 +237,7 @@ func (d *Deliverer) claim(ctx context.Context, n int) ([]*claim, error) {
 	for rows.Next() {
 		c := &claim{token: token}
 		if err := rows.Scan(&c.id, &c.endpoint, &c.run, &c.seq, &c.event, &c.payload, &c.attempt, &c.retryFrom,
-			&c.url, &c.format, &c.secret, &c.previous, &c.previousUntil, &c.allowPrivate, &c.redact); err != nil {
+			&c.url, &c.format, &c.secret, &c.previous, &c.previousUntil, &c.allowPrivate, &c.redact, &c.streak); err != nil {
 			return nil, fmt.Errorf("webhooks: claim: %w", err)
 		}
 		out = append(out, c)
@@ -312,11 +314,25 @@ WITH d AS (
 ), a AS (
 	UPDATE webhook_attempts SET ended_at = $7, status_code = $5, duration_ms = $8, error = $6
 	WHERE delivery_id = $1 AND attempt = $9
-), gone AS (
-	UPDATE webhook_endpoints SET disabled_at = $7, disabled_reason = $10
-	WHERE $10 <> '' AND id IN (SELECT endpoint_id FROM d) AND disabled_at IS NULL
+), endpoint AS (
+	UPDATE webhook_endpoints SET failure_streak = CASE WHEN $3 = 'delivered' THEN 0 ELSE failure_streak + 1 END,
+		disabled_at = CASE WHEN $10 <> '' AND disabled_at IS NULL THEN $7 ELSE disabled_at END,
+		disabled_reason = CASE WHEN $10 <> '' AND disabled_at IS NULL THEN $10 ELSE disabled_reason END
+	WHERE id IN (SELECT endpoint_id FROM d) AND ($3 <> 'delivered' OR failure_streak > 0 OR $10 <> '')
+	RETURNING failure_streak
+), recovered AS (
+	-- A receiver back after an outage gets its waiting retries now, not at
+	-- the end of their backoff ($11: it had failed recoverAfter in a row).
+	UPDATE webhook_deliveries SET next_attempt_at = $7
+	WHERE $3 = 'delivered' AND $11 AND id <> $1 AND status = 'failed' AND next_attempt_at > $7
+	  AND endpoint_id IN (SELECT endpoint_id FROM d)
 )
 SELECT count(d.*) FROM d RIGHT JOIN ` + noWait + ` ON true`
+
+// recoverAfter is the failures in a row after which an endpoint's first
+// 2xx makes its waiting retries due at once: an outage, not a receiver
+// that fails now and then (whose retries are soon anyway).
+const recoverAfter = 8
 
 // settle records how c's attempt ended and what becomes of c.
 func (d *Deliverer) settle(ctx context.Context, c *claim, o outcome) error {
@@ -331,7 +347,11 @@ func (d *Deliverer) settle(ctx context.Context, c *claim, o outcome) error {
 	case !now.Before(c.retryFrom.Add(d.opts.Schedule.Window)):
 		status = StatusDead
 	default:
-		next = now.Add(d.opts.Schedule.Delay(c.attempt, mathrand.Float64()))
+		// Back off by the endpoint's failures in a row as well as the
+		// delivery's: under a receiver that fails some requests at random,
+		// each delivery's own count would grow its wait without bound, and
+		// hold back every later event of its run behind it.
+		next = now.Add(d.opts.Schedule.Delay(min(c.attempt, c.streak+1), mathrand.Float64()))
 	}
 	var code *int
 	if o.code != 0 {
@@ -339,7 +359,7 @@ func (d *Deliverer) settle(ctx context.Context, c *claim, o outcome) error {
 	}
 	var n int
 	err := d.pool.QueryRow(ctx, settleSQL, c.id, c.token, status, next, code, o.err, now,
-		float64(o.duration.Microseconds())/1000, c.attempt, disable).Scan(&n)
+		float64(o.duration.Microseconds())/1000, c.attempt, disable, c.streak >= recoverAfter).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("webhooks: settle %s: %w", c.id, err)
 	}
@@ -425,7 +445,11 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			d.prune(ctx)
 		}
 		full := false
-		if free := d.opts.Concurrency - inflight; free > 0 && ctx.Err() == nil {
+		// Claim in batches: the claim reads every run's first undelivered
+		// delivery, so one claim per attempt ended would cost more than the
+		// sends under a backlog. With few in flight (a quiet outbox, or a
+		// run whose next event waits on its previous) it claims at once.
+		if free := d.opts.Concurrency - inflight; (free >= d.claimBatch() || inflight == 0) && ctx.Err() == nil {
 			claims, err := d.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				d.opts.Logger.Warn("webhooks: claim failed; the sweep tries again", "error", err)
@@ -441,8 +465,8 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			}
 			full = len(claims) == free
 		}
-		if full {
-			// More may be due: claim again as soon as an attempt ends.
+		if full || d.opts.Concurrency-inflight < d.claimBatch() {
+			// More may be due: claim again as soon as attempts end.
 			select {
 			case <-ctx.Done():
 				return nil
@@ -468,6 +492,12 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// claimBatch is how many free places a loop with attempts in flight waits
+// for before it claims again.
+func (d *Deliverer) claimBatch() int {
+	return max(1, d.opts.Concurrency/4)
 }
 
 // listen signals wake whenever the outbox notifies, and once each time it

@@ -2,6 +2,8 @@ package webhooks_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -198,4 +200,88 @@ func TestARotatedSecretSignsForADay(t *testing.T) {
 	require.Len(t, got, 2)
 	require.Error(t, verify(t, old.Secret, got[1]), "a day later the old secret signs no more")
 	require.NoError(t, verify(t, rotated.Secret, got[1]))
+}
+
+// A delivery that fails again and again while its endpoint answers other
+// deliveries is retried within a second or two each time: its endpoint's
+// failures in a row, not its own count, set the wait.
+func TestAnUnluckyDeliveryIsRetriedSoonWhileItsEndpointAnswers(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	store := webhooks.NewStore(pool)
+	c := newClock()
+	failures := 0
+	rc := newReceiver(t, func(_ int, r *http.Request) int {
+		var m webhooks.Message
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &m)
+		if m.Data.Run == "wf-unlucky" && failures < 6 {
+			failures++
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	endpoint(t, store, rc.URL)
+	log := runevents.New(pool)
+	escalate(t, log, "wf-unlucky", 0)
+	for i := range 40 {
+		escalate(t, log, "wf-busy", i)
+	}
+	d := webhooks.NewDeliverer(pool, webhooks.Options{Clock: c.Now, Dialer: &loopbackOnly{t: t}})
+	start := c.Now()
+	for range 60 {
+		_, err := d.Pass(context.Background())
+		require.NoError(t, err)
+		c.Advance(time.Second / 2)
+	}
+	unlucky := 0
+	for _, r := range rc.delivered() {
+		if r.Message.Data.Run == "wf-unlucky" {
+			unlucky++
+		}
+	}
+	// Six waits of at most 2 s each: within 30 s of the fake clock. Waits
+	// by the delivery's own attempts (1+2+4+8+16+32 s at most) would
+	// mostly not be.
+	require.Equal(t, 6, failures)
+	require.Equal(t, 1, unlucky, "delivered within %v", c.Now().Sub(start))
+}
+
+// An endpoint back from an outage gets every retry it holds at once, with
+// its first 2xx, not each at the end of its hour-long backoff.
+func TestAnEndpointBackFromAnOutageGetsItsRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := newPool(t)
+	store := webhooks.NewStore(pool)
+	c := newClock()
+	start := c.Now()
+	down := func() bool { return c.Now().Sub(start) < 2*time.Hour }
+	rc := newReceiver(t, func(int, *http.Request) int {
+		if down() {
+			return http.StatusBadGateway
+		}
+		return http.StatusOK
+	})
+	endpoint(t, store, rc.URL)
+	log := runevents.New(pool)
+	for i := range 3 {
+		for _, run := range []string{"wf-a", "wf-b", "wf-c", "wf-d"} {
+			escalate(t, log, run, i)
+		}
+	}
+	d := webhooks.NewDeliverer(pool, webhooks.Options{Clock: c.Now, Dialer: &loopbackOnly{t: t}})
+	for down() {
+		_, err := d.Pass(ctx)
+		require.NoError(t, err)
+		c.Advance(time.Minute)
+	}
+	for i := 0; len(rc.delivered()) == 0; i++ {
+		require.Less(t, i, 120, "nothing delivered within two hours of the receiver's return")
+		_, err := d.Pass(ctx)
+		require.NoError(t, err)
+		c.Advance(time.Minute)
+	}
+	drain(t, d, c, time.Second, 10)
+	require.Len(t, rc.delivered(), 12, "the rest within 10 s of the first 2xx")
 }

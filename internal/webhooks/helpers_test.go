@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -127,6 +128,7 @@ func newReceiver(t testing.TB, answer func(n int, r *http.Request) int) *receive
 		answer := rc.answer
 		rc.mu.Unlock()
 		if answer != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body)) // for an answer that reads it
 			status = answer(n, r)
 		}
 		rc.mu.Lock()

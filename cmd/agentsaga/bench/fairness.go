@@ -101,7 +101,8 @@ type FairnessConfig struct {
 }
 
 // DefaultFairness is issue 43's: A starts 1,000 runs, then B 10, on 2
-// worker processes; a run is one model turn answered in 20-40 ms.
+// worker processes; a run is one model turn answered in 400-600 ms, so
+// that 2 processes of 8 activities are a fleet A floods.
 var DefaultFairness = FairnessConfig{Processes: 2, RunsA: 1000, RunsB: 10, BAfter: 100, MaxActivities: 8, MaxConcurrentRuns: 32,
 	LatencyMin: 400 * time.Millisecond, LatencyMax: 600 * time.Millisecond,
 	Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth}, PoolMaxConns: 8, Timeout: 4 * time.Minute}

@@ -128,6 +128,10 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (PruneReport, erro
 				DELETE FROM run_event_inbox WHERE workflow_id IN (SELECT workflow_id FROM doomed)
 			), h AS (
 				DELETE FROM run_event_heads WHERE workflow_id IN (SELECT workflow_id FROM doomed)
+			), ad AS (
+				-- A finished run's admission has ended: it teaches the
+				-- estimates of its account's later runs until it is pruned.
+				DELETE FROM run_admissions WHERE run_id IN (SELECT workflow_id FROM doomed) AND status IN ('ended', 'cancelled')
 			), r AS (
 				DELETE FROM runs WHERE workflow_id IN (SELECT workflow_id FROM doomed) RETURNING 1
 			)

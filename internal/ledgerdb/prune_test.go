@@ -86,6 +86,10 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 		('k', 'old', '\x00', 'wf-old', now() - interval '25 hours'), ('k', 'new', '\x00', 'wf-new', now() - interval '1 hour')`)
 	require.NoError(t, err)
 
+	_, err = store.Pool().Exec(ctx, `INSERT INTO run_admissions (run_id, account, root, spec_key, status) VALUES
+		('old-completed-0', 'acme', 'acme', 's', 'ended'), ('recent-completed', 'acme', 'acme', 's', 'ended')`)
+	require.NoError(t, err)
+
 	report, err := store.Prune(ctx, ledgerdb.PruneOptions{Batch: 2}) // the defaults: 30 days, 24 h
 	require.NoError(t, err)
 	require.Equal(t, ledgerdb.PruneReport{Runs: 4, Charges: 2}, report)
@@ -100,6 +104,11 @@ func TestPruneKeepsWhatIsStillNeeded(t *testing.T) {
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"new"}, keys, "an Idempotency-Key a day old is pruned")
+	rows, err = store.Pool().Query(ctx, `SELECT run_id FROM run_admissions`)
+	require.NoError(t, err)
+	admissions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"recent-completed"}, admissions, "a pruned run's admission goes with it")
 	var charges int
 	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM retry_charges WHERE charge_key LIKE 'new-%'`).Scan(&charges))
 	require.Equal(t, 1, charges)

@@ -1,0 +1,237 @@
+package agentsaga_test
+
+// Forks (issue 45) on the dev server: a run forked from a step inherits
+// the effects made before it, and each effect is done once and undone at
+// most once, by the run that owns it.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/ledger"
+)
+
+// till is a payment desk: charges and their refunds, by the key each was
+// sent under, and the lookups that read.
+type till struct {
+	mu      sync.Mutex
+	charged []string
+	refunds []string
+	lookups int
+}
+
+func (d *till) counts() (charged, refunds []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.charged...), append([]string(nil), d.refunds...)
+}
+
+func (d *till) tools(t *testing.T) []agentsaga.Tool {
+	t.Helper()
+	charge := agentsaga.MustTool(agentsaga.NewTool("charge", "Charge an order.", func(ctx context.Context, args moneyArgs) (string, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.charged = append(d.charged, agentsaga.CallKey(ctx))
+		return "charged " + args.Order, nil
+	}, agentsaga.WithCompensation("refund_charge", map[string]string{"order": "{{args.order}}"})))
+	refund := agentsaga.MustTool(agentsaga.NewTool("refund_charge", "Refund a charge.", func(ctx context.Context, args orderArgs) (string, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.refunds = append(d.refunds, agentsaga.CallKey(ctx))
+		return "refunded " + args.Order, nil
+	}))
+	lookup := agentsaga.MustTool(agentsaga.NewTool("lookup", "Look an order up.", func(_ context.Context, args orderArgs) (string, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.lookups++
+		return "order " + args.Order + ": 10 EUR", nil
+	}, agentsaga.ReadOnly()))
+	return []agentsaga.Tool{charge, refund, lookup}
+}
+
+// startSource starts spec on an engine worker of its own and waits until
+// the run escalates.
+func startSource(ctx context.Context, t *testing.T, tools []agentsaga.Tool, spec agentsaga.RunSpec) (*agentsaga.Run, *agentsaga.Engine, *ledger.Store) {
+	t.Helper()
+	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
+	run, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
+	require.NoError(t, err)
+	waitForStatus(t, run, agentsagatype.RunEscalated)
+	return run, engine, store
+}
+
+func waitForStatus(t *testing.T, run *agentsaga.Run, status string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		got, err := run.Status(t.Context())
+		return err == nil && got.Status == status
+	}, 30*time.Second, 50*time.Millisecond, "run %s never became %s", run.ID, status)
+}
+
+// modelTurns are the keys of the model turns the run made itself.
+func modelTurns(t *testing.T, store *ledger.Store, id string) []string {
+	t.Helper()
+	rows, err := ledgerdb.Of(store).Pool().Query(t.Context(),
+		`SELECT idempotency_key FROM actions WHERE workflow_id = $1 AND kind = 'model' ORDER BY id`, id)
+	require.NoError(t, err)
+	var keys []string
+	for rows.Next() {
+		var key string
+		require.NoError(t, rows.Scan(&key))
+		keys = append(keys, key)
+	}
+	require.NoError(t, rows.Err())
+	return keys
+}
+
+// The issue's test: a run charges at step 3 and escalates at step 4; its
+// fork from step 4 fails. The charge is not sent again, the fork's
+// compensation refunds it once, and aborting the source afterwards
+// refunds nothing. The source refuses Resume and a second fork, and the
+// fork, compensated, refuses to be forked.
+func TestForkAfterAChargeThenTheForkFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &till{}
+	tools := desk.tools(t)
+	first3 := []agentsagatest.Turn{agentsagatest.Call("lookup", orderArgs{"o-1"}), agentsagatest.Call("lookup", orderArgs{"o-2"}),
+		agentsagatest.Call("charge", moneyArgs{"o-1", 10})}
+	spec := agentsaga.RunSpec{Goal: "charge o-1", Budget: agentsaga.Budget{Steps: 10}, Tools: specs(tools),
+		Model: agentsagatest.Script(append(first3, agentsagatest.Refuse("o-2 looks wrong"))...)}
+	source, engine, store := startSource(ctx, t, tools, spec)
+
+	// The fork's script has no fourth turn: its first live step fails.
+	forkSpec := spec
+	forkSpec.Model = agentsagatest.Script(first3...)
+	fork, err := source.WithLedger(store).Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed, Spec: &forkSpec,
+		Message: "o-2 is fine", Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	assert.Equal(t, source.ID+"-fork", fork.ID)
+	result, err := fork.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
+	assert.Contains(t, result.Reason, "model call at step 4 failed")
+	require.NotNil(t, result.Saga)
+	assert.Equal(t, 1, result.Saga.Compensated)
+	charged, refunds := desk.counts()
+	assert.Equal(t, []string{source.ID + "/step-003-call-1-charge"}, charged, "the charge was sent once, by the source")
+	assert.Equal(t, []string{fork.ID + "/step-003-call-1-charge/compensate"}, refunds, "the fork refunded it once")
+	assert.Equal(t, []string{fork.ID + "/step-004-model"}, modelTurns(t, store, fork.ID), "no model turn before step 4")
+
+	err = source.Resume(ctx, agentsaga.ResumeInput{Message: "go on"})
+	var refused *agentsaga.RefusedError
+	require.ErrorAs(t, err, &refused)
+	assert.Contains(t, refused.Reason, "forked into "+fork.ID)
+	_, err = source.WithLedger(store).Fork(ctx, agentsaga.ForkOptions{At: 2, ID: source.ID + "-again",
+		Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.ErrorIs(t, err, agentsaga.ErrForkRefused)
+	_, err = fork.Fork(ctx, agentsaga.ForkOptions{At: 4, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.ErrorIs(t, err, agentsaga.ErrForkRefused)
+	assert.ErrorContains(t, err, "it was compensated")
+
+	require.NoError(t, source.Abort(ctx, "test: the fork took over"))
+	aborted, err := source.Result(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, agentsagatype.RunCompensated, aborted.Status, aborted.Reason)
+	require.NotNil(t, aborted.Saga)
+	assert.Zero(t, aborted.Saga.Compensated+aborted.Saga.NotNeeded, "the source owns nothing to undo")
+	charged, refunds = desk.counts()
+	assert.Len(t, charged, 1)
+	assert.Len(t, refunds, 1, "aborting the source refunded nothing")
+
+	row, err := ledgerdb.Of(store).GetRun(ctx, fork.ID)
+	require.NoError(t, err)
+	assert.Equal(t, source.ID, row.ForkedFrom)
+	assert.Equal(t, 4, row.ForkedAtStep)
+}
+
+// A fork of a fork: the first fork escalates again, the second goes on
+// from there and completes; every charge was made once, nothing undone,
+// and the operator's messages are in the conversations.
+func TestForkOfAForkCompletes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &till{}
+	tools := desk.tools(t)
+	turns := []agentsagatest.Turn{agentsagatest.Call("charge", moneyArgs{"o-1", 10}), agentsagatest.Refuse("is o-2 due?")}
+	spec := agentsaga.RunSpec{Goal: "charge o-1 and o-2", Budget: agentsaga.Budget{Steps: 10}, Tools: specs(tools),
+		Model: agentsagatest.Script(turns...)}
+	source, engine, store := startSource(ctx, t, tools, spec)
+	start := agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}
+
+	second := spec
+	second.Model = agentsagatest.Script(turns[0], agentsagatest.Call("charge", moneyArgs{"o-2", 20}), agentsagatest.Refuse("and o-3?"))
+	first, err := source.WithLedger(store).Fork(ctx, agentsaga.ForkOptions{At: 2, Spec: &second, Message: "o-2 is due", Start: start})
+	require.NoError(t, err)
+	waitForStatus(t, first, agentsagatype.RunEscalated)
+
+	third := spec
+	third.Model = agentsagatest.Script(turns[0], second.Model.Script[1], agentsagatest.Answer("charged o-1 and o-2"))
+	last, err := first.Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed, Spec: &third, Message: "o-3 is not ours",
+		ID: first.ID + "-2", Start: start})
+	require.NoError(t, err)
+	result, err := last.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "charged o-1 and o-2", result.Answer)
+
+	charged, refunds := desk.counts()
+	assert.Equal(t, []string{source.ID + "/step-001-call-1-charge", first.ID + "/step-002-call-1-charge"}, charged)
+	assert.Empty(t, refunds)
+	actions, err := ledgerdb.Of(store).ListActions(ctx, last.ID)
+	require.NoError(t, err)
+	var keys []string
+	for _, a := range actions {
+		if a.Tool == "charge" {
+			keys = append(keys, a.Key)
+		}
+	}
+	assert.Equal(t, charged, keys, "the last fork owns both charges")
+	msgs, err := ledgerdb.Of(store).Messages(ctx, last.ID, 1000, ledgerdb.MessageWindow{})
+	require.NoError(t, err)
+	var said []string
+	for _, m := range msgs {
+		if m.Role == "user" {
+			said = append(said, m.Content)
+		}
+	}
+	assert.Equal(t, []string{"charge o-1 and o-2", "o-2 is due", "o-3 is not ours"}, said)
+	// The source and the first fork still wait on a human; their stacks
+	// are empty, so aborting them undoes nothing.
+	for _, run := range []*agentsaga.Run{source, first} {
+		require.NoError(t, run.Abort(ctx, "test"))
+		_, err := run.Result(ctx)
+		require.NoError(t, err)
+	}
+	_, refunds = desk.counts()
+	assert.Empty(t, refunds)
+}
+
+// A running source is refused, saying so, and nothing moves.
+func TestForkRefusesARunningSource(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	desk := &till{}
+	tools := desk.tools(t)
+	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
+	spec := agentsaga.RunSpec{Goal: "charge", Budget: agentsaga.Budget{Steps: 5}, Tools: specs(tools),
+		Model: agentsagatest.Script(agentsagatest.Call("charge", moneyArgs{"o-1", 10}), agentsagatest.Answer("done"))}
+	id := agentsagatest.RunID(t)
+	require.NoError(t, ledgerdb.Of(store).StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "charge", Spec: []byte(`{}`)}))
+	_, err := agentsaga.Get(devServer.Client(), id).WithLedger(store).Fork(ctx, agentsaga.ForkOptions{At: 1, Spec: &spec,
+		Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.ErrorIs(t, err, agentsaga.ErrForkRefused)
+	require.True(t, strings.Contains(err.Error(), "forking a running run is not supported"), err.Error())
+	require.False(t, errors.Is(err, ledgerdb.ErrNotFound))
+}

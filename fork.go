@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
@@ -135,4 +136,17 @@ func (r *Run) refuseForked(ctx context.Context, decision string) error {
 	}
 	return &RefusedError{ID: r.ID, Decision: decision,
 		Reason: fmt.Sprintf("it was forked into %s, which took over its effects and goes on in its place: %s that run", run.Forks[0], decision)}
+}
+
+// ParseForkAt reads where a fork begins as an operator writes it: a step
+// number from 1, or "failed" (ForkAtFailed).
+func ParseForkAt(s string) (int, error) {
+	if s == "failed" {
+		return ForkAtFailed, nil
+	}
+	step, err := strconv.Atoi(s)
+	if err != nil || step < 1 {
+		return 0, fmt.Errorf("at %q: give a step number from 1, or failed (the step at which the run failed or escalated)", s)
+	}
+	return step, nil
 }

@@ -40,6 +40,9 @@ func (s RunSpec) Forked(f Fork, start time.Time) (RunSpec, error) {
 	if f.Source == "" || f.At < 1 || f.Seq < 0 {
 		return RunSpec{}, fmt.Errorf("fork: source %q at step %d, message %d: a source, a step from 1 and a place from 0 are required", f.Source, f.At, f.Seq)
 	}
+	if len(f.Message) > maxInstruction {
+		return RunSpec{}, fmt.Errorf("fork: the message is %d KiB; at most %d KiB (an instruction is sent whole in every request)", len(f.Message)>>10, maxInstruction>>10)
+	}
 	if i := slices.IndexFunc(s.Tools, agentsagatype.ToolSpec.IsMCPServer); i >= 0 {
 		return RunSpec{}, fmt.Errorf("fork: tool %s is an MCP server, whose tools are listed only when a run starts; name each of its tools (mcp_tool) in the fork's spec", s.Tools[i].Name)
 	}

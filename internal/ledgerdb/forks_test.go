@@ -3,6 +3,7 @@ package ledgerdb_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -289,4 +290,47 @@ func TestConcurrentForksOfOneSource(t *testing.T) {
 	t.Logf("winner %s at step %d took %d effects; violations: %d", winner.Fork, winner.At, len(winner.Moved), violations)
 	assert.Zero(t, violations)
 	assert.Len(t, winner.Moved, winner.At-1)
+}
+
+// FuzzForkRun forks a fresh run of four steps at an arbitrary step into an
+// arbitrary ID. The ledger refuses (changing nothing), or moves exactly the
+// effects before the step, each to one owner.
+func FuzzForkRun(f *testing.F) {
+	for _, seed := range []struct {
+		at   int
+		fork string
+	}{{2, "fork"}, {ledgerdb.ForkAtFailed, "f"}, {-1, "x"}, {4, ""}, {5, "f"}, {1, "f/step-001-model"}, {3, "\x00"}, {3, "é\xff"}, {1 << 40, "big"}} {
+		f.Add(seed.at, seed.fork)
+	}
+	ctx := context.Background()
+	store := ledgertest.NewStore(f)
+	n := 0
+	f.Fuzz(func(t *testing.T, at int, fork string) {
+		if strings.HasPrefix(fork, "src-") {
+			t.Skip("a source's ID")
+		}
+		n++
+		source := fmt.Sprintf("src-%d", n)
+		newSource(ctx, t, store, source, 4)
+		got, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: source, Fork: fork, At: at})
+		if err != nil {
+			if !errors.Is(err, ledgerdb.ErrForkRefused) {
+				t.Logf("not refused as a fork, but failed: %v", err) // an ID Postgres cannot store
+			}
+			assert.Len(t, owners(ctx, t, store, source)[source], 4, "a failed fork moves nothing")
+			run, err := store.GetRun(ctx, source)
+			require.NoError(t, err)
+			assert.Empty(t, run.Forks)
+			return
+		}
+		want := at
+		if at == ledgerdb.ForkAtFailed {
+			want = 4
+		}
+		require.Equal(t, want, got.At)
+		require.Len(t, got.Moved, want-1)
+		stacks := owners(ctx, t, store, source, fork)
+		assert.Len(t, stacks[source], 4-(want-1))
+		assert.Len(t, stacks[fork], want-1)
+	})
 }

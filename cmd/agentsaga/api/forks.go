@@ -127,4 +127,3 @@ func forkOptions(in forkBody) (agentsaga.ForkOptions, *Problem) {
 	opts.At, opts.Message, opts.ID = step, in.Message, in.ID
 	return opts, nil
 }
-

@@ -121,6 +121,7 @@ func TestForkMovesTheEffectsBeforeTheStep(t *testing.T) {
 	_, err = store.ClaimAction(ctx, ledgerdb.ActionRequest{Key: "src/step-006-model", WorkflowID: "src", ActivityID: "step-006-model",
 		Tool: "model:scripted", Arguments: `{}`, Kind: ledgerdb.ActionModel}, time.Minute)
 	require.ErrorIs(t, err, ledgerdb.ErrFenced)
+	assert.ErrorContains(t, err, "forked into src-fork")
 }
 
 // A fork of a fork inherits what its source inherited before the step,

@@ -163,7 +163,9 @@ func unforkable(parent *string, status string, closing, finished bool) string {
 		return fmt.Sprintf("it is a sub-agent of %s, and forking inside a sub-agent is not supported: fork %s at the step that called it", *parent, *parent)
 	case status == agentsagatype.RunCompensated:
 		return "it was compensated: its effects are undone, and a fork would inherit nothing it could stand on"
-	case closing:
+	case closing && status != agentsagatype.RunFailed:
+		// A failed run walked its stack and found nothing to undo: what
+		// it did stands, and may be inherited.
 		return fmt.Sprintf("its compensation has begun (status %s): its effects are being undone", status)
 	case status == agentsagatype.RunTerminated:
 		return "it was terminated, and its rollback walks its effects back"

@@ -206,6 +206,16 @@ func TestForkRefusals(t *testing.T) {
 		require.ErrorIs(t, err, ledgerdb.ErrNotFound, "a refused fork leaves no run behind")
 		assert.Len(t, owners(ctx, t, store, id)[id], 2, "a refused fork moves nothing")
 	}
+	// A failed run walked its stack and found nothing to undo: it may be
+	// forked, at the step it failed at.
+	newSource(ctx, t, store, "failed", 2)
+	_, err := store.CloseRun(ctx, "failed")
+	require.NoError(t, err)
+	require.NoError(t, store.FinishRun(ctx, "failed", agentsagatype.RunOutcome{Status: agentsagatype.RunFailed}))
+	fork, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "failed", Fork: "failed-fork", At: ledgerdb.ForkAtFailed})
+	require.NoError(t, err)
+	assert.Equal(t, 2, fork.At)
+
 	newSource(ctx, t, store, "done", 3)
 	require.NoError(t, store.FinishRun(ctx, "done", agentsagatype.RunOutcome{Status: agentsagatype.RunCompleted}))
 	for _, c := range []struct {
@@ -223,7 +233,7 @@ func TestForkRefusals(t *testing.T) {
 		require.ErrorIs(t, err, ledgerdb.ErrForkRefused)
 		assert.ErrorContains(t, err, c.want)
 	}
-	_, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "nobody", Fork: "f", At: 1})
+	_, err = store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "nobody", Fork: "f", At: 1})
 	require.ErrorIs(t, err, ledgerdb.ErrNotFound)
 	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: "taken", RunID: "r", Goal: "g", Spec: json.RawMessage(`{}`)}))
 	_, err = store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "done", Fork: "taken", At: 2})

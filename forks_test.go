@@ -71,14 +71,6 @@ func startSource(ctx context.Context, t *testing.T, tools []agentsaga.Tool, spec
 	return run, engine, store
 }
 
-func waitForStatus(t *testing.T, run *agentsaga.Run, status string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		got, err := run.Status(t.Context())
-		return err == nil && got.Status == status
-	}, 30*time.Second, 50*time.Millisecond, "run %s never became %s", run.ID, status)
-}
-
 // modelTurns are the keys of the model turns the run made itself.
 func modelTurns(t *testing.T, store *ledger.Store, id string) []string {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -58,10 +59,12 @@ type ForkOptions struct {
 // act (its claims are fenced, Resume refuses). Approvals given before At
 // stay given; a call that waited for one at At is asked again.
 //
-// The handle must have a ledger (Run.WithLedger). A source that is still
-// running (not ended, escalated or waiting for an approval), a sub-agent,
-// one compensated or being compensated, or one already forked is refused
-// with ErrForkRefused, saying why. Fork asked again for the same fork,
+// A running source is first asked to stop at its next step boundary
+// (once its turn's calls settled; it then waits as an escalated run does),
+// and Fork waits for it as long as ctx allows. The handle must have a
+// ledger (Run.WithLedger). A sub-agent, a source compensated or being
+// compensated, or one already forked is refused with ErrForkRefused,
+// saying why. Fork asked again for the same fork,
 // after its workflow failed to start, starts it.
 func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 	if r.ledger == nil {
@@ -103,6 +106,11 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 			return nil, &RunExistsError{ID: id}
 		}
 	}
+	if source.FinishedAt == nil && source.Status == agentsagatype.RunRunning {
+		if err := r.stopAtAStep(ctx, store); err != nil {
+			return nil, err
+		}
+	}
 	moved, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: r.ID, Fork: id, At: opts.At, Spec: recorded, StartedBy: opts.StartedBy})
 	if err != nil {
 		return nil, fmt.Errorf("agentsaga: fork run %s: %w", r.ID, err)
@@ -121,6 +129,33 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 		return nil, fmt.Errorf("agentsaga: fork run %s into %s: the ledger moved its effects to the fork, whose start failed (fork again to start it): %w", r.ID, id, err)
 	}
 	return run, nil
+}
+
+// stopAtAStep asks the running run to stop at its next step boundary
+// (workflows.SignalStopForFork) and waits, as long as ctx lets it, until
+// the ledger says it no longer runs: escalated (stopped), waiting for an
+// approval, or ended.
+func (r *Run) stopAtAStep(ctx context.Context, store *ledgerdb.Store) error {
+	if err := r.c.SignalWorkflow(ctx, r.ID, "", workflows.SignalStopForFork, nil); err != nil {
+		return fmt.Errorf("agentsaga: fork run %s: ask it to stop at a step boundary: %w", r.ID, err)
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		run, err := store.GetRun(ctx, r.ID)
+		if err != nil {
+			return fmt.Errorf("agentsaga: fork run %s: wait for it to stop: %w", r.ID, err)
+		}
+		if run.FinishedAt != nil || run.Status != agentsagatype.RunRunning {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agentsaga: fork run %s: it did not stop at a step boundary in time (is a worker running it, on code that knows forks?): %w",
+				r.ID, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // refuseForked refuses decision on a run that was forked: its fork took

@@ -6,8 +6,6 @@ package agentsaga_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,20 +208,62 @@ func TestForkOfAForkCompletes(t *testing.T) {
 	assert.Empty(t, refunds)
 }
 
-// A running source is refused, saying so, and nothing moves.
-func TestForkRefusesARunningSource(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+// A running source is stopped at its next step boundary, once the call it
+// has in flight settled, and then forked: the fork waits for the stop, and
+// takes the effects before its step.
+func TestForkOfARunningSource(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &till{}
-	tools := desk.tools(t)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	tools := append(desk.tools(t), blockingTool(t, entered, release))
 	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
-	spec := agentsaga.RunSpec{Goal: "charge", Budget: agentsaga.Budget{Steps: 5}, Tools: specs(tools),
-		Model: agentsagatest.Script(agentsagatest.Call("charge", moneyArgs{"o-1", 10}), agentsagatest.Answer("done"))}
-	id := agentsagatest.RunID(t)
-	require.NoError(t, ledgerdb.Of(store).StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "charge", Spec: []byte(`{}`)}))
-	_, err := agentsaga.Get(devServer.Client(), id).WithLedger(store).Fork(ctx, agentsaga.ForkOptions{At: 1, Spec: &spec,
-		Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
-	require.ErrorIs(t, err, agentsaga.ErrForkRefused)
-	require.True(t, strings.Contains(err.Error(), "forking a running run is not supported"), err.Error())
-	require.False(t, errors.Is(err, ledgerdb.ErrNotFound))
+	spec := agentsaga.RunSpec{Goal: "charge, then prepare", Budget: agentsaga.Budget{Steps: 10}, Tools: specs(tools),
+		Model: agentsagatest.Script(agentsagatest.Call("charge", moneyArgs{"o-1", 10}), agentsagatest.Call("prepare", struct{}{}),
+			agentsagatest.Answer("done"))}
+	source, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec,
+		agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the source never reached step 2's call")
+	}
+
+	type forked struct {
+		run *agentsaga.Run
+		err error
+	}
+	done := make(chan forked, 1)
+	go func() {
+		run, err := source.Fork(ctx, agentsaga.ForkOptions{At: 2, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+		done <- forked{run, err}
+	}()
+	select {
+	case f := <-done:
+		t.Fatalf("forked while a call was in flight: %v", f.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(release)
+	f := <-done
+	require.NoError(t, f.err)
+	result, err := f.run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "done", result.Answer)
+
+	stopped, err := source.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, agentsagatype.RunEscalated, stopped.Status)
+	assert.Contains(t, stopped.StatusDetail, "stopped before step 3 to be forked")
+	assert.Equal(t, []string{f.run.ID}, stopped.Forks)
+	charged, _ := desk.counts()
+	assert.Equal(t, []string{source.ID + "/step-001-call-1-charge"}, charged)
+	stack, err := ledgerdb.Of(store).CompensationStack(ctx, f.run.ID)
+	require.NoError(t, err)
+	require.Len(t, stack, 1)
+	assert.Equal(t, source.ID+"/step-001-call-1-charge", stack[0].ForwardKey)
+	require.NoError(t, source.Abort(ctx, "test: forked"))
+	_, refunds := desk.counts()
+	assert.Empty(t, refunds)
 }

@@ -5,8 +5,33 @@ import (
 	"slices"
 	"time"
 
+	"go.temporal.io/sdk/workflow"
+
 	"github.com/agentsaga/agentsaga/agentsagatype"
 )
+
+// SignalStopForFork asks a running run to stop at its next step boundary,
+// once every call of its turn has settled, and wait for a human as an
+// escalated run does: agentsaga.Run.Fork sends it to a running source, so
+// that the ledger can move its effects while nothing is in flight. A
+// human may resume the run instead of forking it.
+//
+// It needs no version gate: a run takes the new path only when the signal
+// is in its history, which no run recorded before it has; reading the
+// channel emits no command.
+const SignalStopForFork = "agentsaga-stop-for-fork"
+
+// stopForFork escalates the run at the top of step when a fork asked it to
+// stop (SignalStopForFork), and returns the run's result when the human's
+// answer ends it.
+func (r *run) stopForFork(ctx workflow.Context, step int) *RunResult {
+	if r.forkStop == nil || !r.forkStop.ReceiveAsync(nil) {
+		return nil
+	}
+	for r.forkStop.ReceiveAsync(nil) { // one stop for every signal sent so far
+	}
+	return r.escalate(ctx, fmt.Sprintf("stopped before step %d to be forked (agentsaga fork)", step))
+}
 
 // Fork is where a fork begins (issue 45, docs/forks.md): the run it was
 // forked from, the step it makes live first, and its conversation's next

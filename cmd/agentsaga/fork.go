@@ -19,8 +19,8 @@ STEP (--at failed: the step at which it failed or escalated), plus --message, an
 from STEP with --spec's spec or --model's model. The steps before STEP make no model call, no
 tool call and no spend. The effects RUN_ID made before STEP move to the fork in one ledger
 transaction: the fork's compensation covers them, RUN_ID's no longer does, and RUN_ID can no
-longer act. A running run (not ended, escalated or waiting for an approval), a sub-agent, a
-run compensated or being compensated, and a run already forked are refused, saying why.
+longer act. A running RUN_ID is first stopped at its next step boundary. A sub-agent, a run
+compensated or being compensated, and a run already forked are refused, saying why.
 See docs/forks.md.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -106,7 +107,7 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 			return nil, &RunExistsError{ID: id}
 		}
 	}
-	if source.FinishedAt == nil && source.Status == agentsagatype.RunRunning {
+	if source.FinishedAt == nil && source.Status == agentsagatype.RunRunning && !awaitsApproval(ctx, store, r.ID) {
 		if err := r.stopAtAStep(ctx, store); err != nil {
 			return nil, err
 		}
@@ -156,6 +157,14 @@ func (r *Run) stopAtAStep(ctx context.Context, store *ledgerdb.Store) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// awaitsApproval says whether a call of the run waits for an approval: the
+// run is then at rest, and is forked as it is (the call is asked again by
+// the fork).
+func awaitsApproval(ctx context.Context, store *ledgerdb.Store, id string) bool {
+	approvals, err := store.RunApprovals(ctx, id)
+	return err == nil && slices.ContainsFunc(approvals, func(a agentsagatype.Approval) bool { return a.Status == agentsagatype.ApprovalAwaiting })
 }
 
 // refuseForked refuses decision on a run that was forked: its fork took

@@ -267,3 +267,54 @@ func TestForkOfARunningSource(t *testing.T) {
 	_, refunds := desk.counts()
 	assert.Empty(t, refunds)
 }
+
+// A run waiting for an approval at step 2 is forked at step 2: the call
+// approved at step 1 stays approved and is not asked or made again; the
+// call waiting at step 2 is asked again by the fork, under its own key,
+// and made once. Cancelling the source afterwards undoes nothing.
+func TestForkOfARunWaitingForAnApproval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &refunds{}
+	tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: "amount > 100"}))
+	spec := agentsaga.RunSpec{Goal: "refund orders A and B", Budget: agentsaga.Budget{Steps: 6}, Tools: specs(tools),
+		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 250}), agentsagatest.Call("refund", moneyArgs{"B", 300}),
+			agentsagatest.Answer("refunded both"))}
+	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
+	source, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec,
+		agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
+	require.NoError(t, err)
+	first := waitForApproval(t, source)
+	_, err = source.Approve(ctx, first.Call, "alice", "A checked")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		waiting, err := source.Approvals(ctx)
+		return err == nil && len(waiting) > 0 && waiting[0].Call != first.Call && waiting[0].Decision == nil
+	}, 30*time.Second, 50*time.Millisecond, "the source never waited for B's approval")
+	require.Equal(t, 1, desk.count())
+
+	fork, err := source.Fork(ctx, agentsaga.ForkOptions{At: 2, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	again := waitForApproval(t, fork)
+	assert.Equal(t, "step-002-call-1-refund", again.Call, "B is asked again, by the fork")
+	_, err = fork.Approve(ctx, again.Call, "bob", "B checked")
+	require.NoError(t, err)
+	result, err := fork.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, 2, desk.count(), "A once by the source, B once by the fork")
+
+	asked, err := ledgerdb.Of(store).RunApprovals(ctx, fork.ID)
+	require.NoError(t, err)
+	require.Len(t, asked, 1, "the fork asked only for B")
+	assert.Equal(t, agentsagatype.ApprovalApproved, asked[0].Status)
+	kept, err := ledgerdb.Of(store).RunApprovals(ctx, source.ID)
+	require.NoError(t, err)
+	require.Len(t, kept, 2)
+
+	require.NoError(t, devServer.Client().CancelWorkflow(ctx, source.ID, ""))
+	_, _ = source.Result(ctx)
+	desk.mu.Lock()
+	defer desk.mu.Unlock()
+	assert.Zero(t, desk.cancelled, "cancelling the source undid nothing: A is the fork's")
+}

@@ -101,7 +101,12 @@ func (s *Store) ForkRun(ctx context.Context, req ForkRequest) (Fork, error) {
 			}
 			return forkDone(ctx, tx, &out)
 		}
-		if why := unforkable(src.parent, src.status, src.closing, src.finished); why != "" {
+		var awaiting bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approvals WHERE workflow_id = $1 AND status = 'awaiting-approval')`,
+			req.Source).Scan(&awaiting); err != nil {
+			return err
+		}
+		if why := unforkable(src.parent, src.status, src.closing, src.finished, awaiting); why != "" {
 			return fmt.Errorf("%w: %s", ErrForkRefused, why)
 		}
 		last, err := lastStep(ctx, tx, req.Source)
@@ -156,8 +161,9 @@ func (s *Store) ForkRun(ctx context.Context, req ForkRequest) (Fork, error) {
 	return out, nil
 }
 
-// unforkable says why a source with this row cannot be forked, or "".
-func unforkable(parent *string, status string, closing, finished bool) string {
+// unforkable says why a source with this row cannot be forked, or "";
+// awaiting says that a call of it waits for an approval.
+func unforkable(parent *string, status string, closing, finished, awaiting bool) string {
 	switch {
 	case parent != nil:
 		return fmt.Sprintf("it is a sub-agent of %s, and forking inside a sub-agent is not supported: fork %s at the step that called it", *parent, *parent)
@@ -169,11 +175,11 @@ func unforkable(parent *string, status string, closing, finished bool) string {
 		return fmt.Sprintf("its compensation has begun (status %s): its effects are being undone", status)
 	case status == agentsagatype.RunTerminated:
 		return "it was terminated, and its rollback walks its effects back"
-	case !finished && status != agentsagatype.RunEscalated && status != agentsagatype.RunNeedsAttention &&
-		status != agentsagatype.RunAwaitingApproval:
-		// Escalated or waiting for an approval, a run is at a step
-		// boundary and acts no more until a human answers.
-		return fmt.Sprintf("it is %s: forking a running run is not supported; fork it once it ended, escalated or waits for an approval", status)
+	case !finished && status != agentsagatype.RunEscalated && status != agentsagatype.RunNeedsAttention && !awaiting:
+		// Escalated, a run is at a step boundary and acts no more until a
+		// human answers; waiting for an approval, it makes no new call
+		// before STEP, and the calls of its step stay its own.
+		return fmt.Sprintf("it is %s: stop it at a step boundary first (agentsaga.Run.Fork does); the ledger forks a run once it ended, escalated or waits for an approval", status)
 	}
 	return ""
 }

@@ -121,7 +121,8 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 		return nil, fmt.Errorf("agentsaga: fork run %s: %w (the ledger moved its effects to %s: fork again with a spec that starts)", r.ID, err, id)
 	}
 	opts.Start.Ledger = r.ledger
-	run, err := startResolved(ctx, r.c, id, forked, opts.Start)
+	run, err := startResolved(ctx, r.c, id, forked, opts.Start,
+		fmt.Sprintf("**Forked from:** %s at step %d (its effects before that step are this run's)\n\n", r.ID, moved.At))
 	if exists := (*RunExistsError)(nil); errors.As(err, &exists) {
 		// Asked again after the fork started: it is the fork.
 		return Get(r.c, id).WithLedger(r.ledger), nil

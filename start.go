@@ -113,7 +113,7 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 			return nil, fmt.Errorf("agentsaga: start run %s: %w", id, err)
 		}
 	}
-	return startResolved(ctx, c, id, resolved, opts)
+	return startResolved(ctx, c, id, resolved, opts, "")
 }
 
 // resolveFor is spec with opts' account and priority, resolved
@@ -137,8 +137,9 @@ func resolveFor(spec RunSpec, opts StartOptions) (RunSpec, error) {
 
 // startResolved starts the resolved spec under id, refusing an id
 // Temporal has: the part of Start after the checks, which a fork (whose ID
-// the ledger has by then) shares.
-func startResolved(ctx context.Context, c client.Client, id string, resolved RunSpec, opts StartOptions) (*Run, error) {
+// the ledger has by then) shares. lineage, when set, heads the details the
+// Temporal UI shows (a fork's source).
+func startResolved(ctx context.Context, c client.Client, id string, resolved RunSpec, opts StartOptions, lineage string) (*Run, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
 	}
@@ -171,7 +172,7 @@ func startResolved(ctx context.Context, c client.Client, id string, resolved Run
 		TypedSearchAttributes:                    attributes,
 		Priority:                                 taskPriority(ctx, opts.Ledger, resolved),
 		StaticSummary:                            summary,
-		StaticDetails: fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v",
+		StaticDetails: lineage + fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v",
 			resolved.Goal, resolved.Model.Provider, resolved.Model.Name, resolved.Budget),
 	}, AgentRunWorkflow, resolved)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted

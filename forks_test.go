@@ -6,6 +6,8 @@ package agentsaga_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
+	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // till is a payment desk: charges and their refunds, by the key each was
@@ -317,4 +320,47 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 	desk.mu.Lock()
 	defer desk.mu.Unlock()
 	assert.Zero(t, desk.cancelled, "cancelling the source undid nothing: A is the fork's")
+}
+
+// The issue's figure: a fork at step 40 of a run with 50 steps of budget
+// (it escalated at step 40) sends no model or tool request for steps 1 to
+// 39, and its first live turn (step 40, which answers) comes within a
+// second of the fork on a dev server (the figure is logged).
+func TestForkAtStep40SendsNothingBefore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	desk := &till{}
+	tools := desk.tools(t)
+	var turns []agentsagatest.Turn
+	for i := range 39 {
+		turns = append(turns, agentsagatest.Call("lookup", orderArgs{fmt.Sprintf("o-%d", i+1)}))
+	}
+	spec := agentsaga.RunSpec{Goal: "look 39 orders up", Budget: agentsaga.Budget{Steps: 50}, Tools: specs(tools),
+		Watchdog: workflows.WatchdogSpec{NoProgressTurns: 100},
+		Model:    agentsagatest.Script(append(slices.Clone(turns), agentsagatest.Refuse("which one?"))...)}
+	source, engine, store := startSource(ctx, t, tools, spec)
+	forkSpec := spec
+	forkSpec.Model = agentsagatest.Script(append(slices.Clone(turns), agentsagatest.Answer("all 39 looked up"))...)
+
+	began := time.Now()
+	fork, err := source.Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed, Spec: &forkSpec,
+		Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	result, err := fork.Result(ctx)
+	took := time.Since(began)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+
+	var before, leaves int
+	require.NoError(t, ledgerdb.Of(store).Pool().QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE activity_id < 'step-040'), count(*) FROM leaf_calls WHERE workflow_id = $1`, fork.ID).Scan(&before, &leaves))
+	desk.mu.Lock()
+	lookups := desk.lookups
+	desk.mu.Unlock()
+	t.Logf("fork at step 40: %d requests for steps 1-39, %d leaf calls in all, first live turn (and answer) %v after the fork",
+		before, leaves, took.Round(time.Millisecond))
+	assert.Zero(t, before, "no request for steps 1 to 39")
+	assert.Equal(t, 1, leaves, "the one live turn")
+	assert.Equal(t, 39, lookups, "the lookups were the source's, made once")
+	assert.Less(t, took, 10*time.Second, "a loaded machine's bound; the figure is logged")
 }

@@ -46,7 +46,8 @@ type ForkOptions struct {
 	// key).
 	StartedBy string
 	// Start is how the fork's workflow starts: its task queue, namespace,
-	// model providers, account and priority. Its Ledger is the handle's.
+	// model providers, account (the source's unless set) and priority.
+	// Its Ledger is the handle's.
 	Start StartOptions
 }
 
@@ -89,6 +90,10 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 	if opts.Model != nil {
 		spec.Model = *opts.Model
 		spec.Version = 0 // resolved again: the new model's context window and price
+	}
+	if opts.Spec == nil && opts.Start.Account != "" {
+		// The source's account gives way to the one the fork is charged to.
+		spec.Budget.Account = opts.Start.Account
 	}
 	spec.Goal, spec.Carried = source.Goal, nil
 	resolved, err := resolveFor(spec, opts.Start)

@@ -10,9 +10,9 @@ import (
 )
 
 func forkCommand() *cobra.Command {
-	var at, model, specPath, message, id string
+	var at, model, specPath, message, id, account string
 	cmd := &cobra.Command{
-		Use:   "fork RUN_ID --at STEP|failed [--spec FILE | --model PROVIDER:NAME] [--message TEXT] [--id NEW]",
+		Use:   "fork RUN_ID --at STEP|failed [--spec FILE | --model PROVIDER:NAME] [--message TEXT] [--id NEW] [--account PATH]",
 		Short: "Fork a run from a step: the steps before it answered from its ledger, its effects moved to the fork",
 		Long: `fork starts a new run (RUN_ID-fork, or --id) that begins with RUN_ID's conversation up to step
 STEP (--at failed: the step at which it failed or escalated), plus --message, and goes on live
@@ -44,7 +44,7 @@ See docs/forks.md.`,
 			}
 			defer closeAll()
 			fork, err := agentsaga.Get(c, args[0]).WithLedger(store).Fork(cmd.Context(), agentsaga.ForkOptions{At: step,
-				Spec: changes.Spec, Model: changes.Model, Message: message, ID: id, Start: agentsaga.StartOptions{Namespace: cfg.Namespace}})
+				Spec: changes.Spec, Model: changes.Model, Message: message, ID: id, Start: agentsaga.StartOptions{Namespace: cfg.Namespace, Account: account}})
 			if err != nil {
 				return err
 			}
@@ -61,5 +61,6 @@ See docs/forks.md.`,
 	cmd.Flags().StringVar(&model, "model", "", "the fork's model, provider:name (openai:gpt-4o-mini)")
 	cmd.Flags().StringVar(&message, "message", "", "an instruction the model reads at STEP, after the run's conversation")
 	cmd.Flags().StringVar(&id, "id", "", "the fork's run ID (default RUN_ID-fork)")
+	cmd.Flags().StringVar(&account, "account", "", "the account the fork is charged to (default RUN_ID's)")
 	return cmd
 }

@@ -21,8 +21,8 @@ const ForkAtFailed = ledgerdb.ForkAtFailed
 
 // ErrForkRefused is what Run.Fork returns, wrapped with the reason, for a
 // source that cannot be forked as asked (compensated or being compensated,
-// running, a sub-agent, already forked, a step it did not make). Nothing
-// changed. Find it with errors.Is.
+// queued, a sub-agent, a replay, already forked, a step it did not make).
+// Nothing changed. Find it with errors.Is.
 var ErrForkRefused = ledgerdb.ErrForkRefused
 
 // ForkOptions say where a fork begins and what it changes (Run.Fork).
@@ -66,8 +66,8 @@ type ForkOptions struct {
 // and Fork waits for it as long as ctx allows. The handle must have a
 // ledger (Run.WithLedger). A sub-agent, a source compensated or being
 // compensated, or one already forked is refused with ErrForkRefused,
-// saying why. Fork asked again for the same fork,
-// after its workflow failed to start, starts it.
+// saying why. Fork asked again for the same fork (the same ID) after its
+// workflow failed to start starts it; after it started, it returns it.
 func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 	if r.ledger == nil {
 		return nil, fmt.Errorf("agentsaga: fork run %s: the handle has no ledger (Run.WithLedger)", r.ID)

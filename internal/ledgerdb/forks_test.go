@@ -345,3 +345,39 @@ func FuzzForkRun(f *testing.F) {
 		assert.Len(t, stacks[fork], want-1)
 	})
 }
+
+// A fork whose client is lost in the middle of the move (here its context
+// ends while the move waits for a compensation's row, after the fork's
+// run row was written and the actions moved) leaves nothing moved and no
+// fork behind: the move is one transaction. The same fork then succeeds.
+func TestForkInterruptedMidMoveLeavesNothingHalfMoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	newSource(ctx, t, store, "s", 3)
+	blocker, err := store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = blocker.Rollback(ctx) }()
+	_, err = blocker.Exec(ctx, `SELECT 1 FROM compensations WHERE forward_key = 's/step-001-call-1-charge' FOR UPDATE`)
+	require.NoError(t, err)
+
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = store.ForkRun(short, ledgerdb.ForkRequest{Source: "s", Fork: "s-fork", At: 3})
+	require.Error(t, err, "the move waited for the locked compensation until its client gave up")
+	require.NoError(t, blocker.Rollback(ctx))
+
+	assert.Len(t, owners(ctx, t, store, "s")["s"], 3, "every effect is still the source's")
+	_, err = store.GetRun(ctx, "s-fork")
+	require.ErrorIs(t, err, ledgerdb.ErrNotFound)
+	source, err := store.GetRun(ctx, "s")
+	require.NoError(t, err)
+	assert.Empty(t, source.Forks)
+	var copied int
+	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT count(*) FROM messages WHERE workflow_id = 's-fork'`).Scan(&copied))
+	assert.Zero(t, copied)
+
+	fork, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "s", Fork: "s-fork", At: 3})
+	require.NoError(t, err)
+	assert.Len(t, fork.Moved, 2)
+}

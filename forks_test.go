@@ -364,3 +364,48 @@ func TestForkAtStep40SendsNothingBefore(t *testing.T) {
 	assert.Equal(t, 39, lookups, "the lookups were the source's, made once")
 	assert.Less(t, took, 10*time.Second, "a loaded machine's bound; the figure is logged")
 }
+
+// A fork at a step after a sub-agent returned inherits the sub-agent's
+// effects with its own: when the fork fails, its walk undoes the
+// sub-agent's refund once, and the source undoes nothing.
+func TestForkInheritsASubAgentsEffects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &refunds{}
+	tools := desk.tools(t)
+	helper := agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"H", 20}), agentsagatest.Answer("refunded H"))
+	first := []agentsagatest.Turn{agentsagatest.Call("helper", map[string]string{"task": "refund H"})}
+	spec := agentsaga.RunSpec{Goal: "refund H through the helper", Budget: agentsaga.Budget{Steps: 10},
+		Model:  agentsagatest.Script(append(slices.Clone(first), agentsagatest.Refuse("is that all?"))...),
+		Tools:  append(specs(tools), agentsaga.ToolSpec{Name: "helper", Kind: agentsagatype.ToolKindAgent}),
+		Agents: map[string]workflows.AgentSpec{"helper": {Tools: []string{"refund", "cancel_refund"}, Share: 0.5, Model: &helper}},
+	}
+	source, engine, store := startSource(ctx, t, tools, spec)
+	require.Equal(t, 1, desk.count())
+
+	forkSpec := spec
+	forkSpec.Model = agentsagatest.Script(first...) // no second turn: the fork fails at step 2
+	fork, err := source.Fork(ctx, agentsaga.ForkOptions{At: 2, Spec: &forkSpec, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	result, err := fork.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
+	require.NotNil(t, result.Saga)
+	assert.Equal(t, 1, result.Saga.Compensated)
+	desk.mu.Lock()
+	cancelled := desk.cancelled
+	desk.mu.Unlock()
+	assert.Equal(t, 1, cancelled, "the sub-agent's refund was undone once, by the fork")
+	assert.Equal(t, 1, desk.count(), "and not made again")
+
+	require.NoError(t, source.Abort(ctx, "test"))
+	_, err = source.Result(ctx)
+	require.NoError(t, err)
+	desk.mu.Lock()
+	defer desk.mu.Unlock()
+	assert.Equal(t, 1, desk.cancelled, "the source undid nothing")
+	stack, err := ledgerdb.Of(store).CompensationStack(ctx, fork.ID)
+	require.NoError(t, err)
+	require.Len(t, stack, 1)
+	assert.Equal(t, "step-001-call-1-helper/step-001-call-1-refund", stack[0].ForwardActivityID)
+}

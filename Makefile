@@ -60,7 +60,8 @@ FUZZ_TARGETS := \
 	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
 	./internal/activityid:FuzzCompensation ./compensation:FuzzResolve ./internal/ledgerdb:FuzzFingerprint \
 	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate \
-	./internal/ledgerdb:FuzzSpendCap ./budget:FuzzPriceTable ./cmd/agentsaga/api:FuzzAPIInputs
+	./internal/ledgerdb:FuzzSpendCap ./budget:FuzzPriceTable ./cmd/agentsaga/api:FuzzAPIInputs \
+	./workflows:FuzzForked ./internal/ledgerdb:FuzzForkRun
 # A target under cmd/agentsaga is in the CLI's module: fuzzed from there.
 fuzz: bin/temporal postgres
 	@set -e; for t in $(FUZZ_TARGETS); do \

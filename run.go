@@ -130,11 +130,15 @@ func (e *RefusedError) Error() string {
 }
 
 // Resume continues an escalated run with in.Message for the model, adding
-// in.AddUSD and in.AddSteps to its budget. The decision is recorded in the
+// in.AddUSD and in.AddSteps to its budget; a run that was forked is
+// refused (its fork goes on in its place). The decision is recorded in the
 // run's history; it returns once the run accepted it. A worker must be
 // running: until one takes the run's workflow task, it waits (bound it
 // with ctx).
 func (r *Run) Resume(ctx context.Context, in ResumeInput) error {
+	if err := r.refuseForked(ctx, workflows.UpdateResume); err != nil {
+		return err
+	}
 	return r.decide(ctx, workflows.UpdateResume, in)
 }
 

@@ -97,18 +97,9 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 	if id == "" {
 		return nil, &InvalidSpecError{Err: errors.New("the run ID is empty")}
 	}
-	if opts.Account != "" {
-		if spec.Budget.Account != "" && spec.Budget.Account != opts.Account {
-			return nil, &InvalidSpecError{Err: fmt.Errorf("budget.account: the spec charges %s and the start charges %s; name one", spec.Budget.Account, opts.Account)}
-		}
-		spec.Budget.Account = opts.Account
-	}
-	if opts.Priority != 0 {
-		spec.Priority = opts.Priority
-	}
-	resolved, err := spec.ResolveFor(opts.ModelProviders...)
+	resolved, err := resolveFor(spec, opts)
 	if err != nil {
-		return nil, &InvalidSpecError{Err: err}
+		return nil, err
 	}
 	if opts.Ledger == nil && !opts.SkipLedgerCheck {
 		return nil, fmt.Errorf("agentsaga: start run %s: %w", id, ErrNoLedger)
@@ -122,6 +113,33 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 			return nil, fmt.Errorf("agentsaga: start run %s: %w", id, err)
 		}
 	}
+	return startResolved(ctx, c, id, resolved, opts, "")
+}
+
+// resolveFor is spec with opts' account and priority, resolved
+// (RunSpec.ResolveFor), or an *InvalidSpecError.
+func resolveFor(spec RunSpec, opts StartOptions) (RunSpec, error) {
+	if opts.Account != "" {
+		if spec.Budget.Account != "" && spec.Budget.Account != opts.Account {
+			return RunSpec{}, &InvalidSpecError{Err: fmt.Errorf("budget.account: the spec charges %s and the start charges %s; name one", spec.Budget.Account, opts.Account)}
+		}
+		spec.Budget.Account = opts.Account
+	}
+	if opts.Priority != 0 {
+		spec.Priority = opts.Priority
+	}
+	resolved, err := spec.ResolveFor(opts.ModelProviders...)
+	if err != nil {
+		return RunSpec{}, &InvalidSpecError{Err: err}
+	}
+	return resolved, nil
+}
+
+// startResolved starts the resolved spec under id, refusing an id
+// Temporal has: the part of Start after the checks, which a fork (whose ID
+// the ledger has by then) shares. lineage, when set, heads the details the
+// Temporal UI shows (a fork's source).
+func startResolved(ctx context.Context, c client.Client, id string, resolved RunSpec, opts StartOptions, lineage string) (*Run, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
 	}
@@ -154,7 +172,7 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 		TypedSearchAttributes:                    attributes,
 		Priority:                                 taskPriority(ctx, opts.Ledger, resolved),
 		StaticSummary:                            summary,
-		StaticDetails: fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v",
+		StaticDetails: lineage + fmt.Sprintf("**Goal:** %s\n\n**Model:** %s %s\n\n**Budget:** %+v",
 			resolved.Goal, resolved.Model.Provider, resolved.Model.Name, resolved.Budget),
 	}, AgentRunWorkflow, resolved)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted

@@ -50,6 +50,12 @@ type Run struct {
 	// StartedBy names who started the run through the HTTP API (the API
 	// key's name); "" for a run started any other way.
 	StartedBy string `json:"started_by,omitempty"`
+	// ForkedFrom is the run this one was forked from, at step ForkedAtStep
+	// (issue 45, docs/forks.md); Forks are the runs forked from this one,
+	// which took over its effects before their step.
+	ForkedFrom   string   `json:"forked_from,omitempty"`
+	ForkedAtStep int      `json:"forked_at_step,omitempty"`
+	Forks        []string `json:"forks,omitempty"`
 }
 
 // RunOutcome is how a run ended.

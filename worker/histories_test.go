@@ -115,6 +115,10 @@ type scenario struct {
 	// ended: a recording of a run that went another way is not the path
 	// its name says.
 	want string
+	// fork, when set, forks the run once act is done (issue 45) and returns
+	// the fork, which is what is recorded, as name-fork (the fork's own
+	// default ID is corpus-name-fork), and what want is checked against.
+	fork func(ctx context.Context, r *recorder, id string) *agentsaga.Run
 }
 
 func TestRecordHistories(t *testing.T) {
@@ -244,13 +248,18 @@ func (r *recorder) record(ctx context.Context, sc scenario) {
 	if sc.act != nil {
 		sc.act(ctx, r, id)
 	}
+	name := sc.name
+	if sc.fork != nil {
+		fork := sc.fork(ctx, r, id)
+		name, id, first = sc.name+"-fork", fork.ID, fork.RunID
+	}
 	_ = temporalClient.GetWorkflow(ctx, id, "").Get(ctx, nil) // how it ended is in its history
 	if sc.want != "" {
 		run, err := ledgerdb.Of(r.store).GetRun(ctx, id)
 		require.NoError(t, err, sc.name)
 		require.Equal(t, sc.want, run.Status, "%s: %s", sc.name, run.StatusDetail)
 	}
-	r.save(ctx, sc.name, id, first)
+	r.save(ctx, name, id, first)
 }
 
 // save writes the chain of executions that began with runID: name.json,
@@ -465,6 +474,23 @@ func corpusScenarios() []scenario {
 		// wait for the breaker and the run completes on its own.
 		// Started as `agentsaga run` starts it, with the search attributes
 		// the UI lists runs by: the upserts that keep them are commands.
+		// Issue 45: a run charges ann and escalates at step 2; its fork from
+		// step 2 starts with the conversation up to it (no model call for
+		// step 1) and fails there (its script has no second turn), and its
+		// walk refunds the charge it inherited. A fork emits what a
+		// continued execution does, so it needed no version change.
+		{name: "forked-then-failed", viaStart: true, want: agentsagatype.RunCompensated,
+			spec: "goal: charge ann, then ask\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" + charge + refuse + corpusTools,
+			fork: func(ctx context.Context, r *recorder, id string) *agentsaga.Run {
+				r.waitStatus(ctx, id, agentsagatype.RunEscalated)
+				spec, err := workflows.ParseSpec([]byte(fmt.Sprintf("goal: charge ann, then ask\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n"+
+					charge+corpusTools, r.url)))
+				require.NoError(r.t, err)
+				fork, err := agentsaga.Get(temporalClient, id).WithLedger(r.store).Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed,
+					Spec: &spec, Message: "corpus: ann is fine", Start: agentsaga.StartOptions{TaskQueue: r.queue}})
+				require.NoError(r.t, err)
+				return fork
+			}},
 		{name: "search-attributes", viaStart: true, spec: "goal: charge ann, then read\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" +
 			charge + "    - tool_calls: [{name: page, arguments: {page: 1}}]\n    - content: charged and read\n" + corpusTools},
 		// The model provider is down for a few seconds: its breaker opens

@@ -153,6 +153,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := r.registerApprovalUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
+	r.forkStop = workflow.GetSignalChannel(ctx, SignalStopForFork)
 	r.versions = readVersions(ctx)
 	r.Watchdog.namesRules = r.versions.effectsProgress
 	if carried == nil {
@@ -254,6 +255,8 @@ type run struct {
 	versions versions
 	// ui is what the Temporal UI was last shown (ui.go).
 	ui uiState
+	// forkStop carries SignalStopForFork (fork.go).
+	forkStop workflow.ReceiveChannel
 }
 
 // newRun is a run of spec at its first step, its budget's clock started at
@@ -297,6 +300,9 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 		step := r.Step
 		if ctx.Err() != nil {
 			return r.rollback(ctx, "the run was cancelled", r.LastContent, ""), nil
+		}
+		if result := r.stopForFork(ctx, step); result != nil {
+			return *result, nil
 		}
 		if r.historyIsLong(ctx) {
 			state := r.carry()

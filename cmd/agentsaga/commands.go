@@ -463,6 +463,12 @@ func showRun(ctx context.Context, out io.Writer, store *ledgerdb.Store, id strin
 		fmt.Fprintf(out, " (%s)", run.Reason)
 	}
 	fmt.Fprintf(out, "\ngoal: %s\n", run.Goal)
+	if run.ForkedFrom != "" {
+		fmt.Fprintf(out, "forked from: %s at step %d (its effects before that step are this run's)\n", run.ForkedFrom, run.ForkedAtStep)
+	}
+	if len(run.Forks) > 0 {
+		fmt.Fprintf(out, "forks: %s (each took over this run's effects before its step)\n", strings.Join(run.Forks, ", "))
+	}
 	if run.Answer != "" {
 		fmt.Fprintf(out, "answer: %s\n", run.Answer)
 	}

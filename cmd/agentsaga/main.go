@@ -98,6 +98,6 @@ Postgres: DATABASE_URL (default postgres://postgres@127.0.0.1:5432/agentsaga); T
 	}
 	root.AddCommand(workerCommand(), pruneCommand(), runCommand(), showCommand(), resumeCommand(), abortCommand(), retryCommand(),
 		skipCommand(), approvalsCommand(), approveCommand(), denyCommand(), spendCommand(), queueCommand(), keysCommand(), webhooksCommand(), watchCommand(), serveCommand(), migrateCommand(), devCommand(), demoCommand(), benchCommand(),
-		replayCommand(), datasetCommand(), evalCommand(), modelsCommand())
+		replayCommand(), forkCommand(), datasetCommand(), evalCommand(), modelsCommand())
 	return root
 }

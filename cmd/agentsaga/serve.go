@@ -115,7 +115,7 @@ func newAPI(ctx context.Context, c client.Client, store *ledger.Store, namespace
 		hub.Run(ctx, func(err error) { logger.Warn("api: the event hub's LISTEN failed; reconnecting", "error", err) })
 	}()
 	stop := func() { cancel(); <-hubDone }
-	handler, err := api.New(api.Config{Store: store, Client: c, Hub: hub, Logger: logger,
+	handler, err := api.New(api.Config{Store: store, Client: c, Hub: hub, Logger: logger, Namespace: namespace,
 		Start: func(ctx context.Context, id string, spec workflows.RunSpec, account string) (*agentsaga.Run, error) {
 			return startRun(ctx, c, store, namespace, id, spec, account, 0)
 		}})

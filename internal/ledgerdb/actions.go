@@ -153,8 +153,9 @@ var fenceText = map[string]string{
 // runFence says why the run refuses claims, or "" when it does not.
 func (s *Store) runFence(ctx context.Context, workflowID string, compensating bool) (string, error) {
 	var finished, closing bool
-	err := s.pool.QueryRow(ctx, `SELECT finished_at IS NOT NULL, closing_at IS NOT NULL FROM runs WHERE workflow_id = $1`,
-		workflowID).Scan(&finished, &closing)
+	var forkedInto string
+	err := s.pool.QueryRow(ctx, `SELECT finished_at IS NOT NULL, closing_at IS NOT NULL, coalesce(forked_into, '') FROM runs WHERE workflow_id = $1`,
+		workflowID).Scan(&finished, &closing, &forkedInto)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", nil
@@ -162,6 +163,8 @@ func (s *Store) runFence(ctx context.Context, workflowID string, compensating bo
 		return "", err
 	case finished:
 		return fenceText[FenceRunEnded], nil
+	case closing && !compensating && forkedInto != "":
+		return "the run was forked into " + forkedInto + ", which goes on in its place", nil
 	case closing && !compensating:
 		return "the run's rollback has begun", nil
 	}

@@ -170,14 +170,15 @@ func scanMessage(row pgx.CollectableRow) (Message, error) {
 
 // RecordResultMessage writes, as message msg of workflowID's conversation,
 // the stored result of the completed action key: a tool output read back
-// whole (read_result). The key must be one of the run's own, or one of its
-// sub-agents'. It returns the result.
+// whole (read_result). The key must be one of the run's own, one of its
+// sub-agents', or one it inherited from the run it was forked from. It
+// returns the result.
 func (s *Store) RecordResultMessage(ctx context.Context, workflowID, key string, msg Message) (string, error) {
 	var result string
 	err := s.pool.QueryRow(ctx, `
 		WITH source AS (
 			SELECT coalesce(result, '') AS result FROM actions
-			WHERE idempotency_key = $2 AND status = 'completed' AND starts_with(idempotency_key, $1 || '/')
+			WHERE idempotency_key = $2 AND status = 'completed' AND (starts_with(idempotency_key, $1 || '/') OR workflow_id = $1)
 		), recorded AS (
 			INSERT INTO messages (workflow_id, seq, role, content, tool_call_id, name, source_key)
 			SELECT $1, $3, 'tool', source.result, $4, $5, $2 FROM source

@@ -73,13 +73,15 @@ func (s *Store) FinishRun(ctx context.Context, workflowID string, out agentsagat
 // runColumns are what GetRun and ListRuns read of a run, in scanRun's
 // order; ListRuns leaves the spec out (runSpecColumn).
 const runColumns = `workflow_id, run_id, parent_workflow_id, goal, status, answer, handoff_note, reason, status_detail,
-	steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at, account, started_by`
+	steps_used, leaf_calls, tokens_used, usd_spent, calls, retries, started_at, finished_at, account, started_by,
+	coalesce(forked_from, ''), coalesce(forked_at_step, 0), forked_into`
 
 func scanRun(row pgx.Row, withSpec bool) (agentsagatype.Run, error) {
 	var r agentsagatype.Run
-	var parent *string
+	var parent, forkedInto *string
 	targets := []any{&r.WorkflowID, &r.RunID, &parent, &r.Goal, &r.Status, &r.Answer, &r.HandoffNote, &r.Reason, &r.StatusDetail,
-		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt, &r.Account, &r.StartedBy}
+		&r.StepsUsed, &r.LeafCalls, &r.TokensUsed, &r.USDSpent, &r.Calls, &r.Retries, &r.StartedAt, &r.FinishedAt, &r.Account, &r.StartedBy,
+		&r.ForkedFrom, &r.ForkedAtStep, &forkedInto}
 	if withSpec {
 		targets = append(targets, &r.Spec)
 	}
@@ -88,6 +90,9 @@ func scanRun(row pgx.Row, withSpec bool) (agentsagatype.Run, error) {
 	}
 	if parent != nil {
 		r.ParentWorkflowID = *parent
+	}
+	if forkedInto != nil {
+		r.Forks = []string{*forkedInto} // a run is forked once (ForkRun)
 	}
 	return r, nil
 }

@@ -111,7 +111,9 @@ func (s *Server) decide(d runDecision) handlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.DecisionTimeout)
 		defer cancel()
-		if err := d.send(ctx, agentsaga.Get(s.cfg.Client, run.WorkflowID), key.Name, in); err != nil {
+		// The ledger tells a forked run's refusal (Run.Resume) before the
+		// run is asked.
+		if err := d.send(ctx, agentsaga.Get(s.cfg.Client, run.WorkflowID).WithLedger(s.cfg.Store), key.Name, in); err != nil {
 			return s.decisionProblem(run.WorkflowID, d.name, err)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"run": run.WorkflowID, "decision": d.name, "by": key.Name, "accepted": true})

@@ -62,6 +62,7 @@ func FuzzAPIInputs(f *testing.F) {
 		send("GET", "/runs/"+url.PathEscape(id), "")
 		if id != "run-1" { // a run that exists would be asked of Temporal, which this world has not
 			send("POST", path+"/resume", body)
+			send("POST", path+"/fork", body)
 			send("POST", path+"/approvals/"+url.PathEscape(lastEventID)+"/deny", body)
 		}
 	})

@@ -51,6 +51,9 @@ type Config struct {
 	// proxies keep it open (default 15s); Poll is how often it reads the
 	// log without a wake-up (default 2s).
 	Heartbeat, Poll time.Duration
+	// Namespace is Temporal's namespace, where a fork starts ("" is
+	// default).
+	Namespace string
 	// DecisionTimeout bounds how long a decision waits for the run to
 	// accept it (default 30s): a run with no worker never does.
 	DecisionTimeout time.Duration
@@ -106,6 +109,7 @@ func New(cfg Config) (*Server, error) {
 		s.handle("POST /v1/runs/{id}/"+d.name, apikeys.RunsWrite, s.decide(d))
 	}
 	s.handle("POST /v1/runs/{id}/cancel-queued", apikeys.RunsWrite, s.cancelQueued)
+	s.handle("POST /v1/runs/{id}/fork", apikeys.RunsWrite, s.fork)
 	s.handle("GET /v1/queue", apikeys.RunsRead, s.listQueue)
 	s.handle("GET /v1/approvals", apikeys.RunsRead, s.listApprovals)
 	s.handle("POST /v1/runs/{id}/approvals/{call}/approve", apikeys.ApprovalsDecide, s.decideApproval(true))

@@ -14,7 +14,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
-// Deadlines on every wait for a person (ARCHITECTURE.md decision 22,
+// Deadlines on every wait for a person (DESIGN.md decision 22,
 // issue 44; agentsaga-commands 10). A call waiting for approval and an
 // escalated run each wait until a deadline fixed when the wait began (a
 // durable timer: a worker's death replays it, it does not restart it, and

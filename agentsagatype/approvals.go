@@ -16,7 +16,7 @@ const (
 
 // What a run does when nobody answers a wait for a person in time (an
 // approval rule's on_timeout, escalate.on_timeout). Every wait for a
-// person has a deadline (ARCHITECTURE.md decision 22); these say what
+// person has a deadline (DESIGN.md decision 22); these say what
 // follows it.
 const (
 	// OnTimeoutDeny refuses the call as a human's deny would: it is not

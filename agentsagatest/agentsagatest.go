@@ -78,7 +78,10 @@ func NewEnvironment(t testing.TB, engine *agentsaga.Engine) (*testsuite.TestWork
 	// passes that bound on a run that is fine. A minute still ends a hang.
 	env.SetTestTimeout(time.Minute)
 	id := RunID(t)
-	env.SetWorkerOptions(engine.WorkerOptions(worker.Options{}))
+	// The same machine can hold a workflow task past the SDK's 1 s
+	// deadlock detector (TestEachRunHasItsOwnID did, at load 14 under
+	// -race); 10 s still catches workflow code that blocks.
+	env.SetWorkerOptions(engine.WorkerOptions(worker.Options{DeadlockDetectionTimeout: 10 * time.Second}))
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id, TaskQueue: engine.TaskQueue()})
 	engine.Register(env)
 	return env, id

@@ -71,20 +71,20 @@ func TestReleaseLeavesRoomForFreshDemand(t *testing.T) {
 	const rate = 10 // a second: the adaptive release rate's start
 	full := time.Second / rate
 
-	// The storm's shape: 8 new calls a second, on and on. For the first two
+	// The storm's shape: 7 new calls a second, on and on. For the first two
 	// cooldowns the slots are spaced at the whole rate; then at the 2 a
-	// second the new calls leave.
+	// second the new calls leave of nine tenths of it.
 	open("storm")
-	arrive("storm", 8, 1)
+	arrive("storm", 7, 1)
 	assert.Equal(t, full, spacing("storm"), "before the demand is known, the whole rate")
-	arrive("storm", 8, 11)
+	arrive("storm", 7, 11)
 	// The statements' own time adds to the moved clock, and so thins the
 	// demand measured a little: a gap a little under 500 ms.
 	gap := spacing("storm")
-	assert.InDelta(t, (time.Second / (rate - 8)).Seconds(), gap.Seconds(), 0.12,
-		"8 new calls a second leave 2 a second of 10 to the backlog")
+	assert.InDelta(t, (time.Second / (0.9*rate - 7)).Seconds(), gap.Seconds(), 0.12,
+		"7 new calls a second leave 2 a second of 9 to the backlog")
 	assert.Greater(t, gap, 3*full)
-	t.Logf("8 new calls a second for 12 s: release slots %v apart (10 a second before the change: %v)", gap, full)
+	t.Logf("7 new calls a second for 12 s: release slots %v apart (10 a second before the change: %v)", gap, full)
 
 	// The drain's shape: a burst that met the outage together, then
 	// nothing. A burst is a backlog, not a rate that goes on: the whole
@@ -111,6 +111,6 @@ func TestReleaseLeavesRoomForFreshDemand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, budget.BreakerClosed, report.State)
 	open("storm")
-	arrive("storm", 8, 1)
+	arrive("storm", 7, 1)
 	assert.Equal(t, full, spacing("storm"), "an earlier outage's demand counts for nothing")
 }

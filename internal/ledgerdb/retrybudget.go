@@ -184,9 +184,9 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 // BreakerGateFirstSend is BreakerGate for a call's first send. The first
 // sends an open breaker refuses are the dependency's fresh demand, which
 // goes on once it has closed: from two cooldowns into an outage, the
-// release slots are spaced at what that demand leaves of the release rate
-// (migration 00032), so that the backlog and the new calls together stay
-// within what the dependency takes.
+// release slots are spaced at what that demand leaves of nine tenths of
+// the release rate (migration 00032), so that the backlog and the new
+// calls together stay within what the dependency takes.
 func (s *Store) BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	return s.breakerGate(ctx, dependency, cfg, true)
 }

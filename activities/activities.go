@@ -122,9 +122,10 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 			return toActivityError(err)
 		}
 	}
-	// The reply's text streams to the run's event log in batches; the last
-	// goes out with the settle, in its statement, and a failed attempt's
-	// is dropped (its settle voids what was published).
+	// The reply's text streams to the run's event log: its first chunk at
+	// once, then in batches; the last goes out with the settle, in its
+	// statement, and a failed attempt's is dropped (its settle voids what
+	// was published).
 	text := a.streamText(ctx, info)
 	defer func() {
 		text.Rest()

@@ -17,8 +17,8 @@ import (
 // clients that watch the run live; the workflow's history does not change.
 // These are a few events a run, off the calls' path. A call's own start
 // and end ride on its claim's and its settle's statements (migration
-// 00027), so that a call keeps costing 2; a model's text streams in
-// batches between them (streamText). A publish is at least once, and the
+// 00027), so that a call keeps costing 2; a model's text streams between
+// them, its first chunk at once and the rest in batches (streamText). A publish is at least once, and the
 // log stores each event once, by its key. A publish that fails costs the
 // watchers, never the run.
 

@@ -37,6 +37,7 @@ type retryStore interface {
 	DecideRetry(ctx context.Context, req ledgerdb.RetryRequest) (string, error)
 	DepositUnlessFull(ctx context.Context, bucket string, amount float64) (bool, error)
 	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error)
+	BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error)
 	BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (ledgerdb.BreakerReport, error)
 	BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error)
 }
@@ -513,7 +514,13 @@ func (h *RetryHook) gate(ctx context.Context, plan agentsagatype.RetryPlan) (led
 	// A dependency that declares its rate gets its parked calls back at it.
 	cfg := h.cfg.Breaker
 	cfg.Release = plan.ReleaseInterval
-	gate, err := h.store.BreakerGate(ctx, dependency, cfg)
+	ask := h.store.BreakerGate
+	if !plan.Released {
+		// A first send that an open breaker refuses is fresh demand, which
+		// the backlog's release slots leave room for.
+		ask = h.store.BreakerGateFirstSend
+	}
+	gate, err := ask(ctx, dependency, cfg)
 	if err == nil && gate.State == budget.BreakerClosed {
 		h.closed.remember(dependency, gate.Failures > 0)
 	}

@@ -67,6 +67,9 @@ func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.Bre
 	}
 	return gate, nil
 }
+func (f *fakeRetryStore) BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error) {
+	return f.BreakerGate(ctx, dependency, cfg)
+}
 func (f *fakeRetryStore) BreakerPace(_ context.Context, _ string, _ budget.BreakerConfig, successes int) (time.Time, error) {
 	f.paces.Add(1)
 	f.reported.Add(int32(successes))

@@ -35,7 +35,9 @@ func skip(t *testing.T, store *ledgerdb.Store, dependency string, d time.Duratio
 		    release_next = release_next - $2 * interval '1 microsecond',
 		    paced_until = paced_until - $2 * interval '1 microsecond',
 		    release_hold_until = release_hold_until - $2 * interval '1 microsecond',
-		    failed_probes_window = failed_probes_window - $2 * interval '1 microsecond'
+		    failed_probes_window = failed_probes_window - $2 * interval '1 microsecond',
+		    fresh_from = fresh_from - $2 * interval '1 microsecond',
+		    fresh_window = fresh_window - $2 * interval '1 microsecond'
 		WHERE dependency = $1`, dependency, d.Microseconds())
 	require.NoError(t, err)
 }

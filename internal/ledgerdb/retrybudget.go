@@ -20,14 +20,17 @@ import (
 //   - agentsaga_record_success: 00005_cool_success_path.sql;
 //   - agentsaga_breaker_pace (7 arguments), which spaces and learns the
 //     adaptive release rate: 00018_adaptive_release.sql;
-//   - agentsaga_breaker_gate (9 arguments) and agentsaga_breaker_report
-//     (12), which also grow the probe interval of an outage that lasts:
-//     00020_probe_backoff.sql.
+//   - agentsaga_breaker_report (12 arguments), which also grows the probe
+//     interval of an outage that lasts: 00020_probe_backoff.sql;
+//   - agentsaga_breaker_gate (10 arguments), 00020's gate, which also
+//     leaves the calls that keep arriving their share of the dependency
+//     when it spaces the release slots: 00032_fresh_demand.sql.
 //
 // Older versions stay for the workers of older builds: 00002's
 // agentsaga_breaker_allow (as 00005 redefined it) and
 // agentsaga_breaker_record, 00010's 2-argument, 00012's 3-argument,
-// 00014's 4-argument and 00018's 7-argument agentsaga_breaker_gate,
+// 00014's 4-argument, 00018's 7-argument and 00020's 9-argument
+// agentsaga_breaker_gate,
 // 00014's 5-argument and 00018's 9-argument agentsaga_breaker_report and
 // 00017's 2-argument agentsaga_breaker_pace.
 // The methods below are thin wrappers: one round trip each, and each
@@ -169,10 +172,26 @@ type Gate struct {
 
 // BreakerGate asks the dependency's breaker whether a call may go out, in
 // one statement that reads a closed breaker without a lock, and hands a
-// refused call its release slot (see migrations 00012, 00014, 00018 and
-// 00020). An open breaker lets its next probe out once the probe interval
-// of the outage's failed probes has passed since it last opened.
+// refused call its release slot (see migrations 00012, 00014, 00018, 00020
+// and 00032). An open breaker lets its next probe out once the probe
+// interval of the outage's failed probes has passed since it last opened.
+// The call is one sent again (after a failure or a wait); a call's first
+// send asks BreakerGateFirstSend.
 func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
+	return s.breakerGate(ctx, dependency, cfg, false)
+}
+
+// BreakerGateFirstSend is BreakerGate for a call's first send. The first
+// sends an open breaker refuses are the dependency's fresh demand, which
+// goes on once it has closed: from two cooldowns into an outage, the
+// release slots are spaced at what that demand leaves of nine tenths of
+// the release rate (migration 00032), so that the backlog and the new
+// calls together stay within what the dependency takes.
+func (s *Store) BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
+	return s.breakerGate(ctx, dependency, cfg, true)
+}
+
+func (s *Store) breakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig, firstSend bool) (Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
@@ -180,9 +199,9 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 	steady, maxCooldown := cfg.ProbeBackoff()
 	var gate Gate
 	var retryAt, openSince *time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since, failures FROM agentsaga_breaker_gate($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+	if err := s.pool.QueryRow(ctx, `SELECT state, retry_at, open_since, failures FROM agentsaga_breaker_gate($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		dependency, milliseconds(cfg.Cooldown), milliseconds(cfg.Release), milliseconds(cfg.Window), a.Start, a.Floor, a.Ceiling,
-		milliseconds(maxCooldown), steady).Scan(
+		milliseconds(maxCooldown), steady, firstSend).Scan(
 		&gate.State, &retryAt, &openSince, &gate.Failures); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}

@@ -14,6 +14,9 @@ import (
 // The defaults of a Batcher: a streamed reply's text goes out every 50 ms
 // or every 64 chunks (a provider's chunk is about a token), whichever comes
 // first, so a long reply costs a handful of statements, not one a token.
+// The first chunk of a stream, and the first after a quiet interval, goes
+// out at once (issue 46): a watcher sees the reply begin when it begins,
+// not an interval later, for one statement more a turn.
 const (
 	DefaultBatchEvery  = 50 * time.Millisecond
 	DefaultBatchChunks = 64
@@ -36,7 +39,9 @@ type (
 // Batcher gathers one attempt's streamed text into text_delta events. Each
 // batch's key is the call's key, the attempt and the batch's number, so a
 // batch published twice is stored once, and the next attempt's text is
-// new text. It is safe for concurrent use.
+// new text. Publishes are made under its lock, one at a time, so its
+// batches are numbered into the run's log in their order. It is safe for
+// concurrent use.
 type Batcher struct {
 	ctx                 context.Context
 	log                 *Log
@@ -44,25 +49,49 @@ type Batcher struct {
 	attempt             int
 	every               time.Duration
 	chunks              int
+	clock               clock
 
-	mu      sync.Mutex
-	text    strings.Builder
-	held    int // chunks in text
-	batches int
-	timer   *time.Timer
-	err     error
-	closed  bool // Rest was called
+	mu          sync.Mutex
+	text        strings.Builder
+	held        int // chunks in text
+	batches     int
+	lastPublish time.Time // when the last batch went out; zero before the first
+	stopTimer   func() bool
+	err         error
+	closed      bool // Rest was called
 }
+
+// clock is the time a Batcher reads and the timer it sets: the wall
+// clock's, or a test's.
+type clock interface {
+	Now() time.Time
+	// AfterFunc calls f once d has passed, unless the returned stop is
+	// called first.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
 // NewBatcher returns the batcher of attempt of the call callKey of
 // workflowID. Its publishes use ctx.
 func (l *Log) NewBatcher(ctx context.Context, workflowID, callKey string, attempt int) *Batcher {
-	return &Batcher{ctx: ctx, log: l, workflowID: workflowID, callKey: callKey, attempt: attempt,
-		every: DefaultBatchEvery, chunks: DefaultBatchChunks}
+	return l.newBatcher(ctx, workflowID, callKey, attempt, wallClock{})
 }
 
-// Add takes one streamed chunk of text. It publishes the batch once it
-// holds enough chunks, or has held one for the batch interval.
+func (l *Log) newBatcher(ctx context.Context, workflowID, callKey string, attempt int, c clock) *Batcher {
+	return &Batcher{ctx: ctx, log: l, workflowID: workflowID, callKey: callKey, attempt: attempt,
+		every: DefaultBatchEvery, chunks: DefaultBatchChunks, clock: c}
+}
+
+// Add takes one streamed chunk of text. The first chunk of the attempt,
+// and a chunk that comes a batch interval or more after the last batch
+// went out, is published at once, in this call; any other is held, and
+// the batch goes out once it holds enough chunks, or has held one for the
+// batch interval.
 func (b *Batcher) Add(chunk string) {
 	if chunk == "" {
 		return
@@ -78,13 +107,20 @@ func (b *Batcher) Add(chunk string) {
 		b.publishLocked()
 		return
 	}
-	if b.timer == nil {
-		b.timer = time.AfterFunc(b.every, func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			b.publishLocked()
-		})
+	if b.stopTimer != nil {
+		return // a batch is waiting for its interval: this chunk joins it
 	}
+	if b.batches == 0 || b.clock.Now().Sub(b.lastPublish) >= b.every {
+		// Nothing went out for an interval: waiting would only delay the
+		// text a watcher is waiting for, and batch nothing with it.
+		b.publishLocked()
+		return
+	}
+	b.stopTimer = b.clock.AfterFunc(b.every, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.publishLocked()
+	})
 }
 
 // Flush publishes what the batcher holds, and returns the first error any
@@ -106,10 +142,7 @@ func (b *Batcher) Rest() *Event {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
-	if b.timer != nil {
-		b.timer.Stop()
-		b.timer = nil
-	}
+	b.stopLocked()
 	if b.held == 0 {
 		return nil
 	}
@@ -125,14 +158,20 @@ func (b *Batcher) Err() error {
 }
 
 func (b *Batcher) publishLocked() {
-	if b.timer != nil {
-		b.timer.Stop()
-		b.timer = nil
-	}
+	b.stopLocked()
 	if b.held == 0 || b.closed {
 		return
 	}
 	b.publish(b.batchLocked())
+	b.lastPublish = b.clock.Now()
+}
+
+// stopLocked stops the timer of a batch waiting for its interval.
+func (b *Batcher) stopLocked() {
+	if b.stopTimer != nil {
+		b.stopTimer()
+		b.stopTimer = nil
+	}
 }
 
 // batchLocked takes the text held as the next text_delta event.

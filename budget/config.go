@@ -207,7 +207,7 @@ func (c BreakerConfig) OutageProbes(d time.Duration) []time.Duration {
 //   - it stays within Floor and Ceiling.
 //
 // The release slots an open breaker hands out leave the fresh demand its
-// share (migration 00032): from two cooldowns into an outage, the slots are
+// share (migration 00033): from two cooldowns into an outage, the slots are
 // spaced at nine tenths of this rate (or of the declared one) less the
 // first sends the breaker has been refusing per second, never below Floor,
 // so that once it closes the backlog and the new calls together stay

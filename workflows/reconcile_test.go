@@ -61,12 +61,14 @@ var tolerantWorker = worker.Options{DeadlockDetectionTimeout: 10 * time.Second}
 // newEnv is a test environment for a machine loaded by -race and parallel
 // tests. The testsuite's own wall-clock bound (3 s) counts the real Postgres
 // activities, and a CI run on two cores went past it in TestPayloadGuard
-// (4.9 s); a minute still turns a hang into a failure.
+// (4.9 s), and in a CI run at load 14 it took more than a minute (its
+// 257 KiB reply streams through the run's event log, 8 s alone under
+// -race); three minutes still turn a hang into a failure.
 func newEnv() *testsuite.TestWorkflowEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetWorkerOptions(tolerantWorker)
-	env.SetTestTimeout(time.Minute)
+	env.SetTestTimeout(3 * time.Minute)
 	return env
 }
 

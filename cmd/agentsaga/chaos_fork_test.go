@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -64,10 +63,10 @@ func runForkChaosCase(r *chaosRun) chaosOutcome {
 		stored, err := r.ledger.run(ctx, r.wf)
 		return err == nil && stored.Status == agentsagatype.RunEscalated
 	}))
-	source, err := r.ledger.actions(ctx, r.wf)
+	owned, err := r.ledger.effectOwners(ctx, r.wf)
 	r.must(err)
-	effects := sortedKeys(source)
-	r.note("%s escalated owning %d actions", r.wf, len(effects))
+	effects := sortedKeys(owned)
+	r.note("%s escalated owning %d effects", r.wf, len(effects))
 
 	// 1. The move's client is killed halfway.
 	annKey := r.wf + "/" + activityid.Tool(1, 1, "charge")
@@ -92,6 +91,7 @@ func runForkChaosCase(r *chaosRun) chaosOutcome {
 	if err := r.hold.waitArrived(arrived); err != nil {
 		out.Missed = "the fork's first call never reached the service: " + err.Error()
 	} else {
+		r.faultAttempt = r.hold.attempt
 		r.kill(r.workers[0])
 	}
 	arrivedCancel()
@@ -160,26 +160,47 @@ func (r *chaosRun) ownerAfterFork(fork string) func(key string) string {
 // checkOwners counts, as I9, each of the source's effects owned by both
 // runs, by neither, or by another than owner says.
 func (r *chaosRun) checkOwners(ctx context.Context, out *chaosOutcome, when string, effects []string, fork string, owner func(string) string) {
-	ofSource, err := r.ledger.actions(ctx, r.wf)
-	r.must(err)
-	ofFork, err := r.ledger.actions(ctx, fork)
+	owners, err := r.ledger.effectOwners(ctx, r.wf, fork)
 	r.must(err)
 	var wrong []string
 	for _, key := range effects {
-		_, s := ofSource[key]
-		_, f := ofFork[key]
-		switch {
-		case s && f:
-			out.violate(9, "%s: %s is owned by both %s and %s", when, key, r.wf, fork)
-		case !s && !f:
+		switch got := owners[key]; {
+		case len(got) > 1:
+			out.violate(9, "%s: %s is owned by %v", when, key, got)
+		case len(got) == 0:
 			out.violate(9, "%s: %s is owned by neither %s nor %s", when, key, r.wf, fork)
-		case (s && owner(key) != r.wf) || (f && owner(key) != fork):
-			out.violate(9, "%s: %s is owned by the wrong run (want %s)", when, key, owner(key))
+		case got[0] != owner(key):
+			out.violate(9, "%s: %s is owned by %s, not %s", when, key, got[0], owner(key))
 		default:
 			continue
 		}
 		wrong = append(wrong, key)
 	}
-	sort.Strings(wrong)
 	r.note("%s: %d effects checked, %d misowned %v", when, len(effects), len(wrong), wrong)
+}
+
+// effectOwners are the runs among runs that own each tool action (an
+// effect: model turns are spending, and stay their run's), by key.
+func (l chaosLedger) effectOwners(ctx context.Context, runs ...string) (map[string][]string, error) {
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT idempotency_key, workflow_id FROM actions WHERE kind = 'tool' AND workflow_id = ANY($1) ORDER BY workflow_id`, runs)
+	if err != nil {
+		return nil, fmt.Errorf("read the owners of the effects of %v: %w", runs, err)
+	}
+	owners := map[string][]string{}
+	for rows.Next() {
+		var key, owner string
+		if err := rows.Scan(&key, &owner); err != nil {
+			return nil, fmt.Errorf("read the owners of the effects of %v: %w", runs, err)
+		}
+		owners[key] = append(owners[key], owner)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the owners of the effects of %v: %w", runs, err)
+	}
+	return owners, nil
 }

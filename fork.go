@@ -127,7 +127,7 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 	}
 	opts.Start.Ledger = r.ledger
 	run, err := startResolved(ctx, r.c, id, forked, opts.Start,
-		fmt.Sprintf("**Forked from:** %s at step %d (its effects before that step are this run's)\n\n", r.ID, moved.At))
+		fmt.Sprintf("**Forked from:** %s at step %d (its effects before that step are this run's)\n\n", r.ID, moved.At), r.ID)
 	if exists := (*RunExistsError)(nil); errors.As(err, &exists) {
 		// Asked again after the fork started: it is the fork.
 		return Get(r.c, id).WithLedger(r.ledger), nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
@@ -72,6 +73,20 @@ func startSource(ctx context.Context, t *testing.T, tools []agentsaga.Tool, spec
 	return run, engine, store
 }
 
+// forkedFrom is the run's AgentForkedFrom search attribute, "" unset.
+func forkedFrom(ctx context.Context, t *testing.T, id string) string {
+	t.Helper()
+	resp, err := devServer.Client().DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
+	payload, ok := resp.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.AgentForkedFromKey.GetName()]
+	if !ok {
+		return ""
+	}
+	var source string
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(payload, &source))
+	return source
+}
+
 // modelTurns are the keys of the model turns the run made itself.
 func modelTurns(t *testing.T, store *ledger.Store, id string) []string {
 	t.Helper()
@@ -111,6 +126,8 @@ func TestForkAfterAChargeThenTheForkFails(t *testing.T) {
 		Message: "o-2 is fine", Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
 	require.NoError(t, err)
 	assert.Equal(t, source.ID+"-fork", fork.ID)
+	assert.Equal(t, source.ID, forkedFrom(ctx, t, fork.ID), "the fork names its source in the Temporal UI")
+	assert.Empty(t, forkedFrom(ctx, t, source.ID), "the source names none")
 	result, err := fork.Result(ctx)
 	require.NoError(t, err)
 	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)

@@ -17,13 +17,19 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 )
 
-// searchAttributeTypes are the typed search attributes runs keep, read
-// from the one list the workflow upserts (workflows.SearchAttributes).
+// searchAttributeTypes are the typed search attributes agentsaga
+// registers, read from the one list of them (workflows.SearchAttributes).
 func searchAttributeTypes() map[string]enums.IndexedValueType {
+	return typesOf(workflows.SearchAttributes())
+}
+
+// typesOf names attributes' types.
+func typesOf(attributes temporal.SearchAttributes) map[string]enums.IndexedValueType {
 	types := map[string]enums.IndexedValueType{}
-	for key := range workflows.SearchAttributes().GetUntypedValues() {
+	for key := range attributes.GetUntypedValues() {
 		types[key.GetName()] = key.GetValueType()
 	}
 	return types
@@ -141,14 +147,17 @@ func namedAttribute(message string) string {
 	return strings.Join(names, ", ")
 }
 
-// hasSearchAttributes reports whether the namespace has all of them, so a
-// run only upserts what the namespace can take.
-func hasSearchAttributes(ctx context.Context, c client.Client, namespace string) (bool, error) {
+// hasSearchAttributes reports whether the namespace has all of attributes
+// registered, so a run only upserts, and a starter only sets, what the
+// namespace can take. Runs ask for the progress they upsert
+// (workflows.InitialSearchAttributes) alone: a namespace registered before
+// AgentForkedFrom existed keeps its runs' progress.
+func hasSearchAttributes(ctx context.Context, c client.Client, namespace string, attributes temporal.SearchAttributes) (bool, error) {
 	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
 		return false, fmt.Errorf("agentsaga: list search attributes of %s: %w", namespace, err)
 	}
-	for name, kind := range searchAttributeTypes() {
+	for name, kind := range typesOf(attributes) {
 		if resp.GetCustomAttributes()[name] != kind {
 			return false, nil
 		}

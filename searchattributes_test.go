@@ -47,7 +47,7 @@ func TestRegisteredSearchAttributesAreUsableAtOnce(t *testing.T) {
 	assert.Contains(t, err.Error(), "search attribute")
 
 	require.NoError(t, agentsaga.RegisterSearchAttributes(ctx, c, namespace))
-	has, err := agentsaga.HasSearchAttributes(ctx, c, namespace)
+	has, err := agentsaga.HasSearchAttributes(ctx, c, namespace, workflows.SearchAttributes())
 	require.NoError(t, err)
 	assert.True(t, has)
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "with-attributes", TaskQueue: "nobody-polls",

@@ -113,7 +113,7 @@ func Start(ctx context.Context, c client.Client, id string, spec RunSpec, opts S
 			return nil, fmt.Errorf("agentsaga: start run %s: %w", id, err)
 		}
 	}
-	return startResolved(ctx, c, id, resolved, opts, "")
+	return startResolved(ctx, c, id, resolved, opts, "", "")
 }
 
 // resolveFor is spec with opts' account and priority, resolved
@@ -138,8 +138,9 @@ func resolveFor(spec RunSpec, opts StartOptions) (RunSpec, error) {
 // startResolved starts the resolved spec under id, refusing an id
 // Temporal has: the part of Start after the checks, which a fork (whose ID
 // the ledger has by then) shares. lineage, when set, heads the details the
-// Temporal UI shows (a fork's source).
-func startResolved(ctx context.Context, c client.Client, id string, resolved RunSpec, opts StartOptions, lineage string) (*Run, error) {
+// Temporal UI shows (a fork's source); forkedFrom, when set, is the
+// source's ID, set as the fork's AgentForkedFrom where the namespace has it.
+func startResolved(ctx context.Context, c client.Client, id string, resolved RunSpec, opts StartOptions, lineage, forkedFrom string) (*Run, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
 	}
@@ -149,7 +150,7 @@ func startResolved(ctx context.Context, c client.Client, id string, resolved Run
 	if !resolved.SearchAttributes {
 		// Upsert them only where the namespace has them registered, or
 		// every workflow task would fail.
-		has, err := hasSearchAttributes(ctx, c, opts.Namespace)
+		has, err := hasSearchAttributes(ctx, c, opts.Namespace, workflows.InitialSearchAttributes())
 		resolved.SearchAttributes = err == nil && has
 	}
 	summary := resolved.Goal
@@ -159,6 +160,12 @@ func startResolved(ctx context.Context, c client.Client, id string, resolved Run
 	var attributes temporal.SearchAttributes
 	if resolved.SearchAttributes {
 		attributes = workflows.InitialSearchAttributes()
+	}
+	if forkedFrom != "" {
+		// Set by the starter, never upserted: only a fork's start differs.
+		if has, err := hasSearchAttributes(ctx, c, opts.Namespace, workflows.ForkSearchAttributes(false, forkedFrom)); err == nil && has {
+			attributes = workflows.ForkSearchAttributes(resolved.SearchAttributes, forkedFrom)
+		}
 	}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: id,

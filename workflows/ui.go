@@ -18,19 +18,41 @@ import (
 //
 //	temporal operator search-attribute create --namespace NS \
 //	  --name AgentStatus --type Keyword --name StepsUsed --type Int \
-//	  --name LeafCalls --type Int --name USDSpent --type Double --name Amplification --type Double
+//	  --name LeafCalls --type Int --name USDSpent --type Double --name Amplification --type Double \
+//	  --name AgentForkedFrom --type Keyword
 var (
 	AgentStatusKey   = temporal.NewSearchAttributeKeyKeyword("AgentStatus")
 	StepsUsedKey     = temporal.NewSearchAttributeKeyInt64("StepsUsed")
 	LeafCallsKey     = temporal.NewSearchAttributeKeyInt64("LeafCalls")
 	USDSpentKey      = temporal.NewSearchAttributeKeyFloat64("USDSpent")
 	AmplificationKey = temporal.NewSearchAttributeKeyFloat64("Amplification")
+	// AgentForkedFromKey links a fork to its source (docs/forks.md):
+	// `AgentForkedFrom = "RUN"` lists the forks of RUN. The fork's starter
+	// sets it (agentsaga's Run.Fork) and no workflow ever upserts it, so
+	// it adds no command to any run's history, and continue-as-new keeps
+	// it.
+	AgentForkedFromKey = temporal.NewSearchAttributeKeyKeyword("AgentForkedFrom")
 )
 
 // SearchAttributes lists the attributes with zero values, for registering
 // them on a dev server.
 func SearchAttributes() temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(searchProgress{}.updates()...)
+	return temporal.NewSearchAttributes(append(searchProgress{}.updates(), AgentForkedFromKey.ValueSet(""))...)
+}
+
+// ForkSearchAttributes are a fork's search attributes at its start:
+// progress (as InitialSearchAttributes, when the run keeps it) and its
+// source. Either may be left out: a namespace without AgentForkedFrom
+// registered still gets the progress.
+func ForkSearchAttributes(progress bool, source string) temporal.SearchAttributes {
+	var updates []temporal.SearchAttributeUpdate
+	if progress {
+		updates = searchProgress{status: agentsagatype.RunRunning}.updates()
+	}
+	if source != "" {
+		updates = append(updates, AgentForkedFromKey.ValueSet(source))
+	}
+	return temporal.NewSearchAttributes(updates...)
 }
 
 // Queries a run answers while a worker is up.
@@ -180,7 +202,7 @@ func (p searchProgress) updates() []temporal.SearchAttributeUpdate {
 // would set them: a starter that sets them (agentsaga.Start does) shows the
 // run as running from its start, and saves the run that upsert.
 func InitialSearchAttributes() temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(searchProgress{status: agentsagatype.RunRunning}.updates()...)
+	return ForkSearchAttributes(true, "")
 }
 
 func (r *run) lastError() string {

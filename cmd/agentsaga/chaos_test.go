@@ -58,7 +58,12 @@ import (
 //	I8  the run was admitted once, and its admission ended with the run:
 //	    one admission row, ended, holding nothing (a run reservation
 //	    admitted twice, or never given back, is also a period's
-//	    reservation left, which I7 counts).
+//	    reservation left, which I7 counts);
+//	I9  the fork case (boundaryForking, chaos_fork_test.go): no effect of
+//	    a forked run is owned by both it and its fork, or by neither, after
+//	    its `agentsaga fork` was killed mid-move, after the fork, and after
+//	    the fork's worker was killed and both walks ran; every charge is
+//	    refunded exactly once.
 //
 // `make test` runs a small configuration in about two minutes; `make chaos`
 // runs every fault at every boundary with every timeout, more than once, and
@@ -117,6 +122,11 @@ const (
 	// the harness holds. The fault strikes the worker whose admission
 	// waits; the lock is let go after it.
 	boundaryAdmitting chaosBoundary = "admitting"
+	// While forking: the fork's move of the effects waits for a row, and
+	// the `agentsaga fork` process is killed; then the fork's worker is
+	// killed during its first call (chaos_fork_test.go). Only with
+	// faultKill, and it counts I9 alone.
+	boundaryForking chaosBoundary = "forking"
 )
 
 // How a run ends when nothing goes wrong.
@@ -309,6 +319,7 @@ func chaosPlan(cfg chaosConfig) []chaosCase {
 			{Fault: faultKill, Boundary: boundaryWaitingKey, Timeout: 3, Ending: endingAbort, Run: 1},
 			{Fault: faultKill, Boundary: boundaryDuringWalk, Timeout: 3, Ending: endingAbort, Run: 1},
 			{Fault: faultKill, Boundary: boundaryAdmitting, Timeout: 3, Ending: endingCommit, Run: 1},
+			{Fault: faultKill, Boundary: boundaryForking, Timeout: 3, Ending: endingAbort, Run: 1},
 			{Fault: faultPause, Boundary: boundaryBeforeClaim, Timeout: 30, Ending: endingCommit, Run: 1},
 			{Fault: faultPause, Boundary: boundaryWaitingKey, Timeout: 30, Ending: endingAbort, Run: 1},
 			{Fault: faultPause, Boundary: boundaryAfterEffect, Timeout: 30, Ending: endingAbort, Run: 1},
@@ -321,6 +332,8 @@ func chaosPlan(cfg chaosConfig) []chaosCase {
 		issue := issueScenario
 		issue.Run = run
 		plan = append(plan, issue)
+		// The fork case strikes its own two places (a kill only).
+		plan = append(plan, chaosCase{Fault: faultKill, Boundary: boundaryForking, Timeout: 3, Ending: endingAbort, Run: run})
 	}
 	// Longest first, so the slow runs do not all end up at the tail.
 	timeouts := append([]int(nil), chaosTimeouts...)
@@ -465,7 +478,7 @@ type chaosOutcome struct {
 	CapMissed string
 	// Err says why the run could not be checked.
 	Err        string
-	Violations [8]int
+	Violations [9]int
 	// Capped counts the model turns the account's spend cap refused, and
 	// Expired the spend holds ExpireSpendHolds had to end after the run
 	// (their worker never settled them).
@@ -543,6 +556,11 @@ func (r *chaosRun) limit() time.Duration { return 8*r.cc.timeout() + 150*time.Se
 
 func runChaosCase(t *testing.T, env chaosEnv, cc chaosCase) chaosOutcome {
 	r := &chaosRun{t: t, env: env, cc: cc, began: time.Now(), wf: "chaos-" + cc.name()}
+	if cc.Boundary == boundaryForking {
+		out := runForkChaosCase(r)
+		r.report(out)
+		return out
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.limit())
 	var background sync.WaitGroup
 	defer func() {
@@ -1355,7 +1373,7 @@ func (r *chaosRun) report(out chaosOutcome) {
 			strings.TrimPrefix(req.Key, r.wf+"/"), req.Outcome)
 	}
 	seen, _ := r.attemptsSeen()
-	t.Logf("%s: status=%s violations I1..I8=%v takeover=%s requests=%d executions=%d worker WARN lines=%d missed=%q cap refusals=%d holds expired=%d took %s\n  %s%s\nattempts of %s: %s\nservice timeline:%s",
+	t.Logf("%s: status=%s violations I1..I9=%v takeover=%s requests=%d executions=%d worker WARN lines=%d missed=%q cap refusals=%d holds expired=%d took %s\n  %s%s\nattempts of %s: %s\nservice timeline:%s",
 		r.cc.name(), out.Status, out.Violations, takeover, requests, executions, warnings, out.Missed, out.Capped, out.Expired,
 		time.Since(r.began).Round(time.Second), notes, zombie, r.faultActivity, seen, timeline.String())
 	for _, e := range out.Evidence {
@@ -1414,7 +1432,7 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 		runs, missed, errs int
 		toPaused           int
 		capped, expired    int
-		violations         [8]int
+		violations         [9]int
 		worstTakeover      time.Duration
 		measured           bool
 		statuses           map[string]int
@@ -1456,7 +1474,7 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 	}
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "fault\tboundary\ttimeout\truns\tmissed\terrors\tI1\tI2\tI3\tI4\tI5\tI6\tI7\tI8\tworst takeover (limit)\tto paused\tcapped\tholds expired\tended\t")
+	fmt.Fprintln(w, "fault\tboundary\ttimeout\truns\tmissed\terrors\tI1\tI2\tI3\tI4\tI5\tI6\tI7\tI8\tI9\tworst takeover (limit)\tto paused\tcapped\tholds expired\tended\t")
 	line := func(fault, boundary, timeout string, rw *row, limit string) {
 		takeover := "-"
 		if rw.measured {
@@ -1470,8 +1488,8 @@ func chaosTable(plan []chaosCase, outcomes []chaosOutcome) string {
 			ended = append(ended, fmt.Sprintf("%s %d", s, rw.statuses[s]))
 		}
 		v := rw.violations
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t\n", fault, boundary, timeout,
-			rw.runs, rw.missed, rw.errs, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], takeover, rw.toPaused, rw.capped, rw.expired,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t\n", fault, boundary, timeout,
+			rw.runs, rw.missed, rw.errs, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], takeover, rw.toPaused, rw.capped, rw.expired,
 			strings.Join(ended, ", "))
 	}
 	for _, key := range order {

@@ -48,5 +48,6 @@ retry temporal operator search-attribute create --address "$TEMPORAL_ADDRESS" \
 	--name StepsUsed --type Int \
 	--name LeafCalls --type Int \
 	--name USDSpent --type Double \
-	--name Amplification --type Double
+	--name Amplification --type Double \
+	--name AgentForkedFrom --type Keyword
 echo "create-namespace: done"

@@ -2,8 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +20,7 @@ func TestFleetDBOS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs executor processes")
 	}
-	goTool, err := exec.LookPath("go")
-	require.NoError(t, err, "the test builds the agentsaga binary and needs the go tool on PATH")
-	bin := filepath.Join(t.TempDir(), "agentsaga")
-	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancelBuild()
-	out, err := exec.CommandContext(buildCtx, goTool, "build", "-ldflags=-s -w", "-o", bin, "github.com/agentsaga/agentsaga/cmd/agentsaga").CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
+	bin := buildAgentsaga(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -101,7 +101,8 @@ type FleetConfig struct {
 	Progress io.Writer `json:"-"`
 }
 
-// DefaultFleet fits the 2-core machine in about twelve minutes. 200 runs
+// DefaultFleet fits the 2-core machine in about twelve minutes (the DBOS
+// contender adds under a minute a process count: its windows are short). 200 runs
 // make windows of 5-30 s; with 40, a window on the in-memory server ended
 // in under a second and its ratio swung 0.34-1.67 between rounds.
 var DefaultFleet = FleetConfig{Processes: []int{2, 4}, Runs: 200, Calls: 10, PoolMaxConns: 10,

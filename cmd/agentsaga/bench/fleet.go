@@ -313,6 +313,10 @@ type fleetSide struct {
 	// the scenario's: its counters and its backends' CPU are the row's.
 	db *fleetDatabase
 	// timings reads the measured runs' step times back.
+	// release, when set, closes the bench's own idle connections to the
+	// side's database before each reading of its counters: a backend
+	// flushes them as it exits, and an idle one only 10 s later.
+	release func()
 	timings func(ctx context.Context, ids []string) (latencies, error)
 	// start starts one run of the configured calls; wait waits for its end.
 	start func(ctx context.Context, id string) (wait func(context.Context) error, err error)
@@ -552,6 +556,11 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 		case <-time.After(m.cfg.Settle):
 		}
 	}
+	if side.release != nil {
+		side.release()
+		// As waitForNoClients does: the backends leave, then flush.
+		time.Sleep(200 * time.Millisecond)
+	}
 	before, err := m.db.read(ctx)
 	if err != nil {
 		return row, err
@@ -571,6 +580,9 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 		if err := p.stop(); err != nil {
 			return row, fmt.Errorf("bench: fleet: %s: %w", label, err)
 		}
+	}
+	if side.release != nil {
+		side.release()
 	}
 	if err := m.db.waitForNoClients(ctx); err != nil {
 		return row, err

@@ -237,7 +237,10 @@ func (d *fleetDBOS) side() fleetSide {
 				}
 			}, nil
 		},
-		timings: d.timings}
+		timings: d.timings,
+		// The enqueues' counters: the pool opens new connections for the
+		// next measurement.
+		release: d.pool.Reset}
 }
 
 // poll reads, every 20 ms, which pending runs have ended: one query on one

@@ -43,6 +43,7 @@ func TestFleetDBOS(t *testing.T) {
 	assert.InDelta(t, float64(cfg.Calls+2)/float64(cfg.Calls), row.ActivitiesPerCall, 1e-9, "a run checkpoints its calls and two model steps")
 	assert.Positive(t, row.CallsPerSec)
 	assert.Positive(t, row.Statements, "the executors' statements were counted in DBOS's database")
+	assert.Equal(t, int64(cfg.Runs), row.Writes["workflow_status"].Inserted, "the bench's enqueues were counted too")
 	assert.Positive(t, row.FirstStepMs, "a run waits for a queue poll before its first step")
 	assert.GreaterOrEqual(t, row.StepGapP99Ms, row.StepGapP50Ms)
 	assert.LessOrEqual(t, row.Workers, 2, "only the scenario's executors ran runs")

@@ -312,11 +312,11 @@ type fleetSide struct {
 	// db, when set, is the database the side's processes use, in place of
 	// the scenario's: its counters and its backends' CPU are the row's.
 	db *fleetDatabase
-	// timings reads the measured runs' step times back.
 	// release, when set, closes the bench's own idle connections to the
 	// side's database before each reading of its counters: a backend
 	// flushes them as it exits, and an idle one only 10 s later.
 	release func()
+	// timings reads the measured runs' step times back.
 	timings func(ctx context.Context, ids []string) (latencies, error)
 	// start starts one run of the configured calls; wait waits for its end.
 	start func(ctx context.Context, id string) (wait func(context.Context) error, err error)

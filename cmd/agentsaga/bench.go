@@ -256,6 +256,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().IntVar(&fleet.PoolMaxConns, "pool-max-conns", fleet.PoolMaxConns, "each agentsaga worker's Postgres pool (fleet)")
 	cmd.Flags().IntVar(&fleet.Rounds, "rounds", fleet.Rounds, "measure each plain/agentsaga pair this many times (fleet)")
 	cmd.Flags().StringSliceVar(&fleet.Servers, "servers", fleet.Servers, "dev servers to run on: file (--db-filename), memory, or both (fleet)")
+	cmd.Flags().BoolVar(&fleet.DBOS, "dbos", fleet.DBOS, "also measure the agent loop as a DBOS Transact workflow on Postgres (fleet)")
 	cmd.Flags().Int64Var(&ratelimit.RequestsPerMinute, "rpm", ratelimit.RequestsPerMinute, "the provider's requests per minute on the one key (ratelimit)")
 	cmd.Flags().Int64Var(&ratelimit.TokensPerMinute, "tpm", ratelimit.TokensPerMinute, "the provider's tokens per minute on the one key (ratelimit)")
 	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit); per-run, check-then-record, agentsaga-turn, agentsaga (spend); fcfs, temporal, round-robin, both (fairness)")
@@ -264,7 +265,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().IntVar(&fairness.BAfter, "b-after", fairness.BAfter, "B starts once this many of A's runs have ended (fairness)")
 	cmd.Flags().IntVar(&fairness.MaxConcurrentRuns, "max-concurrent-runs", fairness.MaxConcurrentRuns, "the root account's max_concurrent_runs for the engine's round robin (fairness)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
-	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchRateLimitWorkerCommand(), benchSpendWorkerCommand())
+	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchDBOSWorkerCommand(), benchRateLimitWorkerCommand(), benchSpendWorkerCommand())
 	return cmd
 }
 
@@ -407,6 +408,24 @@ func benchFleetWorkerCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&queue, "task-queue", queue, "the task queue to poll")
 	return cmd
+}
+
+// benchDBOSWorkerCommand is one DBOS executor of the fleet scenario,
+// hidden: only `agentsaga bench fleet` starts it.
+func benchDBOSWorkerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "dbos-worker",
+		Short:  "A DBOS Transact executor for the fleet scenario's DBOS contender; reads DBOS_SYSTEM_DATABASE_URL",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			url := os.Getenv("DBOS_SYSTEM_DATABASE_URL")
+			if url == "" {
+				return fmt.Errorf("bench dbos-worker: DBOS_SYSTEM_DATABASE_URL is not set")
+			}
+			return bench.RunFleetDBOSWorker(cmd.Context(), cmd.OutOrStdout(), url)
+		},
+	}
 }
 
 // rateLimitScenario runs bench.RateLimit with this binary as the worker

@@ -79,6 +79,10 @@ type FleetConfig struct {
 	// Rounds repeats every measurement pair, plain then agentsaga, so that
 	// a busy neighbour on the machine shows as spread, not as a figure.
 	Rounds int `json:"rounds"`
+	// DBOS adds the DBOS Transact contender (fleetdbos.go): the plain
+	// agent loop as a DBOS workflow on a Postgres database of its own,
+	// measured once per process count and round, with no Temporal server.
+	DBOS bool `json:"dbos"`
 	// Settle is how long the agentsaga workers idle before the statements
 	// are first read: Postgres 15 flushes an idle backend's counters 10 s
 	// after its last transaction, so the warm-up's must be in before the
@@ -97,11 +101,12 @@ type FleetConfig struct {
 	Progress io.Writer `json:"-"`
 }
 
-// DefaultFleet fits the 2-core machine in about twelve minutes. 200 runs
+// DefaultFleet fits the 2-core machine in about twelve minutes (the DBOS
+// contender adds under a minute a process count: its windows are short). 200 runs
 // make windows of 5-30 s; with 40, a window on the in-memory server ended
 // in under a second and its ratio swung 0.34-1.67 between rounds.
 var DefaultFleet = FleetConfig{Processes: []int{2, 4}, Runs: 200, Calls: 10, PoolMaxConns: 10,
-	Servers: []string{FleetFileServer, FleetMemoryServer}, Rounds: 1, Settle: 11 * time.Second}
+	Servers: []string{FleetFileServer, FleetMemoryServer}, Rounds: 1, DBOS: true, Settle: 11 * time.Second}
 
 // FleetRow is one contender on one server with one process count.
 type FleetRow struct {
@@ -113,8 +118,11 @@ type FleetRow struct {
 	// Calls is the tool calls made (runs x calls per run); Requests is what
 	// the downstream received in the window, which equals it when no call
 	// was retried.
-	Calls       int     `json:"calls"`
-	Requests    int     `json:"downstream_requests"`
+	Calls    int `json:"calls"`
+	Requests int `json:"downstream_requests"`
+	// Keys is the distinct Idempotency-Keys the downstream saw in the
+	// window: with Requests equal to Calls, every call was made once.
+	Keys        int     `json:"downstream_keys"`
 	Seconds     float64 `json:"seconds"`
 	CallsPerSec float64 `json:"calls_per_second"`
 	// Ratio is calls/s over the plain side's at the same server and
@@ -145,6 +153,14 @@ type FleetRow struct {
 	Workers           int     `json:"workers_that_ran_calls"`
 	ScheduleToStartMs float64 `json:"mean_schedule_to_start_ms"`
 	StartToCloseMs    float64 `json:"mean_start_to_close_ms"`
+	// FirstStepMs is the median time from a run's start (Temporal's
+	// WorkflowExecutionStarted, DBOS's enqueue) to its first step's start;
+	// StepGapP50Ms and StepGapP99Ms are the times from the end of a step
+	// (the last of the tool calls, for the second model step) to the start
+	// of each step that waited for it: what the engine puts between steps.
+	FirstStepMs  float64 `json:"first_step_ms_p50"`
+	StepGapP50Ms float64 `json:"step_gap_ms_p50"`
+	StepGapP99Ms float64 `json:"step_gap_ms_p99"`
 	// The CPU the window cost, per tool call, in milliseconds: the worker
 	// processes, the dev server, and the Postgres backends serving the
 	// scenario's database. On a machine of few cores, calls/s follows their
@@ -184,7 +200,7 @@ type FleetResult struct {
 // own, on dev servers started for the scenario from cfg.TemporalBin.
 func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
 	result := FleetResult{Config: cfg}
-	if cfg.Runs < 1 || cfg.Calls < 1 || cfg.PoolMaxConns < 1 || cfg.Rounds < 1 || len(cfg.Processes) == 0 || len(cfg.Servers) == 0 {
+	if cfg.Runs < 1 || cfg.Calls < 1 || cfg.PoolMaxConns < 1 || cfg.Rounds < 1 || len(cfg.Processes) == 0 || (len(cfg.Servers) == 0 && !cfg.DBOS) {
 		return result, fmt.Errorf("bench: fleet: runs %d, calls %d, pool %d, rounds %d, processes %v and servers %v must be positive and not empty",
 			cfg.Runs, cfg.Calls, cfg.PoolMaxConns, cfg.Rounds, cfg.Processes, cfg.Servers)
 	}
@@ -216,6 +232,13 @@ func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
 	defer down.Close()
 	for _, kind := range cfg.Servers {
 		rows, err := fleetOnServer(ctx, cfg, kind, dir, db, down)
+		if err != nil {
+			return result, err
+		}
+		result.Rows = append(result.Rows, rows...)
+	}
+	if cfg.DBOS {
+		rows, err := fleetDBOSRows(ctx, cfg, dir, down, result.Rows)
 		if err != nil {
 			return result, err
 		}
@@ -286,7 +309,15 @@ type fleetSide struct {
 	// usesPostgres makes the measurement wait for the workers' Postgres
 	// counters to settle before its window opens.
 	usesPostgres bool
-	toolActivity string
+	// db, when set, is the database the side's processes use, in place of
+	// the scenario's: its counters and its backends' CPU are the row's.
+	db *fleetDatabase
+	// release, when set, closes the bench's own idle connections to the
+	// side's database before each reading of its counters: a backend
+	// flushes them as it exits, and an idle one only 10 s later.
+	release func()
+	// timings reads the measured runs' step times back.
+	timings func(ctx context.Context, ids []string) (latencies, error)
 	// start starts one run of the configured calls; wait waits for its end.
 	start func(ctx context.Context, id string) (wait func(context.Context) error, err error)
 }
@@ -324,9 +355,14 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	retry := spec.Retry.WithDefaults()
 	plainInput := FleetPlainInput{URL: down.URL(), Calls: cfg.Calls, StartToClose: spec.Tools[0].Timeout(),
 		InitialInterval: retry.Backoff().Base, MaximumInterval: retry.Backoff().Cap, MaximumAttempts: int32(retry.MaxAttempts)}
+	histories := func(toolActivity, modelActivity string) func(context.Context, []string) (latencies, error) {
+		return func(ctx context.Context, ids []string) (latencies, error) {
+			return toolLatencies(ctx, c, ids, toolActivity, modelActivity)
+		}
+	}
 	plainSide := func(contender string, in FleetPlainInput) fleetSide {
 		return fleetSide{contender: contender, ready: FleetWorkerReady,
-			args: []string{"bench", "fleet-worker", "--task-queue", FleetPlainQueue}, env: common, toolActivity: "BaselineCall",
+			args: []string{"bench", "fleet-worker", "--task-queue", FleetPlainQueue}, env: common, timings: histories("BaselineCall", "BaselineModelTurn"),
 			start: func(ctx context.Context, id string) (func(context.Context) error, error) {
 				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: FleetPlainQueue}, FleetPlainWorkflow, in)
 				if err != nil {
@@ -342,7 +378,7 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	saga := fleetSide{contender: FleetAgentsagaContender, ready: "agentsaga worker running",
 		// The cleaner stays off: it would prune in the window.
 		args: []string{"worker", "--retention", "-1s"}, env: append(slices.Clip(common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)),
-		usesPostgres: true, toolActivity: "agentsaga.CallTool",
+		usesPostgres: true, timings: histories("agentsaga.CallTool", "agentsaga.CallModel"),
 		start: func(ctx context.Context, id string) (func(context.Context) error, error) {
 			// Every ID carries a fresh nonce, in a database the bench made
 			// for itself; a ledger round trip per start would sit in the
@@ -395,6 +431,51 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	return rows, nil
 }
 
+// fleetDBOSRows measures the DBOS contender at each process count in each
+// round, with the timeout and retry policy the other contenders' tool calls
+// have, and its calls/s over the plain agent loop's measured on the
+// in-memory server (or the first server) in the same round.
+func fleetDBOSRows(ctx context.Context, cfg FleetConfig, dir string, down *Downstream, others []FleetRow) ([]FleetRow, error) {
+	spec, err := fleetSpec(down.URL(), cfg.Calls)
+	if err != nil {
+		return nil, err
+	}
+	retry := spec.Retry.WithDefaults()
+	d, err := newFleetDBOS(ctx, cfg.DatabaseURL, FleetDBOSInput{URL: down.URL(), Calls: cfg.Calls, Timeout: spec.Tools[0].Timeout(),
+		BaseBackoff: retry.Backoff().Base, MaxBackoff: retry.Backoff().Cap, MaxAttempts: retry.MaxAttempts})
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	side := d.side()
+	var rows []FleetRow
+	for round := range cfg.Rounds {
+		for _, n := range cfg.Processes {
+			m := fleetMeasurement{cfg: cfg, db: d.db, down: down, dir: dir, server: FleetDBOSServer, processes: n}
+			row, err := m.measure(ctx, side)
+			if err != nil {
+				return nil, err
+			}
+			row.Round = round + 1
+			row.StatementsPerCall = float64(row.Statements) / float64(row.Calls)
+			var loop *FleetRow
+			for i, o := range others {
+				if o.Contender == FleetPlainLoopContender && o.Round == row.Round && o.Processes == n && (loop == nil || o.Server == FleetMemoryServer) {
+					loop = &others[i]
+				}
+			}
+			if loop != nil {
+				row.LoopRatio = row.CallsPerSec / loop.CallsPerSec
+				if row.cpuMs() > 0 {
+					row.CPURatio = loop.cpuMs() / row.cpuMs()
+				}
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
 // fleetSpec is a run whose scripted model (no network) asks for calls
 // HTTP tool calls in one turn, then answers.
 func fleetSpec(url string, calls int) (agentsaga.RunSpec, error) {
@@ -442,6 +523,9 @@ type fleetMeasurement struct {
 // are read.
 func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow, error) {
 	row := FleetRow{Server: m.server, Contender: side.contender, Processes: m.processes, Runs: m.cfg.Runs, Calls: m.cfg.Runs * m.cfg.Calls}
+	if side.db != nil {
+		m.db = side.db
+	}
 	label := fmt.Sprintf("%s server, %d processes, %s", m.server, m.processes, side.contender)
 	prefix := fmt.Sprintf("fleet-%s-%s-%d-%s", m.server, strings.Fields(side.contender)[0], m.processes, nonce())
 	procs := make([]*fleetProcess, 0, m.processes)
@@ -472,11 +556,16 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 		case <-time.After(m.cfg.Settle):
 		}
 	}
+	if side.release != nil {
+		side.release()
+		// As waitForNoClients does: the backends leave, then flush.
+		time.Sleep(200 * time.Millisecond)
+	}
 	before, err := m.db.read(ctx)
 	if err != nil {
 		return row, err
 	}
-	requests := m.down.Counts().Requests
+	counts := m.down.Counts()
 	cpuBefore := m.sampleCPU(procs)
 	row.LoadAverage = loadAverage()
 	elapsed, ids, err := runFleet(runCtx, prefix, m.cfg.Runs, side.start)
@@ -484,12 +573,16 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 		return row, fmt.Errorf("bench: fleet: %s: %w%s", label, err, logs(procs))
 	}
 	cpu := m.sampleCPU(procs).since(cpuBefore)
-	row.Requests = m.down.Counts().Requests - requests
+	now := m.down.Counts()
+	row.Requests, row.Keys = now.Requests-counts.Requests, now.Keys-counts.Keys
 	row.WorkerCPUMs, row.ServerCPUMs, row.PostgresCPUMs = 1000*cpu.workers/float64(row.Calls), 1000*cpu.server/float64(row.Calls), 1000*cpu.postgres/float64(row.Calls)
 	for _, p := range procs {
 		if err := p.stop(); err != nil {
 			return row, fmt.Errorf("bench: fleet: %s: %w", label, err)
 		}
+	}
+	if side.release != nil {
+		side.release()
 	}
 	if err := m.db.waitForNoClients(ctx); err != nil {
 		return row, err
@@ -512,10 +605,11 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 			row.Writes[table] = TableWrites{w.Inserted - was.Inserted, w.Updated - was.Updated, w.Deleted - was.Deleted}
 		}
 	}
-	lat, err := toolLatencies(ctx, m.c, ids, side.toolActivity)
+	lat, err := side.timings(ctx, ids)
 	if err != nil {
 		return row, err
 	}
+	row.FirstStepMs, row.StepGapP50Ms, row.StepGapP99Ms = lat.steps()
 	row.ActivitiesPerCall = float64(lat.activities) / float64(row.Calls)
 	row.WorkflowTasksPerCall = float64(lat.workflowTasks) / float64(row.Calls)
 	row.EventsPerCall = float64(lat.events) / float64(row.Calls)
@@ -810,17 +904,73 @@ func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgr
 	return used
 }
 
-// latencies are the tool calls' times from the runs' histories.
+// latencies are the tool calls' times and the runs' step timelines.
 type latencies struct {
 	activities, calls, events, workflowTasks int
 	queued, running                          time.Duration
 	workers                                  map[string]bool
+	// first is each run's time to its first step; gaps, each waiting
+	// step's time from the end of what it waited for.
+	first, gaps []time.Duration
 }
 
-func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActivity string) (latencies, error) {
+// stepSpan is one step of a run: a model turn or a tool call.
+type stepSpan struct {
+	model      bool
+	start, end time.Time
+}
+
+// runTimeline is a run's start and its steps.
+type runTimeline struct {
+	began time.Time
+	steps []stepSpan
+}
+
+// add takes a run's time to its first step and its gaps. The steps fall in
+// phases by kind, in order of start (model, calls, model): a step of one
+// phase waited for the last step of the phase before it to end.
+func (l *latencies) add(run runTimeline) {
+	if len(run.steps) == 0 {
+		return
+	}
+	steps := slices.SortedFunc(slices.Values(run.steps), func(a, b stepSpan) int { return a.start.Compare(b.start) })
+	l.first = append(l.first, steps[0].start.Sub(run.began))
+	var previousEnd, phaseEnd time.Time
+	for i, s := range steps {
+		if i > 0 && s.model != steps[i-1].model {
+			previousEnd, phaseEnd = phaseEnd, time.Time{}
+		}
+		if !previousEnd.IsZero() {
+			l.gaps = append(l.gaps, s.start.Sub(previousEnd))
+		}
+		if s.end.After(phaseEnd) {
+			phaseEnd = s.end
+		}
+	}
+}
+
+// steps is the median time to the first step and the gaps' p50 and p99, in
+// milliseconds.
+func (l latencies) steps() (firstP50, gapP50, gapP99 float64) {
+	ms := func(ds []time.Duration, q float64) float64 {
+		if len(ds) == 0 {
+			return 0
+		}
+		ds = slices.Sorted(slices.Values(ds))
+		return float64(ds[int(q*float64(len(ds)-1))].Microseconds()) / 1000
+	}
+	return ms(l.first, 0.5), ms(l.gaps, 0.5), ms(l.gaps, 0.99)
+}
+
+// toolLatencies reads the runs' histories: the tool calls' times, and the
+// timelines of their tool calls and model turns (the activities named
+// toolActivity and modelActivity).
+func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActivity, modelActivity string) (latencies, error) {
 	l := latencies{workers: map[string]bool{}}
 	for _, id := range ids {
+		var run runTimeline
 		scheduled := map[int64]time.Time{}
+		model := map[int64]bool{}
 		started := map[int64]time.Time{}
 		identity := map[int64]string{}
 		iter := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -832,12 +982,17 @@ func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActiv
 			at := event.GetEventTime().AsTime()
 			l.events++
 			switch {
+			case event.GetWorkflowExecutionStartedEventAttributes() != nil:
+				run.began = at
 			case event.GetWorkflowTaskCompletedEventAttributes() != nil:
 				l.workflowTasks++
 			case event.GetActivityTaskScheduledEventAttributes() != nil:
 				l.activities++
-				if event.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == toolActivity {
+				switch event.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() {
+				case toolActivity:
 					scheduled[event.GetEventId()] = at
+				case modelActivity:
+					model[event.GetEventId()] = true
 				}
 			case event.GetActivityTaskStartedEventAttributes() != nil:
 				attrs := event.GetActivityTaskStartedEventAttributes()
@@ -849,9 +1004,13 @@ func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActiv
 					l.workers[identity[id]] = true
 					l.queued += started[id].Sub(s)
 					l.running += at.Sub(started[id])
+					run.steps = append(run.steps, stepSpan{start: started[id], end: at})
+				} else if model[id] {
+					run.steps = append(run.steps, stepSpan{model: true, start: started[id], end: at})
 				}
 			}
 		}
+		l.add(run)
 	}
 	return l, nil
 }
@@ -860,12 +1019,21 @@ func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActiv
 // counts in it is the agentsaga workers' alone.
 type fleetDatabase struct {
 	url, adminURL, name string
+	// starter, when set, is the application_name of the bench's own
+	// connections, which stay open while the workers stop.
+	starter string
 	// statementsView is set when pg_stat_statements is loaded: statements
 	// are then counted as statements, not as transactions.
 	statementsView bool
 }
 
 func newFleetDatabase(ctx context.Context, serverURL string) (*fleetDatabase, error) {
+	return newFleetDatabaseFor(ctx, serverURL, "fleet", true)
+}
+
+// newFleetDatabaseFor creates a database named for kind; migrate applies
+// agentsaga's migrations to it (DBOS's database has its own schema only).
+func newFleetDatabaseFor(ctx context.Context, serverURL, kind string, migrate bool) (*fleetDatabase, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return nil, fmt.Errorf("bench: fleet: DATABASE_URL must be a postgres:// URL (got %q): %v", serverURL, err)
@@ -874,7 +1042,7 @@ func newFleetDatabase(ctx context.Context, serverURL string) (*fleetDatabase, er
 	if base == "" {
 		base = "agentsaga"
 	}
-	db := &fleetDatabase{name: base + "_fleet_" + nonce()}
+	db := &fleetDatabase{name: base + "_" + kind + "_" + nonce()}
 	u.Path = "/" + db.name
 	db.url = u.String()
 	u.Path = "/postgres"
@@ -887,9 +1055,11 @@ func newFleetDatabase(ctx context.Context, serverURL string) (*fleetDatabase, er
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
 		return nil, fmt.Errorf("bench: fleet: create database %s: %w", db.name, err)
 	}
-	if _, err := migrations.Apply(ctx, db.url); err != nil {
-		db.drop()
-		return nil, err
+	if migrate {
+		if _, err := migrations.Apply(ctx, db.url); err != nil {
+			db.drop()
+			return nil, err
+		}
 	}
 	conn, err := pgx.Connect(ctx, db.url)
 	if err != nil {
@@ -1004,7 +1174,8 @@ func (db *fleetDatabase) waitForNoClients(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var clients int
-		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", db.name).Scan(&clients); err != nil {
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
+			db.name, db.starter).Scan(&clients); err != nil {
 			return fmt.Errorf("bench: fleet: read pg_stat_activity: %w", err)
 		}
 		if clients == 0 {
@@ -1031,6 +1202,26 @@ func (db *fleetDatabase) drop() {
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
 }
 
+// printFleetDBOS writes the DBOS contender's table: no Temporal server, and
+// its ratios are to the plain agent loop's row of the same round.
+func printFleetDBOS(out io.Writer, rows []FleetRow) {
+	fmt.Fprintf(out, "\nDBOS Transact v1.9.0 on Postgres alone (no Temporal server): the plain agent loop as a workflow of steps (dbos.RunAsStep, the calls by dbos.Go),\n")
+	fmt.Fprintf(out, "  enqueued by a DBOS client on one queue polled every %s by each executor process; its own database beside the scenario's\n", FleetDBOSPollInterval)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tTO LOOP\tSTATEMENTS/CALL\tSTEPS/CALL\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tCPU VS LOOP\tEXECUTORS\tLOAD")
+	for _, r := range rows {
+		if r.Contender != FleetDBOSContender {
+			continue
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%.2f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.1f+%.1f+%.1f\t%.2f\t%d\t%.1f\n",
+			r.Round, r.Contender, r.Processes, r.Calls, r.Seconds, r.CallsPerSec, r.LoopRatio, r.StatementsPerCall, r.ActivitiesPerCall,
+			r.StartToCloseMs, r.FirstStepMs, r.StepGapP50Ms, r.StepGapP99Ms, r.WorkerCPUMs, r.ServerCPUMs, r.PostgresCPUMs, r.CPURatio, r.Workers, r.LoadAverage)
+	}
+	tw.Flush()
+	fmt.Fprintln(out, "  TO LOOP is calls/s over the plain Temporal agent loop's (in-memory dev server) in the same round; CPU VS LOOP its CPU per call over this row's;")
+	fmt.Fprintln(out, "  DBOS records step times in milliseconds, so its gaps are rounded to them")
+}
+
 // PrintFleet writes one table per server.
 func PrintFleet(out io.Writer, result FleetResult) {
 	cfg := result.Config
@@ -1049,7 +1240,7 @@ func PrintFleet(out io.Writer, result FleetResult) {
 		}
 		fmt.Fprintf(out, "\n%s\n", title)
 		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tRATIO\tTARGET\tSTATEMENTS/CALL\tBUCKET COMMITS/S\tACTIVITIES/CALL\tEVENTS/CALL\tQUEUED\tRUNNING\tCPU MS/CALL\tDEADLOCKS\tLOAD")
+		fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tRATIO\tTARGET\tSTATEMENTS/CALL\tBUCKET COMMITS/S\tACTIVITIES/CALL\tEVENTS/CALL\tQUEUED\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tDEADLOCKS\tLOAD")
 		for _, r := range result.Rows {
 			if r.Server != server {
 				continue
@@ -1062,9 +1253,10 @@ func PrintFleet(out io.Writer, result FleetResult) {
 				}
 				target = ">= 0.90 (" + verdict + ")"
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.0f ms\t%.0f ms\t%.1f+%.1f+%.1f\t%d\t%.1f\n",
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f ms\t%.1f+%.1f+%.1f\t%d\t%.1f\n",
 				r.Round, r.Contender, r.Processes, r.Calls, r.Seconds, r.CallsPerSec, r.Ratio, target, r.StatementsPerCall, r.BucketCommitsPerSec,
-				r.ActivitiesPerCall, r.EventsPerCall, r.ScheduleToStartMs, r.StartToCloseMs, r.WorkerCPUMs, r.ServerCPUMs, r.PostgresCPUMs, r.Deadlocks, r.LoadAverage)
+				r.ActivitiesPerCall, r.EventsPerCall, r.ScheduleToStartMs, r.StartToCloseMs, r.FirstStepMs, r.StepGapP50Ms, r.StepGapP99Ms,
+				r.WorkerCPUMs, r.ServerCPUMs, r.PostgresCPUMs, r.Deadlocks, r.LoadAverage)
 		}
 		tw.Flush()
 		for _, r := range result.Ratios {
@@ -1074,7 +1266,12 @@ func PrintFleet(out io.Writer, result FleetResult) {
 			}
 		}
 	}
+	if cfg.DBOS {
+		printFleetDBOS(out, result.Rows)
+	}
 	fmt.Fprintln(out, "\n  QUEUED and RUNNING are a tool call's mean time from scheduled to started and from started to completed, from the runs' histories;")
+	fmt.Fprintln(out, "  FIRST STEP is the median time from a run's start (WorkflowExecutionStarted; DBOS: enqueued) to its first step's start; GAP P50 and P99")
+	fmt.Fprintln(out, "    are from the end of a step (the last tool call, before the second model turn) to the start of each step that waited for it;")
 	fmt.Fprintln(out, "  CPU MS/CALL is the window's CPU per tool call: worker processes + dev server + Postgres backends of the scenario's database;")
 	fmt.Fprintf(out, "  LOAD is the machine's 1-minute load average as the window opened (%d cores)\n", runtime.NumCPU())
 }

@@ -42,7 +42,8 @@ func TestFleetSmoke(t *testing.T) {
 	defer cancel()
 
 	cfg := bench.DefaultFleet
-	cfg.Processes, cfg.Runs, cfg.Calls, cfg.Servers = []int{2}, 2, 2, []string{bench.FleetMemoryServer}
+	// The DBOS contender has its own test, TestFleetDBOS.
+	cfg.Processes, cfg.Runs, cfg.Calls, cfg.Servers, cfg.DBOS = []int{2}, 2, 2, []string{bench.FleetMemoryServer}, false
 	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = temporalBin, bin, worker.ConfigFromEnv().DatabaseURL
 	result, err := bench.Fleet(ctx, cfg)
 	require.NoError(t, err)

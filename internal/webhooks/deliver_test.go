@@ -77,14 +77,7 @@ func TestAReceiverDownForTwoHoursGetsEverythingInOrder(t *testing.T) {
 	pool := newPool(t)
 	store := webhooks.NewStore(pool)
 	c := newClock()
-	start := c.Now()
-	down := func() bool { return c.Now().Sub(start) < 2*time.Hour }
-	rc := newReceiver(t, func(int, *http.Request) int {
-		if down() {
-			return http.StatusBadGateway
-		}
-		return http.StatusOK
-	})
+	rc, down := downFor(t, c, 2*time.Hour)
 	e := endpoint(t, store, rc.URL)
 	log := runevents.New(pool)
 	runs := []string{"wf-a", "wf-b", "wf-c"}
@@ -255,14 +248,7 @@ func TestAnEndpointBackFromAnOutageGetsItsRetriesAtOnce(t *testing.T) {
 	pool := newPool(t)
 	store := webhooks.NewStore(pool)
 	c := newClock()
-	start := c.Now()
-	down := func() bool { return c.Now().Sub(start) < 2*time.Hour }
-	rc := newReceiver(t, func(int, *http.Request) int {
-		if down() {
-			return http.StatusBadGateway
-		}
-		return http.StatusOK
-	})
+	rc, down := downFor(t, c, 2*time.Hour)
 	endpoint(t, store, rc.URL)
 	log := runevents.New(pool)
 	for i := range 3 {
@@ -284,4 +270,17 @@ func TestAnEndpointBackFromAnOutageGetsItsRetriesAtOnce(t *testing.T) {
 	}
 	drain(t, d, c, time.Second, 10)
 	require.Len(t, rc.delivered(), 12, "the rest within 10 s of the first 2xx")
+}
+
+// downFor is a receiver that answers 502 for the first d of c's time and
+// 200 after, and whether it is still down.
+func downFor(t *testing.T, c *clock, d time.Duration) (*receiver, func() bool) {
+	start := c.Now()
+	down := func() bool { return c.Now().Sub(start) < d }
+	return newReceiver(t, func(int, *http.Request) int {
+		if down() {
+			return http.StatusBadGateway
+		}
+		return http.StatusOK
+	}), down
 }

@@ -86,7 +86,7 @@ func TestAFailedAttemptsStreamedTextIsDiscardedByItsSettle(t *testing.T) {
 
 	first, err := store.ClaimCall(ctx, req, leaf(1), time.Minute)
 	require.NoError(t, err)
-	text := log.NewBatcher(ctx, "wf-1", req.Key, 1)
+	text := log.NewBatcher(ctx, "wf-1", req.Key, 1).WithInterval(time.Hour)
 	text.Add("Hel")
 	text.Add("lo, wor")
 	require.NoError(t, text.Flush())
@@ -105,13 +105,15 @@ func TestAFailedAttemptsStreamedTextIsDiscardedByItsSettle(t *testing.T) {
 		LeafCallID: second.LeafCallID})
 	require.NoError(t, err)
 
+	// The first attempt's first text went out at once, the rest in its
+	// batch; the second attempt's one chunk at once.
 	events := eventsOf(t, store, "wf-1")
-	require.Equal(t, []string{runevents.TurnStarted, runevents.TextDelta, runevents.AttemptDiscarded, runevents.TurnFinished,
+	require.Equal(t, []string{runevents.TurnStarted, runevents.TextDelta, runevents.TextDelta, runevents.AttemptDiscarded, runevents.TurnFinished,
 		runevents.TurnStarted, runevents.TextDelta, runevents.TurnFinished}, kindsOf(events))
-	assert.Equal(t, req.Key+"/attempt-1/discarded", events[2].Key)
-	assert.JSONEq(t, `{"attempt":1,"why":"openai chat.completions: the stream broke"}`, string(events[2].Data))
-	assert.JSONEq(t, `{"attempt":1,"outcome":"error","model":"openai:gpt","error":"openai chat.completions: the stream broke"}`, string(events[3].Data))
-	assert.JSONEq(t, `{"attempt":2,"outcome":"ok","model":"openai:gpt","status":"completed","text":"Hello, world","tool_calls":["search"]}`, string(events[6].Data))
+	assert.Equal(t, req.Key+"/attempt-1/discarded", events[3].Key)
+	assert.JSONEq(t, `{"attempt":1,"why":"openai chat.completions: the stream broke"}`, string(events[3].Data))
+	assert.JSONEq(t, `{"attempt":1,"outcome":"error","model":"openai:gpt","error":"openai chat.completions: the stream broke"}`, string(events[4].Data))
+	assert.JSONEq(t, `{"attempt":2,"outcome":"ok","model":"openai:gpt","status":"completed","text":"Hello, world","tool_calls":["search"]}`, string(events[7].Data))
 
 }
 
@@ -161,8 +163,9 @@ func TestATurnWhoseResultDoesNotDecodeStillSettles(t *testing.T) {
 }
 
 // A streamed reply's last text goes out with its settle, in the settle's
-// statement, before the turn's end: a reply that streams in one batch
-// costs no statement of its own.
+// statement, before the turn's end: after the first text, which goes out
+// at once, a reply that streams in one batch costs no statement of its
+// own.
 func TestASettlePublishesTheReplysLastText(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -171,7 +174,7 @@ func TestASettlePublishesTheReplysLastText(t *testing.T) {
 	req, leaf := modelRequest()
 	claim, err := store.ClaimCall(ctx, req, leaf(1), time.Minute)
 	require.NoError(t, err)
-	text := log.NewBatcher(ctx, "wf-1", req.Key, 1)
+	text := log.NewBatcher(ctx, "wf-1", req.Key, 1).WithInterval(time.Hour)
 	text.Add("Hello, ")
 	text.Add("world")
 	last := text.Rest()
@@ -181,8 +184,9 @@ func TestASettlePublishesTheReplysLastText(t *testing.T) {
 		Status: agentsagatype.ActionCompleted, Result: `{"content":"Hello, world"}`, LeafCallID: claim.LeafCallID, Publish: last})
 	require.NoError(t, err)
 	events := eventsOf(t, store, "wf-1")
-	require.Equal(t, []string{runevents.TurnStarted, runevents.TextDelta, runevents.TurnFinished}, kindsOf(events))
-	assert.Equal(t, req.Key+"/attempt-1/delta-1", events[1].Key)
-	assert.JSONEq(t, `{"attempt":1,"text":"Hello, world"}`, string(events[1].Data))
+	require.Equal(t, []string{runevents.TurnStarted, runevents.TextDelta, runevents.TextDelta, runevents.TurnFinished}, kindsOf(events))
+	assert.JSONEq(t, `{"attempt":1,"text":"Hello, "}`, string(events[1].Data))
+	assert.Equal(t, req.Key+"/attempt-1/delta-2", events[2].Key)
+	assert.JSONEq(t, `{"attempt":1,"text":"world"}`, string(events[2].Data))
 	assert.Nil(t, text.Rest(), "what Rest took is not taken again")
 }

@@ -82,6 +82,16 @@ func (l *Log) NewBatcher(ctx context.Context, workflowID, callKey string, attemp
 	return l.newBatcher(ctx, workflowID, callKey, attempt, wallClock{})
 }
 
+// WithInterval sets the batch interval (DefaultBatchEvery unless set).
+// Tests that count events set an hour, so that no pause of a loaded
+// machine between two chunks makes the second go out at once.
+func (b *Batcher) WithInterval(every time.Duration) *Batcher {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.every = every
+	return b
+}
+
 func (l *Log) newBatcher(ctx context.Context, workflowID, callKey string, attempt int, c clock) *Batcher {
 	return &Batcher{ctx: ctx, log: l, workflowID: workflowID, callKey: callKey, attempt: attempt,
 		every: DefaultBatchEvery, chunks: DefaultBatchChunks, clock: c}

@@ -19,7 +19,9 @@ import (
 func TestTheBatcherSendsAFewBatchesAReply(t *testing.T) {
 	ctx := context.Background()
 	log := runevents.New(newPool(t))
-	b := log.NewBatcher(ctx, "wf", "wf/model-1", 1)
+	// An hour's interval while the 200 go in: a pause of a loaded machine
+	// between two chunks would otherwise send a batch early.
+	b := log.NewBatcher(ctx, "wf", "wf/model-1", 1).WithInterval(time.Hour)
 	var want strings.Builder
 	for i := range 200 {
 		chunk := fmt.Sprintf("tok%d ", i)
@@ -32,6 +34,7 @@ func TestTheBatcherSendsAFewBatchesAReply(t *testing.T) {
 	require.Len(t, events, 5, "200 chunks: the first at once, three batches of 64 and the rest")
 	require.Equal(t, want.String(), textOf(t, events, 1))
 
+	b.WithInterval(runevents.DefaultBatchEvery)
 	b.Add("late")
 	require.Eventually(t, func() bool {
 		events, err := log.Read(ctx, "wf", 5, 10)

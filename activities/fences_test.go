@@ -43,6 +43,9 @@ func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbe
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(time.Minute)
+	// The deadlock detector's 1 s is wall-clock time, which a machine
+	// loaded by -race and parallel tests spends without any deadlock.
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 10 * time.Second})
 	env.RegisterWorkflow(callToolWorkflow)
 	env.RegisterActivity(acts)
 	env.ExecuteWorkflow(callToolWorkflow, wire.ToolCallRequest{

@@ -95,7 +95,7 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	})
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 10 * time.Second, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
 	acts := &activities.Activities{Ledger: store, Toolbox: toolbox}
 	env.RegisterActivity(acts)
 	const wf = "default-test-workflow-id" // the test environment's

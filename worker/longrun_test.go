@@ -127,7 +127,10 @@ tools:
 // against today's workflow code.
 func TestContinueAsNewWithAHumanInTheLoop(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// 36 turns and a dev server of its own: a minute was not enough at
+	// load 15 under -race (the suite beside other builds); three still
+	// turn a hang into a failure.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	server, err := workertest.StartDevServerWithLimits(ctx, lowLimits...)
 	require.NoError(t, err)

@@ -59,6 +59,7 @@ func waitOutWith(t *testing.T, wait workflows.BreakerWait, refusals ...wire.Call
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := suite.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(tolerantWorker)
 	env.SetStartTime(parkStart)
 	env.RegisterActivityWithOptions(callCRM, activity.RegisterOptions{Name: "callCRM"})
 	env.RegisterWorkflowWithOptions(run, workflow.RegisterOptions{Name: "run"})

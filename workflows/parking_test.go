@@ -51,6 +51,7 @@ func ExampleWaitOutBreaker() {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := suite.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(tolerantWorker)
 	env.SetStartTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	env.RegisterActivityWithOptions(callCRM, activity.RegisterOptions{Name: "callCRM"})
 	env.RegisterWorkflowWithOptions(run, workflow.RegisterOptions{Name: "run"})

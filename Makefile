@@ -38,18 +38,12 @@ chromium:
 
 # The CLI and the benchmarks are a module of their own (cmd/agentsaga), so
 # the library's go.mod carries only the library; each module is tested by a
-# `go test` of its own. cmd/agentsaga itself (the chaos harness, the fault
-# and deploy tests: real worker processes with 3 s heartbeat timeouts) runs
-# last and alone: on a 2-core machine other packages' load once pushed a
-# takeover past the harness's heartbeat-timeout-plus-5-s limit (I5) by 60 ms.
-# The library's and the benchmarks' tests mostly wait (on outages, timers
-# and dev servers), so they run 4 at a time (-parallel 4) rather than one per
-# core; cmd/agentsaga's keep the default.
+# `go test` of its own. scripts/test.sh runs them in two phases: the
+# library, the k8s manifests and the CLI's benchmarks and API at once, then
+# cmd/agentsaga alone (its chaos harness and fault tests time takeovers of
+# real worker processes).
 test: bin/temporal postgres chromium
-	$(GO) test $(TEST_FLAGS) -parallel 4 ./...
-	cd deploy/k8s && $(GO) test ./...
-	$(GO) -C cmd/agentsaga test $(TEST_FLAGS) -parallel 4 ./bench/... ./api/...
-	$(GO) -C cmd/agentsaga test $(TEST_FLAGS) .
+	@GO="$(GO)" TEST_FLAGS="$(TEST_FLAGS)" scripts/test.sh
 
 # Every fuzz target, FUZZTIME each (`make fuzz FUZZTIME=10m`). `make test`
 # runs the same targets on their seed corpora (testdata/fuzz) only. What a

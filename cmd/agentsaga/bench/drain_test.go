@@ -33,8 +33,9 @@ func TestDrainSmoke(t *testing.T) {
 		assert.Zero(t, r.FailedCalls, "%s: a parked call waits, it does not fail", r.Contender)
 	}
 	// 40 calls at 10 a second take 4 s; at the fixed 2 a second the
-	// adaptive rate replaced, about 20.
-	assert.Less(t, declared.DrainSeconds, 10, "the declared rate drains the backlog at about what the service takes")
-	assert.Less(t, undeclared.DrainSeconds, 10, "the adaptive rate starts at 10 a second, not the old fixed 2")
+	// adaptive rate replaced, about 20. The bound leaves room for the
+	// suite's own load, which once stretched the declared drain to 11 s.
+	assert.Less(t, declared.DrainSeconds, 15, "the declared rate drains the backlog at about what the service takes")
+	assert.Less(t, undeclared.DrainSeconds, 15, "the adaptive rate starts at 10 a second, not the old fixed 2")
 	assert.Positive(t, undeclared.LearnedRate, "the bench reads the rate the drain left")
 }

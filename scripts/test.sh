@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `make test`'s tests, in two phases (issue 46 item 4).
+#
+# Phase 1 runs at once, each line of output prefixed with its part: the
+# library's packages, the k8s manifests' test, and the CLI module's
+# benchmarks' smoke tests and HTTP API. They mostly wait (on outages, timers and dev
+# servers, each test on a database of its own), so the library runs 4
+# packages at a time (-p 4) and 4 tests of each at a time (-parallel 4)
+# rather than one per core.
+#
+# Phase 2 is cmd/agentsaga itself, alone: its chaos harness and fault tests
+# run real worker processes with 3 s heartbeat timeouts and check that a
+# takeover comes within the heartbeat timeout plus 5 s (I5), and on a
+# 2-core machine the other packages' load once pushed one past it.
+#
+# GO and TEST_FLAGS come from the Makefile. The script stops after the
+# first phase that fails, and exits non-zero naming the parts that failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+read -r -a flags <<<"${TEST_FLAGS:--race -timeout 20m}"
+
+pids=()
+names=()
+# start runs "$@" in the background as part $1, its lines prefixed.
+start() {
+	local name=$1
+	shift
+	(
+		set -o pipefail
+		"$@" 2>&1 | sed -u "s/^/[$name] /"
+	) &
+	pids+=("$!")
+	names+=("$name")
+}
+# finish waits for every part started and fails naming those that failed.
+finish() {
+	local failed=()
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || failed+=("${names[$i]}")
+	done
+	pids=()
+	names=()
+	if ((${#failed[@]} > 0)); then
+		echo "make test: failed: ${failed[*]}" >&2
+		exit 1
+	fi
+}
+
+began=$SECONDS
+start library "$GO" test "${flags[@]}" -p 4 -parallel 4 ./...
+start k8s "$GO" -C deploy/k8s test ./...
+start cli-bench "$GO" -C cmd/agentsaga test "${flags[@]}" -parallel 4 ./bench/... ./api/...
+finish
+echo "make test: phase 1 (library, k8s, benchmarks, API) took $((SECONDS - began)) s"
+
+phase2=$SECONDS
+start cli "$GO" -C cmd/agentsaga test "${flags[@]}" .
+finish
+echo "make test: phase 2 (cmd/agentsaga) took $((SECONDS - phase2)) s; $((SECONDS - began)) s in all"

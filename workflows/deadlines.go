@@ -25,10 +25,6 @@ import (
 // webhooks (approval.waiting, approval.reminder, approval.timed_out,
 // run.escalated) are made from those events, outside the workflow.
 
-// deadlines says whether this run's waits for a person have deadlines:
-// its first execution took commandsVersion10.
-func (r *run) deadlines() bool { return r.versions.deadlines && r.Deadlines }
-
 // What a timeout did (wire.WaitEvent.Action).
 const (
 	timeoutDenied    = "denied"
@@ -166,12 +162,12 @@ func (r *run) approvalPastDeadline(ctx workflow.Context, c *toolCall, w *Approva
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
 	}
 	r.publishWait(ctx, e)
-	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.entry.Approval = "timed out: " + e.Action
 	switch e.Action {
 	case timeoutDenied:
 		// As a human's denial: asked again, the call is refused at once.
-		r.Denied[sameCall(c.call)] = fmt.Sprintf("nobody decided within %s; %s", w.Timeout, verdict)
+		r.humans.Denied[sameCall(c.call)] = fmt.Sprintf("nobody decided within %s; %s", w.Timeout, verdict)
 		c.gateRefuse(denyApproval, "refused: "+e.Reason+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
 	case timeoutAborted:
 		c.gateRefuse(denyApproval, "not sent: "+e.Reason)
@@ -207,7 +203,7 @@ func (r *run) publishWait(ctx workflow.Context, e wire.WaitEvent) {
 // budget added). It returns a result when the run ends here.
 func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 	escalated := workflow.Now(ctx)
-	own, runEnds := r.spec.Escalate.timeout(), r.RunBudget.Deadline()
+	own, runEnds := r.spec.Escalate.timeout(), r.budget.Deadline()
 	options := "Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)"
 	var deadline time.Time
 	if own > 0 {
@@ -242,14 +238,14 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 			for reminders.due(now, reminded) {
 				reminded++
 				e := event
-				e.Key, e.Reminder = fmt.Sprintf("%s/escalation-%d/reminder-%d", r.workflowID, r.Escalations, reminded), reminded
+				e.Key, e.Reminder = fmt.Sprintf("%s/escalation-%d/reminder-%d", r.workflowID, r.humans.Escalations, reminded), reminded
 				r.publishWait(ctx, e)
 				now = workflow.Now(ctx)
 			}
 			at, _ := reminders.next(reminded)
 			return at
 		})
-	r.Waits.escalated(why, escalated, workflow.Now(ctx))
+	r.waits.book.escalated(why, escalated, workflow.Now(ctx))
 	switch {
 	case ctx.Err() != nil:
 		result := r.rollback(ctx, "the run was cancelled while escalated ("+why+")", "", "")
@@ -258,20 +254,20 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
 		return &result
 	case in != nil:
-		r.RunBudget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
-		r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
+		r.budget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
+		r.conv.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 		return nil
 	}
 	waited := fmt.Sprintf("nobody answered the escalation (%s) within %s; %s", why, timeout, told("run.escalated", reminded))
 	timedOut := event
-	timedOut.Key, timedOut.TimedOut, timedOut.Reminders = fmt.Sprintf("%s/escalation-%d/timed-out", r.workflowID, r.Escalations), true, reminded
+	timedOut.Key, timedOut.TimedOut, timedOut.Reminders = fmt.Sprintf("%s/escalation-%d/timed-out", r.workflowID, r.humans.Escalations), true, reminded
 	if !ownFirst {
 		// The run's own deadline, not the wait's: the reason is the one
 		// the run's wall clock always gave; the event says who was told.
 		timedOut.Action = timeoutOutOfTime
 		timedOut.Reason = "the deadline passed while escalated (" + why + "); " + told("run.escalated", reminded)
 		r.publishWait(ctx, timedOut)
-		result := r.outOfBudget(ctx, "", "", r.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
+		result := r.outOfBudget(ctx, "", "", r.waits.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
 		return &result
 	}
 	switch onTimeout {
@@ -279,13 +275,13 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 		timedOut.Action, timedOut.Reason = timeoutResumed, waited+"; the run goes on without a human's instruction, no budget added (escalate.on_timeout: resume)"
 		r.publishWait(ctx, timedOut)
 		r.setStatus(ctx, agentsagatype.RunRunning, "after the escalation timed out (escalate.on_timeout: resume)")
-		r.say(agentsagatype.Message{Role: "user", Content: fmt.Sprintf("Nobody answered the escalation within %s (%s). No instruction and no budget were added: carry on with what you have, or finish with what you know and say what needs a human.", timeout, why)})
+		r.conv.say(agentsagatype.Message{Role: "user", Content: fmt.Sprintf("Nobody answered the escalation within %s (%s). No instruction and no budget were added: carry on with what you have, or finish with what you know and say what needs a human.", timeout, why)})
 		return nil
 	case agentsagatype.OnTimeoutFinish:
 		timedOut.Action, timedOut.Reason = timeoutFinished, waited+"; the run finishes with a partial answer (escalate.on_timeout: finish)"
 		r.publishWait(ctx, timedOut)
 		r.setStatus(ctx, agentsagatype.RunRunning, "finishing: the escalation timed out (escalate.on_timeout: finish)")
-		result := r.gracefulFinish(ctx, r.Step+1, r.LastContent, timedOut.Reason)
+		result := r.gracefulFinish(ctx, r.conv.Step+1, r.conv.LastContent, timedOut.Reason)
 		return &result
 	}
 	timedOut.Action, timedOut.Reason = timeoutAborted, waited+"; the run is aborted (escalate.on_timeout: abort)"
@@ -300,7 +296,7 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 func (r *run) waitForHumanUntil(ctx workflow.Context, waiting, status, why, options string, deadline time.Time, remind func(now time.Time) time.Time) *humanInput {
 	r.humans.waiting, r.humans.input = waiting, nil
 	r.setStatus(ctx, status, why)
-	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
+	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
 	answered := func() bool { return r.humans.input != nil }
 	for !answered() && ctx.Err() == nil {
 		now := workflow.Now(ctx)

@@ -45,7 +45,7 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 		return
 	}
 	args := c.call.Arguments
-	if why, ok := r.Denied[sameCall(c.call)]; ok {
+	if why, ok := r.humans.Denied[sameCall(c.call)]; ok {
 		who := "a human denied this call before"
 		if strings.HasPrefix(why, "nobody decided") {
 			who = "this call was denied before" // by its approval's timeout (deadlines.go)

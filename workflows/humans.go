@@ -54,14 +54,31 @@ type ReasonInput struct {
 	Reason string `json:"reason"`
 }
 
-// humanWaits carries Updates from their handlers to the coroutine that
-// waits for a human: what it waits for, and the Update it is handed. What
-// humans decided (approvals still open, calls denied, escalations) is the
-// run's carried state (Carried).
+// humanWaits is what the run waits on a human for, and what humans
+// decided. While a coroutine waits for a human, the Updates' handlers
+// hand it the input they accepted (waiting, input), and a fork's signal
+// asks the run to stop and wait (forkStop). What humans decided is
+// carried across continue-as-new: the times the run escalated, the calls
+// still waiting for approval, oldest first (an escalated timeout leaves
+// one open), the calls a human denied (sameCall, with the denial: the
+// model's asking again is refused at once), and whether the run's waits
+// for a person have deadlines (Deadlines: its first execution took
+// commandsVersion10; a run begun on older code keeps its older waits).
 type humanWaits struct {
-	waiting string
-	input   *humanInput
+	waiting  string
+	input    *humanInput
+	forkStop workflow.ReceiveChannel
+
+	Escalations int
+	Approvals   []*ApprovalWait
+	Denied      map[string]string
+	Deadlines   bool
 }
+
+// deadlines says whether this run's waits for a person have deadlines:
+// its first execution took commandsVersion10 (v says whether this one
+// knows them).
+func (h *humanWaits) deadlines(v versions) bool { return v.deadlines && h.Deadlines }
 
 // What a waiting run waits for.
 const (
@@ -174,7 +191,7 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
 	r.humans.waiting, r.humans.input = waiting, nil
 	r.setStatus(ctx, status, why)
-	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
+	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
 	condition := func() bool { return r.humans.input != nil }
 	if timeout > 0 {
 		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)
@@ -193,32 +210,32 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 // model reads the instruction next turn) or aborts it, or the deadline
 // passes. It returns a result when the run ends here.
 func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
-	r.Escalations++
-	if r.deadlines() {
+	r.humans.Escalations++
+	if r.humans.deadlines(r.versions) {
 		return r.escalateUntil(ctx, why)
 	}
 	var timeout time.Duration
-	if deadline := r.RunBudget.Deadline(); !deadline.IsZero() {
+	if deadline := r.budget.Deadline(); !deadline.IsZero() {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
 	}
 	escalated := workflow.Now(ctx)
 	in := r.waitForHuman(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
 		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
-	r.Waits.escalated(why, escalated, workflow.Now(ctx))
+	r.waits.book.escalated(why, escalated, workflow.Now(ctx))
 	switch {
 	case ctx.Err() != nil:
 		result := r.rollback(ctx, "the run was cancelled while escalated ("+why+")", "", "")
 		return &result
 	case in == nil:
-		result := r.outOfBudget(ctx, "", "", r.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
+		result := r.outOfBudget(ctx, "", "", r.waits.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
 		return &result
 	case in.action == UpdateAbort:
 		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
 		return &result
 	}
 	// More budget is added only where there is a limit (runbudget.RunBudget.Raise).
-	r.RunBudget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
-	r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
+	r.budget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
+	r.conv.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 	return nil
 }
 
@@ -270,14 +287,14 @@ const QueryApprovals = "approvals"
 // takes that request (and its key) over rather than stacking another.
 func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatype.ApprovalSpec, why string) bool {
 	same := sameCall(c.call)
-	i := slices.IndexFunc(r.Approvals, func(w *ApprovalWait) bool {
+	i := slices.IndexFunc(r.humans.Approvals, func(w *ApprovalWait) bool {
 		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
 	})
 	var w *ApprovalWait
 	if i >= 0 {
-		w = r.Approvals[i]
+		w = r.humans.Approvals[i]
 		c.activityID, c.entry.ActivityID = w.Call, w.Call
-		if r.deadlines() {
+		if r.humans.deadlines(r.versions) {
 			r.setApprovalDeadline(ctx, w, rule)
 		}
 	} else {
@@ -285,7 +302,7 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
 			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
 		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
-		if r.deadlines() {
+		if r.humans.deadlines(r.versions) {
 			r.setApprovalDeadline(ctx, w, rule)
 		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -305,22 +322,22 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
 			return false
 		}
-		r.Approvals = append(r.Approvals, w)
+		r.humans.Approvals = append(r.humans.Approvals, w)
 	}
 	if w.Recorded == nil {
 		deadline := ""
-		if r.deadlines() {
+		if r.humans.deadlines(r.versions) {
 			deadline = fmt.Sprintf("\n\n**Deadline:** %s, then %s (on_timeout)", w.Deadline.UTC().Format(time.RFC3339), w.OnTimeout)
 		}
 		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
 			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})%s",
 				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call, deadline),
-			r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
+			r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
 		start := workflow.Now(ctx)
-		if r.deadlines() {
+		if r.humans.deadlines(r.versions) {
 			r.awaitDecision(ctx, w, rule.Reminders())
 		}
-		for w.Recorded == nil && ctx.Err() == nil && !r.deadlines() {
+		for w.Recorded == nil && ctx.Err() == nil && !r.humans.deadlines(r.versions) {
 			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
 			if left <= 0 {
 				break
@@ -334,28 +351,28 @@ func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatyp
 			_ = workflow.Await(ctx, func() bool { return w.Recorded != nil || w.Decision == nil })
 		}
 		// Waiting for a human costs the run no wall clock.
-		r.RunBudget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
-		if r.RunBudget.Limits.Seconds > 0 {
-			r.Waits.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
+		r.budget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
+		if r.budget.Limits.Seconds > 0 {
+			r.waits.book.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
 		}
-		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
+		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
 	}
 	switch {
 	case ctx.Err() != nil:
 		c.refuse("cancelled while it waited for approval")
 		return false
-	case w.Recorded == nil && r.deadlines():
+	case w.Recorded == nil && r.humans.deadlines(r.versions):
 		return r.approvalPastDeadline(ctx, c, w)
 	case w.Recorded == nil:
 		return r.approvalTimedOut(ctx, c, w, rule)
 	}
-	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.entry.Approval = fmt.Sprintf("%s by %s", w.Recorded.Status, w.Recorded.DecidedBy)
 	if w.Recorded.Status == agentsagatype.ApprovalApproved {
 		return true
 	}
 	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
-	r.Denied[same] = denial
+	r.humans.Denied[same] = denial
 	c.gateRefuse(denyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
 	return false
 }
@@ -377,7 +394,7 @@ func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWai
 	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
 	}
-	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.gateRefuse(denyApproval, "not sent: "+waited)
 	c.ending = "the run ends: " + waited
 	return false
@@ -401,15 +418,15 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		case len(in.Reason) > maxInstruction:
 			return nil, fmt.Errorf("%s: the reason is %d KiB; at most %d KiB", update, len(in.Reason)>>10, maxInstruction>>10)
 		}
-		i := slices.IndexFunc(r.Approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
+		i := slices.IndexFunc(r.humans.Approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
 		if i < 0 {
 			var waiting []string
-			for _, w := range r.Approvals {
+			for _, w := range r.humans.Approvals {
 				waiting = append(waiting, w.Call)
 			}
 			return nil, fmt.Errorf("%s: no call %q waits for approval in this run (waiting: %s)", update, in.Call, listOrNone(waiting))
 		}
-		w := r.Approvals[i]
+		w := r.humans.Approvals[i]
 		if d := w.Decision; d != nil {
 			return nil, fmt.Errorf("%s: refused: call %s was already %s by %s", update, in.Call, d.Status(), d.By)
 		}
@@ -456,8 +473,8 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		}
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, QueryApprovals, func() ([]ApprovalWait, error) {
-		list := make([]ApprovalWait, len(r.Approvals))
-		for i, w := range r.Approvals {
+		list := make([]ApprovalWait, len(r.humans.Approvals))
+		for i, w := range r.humans.Approvals {
 			list[i] = *w
 		}
 		return list, nil

@@ -47,18 +47,18 @@ type modelTurn struct {
 // ended the turn (a *modelParkedError or a *spendCapStop when the run
 // should ask a human or stop).
 func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
-	r.Stats.Calls++
-	note := r.RunBudget.Note(workflow.Now(ctx), r.openBreakers())
-	if account := r.accountNote(); account != "" {
+	r.calls.Stats.Calls++
+	note := r.budget.Note(workflow.Now(ctx), r.calls.openBreakers())
+	if account := r.waits.accountNote(); account != "" {
 		note += "\n" + account
 	}
-	if warning := r.Watchdog.note(); warning != "" {
+	if warning := r.watchdog.note(); warning != "" {
 		note += "\n" + warning
 	}
-	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.RunBudget.Limits.Steps), note)
+	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.budget.Limits.Steps), note)
 	call := wire.ModelCall{
 		Model:        r.spec.Model,
-		Conversation: wire.Conversation{WorkflowID: r.workflowID, Append: r.Pending, Through: r.Seq},
+		Conversation: wire.Conversation{WorkflowID: r.workflowID, Append: r.conv.Pending, Through: r.conv.Seq},
 		Tools:        defs, Note: note, Finish: finish,
 		Retry: r.plan("model", modelDependency(r.spec.Model)),
 	}
@@ -91,7 +91,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 			// notes the primary's under the same name.
 			what, dependency = fmt.Sprintf("the models %s", modelTargets(models)), "model "+model.Target()
 		}
-		err, *parked = r.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+		err, *parked = r.waits.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 			call.Retry = r.plan("model", call.Retry.Dependency)
 			call.Retry.Released = true
 			*turn = agentsagatype.ModelTurn{}
@@ -112,10 +112,10 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		}
 	}
 	if err == nil {
-		// The reply is message r.Seq now; what was pending is written.
-		r.Pending = nil
-		r.Seq++
-		r.ReadBack = r.ReadBack || turn.Shortened > 0 || turn.OmittedTurns > 0
+		// The reply is message r.conv.Seq now; what was pending is written.
+		r.conv.Pending = nil
+		r.conv.Seq++
+		r.conv.ReadBack = r.conv.ReadBack || turn.Shortened > 0 || turn.OmittedTurns > 0
 	}
 
 	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: textclip.Preview(turn.Content), Note: note}
@@ -125,7 +125,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// AnsweredBy existed was the spec's model's.
 		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
 		r.ui.answeredBy = entry.Model
-		r.accountLeft = cmp.Or(turn.Account, r.accountLeft)
+		r.waits.accountLeft = cmp.Or(turn.Account, r.waits.accountLeft)
 	} else {
 		entry.Error = errorText(err)
 		entry.Attempts, entry.Denial = callFailure(err)
@@ -145,15 +145,15 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 	for _, c := range turn.ToolCalls {
 		entry.Output += fmt.Sprintf("\n-> %s %s", c.Name, clip(c.Arguments, 200))
 	}
-	r.charge("model", &entry)
+	r.calls.charge("model", &entry, r.budget, r.versions.parkOnOpenBreaker)
 	// The turn is priced at the model that answered it.
 	steps := 1
 	if entry.Denial == budget.DenySpendCap {
 		steps = 0 // the account could not pay for the turn: nothing was sent
 	}
-	r.RunBudget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
+	r.budget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
 		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage)})
-	r.record(entry)
+	r.trace.record(entry)
 	return *turn, err
 }
 
@@ -220,9 +220,9 @@ func (t *modelTurn) ask(ctx workflow.Context, activityID string, call wire.Model
 		if len(models) > 1 {
 			// The note names each model that is down, and since when.
 			if refused {
-				r.markOpen("model "+model.Target(), failure.OpenSince)
+				r.calls.markOpen("model "+model.Target(), failure.OpenSince)
 			} else {
-				r.markClosed("model " + model.Target())
+				r.calls.markClosed("model " + model.Target())
 			}
 		}
 		if !refused || i == len(models)-1 {
@@ -294,13 +294,13 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 		waited := 0
 		for n := 1; ; n++ {
 			if capped, ok := spendRefusalIn(err); ok {
-				back, stop := r.meetSpendCap(capped, err, workflow.Now(ctx), n)
+				back, stop := r.waits.meetSpendCap(capped, err, workflow.Now(ctx), n)
 				if stop != nil {
 					err = stop
 					break
 				}
 				waited++
-				if timerErr := r.waitForSpendCap(ctx, capped, activityID, back, n); timerErr != nil {
+				if timerErr := r.waits.waitForSpendCap(ctx, capped, activityID, back, n); timerErr != nil {
 					err = timerErr // cancelled while waiting: nothing was sent
 					break
 				}
@@ -327,10 +327,10 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 				wait = max(refusal.RetryAt.Sub(now), minimumPark)
 			}
 			back := now.Add(wait)
-			if r.RunBudget.ShouldFinish(back) {
+			if r.budget.ShouldFinish(back) {
 				why := fmt.Sprintf("The quota of %s has no room until %s, and the run's budget cannot afford the wait",
 					what, back.UTC().Format(time.RFC3339))
-				r.Waits.stoppedWaiting(why, "the quota of "+what)
+				r.waits.book.stoppedWaiting(why, "the quota of "+what)
 				err = &modelParkedError{err: err, why: why}
 				break
 			}
@@ -339,7 +339,7 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 			waited++
 			t.quota.waits++
 			t.quota.waited += wait
-			if timerErr := r.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
+			if timerErr := r.waits.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
 				details: note + "\n" + waiting, summary: "waiting for the quota of " + what, cause: "the quota of " + what}, n); timerErr != nil {
 				err = timerErr // cancelled while waiting: nothing was sent
 				break

@@ -50,7 +50,7 @@ func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) Run
 // fail ends a run that failed (rather than being cancelled or aborted):
 // rolled back, and failed when there was nothing to undo.
 func (r *run) fail(ctx workflow.Context, reason string) RunResult {
-	return r.unwind(ctx, true, reason, r.LastContent, "")
+	return r.unwind(ctx, true, reason, r.conv.LastContent, "")
 }
 
 func (r *run) unwind(ctx workflow.Context, failed bool, reason, answer, handoff string) RunResult {
@@ -140,15 +140,15 @@ func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arg
 		Arguments: clip(arguments, textclip.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
 	switch failed := classify(err); {
 	case err == nil:
-		s.run.record(entry)
+		s.run.trace.record(entry)
 		return agentsagatype.CompensationDone, nil
 	case failed.nothingToUndo:
 		entry.Output = "nothing to undo: " + failed.message
-		s.run.record(entry)
+		s.run.trace.record(entry)
 		return agentsagatype.CompensationNotNeeded, nil
 	}
 	entry.Error = errorText(err)
-	s.run.record(entry)
+	s.run.trace.record(entry)
 	return "", err
 }
 

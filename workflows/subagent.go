@@ -29,7 +29,7 @@ func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.
 	if share == 0 {
 		share = defaultShare
 	}
-	limits, err := r.RunBudget.Grant(now, share)
+	limits, err := r.budget.Grant(now, share)
 	if err != nil {
 		return RunSpec{}, budget.Limits{}, fmt.Errorf("sub-agent %s: %w", name, err)
 	}
@@ -90,14 +90,14 @@ func childResult(err error, result RunResult) (RunResult, error) {
 // absorb adds a finished sub-agent's spending to the parent's counters and
 // releases its reservation: the parent's counters are the true total.
 func (r *run) absorb(reservation runbudget.Reservation, child RunResult) {
-	r.RunBudget.Release(reservation, child.Usage)
-	r.Stats.Calls += child.Retries.Calls
-	r.Stats.Retries += child.Retries.Retries
+	r.budget.Release(reservation, child.Usage)
+	r.calls.Stats.Calls += child.Retries.Calls
+	r.calls.Stats.Retries += child.Retries.Retries
 	for tool, n := range child.Retries.ToolRetries {
-		r.Stats.ToolRetries[tool] += n
+		r.calls.Stats.ToolRetries[tool] += n
 	}
 	for denial, n := range child.Retries.Denials {
-		r.Stats.Denials[denial] += n
+		r.calls.Stats.Denials[denial] += n
 	}
 }
 

@@ -102,8 +102,8 @@ type toolCall struct {
 // fails (a call's ending), stops on a spend cap, asks a human (the first
 // call that asks says why), or the watchdog finds it stuck.
 func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) turnOutcome {
-	first := r.Seq
-	r.Seq += len(calls)
+	first := r.conv.Seq
+	r.conv.Seq += len(calls)
 	turn := make([]*toolCall, len(calls))
 	ends := ""
 	for i, call := range calls {
@@ -119,7 +119,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 			r.gateCall(ctx, turn[i])
 		}
 		r.sendCall(ctx, turn[i])
-		if r.deadlines() && turn[i].ending != "" {
+		if r.humans.deadlines(r.versions) && turn[i].ending != "" {
 			ends = turn[i].ending
 		}
 	}
@@ -142,7 +142,7 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		if escalation == "" {
 			escalation = why // the first call that asks for a human says why
 		}
-		if c.ending != "" && (ending == "" || !r.deadlines()) {
+		if c.ending != "" && (ending == "" || !r.humans.deadlines(r.versions)) {
 			ending, aborted = c.ending, c.aborted // on the old path, the last call's
 		}
 		if stop := (*spendCapStop)(nil); errors.As(c.spendStop, &stop) {
@@ -151,8 +151,8 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		entries[i] = c.entry
 		effects[i] = c.changedTheWorld()
 	}
-	r.record(entries...)
-	stuck := r.Watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
+	r.trace.record(entries...)
+	stuck := r.watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
 	switch {
 	case ending != "" && aborted:
 		return turnOutcome{end: endAborted, why: ending}
@@ -187,8 +187,8 @@ func (c *toolCall) changedTheWorld() bool {
 func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatype.ToolCall) *toolCall {
 	c := &toolCall{call: call, seq: seq, activityID: activityid.Tool(step, n, call.Name),
 		entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, textclip.PreviewBytes)}}
-	if call.Name == wire.ReadResultTool && r.ReadBack {
-		r.Stats.Calls++
+	if call.Name == wire.ReadResultTool && r.conv.ReadBack {
+		r.calls.Stats.Calls++
 		c.route, c.entry.ActivityID = routeReadBack, c.activityID
 		return c
 	}
@@ -199,17 +199,17 @@ func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatyp
 	if !json.Valid([]byte(call.Arguments)) {
 		return c.refuse(fmt.Sprintf("the arguments for tool %q are not valid JSON: %s", call.Name, clip(call.Arguments, 200)))
 	}
-	if r.Watchdog.voluntaryRetry(call.Name, call.Arguments) {
+	if r.watchdog.voluntaryRetry(call.Name, call.Arguments) {
 		// The model retried by choice: counted and charged as a retry.
-		r.Stats.Retries++
-		r.Stats.ToolRetries[call.Name]++
+		r.calls.Stats.Retries++
+		r.calls.Stats.ToolRetries[call.Name]++
 	} else {
 		c.newArguments = true
 	}
 	c.readOnly = tool.ReadOnly
 	// Counted before its request is built: the run's retry allowance
 	// (plan) includes this turn's calls so far.
-	r.Stats.Calls++
+	r.calls.Stats.Calls++
 	c.entry.ActivityID = c.activityID
 	if tool.Kind == agentsagatype.ToolKindAgent {
 		return r.planAgent(ctx, c)
@@ -246,7 +246,7 @@ func (r *run) planAgent(ctx workflow.Context, c *toolCall) *toolCall {
 		return c.refuse(errorText(err))
 	}
 	c.route, c.entry.Kind, c.child = routeAgent, "agent", spec
-	c.reservation = r.RunBudget.Reserve(granted)
+	c.reservation = r.budget.Reserve(granted)
 	return c
 }
 
@@ -389,7 +389,7 @@ func (r *run) recordCall(c *toolCall) (escalation string) {
 	if c.entry.Error != "" {
 		// A successful call's output was written by its activity; an
 		// error is the workflow's to write.
-		r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
+		r.conv.Pending = append(r.conv.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
 			Content: textclip.Preview("error: " + c.entry.Error)})
 	}
 	return escalation
@@ -420,8 +420,8 @@ func (r *run) recordActivity(c *toolCall) (escalation string) {
 		e.Output, e.Digest, e.Replayed, e.Attempts = c.result.Output, c.result.Digest, c.result.Replayed, c.result.Attempt+c.parked.leafCalls
 	}
 	e.Parks = c.parked.parks
-	r.charge(c.call.Name, e)
-	r.RunBudget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(c.call.Name, e.Attempts)})
+	r.calls.charge(c.call.Name, e, r.budget, r.versions.parkOnOpenBreaker)
+	r.budget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(c.call.Name, e.Attempts)})
 	return escalation
 }
 
@@ -435,7 +435,7 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 	if failed.cancelled {
 		return ""
 	}
-	r.ToolFailures[tool]++
+	r.calls.ToolFailures[tool]++
 	switch {
 	case failed.asksHuman != "":
 		return fmt.Sprintf(failed.asksHuman, tool, failed.message)
@@ -443,8 +443,8 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 		return parkEscalation
 	case denial == budget.DenyCircuitOpen:
 		return fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", tool)
-	case r.spec.Escalate.AfterToolFailures > 0 && r.ToolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
-		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.ToolFailures[tool], failed.message)
+	case r.spec.Escalate.AfterToolFailures > 0 && r.calls.ToolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
+		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.calls.ToolFailures[tool], failed.message)
 	}
 	return ""
 }
@@ -459,6 +459,6 @@ func (r *run) recordAgent(c *toolCall) {
 	if c.err != nil {
 		c.entry.Error = errorText(c.err)
 	}
-	r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
+	r.conv.Pending = append(r.conv.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
 		Content: c.entry.Output, Key: activityid.Key(r.workflowID, c.entry.ActivityID)})
 }

@@ -435,7 +435,7 @@ func (r *run) turn(ctx workflow.Context, step int, offered []agentsagatype.ToolD
 		return turnOutcome{end: endAnswered, answer: turn.Content}
 	}
 	r.conv.LastContent = turn.Content
-	out := r.toolCalls(ctx, step, turn.ToolCalls)
+	out := (&toolTurn{r: r}).run(ctx, step, turn.ToolCalls)
 	if ctx.Err() != nil {
 		return turnOutcome{end: endCancelled}
 	}
@@ -484,15 +484,6 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 	}
 	answer = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(answer), "PARTIAL ANSWER:"))
 	return r.outOfBudget(ctx, answer, strings.TrimSpace(note), reason)
-}
-
-// sendToolCall schedules a tool call under activityID: its first send and
-// each send after waiting for the tool's breaker.
-func (r *run) sendToolCall(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, request wire.ToolCallRequest) workflow.Future {
-	timeout := request.Tool.Timeout()
-	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, timeout, clip(call.Name+" "+call.Arguments, 100)))
-	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(timeout))
-	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallTool), request)
 }
 
 // traceTail bounds the trace the workflow keeps, answers in the trace

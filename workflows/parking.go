@@ -163,25 +163,26 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 	}
 }
 
+// openBreakerRefusal is the retry hook's CircuitOpen denial in err, when
+// that is what err is.
+func openBreakerRefusal(err error) (wire.CallFailure, bool) {
+	failure, ok := callFailureIn(err)
+	return failure, ok && failure.Denial == budget.DenyCircuitOpen
+}
+
 // waitOutBreaker is WaitOutBreaker for one of the run's tool calls: the
 // wait is bounded by escalate.after_breaker_open_seconds and the run's
 // budget, shows in the UI and the ledger while it lasts, and a call that
 // stops waiting carries why a human is asked.
-func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agentsagatype.ToolSpec, call agentsagatype.ToolCall,
+func (tt *toolTurn) waitOutBreaker(ctx workflow.Context, activityID string, tool agentsagatype.ToolSpec, call agentsagatype.ToolCall,
 	request wire.ToolCallRequest, err error, result *wire.ToolResult) (error, parkedCall) {
+	r := tt.r
 	request.Key = activityid.Key(r.workflowID, activityID)
 	r.calls.markOpen(call.Name, time.Time{})
 	return r.waits.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
 		request.Retry.Released = true
 		*result = wire.ToolResult{}
-		return r.sendToolCall(ctx, again, call, request)
+		return tt.sendToolCall(ctx, again, call, request)
 	}, result)
-}
-
-// openBreakerRefusal is the retry hook's CircuitOpen denial in err, when
-// that is what err is.
-func openBreakerRefusal(err error) (wire.CallFailure, bool) {
-	failure, ok := callFailureIn(err)
-	return failure, ok && failure.Denial == budget.DenyCircuitOpen
 }

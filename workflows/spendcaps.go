@@ -82,17 +82,14 @@ const (
 	inFlightWaitCap = 8 * time.Second
 )
 
-// toolSpend is what each attempt of a call of tool costs the run's
-// account, or nil when the run has none or the tool is free.
-func (r *run) toolSpend(tool string) *wire.ToolSpend {
-	if !r.versions.toolSpend || r.spec.Budget.Account == "" {
-		return nil
+// endOnSpendCap ends a run whose account's cap could not pay for its next
+// call: with a turn paid from the cap's finishing reserve, where it keeps
+// one, or with the handoff note the engine writes without a model call.
+func (r *run) endOnSpendCap(ctx workflow.Context, step int, capped *spendCapStop) RunResult {
+	if capped.refusal.FinishingReserve() {
+		return r.gracefulFinish(ctx, step, r.conv.LastContent, capped.finishingReason())
 	}
-	usd := r.spec.Prices.ToolUSD(tool, 1)
-	if usd <= 0 {
-		return nil
-	}
-	return &wire.ToolSpend{Account: r.spec.Budget.Account, USD: usd}
+	return r.outOfBudget(ctx, r.conv.LastContent, "", capped.reason())
 }
 
 // waitForToolSpend does what the cap that refused c says, as a model
@@ -100,7 +97,8 @@ func (r *run) toolSpend(tool string) *wire.ToolSpend {
 // under its first key, as <activityID>/after-spend-cap-N, once the cap
 // has room; otherwise c.spendStop says why the run stops. It returns the
 // call's last error.
-func (r *run) waitForToolSpend(ctx workflow.Context, c *toolCall) error {
+func (tt *toolTurn) waitForToolSpend(ctx workflow.Context, c *toolCall) error {
+	r := tt.r
 	err := c.err
 	waited := false
 	defer func() {
@@ -124,16 +122,20 @@ func (r *run) waitForToolSpend(ctx workflow.Context, c *toolCall) error {
 		}
 		c.request.Key = cmp.Or(c.request.Key, activityid.Key(r.workflowID, c.activityID))
 		c.result = wire.ToolResult{}
-		err = r.sendToolCall(ctx, activityid.Sub(c.activityID, activityid.AfterSpendCap, n), c.call, c.request).Get(ctx, &c.result)
+		err = tt.sendToolCall(ctx, activityid.Sub(c.activityID, activityid.AfterSpendCap, n), c.call, c.request).Get(ctx, &c.result)
 	}
 }
 
-// endOnSpendCap ends a run whose account's cap could not pay for its next
-// call: with a turn paid from the cap's finishing reserve, where it keeps
-// one, or with the handoff note the engine writes without a model call.
-func (r *run) endOnSpendCap(ctx workflow.Context, step int, capped *spendCapStop) RunResult {
-	if capped.refusal.FinishingReserve() {
-		return r.gracefulFinish(ctx, step, r.conv.LastContent, capped.finishingReason())
+// toolSpend is what each attempt of a call of tool costs the run's
+// account, or nil when the run has none or the tool is free.
+func (tt *toolTurn) toolSpend(tool string) *wire.ToolSpend {
+	r := tt.r
+	if !r.versions.toolSpend || r.spec.Budget.Account == "" {
+		return nil
 	}
-	return r.outOfBudget(ctx, r.conv.LastContent, "", capped.reason())
+	usd := r.spec.Prices.ToolUSD(tool, 1)
+	if usd <= 0 {
+		return nil
+	}
+	return &wire.ToolSpend{Account: r.spec.Budget.Account, USD: usd}
 }

@@ -404,7 +404,7 @@ const (
 // turn is one step of the run: a model turn, then the tool calls it asked
 // for, their results queued for the next turn.
 func (r *run) turn(ctx workflow.Context, step int, offered []agentsagatype.ToolDef) turnOutcome {
-	turn, err := r.modelTurn(ctx, step, offered, false)
+	turn, err := (&modelTurn{r: r}).take(ctx, step, offered, false)
 	var parked *modelParkedError
 	var capped *spendCapStop
 	switch {
@@ -471,7 +471,7 @@ func (r *run) conclude(ctx workflow.Context, out turnOutcome) *RunResult {
 // gracefulFinish spends one last model turn, with no tools and switched
 // instructions, on a partial answer and a handoff note.
 func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason string) RunResult {
-	turn, err := r.modelTurn(ctx, step, nil, true)
+	turn, err := (&modelTurn{r: r}).take(ctx, step, nil, true)
 	if capped := (*spendCapStop)(nil); errors.As(err, &capped) {
 		return r.outOfBudget(ctx, lastContent, "", reason+"; "+capped.reason())
 	}

@@ -40,13 +40,14 @@ type modelTurn struct {
 	parked           parkedCall
 }
 
-// modelTurn makes step's model turn, offering defs (none, and the finishing
+// take makes step's model turn, offering defs (none, and the finishing
 // instructions, for a graceful finish): it writes what was pending to the
 // conversation, records the turn's trace entry, charges its leaf calls and
 // spends its tokens and price, and returns the reply, or the error that
 // ended the turn (a *modelParkedError or a *spendCapStop when the run
 // should ask a human or stop).
-func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
+func (t *modelTurn) take(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
+	r := t.r
 	r.calls.Stats.Calls++
 	note := r.budget.Note(workflow.Now(ctx), r.calls.openBreakers())
 	if account := r.waits.accountNote(); account != "" {
@@ -73,7 +74,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		summary += ": graceful finish"
 		activityID = activityid.Finish(step)
 	}
-	t := &modelTurn{r: r, activityID: activityID, summary: summary}
+	t.activityID, t.summary = activityID, summary
 	turn := &t.reply
 	err := payload.Check("model call "+activityID, call)
 	if err == nil {
@@ -86,7 +87,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// out again under its first key.
 		call.Key = activityid.Key(r.workflowID, activityID)
 		what, dependency := "the model "+modelName, "model"
-		if models := r.turnModels(); len(models) > 1 {
+		if models := t.turnModels(); len(models) > 1 {
 			// ask notes each model as "model <target>": the wait
 			// notes the primary's under the same name.
 			what, dependency = fmt.Sprintf("the models %s", modelTargets(models)), "model "+model.Target()
@@ -95,7 +96,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 			call.Retry = r.plan("model", call.Retry.Dependency)
 			call.Retry.Released = true
 			*turn = agentsagatype.ModelTurn{}
-			if len(r.turnModels()) == 1 {
+			if len(t.turnModels()) == 1 {
 				// One model: its send, as before fallbacks existed.
 				return t.sendInQuota(ctx, again, summary, call)
 			}
@@ -152,7 +153,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		steps = 0 // the account could not pay for the turn: nothing was sent
 	}
 	r.budget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
-		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage)})
+		USD: r.spec.Prices.ModelUSD(t.modelNamed(entry.Model).Name, turn.Usage)})
 	r.trace.record(entry)
 	return *turn, err
 }
@@ -167,27 +168,6 @@ type quotaWaits struct {
 	leafCalls int
 }
 
-// turnModels are the models a turn may go to, in order: the spec's model,
-// then its fallbacks (model.fallbacks, from agentsaga-commands 2).
-func (r *run) turnModels() []agentsagatype.ModelSpec {
-	models := []agentsagatype.ModelSpec{r.spec.Model}
-	if r.versions.modelFallbacks {
-		models = append(models, r.spec.Model.Fallbacks...)
-	}
-	return models
-}
-
-// modelNamed is the turn model whose Target is target; the spec's model
-// when none is (a turn answered before AnsweredBy was stored).
-func (r *run) modelNamed(target string) agentsagatype.ModelSpec {
-	for _, m := range r.turnModels() {
-		if m.Target() == target {
-			return m
-		}
-	}
-	return r.spec.Model
-}
-
 // ask sends a turn to the first of its models whose circuit breaker
 // does not refuse it: the spec's model, then each fallback in order, each
 // under activity ID <activityID>/fallback-N but all under the turn's first
@@ -198,7 +178,7 @@ func (r *run) modelNamed(target string) agentsagatype.ModelSpec {
 // refused the turn.
 func (t *modelTurn) ask(ctx workflow.Context, activityID string, call wire.ModelCall, turn *agentsagatype.ModelTurn) (err error) {
 	r, summary := t.r, t.summary
-	models := r.turnModels()
+	models := t.turnModels()
 	for i, model := range models {
 		id, send, what := activityID, call, summary
 		if i > 0 {
@@ -248,15 +228,6 @@ func modelTargets(models []agentsagatype.ModelSpec) string {
 	return strings.Join(targets, ", then ")
 }
 
-// sendModelTurn schedules a model turn under activityID: its first send
-// and each send after waiting for the model's breaker.
-func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
-	call.Spend = r.spendPlan(call.Model) // each model at its own price
-	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
-	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
-	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallModel), call)
-}
-
 // modelParkedError is a model turn that waited for the model's open
 // breaker until it could wait no longer: the run asks a human (why)
 // instead of failing.
@@ -283,13 +254,13 @@ func (e *modelParkedError) Unwrap() error { return e.err }
 func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
 	r := t.r
 	if !r.versions.quotaWaits {
-		return r.sendModelTurn(ctx, activityID, summary, call)
+		return t.sendModelTurn(ctx, activityID, summary, call)
 	}
 	call.Quota = true
 	sent, settle := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var turn agentsagatype.ModelTurn
-		err := r.sendModelTurn(ctx, activityID, summary, call).Get(ctx, &turn)
+		err := t.sendModelTurn(ctx, activityID, summary, call).Get(ctx, &turn)
 		what, note := "the model "+call.Model.Target(), call.Note
 		waited := 0
 		for n := 1; ; n++ {
@@ -310,7 +281,7 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 				call.Note = fmt.Sprintf("%s\nThe spend cap of account %s ($%.2f %s) held this turn back until %s.",
 					note, capped.Account, capped.USD, wire.SpendPer(capped.Period), back.UTC().Format("15:04:05 UTC"))
 				turn = agentsagatype.ModelTurn{}
-				err = r.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterSpend, n), summary, call).Get(ctx, &turn)
+				err = t.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterSpend, n), summary, call).Get(ctx, &turn)
 				continue
 			}
 			refusal, refused := quotaRefusal(err)
@@ -350,7 +321,7 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 			call.Note = fmt.Sprintf("%s\nThe provider's rate limit held this turn back %s (until %s).",
 				note, t.quota.waited.Round(time.Second), back.UTC().Format("15:04:05 UTC"))
 			turn = agentsagatype.ModelTurn{}
-			err = r.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterQuota, n), summary, call).Get(ctx, &turn)
+			err = t.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterQuota, n), summary, call).Get(ctx, &turn)
 		}
 		if waited > 0 && !temporal.IsCanceledError(err) {
 			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
@@ -365,4 +336,50 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 func quotaRefusal(err error) (wire.CallFailure, bool) {
 	failure, ok := callFailureIn(err)
 	return failure, ok && failure.Denial == budget.DenyQuota
+}
+
+// turnModels are the models a turn may go to, in order: the spec's model,
+// then its fallbacks (model.fallbacks, from agentsaga-commands 2).
+func (t *modelTurn) turnModels() []agentsagatype.ModelSpec {
+	r := t.r
+	models := []agentsagatype.ModelSpec{r.spec.Model}
+	if r.versions.modelFallbacks {
+		models = append(models, r.spec.Model.Fallbacks...)
+	}
+	return models
+}
+
+// modelNamed is the turn model whose Target is target; the spec's model
+// when none is (a turn answered before AnsweredBy was stored).
+func (t *modelTurn) modelNamed(target string) agentsagatype.ModelSpec {
+	r := t.r
+	for _, m := range t.turnModels() {
+		if m.Target() == target {
+			return m
+		}
+	}
+	return r.spec.Model
+}
+
+// sendModelTurn schedules a model turn under activityID: its first send
+// and each send after waiting for the model's breaker.
+func (t *modelTurn) sendModelTurn(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
+	r := t.r
+	call.Spend = t.spendPlan(call.Model) // each model at its own price
+	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
+	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
+	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallModel), call)
+}
+
+// spendPlan is what a turn on model m needs to reserve on the run's
+// account, or nil when the run has none.
+func (t *modelTurn) spendPlan(m agentsagatype.ModelSpec) *wire.SpendPlan {
+	r := t.r
+	if !r.versions.spendCaps || r.spec.Budget.Account == "" {
+		return nil
+	}
+	price := r.spec.Prices.Models[m.Name]
+	return &wire.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
+		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion,
+		CacheWritePerMillion: price.CacheWritePerMillion}
 }

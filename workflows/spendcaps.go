@@ -18,18 +18,6 @@ import (
 // A turn the caps cannot pay for sends nothing, and the run does what the
 // cap that binds says (meetSpendCap).
 
-// spendPlan is what a turn on model m needs to reserve on the run's
-// account, or nil when the run has none.
-func (r *run) spendPlan(m agentsagatype.ModelSpec) *wire.SpendPlan {
-	if !r.versions.spendCaps || r.spec.Budget.Account == "" {
-		return nil
-	}
-	price := r.spec.Prices.Models[m.Name]
-	return &wire.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
-		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion,
-		CacheWritePerMillion: price.CacheWritePerMillion}
-}
-
 // spendRefusalIn is the spend cap's refusal in err, when that is what err
 // is.
 func spendRefusalIn(err error) (wire.SpendRefusal, bool) {

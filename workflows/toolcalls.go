@@ -322,7 +322,7 @@ func (tt *toolTurn) sendToolCall(ctx workflow.Context, activityID string, call a
 // settleSideBySide settles the turn's activities each in a coroutine of
 // its own, so the give-ups of calls that failed together run together
 // rather than one straggler's lease after another's. Sub-agents are left
-// to toolCalls, which waits for them in call order.
+// to toolTurn.run, which waits for them in call order.
 func (tt *toolTurn) settleSideBySide(ctx workflow.Context, turn []*toolCall) {
 	settling := workflow.NewWaitGroup(ctx)
 	for _, c := range turn {
@@ -440,7 +440,7 @@ func (tt *toolTurn) recordActivity(c *toolCall) (escalation string) {
 		case errors.As(c.spendStop, &asked):
 			escalation = asked.why
 		case c.spendStop != nil:
-			// The run finishes after this turn (toolCalls).
+			// The run finishes after this turn (toolTurn.run).
 		default:
 			escalation = tt.escalationFor(c.call.Name, c.err, e.Denial, c.parked.escalation)
 		}

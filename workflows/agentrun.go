@@ -147,10 +147,10 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := r.registerQueries(ctx); err != nil {
 		return RunResult{}, err
 	}
-	if err := r.registerUpdates(ctx); err != nil {
+	if err := r.humans.registerUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
-	if err := r.registerApprovalUpdates(ctx); err != nil {
+	if err := r.humans.registerApprovalUpdates(ctx, r.versions); err != nil {
 		return RunResult{}, err
 	}
 	r.humans.forkStop = workflow.GetSignalChannel(ctx, SignalStopForFork)
@@ -213,7 +213,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 			InitialVersioningBehavior: workflow.ContinueAsNewVersioningBehaviorAutoUpgrade,
 		}, AgentRun, spec)
 	}
-	r.showProgress(ctx, result.Status, result.Reason, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
+	r.showProgress(ctx, result.Status, result.Reason, r.note(ctx))
 
 	// The ending is recorded even when the run was cancelled.
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
@@ -457,9 +457,17 @@ func (r *run) conclude(ctx workflow.Context, out turnOutcome) *RunResult {
 	case endAnswered:
 		result = r.end(agentsagatype.RunCompleted, out.answer, "the model answered")
 	case endFailed:
-		result = r.fail(ctx, out.why)
+		// Rolled back, and failed when there was nothing to undo.
+		result = r.unwind(ctx, true, out.why, r.conv.LastContent, "")
 	case endSpendCap:
-		result = r.endOnSpendCap(ctx, out.step, out.capped)
+		// With a turn paid from the cap's finishing reserve, where it
+		// keeps one, or with the handoff note the engine writes without a
+		// model call.
+		if out.capped.refusal.FinishingReserve() {
+			result = r.gracefulFinish(ctx, out.step, r.conv.LastContent, out.capped.finishingReason())
+		} else {
+			result = r.outOfBudget(ctx, r.conv.LastContent, "", out.capped.reason())
+		}
 	case endWatchdog:
 		result = r.gracefulFinish(ctx, out.step, r.conv.LastContent, out.why)
 	case endAborted:
@@ -489,6 +497,12 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 // traceTail bounds the trace the workflow keeps, answers in the trace
 // query and returns in RunResult: the whole run is in the ledger.
 const traceTail = 32
+
+// note is the budget note at this moment, with the breakers that are
+// open: what the model reads and the UI shows.
+func (r *run) note(ctx workflow.Context) string {
+	return r.budget.Note(workflow.Now(ctx), r.calls.openBreakers())
+}
 
 // plan is the retry allowance handed to one call. The run allowance counts
 // the logical calls scheduled so far, this turn's included, so parallel
@@ -527,14 +541,6 @@ func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout t
 	}
 }
 
-func (r *run) view(now time.Time) BudgetView {
-	return BudgetView{
-		Limits: r.budget.Limits, Used: r.budget.Used, Remaining: r.budget.Remaining(now),
-		FractionLeft: r.budget.FractionLeft(now), ShouldFinish: r.budget.ShouldFinish(now),
-		Note: r.budget.Note(now, r.calls.openBreakers()), Retries: r.calls.finalStats(r.budget.Used.LeafCalls),
-	}
-}
-
 func (r *run) end(status, answer, reason string) RunResult {
 	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.budget.Used, Retries: r.calls.finalStats(r.budget.Used.LeafCalls),
 		Trace: r.trace.Trace, TraceEntries: r.trace.Traced}
@@ -568,9 +574,10 @@ func (r *run) partial(answer, modelNote, reason string) RunResult {
 	return result
 }
 
-func (r *run) toolNames() string {
-	names := make([]string, len(r.spec.Tools))
-	for i, t := range r.spec.Tools {
+// toolNames lists the spec's tools, for a model that asked for another.
+func (s RunSpec) toolNames() string {
+	names := make([]string, len(s.Tools))
+	for i, t := range s.Tools {
 		names[i] = t.Name
 	}
 	return listOrNone(names)

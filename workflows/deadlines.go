@@ -59,8 +59,8 @@ func (c reminderClock) due(now time.Time, n int) bool {
 	return ok && !now.Before(at)
 }
 
-// approvalEvent is w's reminder or timeout event, without its key.
-func (r *run) approvalEvent(w *ApprovalWait) wire.WaitEvent {
+// event is w's reminder or timeout event, without its key.
+func (w *ApprovalWait) event() wire.WaitEvent {
 	return wire.WaitEvent{Of: wire.WaitApproval, Call: w.Call, Tool: w.Tool, CallKey: w.Key, Arguments: w.Arguments, Why: w.Why,
 		Since: w.Deadline.Add(-w.Timeout), Deadline: w.Deadline, Timeout: w.Timeout.String(), OnTimeout: w.OnTimeout}
 }
@@ -81,13 +81,13 @@ func told(first string, reminders int) string {
 // log: a local activity, retried a few times; a publish that still fails
 // is logged, and the wait goes on (its reason says what was published
 // only as far as the workflow asked).
-func (r *run) publishWait(ctx workflow.Context, e wire.WaitEvent) {
-	e.WorkflowID = r.workflowID
+func publishWait(ctx workflow.Context, v versions, workflowID string, e wire.WaitEvent) {
+	e.WorkflowID = workflowID
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 10 * time.Second, ScheduleToCloseTimeout: time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: 6},
 	})
-	if err := workflow.ExecuteLocalActivity(lctx, r.versions.activity(wire.ActivityPublishWaitEvent), e).Get(lctx, nil); err != nil && ctx.Err() == nil {
+	if err := workflow.ExecuteLocalActivity(lctx, v.activity(wire.ActivityPublishWaitEvent), e).Get(lctx, nil); err != nil && ctx.Err() == nil {
 		workflow.GetLogger(ctx).Warn("could not publish a wait's event", "event", e.Key, "error", err)
 	}
 }
@@ -131,13 +131,13 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 		options += fmt.Sprintf("\n\n**Deadline:** %s, the run's", deadline.UTC().Format(time.RFC3339))
 	}
 	reminded := 0
-	in := r.waitForHumanUntil(ctx, waitingEscalation, agentsagatype.RunEscalated, why, options, deadline,
+	in := r.humans.waitForHumanUntil(ctx, r, r.note, waitingEscalation, agentsagatype.RunEscalated, why, options, deadline,
 		func(now time.Time) time.Time {
 			for reminders.due(now, reminded) {
 				reminded++
 				e := event
 				e.Key, e.Reminder = fmt.Sprintf("%s/escalation-%d/reminder-%d", r.workflowID, r.humans.Escalations, reminded), reminded
-				r.publishWait(ctx, e)
+				publishWait(ctx, r.versions, r.workflowID, e)
 				now = workflow.Now(ctx)
 			}
 			at, _ := reminders.next(reminded)
@@ -164,26 +164,26 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 		// the run's wall clock always gave; the event says who was told.
 		timedOut.Action = timeoutOutOfTime
 		timedOut.Reason = "the deadline passed while escalated (" + why + "); " + told("run.escalated", reminded)
-		r.publishWait(ctx, timedOut)
+		publishWait(ctx, r.versions, r.workflowID, timedOut)
 		result := r.outOfBudget(ctx, "", "", r.waits.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
 		return &result
 	}
 	switch onTimeout {
 	case agentsagatype.OnTimeoutResume:
 		timedOut.Action, timedOut.Reason = timeoutResumed, waited+"; the run goes on without a human's instruction, no budget added (escalate.on_timeout: resume)"
-		r.publishWait(ctx, timedOut)
+		publishWait(ctx, r.versions, r.workflowID, timedOut)
 		r.setStatus(ctx, agentsagatype.RunRunning, "after the escalation timed out (escalate.on_timeout: resume)")
 		r.conv.say(agentsagatype.Message{Role: "user", Content: fmt.Sprintf("Nobody answered the escalation within %s (%s). No instruction and no budget were added: carry on with what you have, or finish with what you know and say what needs a human.", timeout, why)})
 		return nil
 	case agentsagatype.OnTimeoutFinish:
 		timedOut.Action, timedOut.Reason = timeoutFinished, waited+"; the run finishes with a partial answer (escalate.on_timeout: finish)"
-		r.publishWait(ctx, timedOut)
+		publishWait(ctx, r.versions, r.workflowID, timedOut)
 		r.setStatus(ctx, agentsagatype.RunRunning, "finishing: the escalation timed out (escalate.on_timeout: finish)")
 		result := r.gracefulFinish(ctx, r.conv.Step+1, r.conv.LastContent, timedOut.Reason)
 		return &result
 	}
 	timedOut.Action, timedOut.Reason = timeoutAborted, waited+"; the run is aborted (escalate.on_timeout: abort)"
-	r.publishWait(ctx, timedOut)
+	publishWait(ctx, r.versions, r.workflowID, timedOut)
 	result := r.rollback(ctx, timedOut.Reason, "", "")
 	return &result
 }
@@ -191,11 +191,11 @@ func (r *run) escalateUntil(ctx workflow.Context, why string) *RunResult {
 // waitForHumanUntil is waitForHuman to a deadline (none when zero):
 // remind publishes the reminders due at now and returns when the next
 // falls (zero: none). It returns nil when the deadline passed first.
-func (r *run) waitForHumanUntil(ctx workflow.Context, waiting, status, why, options string, deadline time.Time, remind func(now time.Time) time.Time) *humanInput {
-	r.humans.waiting, r.humans.input = waiting, nil
-	r.setStatus(ctx, status, why)
-	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
-	answered := func() bool { return r.humans.input != nil }
+func (h *humanWaits) waitForHumanUntil(ctx workflow.Context, p progress, note func(workflow.Context) string, waiting, status, why, options string, deadline time.Time, remind func(now time.Time) time.Time) *humanInput {
+	h.waiting, h.input = waiting, nil
+	p.setStatus(ctx, status, why)
+	p.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, note(ctx))
+	answered := func() bool { return h.input != nil }
 	for !answered() && ctx.Err() == nil {
 		now := workflow.Now(ctx)
 		if !deadline.IsZero() && !now.Before(deadline) {
@@ -216,10 +216,10 @@ func (r *run) waitForHumanUntil(ctx workflow.Context, waiting, status, why, opti
 			_, _ = workflow.AwaitWithTimeout(ctx, wake.Sub(now), answered)
 		}
 	}
-	in := r.humans.input
-	r.humans.waiting, r.humans.input = waitingNone, nil
+	in := h.input
+	h.waiting, h.input = waitingNone, nil
 	if in != nil {
-		r.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
+		p.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
 	}
 	return in
 }

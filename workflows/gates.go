@@ -192,7 +192,7 @@ func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agents
 		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
 			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})%s",
 				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call, deadline),
-			r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
+			r.note(ctx))
 		start := workflow.Now(ctx)
 		if r.humans.deadlines(r.versions) {
 			tt.awaitDecision(ctx, w, rule.Reminders())
@@ -215,7 +215,7 @@ func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agents
 		if r.budget.Limits.Seconds > 0 {
 			r.waits.book.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
 		}
-		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
+		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.note(ctx))
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -293,9 +293,9 @@ func (tt *toolTurn) awaitDecision(ctx workflow.Context, w *ApprovalWait, every t
 		}
 		if reminders.due(now, w.Reminded) {
 			w.Reminded++
-			e := r.approvalEvent(w)
+			e := w.event()
 			e.Key, e.Reminder = fmt.Sprintf("%s/approval-%d/reminder-%d", w.Key, w.Asked, w.Reminded), w.Reminded
-			r.publishWait(ctx, e)
+			publishWait(ctx, r.versions, r.workflowID, e)
 			continue
 		}
 		wake := w.Deadline
@@ -319,11 +319,11 @@ func (tt *toolTurn) approvalPastDeadline(ctx workflow.Context, c *toolCall, w *A
 	r := tt.r
 	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided; %s",
 		w.Call, w.Tool, w.Timeout, w.Why, told("approval.waiting", w.Reminded))
-	e := r.approvalEvent(w)
+	e := w.event()
 	e.Key, e.TimedOut, e.Reminders = fmt.Sprintf("%s/approval-%d/timed-out", w.Key, w.Asked), true, w.Reminded
 	if w.OnTimeout == agentsagatype.ApprovalTimeoutEscalate {
 		e.Action, e.Reason = timeoutEscalated, waited+"; the run escalates and the request stays open (on_timeout: escalate)"
-		r.publishWait(ctx, e)
+		publishWait(ctx, r.versions, r.workflowID, e)
 		c.gateRefuse(denyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")
 		c.escalation = "A call waits for approval: " + waited
 		return false
@@ -346,7 +346,7 @@ func (tt *toolTurn) approvalPastDeadline(ctx workflow.Context, c *toolCall, w *A
 	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
 	}
-	r.publishWait(ctx, e)
+	publishWait(ctx, r.versions, r.workflowID, e)
 	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.entry.Approval = "timed out: " + e.Action
 	switch e.Action {

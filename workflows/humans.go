@@ -102,30 +102,30 @@ type humanInput struct {
 // registerUpdates installs the Updates. Their validators reject anything
 // that does not fit what the run is waiting for, so a rejected Update
 // leaves no trace in history.
-func (r *run) registerUpdates(ctx workflow.Context) error {
+func (h *humanWaits) registerUpdates(ctx workflow.Context) error {
 	accept := func(in humanInput) (string, error) {
-		if r.humans.input != nil {
+		if h.input != nil {
 			// Two Updates in one workflow task both passed their
 			// validators before either handler ran: the second is refused,
 			// never silently lost.
-			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, r.humans.input.action)
+			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, h.input.action)
 		}
-		r.humans.input = &in
+		h.input = &in
 		return "accepted: " + in.action, nil
 	}
 	waitingFor := func(update string, want ...string) error {
-		if r.humans.input != nil {
-			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, r.humans.input.action)
+		if h.input != nil {
+			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, h.input.action)
 		}
 		for _, w := range want {
-			if r.humans.waiting == w {
+			if h.waiting == w {
 				return nil
 			}
 		}
-		if r.humans.waiting == waitingNone {
+		if h.waiting == waitingNone {
 			return fmt.Errorf("%s: the run is not waiting for a human", update)
 		}
-		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[r.humans.waiting], update)
+		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[h.waiting], update)
 	}
 	needReason := func(update, reason string) error {
 		if strings.TrimSpace(reason) == "" {
@@ -185,23 +185,30 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 	return nil
 }
 
-// waitForHuman records the run as status (escalated or needs-attention),
-// shows why in the UI, and waits for an accepted Update, at most until
+// progress is where a wait shows itself: the run's status in the ledger,
+// and its details in the UI.
+type progress interface {
+	setStatus(ctx workflow.Context, status, detail string)
+	showProgress(ctx workflow.Context, status, headline, note string)
+}
+
+// waitForHuman records the run (p) as status (escalated or needs-attention),
+// shows why in the UI with the budget note note reads, and waits for an accepted Update, at most until
 // timeout (zero: no limit). It returns nil on timeout.
-func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
-	r.humans.waiting, r.humans.input = waiting, nil
-	r.setStatus(ctx, status, why)
-	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
-	condition := func() bool { return r.humans.input != nil }
+func (h *humanWaits) waitForHuman(ctx workflow.Context, p progress, note func(workflow.Context) string, waiting, status, why, options string, timeout time.Duration) *humanInput {
+	h.waiting, h.input = waiting, nil
+	p.setStatus(ctx, status, why)
+	p.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, note(ctx))
+	condition := func() bool { return h.input != nil }
 	if timeout > 0 {
 		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)
 	} else {
 		_ = workflow.Await(ctx, condition)
 	}
-	in := r.humans.input
-	r.humans.waiting, r.humans.input = waitingNone, nil
+	in := h.input
+	h.waiting, h.input = waitingNone, nil
 	if in != nil {
-		r.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
+		p.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
 	}
 	return in
 }
@@ -219,7 +226,7 @@ func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
 	}
 	escalated := workflow.Now(ctx)
-	in := r.waitForHuman(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
+	in := r.humans.waitForHuman(ctx, r, r.note, waitingEscalation, agentsagatype.RunEscalated, why,
 		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
 	r.waits.book.escalated(why, escalated, workflow.Now(ctx))
 	switch {
@@ -287,7 +294,7 @@ const QueryApprovals = "approvals"
 // checks again, for two Updates that passed their validators in one
 // workflow task, and records the decision in the ledger before the call
 // it frees is sent.
-func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
+func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v versions) error {
 	validate := func(update string, in ApprovalInput) (*ApprovalWait, error) {
 		switch {
 		case strings.TrimSpace(in.Call) == "":
@@ -299,15 +306,15 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		case len(in.Reason) > maxInstruction:
 			return nil, fmt.Errorf("%s: the reason is %d KiB; at most %d KiB", update, len(in.Reason)>>10, maxInstruction>>10)
 		}
-		i := slices.IndexFunc(r.humans.Approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
+		i := slices.IndexFunc(h.Approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
 		if i < 0 {
 			var waiting []string
-			for _, w := range r.humans.Approvals {
+			for _, w := range h.Approvals {
 				waiting = append(waiting, w.Call)
 			}
 			return nil, fmt.Errorf("%s: no call %q waits for approval in this run (waiting: %s)", update, in.Call, listOrNone(waiting))
 		}
-		w := r.humans.Approvals[i]
+		w := h.Approvals[i]
 		if d := w.Decision; d != nil {
 			return nil, fmt.Errorf("%s: refused: call %s was already %s by %s", update, in.Call, d.Status(), d.By)
 		}
@@ -324,7 +331,7 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 				ActivityID: activityid.Sub(w.Call, activityid.Kind(update), 0), StartToCloseTimeout: 30 * time.Second, Summary: clip(update+" "+w.Call+" by "+in.By, 100),
 			})
 			var recorded agentsagatype.Approval
-			if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
+			if err := workflow.ExecuteActivity(actx, v.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 				w.Decision = nil
 				var app *temporal.ApplicationError
 				if errors.As(err, &app) {
@@ -354,8 +361,8 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		}
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, QueryApprovals, func() ([]ApprovalWait, error) {
-		list := make([]ApprovalWait, len(r.humans.Approvals))
-		for i, w := range r.humans.Approvals {
+		list := make([]ApprovalWait, len(h.Approvals))
+		for i, w := range h.Approvals {
 			list[i] = *w
 		}
 		return list, nil

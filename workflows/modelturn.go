@@ -49,7 +49,7 @@ type modelTurn struct {
 func (t *modelTurn) take(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
 	r := t.r
 	r.calls.Stats.Calls++
-	note := r.budget.Note(workflow.Now(ctx), r.calls.openBreakers())
+	note := r.note(ctx)
 	if account := r.waits.accountNote(); account != "" {
 		note += "\n" + account
 	}

@@ -70,15 +70,6 @@ const (
 	inFlightWaitCap = 8 * time.Second
 )
 
-// endOnSpendCap ends a run whose account's cap could not pay for its next
-// call: with a turn paid from the cap's finishing reserve, where it keeps
-// one, or with the handoff note the engine writes without a model call.
-func (r *run) endOnSpendCap(ctx workflow.Context, step int, capped *spendCapStop) RunResult {
-	if capped.refusal.FinishingReserve() {
-		return r.gracefulFinish(ctx, step, r.conv.LastContent, capped.finishingReason())
-	}
-	return r.outOfBudget(ctx, r.conv.LastContent, "", capped.reason())
-}
 
 // waitForToolSpend does what the cap that refused c says, as a model
 // turn does (meetSpendCap): while it says wait, the call goes out again

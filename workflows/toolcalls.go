@@ -223,7 +223,7 @@ func (tt *toolTurn) planCall(ctx workflow.Context, step, n, seq int, call agents
 	}
 	tool, ok := r.spec.tool(call.Name)
 	if !ok {
-		return c.refuse(fmt.Sprintf("the model asked for unknown tool %q; the tools are: %s", call.Name, r.toolNames()))
+		return c.refuse(fmt.Sprintf("the model asked for unknown tool %q; the tools are: %s", call.Name, r.spec.toolNames()))
 	}
 	if !json.Valid([]byte(call.Arguments)) {
 		return c.refuse(fmt.Sprintf("the arguments for tool %q are not valid JSON: %s", call.Name, clip(call.Arguments, 200)))

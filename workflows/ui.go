@@ -72,7 +72,12 @@ type ledgerEntry struct {
 
 func (r *run) registerQueries(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryBudget, func() (BudgetView, error) {
-		return r.view(workflow.Now(ctx)), nil
+		now := workflow.Now(ctx)
+		return BudgetView{
+			Limits: r.budget.Limits, Used: r.budget.Used, Remaining: r.budget.Remaining(now),
+			FractionLeft: r.budget.FractionLeft(now), ShouldFinish: r.budget.ShouldFinish(now),
+			Note: r.budget.Note(now, r.calls.openBreakers()), Retries: r.calls.finalStats(r.budget.Used.LeafCalls),
+		}, nil
 	}, workflow.QueryHandlerOptions{Description: "The run budget: limits, used, remaining, the note the model reads, retry counters."}); err != nil {
 		return err
 	}

@@ -352,7 +352,7 @@ func (ws *waits) parkBehindBreaker(ctx workflow.Context, what, whose, dependency
 			r.calls.markOpen(dependency, since)
 			waiting := fmt.Sprintf("waiting for %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
 				what, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
-			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.budget.Note(workflow.Now(ctx), r.calls.openBreakers()))
+			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.note(ctx))
 			if n == 1 {
 				r.setStatus(ctx, agentsagatype.RunRunning, waiting)
 			}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
@@ -222,4 +224,107 @@ func (h *humanWaits) waitForHumanUntil(ctx workflow.Context, p progress, note fu
 		p.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
 	}
 	return in
+}
+
+// setApprovalDeadline fixes a wait's deadline from its start, and what
+// follows it, once: a new request waits from when it was asked. A request
+// left open by an escalating timeout (an older spec's on_timeout) and
+// asked for again waits once more, from the new ask, as it always did.
+func (tt *toolTurn) setApprovalDeadline(ctx workflow.Context, w *ApprovalWait, rule agentsagatype.ApprovalSpec) {
+	r := tt.r
+	now := workflow.Now(ctx)
+	switch {
+	case w.Deadline.IsZero():
+		w.Deadline = w.Since.Add(w.Timeout)
+	case !w.Deadline.After(now):
+		w.Deadline, w.Reminded = now.Add(w.Timeout), 0
+		w.Asked++
+	}
+	if w.OnTimeout == "" {
+		w.OnTimeout = r.spec.approvalOnTimeout(rule)
+	}
+}
+
+// awaitDecision waits for a decision on w until its deadline, reminding
+// each period (none when 0). A decision the ledger refused is taken back
+// (Decision nil), and the wait goes on to the same deadline.
+func (tt *toolTurn) awaitDecision(ctx workflow.Context, w *ApprovalWait, every time.Duration) {
+	r := tt.r
+	reminders := reminderClock{from: w.Deadline.Add(-w.Timeout), until: w.Deadline, every: every}
+	for w.Recorded == nil && ctx.Err() == nil {
+		now := workflow.Now(ctx)
+		if !now.Before(w.Deadline) {
+			return
+		}
+		if reminders.due(now, w.Reminded) {
+			w.Reminded++
+			e := w.event()
+			e.Key, e.Reminder = fmt.Sprintf("%s/approval-%d/reminder-%d", w.Key, w.Asked, w.Reminded), w.Reminded
+			publishWait(ctx, r.versions, r.workflowID, e)
+			continue
+		}
+		wake := w.Deadline
+		if at, ok := reminders.next(w.Reminded); ok {
+			wake = at
+		}
+		if decided, _ := workflow.AwaitWithTimeout(ctx, wake.Sub(now), func() bool { return w.Decision != nil }); !decided {
+			continue
+		}
+		// The Update's handler is recording the decision: the call goes
+		// (or not) once the ledger has it.
+		_ = workflow.Await(ctx, func() bool { return w.Recorded != nil || w.Decision == nil })
+	}
+}
+
+// approvalPastDeadline does what w's on_timeout says once its deadline
+// passed with no decision: deny the call (the run goes on without it),
+// abort the run, or, for an older spec, escalate or fail. The reason
+// names the timeout and what the run published.
+func (tt *toolTurn) approvalPastDeadline(ctx workflow.Context, c *toolCall, w *ApprovalWait) bool {
+	r := tt.r
+	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided; %s",
+		w.Call, w.Tool, w.Timeout, w.Why, told("approval.waiting", w.Reminded))
+	e := w.event()
+	e.Key, e.TimedOut, e.Reminders = fmt.Sprintf("%s/approval-%d/timed-out", w.Key, w.Asked), true, w.Reminded
+	if w.OnTimeout == agentsagatype.ApprovalTimeoutEscalate {
+		e.Action, e.Reason = timeoutEscalated, waited+"; the run escalates and the request stays open (on_timeout: escalate)"
+		publishWait(ctx, r.versions, r.workflowID, e)
+		c.gateRefuse(denyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")
+		c.escalation = "A call waits for approval: " + waited
+		return false
+	}
+	var verdict string
+	switch w.OnTimeout {
+	case agentsagatype.OnTimeoutAbort:
+		e.Action, verdict = timeoutAborted, "the run is aborted (on_timeout: abort)"
+	case agentsagatype.ApprovalTimeoutFail:
+		e.Action, verdict = timeoutFailed, "the run fails (on_timeout: fail)"
+	default:
+		e.Action, verdict = timeoutDenied, "denied by default (on_timeout: deny)"
+	}
+	e.Reason = waited + "; " + verdict
+	// Blocks a late Update: the ledger records the timeout first.
+	w.Decision = &wire.ApprovalDecision{Key: w.Key, Call: w.Call, By: "agentsaga",
+		Reason: fmt.Sprintf("nobody decided within %s; %s", w.Timeout, verdict), TimedOut: true}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityid.Sub(w.Call, activityid.ApprovalTimer, w.Asked), StartToCloseTimeout: 30 * time.Second})
+	var recorded agentsagatype.Approval
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
+		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
+	}
+	publishWait(ctx, r.versions, r.workflowID, e)
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
+	c.entry.Approval = "timed out: " + e.Action
+	switch e.Action {
+	case timeoutDenied:
+		// As a human's denial: asked again, the call is refused at once.
+		r.humans.Denied[sameCall(c.call)] = fmt.Sprintf("nobody decided within %s; %s", w.Timeout, verdict)
+		c.gateRefuse(denyApproval, "refused: "+e.Reason+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
+	case timeoutAborted:
+		c.gateRefuse(denyApproval, "not sent: "+e.Reason)
+		c.ending, c.aborted = e.Reason, true
+	default:
+		c.gateRefuse(denyApproval, "not sent: "+waited)
+		c.ending = "the run ends: " + e.Reason
+	}
+	return false
 }

@@ -368,3 +368,124 @@ func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v versions) e
 		return list, nil
 	}, workflow.QueryHandlerOptions{Description: "The calls waiting for approval, oldest first."})
 }
+
+// awaitApproval records the call as awaiting approval and waits for a
+// human's decision. It returns true when the call may go. A call the
+// model asks for again while an earlier request for it is still open
+// takes that request (and its key) over rather than stacking another.
+func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatype.ApprovalSpec, why string) bool {
+	r := tt.r
+	same := sameCall(c.call)
+	i := slices.IndexFunc(r.humans.Approvals, func(w *ApprovalWait) bool {
+		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
+	})
+	var w *ApprovalWait
+	if i >= 0 {
+		w = r.humans.Approvals[i]
+		c.activityID, c.entry.ActivityID = w.Call, w.Call
+		if r.humans.deadlines(r.versions) {
+			tt.setApprovalDeadline(ctx, w, rule)
+		}
+	} else {
+		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
+			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
+			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
+		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
+		if r.humans.deadlines(r.versions) {
+			tt.setApprovalDeadline(ctx, w, rule)
+		}
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
+		})
+		var recorded agentsagatype.Approval
+		if tool, _ := r.spec.tool(c.call.Name); tool.Recording != nil && workflow.GetVersion(ctx, changeReplayApprovals, workflow.DefaultVersion, 1) == 1 {
+			// A replay asks no human: the recording decides (and the
+			// request and its decision are recorded in one activity).
+			if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRecordedApproval),
+				wire.RecordedApproval{Request: w.ApprovalRequest, Recording: *tool.Recording}).Get(ctx, &recorded); err != nil {
+				c.refuse("refused: its approval could not be read from the recording: " + errorText(err))
+				return false
+			}
+			w.Recorded = &recorded
+		} else if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
+			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
+			return false
+		}
+		r.humans.Approvals = append(r.humans.Approvals, w)
+	}
+	if w.Recorded == nil {
+		deadline := ""
+		if r.humans.deadlines(r.versions) {
+			deadline = fmt.Sprintf("\n\n**Deadline:** %s, then %s (on_timeout)", w.Deadline.UTC().Format(time.RFC3339), w.OnTimeout)
+		}
+		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
+			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})%s",
+				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call, deadline),
+			r.note(ctx))
+		start := workflow.Now(ctx)
+		if r.humans.deadlines(r.versions) {
+			tt.awaitDecision(ctx, w, rule.Reminders())
+		}
+		for w.Recorded == nil && ctx.Err() == nil && !r.humans.deadlines(r.versions) {
+			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
+			if left <= 0 {
+				break
+			}
+			if decided, _ := workflow.AwaitWithTimeout(ctx, left, func() bool { return w.Decision != nil }); !decided {
+				break
+			}
+			// The Update's handler is recording the decision: the call
+			// goes (or not) once the ledger has it. A decision the ledger
+			// refused is taken back (Decision nil), and the wait goes on.
+			_ = workflow.Await(ctx, func() bool { return w.Recorded != nil || w.Decision == nil })
+		}
+		// Waiting for a human costs the run no wall clock.
+		r.budget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
+		if r.budget.Limits.Seconds > 0 {
+			r.waits.book.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
+		}
+		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.note(ctx))
+	}
+	switch {
+	case ctx.Err() != nil:
+		c.refuse("cancelled while it waited for approval")
+		return false
+	case w.Recorded == nil && r.humans.deadlines(r.versions):
+		return tt.approvalPastDeadline(ctx, c, w)
+	case w.Recorded == nil:
+		return tt.approvalTimedOut(ctx, c, w, rule)
+	}
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
+	c.entry.Approval = fmt.Sprintf("%s by %s", w.Recorded.Status, w.Recorded.DecidedBy)
+	if w.Recorded.Status == agentsagatype.ApprovalApproved {
+		return true
+	}
+	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
+	r.humans.Denied[same] = denial
+	c.gateRefuse(denyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
+	return false
+}
+
+// approvalTimedOut applies the spec's on_timeout to a call nobody decided
+// on: escalate, leaving the request open (a human may still decide, and
+// the model's next identical call picks the decision up), or end the run.
+func (tt *toolTurn) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWait, rule agentsagatype.ApprovalSpec) bool {
+	r := tt.r
+	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided", w.Call, w.Tool, w.Timeout, w.Why)
+	if rule.OnTimeout != agentsagatype.ApprovalTimeoutFail {
+		c.gateRefuse(denyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")
+		c.escalation = "A call waits for approval: " + waited
+		return false
+	}
+	// Blocks a late Update: the ledger records the timeout first.
+	w.Decision = &wire.ApprovalDecision{Key: w.Key, Call: w.Call, By: "agentsaga", Reason: "nobody decided in time", TimedOut: true}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityid.Sub(w.Call, activityid.ApprovalTimer, 0), StartToCloseTimeout: 30 * time.Second})
+	var recorded agentsagatype.Approval
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
+		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
+	}
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
+	c.gateRefuse(denyApproval, "not sent: "+waited)
+	c.ending = "the run ends: " + waited
+	return false
+}

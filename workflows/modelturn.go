@@ -18,14 +18,18 @@ import (
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
-// One model turn, from the note the model reads to the turn's trace entry;
-// its tool calls are in toolcalls.go. The turn goes to the spec's model or,
-// when that one is down, to each fallback in order (ask); each send is
-// admitted on its provider's quota and its account's spend cap, and waits
-// them out (sendInQuota); a turn every model refused waits out the open
-// breaker (run.parkBehindBreaker, parking.go), as a tool call does.
+// One model turn reads here and in waits.go, from the note the model
+// reads to the turn's trace entry (take); its tool calls are a toolTurn
+// (toolcalls.go). The turn goes to the spec's model or, when that one is
+// down, to each fallback in order (ask); each send is admitted on its
+// provider's quota and its account's spend cap, and waits them out
+// (sendInQuota, with the waits' meetSpendCap, waitForSpendCap and
+// waitOnce); a turn every model refused waits out the open breaker
+// (waits.parkBehindBreaker), as a tool call does.
 
-// modelTurn is one model turn in flight: its IDs and what its sends met.
+// modelTurn is one model turn in flight: it owns its IDs, its reply and
+// what its sends met; r is the run whose conversation, budget, book of
+// calls and trace the turn writes to.
 type modelTurn struct {
 	r                   *run
 	activityID, summary string

@@ -70,7 +70,6 @@ const (
 	inFlightWaitCap = 8 * time.Second
 )
 
-
 // waitForToolSpend does what the cap that refused c says, as a model
 // turn does (meetSpendCap): while it says wait, the call goes out again
 // under its first key, as <activityID>/after-spend-cap-N, once the cap

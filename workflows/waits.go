@@ -16,6 +16,13 @@ import (
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
+// The waits of a run's calls that a timer waits out, for a model turn
+// (modelturn.go) and a tool call alike: behind an open breaker
+// (parkBehindBreaker, over WaitOutBreaker in parking.go), for a provider's
+// quota and an account's spend cap (waitOnce, meetSpendCap,
+// waitForSpendCap), and the book of what they took of the wall clock,
+// which an ending on it names.
+
 // waits is how the run's calls wait out what refuses them for a while (an
 // open breaker, a provider's quota, an account's spend cap) and what the
 // waits took. It owns the book of waits (carried) and the room the run's
@@ -209,7 +216,7 @@ type refusalWait struct {
 func (ws *waits) budgetSpent(dimension string) string {
 	r := ws.run
 	if r.versions.namesWaits && dimension == "seconds" {
-		return r.waits.withWaits("the wall clock is spent", "it")
+		return ws.withWaits("the wall clock is spent", "it")
 	}
 	return fmt.Sprintf("the %s budget is spent", dimension)
 }
@@ -226,7 +233,7 @@ func (ws *waits) finishingEarly(now time.Time) string {
 	dimension := r.budget.Scarcest(now)
 	reason := fmt.Sprintf("graceful finish: %.0f%% of the %s left (finish_at %.2f)", left, dimensionNames[dimension], r.budget.FinishAt)
 	if dimension == "seconds" {
-		reason = r.waits.withWaits(reason, "it")
+		reason = ws.withWaits(reason, "it")
 	}
 	return reason
 }
@@ -239,7 +246,7 @@ func (ws *waits) withWaits(reason, subject string) string {
 	if !r.versions.namesWaits {
 		return reason
 	}
-	if spent := r.waits.book.spent(subject); spent != "" {
+	if spent := ws.book.spent(subject); spent != "" {
 		return reason + "; " + spent
 	}
 	return reason
@@ -258,7 +265,7 @@ func (ws *waits) waitOnce(ctx workflow.Context, w refusalWait, n int) error {
 	}
 	timer := workflow.NewTimerWithOptions(ctx, w.back.Sub(now), workflow.TimerOptions{Summary: clip(w.summary, 100)})
 	err := timer.Get(ctx, nil)
-	r.waits.book.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
+	ws.book.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
 	return err
 }
 
@@ -290,7 +297,7 @@ func (ws *waits) meetSpendCap(refusal wire.SpendRefusal, err error, now time.Tim
 	case agentsagatype.OnExhaustedEscalate:
 		why := fmt.Sprintf("The run's account cannot pay for its next turn: %s. Raise the cap (`agentsaga spend set %s --usd ... --per %s`) and resume, or abort",
 			refusal.Reason(), refusal.Account, refusal.Period)
-		r.waits.book.stoppedWaiting(why, spendCause(refusal))
+		ws.book.stoppedWaiting(why, spendCause(refusal))
 		return time.Time{}, &modelParkedError{why: why, err: err}
 	}
 	return time.Time{}, &spendCapStop{refusal: refusal, err: err}
@@ -307,7 +314,7 @@ func (ws *waits) waitForSpendCap(ctx workflow.Context, refusal wire.SpendRefusal
 		waiting = fmt.Sprintf("waiting for the spend cap of account %s: $%.2f of its $%.2f %s is held by turns in flight, which give back what they do not spend; the turn asks again at %s",
 			refusal.Account, refusal.Reserved, refusal.USD, wire.SpendPer(refusal.Period), back.UTC().Format(time.RFC3339))
 	}
-	return r.waits.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
+	return ws.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
 		details: r.budget.Note(now, r.calls.openBreakers()), summary: "waiting for the spend cap of " + refusal.Account,
 		cause: spendCause(refusal)}, n)
 }
@@ -317,7 +324,7 @@ func (ws *waits) waitForSpendCap(ctx workflow.Context, refusal wire.SpendRefusal
 // the run's own USD budget (or the run has none).
 func (ws *waits) accountNote() string {
 	r := ws.run
-	a := r.waits.accountLeft
+	a := ws.accountLeft
 	if a == nil {
 		return ""
 	}
@@ -362,7 +369,7 @@ func (ws *waits) parkBehindBreaker(ctx workflow.Context, what, whose, dependency
 	}, result)
 	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
 	if out.Parks > 0 {
-		r.waits.book.add(what, start, workflow.Now(ctx), out.Parks, cmp.Or(out.OpenSince, out.Since))
+		ws.book.add(what, start, workflow.Now(ctx), out.Parks, cmp.Or(out.OpenSince, out.Since))
 	}
 	switch out.Stopped {
 	case StoppedNoWait:
@@ -383,7 +390,7 @@ func (ws *waits) parkBehindBreaker(ctx workflow.Context, what, whose, dependency
 		}
 	}
 	if parked.escalation != "" {
-		r.waits.book.stoppedWaiting(parked.escalation, what)
+		ws.book.stoppedWaiting(parked.escalation, what)
 	}
 	return err, parked
 }

@@ -150,7 +150,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := r.humans.registerUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
-	if err := r.humans.registerApprovalUpdates(ctx, r.versions); err != nil {
+	if err := r.humans.registerApprovalUpdates(ctx, &r.versions); err != nil {
 		return RunResult{}, err
 	}
 	r.humans.forkStop = workflow.GetSignalChannel(ctx, SignalStopForFork)

@@ -289,12 +289,13 @@ type ApprovalWait struct {
 const QueryApprovals = "approvals"
 
 // registerApprovalUpdates installs approve and deny, and the approvals
-// query. The validators refuse anything that does not name a waiting
+// query; v is read when a decision is recorded (the run reads its
+// versions after it registers its handlers). The validators refuse anything that does not name a waiting
 // call, so a rejected Update leaves no trace in history; the handler
 // checks again, for two Updates that passed their validators in one
 // workflow task, and records the decision in the ledger before the call
 // it frees is sent.
-func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v versions) error {
+func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v *versions) error {
 	validate := func(update string, in ApprovalInput) (*ApprovalWait, error) {
 		switch {
 		case strings.TrimSpace(in.Call) == "":

@@ -226,12 +226,12 @@ func (h *humanWaits) waitForHumanUntil(ctx workflow.Context, p progress, note fu
 	return in
 }
 
-// setApprovalDeadline fixes a wait's deadline from its start, and what
+// setDeadline fixes a wait's deadline from its start, and what
 // follows it, once: a new request waits from when it was asked. A request
 // left open by an escalating timeout (an older spec's on_timeout) and
 // asked for again waits once more, from the new ask, as it always did.
-func (tt *toolTurn) setApprovalDeadline(ctx workflow.Context, w *ApprovalWait, rule agentsagatype.ApprovalSpec) {
-	r := tt.r
+func (a *approvalWait) setDeadline(ctx workflow.Context, w *ApprovalWait) {
+	r, rule := a.tt.r, a.rule
 	now := workflow.Now(ctx)
 	switch {
 	case w.Deadline.IsZero():
@@ -246,10 +246,11 @@ func (tt *toolTurn) setApprovalDeadline(ctx workflow.Context, w *ApprovalWait, r
 }
 
 // awaitDecision waits for a decision on w until its deadline, reminding
-// each period (none when 0). A decision the ledger refused is taken back
-// (Decision nil), and the wait goes on to the same deadline.
-func (tt *toolTurn) awaitDecision(ctx workflow.Context, w *ApprovalWait, every time.Duration) {
-	r := tt.r
+// each remind_every of the rule (none when 0). A decision the ledger
+// refused is taken back (Decision nil), and the wait goes on to the same
+// deadline.
+func (a *approvalWait) awaitDecision(ctx workflow.Context, w *ApprovalWait) {
+	r, every := a.tt.r, a.rule.Reminders()
 	reminders := reminderClock{from: w.Deadline.Add(-w.Timeout), until: w.Deadline, every: every}
 	for w.Recorded == nil && ctx.Err() == nil {
 		now := workflow.Now(ctx)
@@ -276,12 +277,12 @@ func (tt *toolTurn) awaitDecision(ctx workflow.Context, w *ApprovalWait, every t
 	}
 }
 
-// approvalPastDeadline does what w's on_timeout says once its deadline
+// pastDeadline does what w's on_timeout says once its deadline
 // passed with no decision: deny the call (the run goes on without it),
 // abort the run, or, for an older spec, escalate or fail. The reason
 // names the timeout and what the run published.
-func (tt *toolTurn) approvalPastDeadline(ctx workflow.Context, c *toolCall, w *ApprovalWait) bool {
-	r := tt.r
+func (a *approvalWait) pastDeadline(ctx workflow.Context, w *ApprovalWait) bool {
+	r, c := a.tt.r, a.c
 	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided; %s",
 		w.Call, w.Tool, w.Timeout, w.Why, told("approval.waiting", w.Reminded))
 	e := w.event()

@@ -105,7 +105,7 @@ func (tt *toolTurn) gateCall(ctx workflow.Context, c *toolCall) {
 		if approval == nil {
 			approval = &agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways}
 		}
-		if !tt.awaitApproval(ctx, c, *approval, strings.Join(needs, "; ")) {
+		if !(&approvalWait{tt: tt, c: c, rule: *approval}).await(ctx, strings.Join(needs, "; ")) {
 			return
 		}
 	}

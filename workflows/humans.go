@@ -285,6 +285,16 @@ type ApprovalWait struct {
 	Recorded *agentsagatype.Approval `json:"recorded,omitempty"`
 }
 
+// approvalWait is one call's wait for a human's decision: the call, in
+// its turn tt, and the approval rule that asks for the decision (its
+// timeout, reminders and on_timeout). The wait itself, which outlives
+// the turn, is an ApprovalWait among the humans' approvals.
+type approvalWait struct {
+	tt   *toolTurn
+	c    *toolCall
+	rule agentsagatype.ApprovalSpec
+}
+
 // QueryApprovals returns the calls waiting for approval ([]ApprovalWait).
 const QueryApprovals = "approvals"
 
@@ -370,12 +380,12 @@ func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v *versions) 
 	}, workflow.QueryHandlerOptions{Description: "The calls waiting for approval, oldest first."})
 }
 
-// awaitApproval records the call as awaiting approval and waits for a
+// await records the call as awaiting approval and waits for a
 // human's decision. It returns true when the call may go. A call the
 // model asks for again while an earlier request for it is still open
 // takes that request (and its key) over rather than stacking another.
-func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatype.ApprovalSpec, why string) bool {
-	r := tt.r
+func (a *approvalWait) await(ctx workflow.Context, why string) bool {
+	r, c, rule := a.tt.r, a.c, a.rule
 	same := sameCall(c.call)
 	i := slices.IndexFunc(r.humans.Approvals, func(w *ApprovalWait) bool {
 		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
@@ -385,7 +395,7 @@ func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agents
 		w = r.humans.Approvals[i]
 		c.activityID, c.entry.ActivityID = w.Call, w.Call
 		if r.humans.deadlines(r.versions) {
-			tt.setApprovalDeadline(ctx, w, rule)
+			a.setDeadline(ctx, w)
 		}
 	} else {
 		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
@@ -393,7 +403,7 @@ func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agents
 			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
 		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
 		if r.humans.deadlines(r.versions) {
-			tt.setApprovalDeadline(ctx, w, rule)
+			a.setDeadline(ctx, w)
 		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
@@ -425,7 +435,7 @@ func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agents
 			r.note(ctx))
 		start := workflow.Now(ctx)
 		if r.humans.deadlines(r.versions) {
-			tt.awaitDecision(ctx, w, rule.Reminders())
+			a.awaitDecision(ctx, w)
 		}
 		for w.Recorded == nil && ctx.Err() == nil && !r.humans.deadlines(r.versions) {
 			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
@@ -452,9 +462,9 @@ func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agents
 		c.refuse("cancelled while it waited for approval")
 		return false
 	case w.Recorded == nil && r.humans.deadlines(r.versions):
-		return tt.approvalPastDeadline(ctx, c, w)
+		return a.pastDeadline(ctx, w)
 	case w.Recorded == nil:
-		return tt.approvalTimedOut(ctx, c, w, rule)
+		return a.timedOut(ctx, w)
 	}
 	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
 	c.entry.Approval = fmt.Sprintf("%s by %s", w.Recorded.Status, w.Recorded.DecidedBy)
@@ -467,11 +477,11 @@ func (tt *toolTurn) awaitApproval(ctx workflow.Context, c *toolCall, rule agents
 	return false
 }
 
-// approvalTimedOut applies the spec's on_timeout to a call nobody decided
+// timedOut applies the spec's on_timeout to a call nobody decided
 // on: escalate, leaving the request open (a human may still decide, and
 // the model's next identical call picks the decision up), or end the run.
-func (tt *toolTurn) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWait, rule agentsagatype.ApprovalSpec) bool {
-	r := tt.r
+func (a *approvalWait) timedOut(ctx workflow.Context, w *ApprovalWait) bool {
+	r, c, rule := a.tt.r, a.c, a.rule
 	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided", w.Call, w.Tool, w.Timeout, w.Why)
 	if rule.OnTimeout != agentsagatype.ApprovalTimeoutFail {
 		c.gateRefuse(denyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")

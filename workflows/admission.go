@@ -67,9 +67,9 @@ func (r *run) admit(ctx workflow.Context) (bool, error) {
 		switch adm.Status {
 		case wire.AdmissionAdmitted:
 			if req.Waited {
-				r.RunBudget.Start = workflow.Now(ctx)
+				r.budget.Start = workflow.Now(ctx)
 				r.showProgress(ctx, agentsagatype.RunRunning, "admitted after waiting in the queue of account "+req.Account,
-					r.RunBudget.Note(workflow.Now(ctx), nil))
+					r.budget.Note(workflow.Now(ctx), nil))
 			}
 			return true, nil
 		case wire.AdmissionQueued:
@@ -79,7 +79,7 @@ func (r *run) admit(ctx workflow.Context) (bool, error) {
 		r.showProgress(ctx, agentsagatype.RunQueued,
 			fmt.Sprintf("queued: place %d in the admission queue of account %s (priority %d, estimated at $%.4f): %s",
 				adm.Place, req.Account, req.Priority, adm.EstimateUSD, adm.Reason),
-			r.RunBudget.Note(workflow.Now(ctx), nil))
+			r.budget.Note(workflow.Now(ctx), nil))
 		timerCtx, stopTimer := workflow.WithCancel(ctx)
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(woken, func(c workflow.ReceiveChannel, _ bool) {

@@ -147,17 +147,17 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := r.registerQueries(ctx); err != nil {
 		return RunResult{}, err
 	}
-	if err := r.registerUpdates(ctx); err != nil {
+	if err := r.humans.registerUpdates(ctx); err != nil {
 		return RunResult{}, err
 	}
-	if err := r.registerApprovalUpdates(ctx); err != nil {
+	if err := r.humans.registerApprovalUpdates(ctx, &r.versions); err != nil {
 		return RunResult{}, err
 	}
-	r.forkStop = workflow.GetSignalChannel(ctx, SignalStopForFork)
+	r.humans.forkStop = workflow.GetSignalChannel(ctx, SignalStopForFork)
 	r.versions = readVersions(ctx)
-	r.Watchdog.namesRules = r.versions.effectsProgress
+	r.watchdog.namesRules = r.versions.effectsProgress
 	if carried == nil {
-		r.Deadlines = r.versions.deadlines
+		r.humans.Deadlines = r.versions.deadlines
 	}
 	if carried == nil {
 		specJSON, err := json.Marshal(spec)
@@ -188,8 +188,8 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		if err := r.listMCPTools(ctx, &spec); err != nil {
 			return r.failAtStart(ctx, err.Error())
 		}
-		r.say(agentsagatype.Message{Role: "system", Content: r.spec.System, Pinned: true})
-		r.say(agentsagatype.Message{Role: "user", Content: spec.Goal, Pinned: true})
+		r.conv.say(agentsagatype.Message{Role: "system", Content: r.spec.System, Pinned: true})
+		r.conv.say(agentsagatype.Message{Role: "user", Content: spec.Goal, Pinned: true})
 	}
 
 	result, next := r.loop(ctx)
@@ -213,7 +213,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 			InitialVersioningBehavior: workflow.ContinueAsNewVersioningBehaviorAutoUpgrade,
 		}, AgentRun, spec)
 	}
-	r.showProgress(ctx, result.Status, result.Reason, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
+	r.showProgress(ctx, result.Status, result.Reason, r.note(ctx))
 
 	// The ending is recorded even when the run was cancelled.
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
@@ -236,27 +236,71 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	return result, nil
 }
 
+// run is the core of one execution of AgentRun: the loop of turns, how
+// the run ends, and what the turns share (the spec, the budget, the
+// activity options). What it decides with is owned by its collaborators,
+// each with its own fields and methods: the conversation, the book of
+// calls, the watchdog, the humans, the waits, the trace and the UI; a
+// turn's model turn (modelTurn) and tool calls (toolTurn) live as long as
+// the turn.
 type run struct {
 	// spec is the run's resolved spec, read and never changed; its retry
 	// policy has its defaults.
 	spec       RunSpec
 	workflowID string
-	// Carried is the run's own state, which continue-as-new carries whole
-	// (continue.go).
-	Carried
-	// accountLeft is the room the run's account had at the last turn, as
-	// its caps said, for the budget note; nil before a turn said it
-	// (spendcaps.go).
-	accountLeft *agentsagatype.AccountLeft
-	// humans is what the run waits on a human for (humans.go).
-	humans humanWaits
 	// versions says which side of each GetVersion change this execution
 	// takes (versions.go).
 	versions versions
+	// continued counts the executions of this run before this one.
+	continued int
+	budget    *runbudget.RunBudget
+	conv      conversation
+	calls     callBook
+	watchdog  *watchdog
+	// humans is what the run waits on a human for, and what humans
+	// decided (humans.go).
+	humans humanWaits
+	// waits is what the run's waits took, and the account's room (waits.go).
+	waits waits
+	trace trace
 	// ui is what the Temporal UI was last shown (ui.go).
 	ui uiState
-	// forkStop carries SignalStopForFork (fork.go).
-	forkStop workflow.ReceiveChannel
+}
+
+// conversation is where the run is in its conversation with the model:
+// the next step and the next message's place (keys and the conversation
+// go on where they were), the messages the workflow produced that the
+// next model call writes to the ledger, the model's latest text (for a
+// partial answer), and whether it was told outputs were shortened (it is
+// offered read_result from then on).
+type conversation struct {
+	Step, Seq   int
+	Pending     []agentsagatype.Message
+	LastContent string
+	ReadBack    bool
+}
+
+// callBook is what the run's calls cost and met: the retry counters, the
+// dependencies whose breaker was seen open (a tool's name, "model", or
+// "model <provider:name>"), sorted, with since when the outage has lasted
+// where a refusal said it, and the failed calls per tool, for escalation.
+type callBook struct {
+	Stats RetryStats `json:"stats"`
+	breakers
+	ToolFailures map[string]int `json:"tool_failures,omitempty"`
+}
+
+// breakers are the dependencies whose breaker was seen open.
+type breakers struct {
+	Open      []string             `json:"open,omitempty"`
+	OpenSince map[string]time.Time `json:"open_since,omitempty"`
+}
+
+// trace holds the last traceTail entries of the run's trace; Traced
+// counts them all.
+type trace struct {
+	Trace  []TraceEntry `json:"trace,omitempty"`
+	Traced int          `json:"traced"`
 }
 
 // newRun is a run of spec at its first step, its budget's clock started at
@@ -267,14 +311,17 @@ func newRun(spec RunSpec, workflowID string, start time.Time) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &run{
-		spec: spec, workflowID: workflowID,
-		Carried: Carried{
-			Step: 1, RunBudget: runBudget, Watchdog: newWatchdog(spec.Watchdog.NoProgressTurns),
+	r := &run{
+		spec: spec, workflowID: workflowID, budget: runBudget, conv: conversation{Step: 1},
+		watchdog: newWatchdog(spec.Watchdog.NoProgressTurns),
+		calls: callBook{
 			Stats:        RetryStats{ToolRetries: map[string]int{}, Denials: map[string]int{}},
-			ToolFailures: map[string]int{}, Denied: map[string]string{},
+			ToolFailures: map[string]int{},
 		},
-	}, nil
+		humans: humanWaits{Denied: map[string]string{}},
+	}
+	r.waits.run = r
+	return r, nil
 }
 
 func (r *run) bookkeeping(ctx workflow.Context, activityID string, name string, arg any) error {
@@ -296,28 +343,29 @@ func (r *run) loop(ctx workflow.Context) (RunResult, *Carried) {
 	for _, t := range r.spec.Tools {
 		defs = append(defs, t.Def())
 	}
-	for ; ; r.Step++ {
-		step := r.Step
+	for ; ; r.conv.Step++ {
+		step := r.conv.Step
 		if ctx.Err() != nil {
-			return r.rollback(ctx, "the run was cancelled", r.LastContent, ""), nil
+			return r.rollback(ctx, "the run was cancelled", r.conv.LastContent, ""), nil
 		}
 		if result := r.stopForFork(ctx, step); result != nil {
 			return *result, nil
 		}
 		if r.historyIsLong(ctx) {
 			state := r.carry()
+			state.Continued++
 			return RunResult{}, &state
 		}
-		r.Waits.newStep()
+		r.waits.book.newStep()
 		now := workflow.Now(ctx)
-		if dimension := r.RunBudget.Exhausted(now); dimension != "" {
-			return r.outOfBudget(ctx, r.LastContent, "", r.budgetSpent(dimension)), nil
+		if dimension := r.budget.Exhausted(now); dimension != "" {
+			return r.outOfBudget(ctx, r.conv.LastContent, "", r.waits.budgetSpent(dimension)), nil
 		}
-		if r.RunBudget.ShouldFinish(now) {
-			return r.gracefulFinish(ctx, step, r.LastContent, r.finishingEarly(now)), nil
+		if r.budget.ShouldFinish(now) {
+			return r.gracefulFinish(ctx, step, r.conv.LastContent, r.waits.finishingEarly(now)), nil
 		}
 		offered := defs
-		if r.ReadBack {
+		if r.conv.ReadBack {
 			offered = append(slices.Clone(defs), wire.ReadResultDef)
 		}
 		if result := r.conclude(ctx, r.turn(ctx, step, offered)); result != nil {
@@ -356,7 +404,7 @@ const (
 // turn is one step of the run: a model turn, then the tool calls it asked
 // for, their results queued for the next turn.
 func (r *run) turn(ctx workflow.Context, step int, offered []agentsagatype.ToolDef) turnOutcome {
-	turn, err := r.modelTurn(ctx, step, offered, false)
+	turn, err := (&modelTurn{r: r}).take(ctx, step, offered, false)
 	var parked *modelParkedError
 	var capped *spendCapStop
 	switch {
@@ -386,8 +434,8 @@ func (r *run) turn(ctx workflow.Context, step int, offered []agentsagatype.ToolD
 	case len(turn.ToolCalls) == 0:
 		return turnOutcome{end: endAnswered, answer: turn.Content}
 	}
-	r.LastContent = turn.Content
-	out := r.toolCalls(ctx, step, turn.ToolCalls)
+	r.conv.LastContent = turn.Content
+	out := (&toolTurn{r: r}).run(ctx, step, turn.ToolCalls)
 	if ctx.Err() != nil {
 		return turnOutcome{end: endCancelled}
 	}
@@ -405,34 +453,33 @@ func (r *run) conclude(ctx workflow.Context, out turnOutcome) *RunResult {
 	case askHuman:
 		return r.escalate(ctx, out.why)
 	case endCancelled:
-		result = r.rollback(ctx, "the run was cancelled", r.LastContent, "")
+		result = r.rollback(ctx, "the run was cancelled", r.conv.LastContent, "")
 	case endAnswered:
 		result = r.end(agentsagatype.RunCompleted, out.answer, "the model answered")
 	case endFailed:
-		result = r.fail(ctx, out.why)
+		// Rolled back, and failed when there was nothing to undo.
+		result = r.unwind(ctx, true, out.why, r.conv.LastContent, "")
 	case endSpendCap:
-		result = r.endOnSpendCap(ctx, out.step, out.capped)
+		// With a turn paid from the cap's finishing reserve, where it
+		// keeps one, or with the handoff note the engine writes without a
+		// model call.
+		if out.capped.refusal.FinishingReserve() {
+			result = r.gracefulFinish(ctx, out.step, r.conv.LastContent, out.capped.finishingReason())
+		} else {
+			result = r.outOfBudget(ctx, r.conv.LastContent, "", out.capped.reason())
+		}
 	case endWatchdog:
-		result = r.gracefulFinish(ctx, out.step, r.LastContent, out.why)
+		result = r.gracefulFinish(ctx, out.step, r.conv.LastContent, out.why)
 	case endAborted:
-		result = r.rollback(ctx, out.why, r.LastContent, "")
+		result = r.rollback(ctx, out.why, r.conv.LastContent, "")
 	}
 	return &result
-}
-
-// say queues a message the workflow itself produced (the goal, a human's
-// instruction, a failed call's error) at the next place in the
-// conversation; the next model call writes it to the ledger.
-func (r *run) say(m agentsagatype.Message) {
-	m.Seq = r.Seq
-	r.Seq++
-	r.Pending = append(r.Pending, m)
 }
 
 // gracefulFinish spends one last model turn, with no tools and switched
 // instructions, on a partial answer and a handoff note.
 func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason string) RunResult {
-	turn, err := r.modelTurn(ctx, step, nil, true)
+	turn, err := (&modelTurn{r: r}).take(ctx, step, nil, true)
 	if capped := (*spendCapStop)(nil); errors.As(err, &capped) {
 		return r.outOfBudget(ctx, lastContent, "", reason+"; "+capped.reason())
 	}
@@ -447,72 +494,14 @@ func (r *run) gracefulFinish(ctx workflow.Context, step int, lastContent, reason
 	return r.outOfBudget(ctx, answer, strings.TrimSpace(note), reason)
 }
 
-// sendToolCall schedules a tool call under activityID: its first send and
-// each send after waiting for the tool's breaker.
-func (r *run) sendToolCall(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, request wire.ToolCallRequest) workflow.Future {
-	timeout := request.Tool.Timeout()
-	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, timeout, clip(call.Name+" "+call.Arguments, 100)))
-	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(timeout))
-	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallTool), request)
-}
-
-// record adds an entry to the trace, keeping the last traceTail.
-func (r *run) record(entries ...TraceEntry) {
-	r.Traced += len(entries)
-	r.Trace = append(r.Trace, entries...)
-	if over := len(r.Trace) - traceTail; over > 0 {
-		r.Trace = slices.Delete(r.Trace, 0, over)
-	}
-}
-
 // traceTail bounds the trace the workflow keeps, answers in the trace
 // query and returns in RunResult: the whole run is in the ledger.
 const traceTail = 32
 
-// charge books a finished call's leaf calls and retries against the run.
-func (r *run) charge(tool string, entry *TraceEntry) {
-	if (!r.versions.parkOnOpenBreaker || entry.Denial != budget.DenyCircuitOpen) && entry.Denial != budget.DenySpendCap {
-		entry.Attempts = max(entry.Attempts, 1)
-	}
-	r.RunBudget.Spend(budget.Usage{LeafCalls: entry.Attempts})
-	if retries := entry.Attempts - 1; retries > 0 {
-		r.Stats.Retries += retries
-		r.Stats.ToolRetries[tool] += retries
-	}
-	if entry.Denial != "" {
-		r.Stats.Denials[entry.Denial]++
-	}
-	switch {
-	case entry.Denial == budget.DenyCircuitOpen:
-		r.markOpen(tool, time.Time{})
-	case entry.Error == "":
-		r.markClosed(tool)
-	}
-}
-
-// markOpen notes that dependency's breaker was seen open, since when the
-// outage has lasted when that is known (a zero since keeps what was known).
-func (r *run) markOpen(dependency string, since time.Time) {
-	if i, found := slices.BinarySearch(r.Open, dependency); !found {
-		r.Open = slices.Insert(r.Open, i, dependency)
-	}
-	if known := r.OpenSince[dependency]; since.IsZero() || (!known.IsZero() && known.Before(since)) {
-		since = known
-	}
-	if !since.IsZero() {
-		if r.OpenSince == nil {
-			r.OpenSince = map[string]time.Time{}
-		}
-		r.OpenSince[dependency] = since
-	}
-}
-
-// markClosed notes that a call to dependency went through.
-func (r *run) markClosed(dependency string) {
-	if i, found := slices.BinarySearch(r.Open, dependency); found {
-		r.Open = slices.Delete(r.Open, i, i+1)
-	}
-	delete(r.OpenSince, dependency)
+// note is the budget note at this moment, with the breakers that are
+// open: what the model reads and the UI shows.
+func (r *run) note(ctx workflow.Context) string {
+	return r.budget.Note(workflow.Now(ctx), r.calls.openBreakers())
 }
 
 // plan is the retry allowance handed to one call. The run allowance counts
@@ -525,10 +514,10 @@ func (r *run) plan(tool, dependency string) agentsagatype.RetryPlan {
 	// workflow, so they come off what the hook may still grant.
 	return agentsagatype.RetryPlan{
 		Tool: tool, Dependency: dependency, MaxAttempts: p.MaxAttempts,
-		ToolRetryCap: p.ToolCap(tool) - r.Watchdog.voluntary[tool],
-		RunAllowance: p.RunAllowance(r.Stats.Calls) - float64(r.Watchdog.totalVoluntary()),
+		ToolRetryCap: p.ToolCap(tool) - r.watchdog.voluntary[tool],
+		RunAllowance: p.RunAllowance(r.calls.Stats.Calls) - float64(r.watchdog.totalVoluntary()),
 		BackoffBase:  backoff.Base, BackoffCap: backoff.Cap,
-		Deadline: r.RunBudget.Deadline(),
+		Deadline: r.budget.Deadline(),
 	}
 }
 
@@ -536,7 +525,7 @@ func (r *run) plan(tool, dependency string) agentsagatype.RetryPlan {
 // run's deadline, and keeps Temporal's attempt cap in step with the hook's
 // as a backstop.
 func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout time.Duration, summary string) workflow.ActivityOptions {
-	if deadline := r.RunBudget.Deadline(); !deadline.IsZero() {
+	if deadline := r.budget.Deadline(); !deadline.IsZero() {
 		timeout = min(timeout, max(time.Second, deadline.Sub(workflow.Now(ctx))))
 	}
 	return workflow.ActivityOptions{
@@ -552,38 +541,9 @@ func (r *run) activityOptions(ctx workflow.Context, activityID string, timeout t
 	}
 }
 
-// openBreakers names the dependencies whose breaker is open, for the
-// model's note and the UI: each is down, since when when that is known.
-func (r *run) openBreakers() []string {
-	open := make([]string, 0, len(r.Open))
-	for _, dependency := range r.Open {
-		if since := r.OpenSince[dependency]; !since.IsZero() {
-			dependency += " (down since " + since.UTC().Format("15:04:05") + " UTC)"
-		}
-		open = append(open, dependency)
-	}
-	return open
-}
-
-func (r *run) finalStats() RetryStats {
-	stats := r.Stats
-	if stats.Calls > 0 {
-		stats.Amplification = float64(r.RunBudget.Used.LeafCalls) / float64(stats.Calls)
-	}
-	return stats
-}
-
-func (r *run) view(now time.Time) BudgetView {
-	return BudgetView{
-		Limits: r.RunBudget.Limits, Used: r.RunBudget.Used, Remaining: r.RunBudget.Remaining(now),
-		FractionLeft: r.RunBudget.FractionLeft(now), ShouldFinish: r.RunBudget.ShouldFinish(now),
-		Note: r.RunBudget.Note(now, r.openBreakers()), Retries: r.finalStats(),
-	}
-}
-
 func (r *run) end(status, answer, reason string) RunResult {
-	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.RunBudget.Used, Retries: r.finalStats(),
-		Trace: r.Trace, TraceEntries: r.Traced}
+	return RunResult{Status: status, Answer: answer, Reason: reason, Usage: r.budget.Used, Retries: r.calls.finalStats(r.budget.Used.LeafCalls),
+		Trace: r.trace.Trace, TraceEntries: r.trace.Traced}
 }
 
 // partial ends a run whose budget ran low, with what it has and a handoff
@@ -592,7 +552,7 @@ func (r *run) end(status, answer, reason string) RunResult {
 func (r *run) partial(answer, modelNote, reason string) RunResult {
 	result := r.end(agentsagatype.RunPartial, answer, reason)
 	var done, failed []string
-	for _, e := range r.Trace {
+	for _, e := range r.trace.Trace {
 		if e.Kind != "tool" && e.Kind != "agent" {
 			continue
 		}
@@ -606,17 +566,18 @@ func (r *run) partial(answer, modelNote, reason string) RunResult {
 	if modelNote != "" {
 		fmt.Fprintf(&note, "%s\n\n", modelNote)
 	}
-	fmt.Fprintf(&note, "Stopped after %d model turns: %s.", r.RunBudget.Used.Steps, reason)
+	fmt.Fprintf(&note, "Stopped after %d model turns: %s.", r.budget.Used.Steps, reason)
 	fmt.Fprintf(&note, " Tool calls that succeeded: %s.", listOrNone(done))
 	fmt.Fprintf(&note, " Tool calls that failed: %s.", listOrNone(failed))
-	fmt.Fprintf(&note, " Retries: %d over %d calls.", r.Stats.Retries, r.Stats.Calls)
+	fmt.Fprintf(&note, " Retries: %d over %d calls.", r.calls.Stats.Retries, r.calls.Stats.Calls)
 	result.HandoffNote = note.String()
 	return result
 }
 
-func (r *run) toolNames() string {
-	names := make([]string, len(r.spec.Tools))
-	for i, t := range r.spec.Tools {
+// toolNames lists the spec's tools, for a model that asked for another.
+func (s RunSpec) toolNames() string {
+	names := make([]string, len(s.Tools))
+	for i, t := range s.Tools {
 		names[i] = t.Name
 	}
 	return listOrNone(names)
@@ -634,4 +595,91 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// markOpen notes that dependency's breaker was seen open, since when the
+// outage has lasted when that is known (a zero since keeps what was known).
+func (b *callBook) markOpen(dependency string, since time.Time) {
+	if i, found := slices.BinarySearch(b.Open, dependency); !found {
+		b.Open = slices.Insert(b.Open, i, dependency)
+	}
+	if known := b.OpenSince[dependency]; since.IsZero() || (!known.IsZero() && known.Before(since)) {
+		since = known
+	}
+	if !since.IsZero() {
+		if b.OpenSince == nil {
+			b.OpenSince = map[string]time.Time{}
+		}
+		b.OpenSince[dependency] = since
+	}
+}
+
+// markClosed notes that a call to dependency went through.
+func (b *callBook) markClosed(dependency string) {
+	if i, found := slices.BinarySearch(b.Open, dependency); found {
+		b.Open = slices.Delete(b.Open, i, i+1)
+	}
+	delete(b.OpenSince, dependency)
+}
+
+// openBreakers names the dependencies whose breaker is open, for the
+// model's note and the UI: each is down, since when when that is known.
+func (b *callBook) openBreakers() []string {
+	open := make([]string, 0, len(b.Open))
+	for _, dependency := range b.Open {
+		if since := b.OpenSince[dependency]; !since.IsZero() {
+			dependency += " (down since " + since.UTC().Format("15:04:05") + " UTC)"
+		}
+		open = append(open, dependency)
+	}
+	return open
+}
+
+// finalStats are the retry counters, with the amplification of leafCalls.
+func (b *callBook) finalStats(leafCalls int) RetryStats {
+	stats := b.Stats
+	if stats.Calls > 0 {
+		stats.Amplification = float64(leafCalls) / float64(stats.Calls)
+	}
+	return stats
+}
+
+// charge books a finished call's leaf calls and retries against the run
+// (its budget), in a run that parks calls behind an open breaker or not.
+func (b *callBook) charge(tool string, entry *TraceEntry, spent *runbudget.RunBudget, parks bool) {
+	if (!parks || entry.Denial != budget.DenyCircuitOpen) && entry.Denial != budget.DenySpendCap {
+		entry.Attempts = max(entry.Attempts, 1)
+	}
+	spent.Spend(budget.Usage{LeafCalls: entry.Attempts})
+	if retries := entry.Attempts - 1; retries > 0 {
+		b.Stats.Retries += retries
+		b.Stats.ToolRetries[tool] += retries
+	}
+	if entry.Denial != "" {
+		b.Stats.Denials[entry.Denial]++
+	}
+	switch {
+	case entry.Denial == budget.DenyCircuitOpen:
+		b.markOpen(tool, time.Time{})
+	case entry.Error == "":
+		b.markClosed(tool)
+	}
+}
+
+// record adds an entry to the trace, keeping the last traceTail.
+func (t *trace) record(entries ...TraceEntry) {
+	t.Traced += len(entries)
+	t.Trace = append(t.Trace, entries...)
+	if over := len(t.Trace) - traceTail; over > 0 {
+		t.Trace = slices.Delete(t.Trace, 0, over)
+	}
+}
+
+// say queues a message the workflow itself produced (the goal, a human's
+// instruction, a failed call's error) at the next place in the
+// conversation; the next model call writes it to the ledger.
+func (c *conversation) say(m agentsagatype.Message) {
+	m.Seq = c.Seq
+	c.Seq++
+	c.Pending = append(c.Pending, m)
 }

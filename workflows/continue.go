@@ -1,18 +1,19 @@
 package workflows
 
 import (
-	"time"
-
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/runbudget"
 )
 
-// Carried is a run's own state, embedded in run: its counters and the
-// small state its decisions depend on, and nothing that grows with the run.
-// Continue-as-new carries it whole into the next execution (RunSpec.Carried);
-// its JSON shape is a replay contract. The conversation and every output
+// Carried is what a run's collaborators own that outlives an execution:
+// their counters and the small state their decisions depend on, and
+// nothing that grows with the run. Continue-as-new carries it into the
+// next execution (RunSpec.Carried); its JSON shape, key by key and in this
+// order, is a replay contract, so the collaborators whose keys sit side by
+// side (callBook, trace) are carried as themselves and the others are
+// copied in and out by carry and resume. The conversation and every output
 // stay in the ledger; the trace is cut to its tail.
 type Carried struct {
 	// Step and Seq are the next step and the next message's place: keys
@@ -24,25 +25,19 @@ type Carried struct {
 	// The run's budget: in JSON its start, its limits (with a human's
 	// additions) and what it spent; FinishAt comes from the spec.
 	*runbudget.RunBudget
-	Stats RetryStats `json:"stats"`
-	// Open lists the dependencies whose breaker was seen open (a tool's
-	// name, "model", or "model <provider:name>"), sorted, and OpenSince
-	// since when the outage has lasted, where a refusal said it.
-	Open      []string             `json:"open,omitempty"`
-	OpenSince map[string]time.Time `json:"open_since,omitempty"`
-	// ToolFailures counts failed calls per tool, for escalation, and
-	// Escalations the times the run waited on a human.
-	ToolFailures map[string]int `json:"tool_failures,omitempty"`
-	Escalations  int            `json:"escalations,omitempty"`
-	Watchdog     *watchdog      `json:"watchdog"`
+	// callBook is carried as itself: stats, open, open_since,
+	// tool_failures.
+	callBook
+	// Escalations counts the times the run waited on a human.
+	Escalations int       `json:"escalations,omitempty"`
+	Watchdog    *watchdog `json:"watchdog"`
 	// LastContent is the model's latest text, for a partial answer.
 	LastContent string `json:"last_content,omitempty"`
 	// ReadBack is set once the model was told outputs were shortened: it
 	// is offered read_result from then on.
 	ReadBack bool `json:"read_back,omitempty"`
-	// Trace holds the last traceTail entries; Traced counts them all.
-	Trace  []TraceEntry `json:"trace,omitempty"`
-	Traced int          `json:"traced"`
+	// trace is carried as itself: trace, traced.
+	trace
 	// Continued counts the executions of this run before this one.
 	Continued int `json:"continued"`
 	// Approvals are the calls waiting for a human's approval, oldest
@@ -68,32 +63,37 @@ func (r *run) historyIsLong(ctx workflow.Context) bool {
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= r.spec.History.MaxEvents
 }
 
-// carry is the run's state for its next execution.
+// carry is the run's state for an execution that takes it up: the
+// caller counts the execution this one was (Continued) when it continues
+// as new.
 func (r *run) carry() Carried {
-	next := r.Carried
-	next.Continued++
-	return next
+	return Carried{
+		Step: r.conv.Step, Seq: r.conv.Seq, Pending: r.conv.Pending, RunBudget: r.budget, callBook: r.calls,
+		Escalations: r.humans.Escalations, Watchdog: r.watchdog, LastContent: r.conv.LastContent, ReadBack: r.conv.ReadBack,
+		trace: r.trace, Continued: r.continued, Approvals: r.humans.Approvals, Denied: r.humans.Denied,
+		Waits: r.waits.book, Deadlines: r.humans.Deadlines,
+	}
 }
 
 // resume takes up the state an earlier execution carried. The budget and
 // the watchdog were built from this execution's spec: they take up the
 // carried limits, spending and memory, and keep their configuration.
 func (r *run) resume(c Carried) {
-	runBudget := r.RunBudget
 	if c.RunBudget != nil {
-		runBudget.Restore(c.Limits, c.Used)
+		r.budget.Restore(c.Limits, c.Used)
 	}
 	if c.Watchdog != nil {
-		c.Watchdog.noProgressTurns = r.Watchdog.noProgressTurns
-	} else {
-		c.Watchdog = r.Watchdog
+		c.Watchdog.noProgressTurns = r.watchdog.noProgressTurns
+		r.watchdog = c.Watchdog
 	}
-	r.Carried = c
-	r.RunBudget = runBudget
-	r.Stats.ToolRetries = orEmpty(r.Stats.ToolRetries)
-	r.Stats.Denials = orEmpty(r.Stats.Denials)
-	r.ToolFailures = orEmpty(r.ToolFailures)
-	r.Denied = orEmpty(r.Denied)
+	r.conv = conversation{Step: c.Step, Seq: c.Seq, Pending: c.Pending, LastContent: c.LastContent, ReadBack: c.ReadBack}
+	r.calls = c.callBook
+	r.calls.Stats.ToolRetries = orEmpty(r.calls.Stats.ToolRetries)
+	r.calls.Stats.Denials = orEmpty(r.calls.Stats.Denials)
+	r.calls.ToolFailures = orEmpty(r.calls.ToolFailures)
+	r.humans.Escalations, r.humans.Approvals, r.humans.Deadlines = c.Escalations, c.Approvals, c.Deadlines
+	r.humans.Denied = orEmpty(c.Denied)
+	r.trace, r.continued, r.waits.book = c.trace, c.Continued, c.Waits
 }
 
 // orEmpty is m, or an empty map when m is nil (a carried map that was

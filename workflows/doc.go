@@ -13,13 +13,22 @@
 // engine's back, and the reconciler ([ReconcilerLoop]) that finds such
 // runs.
 //
-// One turn reads in two files: modelturn.go (the model turn: its note,
-// its models and fallbacks, its waits for the quota, the spend cap and an
-// open breaker, its trace entry) and toolcalls.go (the tool calls it asked
-// for: gates and approvals, sends, parking, and the turn's outcome, which
-// the loop in agentrun.go acts on). The run's state is run, in
-// agentrun.go, with what it carries across continue-as-new (Carried,
-// continue.go).
+// The run is a small core, run in agentrun.go: the loop of turns, how a
+// run ends, and what the turns share (the spec, the budget, the activity
+// options). What it decides with is owned by collaborators, each a type
+// with its own fields and methods: the conversation, the book of calls
+// and the trace (agentrun.go), the watchdog (watchdog.go), the humans
+// (humanWaits, humans.go and deadlines.go), the waits (waits.go) and the
+// UI (ui.go). What outlives an execution is carried across continue-as-new
+// as Carried (continue.go), whose JSON is a replay contract.
+//
+// A turn is two values that live as long as it does. Its model turn
+// (modelTurn: its note, its models and fallbacks, its waits for the quota,
+// the spend cap and an open breaker, its trace entry) reads in
+// modelturn.go and waits.go. Its tool calls (toolTurn, toolcalls.go: plan,
+// send, settle and record, with the gates and approvals of gates.go and
+// humans.go, and the sub-agents of subagent.go) end in the turn's
+// outcome, which the loop in agentrun.go acts on.
 //
 // Workflow code is deterministic: no I/O, no wall clock (workflow.Now), no
 // global state; everything that touches the world is an activity. A

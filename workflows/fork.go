@@ -25,10 +25,10 @@ const SignalStopForFork = "agentsaga-stop-for-fork"
 // stop (SignalStopForFork), and returns the run's result when the human's
 // answer ends it.
 func (r *run) stopForFork(ctx workflow.Context, step int) *RunResult {
-	if r.forkStop == nil || !r.forkStop.ReceiveAsync(nil) {
+	if r.humans.forkStop == nil || !r.humans.forkStop.ReceiveAsync(nil) {
 		return nil
 	}
-	for r.forkStop.ReceiveAsync(nil) { // one stop for every signal sent so far
+	for r.humans.forkStop.ReceiveAsync(nil) { // one stop for every signal sent so far
 	}
 	return r.escalate(ctx, fmt.Sprintf("stopped before step %d to be forked (agentsaga fork)", step))
 }
@@ -76,17 +76,17 @@ func (s RunSpec) Forked(f Fork, start time.Time) (RunSpec, error) {
 	if err != nil {
 		return RunSpec{}, fmt.Errorf("fork: %w", err)
 	}
-	r.Step, r.Seq = f.At, f.Seq
-	r.RunBudget.Used.Steps = f.At - 1
+	r.conv.Step, r.conv.Seq = f.At, f.Seq
+	r.budget.Used.Steps = f.At - 1
 	// A new execution takes the newest commands, deadlines on its waits
 	// for a person among them (commandsVersion10).
-	r.Deadlines = true
+	r.humans.Deadlines = true
 	if f.Message != "" {
-		r.say(agentsagatype.Message{Role: "user", Content: f.Message, Pinned: true})
+		r.conv.say(agentsagatype.Message{Role: "user", Content: f.Message, Pinned: true})
 	}
-	r.record(TraceEntry{Step: f.At, Kind: "fork", Replayed: true,
+	r.trace.record(TraceEntry{Step: f.At, Kind: "fork", Replayed: true,
 		Output: fmt.Sprintf("forked from %s at step %d: steps 1 to %d are its, answered from the ledger", f.Source, f.At, f.At-1)})
-	c := r.Carried
+	c := r.carry()
 	s.Carried = &c
 	return s, nil
 }

@@ -29,10 +29,39 @@ const (
 	denyLimit    = "LimitExceeded"
 )
 
+// limitScope is the run a limit counts over: the root of the run's tree,
+// so that a model cannot get past a run's limit by handing the calls to a
+// sub-agent, and a sub-agent's calls that its failure compensated stop
+// counting for the whole tree.
+func limitScope(ctx workflow.Context) string {
+	info := workflow.GetInfo(ctx)
+	if root := info.RootWorkflowExecution; root != nil && root.ID != "" {
+		return root.ID
+	}
+	return info.WorkflowExecution.ID
+}
+
+// gateRefuse refuses a call at a gate, naming the gate as its denial.
+func (c *toolCall) gateRefuse(denial, why string) {
+	c.refuse(why)
+	c.entry.Denial = denial
+}
+
+// sameCall is what makes two calls the same request: the tool and its
+// arguments, whitespace aside.
+func sameCall(call agentsagatype.ToolCall) string {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(call.Arguments)); err != nil {
+		return call.Name + "\x00" + call.Arguments
+	}
+	return call.Name + "\x00" + compact.String()
+}
+
 // gateCall lets a planned tool call through its tool's gates, or refuses
 // it (the model reads why) and says whether the run must escalate or end.
 // It may wait for a human.
-func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
+func (tt *toolTurn) gateCall(ctx workflow.Context, c *toolCall) {
+	r := tt.r
 	tool, _ := r.spec.tool(c.call.Name)
 	gates, err := toolcheck.CompileGates(tool)
 	if err != nil {
@@ -45,7 +74,7 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 		return
 	}
 	args := c.call.Arguments
-	if why, ok := r.Denied[sameCall(c.call)]; ok {
+	if why, ok := r.humans.Denied[sameCall(c.call)]; ok {
 		who := "a human denied this call before"
 		if strings.HasPrefix(why, "nobody decided") {
 			who = "this call was denied before" // by its approval's timeout (deadlines.go)
@@ -76,7 +105,7 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 		if approval == nil {
 			approval = &agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways}
 		}
-		if !r.awaitApproval(ctx, c, *approval, strings.Join(needs, "; ")) {
+		if !(&approvalWait{tt: tt, c: c, rule: *approval}).await(ctx, strings.Join(needs, "; ")) {
 			return
 		}
 	}
@@ -107,32 +136,4 @@ func (r *run) gateCall(ctx workflow.Context, c *toolCall) {
 			return
 		}
 	}
-}
-
-// limitScope is the run a limit counts over: the root of the run's tree,
-// so that a model cannot get past a run's limit by handing the calls to a
-// sub-agent, and a sub-agent's calls that its failure compensated stop
-// counting for the whole tree.
-func limitScope(ctx workflow.Context) string {
-	info := workflow.GetInfo(ctx)
-	if root := info.RootWorkflowExecution; root != nil && root.ID != "" {
-		return root.ID
-	}
-	return info.WorkflowExecution.ID
-}
-
-// gateRefuse refuses a call at a gate, naming the gate as its denial.
-func (c *toolCall) gateRefuse(denial, why string) {
-	c.refuse(why)
-	c.entry.Denial = denial
-}
-
-// sameCall is what makes two calls the same request: the tool and its
-// arguments, whitespace aside.
-func sameCall(call agentsagatype.ToolCall) string {
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, []byte(call.Arguments)); err != nil {
-		return call.Name + "\x00" + call.Arguments
-	}
-	return call.Name + "\x00" + compact.String()
 }

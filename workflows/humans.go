@@ -54,14 +54,31 @@ type ReasonInput struct {
 	Reason string `json:"reason"`
 }
 
-// humanWaits carries Updates from their handlers to the coroutine that
-// waits for a human: what it waits for, and the Update it is handed. What
-// humans decided (approvals still open, calls denied, escalations) is the
-// run's carried state (Carried).
+// humanWaits is what the run waits on a human for, and what humans
+// decided. While a coroutine waits for a human, the Updates' handlers
+// hand it the input they accepted (waiting, input), and a fork's signal
+// asks the run to stop and wait (forkStop). What humans decided is
+// carried across continue-as-new: the times the run escalated, the calls
+// still waiting for approval, oldest first (an escalated timeout leaves
+// one open), the calls a human denied (sameCall, with the denial: the
+// model's asking again is refused at once), and whether the run's waits
+// for a person have deadlines (Deadlines: its first execution took
+// commandsVersion10; a run begun on older code keeps its older waits).
 type humanWaits struct {
-	waiting string
-	input   *humanInput
+	waiting  string
+	input    *humanInput
+	forkStop workflow.ReceiveChannel
+
+	Escalations int
+	Approvals   []*ApprovalWait
+	Denied      map[string]string
+	Deadlines   bool
 }
+
+// deadlines says whether this run's waits for a person have deadlines:
+// its first execution took commandsVersion10 (v says whether this one
+// knows them).
+func (h *humanWaits) deadlines(v versions) bool { return v.deadlines && h.Deadlines }
 
 // What a waiting run waits for.
 const (
@@ -85,30 +102,30 @@ type humanInput struct {
 // registerUpdates installs the Updates. Their validators reject anything
 // that does not fit what the run is waiting for, so a rejected Update
 // leaves no trace in history.
-func (r *run) registerUpdates(ctx workflow.Context) error {
+func (h *humanWaits) registerUpdates(ctx workflow.Context) error {
 	accept := func(in humanInput) (string, error) {
-		if r.humans.input != nil {
+		if h.input != nil {
 			// Two Updates in one workflow task both passed their
 			// validators before either handler ran: the second is refused,
 			// never silently lost.
-			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, r.humans.input.action)
+			return "", fmt.Errorf("%s: refused: %s was accepted first and is being acted on", in.action, h.input.action)
 		}
-		r.humans.input = &in
+		h.input = &in
 		return "accepted: " + in.action, nil
 	}
 	waitingFor := func(update string, want ...string) error {
-		if r.humans.input != nil {
-			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, r.humans.input.action)
+		if h.input != nil {
+			return fmt.Errorf("%s: refused: another human input (%s) is pending; send it again once the run acted on it", update, h.input.action)
 		}
 		for _, w := range want {
-			if r.humans.waiting == w {
+			if h.waiting == w {
 				return nil
 			}
 		}
-		if r.humans.waiting == waitingNone {
+		if h.waiting == waitingNone {
 			return fmt.Errorf("%s: the run is not waiting for a human", update)
 		}
-		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[r.humans.waiting], update)
+		return fmt.Errorf("%s: the run is waiting on %s, where %s does not apply", update, waitingText[h.waiting], update)
 	}
 	needReason := func(update, reason string) error {
 		if strings.TrimSpace(reason) == "" {
@@ -168,23 +185,30 @@ func (r *run) registerUpdates(ctx workflow.Context) error {
 	return nil
 }
 
-// waitForHuman records the run as status (escalated or needs-attention),
-// shows why in the UI, and waits for an accepted Update, at most until
+// progress is where a wait shows itself: the run's status in the ledger,
+// and its details in the UI.
+type progress interface {
+	setStatus(ctx workflow.Context, status, detail string)
+	showProgress(ctx workflow.Context, status, headline, note string)
+}
+
+// waitForHuman records the run (p) as status (escalated or needs-attention),
+// shows why in the UI with the budget note note reads, and waits for an accepted Update, at most until
 // timeout (zero: no limit). It returns nil on timeout.
-func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options string, timeout time.Duration) *humanInput {
-	r.humans.waiting, r.humans.input = waiting, nil
-	r.setStatus(ctx, status, why)
-	r.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
-	condition := func() bool { return r.humans.input != nil }
+func (h *humanWaits) waitForHuman(ctx workflow.Context, p progress, note func(workflow.Context) string, waiting, status, why, options string, timeout time.Duration) *humanInput {
+	h.waiting, h.input = waiting, nil
+	p.setStatus(ctx, status, why)
+	p.showProgress(ctx, status, why+"\n\n**Waiting for:** "+options, note(ctx))
+	condition := func() bool { return h.input != nil }
 	if timeout > 0 {
 		_, _ = workflow.AwaitWithTimeout(ctx, timeout, condition)
 	} else {
 		_ = workflow.Await(ctx, condition)
 	}
-	in := r.humans.input
-	r.humans.waiting, r.humans.input = waitingNone, nil
+	in := h.input
+	h.waiting, h.input = waitingNone, nil
 	if in != nil {
-		r.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
+		p.setStatus(ctx, agentsagatype.RunRunning, "after "+in.action)
 	}
 	return in
 }
@@ -193,32 +217,32 @@ func (r *run) waitForHuman(ctx workflow.Context, waiting, status, why, options s
 // model reads the instruction next turn) or aborts it, or the deadline
 // passes. It returns a result when the run ends here.
 func (r *run) escalate(ctx workflow.Context, why string) *RunResult {
-	r.Escalations++
-	if r.deadlines() {
+	r.humans.Escalations++
+	if r.humans.deadlines(r.versions) {
 		return r.escalateUntil(ctx, why)
 	}
 	var timeout time.Duration
-	if deadline := r.RunBudget.Deadline(); !deadline.IsZero() {
+	if deadline := r.budget.Deadline(); !deadline.IsZero() {
 		timeout = max(deadline.Sub(workflow.Now(ctx)), time.Millisecond)
 	}
 	escalated := workflow.Now(ctx)
-	in := r.waitForHuman(ctx, waitingEscalation, agentsagatype.RunEscalated, why,
+	in := r.humans.waitForHuman(ctx, r, r.note, waitingEscalation, agentsagatype.RunEscalated, why,
 		"Update `resume` {message, add_usd, add_steps} or `abort` {reason} (`agentsaga resume` / `agentsaga abort`)", timeout)
-	r.Waits.escalated(why, escalated, workflow.Now(ctx))
+	r.waits.book.escalated(why, escalated, workflow.Now(ctx))
 	switch {
 	case ctx.Err() != nil:
 		result := r.rollback(ctx, "the run was cancelled while escalated ("+why+")", "", "")
 		return &result
 	case in == nil:
-		result := r.outOfBudget(ctx, "", "", r.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
+		result := r.outOfBudget(ctx, "", "", r.waits.withWaits("the deadline passed while escalated ("+why+")", "the wall clock"))
 		return &result
 	case in.action == UpdateAbort:
 		result := r.rollback(ctx, fmt.Sprintf("aborted by a human while escalated: %s (escalated because: %s)", in.reason, why), "", "")
 		return &result
 	}
 	// More budget is added only where there is a limit (runbudget.RunBudget.Raise).
-	r.RunBudget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
-	r.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
+	r.budget.Raise(budget.Limits{USD: in.resume.AddUSD, Steps: in.resume.AddSteps})
+	r.conv.say(agentsagatype.Message{Role: "user", Content: "Instruction from a human: " + in.resume.Message, Pinned: true})
 	return nil
 }
 
@@ -261,135 +285,27 @@ type ApprovalWait struct {
 	Recorded *agentsagatype.Approval `json:"recorded,omitempty"`
 }
 
+// approvalWait is one call's wait for a human's decision: the call, in
+// its turn tt, and the approval rule that asks for the decision (its
+// timeout, reminders and on_timeout). The wait itself, which outlives
+// the turn, is an ApprovalWait among the humans' approvals.
+type approvalWait struct {
+	tt   *toolTurn
+	c    *toolCall
+	rule agentsagatype.ApprovalSpec
+}
+
 // QueryApprovals returns the calls waiting for approval ([]ApprovalWait).
 const QueryApprovals = "approvals"
 
-// awaitApproval records the call as awaiting approval and waits for a
-// human's decision. It returns true when the call may go. A call the
-// model asks for again while an earlier request for it is still open
-// takes that request (and its key) over rather than stacking another.
-func (r *run) awaitApproval(ctx workflow.Context, c *toolCall, rule agentsagatype.ApprovalSpec, why string) bool {
-	same := sameCall(c.call)
-	i := slices.IndexFunc(r.Approvals, func(w *ApprovalWait) bool {
-		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
-	})
-	var w *ApprovalWait
-	if i >= 0 {
-		w = r.Approvals[i]
-		c.activityID, c.entry.ActivityID = w.Call, w.Call
-		if r.deadlines() {
-			r.setApprovalDeadline(ctx, w, rule)
-		}
-	} else {
-		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
-			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
-			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
-		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
-		if r.deadlines() {
-			r.setApprovalDeadline(ctx, w, rule)
-		}
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
-		})
-		var recorded agentsagatype.Approval
-		if tool, _ := r.spec.tool(c.call.Name); tool.Recording != nil && workflow.GetVersion(ctx, changeReplayApprovals, workflow.DefaultVersion, 1) == 1 {
-			// A replay asks no human: the recording decides (and the
-			// request and its decision are recorded in one activity).
-			if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRecordedApproval),
-				wire.RecordedApproval{Request: w.ApprovalRequest, Recording: *tool.Recording}).Get(ctx, &recorded); err != nil {
-				c.refuse("refused: its approval could not be read from the recording: " + errorText(err))
-				return false
-			}
-			w.Recorded = &recorded
-		} else if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
-			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
-			return false
-		}
-		r.Approvals = append(r.Approvals, w)
-	}
-	if w.Recorded == nil {
-		deadline := ""
-		if r.deadlines() {
-			deadline = fmt.Sprintf("\n\n**Deadline:** %s, then %s (on_timeout)", w.Deadline.UTC().Format(time.RFC3339), w.OnTimeout)
-		}
-		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
-			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})%s",
-				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call, deadline),
-			r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
-		start := workflow.Now(ctx)
-		if r.deadlines() {
-			r.awaitDecision(ctx, w, rule.Reminders())
-		}
-		for w.Recorded == nil && ctx.Err() == nil && !r.deadlines() {
-			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
-			if left <= 0 {
-				break
-			}
-			if decided, _ := workflow.AwaitWithTimeout(ctx, left, func() bool { return w.Decision != nil }); !decided {
-				break
-			}
-			// The Update's handler is recording the decision: the call
-			// goes (or not) once the ledger has it. A decision the ledger
-			// refused is taken back (Decision nil), and the wait goes on.
-			_ = workflow.Await(ctx, func() bool { return w.Recorded != nil || w.Decision == nil })
-		}
-		// Waiting for a human costs the run no wall clock.
-		r.RunBudget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
-		if r.RunBudget.Limits.Seconds > 0 {
-			r.Waits.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
-		}
-		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
-	}
-	switch {
-	case ctx.Err() != nil:
-		c.refuse("cancelled while it waited for approval")
-		return false
-	case w.Recorded == nil && r.deadlines():
-		return r.approvalPastDeadline(ctx, c, w)
-	case w.Recorded == nil:
-		return r.approvalTimedOut(ctx, c, w, rule)
-	}
-	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
-	c.entry.Approval = fmt.Sprintf("%s by %s", w.Recorded.Status, w.Recorded.DecidedBy)
-	if w.Recorded.Status == agentsagatype.ApprovalApproved {
-		return true
-	}
-	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
-	r.Denied[same] = denial
-	c.gateRefuse(denyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
-	return false
-}
-
-// approvalTimedOut applies the spec's on_timeout to a call nobody decided
-// on: escalate, leaving the request open (a human may still decide, and
-// the model's next identical call picks the decision up), or end the run.
-func (r *run) approvalTimedOut(ctx workflow.Context, c *toolCall, w *ApprovalWait, rule agentsagatype.ApprovalSpec) bool {
-	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided", w.Call, w.Tool, w.Timeout, w.Why)
-	if rule.OnTimeout != agentsagatype.ApprovalTimeoutFail {
-		c.gateRefuse(denyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")
-		c.escalation = "A call waits for approval: " + waited
-		return false
-	}
-	// Blocks a late Update: the ledger records the timeout first.
-	w.Decision = &wire.ApprovalDecision{Key: w.Key, Call: w.Call, By: "agentsaga", Reason: "nobody decided in time", TimedOut: true}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityid.Sub(w.Call, activityid.ApprovalTimer, 0), StartToCloseTimeout: 30 * time.Second})
-	var recorded agentsagatype.Approval
-	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
-		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
-	}
-	r.Approvals = slices.DeleteFunc(r.Approvals, func(x *ApprovalWait) bool { return x == w })
-	c.gateRefuse(denyApproval, "not sent: "+waited)
-	c.ending = "the run ends: " + waited
-	return false
-}
-
 // registerApprovalUpdates installs approve and deny, and the approvals
-// query. The validators refuse anything that does not name a waiting
+// query; v is read when a decision is recorded (the run reads its
+// versions after it registers its handlers). The validators refuse anything that does not name a waiting
 // call, so a rejected Update leaves no trace in history; the handler
 // checks again, for two Updates that passed their validators in one
 // workflow task, and records the decision in the ledger before the call
 // it frees is sent.
-func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
+func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v *versions) error {
 	validate := func(update string, in ApprovalInput) (*ApprovalWait, error) {
 		switch {
 		case strings.TrimSpace(in.Call) == "":
@@ -401,15 +317,15 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		case len(in.Reason) > maxInstruction:
 			return nil, fmt.Errorf("%s: the reason is %d KiB; at most %d KiB", update, len(in.Reason)>>10, maxInstruction>>10)
 		}
-		i := slices.IndexFunc(r.Approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
+		i := slices.IndexFunc(h.Approvals, func(w *ApprovalWait) bool { return w.Call == in.Call })
 		if i < 0 {
 			var waiting []string
-			for _, w := range r.Approvals {
+			for _, w := range h.Approvals {
 				waiting = append(waiting, w.Call)
 			}
 			return nil, fmt.Errorf("%s: no call %q waits for approval in this run (waiting: %s)", update, in.Call, listOrNone(waiting))
 		}
-		w := r.Approvals[i]
+		w := h.Approvals[i]
 		if d := w.Decision; d != nil {
 			return nil, fmt.Errorf("%s: refused: call %s was already %s by %s", update, in.Call, d.Status(), d.By)
 		}
@@ -426,7 +342,7 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 				ActivityID: activityid.Sub(w.Call, activityid.Kind(update), 0), StartToCloseTimeout: 30 * time.Second, Summary: clip(update+" "+w.Call+" by "+in.By, 100),
 			})
 			var recorded agentsagatype.Approval
-			if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
+			if err := workflow.ExecuteActivity(actx, v.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
 				w.Decision = nil
 				var app *temporal.ApplicationError
 				if errors.As(err, &app) {
@@ -456,10 +372,131 @@ func (r *run) registerApprovalUpdates(ctx workflow.Context) error {
 		}
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, QueryApprovals, func() ([]ApprovalWait, error) {
-		list := make([]ApprovalWait, len(r.Approvals))
-		for i, w := range r.Approvals {
+		list := make([]ApprovalWait, len(h.Approvals))
+		for i, w := range h.Approvals {
 			list[i] = *w
 		}
 		return list, nil
 	}, workflow.QueryHandlerOptions{Description: "The calls waiting for approval, oldest first."})
+}
+
+// await records the call as awaiting approval and waits for a
+// human's decision. It returns true when the call may go. A call the
+// model asks for again while an earlier request for it is still open
+// takes that request (and its key) over rather than stacking another.
+func (a *approvalWait) await(ctx workflow.Context, why string) bool {
+	r, c, rule := a.tt.r, a.c, a.rule
+	same := sameCall(c.call)
+	i := slices.IndexFunc(r.humans.Approvals, func(w *ApprovalWait) bool {
+		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
+	})
+	var w *ApprovalWait
+	if i >= 0 {
+		w = r.humans.Approvals[i]
+		c.activityID, c.entry.ActivityID = w.Call, w.Call
+		if r.humans.deadlines(r.versions) {
+			a.setDeadline(ctx, w)
+		}
+	} else {
+		w = &ApprovalWait{ApprovalRequest: agentsagatype.ApprovalRequest{
+			Key: activityid.Key(r.workflowID, c.activityID), WorkflowID: r.workflowID, Call: c.activityID,
+			Tool: c.call.Name, Arguments: c.call.Arguments, Why: why,
+		}, Since: workflow.Now(ctx), Timeout: rule.Timeout()}
+		if r.humans.deadlines(r.versions) {
+			a.setDeadline(ctx, w)
+		}
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			ActivityID: activityid.Sub(c.activityID, activityid.Approval, 0), StartToCloseTimeout: 30 * time.Second, Summary: clip("approval "+c.activityID, 100),
+		})
+		var recorded agentsagatype.Approval
+		if tool, _ := r.spec.tool(c.call.Name); tool.Recording != nil && workflow.GetVersion(ctx, changeReplayApprovals, workflow.DefaultVersion, 1) == 1 {
+			// A replay asks no human: the recording decides (and the
+			// request and its decision are recorded in one activity).
+			if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRecordedApproval),
+				wire.RecordedApproval{Request: w.ApprovalRequest, Recording: *tool.Recording}).Get(ctx, &recorded); err != nil {
+				c.refuse("refused: its approval could not be read from the recording: " + errorText(err))
+				return false
+			}
+			w.Recorded = &recorded
+		} else if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
+			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
+			return false
+		}
+		r.humans.Approvals = append(r.humans.Approvals, w)
+	}
+	if w.Recorded == nil {
+		deadline := ""
+		if r.humans.deadlines(r.versions) {
+			deadline = fmt.Sprintf("\n\n**Deadline:** %s, then %s (on_timeout)", w.Deadline.UTC().Format(time.RFC3339), w.OnTimeout)
+		}
+		r.showProgress(ctx, agentsagatype.RunAwaitingApproval,
+			fmt.Sprintf("Call %s (%s) waits for approval: %s.\n\n**Arguments:** `%s`\n\n**Decide:** `agentsaga approve %s %s` or `agentsaga deny %s %s --reason ...` (Updates `approve` / `deny` {call, by, reason})%s",
+				w.Call, w.Tool, w.Why, clip(w.Arguments, 300), r.workflowID, w.Call, r.workflowID, w.Call, deadline),
+			r.note(ctx))
+		start := workflow.Now(ctx)
+		if r.humans.deadlines(r.versions) {
+			a.awaitDecision(ctx, w)
+		}
+		for w.Recorded == nil && ctx.Err() == nil && !r.humans.deadlines(r.versions) {
+			left := start.Add(w.Timeout).Sub(workflow.Now(ctx))
+			if left <= 0 {
+				break
+			}
+			if decided, _ := workflow.AwaitWithTimeout(ctx, left, func() bool { return w.Decision != nil }); !decided {
+				break
+			}
+			// The Update's handler is recording the decision: the call
+			// goes (or not) once the ledger has it. A decision the ledger
+			// refused is taken back (Decision nil), and the wait goes on.
+			_ = workflow.Await(ctx, func() bool { return w.Recorded != nil || w.Decision == nil })
+		}
+		// Waiting for a human costs the run no wall clock.
+		r.budget.Raise(budget.Limits{Seconds: workflow.Now(ctx).Sub(start).Seconds()})
+		if r.budget.Limits.Seconds > 0 {
+			r.waits.book.GivenBack += workflow.Now(ctx).Sub(start).Seconds()
+		}
+		r.showProgress(ctx, agentsagatype.RunRunning, "after the approval wait of "+w.Call, r.note(ctx))
+	}
+	switch {
+	case ctx.Err() != nil:
+		c.refuse("cancelled while it waited for approval")
+		return false
+	case w.Recorded == nil && r.humans.deadlines(r.versions):
+		return a.pastDeadline(ctx, w)
+	case w.Recorded == nil:
+		return a.timedOut(ctx, w)
+	}
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
+	c.entry.Approval = fmt.Sprintf("%s by %s", w.Recorded.Status, w.Recorded.DecidedBy)
+	if w.Recorded.Status == agentsagatype.ApprovalApproved {
+		return true
+	}
+	denial := fmt.Sprintf("denied by %s: %s", w.Recorded.DecidedBy, w.Recorded.Reason)
+	r.humans.Denied[same] = denial
+	c.gateRefuse(denyApproval, "refused: "+denial+". It was not sent. Do not ask for this call again; carry on without it or say that it needs a human")
+	return false
+}
+
+// timedOut applies the spec's on_timeout to a call nobody decided
+// on: escalate, leaving the request open (a human may still decide, and
+// the model's next identical call picks the decision up), or end the run.
+func (a *approvalWait) timedOut(ctx workflow.Context, w *ApprovalWait) bool {
+	r, c, rule := a.tt.r, a.c, a.rule
+	waited := fmt.Sprintf("call %s of tool %s waited %s for approval (%s) and nobody decided", w.Call, w.Tool, w.Timeout, w.Why)
+	if rule.OnTimeout != agentsagatype.ApprovalTimeoutFail {
+		c.gateRefuse(denyApproval, "not sent: "+waited+". The request stays open; once the run resumes you may ask for the same call again")
+		c.escalation = "A call waits for approval: " + waited
+		return false
+	}
+	// Blocks a late Update: the ledger records the timeout first.
+	w.Decision = &wire.ApprovalDecision{Key: w.Key, Call: w.Call, By: "agentsaga", Reason: "nobody decided in time", TimedOut: true}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{ActivityID: activityid.Sub(w.Call, activityid.ApprovalTimer, 0), StartToCloseTimeout: 30 * time.Second})
+	var recorded agentsagatype.Approval
+	if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityDecideApproval), *w.Decision).Get(ctx, &recorded); err != nil {
+		workflow.GetLogger(ctx).Warn("could not record an approval's timeout", "call", w.Call, "error", err)
+	}
+	r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
+	c.gateRefuse(denyApproval, "not sent: "+waited)
+	c.ending = "the run ends: " + waited
+	return false
 }

@@ -70,7 +70,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 // listed): nothing was done, so there is nothing to roll back.
 func (r *run) failAtStart(ctx workflow.Context, reason string) (RunResult, error) {
 	result := r.end(agentsagatype.RunFailed, "", reason)
-	r.showProgress(ctx, result.Status, reason, r.RunBudget.Note(workflow.Now(ctx), nil))
+	r.showProgress(ctx, result.Status, reason, r.budget.Note(workflow.Now(ctx), nil))
 	finishCtx, _ := workflow.NewDisconnectedContext(ctx)
 	if err := r.bookkeeping(finishCtx, "run-finish", wire.ActivityRecordRunFinish, wire.RunFinish{
 		WorkflowID: r.workflowID, Outcome: agentsagatype.RunOutcome{Status: result.Status, Reason: reason},

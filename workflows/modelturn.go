@@ -18,14 +18,18 @@ import (
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
-// One model turn, from the note the model reads to the turn's trace entry;
-// its tool calls are in toolcalls.go. The turn goes to the spec's model or,
-// when that one is down, to each fallback in order (ask); each send is
-// admitted on its provider's quota and its account's spend cap, and waits
-// them out (sendInQuota); a turn every model refused waits out the open
-// breaker (run.parkBehindBreaker, parking.go), as a tool call does.
+// One model turn reads here and in waits.go, from the note the model
+// reads to the turn's trace entry (take); its tool calls are a toolTurn
+// (toolcalls.go). The turn goes to the spec's model or, when that one is
+// down, to each fallback in order (ask); each send is admitted on its
+// provider's quota and its account's spend cap, and waits them out
+// (sendInQuota, with the waits' meetSpendCap, waitForSpendCap and
+// waitOnce); a turn every model refused waits out the open breaker
+// (waits.parkBehindBreaker), as a tool call does.
 
-// modelTurn is one model turn in flight: its IDs and what its sends met.
+// modelTurn is one model turn in flight: it owns its IDs, its reply and
+// what its sends met; r is the run whose conversation, budget, book of
+// calls and trace the turn writes to.
 type modelTurn struct {
 	r                   *run
 	activityID, summary string
@@ -40,25 +44,26 @@ type modelTurn struct {
 	parked           parkedCall
 }
 
-// modelTurn makes step's model turn, offering defs (none, and the finishing
+// take makes step's model turn, offering defs (none, and the finishing
 // instructions, for a graceful finish): it writes what was pending to the
 // conversation, records the turn's trace entry, charges its leaf calls and
 // spends its tokens and price, and returns the reply, or the error that
 // ended the turn (a *modelParkedError or a *spendCapStop when the run
 // should ask a human or stop).
-func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
-	r.Stats.Calls++
-	note := r.RunBudget.Note(workflow.Now(ctx), r.openBreakers())
-	if account := r.accountNote(); account != "" {
+func (t *modelTurn) take(ctx workflow.Context, step int, defs []agentsagatype.ToolDef, finish bool) (agentsagatype.ModelTurn, error) {
+	r := t.r
+	r.calls.Stats.Calls++
+	note := r.note(ctx)
+	if account := r.waits.accountNote(); account != "" {
 		note += "\n" + account
 	}
-	if warning := r.Watchdog.note(); warning != "" {
+	if warning := r.watchdog.note(); warning != "" {
 		note += "\n" + warning
 	}
-	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.RunBudget.Limits.Steps), note)
+	r.showProgress(ctx, agentsagatype.RunRunning, fmt.Sprintf("Step %d of at most %d.", step, r.budget.Limits.Steps), note)
 	call := wire.ModelCall{
 		Model:        r.spec.Model,
-		Conversation: wire.Conversation{WorkflowID: r.workflowID, Append: r.Pending, Through: r.Seq},
+		Conversation: wire.Conversation{WorkflowID: r.workflowID, Append: r.conv.Pending, Through: r.conv.Seq},
 		Tools:        defs, Note: note, Finish: finish,
 		Retry: r.plan("model", modelDependency(r.spec.Model)),
 	}
@@ -73,7 +78,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		summary += ": graceful finish"
 		activityID = activityid.Finish(step)
 	}
-	t := &modelTurn{r: r, activityID: activityID, summary: summary}
+	t.activityID, t.summary = activityID, summary
 	turn := &t.reply
 	err := payload.Check("model call "+activityID, call)
 	if err == nil {
@@ -86,16 +91,16 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// out again under its first key.
 		call.Key = activityid.Key(r.workflowID, activityID)
 		what, dependency := "the model "+modelName, "model"
-		if models := r.turnModels(); len(models) > 1 {
+		if models := t.turnModels(); len(models) > 1 {
 			// ask notes each model as "model <target>": the wait
 			// notes the primary's under the same name.
 			what, dependency = fmt.Sprintf("the models %s", modelTargets(models)), "model "+model.Target()
 		}
-		err, *parked = r.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+		err, *parked = r.waits.parkBehindBreaker(ctx, what, "the model's", dependency, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
 			call.Retry = r.plan("model", call.Retry.Dependency)
 			call.Retry.Released = true
 			*turn = agentsagatype.ModelTurn{}
-			if len(r.turnModels()) == 1 {
+			if len(t.turnModels()) == 1 {
 				// One model: its send, as before fallbacks existed.
 				return t.sendInQuota(ctx, again, summary, call)
 			}
@@ -112,10 +117,10 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		}
 	}
 	if err == nil {
-		// The reply is message r.Seq now; what was pending is written.
-		r.Pending = nil
-		r.Seq++
-		r.ReadBack = r.ReadBack || turn.Shortened > 0 || turn.OmittedTurns > 0
+		// The reply is message r.conv.Seq now; what was pending is written.
+		r.conv.Pending = nil
+		r.conv.Seq++
+		r.conv.ReadBack = r.conv.ReadBack || turn.Shortened > 0 || turn.OmittedTurns > 0
 	}
 
 	entry := TraceEntry{Step: step, ActivityID: activityID, Kind: "model", Output: textclip.Preview(turn.Content), Note: note}
@@ -125,7 +130,7 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 		// AnsweredBy existed was the spec's model's.
 		entry.Model = cmp.Or(turn.AnsweredBy, model.Target())
 		r.ui.answeredBy = entry.Model
-		r.accountLeft = cmp.Or(turn.Account, r.accountLeft)
+		r.waits.accountLeft = cmp.Or(turn.Account, r.waits.accountLeft)
 	} else {
 		entry.Error = errorText(err)
 		entry.Attempts, entry.Denial = callFailure(err)
@@ -145,15 +150,15 @@ func (r *run) modelTurn(ctx workflow.Context, step int, defs []agentsagatype.Too
 	for _, c := range turn.ToolCalls {
 		entry.Output += fmt.Sprintf("\n-> %s %s", c.Name, clip(c.Arguments, 200))
 	}
-	r.charge("model", &entry)
+	r.calls.charge("model", &entry, r.budget, r.versions.parkOnOpenBreaker)
 	// The turn is priced at the model that answered it.
 	steps := 1
 	if entry.Denial == budget.DenySpendCap {
 		steps = 0 // the account could not pay for the turn: nothing was sent
 	}
-	r.RunBudget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
-		USD: r.spec.Prices.ModelUSD(r.modelNamed(entry.Model).Name, turn.Usage)})
-	r.record(entry)
+	r.budget.Spend(budget.Usage{Steps: steps, Tokens: turn.Usage.Total(),
+		USD: r.spec.Prices.ModelUSD(t.modelNamed(entry.Model).Name, turn.Usage)})
+	r.trace.record(entry)
 	return *turn, err
 }
 
@@ -167,27 +172,6 @@ type quotaWaits struct {
 	leafCalls int
 }
 
-// turnModels are the models a turn may go to, in order: the spec's model,
-// then its fallbacks (model.fallbacks, from agentsaga-commands 2).
-func (r *run) turnModels() []agentsagatype.ModelSpec {
-	models := []agentsagatype.ModelSpec{r.spec.Model}
-	if r.versions.modelFallbacks {
-		models = append(models, r.spec.Model.Fallbacks...)
-	}
-	return models
-}
-
-// modelNamed is the turn model whose Target is target; the spec's model
-// when none is (a turn answered before AnsweredBy was stored).
-func (r *run) modelNamed(target string) agentsagatype.ModelSpec {
-	for _, m := range r.turnModels() {
-		if m.Target() == target {
-			return m
-		}
-	}
-	return r.spec.Model
-}
-
 // ask sends a turn to the first of its models whose circuit breaker
 // does not refuse it: the spec's model, then each fallback in order, each
 // under activity ID <activityID>/fallback-N but all under the turn's first
@@ -198,7 +182,7 @@ func (r *run) modelNamed(target string) agentsagatype.ModelSpec {
 // refused the turn.
 func (t *modelTurn) ask(ctx workflow.Context, activityID string, call wire.ModelCall, turn *agentsagatype.ModelTurn) (err error) {
 	r, summary := t.r, t.summary
-	models := r.turnModels()
+	models := t.turnModels()
 	for i, model := range models {
 		id, send, what := activityID, call, summary
 		if i > 0 {
@@ -220,9 +204,9 @@ func (t *modelTurn) ask(ctx workflow.Context, activityID string, call wire.Model
 		if len(models) > 1 {
 			// The note names each model that is down, and since when.
 			if refused {
-				r.markOpen("model "+model.Target(), failure.OpenSince)
+				r.calls.markOpen("model "+model.Target(), failure.OpenSince)
 			} else {
-				r.markClosed("model " + model.Target())
+				r.calls.markClosed("model " + model.Target())
 			}
 		}
 		if !refused || i == len(models)-1 {
@@ -246,15 +230,6 @@ func modelTargets(models []agentsagatype.ModelSpec) string {
 		targets[i] = m.Target()
 	}
 	return strings.Join(targets, ", then ")
-}
-
-// sendModelTurn schedules a model turn under activityID: its first send
-// and each send after waiting for the model's breaker.
-func (r *run) sendModelTurn(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
-	call.Spend = r.spendPlan(call.Model) // each model at its own price
-	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
-	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
-	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallModel), call)
 }
 
 // modelParkedError is a model turn that waited for the model's open
@@ -283,24 +258,24 @@ func (e *modelParkedError) Unwrap() error { return e.err }
 func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
 	r := t.r
 	if !r.versions.quotaWaits {
-		return r.sendModelTurn(ctx, activityID, summary, call)
+		return t.sendModelTurn(ctx, activityID, summary, call)
 	}
 	call.Quota = true
 	sent, settle := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var turn agentsagatype.ModelTurn
-		err := r.sendModelTurn(ctx, activityID, summary, call).Get(ctx, &turn)
+		err := t.sendModelTurn(ctx, activityID, summary, call).Get(ctx, &turn)
 		what, note := "the model "+call.Model.Target(), call.Note
 		waited := 0
 		for n := 1; ; n++ {
 			if capped, ok := spendRefusalIn(err); ok {
-				back, stop := r.meetSpendCap(capped, err, workflow.Now(ctx), n)
+				back, stop := r.waits.meetSpendCap(capped, err, workflow.Now(ctx), n)
 				if stop != nil {
 					err = stop
 					break
 				}
 				waited++
-				if timerErr := r.waitForSpendCap(ctx, capped, activityID, back, n); timerErr != nil {
+				if timerErr := r.waits.waitForSpendCap(ctx, capped, activityID, back, n); timerErr != nil {
 					err = timerErr // cancelled while waiting: nothing was sent
 					break
 				}
@@ -310,7 +285,7 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 				call.Note = fmt.Sprintf("%s\nThe spend cap of account %s ($%.2f %s) held this turn back until %s.",
 					note, capped.Account, capped.USD, wire.SpendPer(capped.Period), back.UTC().Format("15:04:05 UTC"))
 				turn = agentsagatype.ModelTurn{}
-				err = r.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterSpend, n), summary, call).Get(ctx, &turn)
+				err = t.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterSpend, n), summary, call).Get(ctx, &turn)
 				continue
 			}
 			refusal, refused := quotaRefusal(err)
@@ -327,10 +302,10 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 				wait = max(refusal.RetryAt.Sub(now), minimumPark)
 			}
 			back := now.Add(wait)
-			if r.RunBudget.ShouldFinish(back) {
+			if r.budget.ShouldFinish(back) {
 				why := fmt.Sprintf("The quota of %s has no room until %s, and the run's budget cannot afford the wait",
 					what, back.UTC().Format(time.RFC3339))
-				r.Waits.stoppedWaiting(why, "the quota of "+what)
+				r.waits.book.stoppedWaiting(why, "the quota of "+what)
 				err = &modelParkedError{err: err, why: why}
 				break
 			}
@@ -339,7 +314,7 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 			waited++
 			t.quota.waits++
 			t.quota.waited += wait
-			if timerErr := r.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
+			if timerErr := r.waits.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
 				details: note + "\n" + waiting, summary: "waiting for the quota of " + what, cause: "the quota of " + what}, n); timerErr != nil {
 				err = timerErr // cancelled while waiting: nothing was sent
 				break
@@ -350,7 +325,7 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 			call.Note = fmt.Sprintf("%s\nThe provider's rate limit held this turn back %s (until %s).",
 				note, t.quota.waited.Round(time.Second), back.UTC().Format("15:04:05 UTC"))
 			turn = agentsagatype.ModelTurn{}
-			err = r.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterQuota, n), summary, call).Get(ctx, &turn)
+			err = t.sendModelTurn(ctx, activityid.Sub(activityID, activityid.AfterQuota, n), summary, call).Get(ctx, &turn)
 		}
 		if waited > 0 && !temporal.IsCanceledError(err) {
 			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
@@ -365,4 +340,50 @@ func (t *modelTurn) sendInQuota(ctx workflow.Context, activityID, summary string
 func quotaRefusal(err error) (wire.CallFailure, bool) {
 	failure, ok := callFailureIn(err)
 	return failure, ok && failure.Denial == budget.DenyQuota
+}
+
+// turnModels are the models a turn may go to, in order: the spec's model,
+// then its fallbacks (model.fallbacks, from agentsaga-commands 2).
+func (t *modelTurn) turnModels() []agentsagatype.ModelSpec {
+	r := t.r
+	models := []agentsagatype.ModelSpec{r.spec.Model}
+	if r.versions.modelFallbacks {
+		models = append(models, r.spec.Model.Fallbacks...)
+	}
+	return models
+}
+
+// modelNamed is the turn model whose Target is target; the spec's model
+// when none is (a turn answered before AnsweredBy was stored).
+func (t *modelTurn) modelNamed(target string) agentsagatype.ModelSpec {
+	r := t.r
+	for _, m := range t.turnModels() {
+		if m.Target() == target {
+			return m
+		}
+	}
+	return r.spec.Model
+}
+
+// sendModelTurn schedules a model turn under activityID: its first send
+// and each send after waiting for the model's breaker.
+func (t *modelTurn) sendModelTurn(ctx workflow.Context, activityID, summary string, call wire.ModelCall) workflow.Future {
+	r := t.r
+	call.Spend = t.spendPlan(call.Model) // each model at its own price
+	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, 2*time.Minute, summary))
+	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(2*time.Minute))
+	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallModel), call)
+}
+
+// spendPlan is what a turn on model m needs to reserve on the run's
+// account, or nil when the run has none.
+func (t *modelTurn) spendPlan(m agentsagatype.ModelSpec) *wire.SpendPlan {
+	r := t.r
+	if !r.versions.spendCaps || r.spec.Budget.Account == "" {
+		return nil
+	}
+	price := r.spec.Prices.Models[m.Name]
+	return &wire.SpendPlan{Account: r.spec.Budget.Account, InputPerMillion: price.InputPerMillion,
+		OutputPerMillion: price.OutputPerMillion, CachedInputPerMillion: price.CachedInputPerMillion,
+		CacheWritePerMillion: price.CacheWritePerMillion}
 }

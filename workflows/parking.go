@@ -2,10 +2,8 @@ package workflows
 
 import (
 	"cmp"
-	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
@@ -165,80 +163,26 @@ func WaitOutBreaker(ctx workflow.Context, err error, w BreakerWait, send func(ct
 	}
 }
 
-// waitOutBreaker is WaitOutBreaker for one of the run's tool calls: the
-// wait is bounded by escalate.after_breaker_open_seconds and the run's
-// budget, shows in the UI and the ledger while it lasts, and a call that
-// stops waiting carries why a human is asked.
-func (r *run) waitOutBreaker(ctx workflow.Context, activityID string, tool agentsagatype.ToolSpec, call agentsagatype.ToolCall,
-	request wire.ToolCallRequest, err error, result *wire.ToolResult) (error, parkedCall) {
-	request.Key = activityid.Key(r.workflowID, activityID)
-	r.markOpen(call.Name, time.Time{})
-	return r.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
-		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
-		request.Retry.Released = true
-		*result = wire.ToolResult{}
-		return r.sendToolCall(ctx, again, call, request)
-	}, result)
-}
-
-// parkBehindBreaker waits out the open breaker that refused one of the
-// run's calls, sending it again under activity ID
-// <activityID>/after-breaker-N. what names the call in the UI and to a
-// human ("tool crm"), whose the breaker in its timer's summary ("crm's"),
-// and dependency its entry in the model's note of open breakers.
-func (r *run) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, activityID string, err error,
-	send func(ctx workflow.Context, again string) workflow.Future, result any) (error, parkedCall) {
-	limit := time.Duration(r.spec.Escalate.AfterBreakerOpenSeconds) * time.Second
-	start := workflow.Now(ctx)
-	err, out := WaitOutBreaker(ctx, err, BreakerWait{
-		Limit:           limit,
-		Affordable:      func(back time.Time) bool { return !r.RunBudget.ShouldFinish(back) },
-		ForgetOpenSince: !r.versions.keepOpenSince,
-		WakeAtLimit:     r.versions.wakeAtLimit,
-		Summary:         clip("parked: "+whose+" breaker is open", 100),
-		Parked: func(n int, since, back time.Time) {
-			r.markOpen(dependency, since)
-			waiting := fmt.Sprintf("waiting for %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
-				what, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
-			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.RunBudget.Note(workflow.Now(ctx), r.openBreakers()))
-			if n == 1 {
-				r.setStatus(ctx, agentsagatype.RunRunning, waiting)
-			}
-		},
-	}, func(ctx workflow.Context, n int) workflow.Future {
-		return send(ctx, activityid.Sub(activityID, activityid.AfterBreaker, n))
-	}, result)
-	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
-	if out.Parks > 0 {
-		r.Waits.add(what, start, workflow.Now(ctx), out.Parks, cmp.Or(out.OpenSince, out.Since))
-	}
-	switch out.Stopped {
-	case StoppedNoWait:
-		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open: the dependency is down", what)
-	case StoppedLimit:
-		since := out.Since
-		if !out.OpenSince.IsZero() {
-			since = out.OpenSince
-		}
-		parked.escalation = fmt.Sprintf("The circuit breaker for %s has been open for %s, and the call waits at most %s (escalate.after_breaker_open_seconds)",
-			what, workflow.Now(ctx).Sub(since).Round(time.Second), limit)
-	case StoppedBudget:
-		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open until %s, and the run's budget cannot afford the wait",
-			what, out.Back.UTC().Format(time.RFC3339))
-	default:
-		if out.Parks > 0 && !temporal.IsCanceledError(err) {
-			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
-		}
-	}
-	if parked.escalation != "" {
-		r.Waits.stoppedWaiting(parked.escalation, what)
-	}
-	return err, parked
-}
-
 // openBreakerRefusal is the retry hook's CircuitOpen denial in err, when
 // that is what err is.
 func openBreakerRefusal(err error) (wire.CallFailure, bool) {
 	failure, ok := callFailureIn(err)
 	return failure, ok && failure.Denial == budget.DenyCircuitOpen
+}
+
+// waitOutBreaker is WaitOutBreaker for one of the run's tool calls: the
+// wait is bounded by escalate.after_breaker_open_seconds and the run's
+// budget, shows in the UI and the ledger while it lasts, and a call that
+// stops waiting carries why a human is asked.
+func (tt *toolTurn) waitOutBreaker(ctx workflow.Context, activityID string, tool agentsagatype.ToolSpec, call agentsagatype.ToolCall,
+	request wire.ToolCallRequest, err error, result *wire.ToolResult) (error, parkedCall) {
+	r := tt.r
+	request.Key = activityid.Key(r.workflowID, activityID)
+	r.calls.markOpen(call.Name, time.Time{})
+	return r.waits.parkBehindBreaker(ctx, "tool "+call.Name, call.Name+"'s", call.Name, activityID, err, func(ctx workflow.Context, again string) workflow.Future {
+		request.Retry = r.plan(tool.Name, request.Retry.Dependency)
+		request.Retry.Released = true
+		*result = wire.ToolResult{}
+		return tt.sendToolCall(ctx, again, call, request)
+	}, result)
 }

@@ -236,7 +236,7 @@ func RollbackRun(ctx workflow.Context, in wire.RollbackRequest) (RunResult, erro
 		if err := r.registerQueries(ctx); err != nil {
 			return RunResult{}, err
 		}
-		if err := r.registerUpdates(ctx); err != nil {
+		if err := r.humans.registerUpdates(ctx); err != nil {
 			return RunResult{}, err
 		}
 		r.showProgress(ctx, agentsagatype.RunTerminated, "The run ended outside the engine: "+reason, "walking its compensation stack")

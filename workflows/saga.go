@@ -47,12 +47,6 @@ func (r *run) rollback(ctx workflow.Context, reason, answer, handoff string) Run
 	return r.unwind(ctx, false, reason, answer, handoff)
 }
 
-// fail ends a run that failed (rather than being cancelled or aborted):
-// rolled back, and failed when there was nothing to undo.
-func (r *run) fail(ctx workflow.Context, reason string) RunResult {
-	return r.unwind(ctx, true, reason, r.LastContent, "")
-}
-
 func (r *run) unwind(ctx workflow.Context, failed bool, reason, answer, handoff string) RunResult {
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	report, err := compensation.Walk(ctx, &sagaRunner{run: r})
@@ -140,15 +134,15 @@ func (s *sagaRunner) Run(ctx workflow.Context, c agentsagatype.Compensation, arg
 		Arguments: clip(arguments, textclip.PreviewBytes), Output: result.Output, Digest: result.Digest, Attempts: max(result.Attempt, 1)}
 	switch failed := classify(err); {
 	case err == nil:
-		s.run.record(entry)
+		s.run.trace.record(entry)
 		return agentsagatype.CompensationDone, nil
 	case failed.nothingToUndo:
 		entry.Output = "nothing to undo: " + failed.message
-		s.run.record(entry)
+		s.run.trace.record(entry)
 		return agentsagatype.CompensationNotNeeded, nil
 	}
 	entry.Error = errorText(err)
-	s.run.record(entry)
+	s.run.trace.record(entry)
 	return "", err
 }
 
@@ -160,7 +154,7 @@ func (s *sagaRunner) Settle(ctx workflow.Context, c agentsagatype.Compensation, 
 
 func (s *sagaRunner) Escalate(ctx workflow.Context, c agentsagatype.Compensation, err error) compensation.Decision {
 	why := fmt.Sprintf("The compensation of `%s` (%s) still fails after its retries: %s", c.ForwardKey, c.Tool, errorText(err))
-	in := s.run.waitForHuman(ctx, waitingCompensation, agentsagatype.RunNeedsAttention, why,
+	in := s.run.humans.waitForHuman(ctx, s.run, s.run.note, waitingCompensation, agentsagatype.RunNeedsAttention, why,
 		"Update `retry`, `skip` {reason} or `abort` {reason}", 0)
 	if in == nil {
 		return compensation.Decision{Action: UpdateAbort}

@@ -18,18 +18,53 @@ import (
 // sub-agent call gets when its AgentSpec does not say.
 const defaultShare = 0.25
 
+// childResult reads a finished sub-agent: its result whether it succeeded
+// or failed (a failed child has compensated its own actions already).
+func childResult(err error, result RunResult) (RunResult, error) {
+	if err == nil {
+		return result, nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == ErrTypeRunFailed && appErr.Details(&result) == nil {
+		return result, fmt.Errorf("sub-agent failed: %s", result.Reason)
+	}
+	return result, err
+}
+
+// childOutput is what the parent's model reads from a sub-agent.
+func childOutput(child RunResult) string {
+	out := fmt.Sprintf("sub-agent %s: %s", child.Status, child.Answer)
+	if child.HandoffNote != "" {
+		out += "\nhandoff note: " + child.HandoffNote
+	}
+	return out
+}
+
+// startChild starts a sub-agent as a child workflow whose ID extends the
+// call's activity ID, so its idempotency keys are namespaced under the
+// parent's and its ledger rows link to the parent run.
+func (tt *toolTurn) startChild(ctx workflow.Context, activityID string, spec RunSpec) workflow.Future {
+	r := tt.r
+	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:    activityid.Key(r.workflowID, activityID), // the child is the call
+		StaticSummary: clip("sub-agent: "+spec.Goal, 200),
+	})
+	return workflow.ExecuteChildWorkflow(ctx, AgentRun, spec)
+}
+
 // childSpec builds a sub-agent's run: its budget is granted out of what
 // the parent has left after the grants it already handed out
 // (runbudget.RunBudget.Grant), so parallel sub-agents never add up to more
 // than the parent had; the deadline is the parent's. It returns the spec
 // and the limits to reserve once the child starts.
-func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.Limits, error) {
+func (tt *toolTurn) childSpec(now time.Time, name, arguments string) (RunSpec, budget.Limits, error) {
+	r := tt.r
 	agent := r.spec.Agents[name]
 	share := agent.Share
 	if share == 0 {
 		share = defaultShare
 	}
-	limits, err := r.RunBudget.Grant(now, share)
+	limits, err := r.budget.Grant(now, share)
 	if err != nil {
 		return RunSpec{}, budget.Limits{}, fmt.Errorf("sub-agent %s: %w", name, err)
 	}
@@ -63,49 +98,17 @@ func (r *run) childSpec(now time.Time, name, arguments string) (RunSpec, budget.
 	return child, limits, nil
 }
 
-// startChild starts a sub-agent as a child workflow whose ID extends the
-// call's activity ID, so its idempotency keys are namespaced under the
-// parent's and its ledger rows link to the parent run.
-func (r *run) startChild(ctx workflow.Context, activityID string, spec RunSpec) workflow.Future {
-	ctx = workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:    activityid.Key(r.workflowID, activityID), // the child is the call
-		StaticSummary: clip("sub-agent: "+spec.Goal, 200),
-	})
-	return workflow.ExecuteChildWorkflow(ctx, AgentRun, spec)
-}
-
-// childResult reads a finished sub-agent: its result whether it succeeded
-// or failed (a failed child has compensated its own actions already).
-func childResult(err error, result RunResult) (RunResult, error) {
-	if err == nil {
-		return result, nil
-	}
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == ErrTypeRunFailed && appErr.Details(&result) == nil {
-		return result, fmt.Errorf("sub-agent failed: %s", result.Reason)
-	}
-	return result, err
-}
-
 // absorb adds a finished sub-agent's spending to the parent's counters and
 // releases its reservation: the parent's counters are the true total.
-func (r *run) absorb(reservation runbudget.Reservation, child RunResult) {
-	r.RunBudget.Release(reservation, child.Usage)
-	r.Stats.Calls += child.Retries.Calls
-	r.Stats.Retries += child.Retries.Retries
+func (tt *toolTurn) absorb(reservation runbudget.Reservation, child RunResult) {
+	r := tt.r
+	r.budget.Release(reservation, child.Usage)
+	r.calls.Stats.Calls += child.Retries.Calls
+	r.calls.Stats.Retries += child.Retries.Retries
 	for tool, n := range child.Retries.ToolRetries {
-		r.Stats.ToolRetries[tool] += n
+		r.calls.Stats.ToolRetries[tool] += n
 	}
 	for denial, n := range child.Retries.Denials {
-		r.Stats.Denials[denial] += n
+		r.calls.Stats.Denials[denial] += n
 	}
-}
-
-// childOutput is what the parent's model reads from a sub-agent.
-func childOutput(child RunResult) string {
-	out := fmt.Sprintf("sub-agent %s: %s", child.Status, child.Answer)
-	if child.HandoffNote != "" {
-		out += "\nhandoff note: " + child.HandoffNote
-	}
-	return out
 }

@@ -52,6 +52,14 @@ const (
 	routeAgent
 )
 
+// toolTurn is one turn's tool calls, in call order, from the model's
+// requests to the results queued for the next turn. r is the run whose
+// budget, conversation, book of calls and trace they charge.
+type toolTurn struct {
+	r     *run
+	calls []*toolCall
+}
+
 // toolCall is one tool call of a turn, from the model's request to the
 // result the model reads.
 type toolCall struct {
@@ -97,14 +105,44 @@ type toolCall struct {
 	newArguments, readOnly bool
 }
 
-// toolCalls runs one turn's tool calls and queues their results, in call
+// changedTheWorld says whether a settled call is a new effect: it
+// succeeded, with arguments the run had not used before, on a tool that
+// is not read_only (a sub-agent included: it may change the world). The
+// watchdog counts it as progress whatever it answered.
+func (c *toolCall) changedTheWorld() bool {
+	return c.newArguments && !c.readOnly && c.entry.Error == "" && (c.route == routeTool || c.route == routeAgent)
+}
+
+// --- plan ---
+
+// refuse ends a call in plan: the model reads why, and nothing is sent.
+func (c *toolCall) refuse(why string) *toolCall {
+	c.route, c.entry.Error = routeRefused, why
+	return c
+}
+
+// messageRef is the call's place in the conversation, where its activity
+// writes a successful output.
+func (c *toolCall) messageRef() wire.MessageRef {
+	return wire.MessageRef{Seq: c.seq, ToolCallID: c.call.ID, Name: c.call.Name}
+}
+
+// --- send ---
+
+// --- settle ---
+
+// --- record ---
+
+// run runs one turn's tool calls and queues their results, in call
 // order, for the model to read. Its outcome is, first to last: the run
 // fails (a call's ending), stops on a spend cap, asks a human (the first
 // call that asks says why), or the watchdog finds it stuck.
-func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) turnOutcome {
-	first := r.Seq
-	r.Seq += len(calls)
-	turn := make([]*toolCall, len(calls))
+func (tt *toolTurn) run(ctx workflow.Context, step int, calls []agentsagatype.ToolCall) turnOutcome {
+	r := tt.r
+	first := r.conv.Seq
+	r.conv.Seq += len(calls)
+	tt.calls = make([]*toolCall, len(calls))
+	turn := tt.calls
 	ends := ""
 	for i, call := range calls {
 		if ends != "" {
@@ -114,17 +152,17 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 				entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, textclip.PreviewBytes)}}).refuse("not sent: " + ends)
 			continue
 		}
-		turn[i] = r.planCall(ctx, step, i+1, first+i, call)
+		turn[i] = tt.planCall(ctx, step, i+1, first+i, call)
 		if r.versions.approvals && turn[i].route == routeTool {
-			r.gateCall(ctx, turn[i])
+			tt.gateCall(ctx, turn[i])
 		}
-		r.sendCall(ctx, turn[i])
-		if r.deadlines() && turn[i].ending != "" {
+		tt.sendCall(ctx, turn[i])
+		if r.humans.deadlines(r.versions) && turn[i].ending != "" {
 			ends = turn[i].ending
 		}
 	}
 	if r.versions.giveUpsTogether {
-		r.settleSideBySide(ctx, turn)
+		tt.settleSideBySide(ctx, turn)
 	}
 	entries := make([]TraceEntry, len(turn))
 	effects := make([]bool, len(turn))
@@ -133,16 +171,16 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 	var capped *spendCapStop
 	for i, c := range turn {
 		if !c.settled {
-			r.settleCall(ctx, c) // a sub-agent; on the old path, every call
+			tt.settleCall(ctx, c) // a sub-agent; on the old path, every call
 		}
-		why := r.recordCall(c)
+		why := tt.recordCall(c)
 		if why == "" {
 			why = c.escalation
 		}
 		if escalation == "" {
 			escalation = why // the first call that asks for a human says why
 		}
-		if c.ending != "" && (ending == "" || !r.deadlines()) {
+		if c.ending != "" && (ending == "" || !r.humans.deadlines(r.versions)) {
 			ending, aborted = c.ending, c.aborted // on the old path, the last call's
 		}
 		if stop := (*spendCapStop)(nil); errors.As(c.spendStop, &stop) {
@@ -151,8 +189,8 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 		entries[i] = c.entry
 		effects[i] = c.changedTheWorld()
 	}
-	r.record(entries...)
-	stuck := r.Watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
+	r.trace.record(entries...)
+	stuck := r.watchdog.endTurn(entries, effects, r.versions.outageAwareWatchdog)
 	switch {
 	case ending != "" && aborted:
 		return turnOutcome{end: endAborted, why: ending}
@@ -170,59 +208,51 @@ func (r *run) toolCalls(ctx workflow.Context, step int, calls []agentsagatype.To
 	return turnOutcome{}
 }
 
-// changedTheWorld says whether a settled call is a new effect: it
-// succeeded, with arguments the run had not used before, on a tool that
-// is not read_only (a sub-agent included: it may change the world). The
-// watchdog counts it as progress whatever it answered.
-func (c *toolCall) changedTheWorld() bool {
-	return c.newArguments && !c.readOnly && c.entry.Error == "" && (c.route == routeTool || c.route == routeAgent)
-}
-
-// --- plan ---
-
 // planCall checks the n-th call of a turn (from 1) and prepares it. What
 // the workflow can check itself (a tool it knows, arguments that are
 // JSON, a budget to share, a payload within bounds) it checks here, so a
 // malformed call never becomes an activity and nothing reaches the ledger.
-func (r *run) planCall(ctx workflow.Context, step, n, seq int, call agentsagatype.ToolCall) *toolCall {
+func (tt *toolTurn) planCall(ctx workflow.Context, step, n, seq int, call agentsagatype.ToolCall) *toolCall {
+	r := tt.r
 	c := &toolCall{call: call, seq: seq, activityID: activityid.Tool(step, n, call.Name),
 		entry: TraceEntry{Step: step, Kind: "tool", Tool: call.Name, Arguments: clip(call.Arguments, textclip.PreviewBytes)}}
-	if call.Name == wire.ReadResultTool && r.ReadBack {
-		r.Stats.Calls++
+	if call.Name == wire.ReadResultTool && r.conv.ReadBack {
+		r.calls.Stats.Calls++
 		c.route, c.entry.ActivityID = routeReadBack, c.activityID
 		return c
 	}
 	tool, ok := r.spec.tool(call.Name)
 	if !ok {
-		return c.refuse(fmt.Sprintf("the model asked for unknown tool %q; the tools are: %s", call.Name, r.toolNames()))
+		return c.refuse(fmt.Sprintf("the model asked for unknown tool %q; the tools are: %s", call.Name, r.spec.toolNames()))
 	}
 	if !json.Valid([]byte(call.Arguments)) {
 		return c.refuse(fmt.Sprintf("the arguments for tool %q are not valid JSON: %s", call.Name, clip(call.Arguments, 200)))
 	}
-	if r.Watchdog.voluntaryRetry(call.Name, call.Arguments) {
+	if r.watchdog.voluntaryRetry(call.Name, call.Arguments) {
 		// The model retried by choice: counted and charged as a retry.
-		r.Stats.Retries++
-		r.Stats.ToolRetries[call.Name]++
+		r.calls.Stats.Retries++
+		r.calls.Stats.ToolRetries[call.Name]++
 	} else {
 		c.newArguments = true
 	}
 	c.readOnly = tool.ReadOnly
 	// Counted before its request is built: the run's retry allowance
 	// (plan) includes this turn's calls so far.
-	r.Stats.Calls++
+	r.calls.Stats.Calls++
 	c.entry.ActivityID = c.activityID
 	if tool.Kind == agentsagatype.ToolKindAgent {
-		return r.planAgent(ctx, c)
+		return tt.planAgent(ctx, c)
 	}
-	return r.planTool(c, tool)
+	return tt.planTool(c, tool)
 }
 
 // planTool builds a tool call's request: the retry allowance it may spend,
 // where its output goes in the conversation, and its undo, when it has one.
-func (r *run) planTool(c *toolCall, tool agentsagatype.ToolSpec) *toolCall {
+func (tt *toolTurn) planTool(c *toolCall, tool agentsagatype.ToolSpec) *toolCall {
+	r := tt.r
 	record := c.messageRef()
 	request := wire.ToolCallRequest{Tool: tool, Arguments: c.call.Arguments, Retry: r.plan(tool.Name, "tool:"+tool.Name), Record: &record,
-		Spend: r.toolSpend(tool.Name)}
+		Spend: tt.toolSpend(tool.Name)}
 	if tool.Compensate != nil {
 		request.Compensation = &wire.CompensationRequest{Tool: tool.Compensate.Tool, ArgumentsTemplate: string(tool.Compensate.Arguments)}
 	}
@@ -237,8 +267,9 @@ func (r *run) planTool(c *toolCall, tool agentsagatype.ToolSpec) *toolCall {
 // planAgent builds a sub-agent's run and reserves its share of the
 // parent's budget at once, so the next sub-agent of the same turn is
 // granted only what is left (runbudget.RunBudget.Grant and Reserve).
-func (r *run) planAgent(ctx workflow.Context, c *toolCall) *toolCall {
-	spec, granted, err := r.childSpec(workflow.Now(ctx), c.call.Name, c.call.Arguments)
+func (tt *toolTurn) planAgent(ctx workflow.Context, c *toolCall) *toolCall {
+	r := tt.r
+	spec, granted, err := tt.childSpec(workflow.Now(ctx), c.call.Name, c.call.Arguments)
 	if err != nil {
 		return c.refuse(err.Error())
 	}
@@ -246,39 +277,26 @@ func (r *run) planAgent(ctx workflow.Context, c *toolCall) *toolCall {
 		return c.refuse(errorText(err))
 	}
 	c.route, c.entry.Kind, c.child = routeAgent, "agent", spec
-	c.reservation = r.RunBudget.Reserve(granted)
+	c.reservation = r.budget.Reserve(granted)
 	return c
 }
-
-// refuse ends a call in plan: the model reads why, and nothing is sent.
-func (c *toolCall) refuse(why string) *toolCall {
-	c.route, c.entry.Error = routeRefused, why
-	return c
-}
-
-// messageRef is the call's place in the conversation, where its activity
-// writes a successful output.
-func (c *toolCall) messageRef() wire.MessageRef {
-	return wire.MessageRef{Seq: c.seq, ToolCallID: c.call.ID, Name: c.call.Name}
-}
-
-// --- send ---
 
 // sendCall schedules a planned call's activity, or starts its sub-agent.
-func (r *run) sendCall(ctx workflow.Context, c *toolCall) {
+func (tt *toolTurn) sendCall(ctx workflow.Context, c *toolCall) {
 	switch c.route {
 	case routeReadBack:
-		c.future = r.readResult(ctx, c.activityID, c.call, c.messageRef())
+		c.future = tt.readResult(ctx, c.activityID, c.call, c.messageRef())
 	case routeTool:
-		c.future = r.sendToolCall(ctx, c.activityID, c.call, c.request)
+		c.future = tt.sendToolCall(ctx, c.activityID, c.call, c.request)
 	case routeAgent:
-		c.future = r.startChild(ctx, c.activityID, c.child)
+		c.future = tt.startChild(ctx, c.activityID, c.child)
 	}
 }
 
 // readResult reads a shortened output back whole into the conversation, as
 // the result of the model's read_result call.
-func (r *run) readResult(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, record wire.MessageRef) workflow.Future {
+func (tt *toolTurn) readResult(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, record wire.MessageRef) workflow.Future {
+	r := tt.r
 	var args struct {
 		Key string `json:"key"`
 	}
@@ -291,20 +309,28 @@ func (r *run) readResult(ctx workflow.Context, activityID string, call agentsaga
 		WorkflowID: r.workflowID, Key: args.Key, Record: record})
 }
 
-// --- settle ---
+// sendToolCall schedules a tool call under activityID: its first send and
+// each send after waiting for the tool's breaker.
+func (tt *toolTurn) sendToolCall(ctx workflow.Context, activityID string, call agentsagatype.ToolCall, request wire.ToolCallRequest) workflow.Future {
+	r := tt.r
+	timeout := request.Tool.Timeout()
+	actx := workflow.WithActivityOptions(ctx, r.activityOptions(ctx, activityID, timeout, clip(call.Name+" "+call.Arguments, 100)))
+	actx = workflow.WithHeartbeatTimeout(actx, heartbeatTimeout(timeout))
+	return workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityCallTool), request)
+}
 
 // settleSideBySide settles the turn's activities each in a coroutine of
 // its own, so the give-ups of calls that failed together run together
 // rather than one straggler's lease after another's. Sub-agents are left
-// to toolCalls, which waits for them in call order.
-func (r *run) settleSideBySide(ctx workflow.Context, turn []*toolCall) {
+// to toolTurn.run, which waits for them in call order.
+func (tt *toolTurn) settleSideBySide(ctx workflow.Context, turn []*toolCall) {
 	settling := workflow.NewWaitGroup(ctx)
 	for _, c := range turn {
 		if c.route == routeTool || c.route == routeReadBack {
 			settling.Add(1)
 			workflow.Go(ctx, func(ctx workflow.Context) {
 				defer settling.Done()
-				r.settleCall(ctx, c)
+				tt.settleCall(ctx, c)
 			})
 		}
 	}
@@ -312,10 +338,10 @@ func (r *run) settleSideBySide(ctx workflow.Context, turn []*toolCall) {
 }
 
 // settleCall waits for a sent call and reads its outcome.
-func (r *run) settleCall(ctx workflow.Context, c *toolCall) {
+func (tt *toolTurn) settleCall(ctx workflow.Context, c *toolCall) {
 	switch c.route {
 	case routeReadBack, routeTool:
-		r.settleActivity(ctx, c)
+		tt.settleActivity(ctx, c)
 	case routeAgent:
 		// A failed sub-agent has compensated its own actions already:
 		// its result is read either way.
@@ -330,20 +356,21 @@ func (r *run) settleCall(ctx workflow.Context, c *toolCall) {
 // tool call that failed in a way that may have claimed its key is given
 // up: the key is fenced before the model hears "failed", and an attempt
 // that did the work after all makes the call a success.
-func (r *run) settleActivity(ctx workflow.Context, c *toolCall) {
+func (tt *toolTurn) settleActivity(ctx workflow.Context, c *toolCall) {
+	r := tt.r
 	c.err = c.future.Get(ctx, &c.result)
 	if c.route == routeReadBack {
 		return // it only reads the ledger: no breaker to wait for, no key to fence
 	}
 	if _, refused := openBreakerRefusal(c.err); refused && r.versions.parkOnOpenBreaker {
 		tool, _ := r.spec.tool(c.call.Name)
-		c.err, c.parked = r.waitOutBreaker(ctx, c.activityID, tool, c.call, c.request, c.err, &c.result)
+		c.err, c.parked = tt.waitOutBreaker(ctx, c.activityID, tool, c.call, c.request, c.err, &c.result)
 	}
 	if _, refused := spendRefusalIn(c.err); refused && r.versions.toolSpend {
-		c.err = r.waitForToolSpend(ctx, c)
+		c.err = tt.waitForToolSpend(ctx, c)
 	}
 	if c.err != nil && classify(c.err).mayHaveClaimed() && ctx.Err() == nil {
-		c.gaveUp = r.giveUp(ctx, c.activityID, c.call)
+		c.gaveUp = tt.giveUp(ctx, c.activityID, c.call)
 		if c.gaveUp.Status == agentsagatype.ActionCompleted {
 			c.err = nil
 			c.result = wire.ToolResult{Output: c.gaveUp.Preview, Digest: c.gaveUp.Digest, Replayed: true, Attempt: c.gaveUp.LeafCalls}
@@ -356,7 +383,8 @@ func (r *run) settleActivity(ctx workflow.Context, c *toolCall) {
 // key (at most that attempt's own timeout), and retries while the ledger
 // is unreachable: the model must not hear "failed" before the key is
 // fenced.
-func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype.ToolCall) wire.GaveUp {
+func (tt *toolTurn) giveUp(ctx workflow.Context, activityID string, call agentsagatype.ToolCall) wire.GaveUp {
+	r := tt.r
 	tool, _ := r.spec.tool(call.Name)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID:          activityid.Sub(activityID, activityid.GiveUp, 0),
@@ -374,22 +402,21 @@ func (r *run) giveUp(ctx workflow.Context, activityID string, call agentsagatype
 	return gaveUp
 }
 
-// --- record ---
-
 // recordCall fills a settled call's trace entry, queues what the model
 // reads of it, and charges the run. It returns why a human should be
 // asked, when the call's failure says one should.
-func (r *run) recordCall(c *toolCall) (escalation string) {
+func (tt *toolTurn) recordCall(c *toolCall) (escalation string) {
+	r := tt.r
 	switch c.route {
 	case routeReadBack, routeTool:
-		escalation = r.recordActivity(c)
+		escalation = tt.recordActivity(c)
 	case routeAgent:
-		r.recordAgent(c)
+		tt.recordAgent(c)
 	}
 	if c.entry.Error != "" {
 		// A successful call's output was written by its activity; an
 		// error is the workflow's to write.
-		r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
+		r.conv.Pending = append(r.conv.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
 			Content: textclip.Preview("error: " + c.entry.Error)})
 	}
 	return escalation
@@ -398,7 +425,8 @@ func (r *run) recordCall(c *toolCall) (escalation string) {
 // recordActivity records a call that ran as an activity: its output or
 // its error, the leaf calls it took (the ledger's count when an attempt
 // timed out without reporting), and what it cost.
-func (r *run) recordActivity(c *toolCall) (escalation string) {
+func (tt *toolTurn) recordActivity(c *toolCall) (escalation string) {
+	r := tt.r
 	e := &c.entry
 	if c.err != nil {
 		e.Error = errorText(c.err)
@@ -412,16 +440,16 @@ func (r *run) recordActivity(c *toolCall) (escalation string) {
 		case errors.As(c.spendStop, &asked):
 			escalation = asked.why
 		case c.spendStop != nil:
-			// The run finishes after this turn (toolCalls).
+			// The run finishes after this turn (toolTurn.run).
 		default:
-			escalation = r.escalationFor(c.call.Name, c.err, e.Denial, c.parked.escalation)
+			escalation = tt.escalationFor(c.call.Name, c.err, e.Denial, c.parked.escalation)
 		}
 	} else {
 		e.Output, e.Digest, e.Replayed, e.Attempts = c.result.Output, c.result.Digest, c.result.Replayed, c.result.Attempt+c.parked.leafCalls
 	}
 	e.Parks = c.parked.parks
-	r.charge(c.call.Name, e)
-	r.RunBudget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(c.call.Name, e.Attempts)})
+	r.calls.charge(c.call.Name, e, r.budget, r.versions.parkOnOpenBreaker)
+	r.budget.Spend(budget.Usage{USD: r.spec.Prices.ToolUSD(c.call.Name, e.Attempts)})
 	return escalation
 }
 
@@ -430,12 +458,13 @@ func (r *run) recordActivity(c *toolCall) (escalation string) {
 // once the call has waited as long as it may, parkEscalation, on the new),
 // or too many failures of one tool. Anything else goes back to the model
 // as an error to work with.
-func (r *run) escalationFor(tool string, err error, denial, parkEscalation string) string {
+func (tt *toolTurn) escalationFor(tool string, err error, denial, parkEscalation string) string {
+	r := tt.r
 	failed := classify(err)
 	if failed.cancelled {
 		return ""
 	}
-	r.ToolFailures[tool]++
+	r.calls.ToolFailures[tool]++
 	switch {
 	case failed.asksHuman != "":
 		return fmt.Sprintf(failed.asksHuman, tool, failed.message)
@@ -443,8 +472,8 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 		return parkEscalation
 	case denial == budget.DenyCircuitOpen:
 		return fmt.Sprintf("The circuit breaker for tool %s is open: the dependency is down", tool)
-	case r.spec.Escalate.AfterToolFailures > 0 && r.ToolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
-		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.ToolFailures[tool], failed.message)
+	case r.spec.Escalate.AfterToolFailures > 0 && r.calls.ToolFailures[tool] >= r.spec.Escalate.AfterToolFailures:
+		return fmt.Sprintf("Tool %s has failed %d times in this run: %s", tool, r.calls.ToolFailures[tool], failed.message)
 	}
 	return ""
 }
@@ -453,12 +482,13 @@ func (r *run) escalationFor(tool string, err error, denial, parkEscalation strin
 // parent's and its reservation is released (absorb), and the parent's
 // conversation gets its answer in a preview's length; the whole answer is
 // its own run's.
-func (r *run) recordAgent(c *toolCall) {
-	r.absorb(c.reservation, c.answer)
+func (tt *toolTurn) recordAgent(c *toolCall) {
+	r := tt.r
+	tt.absorb(c.reservation, c.answer)
 	c.entry.Output, c.entry.Attempts = textclip.Preview(childOutput(c.answer)), 1
 	if c.err != nil {
 		c.entry.Error = errorText(c.err)
 	}
-	r.Pending = append(r.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
+	r.conv.Pending = append(r.conv.Pending, agentsagatype.Message{Seq: c.seq, Role: "tool", ToolCallID: c.call.ID, Name: c.call.Name,
 		Content: c.entry.Output, Key: activityid.Key(r.workflowID, c.entry.ActivityID)})
 }

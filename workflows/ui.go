@@ -72,18 +72,23 @@ type ledgerEntry struct {
 
 func (r *run) registerQueries(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryBudget, func() (BudgetView, error) {
-		return r.view(workflow.Now(ctx)), nil
+		now := workflow.Now(ctx)
+		return BudgetView{
+			Limits: r.budget.Limits, Used: r.budget.Used, Remaining: r.budget.Remaining(now),
+			FractionLeft: r.budget.FractionLeft(now), ShouldFinish: r.budget.ShouldFinish(now),
+			Note: r.budget.Note(now, r.calls.openBreakers()), Retries: r.calls.finalStats(r.budget.Used.LeafCalls),
+		}, nil
 	}, workflow.QueryHandlerOptions{Description: "The run budget: limits, used, remaining, the note the model reads, retry counters."}); err != nil {
 		return err
 	}
 	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryTrace, func() ([]TraceEntry, error) {
-		return r.Trace, nil
+		return r.trace.Trace, nil
 	}, workflow.QueryHandlerOptions{Description: "Every model turn, tool call, sub-agent and compensation so far, in order."}); err != nil {
 		return err
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, queryLedger, func() ([]ledgerEntry, error) {
 		var entries []ledgerEntry
-		for _, e := range r.Trace {
+		for _, e := range r.trace.Trace {
 			if e.ActivityID == "" || e.Kind == "model" {
 				continue
 			}
@@ -102,30 +107,30 @@ func (r *run) registerQueries(ctx workflow.Context) error {
 func (r *run) showProgress(ctx workflow.Context, status, headline, note string) {
 	var details strings.Builder
 	fmt.Fprintf(&details, "## %s\n\n%s\n\n```\n%s\n```\n\n", status, headline, note)
-	stats := r.finalStats()
+	stats := r.calls.finalStats(r.budget.Used.LeafCalls)
 	fmt.Fprintf(&details, "**Calls** %d · **leaf calls** %d · **retries** %d · **amplification** %.2f\n\n",
-		stats.Calls, r.RunBudget.Used.LeafCalls, stats.Retries, stats.Amplification)
-	if open := r.openBreakers(); len(open) > 0 {
+		stats.Calls, r.budget.Used.LeafCalls, stats.Retries, stats.Amplification)
+	if open := r.calls.openBreakers(); len(open) > 0 {
 		fmt.Fprintf(&details, "**Open breakers:** %s\n\n", strings.Join(open, ", "))
 	}
 	if r.ui.answeredBy != "" && r.ui.answeredBy != r.spec.Model.Target() {
 		fmt.Fprintf(&details, "**Last turn answered by:** %s (fallback for %s)\n\n", r.ui.answeredBy, r.spec.Model.Target())
 	}
-	if last := r.lastError(); last != "" {
+	if last := r.trace.lastError(); last != "" {
 		fmt.Fprintf(&details, "**Last error:** %s\n\n", clip(last, 300))
 	}
-	if spent := r.withWaits("", "the wall clock"); spent != "" {
+	if spent := r.waits.withWaits("", "the wall clock"); spent != "" {
 		fmt.Fprintf(&details, "**Waits:** %s\n\n", strings.TrimPrefix(spent, "; "))
 	}
-	if len(r.Watchdog.turns) > 0 {
-		fmt.Fprintf(&details, "**Watchdog:** %d voluntary retries, %d turns without new information\n", r.Watchdog.totalVoluntary(), r.Watchdog.stale)
+	if len(r.watchdog.turns) > 0 {
+		fmt.Fprintf(&details, "**Watchdog:** %d voluntary retries, %d turns without new information\n", r.watchdog.totalVoluntary(), r.watchdog.stale)
 	}
 	workflow.SetCurrentDetails(ctx, details.String())
 	if !r.spec.SearchAttributes {
 		return
 	}
-	progress := searchProgress{status: status, steps: int64(r.RunBudget.Used.Steps), leafCalls: int64(r.RunBudget.Used.LeafCalls),
-		usd: r.RunBudget.Used.USD, amplification: stats.Amplification}
+	progress := searchProgress{status: status, steps: int64(r.budget.Used.Steps), leafCalls: int64(r.budget.Used.LeafCalls),
+		usd: r.budget.Used.USD, amplification: stats.Amplification}
 	now := workflow.Now(ctx)
 	if current, set := searchProgressOf(workflow.GetTypedSearchAttributes(ctx)); r.versions.quietSearchAttributes &&
 		!progressDue(current, set, progress, now.Sub(r.ui.progressShown)) {
@@ -205,10 +210,10 @@ func InitialSearchAttributes() temporal.SearchAttributes {
 	return ForkSearchAttributes(true, "")
 }
 
-func (r *run) lastError() string {
-	for i := len(r.Trace) - 1; i >= 0; i-- {
-		if r.Trace[i].Error != "" {
-			return r.Trace[i].Tool + ": " + r.Trace[i].Error
+func (t *trace) lastError() string {
+	for i := len(t.Trace) - 1; i >= 0; i-- {
+		if t.Trace[i].Error != "" {
+			return t.Trace[i].Tool + ": " + t.Trace[i].Error
 		}
 	}
 	return ""

@@ -79,7 +79,7 @@ const (
 	// (modelTurn.sendInQuota).
 	commandsVersion3 workflow.Version = 3
 	// commandsVersion4 passes every tool call through its tool's gates
-	// before it is sent (run.gateCall): a per-call limit refuses it, an
+	// before it is sent (toolTurn.gateCall): a per-call limit refuses it, an
 	// approval rule (irreversible tools: always) records it in the ledger
 	// and waits for a human's approve or deny Update, and a per-run limit
 	// holds its amount in the ledger or refuses it.

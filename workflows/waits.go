@@ -8,10 +8,32 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
+
+// The waits of a run's calls that a timer waits out, for a model turn
+// (modelturn.go) and a tool call alike: behind an open breaker
+// (parkBehindBreaker, over WaitOutBreaker in parking.go), for a provider's
+// quota and an account's spend cap (waitOnce, meetSpendCap,
+// waitForSpendCap), and the book of what they took of the wall clock,
+// which an ending on it names.
+
+// waits is how the run's calls wait out what refuses them for a while (an
+// open breaker, a provider's quota, an account's spend cap) and what the
+// waits took. It owns the book of waits (carried) and the room the run's
+// account had at the last turn, as its caps said (nil before a turn said
+// it), for the budget note; run is the run whose budget a wait must fit
+// and whose status and UI show it.
+type waits struct {
+	book        waitBook
+	accountLeft *agentsagatype.AccountLeft
+	run         *run
+}
 
 // waitBook is what a run's waits took of its wall clock, by cause: behind
 // an open breaker, for a provider's quota, for a human after an
@@ -174,48 +196,9 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// budgetSpent is the reason of a run whose budget dimension (as
-// runbudget.RunBudget.Exhausted names it) is spent: for the wall clock, with
-// what the waits took of it.
-func (r *run) budgetSpent(dimension string) string {
-	if r.versions.namesWaits && dimension == "seconds" {
-		return r.withWaits("the wall clock is spent", "it")
-	}
-	return fmt.Sprintf("the %s budget is spent", dimension)
-}
-
-// finishingEarly is the reason of a graceful finish on the budget at now:
-// the dimension nearest its end, and, for the wall clock, what the waits
-// took of it.
-func (r *run) finishingEarly(now time.Time) string {
-	left := 100 * r.RunBudget.FractionLeft(now)
-	if !r.versions.namesWaits {
-		return fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)", left, r.RunBudget.FinishAt)
-	}
-	dimension := r.RunBudget.Scarcest(now)
-	reason := fmt.Sprintf("graceful finish: %.0f%% of the %s left (finish_at %.2f)", left, dimensionNames[dimension], r.RunBudget.FinishAt)
-	if dimension == "seconds" {
-		reason = r.withWaits(reason, "it")
-	}
-	return reason
-}
-
 // dimensionNames are the budget's dimensions as a reason names them.
 var dimensionNames = map[string]string{
 	"steps": "steps", "leaf_calls": "leaf calls", "tokens": "tokens", "usd": "USD", "seconds": "wall clock",
-}
-
-// withWaits ends a reason about the wall clock with what the waits took
-// of it (subject names the wall clock in the sentence: "it", "the wall
-// clock"), from agentsaga-commands 6.
-func (r *run) withWaits(reason, subject string) string {
-	if !r.versions.namesWaits {
-		return reason
-	}
-	if spent := r.Waits.spent(subject); spent != "" {
-		return reason + "; " + spent
-	}
-	return reason
 }
 
 // refusalWait is one wait of a call behind a refusal that a timer waits
@@ -227,11 +210,54 @@ type refusalWait struct {
 	waiting, progress, details, summary, cause string
 }
 
+// budgetSpent is the reason of a run whose budget dimension (as
+// runbudget.RunBudget.Exhausted names it) is spent: for the wall clock, with
+// what the waits took of it.
+func (ws *waits) budgetSpent(dimension string) string {
+	r := ws.run
+	if r.versions.namesWaits && dimension == "seconds" {
+		return ws.withWaits("the wall clock is spent", "it")
+	}
+	return fmt.Sprintf("the %s budget is spent", dimension)
+}
+
+// finishingEarly is the reason of a graceful finish on the budget at now:
+// the dimension nearest its end, and, for the wall clock, what the waits
+// took of it.
+func (ws *waits) finishingEarly(now time.Time) string {
+	r := ws.run
+	left := 100 * r.budget.FractionLeft(now)
+	if !r.versions.namesWaits {
+		return fmt.Sprintf("graceful finish: %.0f%% of the budget was left (finish_at %.2f)", left, r.budget.FinishAt)
+	}
+	dimension := r.budget.Scarcest(now)
+	reason := fmt.Sprintf("graceful finish: %.0f%% of the %s left (finish_at %.2f)", left, dimensionNames[dimension], r.budget.FinishAt)
+	if dimension == "seconds" {
+		reason = ws.withWaits(reason, "it")
+	}
+	return reason
+}
+
+// withWaits ends a reason about the wall clock with what the waits took
+// of it (subject names the wall clock in the sentence: "it", "the wall
+// clock"), from agentsaga-commands 6.
+func (ws *waits) withWaits(reason, subject string) string {
+	r := ws.run
+	if !r.versions.namesWaits {
+		return reason
+	}
+	if spent := ws.book.spent(subject); spent != "" {
+		return reason + "; " + spent
+	}
+	return reason
+}
+
 // waitOnce waits w out, the n-th wait of its call: the UI shows it, the
 // ledger's status says it the first time, a timer waits until w.back, and
 // the book of waits keeps it. It returns the timer's error (cancelled:
 // nothing is sent again).
-func (r *run) waitOnce(ctx workflow.Context, w refusalWait, n int) error {
+func (ws *waits) waitOnce(ctx workflow.Context, w refusalWait, n int) error {
+	r := ws.run
 	now := workflow.Now(ctx)
 	r.showProgress(ctx, agentsagatype.RunRunning, w.progress, w.details)
 	if n == 1 {
@@ -239,6 +265,132 @@ func (r *run) waitOnce(ctx workflow.Context, w refusalWait, n int) error {
 	}
 	timer := workflow.NewTimerWithOptions(ctx, w.back.Sub(now), workflow.TimerOptions{Summary: clip(w.summary, 100)})
 	err := timer.Get(ctx, nil)
-	r.Waits.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
+	ws.book.add(w.cause, now, workflow.Now(ctx), 1, time.Time{})
 	return err
+}
+
+// meetSpendCap does what the cap that refused a turn says: wait (the turn
+// goes out again once the period resets: back), finish (stop, a
+// *spendCapStop) or escalate (stop, a *modelParkedError whose why the
+// human reads). A wait the run's budget cannot afford finishes instead.
+// A turn the cap would have room for once the reservations in flight
+// settle is not exhausted: it waits for them (the n-th wait of the turn
+// is back), whatever the cap says.
+func (ws *waits) meetSpendCap(refusal wire.SpendRefusal, err error, now time.Time, n int) (back time.Time, stop error) {
+	r := ws.run
+	if refusal.Reserved > 0 && refusal.Spent+refusal.Needed <= refusal.RoomForTurns() {
+		back = now.Add(min(inFlightWait<<min(n-1, 8), inFlightWaitCap))
+		if !r.budget.ShouldFinish(back) {
+			return back, nil
+		}
+	}
+	switch refusal.OnExhausted {
+	case agentsagatype.OnExhaustedWait:
+		back = refusal.Resets.Add(minimumPark) // the clocks of the worker and Postgres may disagree
+		if back.Before(now) {
+			back = now.Add(minimumPark)
+		}
+		if r.budget.ShouldFinish(back) {
+			return time.Time{}, &spendCapStop{refusal: refusal, unaffordable: true, err: err}
+		}
+		return back, nil
+	case agentsagatype.OnExhaustedEscalate:
+		why := fmt.Sprintf("The run's account cannot pay for its next turn: %s. Raise the cap (`agentsaga spend set %s --usd ... --per %s`) and resume, or abort",
+			refusal.Reason(), refusal.Account, refusal.Period)
+		ws.book.stoppedWaiting(why, spendCause(refusal))
+		return time.Time{}, &modelParkedError{why: why, err: err}
+	}
+	return time.Time{}, &spendCapStop{refusal: refusal, err: err}
+}
+
+// waitForSpendCap waits on a timer until back, when the cap's period
+// resets, showing why in the UI and the ledger, and books the wait.
+func (ws *waits) waitForSpendCap(ctx workflow.Context, refusal wire.SpendRefusal, activityID string, back time.Time, n int) error {
+	r := ws.run
+	now := workflow.Now(ctx)
+	waiting := fmt.Sprintf("waiting for the spend cap of account %s to reset at %s ($%.2f %s; the turn goes out again then)",
+		refusal.Account, refusal.Resets.UTC().Format(time.RFC3339), refusal.USD, wire.SpendPer(refusal.Period))
+	if back.Before(refusal.Resets) {
+		waiting = fmt.Sprintf("waiting for the spend cap of account %s: $%.2f of its $%.2f %s is held by turns in flight, which give back what they do not spend; the turn asks again at %s",
+			refusal.Account, refusal.Reserved, refusal.USD, wire.SpendPer(refusal.Period), back.UTC().Format(time.RFC3339))
+	}
+	return ws.waitOnce(ctx, refusalWait{back: back, waiting: waiting, progress: "Call " + activityID + " is " + waiting,
+		details: r.budget.Note(now, r.calls.openBreakers()), summary: "waiting for the spend cap of " + refusal.Account,
+		cause: spendCause(refusal)}, n)
+}
+
+// accountNote is the line of the budget note about the run's account: the
+// room its tightest cap had at the last turn, when that binds sooner than
+// the run's own USD budget (or the run has none).
+func (ws *waits) accountNote() string {
+	r := ws.run
+	a := ws.accountLeft
+	if a == nil {
+		return ""
+	}
+	if own := r.budget.Limits.USD - r.budget.Used.USD; r.budget.Limits.USD > 0 && own <= a.Left {
+		return ""
+	}
+	resets := "resets"
+	if _, rolling := wire.RollingWindow(a.Period); rolling {
+		resets = "room frees"
+	}
+	return fmt.Sprintf("ACCOUNT %s: $%.2f left for turns of its $%.2f %s spend cap (%s %s); it binds before the run's own budget.",
+		a.Account, a.Left, a.USD, wire.SpendPer(a.Period), resets, a.Resets.UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// parkBehindBreaker waits out the open breaker that refused one of the
+// run's calls, sending it again under activity ID
+// <activityID>/after-breaker-N. what names the call in the UI and to a
+// human ("tool crm"), whose the breaker in its timer's summary ("crm's"),
+// and dependency its entry in the model's note of open breakers.
+func (ws *waits) parkBehindBreaker(ctx workflow.Context, what, whose, dependency, activityID string, err error,
+	send func(ctx workflow.Context, again string) workflow.Future, result any) (error, parkedCall) {
+	r := ws.run
+	limit := time.Duration(r.spec.Escalate.AfterBreakerOpenSeconds) * time.Second
+	start := workflow.Now(ctx)
+	err, out := WaitOutBreaker(ctx, err, BreakerWait{
+		Limit:           limit,
+		Affordable:      func(back time.Time) bool { return !r.budget.ShouldFinish(back) },
+		ForgetOpenSince: !r.versions.keepOpenSince,
+		WakeAtLimit:     r.versions.wakeAtLimit,
+		Summary:         clip("parked: "+whose+" breaker is open", 100),
+		Parked: func(n int, since, back time.Time) {
+			r.calls.markOpen(dependency, since)
+			waiting := fmt.Sprintf("waiting for %s: its circuit breaker is open; the call goes out again at %s (parked %d times, since %s)",
+				what, back.UTC().Format(time.RFC3339), n, since.UTC().Format(time.RFC3339))
+			r.showProgress(ctx, agentsagatype.RunRunning, "Call "+activityID+" is "+waiting, r.note(ctx))
+			if n == 1 {
+				r.setStatus(ctx, agentsagatype.RunRunning, waiting)
+			}
+		},
+	}, func(ctx workflow.Context, n int) workflow.Future {
+		return send(ctx, activityid.Sub(activityID, activityid.AfterBreaker, n))
+	}, result)
+	parked := parkedCall{leafCalls: out.LeafCalls, parks: out.Parks}
+	if out.Parks > 0 {
+		ws.book.add(what, start, workflow.Now(ctx), out.Parks, cmp.Or(out.OpenSince, out.Since))
+	}
+	switch out.Stopped {
+	case StoppedNoWait:
+		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open: the dependency is down", what)
+	case StoppedLimit:
+		since := out.Since
+		if !out.OpenSince.IsZero() {
+			since = out.OpenSince
+		}
+		parked.escalation = fmt.Sprintf("The circuit breaker for %s has been open for %s, and the call waits at most %s (escalate.after_breaker_open_seconds)",
+			what, workflow.Now(ctx).Sub(since).Round(time.Second), limit)
+	case StoppedBudget:
+		parked.escalation = fmt.Sprintf("The circuit breaker for %s is open until %s, and the run's budget cannot afford the wait",
+			what, out.Back.UTC().Format(time.RFC3339))
+	default:
+		if out.Parks > 0 && !temporal.IsCanceledError(err) {
+			r.setStatus(ctx, agentsagatype.RunRunning, "") // no longer waiting
+		}
+	}
+	if parked.escalation != "" {
+		ws.book.stoppedWaiting(parked.escalation, what)
+	}
+	return err, parked
 }

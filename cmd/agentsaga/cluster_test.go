@@ -24,9 +24,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/activityid"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -528,7 +528,7 @@ func testClusterTwoWorkers(t *testing.T, bin string, temporal *temporalServer, r
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := temporal.client(t, namespace)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	const held = "two-workers-0"
 	heldKey := held + "/" + activityid.Tool(1, 1, "charge")
 	tool := startToolServer(t, heldKey)

@@ -16,10 +16,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -82,7 +82,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	binA := buildAgentsagaAt(t, filepath.Join(dir, "release"), deployFromCommit)
 	temporal := startTemporalServer(t, dir, nsDeploy)
 	c := temporal.client(t, nsDeploy)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()

@@ -9,8 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/quota"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestShowPrintsTheRunsQuotas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := ledgertest.NewStore(t)
+	store := ledgerdb.Of(agentsagatest.NewLedger(t))
 	key := quota.Key("openai", "gpt-4o-mini", "sk-show")
 	require.NoError(t, store.EnsureQuota(ctx, key, agentsagatype.RateLimit{RequestsPerMinute: 120, Concurrency: 4}))
 	require.NoError(t, store.EnsureQuota(ctx, quota.Key("openai", "gpt-4o", "sk-show"), agentsagatype.RateLimit{RequestsPerMinute: 9}))

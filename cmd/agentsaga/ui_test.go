@@ -15,8 +15,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -77,7 +77,7 @@ func TestRunIsVisibleInTheTemporalUI(t *testing.T) {
 	server, uiURL, err := workertest.StartDevServerWithUI(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = server.Stop() })
-	store := ledgertest.NewHandle(t)
+	store := agentsagatest.NewLedger(t)
 	w, err := worker.New(ctx, server.Client(), store, worker.Options{Config: agentsaga.Config{TaskQueue: workflows.TaskQueue}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())

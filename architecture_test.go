@@ -260,7 +260,7 @@ var cliInternalStillImported = map[string][]string{
 	},
 	"cmd/agentsaga/bench": {
 		"internal/activityid", "internal/ledgerdb", "internal/providerwire",
-		"internal/quota", "internal/runevents", "internal/webhooks", "internal/wire", "internal/workertest",
+		"internal/quota", "internal/runevents", "internal/webhooks", "internal/wire",
 	},
 }
 

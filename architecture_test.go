@@ -252,7 +252,7 @@ var cliInternalStillImported = map[string][]string{
 	"cmd/agentsaga": {
 		"internal/activityid", "internal/dataset", "internal/ledgerdb",
 		"internal/providerwire", "internal/quota", "internal/replayreport",
-		"internal/runevents", "internal/webhooks", "internal/wire", "internal/workertest",
+		"internal/runevents", "internal/webhooks", "internal/wire",
 	},
 	"cmd/agentsaga/api": {
 		"internal/dataset", "internal/ledgerdb",

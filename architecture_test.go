@@ -249,18 +249,31 @@ func list(names []string) string {
 // may only shrink. TestCLIImportsNoInternal fails on an import it does not
 // list, and on a pair it lists that is no longer imported.
 var cliInternalStillImported = map[string][]string{
+	// show, list, spend, queue, keys, webhooks, serve, eval, replay, dev
+	// and their tests read and write the ledger through ledgerdb.Store;
+	// replay and eval build reports and datasets (replayreport, dataset);
+	// watch and serve follow a run's events (runevents); webhooks manages
+	// endpoints (webhooks); spend prints a cap's period and the queue test
+	// seeds admissions (wire); the stream fault test cuts a fake
+	// provider's stream part-way (providerwire).
 	"cmd/agentsaga": {
-		"internal/activityid", "internal/dataset", "internal/ledgerdb",
-		"internal/providerwire", "internal/quota", "internal/replayreport",
+		"internal/dataset", "internal/ledgerdb", "internal/providerwire", "internal/replayreport",
 		"internal/runevents", "internal/webhooks", "internal/wire",
 	},
+	// The HTTP API: the same reads and writes of the ledger, a replay's
+	// report, the event stream, the webhooks endpoints; its tests import
+	// a dataset and seed admissions.
 	"cmd/agentsaga/api": {
-		"internal/dataset", "internal/ledgerdb",
-		"internal/replayreport", "internal/runevents", "internal/webhooks", "internal/wire",
+		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents",
+		"internal/webhooks", "internal/wire",
 	},
+	// The benchmarks drive the engine's machinery below the public API:
+	// its activities with their requests (wire) and keys (activityid), the
+	// ledger's statements (ledgerdb), a quota's key, the fake providers
+	// (providerwire), the event log and the webhooks deliverer.
 	"cmd/agentsaga/bench": {
-		"internal/activityid", "internal/ledgerdb", "internal/providerwire",
-		"internal/quota", "internal/runevents", "internal/webhooks", "internal/wire",
+		"internal/activityid", "internal/ledgerdb", "internal/providerwire", "internal/quota",
+		"internal/runevents", "internal/webhooks", "internal/wire",
 	},
 }
 

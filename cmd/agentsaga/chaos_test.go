@@ -20,7 +20,6 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -673,10 +672,10 @@ func (r *chaosRun) setUp(ctx context.Context) {
 	r.tool = startChaosTool(t)
 	r.spec = chaosSpec(t, r.cc, r.tool.URL)
 
-	bob := activityid.Tool(2, 1, "charge")
+	bob := "step-002-call-1-charge"
 	r.faultActivity = bob
 	if r.cc.Boundary == boundaryDuringWalk {
-		r.faultActivity = activityid.Compensation(bob, 0)
+		r.faultActivity = bob + "/compensate"
 	}
 	r.faultKey = r.wf + "/" + r.faultActivity
 

@@ -18,7 +18,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -87,7 +86,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	defer store.Close()
 
 	midRun := "deploy-mid-run"
-	charges := startToolServer(t, midRun+"/"+activityid.Tool(1, 1, "charge"))
+	charges := startToolServer(t, midRun+"/step-001-call-1-charge")
 	// The first lookup of a turn answers 2 s after the second, so the new
 	// path gives the second up while the first still runs.
 	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -239,4 +240,93 @@ func list(names []string) string {
 		quoted[i] = "`" + n + "`"
 	}
 	return strings.Join(quoted, ", ")
+}
+
+// cliInternalStillImported lists, for each package of the CLI's module, the
+// library's internal packages it still imports (its tests included), named
+// as the rooms table names them. The CLI is to use the public API only,
+// as a team would (issue 46): this list records what is left to do, and
+// may only shrink. TestCLIImportsNoInternal fails on an import it does not
+// list, and on a pair it lists that is no longer imported.
+var cliInternalStillImported = map[string][]string{
+	// show, list, spend, queue, keys, webhooks, serve, eval, replay, dev
+	// and their tests read and write the ledger through ledgerdb.Store;
+	// replay and eval build reports and datasets (replayreport, dataset);
+	// watch and serve follow a run's events (runevents); webhooks manages
+	// endpoints (webhooks); spend prints a cap's period and the queue test
+	// seeds admissions (wire); the stream fault test cuts a fake
+	// provider's stream part-way (providerwire).
+	"cmd/agentsaga": {
+		"internal/dataset", "internal/ledgerdb", "internal/providerwire", "internal/replayreport",
+		"internal/runevents", "internal/webhooks", "internal/wire",
+	},
+	// The HTTP API: the same reads and writes of the ledger, a replay's
+	// report, the event stream, the webhooks endpoints; its tests import
+	// a dataset and seed admissions.
+	"cmd/agentsaga/api": {
+		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents",
+		"internal/webhooks", "internal/wire",
+	},
+	// The benchmarks drive the engine's machinery below the public API:
+	// its activities with their requests (wire) and keys (activityid), the
+	// ledger's statements (ledgerdb), a quota's key, the fake providers
+	// (providerwire), the event log and the webhooks deliverer.
+	"cmd/agentsaga/bench": {
+		"internal/activityid", "internal/ledgerdb", "internal/providerwire", "internal/quota",
+		"internal/runevents", "internal/webhooks", "internal/wire",
+	},
+}
+
+// No package of the CLI's module (cmd/agentsaga) imports the library's
+// internal/ packages, in its code or its tests: what the CLI needs, a team
+// could need too, so it is public (and counted by internal/surface), and
+// what only its tests need is in agentsagatest. The CLI's module may have
+// internal packages of its own (cmd/agentsaga/internal/...).
+func TestCLIImportsNoInternal(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f",
+		`{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`,
+		"./...")
+	cmd.Dir = "cmd/agentsaga"
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./... in cmd/agentsaga: %v: %s", err, stderr.String())
+	}
+	const module = "github.com/agentsaga/agentsaga/"
+	real := map[string][]string{}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		from := strings.TrimPrefix(fields[0], module)
+		for _, imp := range fields[1:] {
+			if to, ok := strings.CutPrefix(imp, module); ok && strings.HasPrefix(to, "internal/") &&
+				!slices.Contains(real[from], to) {
+				real[from] = append(real[from], to)
+			}
+		}
+	}
+	if len(real) == 0 && !strings.Contains(string(out), module+"cmd/agentsaga") {
+		t.Fatalf("go list in cmd/agentsaga listed no package of the CLI:\n%s", out)
+	}
+	var problems []string
+	for _, from := range slices.Sorted(maps.Keys(real)) {
+		for _, to := range slices.Sorted(slices.Values(real[from])) {
+			if !slices.Contains(cliInternalStillImported[from], to) {
+				problems = append(problems, fmt.Sprintf("%s imports %s: the CLI uses the public API only (make what it needs public, or put what only tests need in agentsagatest)", from, to))
+			}
+		}
+	}
+	for _, from := range slices.Sorted(maps.Keys(cliInternalStillImported)) {
+		for _, to := range cliInternalStillImported[from] {
+			if !slices.Contains(real[from], to) {
+				problems = append(problems, fmt.Sprintf("%s no longer imports %s: take the pair off cliInternalStillImported", from, to))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		t.Errorf("the CLI's imports of internal/:\n  %s", strings.Join(problems, "\n  "))
+	}
 }

@@ -29,6 +29,16 @@ func NewLedger(t testing.TB) *ledger.Store {
 	return ledgertest.NewHandle(t)
 }
 
+// NewDatabase creates a database of the test's own, migrated, on the same
+// Postgres as NewLedger, and returns its URL, for what opens its own
+// connections (a worker process, agentsaga's CLI, a pgx pool). The URL
+// sets no pool size: a pool opened on it holds up to 32 connections. The
+// database is dropped when the test ends.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	return ledgertest.NewDatabase(t)
+}
+
 // Turn is one turn of a scripted model.
 type Turn = agentsagatype.ScriptedTurn
 

@@ -23,3 +23,13 @@ import (
 func Main(m *testing.M, started func(*testsuite.DevServer)) {
 	workertest.Main(m, started)
 }
+
+// DevServerOptions are the options Main starts its server with: bin/temporal
+// (found as Main finds it), an in-memory database on a free port, the
+// default namespace and agentsaga's search attributes. A test that needs a
+// server of its own (one it stops, or with the web UI: EnableUI and
+// UIPort) passes them to testsuite.StartDevServer; one that runs the
+// binary itself finds it in ExistingPath.
+func DevServerOptions() (testsuite.DevServerOptions, error) {
+	return workertest.DevServerOptions()
+}

@@ -49,9 +49,9 @@ const (
 	ApprovalTimeoutFail = "fail"
 )
 
-// DefaultApprovalTimeout is how long a call waits for a human when the
+// defaultApprovalTimeout is how long a call waits for a human when the
 // spec does not say: a working day and a night.
-const DefaultApprovalTimeout = 24 * time.Hour
+const defaultApprovalTimeout = 24 * time.Hour
 
 // MaxReminders bounds the reminders of one wait for a person
 // (remind_every against timeout): each is a timer and an event in the
@@ -68,7 +68,7 @@ type ApprovalSpec struct {
 	// cannot be evaluated (a missing argument).
 	When string `json:"when"`
 	// TimeoutAfter (timeout in a spec: a Go duration, 30m) bounds the
-	// wait; DefaultApprovalTimeout when empty. TimeoutSeconds is its older
+	// wait; 24h when empty. TimeoutSeconds is its older
 	// form, still read; a spec sets one of the two. The run's wall-clock
 	// budget does not run while it waits.
 	TimeoutAfter   string  `json:"timeout,omitempty"`
@@ -107,7 +107,7 @@ func (a ApprovalSpec) Timeout() time.Duration {
 		return d
 	}
 	if a.TimeoutSeconds <= 0 {
-		return DefaultApprovalTimeout
+		return defaultApprovalTimeout
 	}
 	return time.Duration(a.TimeoutSeconds * float64(time.Second))
 }

@@ -62,12 +62,12 @@ func (s RunSpec) withRunDefaults() RunSpec {
 		s.Escalate.AfterBreakerOpenSeconds = DefaultBreakerOpenEscalation
 	}
 	if s.History.MaxEvents == 0 {
-		s.History.MaxEvents = DefaultMaxEvents
+		s.History.MaxEvents = defaultMaxEvents
 	}
 	if s.Version == 0 || s.Version >= 4 {
 		// Before version 4 an escalation had no timeout of its own.
 		if s.Escalate.Timeout == "" {
-			s.Escalate.Timeout = DefaultEscalationTimeout.String()
+			s.Escalate.Timeout = defaultEscalationTimeout.String()
 		}
 		if s.Escalate.OnTimeout == "" {
 			s.Escalate.OnTimeout = agentsagatype.OnTimeoutAbort

@@ -50,7 +50,7 @@ model:
 	assert.Equal(t, 5, resolved.CompensationAttempts)
 	assert.Equal(t, workflows.OnBudgetKeep, resolved.OnBudgetExhausted)
 	assert.Equal(t, 3, resolved.Watchdog.NoProgressTurns)
-	assert.Equal(t, workflows.DefaultMaxEvents, resolved.History.MaxEvents)
+	assert.Equal(t, 1000, resolved.History.MaxEvents)
 	assert.Equal(t, 32000, resolved.Model.ContextWindow)
 	again, err := resolved.Resolve()
 	require.NoError(t, err)

@@ -70,13 +70,13 @@ type RunSpec struct {
 // HistorySpec bounds a run's workflow history.
 type HistorySpec struct {
 	// MaxEvents continues the run as new once its history holds this many
-	// events (default DefaultMaxEvents), or sooner when Temporal suggests.
+	// events (default 1000), or sooner when Temporal suggests.
 	MaxEvents int `json:"max_events,omitempty"`
 }
 
-// DefaultMaxEvents is history.max_events when the spec sets none: well
+// defaultMaxEvents is history.max_events when the spec sets none: well
 // under Temporal's own suggestion, so a turn's events never push past it.
-const DefaultMaxEvents = 1000
+const defaultMaxEvents = 1000
 
 // AgentSpec is a sub-agent: a child run with its own instructions and a
 // subset of the parent's tools, spending an allocation carved out of the
@@ -106,7 +106,7 @@ type EscalationSpec struct {
 	// abort; OnTimeout says what follows it: agentsagatype.OnTimeoutAbort
 	// (the default), OnTimeoutFinish or OnTimeoutResume; RemindEvery
 	// publishes a reminder each period while the run waits. A spec resolved
-	// at version 4 or later carries DefaultEscalationTimeout and abort
+	// at version 4 or later carries 24h and abort
 	// where it set none; one resolved before carries neither, and its
 	// escalations wait, as they did, until the run's deadline, if it has
 	// one. The run's deadline bounds the wait too, whichever comes first.
@@ -115,9 +115,9 @@ type EscalationSpec struct {
 	RemindEvery string `json:"remind_every,omitempty"`
 }
 
-// DefaultEscalationTimeout is escalate.timeout when a new spec sets none:
+// defaultEscalationTimeout is escalate.timeout when a new spec sets none:
 // a working day and a night, as an approval's.
-const DefaultEscalationTimeout = 24 * time.Hour
+const defaultEscalationTimeout = 24 * time.Hour
 
 // timeout is how long an escalation waits for a human; 0 for no limit of
 // its own (a spec resolved before version 4).
@@ -144,7 +144,7 @@ func (e EscalationSpec) validate() error {
 	}
 	timeout := e.timeout()
 	if e.Timeout == "" {
-		timeout = DefaultEscalationTimeout
+		timeout = defaultEscalationTimeout
 	}
 	return agentsagatype.ValidateDeadline("escalate", e.Timeout, e.RemindEvery, timeout)
 }

@@ -142,13 +142,13 @@ func (r *run) showProgress(ctx workflow.Context, status, headline, note string) 
 	r.ui.progressShown = now
 }
 
-// SearchProgressInterval is how often a run's search attributes follow its
+// searchProgressInterval is how often a run's search attributes follow its
 // steps, leaf calls and spend while its status stays the same. Each upsert
 // is an event in the run's history and a write to the server's visibility
 // store, so a fleet of long runs upserting every step would load it for
 // figures the current details already show every step. A change of status
 // (escalated, completed, ...) is upserted at once.
-const SearchProgressInterval = 10 * time.Second
+const searchProgressInterval = 10 * time.Second
 
 // uiState is what the Temporal UI was last shown of a run.
 type uiState struct {
@@ -171,7 +171,7 @@ func progressDue(current searchProgress, set bool, next searchProgress, sinceSho
 	case current == next:
 		return false
 	}
-	return sinceShown >= SearchProgressInterval
+	return sinceShown >= searchProgressInterval
 }
 
 // searchProgress is what a run's search attributes say of it.

@@ -8,7 +8,7 @@ import (
 )
 
 // The rule behind a run's search-attribute upserts: a new status at once,
-// unchanged figures never, changed figures once SearchProgressInterval has
+// unchanged figures never, changed figures once searchProgressInterval has
 // passed since the last upsert.
 func TestProgressDue(t *testing.T) {
 	t.Parallel()
@@ -25,8 +25,8 @@ func TestProgressDue(t *testing.T) {
 		"not set yet":                      {next: running, due: true},
 		"a new status, at once":            {current: running, set: true, next: escalated, due: true},
 		"nothing changed, however long":    {current: running, set: true, next: running, since: time.Hour},
-		"progress, before the interval":    {current: running, set: true, next: further, since: SearchProgressInterval - time.Millisecond},
-		"progress, once the interval ends": {current: running, set: true, next: further, since: SearchProgressInterval, due: true},
+		"progress, before the interval":    {current: running, set: true, next: further, since: searchProgressInterval - time.Millisecond},
+		"progress, once the interval ends": {current: running, set: true, next: further, since: searchProgressInterval, due: true},
 	} {
 		assert.Equal(t, tc.due, progressDue(tc.current, tc.set, tc.next, tc.since), name)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // A run upserts its search attributes when its status changes, and its
-// progress at most every workflows.SearchProgressInterval: each upsert is
+// progress at most every searchProgressInterval (10 s): each upsert is
 // an event and a visibility write on the server. A run whose starter set
 // them (agentsaga.Start sets workflows.InitialSearchAttributes) skips its
 // first step's, which would set what the start already did; a run started

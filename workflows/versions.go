@@ -56,7 +56,7 @@ const (
 	// one short Postgres statement, and as a task it cost the server a
 	// dispatch and the run a workflow task of its own. It upserts the
 	// search attributes only when the status changes, or when the progress
-	// changed and SearchProgressInterval has passed (run.showProgress); the
+	// changed and searchProgressInterval has passed (run.showProgress); the
 	// first step's values are the starter's (agentsaga.Start). And a call
 	// parked behind an open breaker keeps the outage's start across a
 	// failed probe, whose refusal does not say it, instead of escalating

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -26,7 +26,7 @@ func testWorkerKilledAwaitingApproval(t *testing.T, bin string, temporal *tempor
 	defer cancel()
 	const id = "fault-kill-awaiting-approval-run"
 	c := temporal.client(t, nsKillAwaitingApproval)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	tool := startToolServer(t, "")
 
 	first := startWorkerProcess(t, bin, "worker-1", temporal.address(), nsKillAwaitingApproval, databaseURL)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -49,7 +48,7 @@ func runForkChaosCase(r *chaosRun) chaosOutcome {
 	}()
 	r.setUp(ctx)
 	fork := r.wf + "-fork"
-	r.faultActivity = activityid.Tool(forkChaosStep, 1, "charge")
+	r.faultActivity = fmt.Sprintf("step-%03d-call-1-charge", forkChaosStep)
 	r.faultKey = fork + "/" + r.faultActivity
 	r.hold = r.tool.hold(r.faultKey, holdAfterEffect, 0)
 	run := startFaultRun(ctx, r.t, r.c, r.wf, r.spec)
@@ -69,7 +68,7 @@ func runForkChaosCase(r *chaosRun) chaosOutcome {
 	r.note("%s escalated owning %d effects", r.wf, len(effects))
 
 	// 1. The move's client is killed halfway.
-	annKey := r.wf + "/" + activityid.Tool(1, 1, "charge")
+	annKey := r.wf + "/step-001-call-1-charge"
 	lock, err := r.ledger.lockAction(ctx, annKey)
 	r.must(err)
 	r.t.Cleanup(lock.release)
@@ -126,7 +125,7 @@ func runForkChaosCase(r *chaosRun) chaosOutcome {
 	r.checkOwners(ctx, &out, "at the end", effects, fork, r.ownerAfterFork(fork))
 	st := r.tool.state()
 	for _, key := range sortedKeys(st.executions) {
-		if strings.Contains(key, "charge") && !strings.Contains(key, string(activityid.Compensate)) && st.refunds[key] != 1 {
+		if strings.Contains(key, "charge") && !strings.Contains(key, "compensate") && st.refunds[key] != 1 {
 			out.violate(9, "the charge %s was refunded %d times, not once (its owner's walk undoes it)", key, st.refunds[key])
 		}
 	}
@@ -148,7 +147,7 @@ func (r *chaosRun) forkProcess(name, fork string) *process {
 // ownerAfterFork says who owns an effect of the source once it was forked:
 // the fork before forkChaosStep, the source from it.
 func (r *chaosRun) ownerAfterFork(fork string) func(key string) string {
-	before := r.wf + "/" + activityid.Tool(forkChaosStep, 0, "")
+	before := r.wf + fmt.Sprintf("/step-%03d-call-0-", forkChaosStep) // below the step's calls
 	return func(key string) string {
 		if key < before {
 			return fork

@@ -17,11 +17,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -667,16 +666,16 @@ func (r *chaosRun) setUp(ctx context.Context) {
 		databaseURL = r.pg.url("agentsaga_chaos")
 		r.must(ledger.EnsureDatabase(ctx, databaseURL))
 	} else {
-		databaseURL = ledgertest.NewDatabase(t)
+		databaseURL = agentsagatest.NewDatabase(t)
 	}
 	r.ledger = chaosLedger{url: databaseURL}
 	r.tool = startChaosTool(t)
 	r.spec = chaosSpec(t, r.cc, r.tool.URL)
 
-	bob := activityid.Tool(2, 1, "charge")
+	bob := "step-002-call-1-charge"
 	r.faultActivity = bob
 	if r.cc.Boundary == boundaryDuringWalk {
-		r.faultActivity = activityid.Compensation(bob, 0)
+		r.faultActivity = bob + "/compensate"
 	}
 	r.faultKey = r.wf + "/" + r.faultActivity
 

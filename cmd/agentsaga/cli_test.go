@@ -17,10 +17,9 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
-	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -29,7 +28,7 @@ import (
 var devServer *testsuite.DevServer
 
 func TestMain(m *testing.M) {
-	workertest.Main(m, func(server *testsuite.DevServer) { devServer = server })
+	agentsagatest.Main(m, func(server *testsuite.DevServer) { devServer = server })
 }
 
 // runCLI runs the CLI in-process and returns what it printed.
@@ -55,7 +54,7 @@ func writeFile(t *testing.T, name, content string) string {
 // worker polling the default task queue, and returns the worker's ledger.
 func cliWorld(t *testing.T) *ledgerdb.Store {
 	t.Helper()
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
 	store, err := ledger.Open(context.Background(), databaseURL)
@@ -142,7 +141,7 @@ tools:
 }
 
 func TestBadInputGetsAClearErrorAndStartsNothing(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
 

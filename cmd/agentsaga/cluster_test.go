@@ -24,9 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/activityid"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -528,9 +527,9 @@ func testClusterTwoWorkers(t *testing.T, bin string, temporal *temporalServer, r
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := temporal.client(t, namespace)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	const held = "two-workers-0"
-	heldKey := held + "/" + activityid.Tool(1, 1, "charge")
+	heldKey := held + "/step-001-call-1-charge"
 	tool := startToolServer(t, heldKey)
 	workers := []*process{
 		startWorkerProcess(t, bin, "worker-a", temporal.address(), namespace, databaseURL),
@@ -544,7 +543,7 @@ func testClusterTwoWorkers(t *testing.T, bin string, temporal *temporalServer, r
 		runs = append(runs, startFaultRun(ctx, t, c, fmt.Sprintf("two-workers-%d", i), faultSpec(t, chargeTwice, tool.URL, 3)))
 	}
 	tool.waitHeld(ctx, t)
-	attempt, ok, err := pendingAttempt(ctx, c, held, activityid.Tool(1, 1, "charge"))
+	attempt, ok, err := pendingAttempt(ctx, c, held, "step-001-call-1-charge")
 	require.NoError(t, err)
 	require.True(t, ok, "the held charge is started")
 	var victim, survivor *process

@@ -30,7 +30,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/agentsaga/agentsaga/internal/workertest"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -1222,10 +1222,11 @@ func TestComposeSchemaJobScript(t *testing.T) {
 // it) with the job's environment against the dev server and a namespace of
 // its own: the namespace exists and has every search attribute runs use.
 func TestComposeNamespaceJobScript(t *testing.T) {
-	temporal, err := workertest.TemporalBinary()
+	options, err := agentsagatest.DevServerOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
+	temporal := options.ExistingPath
 	// The script calls `temporal`, whatever the binary's file is named.
 	bin := t.TempDir()
 	if err := os.Symlink(temporal, filepath.Join(bin, "temporal")); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 )
 
 // The UI link is printed only where the UI is known: TEMPORAL_UI, Temporal
@@ -46,7 +46,7 @@ func TestUILinkComesFromConfiguration(t *testing.T) {
 // profile that names an unreachable server makes `resume` fail naming its
 // address.
 func TestProfileSelectsTheServer(t *testing.T) {
-	t.Setenv("DATABASE_URL", ledgertest.NewDatabase(t))
+	t.Setenv("DATABASE_URL", agentsagatest.NewDatabase(t))
 	for _, name := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY", "TEMPORAL_PROFILE", "TEMPORAL_UI"} {
 		t.Setenv(name, "")
 		require.NoError(t, os.Unsetenv(name))

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -40,7 +40,7 @@ func (b *lockedBuffer) String() string {
 // in the worker's log. It runs here against the test's dev server (the
 // demo reuses a server that answers) and a database of its own.
 func TestDemoPrintsNoErrorLine(t *testing.T) {
-	t.Setenv("DATABASE_URL", ledgertest.NewDatabase(t))
+	t.Setenv("DATABASE_URL", agentsagatest.NewDatabase(t))
 	t.Setenv("TEMPORAL_ADDRESS", devServer.FrontendHostPort())
 	// The demo's worker logs through slog's default logger, as under
 	// `make demo`; this one keeps every level from INFO up.

@@ -16,11 +16,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
-	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -82,13 +80,13 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	binA := buildAgentsagaAt(t, filepath.Join(dir, "release"), deployFromCommit)
 	temporal := startTemporalServer(t, dir, nsDeploy)
 	c := temporal.client(t, nsDeploy)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)
 	defer store.Close()
 
 	midRun := "deploy-mid-run"
-	charges := startToolServer(t, midRun+"/"+activityid.Tool(1, 1, "charge"))
+	charges := startToolServer(t, midRun+"/step-001-call-1-charge")
 	// The first lookup of a turn answers 2 s after the second, so the new
 	// path gives the second up while the first still runs.
 	nothing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -129,7 +127,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	startBuild := func(build, bin string) *process {
 		w := startWorkerProcess(t, bin, "worker-"+build, temporal.address(), nsDeploy, databaseURL,
 			"--deployment", deployDeployment, "--build-id", build, "--versioning", "auto-upgrade")
-		require.NoError(t, workertest.SetCurrentVersion(ctx, c, deployDeployment, build), w.log())
+		setCurrentVersion(ctx, t, c, build, w)
 		return w
 	}
 
@@ -165,9 +163,8 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 				err = update.Get(ctx, nil)
 			}
 			if err != nil {
-				history, _ := workertest.History(ctx, c, r.id, "")
-				failed, nde := workertest.FailedWorkflowTasks(history.GetEvents())
-				t.Fatalf("resume %s on build B: %v (%d failed workflow tasks, %d of them non-determinism errors)", r.id, err, failed, nde)
+				execution, _ := agentsagatest.ReadExecution(ctx, c, r.id, "")
+				t.Fatalf("resume %s on build B: %v (%d failed workflow tasks, %d of them non-determinism errors)", r.id, err, execution.FailedTasks, execution.Nondeterministic)
 			}
 		}
 	}
@@ -178,28 +175,26 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 		require.NoError(t, handles[r.id].Get(ctx, &result), "%s\n%s", r.id, workerB.log())
 		require.Equal(t, agentsagatype.RunCompleted, result.Status, "%s: %s", r.id, result.Reason)
 
-		history, err := workertest.History(ctx, c, r.id, handles[r.id].GetRunID())
+		execution, err := agentsagatest.ReadExecution(ctx, c, r.id, handles[r.id].GetRunID())
 		require.NoError(t, err)
-		failed, nde := workertest.FailedWorkflowTasks(history.Events)
-		failedTasks, nondeterministic = failedTasks+failed, nondeterministic+nde
-		builds := workertest.WorkflowTaskBuilds(history.Events)
+		failedTasks, nondeterministic = failedTasks+execution.FailedTasks, nondeterministic+execution.Nondeterministic
+		builds := execution.Builds
 		wantFirst := map[bool]string{false: "A", true: "B"}[r.startsOnB]
 		require.Equal(t, wantFirst, builds[0], "%s started on build %s (workflow tasks by build: %v)", r.id, wantFirst, builds)
 		require.Equal(t, "B", builds[len(builds)-1], "%s finished on build B (workflow tasks by build: %v)", r.id, builds)
 		if r.giveUps != nil {
-			version, err := workertest.RecordedVersion(history.Events, "give-ups-together")
-			require.NoError(t, err)
-			commands, err := workertest.RecordedVersion(history.Events, "agentsaga-commands")
-			require.NoError(t, err)
-			if commands >= 1 {
+			version, recorded := execution.Version["give-ups-together"]
+			if !recorded {
+				version = workflow.DefaultVersion
+			}
+			if execution.Version["agentsaga-commands"] >= 1 {
 				// Today's executions record one change ID for every change
 				// since the first three; it implies give-ups-together.
 				version = current
 			}
-			scheduled, ahead := workertest.GiveUps(history.Events)
 			require.Equal(t, *r.giveUps, version, r.id)
-			require.Equal(t, 2, scheduled, r.id)
-			require.Equal(t, *r.giveUps == current, ahead, "%s: a call given up while an earlier one still ran", r.id)
+			require.Equal(t, 2, execution.GiveUps, r.id)
+			require.Equal(t, *r.giveUps == current, execution.GaveUpAhead, "%s: a call given up while an earlier one still ran", r.id)
 		}
 	}
 	counts := charges.counts()
@@ -210,6 +205,25 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	require.Zero(t, failedTasks, "failed workflow tasks")
 	require.Zero(t, duplicates, "duplicate effects: %v", counts.executions)
 	require.Equal(t, 3*2+1, executions, "every charge happened once: %v", counts.executed)
+}
+
+// setCurrentVersion makes build the current version of the deployment, as
+// `temporal worker deployment set-current-version` does, once its worker w
+// has polled (the server learns of a version from its workers' polls).
+func setCurrentVersion(ctx context.Context, t *testing.T, c client.Client, build string, w *process) {
+	t.Helper()
+	handle := c.WorkerDeploymentClient().GetHandle(deployDeployment)
+	for {
+		_, err := handle.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: build})
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("make build %s current in deployment %s: %v\n%s", build, deployDeployment, err, w.log())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // buildAgentsagaAt builds the agentsaga binary of an earlier commit, from

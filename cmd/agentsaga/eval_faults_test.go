@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -23,7 +23,7 @@ func TestEvalSurvivesWorkerKill(t *testing.T) {
 	bin := buildAgentsaga(t, dir)
 	server := startTemporalServer(t, dir)
 	c := server.client(t, "default")
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	handle, err := ledger.Open(t.Context(), databaseURL)
 	require.NoError(t, err)
 	t.Cleanup(handle.Close)

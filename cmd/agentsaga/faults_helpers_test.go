@@ -24,7 +24,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga/internal/workertest"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -176,9 +176,9 @@ func startTemporalServer(t *testing.T, dir string, namespaces ...string) *tempor
 	if s.cluster = clusterFromEnv(t); s.cluster != nil {
 		s.port = s.cluster.port
 	} else {
-		bin, err := workertest.TemporalBinary()
+		options, err := agentsagatest.DevServerOptions()
 		require.NoError(t, err)
-		s.bin, s.port = bin, freeTCPPort(t)
+		s.bin, s.port = options.ExistingPath, freeTCPPort(t)
 	}
 	require.NoError(t, s.start())
 	t.Cleanup(func() { _ = s.stop() })

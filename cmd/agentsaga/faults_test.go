@@ -17,9 +17,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -180,7 +180,7 @@ func testWorkerKilledInToolCall(t *testing.T, bin string, temporal *temporalServ
 	const id = "fault-kill-tool-call-run"
 	ann, bob := id+"/step-001-call-1-charge", id+"/step-002-call-1-charge"
 	c := temporal.client(t, nsKillInToolCall)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	tool := startToolServer(t, bob)
 
 	first := startWorkerProcess(t, bin, "worker-1", temporal.address(), nsKillInToolCall, databaseURL)
@@ -222,7 +222,7 @@ func testWorkerKilledInCompensation(t *testing.T, bin string, temporal *temporal
 	charge := func(step int) string { return fmt.Sprintf("%s/step-%03d-call-1-charge", id, step) }
 	refund := func(step int) string { return charge(step) + "/compensate" }
 	c := temporal.client(t, nsKillInCompensation)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	tool := startToolServer(t, refund(2))
 
 	first := startWorkerProcess(t, bin, "worker-1", temporal.address(), nsKillInCompensation, databaseURL)
@@ -373,7 +373,7 @@ func testTemporalRestartBy(t *testing.T, bin string, kill bool) {
 	began := time.Now()
 	temporal := startTemporalServer(t, t.TempDir())
 	c := temporal.client(t, "default")
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 
 	const id, activityID = "fault-temporal-restart-run", "step-001-call-1-charge"
 	ann, bob := id+"/"+activityID, id+"/step-002-call-1-charge"
@@ -437,7 +437,7 @@ func testBadDatabaseURL(t *testing.T, bin string, temporal *temporalServer) {
 	t.Cleanup(func() { _ = c.TerminateWorkflow(context.Background(), id, run.GetRunID(), "test over") })
 
 	deadPort := freeTCPPort(t) // released: nothing listens on it
-	shared, err := url.Parse(ledgertest.ServerURL())
+	shared, err := url.Parse(agentsagatest.NewDatabase(t))
 	require.NoError(t, err)
 	shared.Path = "/agentsaga_fault_no_such_database"
 	cases := []struct {

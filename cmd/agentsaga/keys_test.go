@@ -9,16 +9,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // An operator makes a key, which is printed once and authenticates; lists
 // the keys, which never shows one; revokes it, after which it is refused;
 // a bad request names what is wrong and makes nothing.
 func TestKeysFromTheCLI(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	out, err := runCLI(t, "keys")
 	require.NoError(t, err, out)

@@ -6,16 +6,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // `agentsaga prune` deletes an old finished run and keeps a recent one;
 // a duration that is missing or not positive is refused by name.
 func TestPruneFromTheCLI(t *testing.T) {
 	ctx := context.Background()
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	store, err := ledgerdb.Open(ctx, databaseURL)
 	require.NoError(t, err)

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -141,7 +141,7 @@ func TestWatchPrintsQueuedAndAdmitted(t *testing.T) {
 // Bad flags are refused with what is wrong, before anything is changed or
 // started.
 func TestQueueAndPriorityBadInput(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1") // nothing may be started
 
@@ -177,7 +177,7 @@ func TestQueueAndPriorityBadInput(t *testing.T) {
 // A cap's admit is set with it and kept in its history; `agentsaga spend`
 // shows how the cap admits, and how many runs of its account wait queued.
 func TestSpendAdmitAndQueuedRuns(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	ctx := context.Background()
 	out, err := runCLI(t, "spend", "set", "acme", "--usd", "1", "--per", "day", "--by", "ann")

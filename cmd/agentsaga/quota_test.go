@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
-	"github.com/agentsaga/agentsaga/internal/quota"
+	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
 // show prints the quotas of the run's models: what is left of each limit,
@@ -20,10 +20,12 @@ import (
 func TestShowPrintsTheRunsQuotas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := ledgertest.NewStore(t)
-	key := quota.Key("openai", "gpt-4o-mini", "sk-show")
+	store := ledgerdb.Of(agentsagatest.NewLedger(t))
+	// A quota's key is provider:model:the first 12 hex digits of the API
+	// key's SHA-256, as show prints it.
+	const key = "openai:gpt-4o-mini:5cef12920560"
 	require.NoError(t, store.EnsureQuota(ctx, key, agentsagatype.RateLimit{RequestsPerMinute: 120, Concurrency: 4}))
-	require.NoError(t, store.EnsureQuota(ctx, quota.Key("openai", "gpt-4o", "sk-show"), agentsagatype.RateLimit{RequestsPerMinute: 9}))
+	require.NoError(t, store.EnsureQuota(ctx, "openai:gpt-4o:5cef12920560", agentsagatype.RateLimit{RequestsPerMinute: 9}))
 	spec := `{"goal":"g","model":{"provider":"openai","name":"gpt-4o-mini"}}`
 	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: "show-quota", RunID: "r", Goal: "g", Spec: []byte(spec)}))
 

@@ -17,7 +17,6 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -129,7 +128,7 @@ func scriptCall(name, arguments string) agentsagatype.ScriptedTurn {
 // sub-agent pays out instead of reading the order is named at turn 1.2.
 func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	t.Parallel()
-	handle := ledgertest.NewHandle(t)
+	handle := agentsagatest.NewLedger(t)
 	desk, spec := recordInvestigation(t, handle, "investigation")
 	store := ledgerdb.Of(handle)
 
@@ -249,7 +248,7 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 // counts the sub-agent's: a candidate whose sub-agent pays 5,000 fails it.
 func TestDatasetHoldsSubAgents(t *testing.T) {
 	t.Parallel()
-	handle := ledgertest.NewHandle(t)
+	handle := agentsagatest.NewLedger(t)
 	desk, spec := recordInvestigation(t, handle, "investigation-ds")
 
 	entry, err := dataset.Export(t.Context(), ledgerdb.Of(handle), "investigation-ds")
@@ -287,7 +286,7 @@ func TestDatasetHoldsSubAgents(t *testing.T) {
 // change the world is refused as live.
 func TestReplayLiveCallsOnlyReadOnlyTools(t *testing.T) {
 	t.Parallel()
-	handle := ledgertest.NewHandle(t)
+	handle := agentsagatest.NewLedger(t)
 	desk, _ := recordInvestigation(t, handle, "investigation-live")
 
 	_, err := agentsaga.ReplaySpec(t.Context(), handle, "investigation-live", "replay-investigation-live-0", agentsaga.ReplayOptions{Live: []string{"payout"}})

@@ -20,10 +20,10 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -97,7 +97,7 @@ func toolLines(r workflows.RunResult) []toolLine {
 // partial answer and handoff note; and its loopback desk hears nothing.
 func TestReplaySeed002Identity(t *testing.T) {
 	t.Parallel()
-	handle := ledgertest.NewHandle(t)
+	handle := agentsagatest.NewLedger(t)
 	desk, recorded := recordSeed002(t, handle, "seed002-recorded")
 	before := desk.searches + desk.lookups
 
@@ -136,7 +136,7 @@ func TestReplaySeed002Identity(t *testing.T) {
 // report names turn 3 and the call that differs, and the rest follow.
 func TestReplayDivergesAtTurn3(t *testing.T) {
 	t.Parallel()
-	handle := ledgertest.NewHandle(t)
+	handle := agentsagatest.NewLedger(t)
 	desk, _ := recordSeed002(t, handle, "seed002-turn3")
 	before := desk.searches + desk.lookups
 	source, err := ledgerdb.Of(handle).GetRun(t.Context(), "seed002-turn3")
@@ -177,7 +177,7 @@ func TestReplayDivergesAtTurn3(t *testing.T) {
 // does the recorded refund, which is answered from the ledger.
 func TestReplaySendsNothing(t *testing.T) {
 	t.Parallel()
-	handle := ledgertest.NewHandle(t)
+	handle := agentsagatest.NewLedger(t)
 	desk := newRefundDesk()
 	server := httptest.NewServer(desk)
 	t.Cleanup(server.Close)
@@ -251,7 +251,7 @@ tools:
 // that needs approval and has no decision recorded is denied.
 func TestReplayApprovalsFromTheRecording(t *testing.T) {
 	t.Parallel()
-	handle := ledgertest.NewHandle(t)
+	handle := agentsagatest.NewLedger(t)
 	desk, spec := recordPayout(t, handle, "payout-recorded")
 	before := desk.count()
 

@@ -14,10 +14,10 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -31,7 +31,7 @@ import (
 // not counted) the second play found it open and parked "tax rules".
 func TestSeed002Demo(t *testing.T) {
 	t.Parallel()
-	store := ledgertest.NewStore(t)
+	store := ledgerdb.Of(agentsagatest.NewLedger(t))
 	require.NoError(t, store.EnsureBucket(t.Context(), "fleet", budget.DefaultBucket))
 	for play := 1; play <= 3; play++ {
 		t.Run(fmt.Sprintf("play-%d", play), func(t *testing.T) { playSeed002(t, store, fmt.Sprintf("seed002-play-%d", play)) })

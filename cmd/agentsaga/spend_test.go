@@ -9,15 +9,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // An operator sets a cap, lists it, reads the report and removes it, from
 // the CLI; a bad cap is refused with what is wrong, and nothing is set.
 func TestSpendFromTheCLI(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	out, err := runCLI(t, "spend", "set", "acme", "--usd", "50", "--per", "day", "--tz", "Europe/Paris", "--by", "ann")
 	require.NoError(t, err, out)

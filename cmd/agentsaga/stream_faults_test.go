@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -69,7 +69,7 @@ func testWorkerKilledMidStream(t *testing.T, bin string, temporal *temporalServe
 	defer cancel()
 	const id = "fault-kill-mid-stream-run"
 	c := temporal.client(t, nsKillMidStream)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	provider, requests := startStallingProvider(t)
 	pool, err := pgxpool.New(ctx, databaseURL)
 	require.NoError(t, err)

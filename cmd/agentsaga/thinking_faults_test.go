@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -138,7 +138,7 @@ func testWorkerKilledBetweenThinkingAndResult(t *testing.T, bin string, temporal
 	defer cancel()
 	const id = "fault-kill-thinking-run"
 	c := temporal.client(t, nsKillBetweenThinkingAndResult)
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	provider := startThinkingProvider(t)
 	held, over := make(chan struct{}), make(chan struct{})
 	var toolCalls atomic.Int32

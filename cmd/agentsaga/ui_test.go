@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
-	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -74,10 +76,21 @@ func TestRunIsVisibleInTheTemporalUI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 
-	server, uiURL, err := workertest.StartDevServerWithUI(ctx)
+	options, err := agentsagatest.DevServerOptions()
+	require.NoError(t, err)
+	options.EnableUI, options.UIPort = true, strconv.Itoa(freeTCPPort(t))
+	server, err := testsuite.StartDevServer(ctx, options)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = server.Stop() })
-	store := ledgertest.NewHandle(t)
+	uiURL := "http://127.0.0.1:" + options.UIPort
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(uiURL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the dev server's UI at %s answers", uiURL)
+	store := agentsagatest.NewLedger(t)
 	w, err := worker.New(ctx, server.Client(), store, worker.Options{Config: agentsaga.Config{TaskQueue: workflows.TaskQueue}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())

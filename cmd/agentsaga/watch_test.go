@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 )
 
@@ -19,7 +19,7 @@ import (
 // goes on, and returns once the run ended; --after starts past what an
 // earlier watch printed, and a bad --after is refused.
 func TestWatchFollowsARunToItsEnd(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, databaseURL)

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/webhooks"
 )
@@ -20,7 +20,7 @@ import (
 // secret and deletes the endpoint; a private target or an unknown event
 // is refused, saying why.
 func TestWebhooksFromTheCLI(t *testing.T) {
-	databaseURL := ledgertest.NewDatabase(t)
+	databaseURL := agentsagatest.NewDatabase(t)
 	t.Setenv("DATABASE_URL", databaseURL)
 	out, err := runCLI(t, "webhooks")
 	require.NoError(t, err, out)

@@ -81,7 +81,21 @@ func FailedWorkflowTasks(events []*historypb.HistoryEvent) (failed, nondetermini
 // workflow.GetVersion, or DefaultVersion when it recorded none (it began
 // on code without the change).
 func RecordedVersion(events []*historypb.HistoryEvent, changeID string) (workflow.Version, error) {
+	versions, err := RecordedVersions(events)
+	if err != nil {
+		return 0, err
+	}
+	if version, ok := versions[changeID]; ok {
+		return version, nil
+	}
+	return workflow.DefaultVersion, nil
+}
+
+// RecordedVersions are the versions an execution recorded with
+// workflow.GetVersion, by change ID (the first marker of each).
+func RecordedVersions(events []*historypb.HistoryEvent) (map[string]workflow.Version, error) {
 	dc := converter.GetDefaultDataConverter()
+	versions := map[string]workflow.Version{}
 	for _, event := range events {
 		marker := event.GetMarkerRecordedEventAttributes()
 		if marker == nil || marker.GetMarkerName() != "Version" {
@@ -89,17 +103,18 @@ func RecordedVersion(events []*historypb.HistoryEvent, changeID string) (workflo
 		}
 		var id string
 		if err := dc.FromPayloads(marker.GetDetails()["change-id"], &id); err != nil {
-			return 0, fmt.Errorf("workertest: version marker %d: %w", event.GetEventId(), err)
+			return nil, fmt.Errorf("workertest: version marker %d: %w", event.GetEventId(), err)
 		}
-		if id == changeID {
-			var version workflow.Version
-			if err := dc.FromPayloads(marker.GetDetails()["version"], &version); err != nil {
-				return 0, fmt.Errorf("workertest: version marker %d: %w", event.GetEventId(), err)
-			}
-			return version, nil
+		if _, seen := versions[id]; seen {
+			continue
 		}
+		var version workflow.Version
+		if err := dc.FromPayloads(marker.GetDetails()["version"], &version); err != nil {
+			return nil, fmt.Errorf("workertest: version marker %d: %w", event.GetEventId(), err)
+		}
+		versions[id] = version
 	}
-	return workflow.DefaultVersion, nil
+	return versions, nil
 }
 
 // GiveUps counts the give-ups (fencing a failed call's key) an execution

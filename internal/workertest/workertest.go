@@ -109,6 +109,17 @@ func StartDevServerWithUI(ctx context.Context) (*testsuite.DevServer, string, er
 	return server, uiURL, nil
 }
 
+// DevServerOptions are the options StartDevServer starts a server with:
+// bin/temporal (TemporalBinary), an in-memory database on a free port, the
+// default namespace and agentsaga's search attributes.
+func DevServerOptions() (testsuite.DevServerOptions, error) {
+	bin, err := TemporalBinary()
+	if err != nil {
+		return testsuite.DevServerOptions{}, err
+	}
+	return devServerOptions(bin), nil
+}
+
 func devServerOptions(bin string) testsuite.DevServerOptions {
 	return testsuite.DevServerOptions{
 		ExistingPath:     bin,

@@ -17,10 +17,10 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -61,7 +61,7 @@ func (b *lockedBuffer) String() string {
 
 func newWorld(t testing.TB, configure ...func(*Config)) *world {
 	t.Helper()
-	store := ledgertest.NewHandle(t)
+	store := agentsagatest.NewLedger(t)
 	w := &world{t: t, store: store, db: ledgerdb.Of(store), events: runevents.New(ledgerdb.Of(store).Pool()),
 		logs: &lockedBuffer{}, started: map[string]workflows.RunSpec{}}
 	hub := runevents.NewHub(w.db.Pool())

@@ -12,16 +12,15 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
-	"github.com/agentsaga/agentsaga/internal/workertest"
 )
 
 var temporalClient client.Client
 
 func TestMain(m *testing.M) {
-	workertest.Main(m, func(server *testsuite.DevServer) { temporalClient = server.Client() })
+	agentsagatest.Main(m, func(server *testsuite.DevServer) { temporalClient = server.Client() })
 }
 
 // A short amplification run: the ordering of the contenders holds and
@@ -29,7 +28,7 @@ func TestMain(m *testing.M) {
 func TestAmplificationSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rows, err := bench.Amplification(ctx, temporalClient, ledgertest.NewPooledDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 3, Workers: 2})
+	rows, err := bench.Amplification(ctx, temporalClient, pooledDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 3, Workers: 2})
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintRows(&out, "amplification under a 100% outage", rows)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // cacheClient posts raw messages requests to a fake server.
@@ -204,7 +203,7 @@ func TestCacheSmoke(t *testing.T) {
 	defer cancel()
 	cfg := bench.DefaultCache
 	cfg.Turns, cfg.SystemTokens, cfg.Timeout = 6, 2000, 2*time.Minute
-	res, err := bench.Cache(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
+	res, err := bench.Cache(ctx, temporalClient, pooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintCache(&out, res)

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // A small backlog: with its rate declared, the tool's parked calls come
@@ -21,7 +20,7 @@ func TestDrainSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := bench.DrainConfig{Calls: 40, RatePerSecond: 10, Latency: 5 * time.Millisecond, Outage: 6 * time.Second}
-	rows, err := bench.Drain(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
+	rows, err := bench.Drain(ctx, temporalClient, pooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintDrain(&out, cfg, rows)

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
@@ -23,8 +23,9 @@ func TestFleetSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
-	temporalBin, err := workertest.TemporalBinary()
+	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
+	temporalBin := options.ExistingPath
 	goTool, err := exec.LookPath("go")
 	require.NoError(t, err, "the fleet test builds the agentsaga binary and needs the go tool on PATH")
 	bin := filepath.Join(t.TempDir(), "agentsaga")

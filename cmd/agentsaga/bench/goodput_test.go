@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
@@ -98,9 +98,9 @@ func processBench(t *testing.T) (temporalBin, executable, databaseURL string) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
-	temporalBin, err := workertest.TemporalBinary()
+	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
-	return temporalBin, buildAgentsaga(t), worker.ConfigFromEnv().DatabaseURL
+	return options.ExistingPath, buildAgentsaga(t), worker.ConfigFromEnv().DatabaseURL
 }
 
 // runScenario runs a scenario within three minutes and logs its table.

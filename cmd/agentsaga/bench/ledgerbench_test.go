@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // A short ledger run: both sides write, and the figures are printed. It
@@ -20,7 +20,7 @@ import (
 // transactions, fails it.
 func TestLedgerSmoke(t *testing.T) {
 	const clients, calls = 4, 50
-	rows, err := bench.LedgerCounted(context.Background(), ledgertest.NewDatabase(t), clients, calls)
+	rows, err := bench.LedgerCounted(context.Background(), agentsagatest.NewDatabase(t), clients, calls)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintLedger(&out, "ledger writes", rows)

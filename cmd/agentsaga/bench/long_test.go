@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -23,7 +22,7 @@ func TestLongSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := bench.LongConfig{Turns: []int{5, 15}, OutputBytes: 4 << 10, PerTurnTimeout: 3 * time.Second}
-	rows, err := bench.Long(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
+	rows, err := bench.Long(ctx, temporalClient, pooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintLong(&out, "long, small", cfg, rows)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // One run, one tool down for its first 4 s: the first call's three failed
@@ -23,7 +22,7 @@ func TestOneToolDownSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := bench.OneToolDownConfig{Items: 20, Outage: 4 * time.Second}
-	r, err := bench.OneToolDown(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
+	r, err := bench.OneToolDown(ctx, temporalClient, pooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintOneToolDown(&out, "one run, one tool down 4s", r)

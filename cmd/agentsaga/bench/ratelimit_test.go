@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/workertest"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
@@ -26,8 +26,9 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
-	temporalBin, err := workertest.TemporalBinary()
+	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
+	temporalBin := options.ExistingPath
 	bin := buildAgentsaga(t)
 
 	cfg := bench.DefaultRateLimit

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // A short storm: the unbudgeted baseline sends more load through the outage
@@ -26,7 +25,7 @@ func TestStormSmoke(t *testing.T) {
 	// breaker's; `make bench` measures its speed on a quiet machine.
 	cfg := bench.StormConfig{Runs: 4, CallsPerSecond: 4, RatePerSecond: 10, Latency: 5 * time.Millisecond,
 		OutageFrom: 2 * time.Second, OutageTo: 8 * time.Second, Duration: 20 * time.Second, ScheduleToClose: 15 * time.Second}
-	rows, err := bench.Storm(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
+	rows, err := bench.Storm(ctx, temporalClient, pooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintStorm(&out, "storm", cfg, rows)

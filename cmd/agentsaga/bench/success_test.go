@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // A short success run at p = 20%: the budget costs agentsaga no more than a
@@ -19,7 +18,7 @@ func TestSuccessSmoke(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rows, err := bench.Success(ctx, temporalClient, ledgertest.NewPooledDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 5, Workers: 2}, []float64{0.2})
+	rows, err := bench.Success(ctx, temporalClient, pooledDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 5, Workers: 2}, []float64{0.2})
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintSuccess(&out, "success at p = 20%", rows)
@@ -39,7 +38,7 @@ func TestSuccessSmoke(t *testing.T) {
 func TestOverheadSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rows, err := bench.Overhead(ctx, temporalClient, ledgertest.NewPooledDatabase(t), bench.AmplificationConfig{Runs: 2, Calls: 10, Workers: 1})
+	rows, err := bench.Overhead(ctx, temporalClient, pooledDatabase(t), bench.AmplificationConfig{Runs: 2, Calls: 10, Workers: 1})
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintOverhead(&out, "overhead", rows)

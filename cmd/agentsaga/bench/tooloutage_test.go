@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
 )
 
 // A short single-tool outage: more calls than the breaker's threshold fail
@@ -21,7 +20,7 @@ func TestToolOutageSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := bench.ToolOutageConfig{Runs: 12, Outage: 8 * time.Second}
-	result, err := bench.ToolOutage(ctx, temporalClient, ledgertest.NewPooledDatabase(t), cfg)
+	result, err := bench.ToolOutage(ctx, temporalClient, pooledDatabase(t), cfg)
 	require.NoError(t, err)
 	var out strings.Builder
 	bench.PrintToolOutage(&out, "tool outage", result)

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/internal/apikeys"
-	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
 )
 
 func newKeys(t *testing.T) (*apikeys.Keys, *pgxpool.Pool) {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), ledgertest.NewPooledDatabase(t))
+	pool, err := pgxpool.New(context.Background(), agentsagatest.NewDatabase(t))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return apikeys.New(pool), pool

@@ -30,7 +30,8 @@ migrate: postgres build
 	./bin/agentsaga migrate
 
 # Debian's Chromium, for the browser test of the Temporal UI; without it
-# (no apt-get, or not root) that test skips itself.
+# (no apt-get, or not root) that test skips itself. `make test` installs it
+# beside its first phase (scripts/test.sh).
 chromium:
 	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null 2>&1 && \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
@@ -42,8 +43,8 @@ chromium:
 # library, the k8s manifests and the CLI's benchmarks and API at once, then
 # cmd/agentsaga alone (its chaos harness and fault tests time takeovers of
 # real worker processes).
-test: bin/temporal postgres chromium
-	@GO="$(GO)" TEST_FLAGS="$(TEST_FLAGS)" scripts/test.sh
+test: bin/temporal postgres
+	@GO="$(GO)" MAKE="$(MAKE)" TEST_FLAGS="$(TEST_FLAGS)" scripts/test.sh
 
 # Every fuzz target, FUZZTIME each (`make fuzz FUZZTIME=10m`). `make test`
 # runs the same targets on their seed corpora (testdata/fuzz) only. What a

@@ -13,7 +13,7 @@
 # takeover comes within the heartbeat timeout plus 5 s (I5), and on a
 # 2-core machine the other packages' load once pushed one past it.
 #
-# GO and TEST_FLAGS come from the Makefile. The script stops after the
+# GO, MAKE and TEST_FLAGS come from the Makefile. The script stops after the
 # first phase that fails, and exits non-zero naming the parts that failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +51,8 @@ began=$SECONDS
 start library "$GO" test "${flags[@]}" -p 4 -parallel 4 ./...
 start k8s "$GO" -C deploy/k8s test ./...
 start cli-bench "$GO" -C cmd/agentsaga test "${flags[@]}" -parallel 4 ./bench/... ./api/...
+# Chromium, for phase 2's browser tests, installs meanwhile on a fresh machine.
+start chromium "${MAKE:-make}" --no-print-directory chromium
 finish
 echo "make test: phase 1 (library, k8s, benchmarks, API) took $((SECONDS - began)) s"
 

@@ -242,13 +242,15 @@ func blockingTool(t *testing.T, entered chan<- struct{}, release <-chan struct{}
 	}))
 }
 
-// waitForStatus polls the run's Status until it is want.
+// waitForStatus polls the run's Status until it is want. Two minutes,
+// where 30 s once ran out at load 15 before a 40-turn run escalated: the
+// bound only says how long a run that never gets there is waited for.
 func waitForStatus(t *testing.T, run *agentsaga.Run, want string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		status, err := run.Status(t.Context())
 		return err == nil && status.Status == want
-	}, 30*time.Second, 50*time.Millisecond, "run %s never became %s", run.ID, want)
+	}, 2*time.Minute, 50*time.Millisecond, "run %s never became %s", run.ID, want)
 }
 
 // Item 6: a run is resumed and aborted through its handle. A decision the

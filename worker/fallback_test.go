@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
@@ -43,6 +44,11 @@ type napModel struct {
 	anthropic bool
 	turns     int
 	outage    time.Duration
+	// minRefusals keeps it down for that many refusals however long they
+	// take: an outage of wall-clock time alone ended, on a machine loaded
+	// by the suite, before the retries had failed often enough to open
+	// the breaker the test is about.
+	minRefusals int32
 
 	downUntil                    atomic.Int64
 	requests, refusals, answered atomic.Int32
@@ -52,7 +58,7 @@ func (m *napModel) serve(t *testing.T) *httptest.Server {
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.requests.Add(1)
 		m.downUntil.CompareAndSwap(0, time.Now().Add(m.outage).UnixNano())
-		if time.Now().UnixNano() < m.downUntil.Load() {
+		if time.Now().UnixNano() < m.downUntil.Load() || m.refusals.Load() < m.minRefusals {
 			m.refusals.Add(1)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -246,7 +252,7 @@ func TestTurnsReturnToThePrimaryOnceItIsBack(t *testing.T) {
 	defer cancel()
 	store, queue := defaultBreakerWorker(ctx, t, "fallback-back")
 	const naps = 12 // a turn a second or so: the run outlives the cooldown
-	primary := &napModel{turns: naps, outage: 3 * time.Second}
+	primary := &napModel{turns: naps, outage: 3 * time.Second, minRefusals: int32(budget.DefaultBreaker.Threshold)}
 	fallback := &napModel{anthropic: true, turns: naps}
 	primaryServer, fallbackServer := primary.serve(t), fallback.serve(t)
 	nap, napped := napTool(t, time.Second)

@@ -268,6 +268,9 @@ func countTool(trace []workflows.TraceEntry, tool string) int {
 // downModel is an OpenAI-compatible model server that answers 503 for
 // outage after its first request, then answers every turn "all done".
 type downModel struct {
+	// minRefusals keeps it down for that many refusals however long they
+	// take (napModel's).
+	minRefusals        int32
 	downUntil          atomic.Int64
 	requests, refusals atomic.Int32
 }
@@ -276,7 +279,7 @@ func (m *downModel) serve(outage time.Duration) *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.requests.Add(1)
 		m.downUntil.CompareAndSwap(0, time.Now().Add(outage).UnixNano())
-		if time.Now().UnixNano() < m.downUntil.Load() {
+		if time.Now().UnixNano() < m.downUntil.Load() || m.refusals.Load() < m.minRefusals {
 			m.refusals.Add(1)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -299,7 +302,7 @@ func TestShortModelOutageIsWaitedOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	store, _, _, queue := startOutage(ctx, t)
-	var model downModel
+	model := downModel{minRefusals: int32(parkingBreaker.Threshold)}
 	server := model.serve(3 * time.Second)
 	defer server.Close()
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`

@@ -115,12 +115,16 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	_, err = temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: terminated, TaskQueue: queue},
 		workflows.AgentRun, paymentSpec(t, url, "ann"))
 	require.NoError(t, err)
-	timing, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: timedOut, TaskQueue: queue, WorkflowRunTimeout: 3 * time.Second},
+	// The run must reach its wait for a human before it times out: 3 s
+	// was not enough at load 15, 12 s is (waitForStatus below says so
+	// when it is not).
+	timing, err := temporalClient.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: timedOut, TaskQueue: queue, WorkflowRunTimeout: 12 * time.Second},
 		workflows.AgentRun, paymentSpec(t, url, "cat"))
 	require.NoError(t, err)
 	stageVanishedRun(ctx, t, store, vanished, paymentSpec(t, url, "bob"))
 
 	waitForStatus(ctx, t, store, terminated, agentsagatype.RunEscalated)
+	waitForStatus(ctx, t, store, timedOut, agentsagatype.RunEscalated)
 	require.NoError(t, temporalClient.TerminateWorkflow(ctx, terminated, "", "operator pulled the plug"))
 	require.Error(t, timing.Get(ctx, nil), "the run times out while it waits for a human")
 	for _, id := range []string{terminated, timedOut} {

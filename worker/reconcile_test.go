@@ -146,7 +146,7 @@ func TestTerminatedRunsAreReconciledAndCompensatedOnce(t *testing.T) {
 	}
 	require.Len(t, reasons, 3, "%+v", first)
 	assert.Regexp(t, `^the workflow was terminated in Temporal by .+: operator pulled the plug$`, reasons[terminated])
-	assert.Equal(t, "the workflow timed out in Temporal, run timeout 3s", reasons[timedOut])
+	assert.Equal(t, "the workflow timed out in Temporal, run timeout 12s", reasons[timedOut])
 	assert.Contains(t, reasons[vanished], "the workflow vanished")
 
 	for id, reason := range reasons {

@@ -18,7 +18,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"

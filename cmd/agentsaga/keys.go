@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/worker"
 )

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatest"
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 

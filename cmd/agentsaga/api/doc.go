@@ -4,7 +4,7 @@
 // internal/replayreport), carries the human decisions (resume, abort,
 // retry, skip, approve, deny), serves its OpenAPI 3.1 document and a run's
 // live page (a replay's with its report), and decides who may do what:
-// bearer keys (cmd/agentsaga/internal/apikeys) with scopes, each key seeing only its
+// bearer keys (cmd/agentsaga/apikeys) with scopes, each key seeing only its
 // account's runs, failed authentications rate-limited per client address.
 // Every error is problem+json (RFC 9457).
 //

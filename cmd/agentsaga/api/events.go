@@ -11,7 +11,7 @@ import (
 
 	sse "github.com/tmaxmax/go-sse"
 
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 )
 

@@ -16,7 +16,7 @@ import (
 	sse "github.com/tmaxmax/go-sse"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 )
 

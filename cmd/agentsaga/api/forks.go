@@ -9,7 +9,7 @@ import (
 	"net/http"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/webhooks"

@@ -4,7 +4,7 @@ import (
 	_ "embed"
 	"net/http"
 
-	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/apikeys"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 )
 
 // openAPIDocument describes every route; a test holds it to Routes.

@@ -138,6 +138,8 @@ type soak struct {
 	kills    []soakKill
 	restarts []time.Time
 	seq      int
+	// approvals counts the approval runs, to approve and deny in turn.
+	approvals int
 }
 
 type soakOutcome struct {
@@ -336,7 +338,7 @@ func (s *soak) run(ctx context.Context, t *testing.T, kind string, n int, wf str
 		background.Add(1)
 		go func() {
 			defer background.Done()
-			out.Decision = s.decide(ctx, wf, n%4 < 2, ended)
+			out.Decision = s.decide(ctx, wf, s.nextApproval(), ended)
 		}()
 	}
 	result, err := chaosResult(ctx, s.c.GetWorkflow(ctx, wf, ""))
@@ -383,6 +385,15 @@ func (s *soak) run(ctx context.Context, t *testing.T, kind string, n int, wf str
 	t.Logf("%s: %s in %s, violations I1..I9=%v, cap refusals %d, takeover %s, decision %q", wf, out.Status,
 		time.Since(r.began).Round(time.Second), out.Violations, out.Capped, takeover, out.Decision)
 	return out
+}
+
+// nextApproval says whether the next approval run's call is approved:
+// every other one is denied.
+func (s *soak) nextApproval() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.approvals++
+	return s.approvals%2 == 1
 }
 
 // withLedger runs fn while Postgres is up.
@@ -510,9 +521,9 @@ func (s *soak) follow(ctx context.Context, wf string) string {
 // decide approves (or denies) the run's call waiting for approval over
 // the API, as soon as GET /v1/approvals lists it.
 func (s *soak) decide(ctx context.Context, wf string, approve bool, ended <-chan struct{}) string {
-	verb, body := "approve", `{"reason": "soak: approved"}`
+	verb, done, body := "approve", "approved", `{"reason": "soak: approved"}`
 	if !approve {
-		verb, body = "deny", `{"reason": "soak: denied"}`
+		verb, done, body = "deny", "denied", `{"reason": "soak: denied"}`
 	}
 	for {
 		select {
@@ -546,7 +557,7 @@ func (s *soak) decide(ctx context.Context, wf string, approve bool, ended <-chan
 			answer, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return verb + "d"
+				return done
 			}
 			s.t.Logf("%s: %s %s: %s: %s", wf, verb, a.Call, resp.Status, bytes.TrimSpace(answer))
 		}

@@ -67,3 +67,17 @@ echo "$name: schemas set up in $db and $visibility_db on $host:$pg_port ($(tail 
 cluster_env=(AGENTSAGA_CLUSTER_SERVER="$root/bin/temporal-server" AGENTSAGA_CLUSTER_ROOT="$root" AGENTSAGA_CLUSTER_PORT="$port"
 	POSTGRES_SEEDS="$host" DB_PORT="$pg_port" POSTGRES_USER="$user" POSTGRES_PWD="$password"
 	DBNAME="$db" VISIBILITY_DBNAME="$visibility_db")
+
+# cluster_result ends the script as its test did: on a failure, the lines
+# of log that say why (and those matching the extra pattern), and its exit
+# status; otherwise "$name: ok" and what follows.
+cluster_result() {
+	local status=$1 log=$2 pattern=$3 ok=$4
+	if [ "$status" -ne 0 ]; then
+		echo
+		echo "$name: FAILED (exit $status); the failures:"
+		grep -E -- "--- FAIL|Error Trace|Error:|panic|$pattern" "$log" | head -n 60 || true
+		exit "$status"
+	fi
+	echo "$name: ok$ok"
+}

@@ -30,10 +30,4 @@ env "${cluster_env[@]}" SOAK_DURATION="$duration" SOAK_KILL_EVERY="$kill_every" 
 	nice -n 10 "$GO" -C "$root/cmd/agentsaga" test -count=1 -timeout "$timeout" -v -run '^TestSoak$' . > "$log" 2>&1 || status=$?
 # The report: everything TestSoak printed from its table on.
 sed -n '/^soak on /,/^}$/p' "$log"
-if [ "$status" -ne 0 ]; then
-	echo
-	echo "soak: FAILED (exit $status); the failures:"
-	grep -E -- '--- FAIL|Error Trace|Error:|soak_test.go:[0-9]+: .*(I[0-9]:|could not|stream|memory|panic)' "$log" | head -n 60 || true
-	exit "$status"
-fi
-echo "soak: ok ($out)"
+cluster_result "$status" "$log" 'soak_test.go:[0-9]+: .*(I[0-9]:|could not|stream|memory)' " ($out)"

@@ -41,10 +41,4 @@ if [ -f "$report" ]; then
 fi
 # The server restarts and the deploy log their own figures.
 grep -hoE '(faults_test|deploy_test)\.go:[0-9]+: (runs=1 completed=1 temporal restarts|deploy A -> B).*' "$log" || true
-if [ "$status" -ne 0 ]; then
-	echo
-	echo "test-cluster: FAILED (exit $status); the failures:"
-	grep -E -- '--- FAIL|Error Trace|Error:|invariant|panic' "$log" | head -n 60 || true
-	exit "$status"
-fi
-echo "test-cluster: ok"
+cluster_result "$status" "$log" invariant ""

@@ -26,6 +26,7 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -161,7 +162,7 @@ type soakKill struct {
 
 type rssSample struct {
 	At time.Time
-	KB int
+	KB float64
 }
 
 // TestSoak runs the soak for -soak.duration (SOAK_DURATION); without it
@@ -710,24 +711,10 @@ func (s *soak) sampleOnce() {
 		if p == nil || p.exited() {
 			continue
 		}
-		if kb, err := vmRSS(p.pid()); err == nil {
+		if kb, err := bench.ProcStatusKB(p.pid(), "VmRSS"); err == nil {
 			s.samples[p.name] = append(s.samples[p.name], rssSample{At: now, KB: kb})
 		}
 	}
-}
-
-// vmRSS reads a process's resident set size, in kB.
-func vmRSS(pid int) (int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // soakMemory is one process's first and last window.
@@ -763,13 +750,13 @@ func (s *soak) memory() []soakMemory {
 			window = 30 * time.Minute
 		}
 		mean := func(from, to time.Time) float64 {
-			sum, n := 0, 0
+			sum, n := 0.0, 0
 			for _, x := range series {
 				if !x.At.Before(from) && !x.At.After(to) {
 					sum, n = sum+x.KB, n+1
 				}
 			}
-			return float64(sum) / float64(max(n, 1)) / 1024
+			return sum / float64(max(n, 1)) / 1024
 		}
 		first, last := mean(start, start.Add(window)), mean(end.Add(-window), end)
 		rows = append(rows, soakMemory{Process: name, Window: window.Round(time.Second).String(), Samples: len(series),

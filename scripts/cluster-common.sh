@@ -15,8 +15,8 @@
 # It leaves root, GO, port, db, visibility_db, work, host, pg_port, user and
 # password set, and cluster_env: the environment a test needs to start the
 # server (TestCluster's and TestSoak's startTemporalServer).
-# name: what the messages say they come from.
-name=${name:-cluster}
+# cluster_script: what the messages say they come from.
+cluster_script=${cluster_script:-cluster}
 
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -30,17 +30,17 @@ mkdir -p "$work"
 
 # 1. The server and its sql tool.
 if [ ! -x bin/temporal-server ] || [ ! -x bin/temporal-sql-tool ]; then
-	echo "$name: building go.temporal.io/server $version (cmd/server, cmd/tools/sql) into bin/"
+	echo "$cluster_script: building go.temporal.io/server $version (cmd/server, cmd/tools/sql) into bin/"
 	began=$(date +%s)
 	GOBIN=$work GOFLAGS= nice -n 19 "$GO" install \
 		"go.temporal.io/server/cmd/server@$version" "go.temporal.io/server/cmd/tools/sql@$version"
 	mv "$work/server" bin/temporal-server
 	mv "$work/sql" bin/temporal-sql-tool
-	echo "$name: built in $(($(date +%s) - began)) s"
+	echo "$cluster_script: built in $(($(date +%s) - began)) s"
 fi
 schema=$(GOFLAGS= "$GO" mod download -json "go.temporal.io/server@$version" |
 	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/schema/postgresql/v12
-[ -d "$schema" ] || { echo "$name: no Postgres schema at $schema" >&2; exit 1; }
+[ -d "$schema" ] || { echo "$cluster_script: no Postgres schema at $schema" >&2; exit 1; }
 
 # 2. The databases. DATABASE_URL is the ledger's; Temporal's databases live
 # beside it, on the same server and as the same user.
@@ -62,7 +62,7 @@ fi
 PATH=$root/bin:$PATH DBNAME=$db VISIBILITY_DBNAME=$visibility_db TEMPORAL_SCHEMA_DIR=$schema \
 	sh deploy/temporal/setup-schema.sh > "$work/setup-schema.log" 2>&1 ||
 	{ cat "$work/setup-schema.log" >&2; exit 1; }
-echo "$name: schemas set up in $db and $visibility_db on $host:$pg_port ($(tail -n 1 "$work/setup-schema.log"))"
+echo "$cluster_script: schemas set up in $db and $visibility_db on $host:$pg_port ($(tail -n 1 "$work/setup-schema.log"))"
 
 cluster_env=(AGENTSAGA_CLUSTER_SERVER="$root/bin/temporal-server" AGENTSAGA_CLUSTER_ROOT="$root" AGENTSAGA_CLUSTER_PORT="$port"
 	POSTGRES_SEEDS="$host" DB_PORT="$pg_port" POSTGRES_USER="$user" POSTGRES_PWD="$password"
@@ -70,14 +70,14 @@ cluster_env=(AGENTSAGA_CLUSTER_SERVER="$root/bin/temporal-server" AGENTSAGA_CLUS
 
 # cluster_result ends the script as its test did: on a failure, the lines
 # of log that say why (and those matching the extra pattern), and its exit
-# status; otherwise "$name: ok" and what follows.
+# status; otherwise "$cluster_script: ok" and what follows.
 cluster_result() {
 	local status=$1 log=$2 pattern=$3 ok=$4
 	if [ "$status" -ne 0 ]; then
 		echo
-		echo "$name: FAILED (exit $status); the failures:"
+		echo "$cluster_script: FAILED (exit $status); the failures:"
 		grep -E -- "--- FAIL|Error Trace|Error:|panic|$pattern" "$log" | head -n 60 || true
 		exit "$status"
 	fi
-	echo "$name: ok$ok"
+	echo "$cluster_script: ok$ok"
 }

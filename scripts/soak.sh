@@ -13,7 +13,7 @@ set -euo pipefail
 export TEMPORAL_DB=${TEMPORAL_DB:-temporal_soak}
 export TEMPORAL_VISIBILITY_DB=${TEMPORAL_VISIBILITY_DB:-temporal_soak_visibility}
 export TEMPORAL_CLUSTER_PORT=${TEMPORAL_CLUSTER_PORT:-7433}
-name=soak
+cluster_script=soak
 # shellcheck source=scripts/cluster-common.sh
 source "$(dirname "$0")/cluster-common.sh"
 

@@ -21,7 +21,7 @@
 #     with the tuned and the default keepalive.
 set -euo pipefail
 
-name=test-cluster
+cluster_script=test-cluster
 # shellcheck source=scripts/cluster-common.sh
 source "$(dirname "$0")/cluster-common.sh"
 

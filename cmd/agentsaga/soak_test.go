@@ -622,12 +622,15 @@ func (s *soak) killWorker(ctx context.Context) {
 		cancel()
 		if err != nil {
 			h.Release()
+			s.t.Logf("soak: kill: %s's charge never came: %v", r.wf, err)
 			continue
 		}
 		attempt, ok, err := pendingAttempt(ctx, s.c, r.wf, r.faultActivity)
 		slot := s.slotOf(attempt.identity)
 		if err != nil || !ok || slot < 1 || attempt.number != h.attempt {
 			h.Release() // on the worker kept alive, or not found: let it go
+			s.t.Logf("soak: kill: %s's charge (attempt %d) is not on a worker to kill (slot %d, attempt %d %q, %v)",
+				r.wf, h.attempt, slot, attempt.number, attempt.identity, err)
 			continue
 		}
 		s.mu.Lock()

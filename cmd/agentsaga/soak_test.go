@@ -869,8 +869,7 @@ func (s *soak) finish() {
 		}
 	}
 	w.Flush()
-	fmt.Print(b.String())
-	t.Logf("soak report:\n%s", b.String())
+	fmt.Print(b.String()) // once: scripts/soak.sh shows it from the log
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err == nil {
 		err = os.WriteFile(s.cfg.out, append(data, '\n'), 0o644)

@@ -141,6 +141,7 @@ type soak struct {
 	seq      int
 	// approvals counts the approval runs, to approve and deny in turn.
 	approvals int
+	ofKind    map[string]int
 }
 
 type soakOutcome struct {
@@ -176,7 +177,7 @@ func TestSoak(t *testing.T) {
 	if clusterFromEnv(t) == nil {
 		t.Log("AGENTSAGA_CLUSTER_SERVER is unset: soaking on a dev server, not the real server (`make soak` sets it)")
 	}
-	s := &soak{t: t, cfg: cfg, inFlight: map[string]*chaosRun{}, samples: map[string][]rssSample{}}
+	s := &soak{t: t, cfg: cfg, inFlight: map[string]*chaosRun{}, samples: map[string][]rssSample{}, ofKind: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s.setUp(ctx)
@@ -292,7 +293,7 @@ func (s *soak) run(ctx context.Context, t *testing.T, kind string, n int, wf str
 	switch {
 	case kind == soakCap:
 		cc.Label = "" // so capMode binds: the fourth turn is refused
-	case kind != soakSubAgent && n%2 == 1:
+	case kind != soakSubAgent && s.nextOfKind(kind)%2 == 1:
 		cc.Ending = endingAbort // the 403 escalates, the run is aborted and compensates
 	}
 	account := fmt.Sprintf("soak-%d", n)
@@ -386,6 +387,16 @@ func (s *soak) run(ctx context.Context, t *testing.T, kind string, n int, wf str
 	t.Logf("%s: %s in %s, violations I1..I9=%v, cap refusals %d, takeover %s, decision %q", wf, out.Status,
 		time.Since(r.began).Round(time.Second), out.Violations, out.Capped, takeover, out.Decision)
 	return out
+}
+
+// nextOfKind counts the runs of kind, 1 for the first: every other
+// approval or stream run ends with the 403 (the global seq would not
+// alternate within a kind).
+func (s *soak) nextOfKind(kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ofKind[kind]++
+	return s.ofKind[kind]
 }
 
 // nextApproval says whether the next approval run's call is approved:
@@ -576,7 +587,7 @@ func (s *soak) faults(ctx context.Context, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-kill.C:
-			s.killWorker(ctx)
+			s.killWorker(ctx, stop)
 		case <-restart:
 			s.pgDown.Lock()
 			err := s.pg.stop()
@@ -605,10 +616,13 @@ func (s *soak) faults(ctx context.Context, stop <-chan struct{}) {
 // heartbeat timeout plus 5 s). Runs are picked until one's charge arrives
 // on a worker that may be killed (not the first), at most a minute; then
 // the kill strikes a worker at random and no run counts I5 for it.
-func (s *soak) killWorker(ctx context.Context) {
+func (s *soak) killWorker(ctx context.Context, stop <-chan struct{}) {
 	giveUp := time.Now().Add(time.Minute)
 	tried := map[string]bool{}
 	for time.Now().Before(giveUp) {
+		if chanClosed(stop) {
+			return // the runs are over: nothing to kill a worker under
+		}
 		r := s.pickRun(tried)
 		if r == nil {
 			if sleepCtx(ctx, time.Second) != nil {
@@ -647,6 +661,9 @@ func (s *soak) killWorker(ctx context.Context) {
 		s.mu.Unlock()
 		s.t.Logf("soak: killed %s at +%s with %s's charge inside the service", w.name, time.Since(s.began).Round(time.Second), r.wf)
 		s.startWorker(ctx, slot)
+		return
+	}
+	if chanClosed(stop) {
 		return
 	}
 	slot := 1 + rand.IntN(soakWorkers-1)

@@ -3,6 +3,8 @@
 # temporalio/server image runs, built here from Go modules (the version
 # compose pins), on Postgres, all services in one process.
 #
+# Steps 1 and 2 are scripts/cluster-common.sh's, shared with `make soak`.
+#
 #  1. Builds bin/temporal-server and bin/temporal-sql-tool from
 #     go.temporal.io/server@$TEMPORAL_SERVER_VERSION, only when missing (about
 #     8 minutes on 2 cores, from nothing).
@@ -19,51 +21,9 @@
 #     with the tuned and the default keepalive.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
-root=$PWD
-GO=${GO:-go}
-version=${TEMPORAL_SERVER_VERSION:-v1.29.1}
-port=${TEMPORAL_CLUSTER_PORT:-7333}
-db=${TEMPORAL_DB:-temporal_cluster}
-visibility_db=${TEMPORAL_VISIBILITY_DB:-temporal_cluster_visibility}
-work=$root/bin/.cluster
-mkdir -p "$work"
-
-# 1. The server and its sql tool.
-if [ ! -x bin/temporal-server ] || [ ! -x bin/temporal-sql-tool ]; then
-	echo "test-cluster: building go.temporal.io/server $version (cmd/server, cmd/tools/sql) into bin/"
-	began=$(date +%s)
-	GOBIN=$work GOFLAGS= nice -n 19 "$GO" install \
-		"go.temporal.io/server/cmd/server@$version" "go.temporal.io/server/cmd/tools/sql@$version"
-	mv "$work/server" bin/temporal-server
-	mv "$work/sql" bin/temporal-sql-tool
-	echo "test-cluster: built in $(($(date +%s) - began)) s"
-fi
-schema=$(GOFLAGS= "$GO" mod download -json "go.temporal.io/server@$version" |
-	sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/schema/postgresql/v12
-[ -d "$schema" ] || { echo "test-cluster: no Postgres schema at $schema" >&2; exit 1; }
-
-# 2. The databases. DATABASE_URL is the ledger's; Temporal's databases live
-# beside it, on the same server and as the same user.
-url=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/agentsaga?sslmode=disable}
-rest=${url#*://}
-creds=postgres
-if [[ $rest == *@* ]]; then creds=${rest%%@*}; rest=${rest#*@}; fi
-hostport=${rest%%/*}
-host=${hostport%%:*}; pg_port=${hostport##*:}; [ "$pg_port" = "$hostport" ] && pg_port=5432
-user=${creds%%:*}; password=""
-[[ $creds == *:* ]] && password=${creds#*:}
-export SQL_PLUGIN=postgres12 SQL_HOST=$host SQL_PORT=$pg_port SQL_USER=$user SQL_PASSWORD=$password
-if [ -z "${AGENTSAGA_CLUSTER_KEEP_DB:-}" ]; then
-	for name in "$db" "$visibility_db"; do
-		PGPASSWORD=$password psql -q -X -h "$host" -p "$pg_port" -U "$user" -d postgres \
-			-c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" >/dev/null
-	done
-fi
-PATH=$root/bin:$PATH DBNAME=$db VISIBILITY_DBNAME=$visibility_db TEMPORAL_SCHEMA_DIR=$schema \
-	sh deploy/temporal/setup-schema.sh > "$work/setup-schema.log" 2>&1 ||
-	{ cat "$work/setup-schema.log" >&2; exit 1; }
-echo "test-cluster: schemas set up in $db and $visibility_db on $host:$pg_port ($(tail -n 1 "$work/setup-schema.log"))"
+cluster_script=test-cluster
+# shellcheck source=scripts/cluster-common.sh
+source "$(dirname "$0")/cluster-common.sh"
 
 # 3. The tests. The config file reads the same variables as the
 # temporalio/server image (deploy/temporal/config.yaml).
@@ -72,10 +32,7 @@ log=$work/test.log
 rm -f "$report"
 echo "test-cluster: running TestCluster on a temporal-server at 127.0.0.1:$port (log: $log)"
 status=0
-AGENTSAGA_CLUSTER_SERVER=$root/bin/temporal-server AGENTSAGA_CLUSTER_ROOT=$root AGENTSAGA_CLUSTER_PORT=$port \
-	AGENTSAGA_CLUSTER_REPORT=$report \
-	POSTGRES_SEEDS=$host DB_PORT=$pg_port POSTGRES_USER=$user POSTGRES_PWD=$password \
-	DBNAME=$db VISIBILITY_DBNAME=$visibility_db \
+env "${cluster_env[@]}" AGENTSAGA_CLUSTER_REPORT="$report" \
 	nice -n 19 "$GO" -C "$root/cmd/agentsaga" test -race -count=1 -timeout 90m -v -run '^TestCluster$' . > "$log" 2>&1 || status=$?
 grep -E '^\s*--- (FAIL|PASS|SKIP): TestCluster(/[^/]*)? ' "$log" || true
 if [ -f "$report" ]; then
@@ -84,10 +41,4 @@ if [ -f "$report" ]; then
 fi
 # The server restarts and the deploy log their own figures.
 grep -hoE '(faults_test|deploy_test)\.go:[0-9]+: (runs=1 completed=1 temporal restarts|deploy A -> B).*' "$log" || true
-if [ "$status" -ne 0 ]; then
-	echo
-	echo "test-cluster: FAILED (exit $status); the failures:"
-	grep -E -- '--- FAIL|Error Trace|Error:|invariant|panic' "$log" | head -n 60 || true
-	exit "$status"
-fi
-echo "test-cluster: ok"
+cluster_result "$status" "$log" invariant ""

@@ -374,7 +374,14 @@ func (st chaosToolState) firstRequestAfter(key string, attempt int) (chaosReques
 // fresh connection each time: it must survive the Postgres restarts the
 // harness causes, and it reads the tables rather than going through the
 // ledger package, whose code is what the harness tests.
-type chaosLedger struct{ url string }
+type chaosLedger struct {
+	url string
+	// account, when set, is the only cap account the spend reads see (its
+	// caps, their periods, the holds charged to it): the soak
+	// (soak_test.go) runs many runs on one ledger, each on an account of
+	// its own, so I6 and I7 read one run's caps while others are in flight.
+	account string
+}
 
 func (l chaosLedger) connect(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -453,7 +460,7 @@ func (l chaosLedger) spendCaps(ctx context.Context) ([]ledgerSpendCap, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT account, period, usd::float8 FROM spend_caps ORDER BY account, period`)
+	rows, err := conn.Query(ctx, `SELECT account, period, usd::float8 FROM spend_caps WHERE $1 = '' OR account = $1 ORDER BY account, period`, l.account)
 	if err != nil {
 		return nil, fmt.Errorf("read the spend caps: %w", err)
 	}
@@ -481,7 +488,8 @@ func (l chaosLedger) spendPeriods(ctx context.Context) ([]ledgerSpendPeriod, err
 	}
 	defer conn.Close(context.Background())
 	rows, err := conn.Query(ctx, `SELECT p.account, p.period, p.starts, c.usd::float8, p.spent::float8, p.reserved::float8
-		FROM spend_periods p JOIN spend_caps c USING (account, period) ORDER BY p.account, p.period, p.starts`)
+		FROM spend_periods p JOIN spend_caps c USING (account, period) WHERE $1 = '' OR p.account = $1
+		ORDER BY p.account, p.period, p.starts`, l.account)
 	if err != nil {
 		return nil, fmt.Errorf("read the spend periods: %w", err)
 	}
@@ -508,7 +516,8 @@ func (l chaosLedger) spendHolds(ctx context.Context) ([]ledgerSpendHold, error) 
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT idempotency_key, usd::float8, lease_until FROM spend_holds ORDER BY idempotency_key`)
+	rows, err := conn.Query(ctx, `SELECT idempotency_key, usd::float8, lease_until FROM spend_holds WHERE $1 = '' OR $1 = ANY(accounts)
+		ORDER BY idempotency_key`, l.account)
 	if err != nil {
 		return nil, fmt.Errorf("read the spend holds: %w", err)
 	}
@@ -558,7 +567,7 @@ func (l chaosLedger) spendLeaseEnd(ctx context.Context) (*time.Time, error) {
 	}
 	defer conn.Close(context.Background())
 	var until *time.Time
-	if err := conn.QueryRow(ctx, `SELECT max(lease_until) FROM spend_holds`).Scan(&until); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT max(lease_until) FROM spend_holds WHERE $1 = '' OR $1 = ANY(accounts)`, l.account).Scan(&until); err != nil {
 		return nil, fmt.Errorf("read the spend holds' leases: %w", err)
 	}
 	return until, nil

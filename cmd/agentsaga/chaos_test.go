@@ -691,6 +691,9 @@ func (r *chaosRun) setSpendCap(ctx context.Context) {
 	r.must(err)
 	defer store.Close()
 	c := r.cc.spendCap()
+	if r.ledger.account != "" {
+		c.Account = r.ledger.account
+	}
 	_, err = store.SetSpendCap(ctx, c, "chaos harness")
 	r.must(err)
 	r.note("set the spend cap of %s: $%.4f a %s, on_exhausted %s, finish_reserve %v (%s)", c.Account, c.USD, c.Period,
@@ -731,6 +734,15 @@ tools:
 
 func chaosSpec(t *testing.T, cc chaosCase, toolURL string) workflows.RunSpec {
 	t.Helper()
+	spec, err := workflows.ParseSpec([]byte(chaosSpecYAML(cc, toolURL)))
+	if err != nil {
+		t.Fatalf("chaos spec: %v", err)
+	}
+	return spec
+}
+
+// chaosSpecYAML is the case's spec as YAML, for the soak to vary.
+func chaosSpecYAML(cc chaosCase, toolURL string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "goal: charge ann, bob and cat for order o-1, then ship it\nbudget: {steps: 10, account: %s}\n", chaosAccount)
 	if !cc.DefaultRetry {
@@ -752,11 +764,7 @@ func chaosSpec(t *testing.T, cc chaosCase, toolURL string) workflows.RunSpec {
 	} else {
 		b.WriteString("    - content: charged ann, bob and cat\n")
 	}
-	spec, err := workflows.ParseSpec([]byte(b.String() + fmt.Sprintf(chaosTools, toolURL, cc.Timeout)))
-	if err != nil {
-		t.Fatalf("chaos spec: %v", err)
-	}
-	return spec
+	return b.String() + fmt.Sprintf(chaosTools, toolURL, cc.Timeout)
 }
 
 // arm sets the trap before the run starts: the placeholder row that blocks

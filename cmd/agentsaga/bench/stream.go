@@ -535,17 +535,24 @@ func processCPU(pid int) (float64, error) {
 
 // peakMiB is a process's peak resident memory (VmHWM).
 func peakMiB(pid int) (float64, error) {
+	kb, err := ProcStatusKB(pid, "VmHWM")
+	return kb / 1024, err
+}
+
+// ProcStatusKB reads one of the kB fields of /proc/PID/status (VmHWM,
+// VmRSS): a process's memory as the kernel counts it. The soak
+// (cmd/agentsaga/soak_test.go) samples VmRSS with it too.
+func ProcStatusKB(pid int, field string) (float64, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024, nil
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			return strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
 		}
 	}
-	return 0, fmt.Errorf("bench stream: /proc/%d/status has no VmHWM", pid)
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
 // PrintStream writes the scenario's figures.

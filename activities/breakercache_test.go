@@ -101,7 +101,7 @@ func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (wire
 	t.Helper()
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{hook}})
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{hook}})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
 	env.RegisterActivity(acts)
 	value, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{

@@ -27,6 +27,13 @@ import (
 // callToolWorkflow runs one CallTool with a heartbeat timeout, one attempt,
 // as the AgentRun workflow would: the activity test environment cannot set
 // a heartbeat timeout.
+
+// tolerantDeadlock is the deadlock detector's bound in this package's test
+// environments: its default, 1 s, is wall-clock time, which a machine
+// loaded by -race and parallel tests spends without any deadlock (a CI run
+// at load 12 met it).
+const tolerantDeadlock = 10 * time.Second
+
 func callToolWorkflow(ctx workflow.Context, req wire.ToolCallRequest, heartbeat time.Duration) (wire.ToolResult, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID: "step-001-call-1-slow", StartToCloseTimeout: time.Minute, HeartbeatTimeout: heartbeat,
@@ -43,9 +50,7 @@ func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbe
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(time.Minute)
-	// The deadlock detector's 1 s is wall-clock time, which a machine
-	// loaded by -race and parallel tests spends without any deadlock.
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 10 * time.Second})
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock})
 	env.RegisterWorkflow(callToolWorkflow)
 	env.RegisterActivity(acts)
 	env.ExecuteWorkflow(callToolWorkflow, wire.ToolCallRequest{
@@ -158,7 +163,7 @@ func TestLedgerErrorDoesNotCountAgainstTheBreaker(t *testing.T) {
 	retry := &fakeRetryStore{breaker: "closed", decision: budget.Granted}
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{
 		activities.NewRetryHook(retry, activities.RetryHookConfig{Bucket: "fleet"}),
 	}})
 	acts := &activities.Activities{Ledger: store, Toolbox: activities.NewToolbox()}

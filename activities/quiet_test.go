@@ -60,7 +60,7 @@ func hookEnv(store activities.RetryStore, ctx context.Context) (*testsuite.TestA
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(captured, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	env := suite.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{BackgroundActivityContext: ctx, Interceptors: []interceptor.WorkerInterceptor{
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, BackgroundActivityContext: ctx, Interceptors: []interceptor.WorkerInterceptor{
 		activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", BucketConfig: budget.DefaultBucket, Breaker: budget.DefaultBreaker}),
 	}})
 	return env, captured

@@ -144,7 +144,7 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 			}
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestActivityEnvironment()
-			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+			env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{
 				activities.NewRetryHook(tc.store, activities.RetryHookConfig{Bucket: "fleet"}),
 			}})
 			acts := &activities.Activities{Ledger: store}
@@ -188,7 +188,7 @@ func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
 		store := &fakeRetryStore{breaker: budget.BreakerOpen, retryAt: time.Now().Add(time.Second)}
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestActivityEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{
 			activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker}),
 		}})
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
@@ -216,7 +216,7 @@ func TestReleasedSuccessesRideOnTheNextBooking(t *testing.T) {
 		t.Helper()
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestActivityEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{hook}})
+		env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{hook}})
 		env.RegisterActivity(acts)
 		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
@@ -246,7 +246,7 @@ func TestReleasedCallWaitsForItsPlaceInLine(t *testing.T) {
 		store := &fakeRetryStore{breaker: budget.BreakerClosed, pace: 600 * time.Millisecond}
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestActivityEnvironment()
-		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{
 			activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker}),
 		}})
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}

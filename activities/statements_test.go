@@ -95,7 +95,7 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	})
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: 10 * time.Second, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
 	acts := &activities.Activities{Ledger: store, Toolbox: toolbox}
 	env.RegisterActivity(acts)
 	const wf = "default-test-workflow-id" // the test environment's
@@ -209,7 +209,7 @@ func TestStatementsOfALongCallThatRenewsItsLease(t *testing.T) {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(time.Minute)
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
 	env.RegisterWorkflow(longCallWorkflow)
 	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: toolbox})
 	env.ExecuteWorkflow(longCallWorkflow, heartbeat)
@@ -254,7 +254,7 @@ func TestStatementsOfAModelTurnOnAQuota(t *testing.T) {
 	store := ledgertest.NewCountingStore(t, statements)
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
 	acts := &activities.Activities{Ledger: store}
 	env.RegisterActivity(acts)
 	model := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "gpt-4o-mini", BaseURL: provider.URL + "/v1"}

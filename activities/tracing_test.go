@@ -37,7 +37,7 @@ func tracedEnv(t *testing.T, acts *activities.Activities, retry activities.Retry
 	require.NoError(t, err)
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{
 		tracing, activities.NewRetryHook(retry, activities.RetryHookConfig{Bucket: "fleet"}),
 	}})
 	env.RegisterActivity(acts)

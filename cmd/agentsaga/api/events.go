@@ -79,9 +79,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, key apikeys.Key)
 	}
 
 	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
+	var beating sync.WaitGroup
+	defer func() {
+		cancel(nil)
+		// A beat must not be sent once the handler has returned: the
+		// response is gone then, and a flush of it panicked a CI run.
+		beating.Wait()
+	}()
 	token, _ := bearer(r)
-	go s.heartbeat(ctx, cancel, id, token, run.FinishedAt != nil, send)
+	beating.Add(1)
+	go func() {
+		defer beating.Done()
+		s.heartbeat(ctx, cancel, id, token, run.FinishedAt != nil, send)
+	}()
 	last := after
 	each := func(e runevents.Event) error {
 		data, err := json.Marshal(e)

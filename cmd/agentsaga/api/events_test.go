@@ -198,3 +198,27 @@ func TestARevokedKeysStreamEnds(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, again.StatusCode)
 	assert.Contains(t, w.logs.String(), "its key was revoked")
 }
+
+// A client that goes away while a beat is being sent: the handler waits for
+// its heartbeat before it returns, so no beat is flushed to a response that
+// is gone. Before, one was, and its nil buffer's panic took the whole serve
+// process down (a CI run under load met it). Beats every millisecond and
+// streams closed at once make the moment common.
+func TestAStreamClosedMidBeatEndsCleanly(t *testing.T) {
+	w := newWorld(t, func(c *Config) { c.Heartbeat = time.Millisecond })
+	token := w.key("flicker", "", apikeys.RunsRead)
+	w.run("flicker", "")
+	for range 100 {
+		ctx, cancel := context.WithCancel(context.Background())
+		res := w.openStream(ctx, "/v1/runs/flicker/events", token)
+		line := bufio.NewScanner(res.Body)
+		for line.Scan() && !strings.Contains(line.Text(), "keep-alive") {
+		}
+		cancel()
+		res.Body.Close()
+	}
+	// The server is still there to answer.
+	res := w.openStream(context.Background(), "/v1/runs/flicker/events", token)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+}

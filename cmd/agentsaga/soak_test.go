@@ -27,7 +27,6 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -299,7 +298,7 @@ func (s *soak) run(ctx context.Context, t *testing.T, kind string, n int, wf str
 	account := fmt.Sprintf("soak-%d", n)
 	r := &chaosRun{t: t, env: chaosEnv{bin: s.bin, temporal: s.temporal, namespace: soakNamespace}, cc: cc, began: time.Now(),
 		c: s.c, wf: wf, ledger: chaosLedger{url: s.url, account: account}, tool: s.tool}
-	r.faultActivity = activityid.Tool(2, 1, "charge") // bob's: what a kill aims at
+	r.faultActivity = "step-002-call-1-charge" // bob's, as the docs spell an activity ID: what a kill aims at
 	r.faultKey = wf + "/" + r.faultActivity
 	yaml := soakSpecYAML(kind, chaosSpecYAML(cc, s.tool.URL), account)
 	spec, err := workflows.ParseSpec([]byte(yaml))

@@ -42,7 +42,8 @@ chromium:
 # `go test` of its own. scripts/test.sh runs them in two phases: the
 # library, the k8s manifests and the CLI's benchmarks and API at once, then
 # cmd/agentsaga alone (its chaos harness and fault tests time takeovers of
-# real worker processes).
+# real worker processes); the benchmarks and cmd/agentsaga without -race
+# (the script says why).
 test: bin/temporal postgres
 	@GO="$(GO)" MAKE="$(MAKE)" TEST_FLAGS="$(TEST_FLAGS)" scripts/test.sh
 

@@ -16,10 +16,12 @@
 # The benchmarks' smoke tests and cmd/agentsaga run without -race: what
 # they exercise is the engine's code, which the library's own tests run
 # under -race, driven in-process or in processes of the agentsaga binary
-# (built without it). Under -race the benchmarks' tests took 500 s beside
-# the library (235 s alone), most of it the race detector's CPU on a
-# machine that has 2 cores for everything. The HTTP API keeps -race: its
-# streams are concurrent code of the CLI's own.
+# (built without it), and the detector's CPU is taken from the library's
+# tests beside them on a 2-core machine. It saved less than hoped: the
+# benchmarks' tests took 404 s under -race beside the library and 367 s
+# without, as most of them run one after another (no t.Parallel) and wait.
+# The HTTP API keeps -race: its streams are concurrent code of the CLI's
+# own.
 #
 # GO, MAKE and TEST_FLAGS come from the Makefile. The script stops after the
 # first phase that fails, and exits non-zero naming the parts that failed.

@@ -36,8 +36,9 @@ func benchCommand() *cobra.Command {
 	ratelimit := bench.DefaultRateLimit
 	spend := bench.DefaultSpend
 	fairness := bench.DefaultFairness
+	takeover := bench.DefaultTakeover
 	cmd := &cobra.Command{
-		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|ratelimit|spend|fairness|stream|cache|webhooks [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N] [--runs-a N --runs-b N]",
+		Use:   "bench amplification|success|overhead|storm|drain|ledger|long|fleet|takeover|ratelimit|spend|fairness|stream|cache|webhooks [--json] [--out FILE.json] [--chart FILE.png] [--runs R --calls C --workers W] [--turns 10,100,1000] [--processes 2,4 --rounds N] [--runs-a N --runs-b N] [--kills N]",
 		Short: "Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the figures",
 		Long: `Run a benchmark scenario on a real dev server and Postgres, beside its baselines, and print the
 figures. --json prints them as JSON instead of a table; --out also saves that JSON to a file.
@@ -46,9 +47,9 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
 			switch scenario {
-			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "ratelimit", "spend", "fairness", "stream", "cache", "webhooks":
+			case "amplification", "success", "overhead", "storm", "drain", "ledger", "long", "fleet", "takeover", "ratelimit", "spend", "fairness", "stream", "cache", "webhooks":
 			default:
-				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, ratelimit, spend, fairness, stream, cache, webhooks; and serve)", scenario)
+				return fmt.Errorf("bench: unknown scenario %q (the scenarios are: amplification, success, overhead, storm, drain, ledger, long, fleet, takeover, ratelimit, spend, fairness, stream, cache, webhooks; and serve)", scenario)
 			}
 			if cfg.Runs < 1 || cfg.Calls < 1 || cfg.Workers < 1 {
 				return fmt.Errorf("bench: --runs %d, --calls %d and --workers %d must be positive", cfg.Runs, cfg.Calls, cfg.Workers)
@@ -74,6 +75,13 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 					return err
 				}
 			}
+			if scenario == "takeover" {
+				// Its own dev server, executors and worker processes too.
+				var err error
+				if result, err = takeoverScenario(cmd, progress, temporalBin, takeover); err != nil {
+					return err
+				}
+			}
 			if scenario == "ratelimit" {
 				// Its own dev server and worker processes too.
 				var err error
@@ -96,7 +104,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 				}
 			}
 			stack := &devStack{}
-			if scenario != "fleet" && scenario != "ratelimit" && scenario != "spend" && scenario != "fairness" {
+			if scenario != "fleet" && scenario != "takeover" && scenario != "ratelimit" && scenario != "spend" && scenario != "fairness" {
 				var err error
 				if stack, err = startDevStack(ctx, progress, temporalBin); err != nil {
 					return err
@@ -259,11 +267,12 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().BoolVar(&fleet.DBOS, "dbos", fleet.DBOS, "also measure the agent loop as a DBOS Transact workflow on Postgres (fleet)")
 	cmd.Flags().Int64Var(&ratelimit.RequestsPerMinute, "rpm", ratelimit.RequestsPerMinute, "the provider's requests per minute on the one key (ratelimit)")
 	cmd.Flags().Int64Var(&ratelimit.TokensPerMinute, "tpm", ratelimit.TokensPerMinute, "the provider's tokens per minute on the one key (ratelimit)")
-	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit); per-run, check-then-record, agentsaga-turn, agentsaga (spend); fcfs, temporal, round-robin, both (fairness)")
+	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit); per-run, check-then-record, agentsaga-turn, agentsaga (spend); fcfs, temporal, round-robin, both (fairness); agentsaga, dbos-restart, dbos-survivor (takeover)")
 	cmd.Flags().IntVar(&fairness.RunsA, "runs-a", fairness.RunsA, "account A's runs, started first (fairness)")
 	cmd.Flags().IntVar(&fairness.RunsB, "runs-b", fairness.RunsB, "account B's runs, started once A's are under way (fairness)")
 	cmd.Flags().IntVar(&fairness.BAfter, "b-after", fairness.BAfter, "B starts once this many of A's runs have ended (fairness)")
 	cmd.Flags().IntVar(&fairness.MaxConcurrentRuns, "max-concurrent-runs", fairness.MaxConcurrentRuns, "the root account's max_concurrent_runs for the engine's round robin (fairness)")
+	cmd.Flags().IntVar(&takeover.Kills, "kills", takeover.Kills, "runs per contender, each with one worker kill -9 (takeover)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")
 	cmd.AddCommand(benchServeCommand(), benchFleetWorkerCommand(), benchDBOSWorkerCommand(), benchRateLimitWorkerCommand(), benchSpendWorkerCommand())
 	return cmd
@@ -534,6 +543,29 @@ func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
 		print: func(w io.Writer) { bench.PrintSpend(w, result) },
 		chart: func(path string) error { return bench.SpendChart(path, result.Rows) }}, nil
+}
+
+// takeoverScenario runs bench.Takeover with this binary as the worker
+// processes and executors; --calls and --contenders apply when given.
+func takeoverScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.TakeoverConfig) (scenarioResult, error) {
+	flags := cmd.Flags()
+	if flags.Changed("calls") {
+		cfg.Calls, _ = flags.GetInt("calls")
+	}
+	if flags.Changed("contenders") {
+		cfg.Contenders, _ = flags.GetStringSlice("contenders")
+	}
+	var err error
+	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "takeover"); err != nil {
+		return scenarioResult{}, err
+	}
+	cfg.Progress = progress
+	result, err := bench.Takeover(cmd.Context(), cfg)
+	if err != nil {
+		return scenarioResult{}, err
+	}
+	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
+		print: func(w io.Writer) { bench.PrintTakeover(w, result) }}, nil
 }
 
 // fairnessScenario runs bench.Fairness with this binary as the worker

@@ -378,26 +378,7 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	saga := fleetSide{contender: FleetAgentsagaContender, ready: "agentsaga worker running",
 		// The cleaner stays off: it would prune in the window.
 		args: []string{"worker", "--retention", "-1s"}, env: append(slices.Clip(common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)),
-		usesPostgres: true, timings: histories("agentsaga.CallTool", "agentsaga.CallModel"),
-		start: func(ctx context.Context, id string) (func(context.Context) error, error) {
-			// Every ID carries a fresh nonce, in a database the bench made
-			// for itself; a ledger round trip per start would sit in the
-			// measured path.
-			run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{SkipLedgerCheck: true})
-			if err != nil {
-				return nil, fmt.Errorf("bench: fleet: start %s: %w", id, err)
-			}
-			return func(ctx context.Context) error {
-				result, err := run.Result(ctx)
-				if err != nil {
-					return fmt.Errorf("bench: fleet: run %s: %w", id, err)
-				}
-				if result.Status != agentsagatype.RunCompleted {
-					return fmt.Errorf("bench: fleet: run %s ended %s, not completed: %s", id, result.Status, result.Reason)
-				}
-				return nil
-			}, nil
-		}}
+		usesPostgres: true, timings: histories("agentsaga.CallTool", "agentsaga.CallModel"), start: startAgentsagaRun(c, spec)}
 
 	var rows []FleetRow
 	for round := range cfg.Rounds {
@@ -431,18 +412,36 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	return rows, nil
 }
 
+// startAgentsagaRun is a fleetSide's start for agentsaga runs of spec: its
+// wait fails unless the run completed.
+func startAgentsagaRun(c client.Client, spec agentsaga.RunSpec) func(context.Context, string) (func(context.Context) error, error) {
+	return func(ctx context.Context, id string) (func(context.Context) error, error) {
+		// Every ID carries a fresh nonce, in a database the bench made
+		// for itself; a ledger round trip per start would sit in the
+		// measured path.
+		run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{SkipLedgerCheck: true})
+		if err != nil {
+			return nil, fmt.Errorf("bench: fleet: start %s: %w", id, err)
+		}
+		return func(ctx context.Context) error {
+			result, err := run.Result(ctx)
+			if err != nil {
+				return fmt.Errorf("bench: fleet: run %s: %w", id, err)
+			}
+			if result.Status != agentsagatype.RunCompleted {
+				return fmt.Errorf("bench: fleet: run %s ended %s, not completed: %s", id, result.Status, result.Reason)
+			}
+			return nil
+		}, nil
+	}
+}
+
 // fleetDBOSRows measures the DBOS contender at each process count in each
 // round, with the timeout and retry policy the other contenders' tool calls
 // have, and its calls/s over the plain agent loop's measured on the
 // in-memory server (or the first server) in the same round.
 func fleetDBOSRows(ctx context.Context, cfg FleetConfig, dir string, down *Downstream, others []FleetRow) ([]FleetRow, error) {
-	spec, err := fleetSpec(down.URL(), cfg.Calls)
-	if err != nil {
-		return nil, err
-	}
-	retry := spec.Retry.WithDefaults()
-	d, err := newFleetDBOS(ctx, cfg.DatabaseURL, FleetDBOSInput{URL: down.URL(), Calls: cfg.Calls, Timeout: spec.Tools[0].Timeout(),
-		BaseBackoff: retry.Backoff().Base, MaxBackoff: retry.Backoff().Cap, MaxAttempts: retry.MaxAttempts})
+	d, err := newFleetDBOSLoop(ctx, cfg.DatabaseURL, down, cfg.Calls)
 	if err != nil {
 		return nil, err
 	}

@@ -168,6 +168,18 @@ func newFleetDBOS(ctx context.Context, serverURL string, in FleetDBOSInput) (*fl
 	return d, nil
 }
 
+// newFleetDBOSLoop is newFleetDBOS for runs of calls calls to down, with
+// the timeout and retry policy the other contenders' tool calls have.
+func newFleetDBOSLoop(ctx context.Context, serverURL string, down *Downstream, calls int) (*fleetDBOS, error) {
+	spec, err := fleetSpec(down.URL(), calls)
+	if err != nil {
+		return nil, err
+	}
+	retry := spec.Retry.WithDefaults()
+	return newFleetDBOS(ctx, serverURL, FleetDBOSInput{URL: down.URL(), Calls: calls, Timeout: spec.Tools[0].Timeout(),
+		BaseBackoff: retry.Backoff().Base, MaxBackoff: retry.Backoff().Cap, MaxAttempts: retry.MaxAttempts})
+}
+
 func (d *fleetDBOS) open(ctx context.Context) error {
 	if err := dbos.Migrate(ctx, d.db.url); err != nil {
 		return fmt.Errorf("bench: fleet: migrate the DBOS database %s: %w", d.db.name, err)

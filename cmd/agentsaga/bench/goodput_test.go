@@ -106,7 +106,13 @@ func processBench(t *testing.T) (temporalBin, executable, databaseURL string) {
 // runScenario runs a scenario within three minutes and logs its table.
 func runScenario[C, R any](t *testing.T, scenario func(context.Context, C) (R, error), cfg C, print func(io.Writer, R)) R {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return runScenarioWithin(t, 3*time.Minute, scenario, cfg, print)
+}
+
+// runScenarioWithin is runScenario within limit.
+func runScenarioWithin[C, R any](t *testing.T, limit time.Duration, scenario func(context.Context, C) (R, error), cfg C, print func(io.Writer, R)) R {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	result, err := scenario(ctx, cfg)
 	require.NoError(t, err)

@@ -441,15 +441,15 @@ func (s *takeoverSide) kill(ctx context.Context, cfg TakeoverConfig, log *reques
 // measure reads the run's requests: a key seen before the kill and again
 // after it is a call the kill cut short and someone sent again.
 func (k *TakeoverKill) measure(requests []loggedRequest, killedAt time.Time, calls int) {
-	before, counts := map[string]time.Time{}, map[string]int{}
+	before, counts := map[string]bool{}, map[string]int{}
 	var first, last time.Time
 	for _, r := range requests {
 		counts[r.key]++
 		if r.at.Before(killedAt) {
-			before[r.key] = r.at
+			before[r.key] = true
 			continue
 		}
-		if _, cut := before[r.key]; cut && counts[r.key] == 2 {
+		if before[r.key] && counts[r.key] == 2 {
 			if first.IsZero() {
 				first = r.at
 			}

@@ -253,19 +253,15 @@ var cliInternalStillImported = map[string][]string{
 	// and their tests read and write the ledger through ledgerdb.Store;
 	// replay and eval build reports and datasets (replayreport, dataset);
 	// watch and serve follow a run's events (runevents); webhooks manages
-	// endpoints (webhooks); spend prints a cap's period and the queue test
-	// seeds admissions (wire); the stream fault test cuts a fake
-	// provider's stream part-way (providerwire).
+	// endpoints (webhooks).
 	"cmd/agentsaga": {
-		"internal/dataset", "internal/ledgerdb", "internal/providerwire", "internal/replayreport",
-		"internal/runevents", "internal/webhooks", "internal/wire",
+		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents", "internal/webhooks",
 	},
 	// The HTTP API: the same reads and writes of the ledger, a replay's
 	// report, the event stream, the webhooks endpoints; its tests import
-	// a dataset and seed admissions.
+	// a dataset.
 	"cmd/agentsaga/api": {
-		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents",
-		"internal/webhooks", "internal/wire",
+		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents", "internal/webhooks",
 	},
 	// The benchmarks drive the engine's machinery below the public API:
 	// its activities with their requests (wire) and keys (activityid), the

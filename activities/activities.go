@@ -93,7 +93,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 	ctx = withCallKey(ctx, call.Key)
 	model, err := a.model(call.Model)
 	if err != nil {
-		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeModelConfig, nil)
+		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeModelConfig, nil)
 	}
 	conv := call.Conversation
 	appended := make([]ledgerdb.Message, len(conv.Append))
@@ -109,7 +109,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 	defTokens := convfit.Count(string(defs))
 	quotaClaim, err := a.turnQuota(ctx, call)
 	if err != nil {
-		return agentsagatype.ModelTurn{}, temporal.NewApplicationError(fmt.Sprintf("model: quota: %v", err), agentsagatype.ErrTypeLedgerUnavailable)
+		return agentsagatype.ModelTurn{}, temporal.NewApplicationError(fmt.Sprintf("model: quota: %v", err), wire.ErrTypeLedgerUnavailable)
 	}
 	ctx, sink := withHeaderSink(ctx)
 	var used agentsagatype.Usage
@@ -184,7 +184,7 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 	}
 	var turn agentsagatype.ModelTurn
 	if err := json.Unmarshal([]byte(output), &turn); err != nil {
-		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), agentsagatype.ErrTypeModelConfig, nil)
+		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), wire.ErrTypeModelConfig, nil)
 	}
 	turn.Attempt = int(info.Attempt)
 	return turn, nil
@@ -285,11 +285,11 @@ func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wire.ToolResult, error) {
 	ctx = withCallKey(ctx, req.Key)
 	if err := toolcheck.CheckArguments(req.Tool, req.Arguments); err != nil {
-		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeInvalidArguments, nil)
+		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeInvalidArguments, nil)
 	}
 	run, err := a.toolRunner(req.Tool)
 	if err != nil {
-		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeUnknownTool, nil)
+		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeUnknownTool, nil)
 	}
 	// A recorded call (a replay's) is answered from its recording, charged
 	// the attempts it took there, and pays no account: nothing is sent.
@@ -312,7 +312,7 @@ func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wi
 	// A header whose variable is not set fails before the ledger, as a
 	// missing API key does: nothing was attempted under the key.
 	if _, _, err := resolveHeaders(req.Tool, a.getenv); err != nil {
-		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeToolConfig, nil)
+		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeToolConfig, nil)
 	}
 	info := activity.GetInfo(ctx)
 	key := IdempotencyKey(ctx)
@@ -374,7 +374,7 @@ func (a *Activities) reserveToolAttempt(ctx context.Context, key, tool string, s
 	lease := time.Until(deadline) + time.Minute
 	r, err := a.Ledger.ReserveSpend(ctx, key, spend.Account, spend.USD, lease)
 	if err != nil {
-		return nil, temporal.NewApplicationError(fmt.Sprintf("tool: spend cap of %s: %v", spend.Account, err), agentsagatype.ErrTypeLedgerUnavailable)
+		return nil, temporal.NewApplicationError(fmt.Sprintf("tool: spend cap of %s: %v", spend.Account, err), wire.ErrTypeLedgerUnavailable)
 	}
 	if !r.Admitted {
 		refusal := r.Refusal(spend.USD)
@@ -439,19 +439,19 @@ func toActivityError(err error) error {
 		return recorded.activityError()
 	}
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && appErr.Type() == agentsagatype.ErrTypeNotRecorded {
+	if errors.As(err, &appErr) && appErr.Type() == wire.ErrTypeNotRecorded {
 		return appErr
 	}
 	err = cleanError{err}
 	c := classify(err)
 	switch {
-	case c.fromActivityError || c.errType == agentsagatype.ErrTypeTransient:
+	case c.fromActivityError || c.errType == wire.ErrTypeTransient:
 		// An activity error that comes back here is sent on as a
 		// transient failure, as any other unclassified error.
 		return transientError(err)
-	case c.errType == agentsagatype.ErrTypeToolConfig:
+	case c.errType == wire.ErrTypeToolConfig:
 		return temporal.NewNonRetryableApplicationError(err.Error(), c.errType, nil)
-	case c.errType == agentsagatype.ErrTypeRejected || c.errType == agentsagatype.ErrTypeProtocol:
+	case c.errType == wire.ErrTypeRejected || c.errType == agentsagatype.ErrTypeProtocol:
 		return activityError(err.Error(), c.errType, temporal.ApplicationErrorOptions{NonRetryable: true})
 	}
 	return activityError(err.Error(), c.errType, temporal.ApplicationErrorOptions{
@@ -560,10 +560,10 @@ func (a *Activities) ReadResult(ctx context.Context, req wire.ReadResultRequest)
 		Seq: req.Record.Seq, ToolCallID: req.Record.ToolCallID, Name: req.Record.Name})
 	if errors.Is(err, ledgerdb.ErrNotFound) {
 		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("read_result: %q is not the key of a completed call of this run", req.Key), agentsagatype.ErrTypeNotFound, nil)
+			fmt.Sprintf("read_result: %q is not the key of a completed call of this run", req.Key), wire.ErrTypeNotFound, nil)
 	}
 	if err != nil {
-		return wire.ToolResult{}, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
+		return wire.ToolResult{}, temporal.NewApplicationError(err.Error(), wire.ErrTypeLedgerUnavailable)
 	}
 	return toolResult(result, true, int(activity.GetInfo(ctx).Attempt)), nil
 }

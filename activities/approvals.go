@@ -35,10 +35,10 @@ func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision
 	}
 	switch {
 	case errors.Is(err, ledgerdb.ErrDecided):
-		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeApprovalDecided, nil)
+		return approval, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeApprovalDecided, nil)
 	case errors.Is(err, ledgerdb.ErrNotFound):
 		// No request under the key: retrying cannot make one appear.
-		return approval, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeNotFound, nil)
+		return approval, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeNotFound, nil)
 	}
 	return approval, err
 }
@@ -80,7 +80,7 @@ func (a *Activities) RecordedApproval(ctx context.Context, r wire.RecordedApprov
 	denial := "no decision recorded in " + source
 	var unrecorded *temporal.ApplicationError
 	switch {
-	case errors.As(err, &unrecorded) && unrecorded.Type() == agentsagatype.ErrTypeNotRecorded:
+	case errors.As(err, &unrecorded) && unrecorded.Type() == wire.ErrTypeNotRecorded:
 		// A sub-agent the recording never started has no decisions: the
 		// call is denied, saying why.
 		denial = unrecorded.Error()

@@ -249,7 +249,7 @@ func TestToolArgumentsAgainstSchemaNeverReachToolOrLedger(t *testing.T) {
 			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: tc.args})
 			require.Error(t, err)
 			appErr := appError(t, err)
-			assert.Equal(t, agentsagatype.ErrTypeInvalidArguments, appErr.Type())
+			assert.Equal(t, wire.ErrTypeInvalidArguments, appErr.Type())
 			assert.True(t, appErr.NonRetryable(), "no attempt can fix the arguments")
 			assert.Contains(t, appErr.Message(), "tool charge")
 			assert.Contains(t, appErr.Message(), tc.field)
@@ -282,7 +282,7 @@ func TestUnknownToolOnTheWorkerNeverReachesTheLedger(t *testing.T) {
 			_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tc.tool, Arguments: `{}`})
 			require.Error(t, err)
 			appErr := appError(t, err)
-			assert.Equal(t, agentsagatype.ErrTypeUnknownTool, appErr.Type())
+			assert.Equal(t, wire.ErrTypeUnknownTool, appErr.Type())
 			assert.True(t, appErr.NonRetryable())
 			for _, want := range tc.want {
 				assert.Contains(t, appErr.Message(), want)

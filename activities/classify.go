@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // classified is what a failed call is, for Temporal's retry and for the
@@ -29,10 +30,10 @@ type classified struct {
 // other is ErrTypeHTTP. Whether a status is retryable is
 // budget.RetryableStatus's (ARCHITECTURE.md decision 2).
 var statusErrTypes = map[int]string{
-	http.StatusUnauthorized: agentsagatype.ErrTypePermission,
-	http.StatusForbidden:    agentsagatype.ErrTypePermission,
-	http.StatusNotFound:     agentsagatype.ErrTypeNotFound,
-	http.StatusGone:         agentsagatype.ErrTypeNotFound,
+	http.StatusUnauthorized: wire.ErrTypePermission,
+	http.StatusForbidden:    wire.ErrTypePermission,
+	http.StatusNotFound:     wire.ErrTypeNotFound,
+	http.StatusGone:         wire.ErrTypeNotFound,
 }
 
 // classify is the one place an activity's failure is classified: a tool's
@@ -42,7 +43,7 @@ var statusErrTypes = map[int]string{
 // else is transient and retryable. toActivityError builds activity errors
 // from it, and the retry hook reads failures with it.
 func classify(err error) classified {
-	c := classified{errType: agentsagatype.ErrTypeTransient, retryable: true, message: err.Error()}
+	c := classified{errType: wire.ErrTypeTransient, retryable: true, message: err.Error()}
 	var permanent *permanentError
 	var httpErr *HTTPError
 	var appErr *temporal.ApplicationError
@@ -51,11 +52,11 @@ func classify(err error) classified {
 	case errors.As(err, &protocol):
 		c.errType, c.retryable = agentsagatype.ErrTypeProtocol, false
 	case isToolConfig(err):
-		c.errType, c.retryable = agentsagatype.ErrTypeToolConfig, false
+		c.errType, c.retryable = wire.ErrTypeToolConfig, false
 	case errors.As(err, &permanent):
-		c.errType, c.retryable = agentsagatype.ErrTypeRejected, false
+		c.errType, c.retryable = wire.ErrTypeRejected, false
 	case errors.As(err, &httpErr):
-		c.errType, c.status = agentsagatype.ErrTypeHTTP, httpErr.StatusCode
+		c.errType, c.status = wire.ErrTypeHTTP, httpErr.StatusCode
 		if !budget.RetryableStatus(httpErr.StatusCode, httpErr.ShouldRetry) {
 			c.retryable = false
 			if errType, ok := statusErrTypes[httpErr.StatusCode]; ok {

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // One table classifies a failure; toActivityError builds the activity
@@ -25,18 +25,18 @@ func TestClassifyIsOneTable(t *testing.T) {
 		status     int
 		retryAfter time.Duration
 	}{
-		{"plain", errors.New("boom"), agentsagatype.ErrTypeTransient, true, 0, 0},
-		{"permanent", Permanent(errors.New("bad input")), agentsagatype.ErrTypeRejected, false, 0, 0},
-		{"503", &HTTPError{Op: "tool t", StatusCode: 503, RetryAfter: 2 * time.Second}, agentsagatype.ErrTypeHTTP, true, 503, 2 * time.Second},
-		{"429", &HTTPError{Op: "tool t", StatusCode: 429}, agentsagatype.ErrTypeHTTP, true, 429, 0},
-		{"409", &HTTPError{Op: "tool t", StatusCode: 409}, agentsagatype.ErrTypeHTTP, true, 409, 0},
-		{"409 should not retry", &HTTPError{Op: "tool t", StatusCode: 409, ShouldRetry: &no}, agentsagatype.ErrTypeHTTP, false, 409, 0},
-		{"400", &HTTPError{Op: "tool t", StatusCode: 400, RetryAfter: time.Second}, agentsagatype.ErrTypeHTTP, false, 400, 0},
-		{"401", &HTTPError{Op: "tool t", StatusCode: 401}, agentsagatype.ErrTypePermission, false, 401, 0},
-		{"403", &HTTPError{Op: "tool t", StatusCode: 403}, agentsagatype.ErrTypePermission, false, 403, 0},
-		{"404", &HTTPError{Op: "tool t", StatusCode: 404}, agentsagatype.ErrTypeNotFound, false, 404, 0},
-		{"410", &HTTPError{Op: "tool t", StatusCode: 410}, agentsagatype.ErrTypeNotFound, false, 410, 0},
-		{"wrapped", fmt.Errorf("calling: %w", &HTTPError{Op: "tool t", StatusCode: 404}), agentsagatype.ErrTypeNotFound, false, 404, 0},
+		{"plain", errors.New("boom"), wire.ErrTypeTransient, true, 0, 0},
+		{"permanent", Permanent(errors.New("bad input")), wire.ErrTypeRejected, false, 0, 0},
+		{"503", &HTTPError{Op: "tool t", StatusCode: 503, RetryAfter: 2 * time.Second}, wire.ErrTypeHTTP, true, 503, 2 * time.Second},
+		{"429", &HTTPError{Op: "tool t", StatusCode: 429}, wire.ErrTypeHTTP, true, 429, 0},
+		{"409", &HTTPError{Op: "tool t", StatusCode: 409}, wire.ErrTypeHTTP, true, 409, 0},
+		{"409 should not retry", &HTTPError{Op: "tool t", StatusCode: 409, ShouldRetry: &no}, wire.ErrTypeHTTP, false, 409, 0},
+		{"400", &HTTPError{Op: "tool t", StatusCode: 400, RetryAfter: time.Second}, wire.ErrTypeHTTP, false, 400, 0},
+		{"401", &HTTPError{Op: "tool t", StatusCode: 401}, wire.ErrTypePermission, false, 401, 0},
+		{"403", &HTTPError{Op: "tool t", StatusCode: 403}, wire.ErrTypePermission, false, 403, 0},
+		{"404", &HTTPError{Op: "tool t", StatusCode: 404}, wire.ErrTypeNotFound, false, 404, 0},
+		{"410", &HTTPError{Op: "tool t", StatusCode: 410}, wire.ErrTypeNotFound, false, 410, 0},
+		{"wrapped", fmt.Errorf("calling: %w", &HTTPError{Op: "tool t", StatusCode: 404}), wire.ErrTypeNotFound, false, 404, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -150,7 +150,7 @@ func TestStoredRefusalReplaysAsRefusal(t *testing.T) {
 		_, err := newEnv(t, acts).ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: `{}`})
 		var appErr *temporal.ApplicationError
 		require.True(t, errors.As(err, &appErr))
-		assert.Equal(t, agentsagatype.ErrTypeRefusal, appErr.Type(), "delivery %d", i+1)
+		assert.Equal(t, wire.ErrTypeRefusal, appErr.Type(), "delivery %d", i+1)
 	}
 }
 
@@ -175,7 +175,7 @@ func TestLedgerErrorDoesNotCountAgainstTheBreaker(t *testing.T) {
 			BackoffBase: 500 * time.Millisecond, BackoffCap: 8 * time.Second}})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%v", err)
-	assert.Equal(t, agentsagatype.ErrTypeLedgerUnavailable, appErr.Type())
+	assert.Equal(t, wire.ErrTypeLedgerUnavailable, appErr.Type())
 	assert.True(t, !appErr.NonRetryable(), "retried once the ledger is back")
 	assert.Zero(t, retry.failures.Load(), "no failure reported to the tool's breaker")
 }

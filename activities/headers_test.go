@@ -179,7 +179,7 @@ func TestAnUnsetHeaderVariableFailsBeforeTheLedger(t *testing.T) {
 			Headers: map[string]string{"X-Api-Key": "${env:CRM_KEY_NOT_SET}"}}})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%v", err)
-	assert.Equal(t, agentsagatype.ErrTypeToolConfig, appErr.Type())
+	assert.Equal(t, wire.ErrTypeToolConfig, appErr.Type())
 	assert.True(t, appErr.NonRetryable())
 	assert.Contains(t, appErr.Message(), "tool crm: header X-Api-Key: environment variable CRM_KEY_NOT_SET is not set on the worker")
 	assert.Empty(t, server.requests(), "nothing was sent")

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/payload"
 	"github.com/agentsaga/agentsaga/internal/textclip"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.temporal.io/sdk/temporal"
@@ -49,16 +50,16 @@ func mcpEndpoint(t agentsagatype.ToolSpec) string {
 // server lacks is an error naming it.
 func (a *Activities) ListMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
 	if err := toolcheck.Validate(server); err != nil {
-		return nil, temporal.NewNonRetryableApplicationError("mcp: "+err.Error(), agentsagatype.ErrTypeMCPTools, nil)
+		return nil, temporal.NewNonRetryableApplicationError("mcp: "+err.Error(), wire.ErrTypeMCPTools, nil)
 	}
 	if !server.IsMCPServer() {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("mcp: tool %s is not an MCP server entry (kind mcp without mcp_tool)", server.Name), agentsagatype.ErrTypeMCPTools, nil)
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("mcp: tool %s is not an MCP server entry (kind mcp without mcp_tool)", server.Name), wire.ErrTypeMCPTools, nil)
 	}
 	listed, err := a.listMCPTools(ctx, server)
 	if err != nil {
 		var unusable *mcpListingError
 		if errors.As(err, &unusable) {
-			return nil, temporal.NewNonRetryableApplicationError(cleanText(err.Error()), agentsagatype.ErrTypeMCPTools, nil)
+			return nil, temporal.NewNonRetryableApplicationError(cleanText(err.Error()), wire.ErrTypeMCPTools, nil)
 		}
 		return nil, toActivityError(err)
 	}

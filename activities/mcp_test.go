@@ -324,7 +324,7 @@ func TestListMCPToolsFiltersByAllowAndShowsAnnotations(t *testing.T) {
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
 	assert.True(t, appErr.NonRetryable())
-	assert.Equal(t, agentsagatype.ErrTypeMCPTools, appErr.Type())
+	assert.Equal(t, wire.ErrTypeMCPTools, appErr.Type())
 	assert.Contains(t, appErr.Message(), `allow names "refund", which the server does not offer`)
 }
 
@@ -376,11 +376,11 @@ func TestMCPIsErrorIsClassifiedLikeAnHTTPStatus(t *testing.T) {
 		retryable  bool
 		errType    string
 	}{
-		"503 is retryable":           {`{"status": 503}`, true, agentsagatype.ErrTypeHTTP},
-		"400 is not":                 {`{"status": 400}`, false, agentsagatype.ErrTypeHTTP},
-		"403 is a permission error":  {`{"status": 403}`, false, agentsagatype.ErrTypePermission},
-		"no status is not retryable": {`{}`, false, agentsagatype.ErrTypeRejected},
-		"retryable without a status": {`{"retryable": true}`, true, agentsagatype.ErrTypeTransient},
+		"503 is retryable":           {`{"status": 503}`, true, wire.ErrTypeHTTP},
+		"400 is not":                 {`{"status": 400}`, false, wire.ErrTypeHTTP},
+		"403 is a permission error":  {`{"status": 403}`, false, wire.ErrTypePermission},
+		"no status is not retryable": {`{}`, false, wire.ErrTypeRejected},
+		"retryable without a status": {`{"retryable": true}`, true, wire.ErrTypeTransient},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -419,19 +419,19 @@ func TestMCPTypedToolErrorKeepsItsStatus(t *testing.T) {
 		retryAfter time.Duration
 		says       string
 	}{
-		"resp.Status of a 503":       {"inventory: 503 Service Unavailable", true, agentsagatype.ErrTypeHTTP, 503, 0, "inventory: 503 Service Unavailable"},
-		"HTTP 503":                   {"inventory answered HTTP 503", true, agentsagatype.ErrTypeHTTP, 503, 0, "inventory answered HTTP 503"},
-		"status 429 with its wait":   {"status 429: slow down, retry_after_seconds: 3", true, agentsagatype.ErrTypeHTTP, 429, 3 * time.Second, "slow down"},
-		"retryable without a status": {"inventory is warming up (retryable: true)", true, agentsagatype.ErrTypeTransient, 0, 0, "warming up"},
-		"a 503 that says no retry":   {"status: 503, retryable: false", false, agentsagatype.ErrTypeHTTP, 503, 0, "status: 503"},
-		"HTTP 400":                   {"HTTP 400: quantity must be positive", false, agentsagatype.ErrTypeHTTP, 400, 0, "quantity must be positive"},
-		"HTTP 403":                   {"HTTP 403: not your warehouse", false, agentsagatype.ErrTypePermission, 403, 0, "not your warehouse"},
-		"no status":                  {"no such item", false, agentsagatype.ErrTypeRejected, 0, 0, "no such item"},
-		"a number is not a status":   {"item 503 is out of stock", false, agentsagatype.ErrTypeRejected, 0, 0, "item 503 is out of stock"},
-		"_meta":                      {"meta", true, agentsagatype.ErrTypeHTTP, 503, 2 * time.Second, "inventory is down"},
+		"resp.Status of a 503":       {"inventory: 503 Service Unavailable", true, wire.ErrTypeHTTP, 503, 0, "inventory: 503 Service Unavailable"},
+		"HTTP 503":                   {"inventory answered HTTP 503", true, wire.ErrTypeHTTP, 503, 0, "inventory answered HTTP 503"},
+		"status 429 with its wait":   {"status 429: slow down, retry_after_seconds: 3", true, wire.ErrTypeHTTP, 429, 3 * time.Second, "slow down"},
+		"retryable without a status": {"inventory is warming up (retryable: true)", true, wire.ErrTypeTransient, 0, 0, "warming up"},
+		"a 503 that says no retry":   {"status: 503, retryable: false", false, wire.ErrTypeHTTP, 503, 0, "status: 503"},
+		"HTTP 400":                   {"HTTP 400: quantity must be positive", false, wire.ErrTypeHTTP, 400, 0, "quantity must be positive"},
+		"HTTP 403":                   {"HTTP 403: not your warehouse", false, wire.ErrTypePermission, 403, 0, "not your warehouse"},
+		"no status":                  {"no such item", false, wire.ErrTypeRejected, 0, 0, "no such item"},
+		"a number is not a status":   {"item 503 is out of stock", false, wire.ErrTypeRejected, 0, 0, "item 503 is out of stock"},
+		"_meta":                      {"meta", true, wire.ErrTypeHTTP, 503, 2 * time.Second, "inventory is down"},
 		// What the SDK does not send cannot be read: the zero output value
 		// replaced it. The tool's error is a Rejected, as documented.
-		"structuredContent, lost": {"structured", false, agentsagatype.ErrTypeRejected, 0, 0, `{"id":""}`},
+		"structuredContent, lost": {"structured", false, wire.ErrTypeRejected, 0, 0, `{"id":""}`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -12,7 +12,7 @@ package activities
 import (
 	"errors"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -22,14 +22,14 @@ import (
 // connection refused) stay ERROR, except a Transient failure a tool
 // reported itself (transientError).
 var expectedTypes = map[string]bool{
-	agentsagatype.ErrTypeHTTP:             true, // classified by its status
-	agentsagatype.ErrTypePermission:       true, // 401, 403: the run escalates
-	agentsagatype.ErrTypeNotFound:         true, // 404, 410: for a compensation, nothing to undo
-	agentsagatype.ErrTypeRefusal:          true,
-	agentsagatype.ErrTypeRejected:         true, // a Go tool's definitive "no"
-	agentsagatype.ErrTypeFenced:           true,
-	agentsagatype.ErrTypeInFlight:         true, // another attempt holds the key: nothing was sent
-	agentsagatype.ErrTypeInvalidArguments: true, // the model's mistake; it is told
+	wire.ErrTypeHTTP:             true, // classified by its status
+	wire.ErrTypePermission:       true, // 401, 403: the run escalates
+	wire.ErrTypeNotFound:         true, // 404, 410: for a compensation, nothing to undo
+	wire.ErrTypeRefusal:          true,
+	wire.ErrTypeRejected:         true, // a Go tool's definitive "no"
+	wire.ErrTypeFenced:           true,
+	wire.ErrTypeInFlight:         true, // another attempt holds the key: nothing was sent
+	wire.ErrTypeInvalidArguments: true, // the model's mistake; it is told
 }
 
 // expected reports whether a failure of errType is one a run is built to
@@ -58,7 +58,7 @@ func transientError(err error) error {
 	if errors.As(err, &reported) {
 		opts.Category = temporal.ApplicationErrorCategoryBenign
 	}
-	return temporal.NewApplicationErrorWithOptions(err.Error(), agentsagatype.ErrTypeTransient, opts)
+	return temporal.NewApplicationErrorWithOptions(err.Error(), wire.ErrTypeTransient, opts)
 }
 
 // activityError is temporal.NewApplicationErrorWithOptions with the
@@ -98,7 +98,7 @@ func quiet(err error, cancelled bool) error {
 	if !cancelled {
 		return err
 	}
-	return temporal.NewApplicationErrorWithOptions(err.Error(), agentsagatype.ErrTypeCancelled, temporal.ApplicationErrorOptions{
+	return temporal.NewApplicationErrorWithOptions(err.Error(), wire.ErrTypeCancelled, temporal.ApplicationErrorOptions{
 		Cause: err, Category: temporal.ApplicationErrorCategoryBenign,
 	})
 }

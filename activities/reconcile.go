@@ -284,7 +284,7 @@ func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID strin
 		// started): a rollback started by hand for such an ID would
 		// otherwise retry forever.
 		return wire.TerminatedRun{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("the ledger has no run %s, so there is no compensation stack to walk", workflowID), agentsagatype.ErrTypeRunNotFound, err)
+			fmt.Sprintf("the ledger has no run %s, so there is no compensation stack to walk", workflowID), wire.ErrTypeRunNotFound, err)
 	}
 	if err != nil {
 		return wire.TerminatedRun{}, err

@@ -44,7 +44,7 @@ func (e *recordedFailure) Error() string { return e.message }
 func (e *recordedFailure) activityError() error {
 	errType := e.errType
 	if errType == "" {
-		errType = agentsagatype.ErrTypeRejected
+		errType = wire.ErrTypeRejected
 	}
 	return temporal.NewApplicationErrorWithOptions(e.message, errType, temporal.ApplicationErrorOptions{
 		NonRetryable: true, Category: temporal.ApplicationErrorCategoryBenign, Cause: e,
@@ -54,7 +54,7 @@ func (e *recordedFailure) activityError() error {
 // notRecorded is the error of a call the recording has no answer for. The
 // model reads it; it is not retryable, so it burns no retry.
 func notRecorded(source, why string) error {
-	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf("not recorded in %s: %s", source, why), agentsagatype.ErrTypeNotRecorded,
+	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf("not recorded in %s: %s", source, why), wire.ErrTypeNotRecorded,
 		temporal.ApplicationErrorOptions{NonRetryable: true, Category: temporal.ApplicationErrorCategoryBenign})
 }
 
@@ -73,7 +73,7 @@ func (a *Activities) sourceRun(ctx context.Context, rec agentsagatype.Recording,
 	cut := strings.LastIndex(workflowID, "/")
 	if cut < 0 || !strings.HasPrefix(workflowID, rec.Replay+"/") {
 		return "", temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("recorded tool: run %s is not the replay %s nor one of its sub-agents", workflowID, rec.Replay), agentsagatype.ErrTypeToolConfig, nil)
+			fmt.Sprintf("recorded tool: run %s is not the replay %s nor one of its sub-agents", workflowID, rec.Replay), wire.ErrTypeToolConfig, nil)
 	}
 	parent, callID := workflowID[:cut], workflowID[cut+1:]
 	parentSource, err := a.sourceRun(ctx, rec, parent)
@@ -150,7 +150,7 @@ func (a *Activities) placedCalls(ctx context.Context, run string) ([]placedCall,
 func (a *Activities) replies(ctx context.Context, run string) (map[int]agentsagatype.ModelTurn, error) {
 	turns, err := a.Ledger.ListModelTurns(ctx, run)
 	if err != nil {
-		return nil, temporal.NewApplicationError(fmt.Sprintf("recorded tool: %v", err), agentsagatype.ErrTypeLedgerUnavailable)
+		return nil, temporal.NewApplicationError(fmt.Sprintf("recorded tool: %v", err), wire.ErrTypeLedgerUnavailable)
 	}
 	return replayreport.Replies(turns), nil
 }
@@ -236,7 +236,7 @@ func (a *Activities) answerFromRecording(ctx context.Context, tool agentsagatype
 		answer.failure = &recordedFailure{message: match.Error, errType: match.ErrorType, attempts: match.Attempts}
 	default:
 		answer.failure = &recordedFailure{message: fmt.Sprintf("recorded without an outcome (%s): its attempt was lost", match.Status),
-			errType: agentsagatype.ErrTypeTransient, attempts: match.Attempts}
+			errType: wire.ErrTypeTransient, attempts: match.Attempts}
 	}
 	return answer, nil
 }
@@ -246,7 +246,7 @@ func (a *Activities) answerFromRecording(ctx context.Context, tool agentsagatype
 func (a *Activities) toolCalls(ctx context.Context, run, tool string) ([]agentsagatype.Action, error) {
 	actions, err := a.Ledger.ListActions(ctx, run)
 	if err != nil {
-		return nil, temporal.NewApplicationError(fmt.Sprintf("recorded tool: %v", err), agentsagatype.ErrTypeLedgerUnavailable)
+		return nil, temporal.NewApplicationError(fmt.Sprintf("recorded tool: %v", err), wire.ErrTypeLedgerUnavailable)
 	}
 	actions = slices.DeleteFunc(actions, func(x agentsagatype.Action) bool {
 		_, _, isCall := activityid.ParseTool(x.ActivityID)

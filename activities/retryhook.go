@@ -118,7 +118,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 
 	gate, err := h.gate(ctx, plan)
 	if err != nil {
-		f := failure{attempt: attempt, errType: agentsagatype.ErrTypeLedgerUnavailable, message: err.Error(), decision: "retry: the circuit breaker could not be read"}
+		f := failure{attempt: attempt, errType: wire.ErrTypeLedgerUnavailable, message: err.Error(), decision: "retry: the circuit breaker could not be read"}
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{})
 	}
 	if gate.State == budget.BreakerOpen {
@@ -234,7 +234,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		// fails retryably: while the ledger is down no later attempt can
 		// leave the process either (the breaker gate and the action claim
 		// come first), so this retry adds no load downstream.
-		f.errType, f.benign, f.decision = agentsagatype.ErrTypeLedgerUnavailable, false, "retry: the retry budget could not be read"
+		f.errType, f.benign, f.decision = wire.ErrTypeLedgerUnavailable, false, "retry: the retry budget could not be read"
 		f.payErr = payErr
 		return nil, i.fail(ctx, f, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
 	}
@@ -353,7 +353,7 @@ func statusOf(appErr *temporal.ApplicationError) int {
 // or a key held by another attempt says nothing about the tool: nothing
 // was sent to it.
 func blamesDependency(errType string) bool {
-	return errType != agentsagatype.ErrTypeLedgerUnavailable && errType != agentsagatype.ErrTypeInFlight
+	return errType != wire.ErrTypeLedgerUnavailable && errType != wire.ErrTypeInFlight
 }
 
 // pay asks each budget in order: the per-call cap, the deadline against

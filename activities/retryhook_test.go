@@ -109,7 +109,7 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 		wantPayment int32
 	}{
 		{name: "granted", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
-			wantType: agentsagatype.ErrTypeHTTP, retryable: true, wantCalls: 1, wantPayment: 1},
+			wantType: wire.ErrTypeHTTP, retryable: true, wantCalls: 1, wantPayment: 1},
 		{name: "fleet bucket empty", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.DenyFleetBucket},
 			wantType: budget.DenyFleetBucket, wantCalls: 1, wantPayment: 1},
 		{name: "run ratio spent", path: "/down", store: &fakeRetryStore{breaker: "closed", decision: budget.DenyRunRatio},
@@ -125,9 +125,9 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 		{name: "breaker open: not called", path: "/down", store: &fakeRetryStore{breaker: "open"},
 			wantType: budget.DenyCircuitOpen, wantCalls: 0},
 		{name: "400 is not paid for", path: "/bad", store: &fakeRetryStore{breaker: "closed", decision: budget.Granted},
-			wantType: agentsagatype.ErrTypeHTTP, wantCalls: 1},
+			wantType: wire.ErrTypeHTTP, wantCalls: 1},
 		{name: "ledger down", path: "/down", store: &fakeRetryStore{breaker: "closed", err: errors.New("connection refused")},
-			wantType: agentsagatype.ErrTypeLedgerUnavailable, retryable: true, wantCalls: 1, wantPayment: 1},
+			wantType: wire.ErrTypeLedgerUnavailable, retryable: true, wantCalls: 1, wantPayment: 1},
 	}
 	for _, tc := range cases {
 		requests[tc.name] = &atomic.Int32{}
@@ -163,7 +163,7 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 			if tc.retryable {
 				assert.Greater(t, appErr.NextRetryDelay(), time.Duration(0))
 				assert.Less(t, appErr.NextRetryDelay(), 500*time.Millisecond, "full jitter under base*2^0 for the first retry")
-			} else if tc.wantType != agentsagatype.ErrTypeHTTP {
+			} else if tc.wantType != wire.ErrTypeHTTP {
 				assert.Equal(t, tc.wantType, failure.Denial)
 				assert.Contains(t, appErr.Message(), "retry denied")
 			}

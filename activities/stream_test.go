@@ -19,6 +19,7 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/providerwire"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // streamServer is a loopback provider that answers every request with
@@ -243,10 +244,10 @@ func TestStreamCutShort(t *testing.T) {
 				if tc.how == errorEvent {
 					// The answer was a 200, whose status says nothing; the
 					// event's type says what its status would have.
-					assert.Equal(t, activities.Classification{ErrType: agentsagatype.ErrTypeHTTP, Retryable: true, Status: p.status}, activities.Classify(err))
+					assert.Equal(t, activities.Classification{ErrType: wire.ErrTypeHTTP, Retryable: true, Status: p.status}, activities.Classify(err))
 				} else {
 					assert.False(t, errors.As(err, &httpErr), "the answer was a 200: its status says nothing of the failure")
-					assert.Equal(t, activities.Classification{ErrType: agentsagatype.ErrTypeTransient, Retryable: true}, activities.Classify(err))
+					assert.Equal(t, activities.Classification{ErrType: wire.ErrTypeTransient, Retryable: true}, activities.Classify(err))
 				}
 				assert.Equal(t, []string{"The ", "orde", "r sh"}, chunks, "the watchers saw what came before the cut")
 			})
@@ -338,9 +339,9 @@ func TestStreamRefusedBeforeItBegins(t *testing.T) {
 			errType    string
 			retryAfter time.Duration
 		}{
-			{http.StatusTooManyRequests, map[string]string{"retry-after": "3"}, true, agentsagatype.ErrTypeHTTP, 3 * time.Second},
-			{http.StatusInternalServerError, nil, true, agentsagatype.ErrTypeHTTP, 0},
-			{http.StatusUnauthorized, nil, false, agentsagatype.ErrTypePermission, 0},
+			{http.StatusTooManyRequests, map[string]string{"retry-after": "3"}, true, wire.ErrTypeHTTP, 3 * time.Second},
+			{http.StatusInternalServerError, nil, true, wire.ErrTypeHTTP, 0},
+			{http.StatusUnauthorized, nil, false, wire.ErrTypePermission, 0},
 		} {
 			t.Run(fmt.Sprintf("%s %d", provider, tc.status), func(t *testing.T) {
 				_, chunks, err := watchedTurn(p.model(t, p.serve(t, tc.status, tc.headers, p.body)), "hi")

@@ -117,7 +117,7 @@ func startToolSpan(ctx context.Context, req wire.ToolCallRequest) (context.Conte
 // type the UI and the retry hook see) as error.type.
 func endSpan(span trace.Span, err error) {
 	if err != nil {
-		errType := agentsagatype.ErrTypeTransient
+		errType := wire.ErrTypeTransient
 		var appErr *temporal.ApplicationError
 		if errors.As(toActivityError(err), &appErr) {
 			errType = appErr.Type()

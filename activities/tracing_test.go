@@ -100,7 +100,7 @@ func TestToolCallSpanCarriesKeyAttemptAndDenial(t *testing.T) {
 	assert.Equal(t, "charge", toolAttrs["gen_ai.tool.name"].AsString())
 	assert.Equal(t, key, toolAttrs[activities.AttrIdempotencyKey].AsString())
 	assert.Equal(t, int64(1), toolAttrs[activities.AttrAttempt].AsInt64())
-	assert.Equal(t, agentsagatype.ErrTypeHTTP, toolAttrs["error.type"].AsString())
+	assert.Equal(t, wire.ErrTypeHTTP, toolAttrs["error.type"].AsString())
 	assert.Equal(t, codes.Error, tool.Status.Code)
 	_, denied := toolAttrs[activities.AttrRetryDenial]
 	assert.False(t, denied, "the denial belongs to the attempt, not to the request that failed")

@@ -8,9 +8,8 @@
 //     [RunEscalated], [RunCompensated], [RunNeedsAttention], [RunFailed],
 //     [RunTerminated]), an action's ([ActionStarted] and the rest) and a
 //     compensation's ([CompensationRegistered] and the rest);
-//   - the error type names the activities return and the workflow and
-//     operators read ([ErrTypeInvalidArguments], [ErrTypeFenced],
-//     [ErrTypePermission], ...);
+//   - the error type of a model server that speaks another protocol
+//     ([ErrTypeProtocol]), which a team's tooling reads;
 //   - the conversation's shape: [Message], [ToolCall], [ToolDef] and
 //     [Usage];
 //   - specs as data: [ModelSpec] (with its [RateLimit]), [ToolSpec] (with
@@ -24,7 +23,7 @@
 //     idempotency key from ([MCPMetaIdempotencyKey]).
 //
 // What only the rooms exchange is internal: the activities' inputs and
-// outputs and their names (internal/wire), the activity-ID and key
-// grammar (internal/activityid), and the previews and digests history
-// carries (internal/textclip).
+// outputs, their names and the error types they return (internal/wire),
+// the activity-ID and key grammar (internal/activityid), and the previews
+// and digests history carries (internal/textclip).
 package agentsagatype

@@ -266,7 +266,7 @@ func Run(ctx context.Context, cfg Config) error {
 	delivered := make(chan struct{})
 	go func() {
 		defer close(delivered)
-		_ = DeliverWebhooks(ctx, store, cfg)
+		_ = deliverWebhooks(ctx, store, cfg)
 	}()
 	<-ctx.Done()
 	ready.drain()

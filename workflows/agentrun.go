@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/compensation"
 	"github.com/agentsaga/agentsaga/internal/payload"
 	"github.com/agentsaga/agentsaga/internal/runbudget"
 	"github.com/agentsaga/agentsaga/internal/wire"

@@ -27,12 +27,12 @@ type errorKind struct {
 
 // errorKinds is the workflow's one table of error types.
 var errorKinds = map[string]errorKind{
-	agentsagatype.ErrTypeInvalidArguments: {unclaimed: true},
-	agentsagatype.ErrTypeUnknownTool:      {unclaimed: true},
-	agentsagatype.ErrTypeConflict:         {unclaimed: true},
-	agentsagatype.ErrTypeRefusal:          {asksHuman: "Tool %s refused: %s"},
-	agentsagatype.ErrTypePermission:       {asksHuman: "Tool %s was denied permission: %s"},
-	agentsagatype.ErrTypeNotFound:         {nothingToUndo: true},
+	wire.ErrTypeInvalidArguments: {unclaimed: true},
+	wire.ErrTypeUnknownTool:      {unclaimed: true},
+	wire.ErrTypeConflict:         {unclaimed: true},
+	wire.ErrTypeRefusal:          {asksHuman: "Tool %s refused: %s"},
+	wire.ErrTypePermission:       {asksHuman: "Tool %s was denied permission: %s"},
+	wire.ErrTypeNotFound:         {nothingToUndo: true},
 }
 
 // failure is how the workflow reads a failed call's error.

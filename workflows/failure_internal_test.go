@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 func TestClassifyReadsTheOneTable(t *testing.T) {
@@ -20,12 +20,12 @@ func TestClassifyReadsTheOneTable(t *testing.T) {
 		asksHuman      string
 		nothingToUndo  bool
 	}{
-		"invalid arguments": {err: appErr(agentsagatype.ErrTypeInvalidArguments)},
-		"unknown tool":      {err: appErr(agentsagatype.ErrTypeUnknownTool)},
-		"conflict":          {err: appErr(agentsagatype.ErrTypeConflict)},
-		"refusal":           {err: appErr(agentsagatype.ErrTypeRefusal), mayHaveClaimed: true, asksHuman: "Tool %s refused: %s"},
-		"permission":        {err: appErr(agentsagatype.ErrTypePermission), mayHaveClaimed: true, asksHuman: "Tool %s was denied permission: %s"},
-		"not found":         {err: appErr(agentsagatype.ErrTypeNotFound), mayHaveClaimed: true, nothingToUndo: true},
+		"invalid arguments": {err: appErr(wire.ErrTypeInvalidArguments)},
+		"unknown tool":      {err: appErr(wire.ErrTypeUnknownTool)},
+		"conflict":          {err: appErr(wire.ErrTypeConflict)},
+		"refusal":           {err: appErr(wire.ErrTypeRefusal), mayHaveClaimed: true, asksHuman: "Tool %s refused: %s"},
+		"permission":        {err: appErr(wire.ErrTypePermission), mayHaveClaimed: true, asksHuman: "Tool %s was denied permission: %s"},
+		"not found":         {err: appErr(wire.ErrTypeNotFound), mayHaveClaimed: true, nothingToUndo: true},
 		"another type":      {err: appErr("Timeout"), mayHaveClaimed: true},
 		"not an app error":  {err: errors.New("it went wrong"), mayHaveClaimed: true},
 		"cancelled":         {err: temporal.NewCanceledError()},

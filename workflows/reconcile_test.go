@@ -178,7 +178,7 @@ func TestRollbackRunOfARunTheLedgerDoesNotHaveFails(t *testing.T) {
 	err := env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
 	require.ErrorAs(t, err, &appErr)
-	assert.Equal(t, agentsagatype.ErrTypeRunNotFound, appErr.Type())
+	assert.Equal(t, wire.ErrTypeRunNotFound, appErr.Type())
 	assert.Contains(t, appErr.Error(), "the ledger has no run "+terminatedID)
 }
 

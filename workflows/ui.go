@@ -21,11 +21,11 @@ import (
 //	  --name LeafCalls --type Int --name USDSpent --type Double --name Amplification --type Double \
 //	  --name AgentForkedFrom --type Keyword
 var (
-	AgentStatusKey   = temporal.NewSearchAttributeKeyKeyword("AgentStatus")
-	StepsUsedKey     = temporal.NewSearchAttributeKeyInt64("StepsUsed")
-	LeafCallsKey     = temporal.NewSearchAttributeKeyInt64("LeafCalls")
-	USDSpentKey      = temporal.NewSearchAttributeKeyFloat64("USDSpent")
-	AmplificationKey = temporal.NewSearchAttributeKeyFloat64("Amplification")
+	agentStatusKey   = temporal.NewSearchAttributeKeyKeyword("AgentStatus")
+	stepsUsedKey     = temporal.NewSearchAttributeKeyInt64("StepsUsed")
+	leafCallsKey     = temporal.NewSearchAttributeKeyInt64("LeafCalls")
+	usdSpentKey      = temporal.NewSearchAttributeKeyFloat64("USDSpent")
+	amplificationKey = temporal.NewSearchAttributeKeyFloat64("Amplification")
 	// AgentForkedFromKey links a fork to its source (docs/forks.md):
 	// `AgentForkedFrom = "RUN"` lists the forks of RUN. The fork's starter
 	// sets it (agentsaga's Run.Fork) and no workflow ever upserts it, so
@@ -186,21 +186,21 @@ type searchProgress struct {
 // step.
 func searchProgressOf(attributes temporal.SearchAttributes) (searchProgress, bool) {
 	var p searchProgress
-	status, ok := attributes.GetKeyword(AgentStatusKey)
+	status, ok := attributes.GetKeyword(agentStatusKey)
 	if !ok {
 		return p, false
 	}
 	p.status = status
-	p.steps, _ = attributes.GetInt64(StepsUsedKey)
-	p.leafCalls, _ = attributes.GetInt64(LeafCallsKey)
-	p.usd, _ = attributes.GetFloat64(USDSpentKey)
-	p.amplification, _ = attributes.GetFloat64(AmplificationKey)
+	p.steps, _ = attributes.GetInt64(stepsUsedKey)
+	p.leafCalls, _ = attributes.GetInt64(leafCallsKey)
+	p.usd, _ = attributes.GetFloat64(usdSpentKey)
+	p.amplification, _ = attributes.GetFloat64(amplificationKey)
 	return p, true
 }
 
 func (p searchProgress) updates() []temporal.SearchAttributeUpdate {
-	return []temporal.SearchAttributeUpdate{AgentStatusKey.ValueSet(p.status), StepsUsedKey.ValueSet(p.steps),
-		LeafCallsKey.ValueSet(p.leafCalls), USDSpentKey.ValueSet(p.usd), AmplificationKey.ValueSet(p.amplification)}
+	return []temporal.SearchAttributeUpdate{agentStatusKey.ValueSet(p.status), stepsUsedKey.ValueSet(p.steps),
+		leafCallsKey.ValueSet(p.leafCalls), usdSpentKey.ValueSet(p.usd), amplificationKey.ValueSet(p.amplification)}
 }
 
 // InitialSearchAttributes are a run's search attributes as its first step

@@ -41,9 +41,9 @@ func TestSearchAttributesAreUpsertedOnlyWhenTheyChange(t *testing.T) {
 			var upserts []string
 			env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
 				attributes := args.Get(0).(temporal.SearchAttributes)
-				status, _ := attributes.GetKeyword(workflows.AgentStatusKey)
-				steps, _ := attributes.GetInt64(workflows.StepsUsedKey)
-				leafCalls, _ := attributes.GetInt64(workflows.LeafCallsKey)
+				status, _ := attributes.GetKeyword(temporal.NewSearchAttributeKeyKeyword("AgentStatus"))
+				steps, _ := attributes.GetInt64(temporal.NewSearchAttributeKeyInt64("StepsUsed"))
+				leafCalls, _ := attributes.GetInt64(temporal.NewSearchAttributeKeyInt64("LeafCalls"))
 				upserts = append(upserts, fmt.Sprintf("%s/%d/%d", status, steps, leafCalls))
 			}).Return(nil)
 			spec := mustSpec(t, `

@@ -18,7 +18,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/runevents"
-	"github.com/agentsaga/agentsaga/internal/wire"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -184,14 +184,13 @@ func TestSpendAdmitAndQueuedRuns(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "spend cap of acme per day: $1.00, admits runs, was none")
 
-	store, err := ledgerdb.Open(ctx, databaseURL)
+	handle, err := ledger.Open(ctx, databaseURL)
 	require.NoError(t, err)
-	defer store.Close()
+	defer handle.Close()
+	store := ledgerdb.Of(handle)
 	for _, id := range []string{"wf-1", "wf-2", "wf-3"} {
 		require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: id, RunID: "r", Goal: "g"}))
-		adm, err := store.AdmitRun(ctx, wire.AdmitRequest{RunID: id, Account: "acme/support", SpecKey: "k", Priority: 3, BudgetUSD: 0.5})
-		require.NoError(t, err)
-		t.Logf("%s: %+v", id, adm)
+		t.Logf("%s: queued %t", id, agentsagatest.Admit(t, handle, id, "acme/support", 3, 0.5))
 	}
 	out, err = runCLI(t, "spend", "--json")
 	require.NoError(t, err, out)

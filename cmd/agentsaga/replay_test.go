@@ -25,7 +25,6 @@ import (
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/replayreport"
-	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -81,11 +80,21 @@ type toolLine struct {
 	Failed                  bool
 }
 
-func toolLines(r workflows.RunResult) []toolLine {
+// canonicalJSON is text re-encoded with its object keys sorted, to
+// compare arguments that differ only in their keys' order.
+func canonicalJSON(t testing.TB, text string) string {
+	var v any
+	require.NoError(t, json.Unmarshal([]byte(text), &v), text)
+	out, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(out)
+}
+
+func toolLines(t testing.TB, r workflows.RunResult) []toolLine {
 	var out []toolLine
 	for _, e := range r.Trace {
 		if e.Kind == "tool" {
-			out = append(out, toolLine{e.Tool, wire.CanonicalJSON(e.Arguments), e.Output, e.Error != ""})
+			out = append(out, toolLine{e.Tool, canonicalJSON(t, e.Arguments), e.Output, e.Error != ""})
 		}
 	}
 	return out
@@ -112,7 +121,7 @@ func TestReplaySeed002Identity(t *testing.T) {
 
 	replay := suiteRun(t, handle, "replay-seed002-recorded-1", spec)
 	assert.Equal(t, before, desk.searches+desk.lookups, "a replay sends nothing to the world")
-	assert.Equal(t, toolLines(recorded), toolLines(replay))
+	assert.Equal(t, toolLines(t, recorded), toolLines(t, replay))
 	assert.Equal(t, recorded.Status, replay.Status)
 	assert.Equal(t, recorded.Answer, replay.Answer)
 	// The model's note is the same; the engine's summary after it quotes
@@ -208,7 +217,7 @@ func TestReplaySendsNothing(t *testing.T) {
 	desk.mu.Unlock()
 	assert.Equal(t, before, after, "the desk received no request during the replay")
 	assert.Equal(t, 1, refunds, "only the recording's refund was ever applied")
-	lines := toolLines(replay)
+	lines := toolLines(t, replay)
 	require.Len(t, lines, 3)
 	assert.Contains(t, lines[0].Output, "eligible_for_refund", "the lookup is answered from the recording")
 	for _, l := range lines[1:] {

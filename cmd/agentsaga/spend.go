@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
@@ -48,9 +47,9 @@ func spendCommand() *cobra.Command {
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ACCOUNT\tCAP\tADMITS\tFINISH RESERVE\tSPENT\tRESERVED\tLEFT\tRESETS\tRUNS QUEUED\tRUNS WAITING\tON EXHAUSTED\tSET BY")
 			for _, c := range caps {
-				cap := fmt.Sprintf("$%.2f %s (%s)", c.USD, wire.SpendPer(c.Period), c.TimeZone)
-				if _, rolling := wire.RollingWindow(c.Period); rolling {
-					cap = fmt.Sprintf("$%.2f %s", c.USD, wire.SpendPer(c.Period))
+				cap := fmt.Sprintf("$%.2f a %s (%s)", c.USD, c.Period, c.TimeZone)
+				if window, rolling := strings.CutPrefix(c.Period, "rolling "); rolling {
+					cap = fmt.Sprintf("$%.2f in any %s", c.USD, window)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t$%.4f\t$%.4f\t$%.4f\t%s\t%d\t%d\t%s\t%s %s\n", c.Account, cap, admits(c.Admit),
 					100*c.FinishReserve, c.Spent, c.Reserved, c.Left(), c.Resets.UTC().Format(time.RFC3339), c.Queued, c.Waiting, c.OnExhausted,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -35,12 +35,7 @@ var midStreamAnswer = strings.Repeat("Order A-1001 qualifies for a refund of 42.
 // whole reply.
 func startStallingProvider(t *testing.T) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
-	answer, _ := json.Marshal(midStreamAnswer)
-	events, err := providerwire.ChatCompletionEvents([]byte(`{"id":"c1","object":"chat.completion","model":"gpt-test",
-		"choices":[{"index":0,"message":{"role":"assistant","content":`+string(answer)+`},"finish_reason":"stop"}],
-		"usage":{"prompt_tokens":30,"completion_tokens":150,"total_tokens":180}}`), providerwire.FakePiece)
-	require.NoError(t, err)
-	events = append(events, providerwire.Done)
+	events := chatCompletionStream(t, midStreamAnswer)
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -51,13 +46,35 @@ func startStallingProvider(t *testing.T) (*httptest.Server, *atomic.Int32) {
 				<-r.Context().Done() // the worker that asked is gone
 				return
 			}
-			_, _ = w.Write(providerwire.Encode([]providerwire.Event{e}))
+			_, _ = w.Write(e)
 			w.(http.Flusher).Flush()
 			time.Sleep(5 * time.Millisecond)
 		}
 	}))
 	t.Cleanup(srv.Close)
 	return srv, &requests
+}
+
+// chatCompletionStream is an OpenAI chat completion of text as its stream
+// sends it, each chunk a server-sent event: the role, the text a few
+// characters at a time as a provider sends a token or two, the finish,
+// the usage, and [DONE].
+func chatCompletionStream(t *testing.T, text string) [][]byte {
+	t.Helper()
+	event := func(choices string, usage string) []byte {
+		return []byte(`data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-test","choices":` + choices + usage + "}\n\n")
+	}
+	delta := func(d any) []byte {
+		data, err := json.Marshal(d)
+		require.NoError(t, err)
+		return event(`[{"index":0,"delta":`+string(data)+`}]`, "")
+	}
+	events := [][]byte{delta(map[string]string{"role": "assistant"})}
+	for piece := range slices.Chunk([]rune(text), 8) {
+		events = append(events, delta(map[string]string{"content": string(piece)}))
+	}
+	return append(events, event(`[{"index":0,"delta":{},"finish_reason":"stop"}]`, ""),
+		event(`[]`, `,"usage":{"prompt_tokens":30,"completion_tokens":150,"total_tokens":180}`), []byte("data: [DONE]\n\n"))
 }
 
 // g. A worker process is SIGKILLed while a model's reply streams (issue

@@ -126,13 +126,13 @@ func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(erro
 	claim, err := claimKey(ctx, store, c, leaf, leaseFor)
 	switch {
 	case errors.Is(err, ledgerdb.ErrConflict):
-		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeConflict, nil)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeConflict, nil)
 	case errors.Is(err, ledgerdb.ErrFenced):
 		// The retry hook logs the refusal at WARN, once, with its decision.
 		log.Debug("call: the key is fenced; nothing is sent", "key", key, "attempt", info.Attempt, "error", err)
-		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeFenced, nil)
 	case errors.Is(err, ledgerdb.ErrInFlight):
-		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeInFlight)
+		return "", false, temporal.NewApplicationError(err.Error(), wire.ErrTypeInFlight)
 	case errors.Is(err, ledgerdb.ErrQuotaWait):
 		return "", false, QuotaWait(err.Error(), claim.Quota.RetryAt, false)
 	case errors.Is(err, ledgerdb.ErrSpendCap):
@@ -140,9 +140,9 @@ func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(erro
 		errors.As(err, &capped)
 		return "", false, SpendCapRefusal(err.Error(), capped.Reservation.Refusal(capped.USD))
 	case errors.Is(err, ledgerdb.ErrQuotaTooLarge):
-		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeModelConfig, nil)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeModelConfig, nil)
 	case err != nil:
-		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
+		return "", false, temporal.NewApplicationError(err.Error(), wire.ErrTypeLedgerUnavailable)
 	}
 	if !claim.Execute {
 		return storedOutcome(claim.Action)
@@ -161,9 +161,9 @@ func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(erro
 		}
 		cancel()
 		if errors.Is(err, ledgerdb.ErrLeaseLost) {
-			return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
+			return "", false, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeFenced, nil)
 		}
-		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
+		return "", false, temporal.NewApplicationError(err.Error(), wire.ErrTypeLedgerUnavailable)
 	}
 
 	output, msg, callErr := c.Run(held.Context(), claim)
@@ -191,7 +191,7 @@ func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(erro
 	}
 	if c.Refused != nil {
 		if message, refused := c.Refused(output); refused {
-			end := ledgerdb.FailedAttempt(message, agentsagatype.ErrTypeRefusal, true)
+			end := ledgerdb.FailedAttempt(message, wire.ErrTypeRefusal, true)
 			end.LeafCallID = claim.LeafCallID // the call itself succeeded
 			if err := recordAfterEffect(ctx, key, func(ctx context.Context) error {
 				_, err := store.SettleAttempt(ctx, key, claim.Action.Attempts, end)
@@ -199,7 +199,7 @@ func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(erro
 			}); err != nil {
 				logRefusedWrite(log, key, err)
 			}
-			return "", false, temporal.NewNonRetryableApplicationError(message, agentsagatype.ErrTypeRefusal, nil)
+			return "", false, temporal.NewNonRetryableApplicationError(message, wire.ErrTypeRefusal, nil)
 		}
 	}
 	var stored agentsagatype.Action
@@ -221,12 +221,12 @@ func Once(ctx context.Context, store *ledgerdb.Store, c Call, classify func(erro
 		return stored.Result, true, nil
 	case errors.Is(err, ledgerdb.ErrLeaseLost):
 		logRefusedWrite(log, key, err)
-		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), agentsagatype.ErrTypeFenced, nil)
+		return "", false, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeFenced, nil)
 	case err != nil:
 		// The call ran but its result is not stored. The next attempt waits
 		// out this lease and runs it again under the same key, which an
 		// HTTP tool deduplicates by its Idempotency-Key header.
-		return "", false, temporal.NewApplicationError(err.Error(), agentsagatype.ErrTypeLedgerUnavailable)
+		return "", false, temporal.NewApplicationError(err.Error(), wire.ErrTypeLedgerUnavailable)
 	}
 	return stored.Result, false, nil
 }
@@ -238,7 +238,7 @@ func storedOutcome(action agentsagatype.Action) (string, bool, error) {
 	if action.Status == agentsagatype.ActionRejected {
 		errType := action.ErrorType
 		if errType == "" {
-			errType = agentsagatype.ErrTypeRejected
+			errType = wire.ErrTypeRejected
 		}
 		return "", false, temporal.NewNonRetryableApplicationError(action.Error, errType, nil)
 	}

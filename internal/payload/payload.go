@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -23,12 +23,12 @@ const Max = 256 << 10
 func Check(what string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("payload: %s does not encode: %v", what, err), agentsagatype.ErrTypePayloadTooLarge, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("payload: %s does not encode: %v", what, err), wire.ErrTypePayloadTooLarge, nil)
 	}
 	if len(data) > Max {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("payload: %s is %d KiB, over the %d KiB a run may schedule, return or answer", what, (len(data)+1023)>>10, Max>>10),
-			agentsagatype.ErrTypePayloadTooLarge, nil)
+			wire.ErrTypePayloadTooLarge, nil)
 	}
 	return nil
 }

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // signals is a Temporal client that only records the signals sent.
@@ -34,9 +34,7 @@ func (s *signals) SignalWorkflow(_ context.Context, id, _, name string, _ any) e
 func (w *world) queue(id, account string) {
 	w.t.Helper()
 	w.run(id, account)
-	adm, err := w.db.AdmitRun(context.Background(), wire.AdmitRequest{RunID: id, Account: account, SpecKey: "k", Priority: 3})
-	require.NoError(w.t, err)
-	require.Equal(w.t, wire.AdmissionQueued, adm.Status, "%+v", adm)
+	require.True(w.t, agentsagatest.Admit(w.t, w.store, id, account, 3, 0), "%s is not queued", id)
 }
 
 // GET /v1/queue lists the queued runs the key sees, with their place and
@@ -53,9 +51,7 @@ func TestQueueRoutes(t *testing.T) {
 	for _, root := range []string{"acme", "globex"} {
 		require.NoError(t, w.db.SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: root, MaxConcurrentRuns: 1}, "ops"))
 		w.run(root+"-holder", root)
-		adm, err := w.db.AdmitRun(ctx, wire.AdmitRequest{RunID: root + "-holder", Account: root, SpecKey: "k", Priority: 3})
-		require.NoError(t, err)
-		require.Equal(t, wire.AdmissionAdmitted, adm.Status)
+		require.False(t, agentsagatest.Admit(t, w.store, root+"-holder", root, 3, 0), "%s-holder is queued", root)
 	}
 	w.queue("acme-1", "acme/support")
 	w.queue("acme-2", "acme/sales")

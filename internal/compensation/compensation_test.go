@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/compensation"
 )
 
 func Example_resolve() {

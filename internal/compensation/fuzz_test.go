@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/agentsaga/agentsaga/compensation"
+	"github.com/agentsaga/agentsaga/internal/compensation"
 )
 
 // FuzzResolve fills arbitrary templates from arbitrary forward calls. A

@@ -54,7 +54,7 @@ FUZZTIME ?= 1m
 FUZZ_TARGETS := \
 	./budget:FuzzRetryableStatus ./internal/refusal:FuzzRefusalRules ./internal/refusal:FuzzRefusalIntegerRendering \
 	./activities:FuzzOpenAITurn ./activities:FuzzAnthropicTurn ./activities:FuzzNewHTTPError \
-	./internal/activityid:FuzzCompensation ./compensation:FuzzResolve ./internal/ledgerdb:FuzzFingerprint \
+	./internal/activityid:FuzzCompensation ./internal/compensation:FuzzResolve ./internal/ledgerdb:FuzzFingerprint \
 	./workflows:FuzzParseSpec ./workflows:FuzzIdempotencyKeys ./internal/quota:FuzzParse ./internal/argrule:FuzzEvaluate \
 	./internal/ledgerdb:FuzzSpendCap ./budget:FuzzPriceTable ./cmd/agentsaga/api:FuzzAPIInputs \
 	./workflows:FuzzForked ./internal/ledgerdb:FuzzForkRun

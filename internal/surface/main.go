@@ -2,8 +2,11 @@
 // module, as issue 32 measures the public API: top-level functions, types,
 // variables and constants, and the methods of exported types (what `go
 // doc` lists), with the exported fields and interface methods of exported
-// types in a column of their own. Test files are not read; packages under
-// internal/ are counted apart, since no user can import them. Run it from
+// types in a column of their own. An exported alias of a type declared
+// under internal/ (type SpendCap = ledgerdb.SpendCap) counts the exported
+// methods of that type too, since users call them through the alias. Test
+// files are not read; packages under internal/ are counted apart, since no
+// user can import them. Run it from
 // the module's root: go run ./internal/surface (make surface).
 package main
 
@@ -52,6 +55,12 @@ func isInternal(dir string) bool {
 // examples, and counts each directory's exported identifiers.
 func count(root string) (names, fields map[string]int, err error) {
 	names, fields = map[string]int{}, map[string]int{}
+	module, err := modulePath(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	methods := map[string]int{} // "dir.Type": its exported methods
+	var aliases []alias
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -78,13 +87,95 @@ func count(root string) (names, fields map[string]int, err error) {
 		if f.Name.Name == "main" {
 			return nil // a command: nothing to import
 		}
-		dir := filepath.ToSlash(filepath.Dir(path))
+		dir, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		dir = filepath.ToSlash(dir)
 		n, m := exported(f)
 		names[dir] += n
 		fields[dir] += m
+		for typ, k := range exportedMethods(f) {
+			methods[dir+"."+typ] += k
+		}
+		aliases = append(aliases, internalAliases(f, dir, module)...)
 		return nil
 	})
+	for _, a := range aliases {
+		names[a.dir] += methods[a.target]
+	}
 	return names, fields, err
+}
+
+// alias is an exported alias in dir of the type target ("dir.Type") that
+// a package under internal/ declares.
+type alias struct{ dir, target string }
+
+// internalAliases lists f's exported aliases of types declared under
+// internal/ in this module.
+func internalAliases(f *ast.File, dir, module string) []alias {
+	imports := map[string]string{} // the name a file uses for a package: its directory
+	for _, imp := range f.Imports {
+		path := strings.Trim(imp.Path.Value, `"`)
+		rel, ok := strings.CutPrefix(path, module+"/")
+		if !ok || !isInternal(rel) {
+			continue
+		}
+		name := filepath.Base(rel)
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		imports[name] = rel
+	}
+	var out []alias
+	for _, decl := range f.Decls {
+		d, ok := decl.(*ast.GenDecl)
+		if !ok {
+			continue
+		}
+		for _, spec := range d.Specs {
+			s, ok := spec.(*ast.TypeSpec)
+			if !ok || !s.Assign.IsValid() || !s.Name.IsExported() {
+				continue
+			}
+			sel, ok := s.Type.(*ast.SelectorExpr)
+			if !ok {
+				continue
+			}
+			if pkg, ok := sel.X.(*ast.Ident); ok && imports[pkg.Name] != "" {
+				out = append(out, alias{dir: dir, target: imports[pkg.Name] + "." + sel.Sel.Name})
+			}
+		}
+	}
+	return out
+}
+
+// exportedMethods counts f's exported methods by the name of their
+// receiver's type.
+func exportedMethods(f *ast.File) map[string]int {
+	out := map[string]int{}
+	for _, decl := range f.Decls {
+		if d, ok := decl.(*ast.FuncDecl); ok && d.Recv != nil && d.Name.IsExported() {
+			if name := receiverName(d.Recv); name != "" {
+				out[name]++
+			}
+		}
+	}
+	return out
+}
+
+// modulePath reads the module's path from root's go.mod.
+func modulePath(root string) (string, error) {
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("read go.mod: %w", err)
+	}
+	for _, line := range strings.Split(string(mod), "\n") {
+		if path, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.TrimSpace(path), nil
+		}
+	}
+	return "", fmt.Errorf("go.mod has no module line")
 }
 
 // exported counts f's exported identifiers, and the exported members of
@@ -144,6 +235,12 @@ func members(t ast.Expr) int {
 }
 
 func receiverExported(recv *ast.FieldList) bool {
+	return ast.IsExported(receiverName(recv))
+}
+
+// receiverName is the name of a method's receiver's type, without its
+// pointer or type parameters.
+func receiverName(recv *ast.FieldList) string {
 	t := recv.List[0].Type
 	for {
 		switch x := t.(type) {
@@ -154,9 +251,9 @@ func receiverExported(recv *ast.FieldList) bool {
 		case *ast.IndexListExpr:
 			t = x.X
 		case *ast.Ident:
-			return x.IsExported()
+			return x.Name
 		default:
-			return false
+			return ""
 		}
 	}
 }

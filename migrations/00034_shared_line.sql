@@ -17,9 +17,11 @@
 --   00033, now over the seconds the fresh calls really take), but never to
 --   more than a second past now: the line remembers the last second's
 --   demand, not a flood's;
--- - a released call books only when the line is free within one place of
---   now; otherwise it is told when to ask again (booked false), and it
---   waits in its worker. So the backlog goes in the room the fresh calls
+-- - a released call books only when the line is free now; otherwise it is
+--   told when to ask again (booked false), and it waits in its worker. (A
+--   booking up to one place ahead, as a drain alone would allow, let two
+--   released calls into a second beside 8 fresh ones: 10 on a service that
+--   takes 10.) So the backlog goes in the room the fresh calls
 --   left in the moments just gone, second by second, and the dependency
 --   sees at most about the rate in all.
 --
@@ -83,8 +85,8 @@ $$;
 
 -- A place in the dependency's paced line during a drain: a fresh call's
 -- (p_fresh), which goes now, or a released call's, which is booked (by
--- 00018's pace, with its successes) only when the line is free within one
--- place of now, and is otherwise told when to ask again.
+-- 00018's pace, with its successes) only when the line is free now, and is
+-- otherwise told when to ask again.
 -- +goose StatementBegin
 CREATE FUNCTION agentsaga_breaker_pace(p_dependency text, p_release_interval_ms float8, p_successes integer,
                                        p_start float8, p_floor float8, p_ceiling float8, p_step float8,
@@ -119,8 +121,8 @@ BEGIN
         WHERE b.dependency = p_dependency;
         RETURN;
     END IF;
-    IF r.paced_until > v_now + v_gap THEN
-        leave_at := r.paced_until - v_gap;
+    IF r.paced_until > v_now THEN
+        leave_at := r.paced_until;
         booked := false;
         RETURN;
     END IF;

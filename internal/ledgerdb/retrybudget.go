@@ -260,16 +260,15 @@ func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.B
 // Place is a call's answer from the dependency's paced line during a
 // drain.
 type Place struct {
-	// Booked says the call has its place and leaves At (now, or within one
-	// place of now); otherwise the line is full until At, and the call
-	// asks again then.
+	// Booked says the call has its place and leaves At (now); otherwise
+	// the line is full until At, and the call asks again then.
 	Booked bool
 	At     time.Time
 }
 
 // BreakerPlace asks for a place in the paced line for a call released
 // from the open breaker's queue, as BreakerPace books one, but only when
-// the line is free within one place of now: the fresh calls of the
+// the line is free now: the fresh calls of the
 // moments just gone (BreakerShare) come first, and the released call waits
 // for the room they leave, second by second, rather than booking ahead of
 // fresh calls it cannot see yet (migration 00034). successes, as for

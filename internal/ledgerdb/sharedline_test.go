@@ -93,7 +93,7 @@ func TestFreshCallsShareTheLine(t *testing.T) {
 			p, err := store.BreakerPlace(ctx, dep, cfg, 0)
 			require.NoError(t, err)
 			if !p.Booked {
-				require.True(t, p.At.After(time.Now()), "a full line says when to ask again")
+				require.False(t, p.At.IsZero(), "a full line says when to ask again")
 				ask = p.At.Add(moved)
 				continue
 			}

@@ -182,8 +182,9 @@ type Gate struct {
 // BreakerGate asks the dependency's breaker whether a call may go out, in
 // one statement that reads a closed breaker without a lock, and hands a
 // refused call its release slot (see migrations 00012, 00014, 00018, 00020
-// and 00032). An open breaker lets its next probe out once the probe
+// and 00033). An open breaker lets its next probe out once the probe
 // interval of the outage's failed probes has passed since it last opened.
+// A closed answer says until when its parked calls drain (00034).
 // The call is one sent again (after a failure or a wait); a call's first
 // send asks BreakerGateFirstSend.
 func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
@@ -194,7 +195,7 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 // sends an open breaker refuses are the dependency's fresh demand, which
 // goes on once it has closed: from two cooldowns into an outage, the
 // release slots are spaced at what that demand leaves of nine tenths of
-// the release rate (migration 00032), so that the backlog and the new
+// the release rate (migration 00033), so that the backlog and the new
 // calls together stay within what the dependency takes.
 func (s *Store) BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	return s.breakerGate(ctx, dependency, cfg, true)

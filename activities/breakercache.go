@@ -13,9 +13,11 @@ import (
 const breakerStaleness = time.Second
 
 // closedBreakers remembers, per dependency, when the ledger last answered
-// that its breaker was closed, and whether the dependency was then in a
+// that its breaker was closed, whether the dependency was then in a
 // streak of failures (ledgerdb.Gate.Failures), which the next success must
-// end by reporting itself.
+// end by reporting itself, and until when a drain of its parked calls is
+// on (ledgerdb.Gate.DrainUntil), during which a first send takes a place
+// in the paced line.
 type closedBreakers struct {
 	ttl time.Duration
 	now func() time.Time
@@ -25,8 +27,9 @@ type closedBreakers struct {
 }
 
 type closedAnswer struct {
-	at     time.Time
-	streak bool
+	at         time.Time
+	streak     bool
+	drainUntil time.Time
 }
 
 func newClosedBreakers(ttl time.Duration, now func() time.Time) *closedBreakers {
@@ -34,21 +37,27 @@ func newClosedBreakers(ttl time.Duration, now func() time.Time) *closedBreakers 
 }
 
 // fresh says whether the dependency's breaker was seen closed within ttl,
-// and whether it was in a streak of failures then.
-func (c *closedBreakers) fresh(dependency string) (fresh, streak bool) {
+// and what was seen then.
+func (c *closedBreakers) fresh(dependency string) (closedAnswer, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	answer, ok := c.seen[dependency]
 	if !ok || c.now().Sub(answer.at) >= c.ttl {
-		return false, false
+		return closedAnswer{}, false
 	}
-	return true, answer.streak
+	return answer, true
 }
 
-func (c *closedBreakers) remember(dependency string, streak bool) {
+// remember notes a closed breaker the ledger answered for. A report's
+// answer says nothing of a drain: drainUntil zero keeps the one the last
+// gate named.
+func (c *closedBreakers) remember(dependency string, streak bool, drainUntil time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seen[dependency] = closedAnswer{at: c.now(), streak: streak}
+	if drainUntil.IsZero() {
+		drainUntil = c.seen[dependency].drainUntil
+	}
+	c.seen[dependency] = closedAnswer{at: c.now(), streak: streak, drainUntil: drainUntil}
 }
 
 func (c *closedBreakers) forget(dependency string) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -34,9 +35,8 @@ var template struct {
 // a second or more of the test. The name carries a digest of the SQL
 // files, so an edited or added migration gets a template of its own, and
 // test binaries of other checkouts on the same server keep theirs. It
-// returns "" when the migrations' sources cannot be read (a binary built
-// with -trimpath, away from its tree): NewDatabase then migrates each
-// database itself.
+// returns "" when the migrations' sources cannot be found (a binary run
+// away from its tree): NewDatabase then migrates each database itself.
 func migratedTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	template.once.Do(func() {
 		template.name, template.err = ensureTemplate(ctx, admin)
@@ -89,15 +89,13 @@ func ensureTemplate(ctx context.Context, admin *pgx.Conn) (string, error) {
 	return name, nil
 }
 
-// migrationsDigest is the SHA-256 of the migrations' SQL files beside this
-// source file in the tree (their names and contents), and false when they
-// cannot be read.
+// migrationsDigest is the SHA-256 of the migrations' SQL files in the tree
+// (their names and contents), and false when they cannot be found.
 func migrationsDigest() (string, bool) {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok || !filepath.IsAbs(self) {
+	dir, ok := migrationsDir()
+	if !ok {
 		return "", false
 	}
-	dir := filepath.Join(filepath.Dir(self), "..", "..", "migrations")
 	names, err := filepath.Glob(filepath.Join(dir, "*.sql"))
 	if err != nil || len(names) == 0 {
 		return "", false
@@ -113,4 +111,34 @@ func migrationsDigest() (string, bool) {
 		h.Write(body)
 	}
 	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+// libraryModule is the first line of the library's go.mod.
+const libraryModule = "module github.com/agentsaga/agentsaga\n"
+
+// migrationsDir finds the tree's migrations/: beside this source file when
+// the binary knows where that is, else in the library's module above the
+// working directory. make test builds with -trimpath (so that a clone in
+// another directory reuses the build cache), which leaves runtime.Caller
+// a path relative to the module, but go test runs each test binary in its
+// package's directory, inside the tree.
+func migrationsDir() (string, bool) {
+	if _, self, _, ok := runtime.Caller(0); ok && filepath.IsAbs(self) {
+		return filepath.Join(filepath.Dir(self), "..", "..", "migrations"), true
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(mod), libraryModule) {
+			return filepath.Join(dir, "migrations"), true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
 }

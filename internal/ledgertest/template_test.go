@@ -14,7 +14,7 @@ import (
 // the template is as current as one migrated itself.
 func TestACopiedDatabaseHasEveryMigration(t *testing.T) {
 	if _, ok := migrationsDigest(); !ok {
-		t.Fatal("the migrations' SQL files were not found beside this package: NewDatabase would migrate every database itself")
+		t.Fatal("the migrations' SQL files were not found in the tree: NewDatabase would migrate every database itself")
 	}
 	dbURL := NewDatabase(t)
 	db, err := sql.Open("pgx", dbURL)

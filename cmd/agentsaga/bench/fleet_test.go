@@ -2,8 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,21 +21,11 @@ func TestFleetSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
+	t.Parallel()
 	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
 	temporalBin := options.ExistingPath
-	goTool, err := exec.LookPath("go")
-	require.NoError(t, err, "the fleet test builds the agentsaga binary and needs the go tool on PATH")
-	bin := filepath.Join(t.TempDir(), "agentsaga")
-	// Without -race: the worker processes are measured, not the test. The
-	// build has its own time, not the fleet's two minutes: the suite's other
-	// builds are -race, so on a fresh clone this one compiles every package
-	// again, and beside the other packages on 2 cores it was once killed
-	// at two minutes.
-	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancelBuild()
-	out, err := exec.CommandContext(buildCtx, goTool, "build", "-ldflags=-s -w", "-o", bin, "github.com/agentsaga/agentsaga/cmd/agentsaga").CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
+	bin := buildAgentsaga(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
+	t.Parallel()
 	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
 	temporalBin := options.ExistingPath
@@ -61,9 +63,16 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	assert.Equal(t, cfg.Runs*cfg.Turns, row.Turns, "every turn's wait was read from the histories")
 }
 
-// buildAgentsaga builds the binary the worker processes run, as
-// TestFleetSmoke does (without -race, with its flags, so that the build
-// cache serves the second build), with its own ten minutes.
+// buildMu makes the tests' builds of the binary one at a time: the
+// tests run in parallel, and builds side by side would each compile every
+// package before any had filled the build cache; one at a time, the first
+// compiles and the others only link.
+var buildMu sync.Mutex
+
+// buildAgentsaga builds the binary the worker processes run, without
+// -race (the worker processes are measured, not the test), with its own
+// ten minutes rather than the scenario's: on a fresh clone beside the
+// other packages on 2 cores a build was once killed at two minutes.
 func buildAgentsaga(t *testing.T) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
@@ -71,6 +80,8 @@ func buildAgentsaga(t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "agentsaga")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	out, err := exec.CommandContext(ctx, goTool, "build", "-ldflags=-s -w", "-o", bin, "github.com/agentsaga/agentsaga/cmd/agentsaga").CombinedOutput()
 	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
 	return bin

@@ -17,9 +17,9 @@
 # they exercise is the engine's code, which the library's own tests run
 # under -race, driven in-process or in processes of the agentsaga binary
 # (built without it), and the detector's CPU is taken from the library's
-# tests beside them on a 2-core machine. It saved less than hoped: the
-# benchmarks' tests took 404 s under -race beside the library and 367 s
-# without, as most of them run one after another (no t.Parallel) and wait.
+# tests beside them on a 2-core machine. It saved less than hoped (404 s
+# to 367 s beside the library): those tests mostly wait on runs and
+# processes, so they now run in parallel (-parallel 4) instead.
 # The HTTP API keeps -race: its streams are concurrent code of the CLI's
 # own.
 #

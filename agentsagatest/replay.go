@@ -128,7 +128,7 @@ func Fork(t testing.TB, recording Recording, at int, spec *agentsaga.RunSpec, li
 	if err != nil {
 		t.Fatalf("agentsagatest: %v", err)
 	}
-	outcome, err := dataset.Judge(t.Context(), ledgerdb.Of(store), recording.Source, recording, source, forkID)
+	outcome, err := dataset.JudgeFork(t.Context(), ledgerdb.Of(store), recording.Source, recording, source, prefixID, forkID, at)
 	if err != nil {
 		t.Fatalf("agentsagatest: %v", err)
 	}

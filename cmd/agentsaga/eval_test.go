@@ -194,3 +194,41 @@ func TestDatasetAddRedacts(t *testing.T) {
 	assert.Equal(t, []string{"$.customer.email", "$.note"}, lines[0].Entry.Redacted)
 	assert.Equal(t, int64(1), requests.Load())
 }
+
+// eval --fork-at 3 of the payout entry: steps 1 and 2 are the recording's,
+// so a candidate whose own first turns obey the injection passes, as it
+// is asked only from step 3; the desk hears nothing. A step that is not a
+// number from 1, or past the entry's last step, is an error naming it.
+func TestEvalForkAt(t *testing.T) {
+	cliWorld(t)
+	handle, err := ledger.Open(t.Context(), os.Getenv("DATABASE_URL"))
+	require.NoError(t, err)
+	t.Cleanup(handle.Close)
+	desk, spec := recordPayout(t, handle, "payout-fork-at-1")
+	before := desk.count()
+	file := filepath.Join(t.TempDir(), "forkat.jsonl")
+	out, err := runCLI(t, "dataset", "add", file, "payout-fork-at-1")
+	require.NoError(t, err, out)
+	setChecks(t, file, payoutChecks)
+
+	candidate := spec
+	obeys := agentsagatype.ScriptedTurn{ToolCalls: []agentsagatype.ScriptedCall{{Name: "payout", Arguments: json.RawMessage(`{"order":"Z","amount":5000}`)}}}
+	candidate.Model.Script = []agentsagatype.ScriptedTurn{obeys, obeys, spec.Model.Script[2], {Content: "paid 40 on order Z, from the fork"}}
+	encoded, err := json.Marshal(candidate)
+	require.NoError(t, err)
+	candidatePath := writeFile(t, "candidate.json", string(encoded))
+	out, err = runCLI(t, "eval", file, "--spec", candidatePath, "--fork-at", "3")
+	t.Log("\n" + out)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "5/5 passed")
+	assert.Equal(t, before, desk.count(), "the desk heard nothing: steps 1 and 2 were the recording's, step 3 on recorded tools")
+
+	for step, want := range map[string]string{
+		"0": `--fork-at "0": give a step number from 1`, "-2": `--fork-at "-2": give a step number from 1`,
+		"three": `--fork-at "three": give a step number from 1`, "failed": `--fork-at "failed": give a step number from 1`,
+		"9": "fork at step 9: past the recording's last step (it made 4)",
+	} {
+		out, err = runCLI(t, "eval", file, "--spec", candidatePath, "--fork-at", step)
+		assert.ErrorContains(t, err, want, out)
+	}
+}

@@ -2,6 +2,7 @@ package agentsagatest_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -69,4 +70,10 @@ func TestForkRunsTheCandidateFromAStep(t *testing.T) {
 	assert.True(t, out.Passed, "%+v", out.Checks)
 	assert.Equal(t, "paid 40 on order Z, having read the ticket again", out.Report.Candidate.Answer)
 	assert.Equal(t, int32(1), desk.Load(), "only the candidate's live read, at step 3, reached the desk")
+	var calls []string
+	for _, c := range out.Report.Candidate.Calls {
+		calls = append(calls, fmt.Sprintf("%d %s %s", c.Step, c.Tool, c.Arguments))
+	}
+	assert.Equal(t, []string{`1 read_ticket {"ticket":"T-7"}`, `2 payout {"amount":400,"order":"Z"}`,
+		`3 read_ticket {"ticket":"T-7"}`, `4 payout {"amount":40,"order":"Z"}`}, calls)
 }

@@ -30,6 +30,12 @@ func prefixScript(e Entry, at int) (agentsagatype.ModelSpec, error) {
 	}
 	turns := make([]agentsagatype.ScriptedTurn, at)
 	for _, c := range e.Calls {
+		if c.Step >= 1 && c.Step < at && c.Agent != nil {
+			// A replayed sub-agent's tools answer from the recording, but
+			// its model is its spec's: it would be asked, live.
+			return agentsagatype.ModelSpec{}, fmt.Errorf("fork at step %d: the recording's step %d started sub-agent %s, whose model a replay asks live; fork at or before step %d",
+				at, c.Step, c.Tool, c.Step)
+		}
 		if c.Step >= 1 && c.Step < at {
 			turns[c.Step-1].ToolCalls = append(turns[c.Step-1].ToolCalls, agentsagatype.ScriptedCall{Name: c.Tool, Arguments: c.Arguments})
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // Recording is one recorded run of a dataset file, as agentsaga dataset
@@ -49,15 +50,7 @@ func Recordings(t testing.TB, path string) []Recording {
 // matters).
 func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec, live ...string) Outcome {
 	t.Helper()
-	store := NewLedger(t)
-	engine, err := agentsaga.New(t.Context(), store, agentsaga.Config{})
-	if err != nil {
-		t.Fatalf("agentsagatest: %v", err)
-	}
-	source := dataset.SourceID(recording.Source, 1, recording)
-	if _, err := dataset.Import(t.Context(), ledgerdb.Of(store), source, recording); err != nil {
-		t.Fatalf("agentsagatest: %v", err)
-	}
+	store, engine, source := imported(t, recording)
 	env, id := NewEnvironment(t, engine)
 	replay, err := agentsaga.ReplaySpec(t.Context(), store, source, id, agentsaga.ReplayOptions{Spec: spec, Live: live})
 	if err != nil {
@@ -93,15 +86,7 @@ func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec, live ...
 //	assert.True(t, out.Passed)
 func Fork(t testing.TB, recording Recording, at int, spec *agentsaga.RunSpec, live ...string) Outcome {
 	t.Helper()
-	store := NewLedger(t)
-	engine, err := agentsaga.New(t.Context(), store, agentsaga.Config{})
-	if err != nil {
-		t.Fatalf("agentsagatest: %v", err)
-	}
-	source := dataset.SourceID(recording.Source, 1, recording)
-	if _, err := dataset.Import(t.Context(), ledgerdb.Of(store), source, recording); err != nil {
-		t.Fatalf("agentsagatest: %v", err)
-	}
+	store, engine, source := imported(t, recording)
 	prefixEnv, prefixID := NewEnvironment(t, engine)
 	forkEnv, forkID := NewEnvironment(t, engine)
 	candidate, err := agentsaga.ReplaySpec(t.Context(), store, source, forkID,
@@ -133,4 +118,20 @@ func Fork(t testing.TB, recording Recording, at int, spec *agentsaga.RunSpec, li
 		t.Fatalf("agentsagatest: %v", err)
 	}
 	return outcome
+}
+
+// imported is a ledger of the test's own holding recording as an ended
+// run (its ID is source), and an engine on it.
+func imported(t testing.TB, recording Recording) (store *ledger.Store, engine *agentsaga.Engine, source string) {
+	t.Helper()
+	store = NewLedger(t)
+	engine, err := agentsaga.New(t.Context(), store, agentsaga.Config{})
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	source = dataset.SourceID(recording.Source, 1, recording)
+	if _, err := dataset.Import(t.Context(), ledgerdb.Of(store), source, recording); err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	return store, engine, source
 }

@@ -98,7 +98,7 @@ func Fork(t testing.TB, recording Recording, at int, spec *agentsaga.RunSpec, li
 		t.Fatalf("agentsagatest: resolve the candidate's spec: %v", err)
 	}
 	envs := map[string]*testsuite.TestWorkflowEnvironment{prefixID: prefixEnv, forkID: forkEnv}
-	err = dataset.ForkAt(t.Context(), ledgerdb.Of(store), source, recording, at, candidate, prefixID, forkID,
+	before, err := dataset.ForkAt(t.Context(), ledgerdb.Of(store), source, recording, at, candidate, prefixID, forkID,
 		func(_ context.Context, id string, spec agentsaga.RunSpec, _ bool) error {
 			resolved, err := spec.ResolveFor(engine.Providers()...)
 			if err != nil {
@@ -113,7 +113,7 @@ func Fork(t testing.TB, recording Recording, at int, spec *agentsaga.RunSpec, li
 	if err != nil {
 		t.Fatalf("agentsagatest: %v", err)
 	}
-	outcome, err := dataset.JudgeFork(t.Context(), ledgerdb.Of(store), recording.Source, recording, source, prefixID, forkID, at)
+	outcome, err := dataset.JudgeFork(t.Context(), ledgerdb.Of(store), recording.Source, recording, source, before, forkID, at)
 	if err != nil {
 		t.Fatalf("agentsagatest: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -214,11 +215,11 @@ func evalEntry(ctx context.Context, store *ledger.Store, path string, line datas
 		return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
 	}
 	if at != 0 {
-		prefix, fork, err := forkEntry(ctx, store, source, line.Entry, opts, at, run)
+		before, fork, err := forkEntry(ctx, store, source, line.Entry, opts, at, run)
 		if err != nil {
 			return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
 		}
-		return dataset.JudgeFork(ctx, ledgerdb.Of(store), name, line.Entry, source, prefix, fork, at)
+		return dataset.JudgeFork(ctx, ledgerdb.Of(store), name, line.Entry, source, before, fork, at)
 	}
 	id, err := replay(ctx, store, source, opts, func(ctx context.Context, id string, spec workflows.RunSpec) error {
 		return run(ctx, id, spec, false)
@@ -231,12 +232,13 @@ func evalEntry(ctx context.Context, store *ledger.Store, path string, line datas
 
 // forkEntry runs the entry imported as source to step at from its
 // recording and the candidate opts make from there (dataset.ForkAt), and
-// returns the prefix's and the fork's IDs. The prefix takes the first free
-// replay ID, the fork the same with "-fork".
+// returns the prefix as it ended and the fork's ID. The prefix takes the
+// first free replay ID, the fork the same with "-fork".
 func forkEntry(ctx context.Context, store *ledger.Store, source string, e dataset.Entry, opts agentsaga.ReplayOptions,
-	at int, run dataset.StartRun) (prefix, fork string, err error) {
-	if prefix, err = replayID(ctx, store, source); err != nil {
-		return "", "", err
+	at int, run dataset.StartRun) (before replayreport.Run, fork string, err error) {
+	prefix, err := replayID(ctx, store, source)
+	if err != nil {
+		return before, "", err
 	}
 	fork = prefix + "-fork"
 	// The candidate starts mid-run: its calls from at on need not come in
@@ -244,13 +246,11 @@ func forkEntry(ctx context.Context, store *ledger.Store, source string, e datase
 	opts.Match = agentsagatype.MatchAnyOrder
 	candidate, err := agentsaga.ReplaySpec(ctx, store, source, fork, opts)
 	if err != nil {
-		return "", "", err
+		return before, "", err
 	}
 	if candidate, err = candidate.Resolve(); err != nil {
-		return "", "", fmt.Errorf("fork at step %d: the candidate's spec: %w", at, err)
+		return before, "", fmt.Errorf("fork at step %d: the candidate's spec: %w", at, err)
 	}
-	if err := dataset.ForkAt(ctx, ledgerdb.Of(store), source, e, at, candidate, prefix, fork, run); err != nil {
-		return "", "", err
-	}
-	return prefix, fork, nil
+	before, err = dataset.ForkAt(ctx, ledgerdb.Of(store), source, e, at, candidate, prefix, fork, run)
+	return before, fork, err
 }

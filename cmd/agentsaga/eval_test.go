@@ -219,7 +219,7 @@ func TestEvalForkAt(t *testing.T) {
 	out, err := runCLI(t, "eval", file, "--spec", candidatePath, "--fork-at", "3")
 	t.Log("\n" + out)
 	require.NoError(t, err, out)
-	assert.Contains(t, out, "5/5 passed")
+	assert.Contains(t, out, "forkat.jsonl:1  completed  0            5/5 passed", "the recording's steps 1 and 2, and the candidate's 3 and 4 as recorded")
 	assert.Equal(t, before, desk.count(), "the desk heard nothing: steps 1 and 2 were the recording's, step 3 on recorded tools")
 
 	for step, want := range map[string]string{

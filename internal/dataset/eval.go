@@ -32,14 +32,11 @@ func Judge(ctx context.Context, l replayreport.Ledger, entry string, e Entry, so
 }
 
 // JudgeFork is Judge of a what-if (ForkAt): the candidate's calls are the
-// prefix's before step at, which the fork inherited, and the fork's own
-// from at on, as the run the checks mean would have made them.
-func JudgeFork(ctx context.Context, l replayreport.Ledger, entry string, e Entry, source, prefix, fork string, at int) (Outcome, error) {
+// prefix's before step at (before, as ForkAt read it: the fork holds
+// their actions now, not their turns), which the fork inherited, and the
+// fork's own from at on, as the run the checks mean would have made them.
+func JudgeFork(ctx context.Context, l replayreport.Ledger, entry string, e Entry, source string, before replayreport.Run, fork string, at int) (Outcome, error) {
 	recorded, err := replayreport.Load(ctx, l, source)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
-	}
-	before, err := replayreport.Load(ctx, l, prefix)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
 	}

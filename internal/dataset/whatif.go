@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -59,40 +60,45 @@ func prefixScript(e Entry, at int) (agentsagatype.ModelSpec, error) {
 // conversation and effects through the ledger's move (ForkRun), as a fork
 // of any run does. candidate is the fork's spec as a replay of source
 // under forkID would have it (its tools recorded but those called live),
-// resolved for the fleet's providers.
+// resolved for the fleet's providers. It returns the prefix as it ended,
+// read before the fork took its calls' actions (JudgeFork's before).
 func ForkAt(ctx context.Context, store *ledgerdb.Store, source string, e Entry, at int, candidate workflows.RunSpec,
-	prefixID, forkID string, start StartRun) error {
+	prefixID, forkID string, start StartRun) (replayreport.Run, error) {
 	script, err := prefixScript(e, at)
 	if err != nil {
-		return err
+		return replayreport.Run{}, err
 	}
 	var recorded workflows.RunSpec
 	if err := json.Unmarshal(e.Spec, &recorded); err != nil {
-		return fmt.Errorf("fork at step %d: the recording's spec does not decode: %w", at, err)
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: the recording's spec does not decode: %w", at, err)
 	}
 	recorded.Goal, recorded.Carried, recorded.Version = e.Goal, nil, 0
 	recorded.Model = script
 	prefix, err := recorded.Recorded(source, prefixID, agentsagatype.MatchInOrder)
 	if err != nil {
-		return fmt.Errorf("fork at step %d: the prefix's spec: %w", at, err)
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: the prefix's spec: %w", at, err)
 	}
 	if err := start(ctx, prefixID, prefix, false); err != nil {
-		return fmt.Errorf("fork at step %d: replay the recording to it as %s: %w", at, prefixID, err)
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: replay the recording to it as %s: %w", at, prefixID, err)
+	}
+	before, err := replayreport.Load(ctx, store, prefixID)
+	if err != nil {
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: %w", at, err)
 	}
 	spec, err := json.Marshal(candidate)
 	if err != nil {
-		return fmt.Errorf("fork at step %d: %w", at, err)
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: %w", at, err)
 	}
 	moved, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: prefixID, Fork: forkID, At: at, Spec: spec, StartedBy: "eval"})
 	if err != nil {
-		return fmt.Errorf("fork at step %d: %w", at, err)
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: %w", at, err)
 	}
 	forked, err := candidate.Forked(workflows.Fork{Source: prefixID, At: moved.At, Seq: moved.Seq}, time.Now())
 	if err != nil {
-		return fmt.Errorf("fork at step %d: %w", at, err)
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: %w", at, err)
 	}
 	if err := start(ctx, forkID, forked, true); err != nil {
-		return fmt.Errorf("fork at step %d: run the candidate from it as %s: %w", at, forkID, err)
+		return replayreport.Run{}, fmt.Errorf("fork at step %d: run the candidate from it as %s: %w", at, forkID, err)
 	}
-	return nil
+	return before, nil
 }

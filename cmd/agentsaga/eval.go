@@ -86,9 +86,9 @@ and exits non-zero when any check fails.
 With --fork-at STEP, each entry's steps before STEP are replayed as the recording made them
 (its model's calls scripted, every tool answered from it: no model and no tool is asked),
 and the run is forked at STEP (as agentsaga fork does) into the candidate, which answers
-from STEP on, its tools answered from the recording in any order but those --live names;
-the checks judge the fork. A step the entry did not make, or a step before STEP at which
-its model asked for no tool call, fails that entry.`,
+from STEP on, its tools answered from the recording in any order (--match aside) but those
+--live names; the checks judge the fork. A step the entry did not make, or a step before
+STEP at which its model asked for no tool call or started a sub-agent, fails that entry.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := replayOptions(model, specPath, instructionsPath)

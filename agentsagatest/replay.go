@@ -1,11 +1,17 @@
 package agentsagatest
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
+	"go.temporal.io/sdk/testsuite"
+
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // Recording is one recorded run of a dataset file, as agentsaga dataset
@@ -44,15 +50,7 @@ func Recordings(t testing.TB, path string) []Recording {
 // matters).
 func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec, live ...string) Outcome {
 	t.Helper()
-	store := NewLedger(t)
-	engine, err := agentsaga.New(t.Context(), store, agentsaga.Config{})
-	if err != nil {
-		t.Fatalf("agentsagatest: %v", err)
-	}
-	source := dataset.SourceID(recording.Source, 1, recording)
-	if _, err := dataset.Import(t.Context(), ledgerdb.Of(store), source, recording); err != nil {
-		t.Fatalf("agentsagatest: %v", err)
-	}
+	store, engine, source := imported(t, recording)
 	env, id := NewEnvironment(t, engine)
 	replay, err := agentsaga.ReplaySpec(t.Context(), store, source, id, agentsaga.ReplayOptions{Spec: spec, Live: live})
 	if err != nil {
@@ -71,4 +69,69 @@ func Replay(t testing.TB, recording Recording, spec *agentsaga.RunSpec, live ...
 		t.Fatalf("agentsagatest: %v", err)
 	}
 	return outcome
+}
+
+// Fork is Replay from step at on (agentsaga eval --fork-at): the
+// recording's steps before at are replayed as it made them, its model's
+// calls scripted and every tool answered from it, so neither a model nor
+// a tool is asked anything; the run is then forked at step at, and spec
+// (nil: the recording's own) answers live from there, its tools answered
+// from the recording in any order but those live names. A step the
+// recording did not make, or a step before at at which its model asked
+// for no tool call, fails the test. The outcome judges the fork, whose
+// calls are the inherited ones before at and its own from at on.
+//
+//	recs := agentsagatest.Recordings(t, "testdata/payouts.jsonl")
+//	out := agentsagatest.Fork(t, recs[0], 3, &candidate)
+//	assert.True(t, out.Passed)
+func Fork(t testing.TB, recording Recording, at int, spec *agentsaga.RunSpec, live ...string) Outcome {
+	t.Helper()
+	store, engine, source := imported(t, recording)
+	prefixEnv, prefixID := NewEnvironment(t, engine)
+	forkEnv, forkID := NewEnvironment(t, engine)
+	candidate, err := agentsaga.ReplaySpec(t.Context(), store, source, forkID,
+		agentsaga.ReplayOptions{Spec: spec, Live: live, Match: agentsagatype.MatchAnyOrder})
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	if candidate, err = candidate.ResolveFor(engine.Providers()...); err != nil {
+		t.Fatalf("agentsagatest: resolve the candidate's spec: %v", err)
+	}
+	envs := map[string]*testsuite.TestWorkflowEnvironment{prefixID: prefixEnv, forkID: forkEnv}
+	before, err := dataset.ForkAt(t.Context(), ledgerdb.Of(store), source, recording, at, candidate, prefixID, forkID,
+		func(_ context.Context, id string, spec agentsaga.RunSpec, _ bool) error {
+			resolved, err := spec.ResolveFor(engine.Providers()...)
+			if err != nil {
+				return err
+			}
+			envs[id].ExecuteWorkflow(agentsaga.AgentRunWorkflow, resolved)
+			if !envs[id].IsWorkflowCompleted() {
+				return fmt.Errorf("run %s did not end", id)
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	outcome, err := dataset.JudgeFork(t.Context(), ledgerdb.Of(store), recording.Source, recording, source, before, forkID, at)
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	return outcome
+}
+
+// imported is a ledger of the test's own holding recording as an ended
+// run (its ID is source), and an engine on it.
+func imported(t testing.TB, recording Recording) (store *ledger.Store, engine *agentsaga.Engine, source string) {
+	t.Helper()
+	store = NewLedger(t)
+	engine, err := agentsaga.New(t.Context(), store, agentsaga.Config{})
+	if err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	source = dataset.SourceID(recording.Source, 1, recording)
+	if _, err := dataset.Import(t.Context(), ledgerdb.Of(store), source, recording); err != nil {
+		t.Fatalf("agentsagatest: %v", err)
+	}
+	return store, engine, source
 }

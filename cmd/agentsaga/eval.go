@@ -11,8 +11,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -67,19 +69,26 @@ ledger does not have, or a path that does not parse, writes nothing.`,
 var errChecksFailed = errors.New("eval: some checks failed")
 
 func evalCommand() *cobra.Command {
-	var model, specPath, instructionsPath, match string
+	var model, specPath, instructionsPath, match, forkAt string
 	var live []string
 	var concurrency int
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "eval FILE [--model provider:name] [--spec FILE] [--instructions FILE] [--match in-order|any-order] [--live TOOL]... [--concurrency N] [--json]",
+		Use:   "eval FILE [--model provider:name] [--spec FILE] [--instructions FILE] [--match in-order|any-order] [--live TOOL]... [--fork-at STEP] [--concurrency N] [--json]",
 		Short: "Replay every run of a dataset with a candidate model or prompt, and check each",
 		Long: `eval brings each entry of the dataset FILE into the ledger as a recorded run (under
 eval-NAME-LLINE-DIGEST; again is a no-op), replays it on the workers as agentsaga replay does,
 every tool answered from the recording and nothing sent to the world, with the changes
 --model, --spec or --instructions make, and runs the entry's checks on the replay. A tool
 --live names (one the spec marks read_only) is called for real. It prints a line an entry
-and exits non-zero when any check fails.`,
+and exits non-zero when any check fails.
+
+With --fork-at STEP, each entry's steps before STEP are replayed as the recording made them
+(its model's calls scripted, every tool answered from it: no model and no tool is asked),
+and the run is forked at STEP (as agentsaga fork does) into the candidate, which answers
+from STEP on, its tools answered from the recording in any order (--match aside) but those
+--live names; the checks judge the fork. A step the entry did not make, or a step before
+STEP at which its model asked for no tool call or started a sub-agent, fails that entry.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := replayOptions(model, specPath, instructionsPath)
@@ -87,6 +96,12 @@ and exits non-zero when any check fails.`,
 				return fmt.Errorf("eval: %w", err)
 			}
 			opts.Match, opts.Live = match, live
+			at := 0
+			if forkAt != "" {
+				if at, err = agentsaga.ParseForkAt(forkAt); err != nil || at == agentsaga.ForkAtFailed {
+					return fmt.Errorf("eval: --fork-at %q: give a step number from 1, the first step the candidate answers", forkAt)
+				}
+			}
 			lines, err := dataset.Read(args[0])
 			if err != nil {
 				return err
@@ -96,9 +111,19 @@ and exits non-zero when any check fails.`,
 				return err
 			}
 			defer closeAll()
-			outcomes, err := evalDataset(cmd.Context(), store, args[0], lines, opts, concurrency,
-				func(ctx context.Context, id string, spec workflows.RunSpec) error {
-					return startAndAwait(ctx, c, store, cfg.Namespace, id, spec)
+			outcomes, err := evalDataset(cmd.Context(), store, args[0], lines, opts, at, concurrency,
+				func(ctx context.Context, id string, spec workflows.RunSpec, fork bool) error {
+					if !fork {
+						return startAndAwait(ctx, c, store, cfg.Namespace, id, spec)
+					}
+					// The fork's move wrote its run row: the ledger's check
+					// of a new ID would refuse it.
+					run, err := agentsaga.Start(ctx, c, id, spec, agentsaga.StartOptions{Namespace: cfg.Namespace, Ledger: store, SkipLedgerCheck: true})
+					if err != nil {
+						return err
+					}
+					_, err = awaitRun(ctx, run)
+					return err
 				})
 			if err != nil {
 				return err
@@ -111,6 +136,7 @@ and exits non-zero when any check fails.`,
 	cmd.Flags().StringVar(&instructionsPath, "instructions", "", "a file whose text replaces the system prompt")
 	cmd.Flags().StringVar(&match, "match", "in-order", "how calls find their recording: in-order or any-order")
 	cmd.Flags().StringArrayVar(&live, "live", nil, "a tool to call for real (read_only tools only); repeat for more")
+	cmd.Flags().StringVar(&forkAt, "fork-at", "", "replay each entry to this step from its recording, then run the candidate live from it")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 4, "how many entries replay at once")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcomes as JSON")
 	return cmd
@@ -162,9 +188,10 @@ func replayOptions(model, specPath, instructionsPath string) (agentsaga.ReplayOp
 
 // evalDataset imports each line's entry as a recorded run, replays it
 // through run, at most concurrency at once, and judges it; outcomes are in
-// the file's order. An entry that cannot be replayed fails the eval.
+// the file's order. An entry that cannot be replayed fails the eval. at,
+// when not 0, is --fork-at.
 func evalDataset(ctx context.Context, store *ledger.Store, path string, lines []dataset.Line, opts agentsaga.ReplayOptions,
-	concurrency int, run runReplay) ([]dataset.Outcome, error) {
+	at, concurrency int, run dataset.StartRun) ([]dataset.Outcome, error) {
 	outcomes := make([]dataset.Outcome, len(lines))
 	errs := make([]error, len(lines))
 	slots := make(chan struct{}, max(concurrency, 1))
@@ -173,22 +200,57 @@ func evalDataset(ctx context.Context, store *ledger.Store, path string, lines []
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			outcomes[i], errs[i] = evalEntry(ctx, store, path, line, opts, run)
+			outcomes[i], errs[i] = evalEntry(ctx, store, path, line, opts, at, run)
 		})
 	}
 	wg.Wait()
 	return outcomes, errors.Join(errs...)
 }
 
-func evalEntry(ctx context.Context, store *ledger.Store, path string, line dataset.Line, opts agentsaga.ReplayOptions, run runReplay) (dataset.Outcome, error) {
+func evalEntry(ctx context.Context, store *ledger.Store, path string, line dataset.Line, opts agentsaga.ReplayOptions,
+	at int, run dataset.StartRun) (dataset.Outcome, error) {
 	name := fmt.Sprintf("%s:%d", filepath.Base(path), line.N)
 	source := dataset.SourceID(path, line.N, line.Entry)
 	if _, err := dataset.Import(ctx, ledgerdb.Of(store), source, line.Entry); err != nil {
 		return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
 	}
-	id, err := replay(ctx, store, source, opts, run)
+	if at != 0 {
+		before, fork, err := forkEntry(ctx, store, source, line.Entry, opts, at, run)
+		if err != nil {
+			return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
+		}
+		return dataset.JudgeFork(ctx, ledgerdb.Of(store), name, line.Entry, source, before, fork, at)
+	}
+	id, err := replay(ctx, store, source, opts, func(ctx context.Context, id string, spec workflows.RunSpec) error {
+		return run(ctx, id, spec, false)
+	})
 	if err != nil {
 		return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
 	}
 	return dataset.Judge(ctx, ledgerdb.Of(store), name, line.Entry, source, id)
+}
+
+// forkEntry runs the entry imported as source to step at from its
+// recording and the candidate opts make from there (dataset.ForkAt), and
+// returns the prefix as it ended and the fork's ID. The prefix takes the
+// first free replay ID, the fork the same with "-fork".
+func forkEntry(ctx context.Context, store *ledger.Store, source string, e dataset.Entry, opts agentsaga.ReplayOptions,
+	at int, run dataset.StartRun) (before replayreport.Run, fork string, err error) {
+	prefix, err := replayID(ctx, store, source)
+	if err != nil {
+		return before, "", err
+	}
+	fork = prefix + "-fork"
+	// The candidate starts mid-run: its calls from at on need not come in
+	// the recording's order from its first call.
+	opts.Match = agentsagatype.MatchAnyOrder
+	candidate, err := agentsaga.ReplaySpec(ctx, store, source, fork, opts)
+	if err != nil {
+		return before, "", err
+	}
+	if candidate, err = candidate.Resolve(); err != nil {
+		return before, "", fmt.Errorf("fork at step %d: the candidate's spec: %w", at, err)
+	}
+	before, err = dataset.ForkAt(ctx, ledgerdb.Of(store), source, e, at, candidate, prefix, fork, run)
+	return before, fork, err
 }

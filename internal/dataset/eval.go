@@ -28,10 +28,42 @@ func Judge(ctx context.Context, l replayreport.Ledger, entry string, e Entry, so
 	if err != nil {
 		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
 	}
+	return judged(entry, e, source, replay, report), nil
+}
+
+// JudgeFork is Judge of a what-if (ForkAt): the candidate's calls are the
+// prefix's before step at (before, as ForkAt read it: the fork holds
+// their actions now, not their turns), which the fork inherited, and the
+// fork's own from at on, as the run the checks mean would have made them.
+func JudgeFork(ctx context.Context, l replayreport.Ledger, entry string, e Entry, source string, before replayreport.Run, fork string, at int) (Outcome, error) {
+	recorded, err := replayreport.Load(ctx, l, source)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
+	}
+	candidate, err := replayreport.Load(ctx, l, fork)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("eval %s: %w", entry, err)
+	}
+	var calls []replayreport.Call
+	for _, c := range before.Calls {
+		if c.Step < at {
+			calls = append(calls, c)
+		}
+	}
+	for _, c := range candidate.Calls {
+		if c.Step >= at {
+			calls = append(calls, c)
+		}
+	}
+	candidate.Calls = calls
+	return judged(entry, e, source, fork, replayreport.Compare(recorded, candidate)), nil
+}
+
+func judged(entry string, e Entry, source, replay string, report replayreport.Report) Outcome {
 	o := Outcome{Entry: entry, Source: source, Replay: replay, Report: report}
 	o.Checks = Evaluate(e, report.Candidate)
 	o.Passed = Passed(o.Checks)
-	return o, nil
+	return o
 }
 
 // PrintOutcomes writes one line an entry, and a total line.

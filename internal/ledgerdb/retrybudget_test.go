@@ -469,7 +469,10 @@ func TestOpenBreakerHandsOutReleaseSlots(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := ledgertest.NewStore(t)
-	cfg := budget.BreakerConfig{Threshold: 10, Window: time.Minute, Cooldown: time.Second}
+	// The twelve calls below must all ask within the cooldown to be parked
+	// rather than handed the probe: with a cooldown of 1 s, the third of
+	// them came after it in a make test at load 15.
+	cfg := budget.BreakerConfig{Threshold: 10, Window: time.Minute, Cooldown: 3 * time.Second}
 	interval := cfg.ReleaseInterval()
 	require.Equal(t, 100*time.Millisecond, interval, "a new dependency's adaptive release rate starts at 10 a second")
 	open := func() time.Time {

@@ -13,11 +13,9 @@ import (
 const breakerStaleness = time.Second
 
 // closedBreakers remembers, per dependency, when the ledger last answered
-// that its breaker was closed, whether the dependency was then in a
+// that its breaker was closed, and whether the dependency was then in a
 // streak of failures (ledgerdb.Gate.Failures), which the next success must
-// end by reporting itself, and until when a drain of its parked calls is
-// on (ledgerdb.Gate.DrainUntil), during which a first send takes a place
-// in the paced line.
+// end by reporting itself.
 type closedBreakers struct {
 	ttl time.Duration
 	now func() time.Time
@@ -27,9 +25,8 @@ type closedBreakers struct {
 }
 
 type closedAnswer struct {
-	at         time.Time
-	streak     bool
-	drainUntil time.Time
+	at     time.Time
+	streak bool
 }
 
 func newClosedBreakers(ttl time.Duration, now func() time.Time) *closedBreakers {
@@ -37,27 +34,21 @@ func newClosedBreakers(ttl time.Duration, now func() time.Time) *closedBreakers 
 }
 
 // fresh says whether the dependency's breaker was seen closed within ttl,
-// and what was seen then.
-func (c *closedBreakers) fresh(dependency string) (closedAnswer, bool) {
+// and whether it was in a streak of failures then.
+func (c *closedBreakers) fresh(dependency string) (fresh, streak bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	answer, ok := c.seen[dependency]
 	if !ok || c.now().Sub(answer.at) >= c.ttl {
-		return closedAnswer{}, false
+		return false, false
 	}
-	return answer, true
+	return true, answer.streak
 }
 
-// remember notes a closed breaker the ledger answered for. A report's
-// answer says nothing of a drain: drainUntil zero keeps the one the last
-// gate named.
-func (c *closedBreakers) remember(dependency string, streak bool, drainUntil time.Time) {
+func (c *closedBreakers) remember(dependency string, streak bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if drainUntil.IsZero() {
-		drainUntil = c.seen[dependency].drainUntil
-	}
-	c.seen[dependency] = closedAnswer{at: c.now(), streak: streak, drainUntil: drainUntil}
+	c.seen[dependency] = closedAnswer{at: c.now(), streak: streak}
 }
 
 func (c *closedBreakers) forget(dependency string) {

@@ -39,8 +39,7 @@ type retryStore interface {
 	BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error)
 	BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error)
 	BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (ledgerdb.BreakerReport, error)
-	BreakerPlace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (ledgerdb.Place, error)
-	BreakerShare(ctx context.Context, dependency string, cfg budget.BreakerConfig) error
+	BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error)
 }
 
 // RetryHookConfig names the fleet bucket and shapes the breakers.
@@ -135,11 +134,8 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	}
 	probe := gate.State == ledgerdb.BreakerProbe
 	paced := plan.Released && gate.State == budget.BreakerClosed
-	switch {
-	case paced:
+	if paced {
 		h.awaitPace(ctx, plan)
-	case gate.State == budget.BreakerClosed && h.cfg.Now().Before(gate.DrainUntil):
-		h.sharePace(ctx, plan)
 	}
 
 	result, err := i.Next.ExecuteActivity(ctx, in)
@@ -158,7 +154,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 			if _, err := h.store.BreakerReport(context.WithoutCancel(ctx), plan.Dependency, true, probe, h.cfg.Breaker); err != nil {
 				activity.GetLogger(ctx).Warn("retry hook: could not report a success to the breaker", "key", chargeKey, "error", err)
 			} else {
-				h.closed.remember(plan.Dependency, false, time.Time{})
+				h.closed.remember(plan.Dependency, false)
 			}
 		}
 		return result, nil
@@ -213,7 +209,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		case report.State == budget.BreakerClosed:
 			// A streak of failures has begun or grown: this worker's next
 			// success ends it.
-			h.closed.remember(plan.Dependency, true, time.Time{})
+			h.closed.remember(plan.Dependency, true)
 		default:
 			h.closed.forget(plan.Dependency) // this worker's next call asks the ledger
 		}
@@ -426,84 +422,42 @@ func (h *RetryHook) releaseJitter() time.Duration {
 }
 
 // awaitPace holds a call released from an open breaker's queue, now that
-// the breaker has closed, until it has a place in the dependency's paced
-// line (ledgerdb.Store.BreakerPlace): a worker that lagged would otherwise
-// send the calls of several release slots at once, and the new calls of
-// the same seconds, which go at once, would take what the backlog was
-// paced for; either is more than the dependency takes, and three 503s in
-// a row open the breaker again. While the line is full it asks again when
-// the line says. Each booking carries the released calls this worker saw
-// succeed since its last one, which raise the dependency's adaptive
-// release rate. It heartbeats while it waits, and never waits past the
-// attempt's deadline. Pacing is a courtesy: when the line cannot be read,
-// or has no room before the deadline, the call goes, and the successes
-// wait for the next booking.
+// the breaker has closed, until its place in the dependency's paced line
+// (ledgerdb.Store.BreakerPace): a worker that lagged would otherwise send
+// the calls of several release slots at once, more than the dependency
+// takes, and open the breaker again. The booking carries the released
+// calls this worker saw succeed since its last one, which raise the
+// dependency's adaptive release rate. It heartbeats while it waits, and
+// never waits past the attempt's deadline. Pacing is a courtesy: when the
+// line cannot be read, the call goes, and the successes wait for the next
+// booking.
 func (h *RetryHook) awaitPace(ctx context.Context, plan agentsagatype.RetryPlan) {
 	cfg := h.cfg.Breaker
 	cfg.Release = plan.ReleaseInterval
-	last := time.Time{}
+	successes := h.released.take(plan.Dependency)
+	at, err := h.store.BreakerPace(ctx, plan.Dependency, cfg, successes)
+	if err != nil {
+		h.released.addN(plan.Dependency, successes)
+		activity.GetLogger(ctx).Warn("retry hook: could not read the dependency's paced line; the released call goes at once", "dependency", plan.Dependency, "error", err)
+		return
+	}
+	until := at
 	if deadline, ok := ctx.Deadline(); ok {
-		last = deadline.Add(-time.Second)
+		until = minTime(until, deadline.Add(-time.Second))
 	}
-	for {
-		successes := h.released.take(plan.Dependency)
-		place, err := h.store.BreakerPlace(ctx, plan.Dependency, cfg, successes)
-		if err != nil {
-			h.released.addN(plan.Dependency, successes)
-			activity.GetLogger(ctx).Warn("retry hook: could not read the dependency's paced line; the released call goes at once", "dependency", plan.Dependency, "error", err)
-			return
-		}
-		if !place.Booked {
-			h.released.addN(plan.Dependency, successes)
-			// Not sooner than a moment from now, however the ledger's clock
-			// and this worker's differ: each ask is a statement.
-			if soon := h.cfg.Now().Add(lineRecheck); place.At.Before(soon) {
-				place.At = soon
-			}
-		}
-		until := place.At
-		if !last.IsZero() {
-			until = minTime(until, last)
-		}
-		if !h.sleepUntil(ctx, until) || place.Booked || until.Before(place.At) {
-			return
-		}
-	}
-}
-
-// lineRecheck is the shortest wait of a released call that the full paced
-// line told to ask again.
-const lineRecheck = 20 * time.Millisecond
-
-// sleepUntil waits until the time, heartbeating, and says whether the
-// attempt is still on.
-func (h *RetryHook) sleepUntil(ctx context.Context, until time.Time) bool {
 	for wait := until.Sub(h.cfg.Now()); wait > 0; wait = until.Sub(h.cfg.Now()) {
 		activity.RecordHeartbeat(ctx)
 		select {
 		case <-ctx.Done():
-			return false
+			return
 		case <-time.After(min(wait, time.Second)):
 		}
-	}
-	return true
-}
-
-// sharePace books a first send, made while its dependency's parked calls
-// drain, in the paced line (ledgerdb.Store.BreakerShare), so that the
-// released calls leave it its room. It does not wait; when the line
-// cannot be read, the call goes all the same.
-func (h *RetryHook) sharePace(ctx context.Context, plan agentsagatype.RetryPlan) {
-	cfg := h.cfg.Breaker
-	cfg.Release = plan.ReleaseInterval
-	if err := h.store.BreakerShare(ctx, plan.Dependency, cfg); err != nil {
-		activity.GetLogger(ctx).Warn("retry hook: could not book a first send in the dependency's paced line", "dependency", plan.Dependency, "error", err)
 	}
 }
 
 // releasedSuccesses counts, per dependency, the released calls (ones that
 // took a place in the paced line) that succeeded on this worker since its
-// last booking in that line, which reports them (ledgerdb.Store.BreakerPlace).
+// last booking in that line, which reports them (ledgerdb.Store.BreakerPace).
 // The successes after a worker's last booking of a drain wait for its
 // next booking, in a later drain, and count only if calls wait in the line
 // then: the adaptive rate rises slower than the evidence allows, never
@@ -550,9 +504,9 @@ func minTime(a, b time.Time) time.Time {
 // is remembered as such, so that the next success here ends the streak.
 func (h *RetryHook) gate(ctx context.Context, plan agentsagatype.RetryPlan) (ledgerdb.Gate, error) {
 	dependency := plan.Dependency
-	if answer, fresh := h.closed.fresh(dependency); fresh {
-		gate := ledgerdb.Gate{State: budget.BreakerClosed, DrainUntil: answer.drainUntil}
-		if answer.streak {
+	if fresh, streak := h.closed.fresh(dependency); fresh {
+		gate := ledgerdb.Gate{State: budget.BreakerClosed}
+		if streak {
 			gate.Failures = 1 // at least: enough to report the next success
 		}
 		return gate, nil
@@ -568,7 +522,7 @@ func (h *RetryHook) gate(ctx context.Context, plan agentsagatype.RetryPlan) (led
 	}
 	gate, err := ask(ctx, dependency, cfg)
 	if err == nil && gate.State == budget.BreakerClosed {
-		h.closed.remember(dependency, gate.Failures > 0, gate.DrainUntil)
+		h.closed.remember(dependency, gate.Failures > 0)
 	}
 	return gate, err
 }

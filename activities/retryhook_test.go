@@ -40,11 +40,6 @@ type fakeRetryStore struct {
 	release   atomic.Int64  // the release interval the last gate was asked with
 	pace      time.Duration // how far ahead the paced line books a released call
 	paces     atomic.Int32
-	// full is how many asks for a place the line answers full, pace ahead,
-	// before it books one.
-	full       int32
-	drainUntil time.Time // the closed breaker's drain
-	shares     atomic.Int32
 	// reported is what the bookings in the paced line carried: the
 	// released calls seen succeeding since the worker's last booking.
 	reported  atomic.Int32
@@ -67,9 +62,6 @@ func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.Bre
 	f.gates.Add(1)
 	f.release.Store(int64(cfg.ReleaseInterval()))
 	gate := ledgerdb.Gate{State: f.breaker}
-	if f.breaker == budget.BreakerClosed {
-		gate.DrainUntil = f.drainUntil
-	}
 	if f.breaker == budget.BreakerOpen {
 		gate.RetryAt, gate.OpenSince = f.retryAt, f.openSince
 	}
@@ -78,16 +70,10 @@ func (f *fakeRetryStore) BreakerGate(_ context.Context, _ string, cfg budget.Bre
 func (f *fakeRetryStore) BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (ledgerdb.Gate, error) {
 	return f.BreakerGate(ctx, dependency, cfg)
 }
-func (f *fakeRetryStore) BreakerPlace(_ context.Context, _ string, _ budget.BreakerConfig, successes int) (ledgerdb.Place, error) {
-	if f.paces.Add(1) <= f.full {
-		return ledgerdb.Place{At: time.Now().Add(f.pace)}, nil
-	}
+func (f *fakeRetryStore) BreakerPace(_ context.Context, _ string, _ budget.BreakerConfig, successes int) (time.Time, error) {
+	f.paces.Add(1)
 	f.reported.Add(int32(successes))
-	return ledgerdb.Place{Booked: true, At: time.Now().Add(f.pace)}, nil
-}
-func (f *fakeRetryStore) BreakerShare(context.Context, string, budget.BreakerConfig) error {
-	f.shares.Add(1)
-	return nil
+	return time.Now().Add(f.pace), nil
 }
 func (f *fakeRetryStore) BreakerReport(_ context.Context, _ string, success, _ bool, _ budget.BreakerConfig) (ledgerdb.BreakerReport, error) {
 	if success {
@@ -249,23 +235,15 @@ func TestReleasedSuccessesRideOnTheNextBooking(t *testing.T) {
 }
 
 // A call released from the breaker's queue once the breaker has closed
-// waits for its place in the paced line before it goes, and asks again
-// while the line is full; a first send does not wait, and takes a place
-// (one statement) only while a drain is on.
+// waits for its place in the paced line before it goes; a first send does
+// not ask for one.
 func TestReleasedCallWaitsForItsPlaceInLine(t *testing.T) {
 	t.Parallel()
 	var sent atomic.Int64
 	ts := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { sent.Store(time.Now().UnixNano()) }))
 	defer ts.Close()
-	for _, tc := range []struct {
-		released bool
-		full     int32
-		drain    time.Duration
-	}{{false, 0, 0}, {false, 0, time.Minute}, {true, 0, 0}, {true, 2, 0}} {
-		store := &fakeRetryStore{breaker: budget.BreakerClosed, pace: 300 * time.Millisecond, full: tc.full}
-		if tc.drain > 0 {
-			store.drainUntil = time.Now().Add(tc.drain)
-		}
+	for _, released := range []bool{false, true} {
+		store := &fakeRetryStore{breaker: budget.BreakerClosed, pace: 600 * time.Millisecond}
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestActivityEnvironment()
 		env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{
@@ -276,20 +254,14 @@ func TestReleasedCallWaitsForItsPlaceInLine(t *testing.T) {
 		start := time.Now()
 		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
-			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, Released: tc.released}})
+			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3, Released: released}})
 		require.NoError(t, err)
 		waited := time.Duration(sent.Load() - start.UnixNano())
-		if tc.released {
-			assert.EqualValues(t, tc.full+1, store.paces.Load(), "%+v: asked again while the line was full", tc)
-			assert.GreaterOrEqual(t, waited, time.Duration(tc.full+1)*250*time.Millisecond, "%+v: it waited for its place", tc)
-			assert.Zero(t, store.shares.Load())
+		if released {
+			assert.EqualValues(t, 1, store.paces.Load())
+			assert.GreaterOrEqual(t, waited, 500*time.Millisecond, "it waited for its place")
 		} else {
-			assert.Zero(t, store.paces.Load(), "a first send does not wait for a place")
-			shares := int32(0)
-			if tc.drain > 0 {
-				shares = 1
-			}
-			assert.Equal(t, shares, store.shares.Load(), "%+v: a first send shares the line only during a drain", tc)
+			assert.Zero(t, store.paces.Load(), "a first send takes no place in line")
 		}
 	}
 }

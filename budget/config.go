@@ -211,11 +211,7 @@ func (c BreakerConfig) OutageProbes(d time.Duration) []time.Duration {
 // spaced at nine tenths of this rate (or of the declared one) less the
 // first sends the breaker has been refusing per second, never below Floor,
 // so that once it closes the backlog and the new calls together stay
-// within the rate. Once it has closed, while parked calls still hold
-// slots, the new calls take places in the paced line too, at a ninth more
-// than a released call's, and a released call goes only when the line is
-// free (migration 00034): the backlog follows the seconds the new calls
-// leave, not the average measured while the breaker was open.
+// within the rate.
 type AdaptiveRelease struct {
 	// Start is the rate, in releases a second, of a dependency that has
 	// learned none yet.

@@ -19,15 +19,12 @@ import (
 //     _level) and agentsaga_retry_decide: 00002_retry_budget.sql;
 //   - agentsaga_record_success: 00005_cool_success_path.sql;
 //   - agentsaga_breaker_pace (7 arguments), which spaces and learns the
-//     adaptive release rate: 00018_adaptive_release.sql; and its 8-argument
-//     overload, the line the fresh calls share with the released ones
-//     during a drain: 00034_shared_line.sql;
+//     adaptive release rate: 00018_adaptive_release.sql;
 //   - agentsaga_breaker_report (12 arguments), which also grows the probe
 //     interval of an outage that lasts: 00020_probe_backoff.sql;
 //   - agentsaga_breaker_gate (10 arguments), 00020's gate, which also
 //     leaves the calls that keep arriving their share of the dependency
-//     when it spaces the release slots (00033_fresh_demand.sql), and says
-//     on a closed answer until when a drain is on: 00034_shared_line.sql.
+//     when it spaces the release slots: 00032_fresh_demand.sql.
 //
 // Older versions stay for the workers of older builds: 00002's
 // agentsaga_breaker_allow (as 00005 redefined it) and
@@ -171,20 +168,13 @@ type Gate struct {
 	// while it is not 0, a caller reports its success, which ends the
 	// streak.
 	Failures int
-	// DrainUntil, when the breaker is closed, is the last release slot its
-	// parked calls hold, when that is still ahead: until then a call's
-	// first send takes a place in the paced line too (BreakerShare), so
-	// that the backlog goes only in the room the fresh calls leave
-	// (migration 00034).
-	DrainUntil time.Time
 }
 
 // BreakerGate asks the dependency's breaker whether a call may go out, in
 // one statement that reads a closed breaker without a lock, and hands a
 // refused call its release slot (see migrations 00012, 00014, 00018, 00020
-// and 00033). An open breaker lets its next probe out once the probe
+// and 00032). An open breaker lets its next probe out once the probe
 // interval of the outage's failed probes has passed since it last opened.
-// A closed answer says until when its parked calls drain (00034).
 // The call is one sent again (after a failure or a wait); a call's first
 // send asks BreakerGateFirstSend.
 func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
@@ -195,7 +185,7 @@ func (s *Store) BreakerGate(ctx context.Context, dependency string, cfg budget.B
 // sends an open breaker refuses are the dependency's fresh demand, which
 // goes on once it has closed: from two cooldowns into an outage, the
 // release slots are spaced at what that demand leaves of nine tenths of
-// the release rate (migration 00033), so that the backlog and the new
+// the release rate (migration 00032), so that the backlog and the new
 // calls together stay within what the dependency takes.
 func (s *Store) BreakerGateFirstSend(ctx context.Context, dependency string, cfg budget.BreakerConfig) (Gate, error) {
 	return s.breakerGate(ctx, dependency, cfg, true)
@@ -215,11 +205,7 @@ func (s *Store) breakerGate(ctx context.Context, dependency string, cfg budget.B
 		&gate.State, &retryAt, &openSince, &gate.Failures); err != nil {
 		return Gate{}, fmt.Errorf("ledger: breaker gate %s: %w", dependency, err)
 	}
-	switch {
-	case retryAt == nil:
-	case gate.State == budget.BreakerClosed:
-		gate.DrainUntil = *retryAt
-	default:
+	if retryAt != nil {
 		gate.RetryAt = *retryAt
 	}
 	if openSince != nil {
@@ -256,53 +242,6 @@ func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.B
 		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)
 	}
 	return at, nil
-}
-
-// Place is a call's answer from the dependency's paced line during a
-// drain.
-type Place struct {
-	// Booked says the call has its place and leaves At (now); otherwise
-	// the line is full until At, and the call asks again then.
-	Booked bool
-	At     time.Time
-}
-
-// BreakerPlace asks for a place in the paced line for a call released
-// from the open breaker's queue, as BreakerPace books one, but only when
-// the line is free now: the fresh calls of the
-// moments just gone (BreakerShare) come first, and the released call waits
-// for the room they leave, second by second, rather than booking ahead of
-// fresh calls it cannot see yet (migration 00034). successes, as for
-// BreakerPace, count only when the call is booked.
-func (s *Store) BreakerPlace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (Place, error) {
-	if successes < 0 {
-		return Place{}, fmt.Errorf("ledger: breaker place %s: successes %d must not be negative", dependency, successes)
-	}
-	return s.pacedLine(ctx, "place", dependency, cfg, successes, false)
-}
-
-// BreakerShare books a call's first send, made while its dependency's
-// drain is on (Gate.DrainUntil), in the paced line: the call goes at once,
-// and the released calls behind it wait for the room it leaves. It takes a
-// ninth more than a released call's place, the headroom for the seconds in
-// which the fresh calls bunch, and never books the line more than a second
-// ahead.
-func (s *Store) BreakerShare(ctx context.Context, dependency string, cfg budget.BreakerConfig) error {
-	_, err := s.pacedLine(ctx, "share", dependency, cfg, 0, true)
-	return err
-}
-
-func (s *Store) pacedLine(ctx context.Context, what, dependency string, cfg budget.BreakerConfig, successes int, fresh bool) (Place, error) {
-	if err := cfg.Validate(); err != nil {
-		return Place{}, fmt.Errorf("ledger: breaker %s %s: %w", what, dependency, err)
-	}
-	a := cfg.AdaptiveRate()
-	var p Place
-	if err := s.pool.QueryRow(ctx, `SELECT leave_at, booked FROM agentsaga_breaker_pace($1, $2, $3, $4, $5, $6, $7, $8)`,
-		dependency, milliseconds(cfg.Release), successes, a.Start, a.Floor, a.Ceiling, a.Step, fresh).Scan(&p.At, &p.Booked); err != nil {
-		return Place{}, fmt.Errorf("ledger: breaker %s %s: %w", what, dependency, err)
-	}
-	return p, nil
 }
 
 // ReleaseRate is a dependency's adaptive release rate, in releases a

@@ -26,7 +26,6 @@ func TestMain(m *testing.M) {
 // A short amplification run: the ordering of the contenders holds and
 // agentsaga meets its target.
 func TestAmplificationSmoke(t *testing.T) {
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rows, err := bench.Amplification(ctx, temporalClient, pooledDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 3, Workers: 2})

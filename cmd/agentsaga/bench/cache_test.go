@@ -199,7 +199,6 @@ func TestCacheServerEnforcesThinkingBlocks(t *testing.T) {
 // runs complete; caching reads the cache and costs less; the engine's
 // figures match the server's.
 func TestCacheSmoke(t *testing.T) {
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cfg := bench.DefaultCache

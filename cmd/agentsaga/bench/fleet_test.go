@@ -21,7 +21,6 @@ func TestFleetSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
-	t.Parallel()
 	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
 	temporalBin := options.ExistingPath

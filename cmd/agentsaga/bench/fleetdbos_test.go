@@ -20,7 +20,6 @@ func TestFleetDBOS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs executor processes")
 	}
-	t.Parallel()
 	bin := buildAgentsaga(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -22,7 +22,6 @@ import (
 // turns once, and nothing is held at the end. How many complete is not
 // asserted: it depends on the estimate, not on this test.
 func TestSpendGoodputSmall(t *testing.T) {
-	t.Parallel()
 	cfg := bench.DefaultSpend
 	cfg.Processes, cfg.Runs, cfg.ToolCalls, cfg.CapUSD, cfg.RunUSD = []int{2}, 6, 1, 0.8, 0.6
 	cfg.LatencyMin, cfg.LatencyMax, cfg.Contenders, cfg.PoolMaxConns, cfg.Timeout = 0, 20*time.Millisecond, []string{bench.SpendAgentsaga}, 4, 2*time.Minute
@@ -64,7 +63,6 @@ func TestSpendGoodputSmall(t *testing.T) {
 // run completes and reaches the provider, each was admitted once, and
 // nothing is left admitted or held. Timings are printed, not asserted.
 func TestFairnessRoundRobinSmall(t *testing.T) {
-	t.Parallel()
 	cfg := bench.DefaultFairness
 	cfg.RunsA, cfg.RunsB, cfg.BAfter, cfg.MaxActivities, cfg.MaxConcurrentRuns = 20, 3, 2, 2, 4
 	cfg.LatencyMin, cfg.LatencyMax, cfg.Contenders, cfg.PoolMaxConns, cfg.Timeout = 10*time.Millisecond, 20*time.Millisecond, []string{bench.FairnessEngine}, 4, 2*time.Minute

@@ -19,7 +19,6 @@ import (
 // makes fewer calls than asked, or a pgbench that makes fewer
 // transactions, fails it.
 func TestLedgerSmoke(t *testing.T) {
-	t.Parallel()
 	const clients, calls = 4, 50
 	rows, err := bench.LedgerCounted(context.Background(), agentsagatest.NewDatabase(t), clients, calls)
 	require.NoError(t, err)

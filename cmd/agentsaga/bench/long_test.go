@@ -19,7 +19,6 @@ import (
 // only what holds however the engine keeps its history (the runs complete
 // and the figures add up), never a timing or a target.
 func TestLongSmoke(t *testing.T) {
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := bench.LongConfig{Turns: []int{5, 15}, OutputBytes: 4 << 10, PerTurnTimeout: 3 * time.Second}

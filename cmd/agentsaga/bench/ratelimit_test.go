@@ -27,7 +27,6 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
-	t.Parallel()
 	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
 	temporalBin := options.ExistingPath
@@ -63,8 +62,8 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	assert.Equal(t, cfg.Runs*cfg.Turns, row.Turns, "every turn's wait was read from the histories")
 }
 
-// buildMu makes the tests' builds of the binary one at a time: the
-// tests run in parallel, and builds side by side would each compile every
+// buildMu makes the tests' builds of the binary one at a time: should
+// tests run in parallel, builds side by side would each compile every
 // package before any had filled the build cache; one at a time, the first
 // compiles and the others only link.
 var buildMu sync.Mutex

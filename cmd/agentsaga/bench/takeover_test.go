@@ -16,7 +16,6 @@ import (
 // took is not asserted beyond its being measured: the suite runs on a
 // loaded machine.
 func TestTakeover(t *testing.T) {
-	t.Parallel()
 	temporalBin, executable, databaseURL := processBench(t)
 	cfg := bench.DefaultTakeover
 	cfg.Kills, cfg.Calls = 1, 3

@@ -20,6 +20,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/admission"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -191,7 +192,7 @@ func New(ctx context.Context, store *ledger.Store, cfg Config) (*Engine, error) 
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			admission.Loop(loopCtx, db, cfg.Temporal, workflows.SignalAdmitted, slog.Default())
+			admission.Loop(loopCtx, db, cfg.Temporal, wire.SignalAdmitted, slog.Default())
 		}()
 		e.stopAdmitting = func() { stop(); <-done }
 		e.reconciler = &activities.Reconciliation{Ledger: db, Temporal: cfg.Temporal}

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/workflows"
+	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
 // ErrNotQueued is what Run.CancelQueued returns for a run that does not
@@ -50,7 +50,7 @@ func (r *Run) CancelQueued(ctx context.Context) error {
 		return fmt.Errorf("agentsaga: %w", err)
 	}
 	// The run asks the ledger when woken, finds itself cancelled and ends.
-	err = r.c.SignalWorkflow(ctx, r.ID, "", workflows.SignalAdmitted, nil)
+	err = r.c.SignalWorkflow(ctx, r.ID, "", wire.SignalAdmitted, nil)
 	var gone *serviceerror.NotFound
 	if errors.As(err, &gone) {
 		return nil // its workflow ended already (or never started): nothing waits to be told

@@ -609,7 +609,7 @@ func corpusScenarios() []scenario {
 			act: func(ctx context.Context, r *recorder, id string) {
 				r.waitStatus(ctx, id, agentsagatype.RunQueued)
 				require.NoError(r.t, ledgerdb.Of(r.store).CancelQueued(ctx, id))
-				require.NoError(r.t, temporalClient.SignalWorkflow(ctx, id, "", workflows.SignalAdmitted, nil))
+				require.NoError(r.t, temporalClient.SignalWorkflow(ctx, id, "", wire.SignalAdmitted, nil))
 			}},
 		// Models that keep their reasoning (issue 42), each on a loopback
 		// server of its provider's wire format that answers turn 1 with

@@ -120,7 +120,7 @@ tools:
 			}
 		}
 	}
-	assert.Equal(t, []string{"execution 0: " + workflows.MCPToolsActivityID("shop")}, listings, "one listing, frozen in history")
+	assert.Equal(t, []string{"execution 0: " + "mcp-tools-shop"}, listings, "one listing, frozen in history")
 	shop.mu.Lock()
 	assert.Equal(t, 1, shop.lists, "the server was asked for its tools once")
 	keys := shop.keys

@@ -22,10 +22,6 @@ import (
 // runs a pass admitted, and the run asks the ledger again before it goes
 // on, so a signal alone admits nothing.
 
-// SignalAdmitted wakes a queued run: a pass may have admitted it, or an
-// operator taken it out of the queue (`agentsaga queue cancel`).
-const SignalAdmitted = "agentsaga-admitted"
-
 // DefaultPriority is a run's place among priorities when its spec sets
 // none: 1 goes first, 5 last.
 const DefaultPriority = 3
@@ -57,7 +53,7 @@ func (r *run) admit(ctx workflow.Context) (bool, error) {
 	if r.spec.Budget.Seconds > 0 {
 		req.LeaseMS = (time.Duration(r.spec.Budget.Seconds*float64(time.Second)) + leaseMargin).Milliseconds()
 	}
-	woken := workflow.GetSignalChannel(ctx, SignalAdmitted)
+	woken := workflow.GetSignalChannel(ctx, wire.SignalAdmitted)
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 30 * time.Second})
 	for {
 		var adm wire.Admission

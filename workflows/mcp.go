@@ -11,9 +11,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// MCPToolsActivityID names the activity that lists the tools of the MCP
+// mcpToolsActivityID names the activity that lists the tools of the MCP
 // server entry called server, once per run.
-func MCPToolsActivityID(server string) string { return "mcp-tools-" + server }
+func mcpToolsActivityID(server string) string { return "mcp-tools-" + server }
 
 // listMCPTools replaces each MCP server entry of the run's tools with the
 // tools the server offers, listed once, at the run's start, by an activity
@@ -33,7 +33,7 @@ func (r *run) listMCPTools(ctx workflow.Context, spec *RunSpec) error {
 			continue
 		}
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			ActivityID:          MCPToolsActivityID(tool.Name),
+			ActivityID:          mcpToolsActivityID(tool.Name),
 			StartToCloseTimeout: tool.Timeout(),
 			Summary:             clip("list the tools of MCP server "+tool.Name, 100),
 			RetryPolicy: &temporal.RetryPolicy{

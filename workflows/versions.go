@@ -111,7 +111,7 @@ const (
 	// commandsVersion9 admits a run with an account whole before its
 	// first turn (run.admit): a local activity asks the ledger, and a run
 	// that does not fit under its account's caps and concurrency limits
-	// waits, queued, for the signal SignalAdmitted or a recheck timer.
+	// waits, queued, for the signal wire.SignalAdmitted or a recheck timer.
 	commandsVersion9 workflow.Version = 9
 	// commandsVersion10 gives every wait for a person a deadline (issue
 	// 44): an approval's wait ends at its recorded start plus its timeout,

@@ -37,6 +37,10 @@ type Admission struct {
 	EstimateUSD float64 `json:"estimate_usd"`
 }
 
+// SignalAdmitted wakes a queued run: a pass may have admitted it, or an
+// operator taken it out of the queue (`agentsaga queue cancel`).
+const SignalAdmitted = "agentsaga-admitted"
+
 // Admission statuses.
 const (
 	AdmissionQueued    = "queued"

@@ -6,21 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/procfs"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -31,7 +25,6 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -290,14 +283,6 @@ func fleetRatios(rows []FleetRow) []FleetRatio {
 			CPUMedian: median(cpu[k]), LoopMedian: median(loop[k])})
 	}
 	return out
-}
-
-func median(xs []float64) float64 {
-	xs = slices.Sorted(slices.Values(xs))
-	if len(xs)%2 == 0 {
-		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
-	}
-	return xs[len(xs)/2]
 }
 
 // fleetSide is one contender: its worker processes and how it starts a run.
@@ -723,186 +708,6 @@ func RunFleetPlainWorker(ctx context.Context, out io.Writer, c client.Client, qu
 	return nil
 }
 
-// fleetProcess is one worker process, its output in a log file so that a
-// full pipe never blocks it.
-type fleetProcess struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
-
-func startFleetProcess(executable string, args, env []string, logPath string) (*fleetProcess, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: %w", err)
-	}
-	cmd := exec.Command(executable, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("bench: fleet: start %s %s: %w", executable, strings.Join(args, " "), err)
-	}
-	p := &fleetProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// stop ends the process as an operator would (SIGTERM: the worker drains
-// and closes its pool), killing it if it is still there after 30 s.
-func (p *fleetProcess) stop() error {
-	select {
-	case <-p.done:
-		return p.exitError()
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.exitError()
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("worker process %d did not stop within 30 s of SIGTERM; log: %s", p.cmd.Process.Pid, tail(p.log))
-	}
-}
-
-func (p *fleetProcess) exitError() error {
-	if p.err != nil {
-		return fmt.Errorf("worker process %d: %w; log: %s", p.cmd.Process.Pid, p.err, tail(p.log))
-	}
-	return nil
-}
-
-func logs(procs []*fleetProcess) string {
-	var b strings.Builder
-	for _, p := range procs {
-		fmt.Fprintf(&b, "\nworker process %d: %s", p.cmd.Process.Pid, tail(p.log))
-	}
-	return b.String()
-}
-
-// tail is the end of a log file, for an error message.
-func tail(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "(unreadable: " + err.Error() + ")"
-	}
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return strings.TrimSpace(string(data))
-}
-
-// waitForReady waits until every process has written ready to its log:
-// its worker has started polling. (DescribeTaskQueue cannot tell: it lists
-// the pollers of one partition of the queue, and a process's few pollers
-// may all be on others until their long polls end, a minute later.)
-func waitForReady(ctx context.Context, procs []*fleetProcess, ready string) error {
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		polling := 0
-		for _, p := range procs {
-			if data, err := os.ReadFile(p.log); err == nil && strings.Contains(string(data), ready) {
-				polling++
-			}
-		}
-		if polling == len(procs) {
-			return nil
-		}
-		for _, p := range procs {
-			select {
-			case <-p.done:
-				return fmt.Errorf("worker process %d exited before it polled (%v); log: %s", p.cmd.Process.Pid, p.err, tail(p.log))
-			default:
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the workers did not all start within 90 s%s", logs(procs))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// cpuSample is the CPU seconds each process had used, by PID, in the three
-// groups a row reports.
-type cpuSample struct{ workers, server, postgres map[int]float64 }
-
-// sampleCPU reads the CPU time of the worker processes, of the dev server
-// (the process started with --port serverPort) and of the Postgres backends
-// whose process title names the scenario's database.
-func (m fleetMeasurement) sampleCPU(procs []*fleetProcess) cpuSample {
-	sample := cpuSample{workers: map[int]float64{}, server: map[int]float64{}, postgres: map[int]float64{}}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return sample
-	}
-	all, err := fs.AllProcs()
-	if err != nil {
-		return sample
-	}
-	workers := map[int]bool{}
-	for _, p := range procs {
-		workers[p.cmd.Process.Pid] = true
-	}
-	for _, proc := range all {
-		group := sample.workers
-		if !workers[proc.PID] {
-			args, err := proc.CmdLine()
-			if err != nil || len(args) == 0 {
-				continue
-			}
-			switch title := strings.Join(args, " "); {
-			case strings.Contains(title, "start-dev") && strings.Contains(title, "--port "+m.serverPort+" "):
-				group = sample.server
-			case strings.HasPrefix(title, "postgres: ") && strings.Contains(title, " "+m.db.name+" "):
-				group = sample.postgres
-			default:
-				continue
-			}
-		}
-		if stat, err := proc.Stat(); err == nil {
-			group[proc.PID] = stat.CPUTime()
-		}
-	}
-	return sample
-}
-
-// loadAverage is the 1-minute load average, 0 where there is no /proc.
-func loadAverage() float64 {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0
-	}
-	load, err := fs.LoadAvg()
-	if err != nil {
-		return 0
-	}
-	return load.Load1
-}
-
-// since is the CPU seconds used from before to s, by group; a process
-// that began in between counts from zero.
-func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgres float64 }) {
-	delta := func(now, then map[int]float64) (sum float64) {
-		for pid, cpu := range now {
-			sum += cpu - then[pid]
-		}
-		return sum
-	}
-	used.workers, used.server, used.postgres = delta(s.workers, before.workers), delta(s.server, before.server), delta(s.postgres, before.postgres)
-	return used
-}
-
 // latencies are the tool calls' times and the runs' step timelines.
 type latencies struct {
 	activities, calls, events, workflowTasks int
@@ -1012,193 +817,6 @@ func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActiv
 		l.add(run)
 	}
 	return l, nil
-}
-
-// fleetDatabase is the scenario's own database, so that what Postgres
-// counts in it is the agentsaga workers' alone.
-type fleetDatabase struct {
-	url, adminURL, name string
-	// starter, when set, is the application_name of the bench's own
-	// connections, which stay open while the workers stop.
-	starter string
-	// statementsView is set when pg_stat_statements is loaded: statements
-	// are then counted as statements, not as transactions.
-	statementsView bool
-}
-
-func newFleetDatabase(ctx context.Context, serverURL string) (*fleetDatabase, error) {
-	return newFleetDatabaseFor(ctx, serverURL, "fleet", true)
-}
-
-// newFleetDatabaseFor creates a database named for kind; migrate applies
-// agentsaga's migrations to it (DBOS's database has its own schema only).
-func newFleetDatabaseFor(ctx context.Context, serverURL, kind string, migrate bool) (*fleetDatabase, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, fmt.Errorf("bench: fleet: DATABASE_URL must be a postgres:// URL (got %q): %v", serverURL, err)
-	}
-	base := strings.TrimPrefix(u.Path, "/")
-	if base == "" {
-		base = "agentsaga"
-	}
-	db := &fleetDatabase{name: base + "_" + kind + "_" + nonce()}
-	u.Path = "/" + db.name
-	db.url = u.String()
-	u.Path = "/postgres"
-	db.adminURL = u.String()
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: connect to postgres: %w", err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("bench: fleet: create database %s: %w", db.name, err)
-	}
-	if migrate {
-		if _, err := migrations.Apply(ctx, db.url); err != nil {
-			db.drop()
-			return nil, err
-		}
-	}
-	conn, err := pgx.Connect(ctx, db.url)
-	if err != nil {
-		db.drop()
-		return nil, fmt.Errorf("bench: fleet: connect to %s: %w", db.name, err)
-	}
-	defer conn.Close(ctx)
-	// The view answers only when the library is in shared_preload_libraries.
-	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err == nil {
-		var n int64
-		db.statementsView = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_statements").Scan(&n) == nil
-	}
-	return db, nil
-}
-
-func (db *fleetDatabase) source() string {
-	if db.statementsView {
-		return "pg_stat_statements (calls, in the scenario's database)"
-	}
-	return "pg_stat_database (xact_commit + xact_rollback of the scenario's database: one per autocommit statement, once for a batch or an explicit transaction; pg_stat_statements is not loaded)"
-}
-
-// workerURL is the database's URL with the workers' pool size.
-func (db *fleetDatabase) workerURL(poolMaxConns int) string {
-	u, _ := url.Parse(db.url)
-	q := u.Query()
-	q.Set("pool_max_conns", strconv.Itoa(poolMaxConns))
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-type pgCounters struct {
-	statements, bucketUpdates, deadlocks int64
-	// writes is the rows each table had inserted, updated and deleted.
-	writes map[string]TableWrites
-}
-
-// TableWrites is a table's rows inserted, updated and deleted.
-type TableWrites struct {
-	Inserted int64 `json:"inserted"`
-	Updated  int64 `json:"updated"`
-	Deleted  int64 `json:"deleted"`
-}
-
-// read takes the counters on fresh connections, so that no cached stats
-// snapshot answers. The database-wide count is read from the postgres
-// database, and the bucket's on a connection to the scenario's, whose own
-// query the window counts: one, on both sides, so the plain side's
-// baseline takes it back out.
-func (db *fleetDatabase) read(ctx context.Context) (pgCounters, error) {
-	var c pgCounters
-	admin, err := connectSimple(ctx, db.adminURL)
-	if err != nil {
-		return c, fmt.Errorf("bench: fleet: read counters: %w", err)
-	}
-	defer admin.Close(ctx)
-	if err := admin.QueryRow(ctx, "SELECT xact_commit + xact_rollback, deadlocks FROM pg_stat_database WHERE datname = $1", db.name).Scan(&c.statements, &c.deadlocks); err != nil {
-		return c, fmt.Errorf("bench: fleet: read pg_stat_database: %w", err)
-	}
-	conn, err := connectSimple(ctx, db.url)
-	if err != nil {
-		return c, fmt.Errorf("bench: fleet: read counters: %w", err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables")
-	if err != nil {
-		return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
-	}
-	c.writes = map[string]TableWrites{}
-	for rows.Next() {
-		var table string
-		var w TableWrites
-		if err := rows.Scan(&table, &w.Inserted, &w.Updated, &w.Deleted); err != nil {
-			return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
-		}
-		c.writes[table] = w
-	}
-	if err := rows.Err(); err != nil {
-		return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
-	}
-	c.bucketUpdates = c.writes["retry_buckets"].Updated
-	if db.statementsView {
-		// The view counts as it goes; this scenario's own reads are left out.
-		err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%'`).Scan(&c.statements)
-		if err != nil {
-			return c, fmt.Errorf("bench: fleet: read pg_stat_statements: %w", err)
-		}
-	}
-	return c, nil
-}
-
-// connectSimple connects with the simple protocol: a query is then one
-// transaction, where pgx's default would first prepare it in another.
-func connectSimple(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
-	config, err := pgx.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, err
-	}
-	config.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	return pgx.ConnectConfig(ctx, config)
-}
-
-// waitForNoClients waits until no client is connected to the database: a
-// backend flushes its counters as it exits, so they are all in.
-func (db *fleetDatabase) waitForNoClients(ctx context.Context) error {
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return fmt.Errorf("bench: fleet: %w", err)
-	}
-	defer admin.Close(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var clients int
-		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
-			db.name, db.starter).Scan(&clients); err != nil {
-			return fmt.Errorf("bench: fleet: read pg_stat_activity: %w", err)
-		}
-		if clients == 0 {
-			// A leaving backend drops out of pg_stat_activity a moment
-			// before its last counters are flushed.
-			time.Sleep(200 * time.Millisecond)
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: fleet: %d clients still connected to %s 30 s after the workers stopped", clients, db.name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (db *fleetDatabase) drop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return
-	}
-	defer admin.Close(ctx)
-	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
 }
 
 // printFleetDBOS writes the DBOS contender's table: no Temporal server, and

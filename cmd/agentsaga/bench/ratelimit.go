@@ -492,16 +492,6 @@ func outcomeOf(err error) string {
 	return "failed"
 }
 
-// quantile is the q-quantile of xs (nearest rank); 0 for none.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	xs = slices.Sorted(slices.Values(xs))
-	i := int(q*float64(len(xs))+0.5) - 1
-	return xs[min(max(i, 0), len(xs)-1)]
-}
-
 // modelStep reads a model turn's activity ID: step-003-model, its parked
 // and fallback forms (step-003-model/...), and the graceful finish.
 var modelStep = regexp.MustCompile(`^step-(\d+)-(model|finish)`)
@@ -1015,13 +1005,6 @@ func shortContender(name string) string {
 		return "learned"
 	}
 	return name
-}
-
-func verdict(met bool) string {
-	if met {
-		return "met"
-	}
-	return "MISSED"
 }
 
 func rateLimitMs(ms float64) string {

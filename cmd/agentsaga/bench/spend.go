@@ -25,8 +25,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -122,17 +120,6 @@ type SpendConfig struct {
 	Resets int `json:"resets"`
 
 	ProcessScenario
-}
-
-// ProcessScenario is what a scenario that starts its own dev server and
-// worker processes is given: the Temporal CLI, the agentsaga binary the
-// workers run, the Postgres server its databases are made on, and where
-// it reports progress.
-type ProcessScenario struct {
-	TemporalBin string    `json:"-"`
-	DatabaseURL string    `json:"-"`
-	Executable  string    `json:"-"`
-	Progress    io.Writer `json:"-"`
 }
 
 // DefaultSpend is 40 runs of 5 turns on one account with a $5 cap, each
@@ -415,38 +402,6 @@ func Spend(ctx context.Context, cfg SpendConfig) (SpendResult, error) {
 	return result, nil
 }
 
-// benchServer is a dev server in memory that a scenario started for
-// itself, and the environment its worker processes connect with.
-type benchServer struct {
-	server *testsuite.DevServer
-	c      client.Client
-	env    []string
-}
-
-// startBenchServer starts a dev server in memory from temporalBin, with
-// the engine's search attributes and extraArgs (e.g. dynamic config
-// values), logging to dir/temporal.log.
-func startBenchServer(ctx context.Context, temporalBin, dir string, extraArgs []string) (*benchServer, error) {
-	logPath := filepath.Join(dir, "temporal.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close() // the server's process holds its own descriptor
-	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: temporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(), ExtraArgs: extraArgs,
-		ClientOptions: &client.Options{Namespace: "default",
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
-	if err != nil {
-		return nil, fmt.Errorf("start the dev server from %s %v: %w (log: %s)", temporalBin, extraArgs, err, tail(logPath))
-	}
-	return &benchServer{server: server, c: server.Client(),
-		env: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
-			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}, nil
-}
-
-func (s *benchServer) stop() { _ = s.server.Stop() }
-
 type spendMeasurement struct {
 	cfg    SpendConfig
 	c      client.Client
@@ -596,38 +551,6 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		return fail(err)
 	}
 	return row, nil
-}
-
-// spendWorkers are the `agentsaga bench spend-worker` processes of one
-// measurement.
-type spendWorkers []*fleetProcess
-
-// startSpendWorkers starts n `agentsaga bench spend-worker` processes of
-// executable with args and env (each logging to logPrefix-i.log) and
-// waits until each polls. It returns those it started, also on an error.
-func startSpendWorkers(ctx context.Context, executable string, args, env []string, logPrefix string, n int) (spendWorkers, error) {
-	procs := make(spendWorkers, 0, n)
-	for i := range n {
-		p, err := startFleetProcess(executable, args, env, fmt.Sprintf("%s-%d.log", logPrefix, i))
-		if err != nil {
-			return procs, err
-		}
-		procs = append(procs, p)
-	}
-	return procs, waitForReady(ctx, procs, SpendWorkerReady)
-}
-
-// stop stops every process (once: a second stop does nothing), and
-// returns the first one's error.
-func (ws *spendWorkers) stop() error {
-	var first error
-	for _, p := range *ws {
-		if err := p.stop(); err != nil && first == nil {
-			first = err
-		}
-	}
-	*ws = nil
-	return first
 }
 
 // spendRun is a run's row in the ledger.

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,14 +71,6 @@ type StreamResult struct {
 	DeltaEvents float64 `json:"delta_events_per_reply"`
 	Clients     ClientsResult
 	History     HistoryResult `json:"history"`
-}
-
-// Percentiles of a sample.
-type Percentiles struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-	Max float64 `json:"max"`
 }
 
 // ClientsResult is the many-clients phase.
@@ -504,57 +495,6 @@ func (a *apiClient) follow(ctx context.Context, id string, connected func()) (fo
 	return f, fmt.Errorf("bench stream: follow %s: the stream ended before run_finished", id)
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func percentiles(sample []float64) Percentiles {
-	if len(sample) == 0 {
-		return Percentiles{}
-	}
-	s := slices.Clone(sample)
-	slices.Sort(s)
-	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return Percentiles{N: len(s), P50: at(0.50), P95: at(0.95), Max: s[len(s)-1]}
-}
-
-// processCPU is a process's user and system CPU seconds so far.
-func processCPU(pid int) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command's closing parenthesis; utime and stime
-	// are the 14th and 15th of the whole line.
-	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("bench stream: /proc/%d/stat: too few fields", pid)
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100, nil // clock ticks of 1/100 s
-}
-
-// peakMiB is a process's peak resident memory (VmHWM).
-func peakMiB(pid int) (float64, error) {
-	kb, err := ProcStatusKB(pid, "VmHWM")
-	return kb / 1024, err
-}
-
-// ProcStatusKB reads one of the kB fields of /proc/PID/status (VmHWM,
-// VmRSS): a process's memory as the kernel counts it. The soak
-// (cmd/agentsaga/soak_test.go) samples VmRSS with it too.
-func ProcStatusKB(pid int, field string) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			return strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
-}
-
 // PrintStream writes the scenario's figures.
 func PrintStream(out io.Writer, res StreamResult) {
 	cfg := res.Config
@@ -575,11 +515,4 @@ func PrintStream(out io.Writer, res StreamResult) {
 	fmt.Fprintf(tw, "  workflow history of a %d-piece reply: streamed; nobody watching\t%d events, %d bytes; %d events, %d bytes\tthe same (%s)\n",
 		cfg.Tokens, h.StreamedEvents, h.StreamedBytes, h.UnwatchedEvents, h.UnwatchedBytes, met(h.StreamedEvents == h.UnwatchedEvents))
 	_ = tw.Flush()
-}
-
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "not met"
 }

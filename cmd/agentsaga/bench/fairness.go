@@ -200,9 +200,9 @@ func Fairness(ctx context.Context, cfg FairnessConfig) (FairnessResult, error) {
 	if err := cfg.validate(); err != nil {
 		return result, err
 	}
-	dir, err := os.MkdirTemp("", "agentsaga-fairness-")
+	dir, err := scenarioDir(fairnessLabel, "fairness")
 	if err != nil {
-		return result, fmt.Errorf("%s: temp dir: %w", fairnessLabel, err)
+		return result, err
 	}
 	defer os.RemoveAll(dir)
 	byServer := map[string][]string{}
@@ -237,12 +237,12 @@ func fairnessOnServer(ctx context.Context, cfg FairnessConfig, server string, co
 	if err := os.Mkdir(serverDir, 0o755); err != nil {
 		return nil, nil, err
 	}
-	s, err := startBenchServer(ctx, cfg.TemporalBin, serverDir, args)
+	s, err := startBenchServer(ctx, cfg.TemporalBin, serverDir, serverOptions{extraArgs: args})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", fairnessLabel, err)
 	}
 	defer s.stop()
-	m := fairnessMeasurement{cfg: cfg, c: s.c, dir: serverDir, env: s.env, server: server}
+	m := fairnessMeasurement{cfg: cfg, server: s, dir: serverDir, serverName: server}
 	idle, err := m.measure(ctx, "", 0, cfg.RunsB)
 	if err != nil {
 		return nil, nil, err
@@ -270,11 +270,10 @@ func fairnessOnServer(ctx context.Context, cfg FairnessConfig, server string, co
 }
 
 type fairnessMeasurement struct {
-	cfg    FairnessConfig
-	c      client.Client
-	dir    string
-	env    []string
-	server string
+	cfg        FairnessConfig
+	server     *benchServer
+	dir        string
+	serverName string
 }
 
 // measure starts runsA of A's runs, then (once BAfter of them ended)
@@ -282,10 +281,10 @@ type fairnessMeasurement struct {
 // contender is "" for a baseline.
 func (m fairnessMeasurement) measure(ctx context.Context, contender string, runsA, runsB int) (FairnessRun, error) {
 	cfg := m.cfg
-	run := FairnessRun{Server: m.server, Contender: fairnessContenderNames[contender], RunsA: runsA, RunsB: runsB, Outcomes: map[string]int{}}
-	label := fmt.Sprintf("%s, %s, A %d runs, B %d runs", m.server, cmpNonEmpty(run.Contender, "baseline"), runsA, runsB)
+	run := FairnessRun{Server: m.serverName, Contender: fairnessContenderNames[contender], RunsA: runsA, RunsB: runsB, Outcomes: map[string]int{}}
+	label := fmt.Sprintf("%s, %s, A %d runs, B %d runs", m.serverName, cmpNonEmpty(run.Contender, "baseline"), runsA, runsB)
 	fail := func(err error) (FairnessRun, error) { return run, fmt.Errorf("%s: %s: %w", fairnessLabel, label, err) }
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fail(err)
 	}
@@ -313,8 +312,8 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	defer provider.Close()
 	queue := "bench-fairness-" + nonce()
 	prefix := fmt.Sprintf("fairness-%s-%s", cmpNonEmpty(contender, "baseline"), nonce())
-	procs, err := startSpendWorkers(ctx, cfg.Executable, []string{"bench", "spend-worker", "--task-queue", queue, "--max-activities", strconv.Itoa(cfg.MaxActivities)},
-		append(slices.Clip(m.env), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)), filepath.Join(m.dir, prefix), cfg.Processes)
+	procs, err := startWorkerProcesses(ctx, cfg.Executable, []string{"bench", "spend-worker", "--task-queue", queue, "--max-activities", strconv.Itoa(cfg.MaxActivities)},
+		m.server.workerEnv("DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)), filepath.Join(m.dir, prefix), cfg.Processes, SpendWorkerReady)
 	defer func() { _ = procs.stop() }()
 	if err != nil {
 		return fail(err)
@@ -330,7 +329,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	// first turns load the tokenizer and open its pool's connections,
 	// which no measured run should pay.
 	warm := fairnessIDs(prefix+"-w", fairnessWarmUp*cfg.Processes)
-	if err := fairnessStart(runCtx, m.c, warm, base, "warm-up", opts, len(warm), nil); err != nil {
+	if err := fairnessStart(runCtx, m.server.c, warm, base, "warm-up", opts, len(warm), nil); err != nil {
 		return fail(err)
 	}
 	if _, err := waitForRuns(ctx, runCtx, poll, prefix+"-w-", len(warm), len(warm)); err != nil {
@@ -339,7 +338,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	began := time.Now()
 
 	idsA := fairnessIDs(prefix+"-a", runsA)
-	if err := fairnessStart(runCtx, m.c, idsA, base, fairnessAccountA, opts, 8, nil); err != nil {
+	if err := fairnessStart(runCtx, m.server.c, idsA, base, fairnessAccountA, opts, 8, nil); err != nil {
 		return fail(err)
 	}
 	if runsB > 0 {
@@ -351,7 +350,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 		}
 		idsB := fairnessIDs(prefix+"-b", runsB)
 		starts := make([]time.Time, runsB)
-		if err := fairnessStart(runCtx, m.c, idsB, base, fairnessAccountB, opts, runsB, starts); err != nil {
+		if err := fairnessStart(runCtx, m.server.c, idsB, base, fairnessAccountB, opts, runsB, starts); err != nil {
 			return fail(err)
 		}
 		if _, err := waitForRuns(ctx, runCtx, poll, prefix+"-b-", runsB, runsB); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,9 +16,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -207,12 +204,12 @@ func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
 			return result, fmt.Errorf("bench: fleet: server %q: want %q or %q", s, FleetFileServer, FleetMemoryServer)
 		}
 	}
-	dir, err := os.MkdirTemp("", "agentsaga-fleet-")
+	dir, err := scenarioDir("bench: fleet", "fleet")
 	if err != nil {
-		return result, fmt.Errorf("bench: fleet: temp dir: %w", err)
+		return result, err
 	}
 	defer os.RemoveAll(dir)
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return result, err
 	}
@@ -296,7 +293,7 @@ type fleetSide struct {
 	usesPostgres bool
 	// db, when set, is the database the side's processes use, in place of
 	// the scenario's: its counters and its backends' CPU are the row's.
-	db *fleetDatabase
+	db *benchDatabase
 	// release, when set, closes the bench's own idle connections to the
 	// side's database before each reading of its counters: a backend
 	// flushes them as it exits, and an idle one only 10 s later.
@@ -307,31 +304,17 @@ type fleetSide struct {
 	start func(ctx context.Context, id string) (wait func(context.Context) error, err error)
 }
 
-func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *fleetDatabase, down *Downstream) ([]FleetRow, error) {
-	logPath := filepath.Join(dir, "temporal-"+kind+".log")
-	logFile, err := os.Create(logPath)
+func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *benchDatabase, down *Downstream) ([]FleetRow, error) {
+	opts := serverOptions{name: kind}
+	if kind == FleetFileServer {
+		opts.dbFile = filepath.Join(dir, "temporal.db")
+	}
+	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("bench: fleet: %w", err)
 	}
-	defer logFile.Close()
-	options := testsuite.DevServerOptions{ExistingPath: cfg.TemporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(),
-		ClientOptions: &client.Options{Namespace: "default",
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}}
-	if kind == FleetFileServer {
-		options.DBFilename = filepath.Join(dir, "temporal.db")
-	}
-	server, err := testsuite.StartDevServer(ctx, options)
-	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: start the %s dev server from %s: %w (log: %s)", kind, cfg.TemporalBin, err, tail(logPath))
-	}
-	defer server.Stop()
-	c := server.Client()
-	_, port, _ := strings.Cut(server.FrontendHostPort(), ":")
-	common := []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
-		// Nothing but the workers themselves: no metrics server, no trace
-		// export, no deployment.
-		"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}
+	defer server.stop()
+	c := server.c
 
 	spec, err := fleetSpec(down.URL(), cfg.Calls)
 	if err != nil {
@@ -347,7 +330,7 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	}
 	plainSide := func(contender string, in FleetPlainInput) fleetSide {
 		return fleetSide{contender: contender, ready: FleetWorkerReady,
-			args: []string{"bench", "fleet-worker", "--task-queue", FleetPlainQueue}, env: common, timings: histories("BaselineCall", "BaselineModelTurn"),
+			args: []string{"bench", "fleet-worker", "--task-queue", FleetPlainQueue}, env: server.env, timings: histories("BaselineCall", "BaselineModelTurn"),
 			start: func(ctx context.Context, id string) (func(context.Context) error, error) {
 				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: FleetPlainQueue}, FleetPlainWorkflow, in)
 				if err != nil {
@@ -362,13 +345,13 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	loop := plainSide(FleetPlainLoopContender, loopInput)
 	saga := fleetSide{contender: FleetAgentsagaContender, ready: "agentsaga worker running",
 		// The cleaner stays off: it would prune in the window.
-		args: []string{"worker", "--retention", "-1s"}, env: append(slices.Clip(common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)),
+		args: []string{"worker", "--retention", "-1s"}, env: server.workerEnv("DATABASE_URL=" + db.workerURL(cfg.PoolMaxConns)),
 		usesPostgres: true, timings: histories("agentsaga.CallTool", "agentsaga.CallModel"), start: startAgentsagaRun(c, spec)}
 
 	var rows []FleetRow
 	for round := range cfg.Rounds {
 		for _, n := range cfg.Processes {
-			m := fleetMeasurement{cfg: cfg, serverPort: port, c: c, db: db, down: down, dir: dir, server: kind, processes: n}
+			m := fleetMeasurement{cfg: cfg, serverPort: server.port, c: c, db: db, down: down, dir: dir, server: kind, processes: n}
 			base, err := m.measure(ctx, plain)
 			if err != nil {
 				return nil, err
@@ -492,7 +475,7 @@ type fleetMeasurement struct {
 	// serverPort finds the dev server's process.
 	serverPort string
 	c          client.Client
-	db         *fleetDatabase
+	db         *benchDatabase
 	down       *Downstream
 	dir        string
 	server     string
@@ -512,20 +495,9 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 	}
 	label := fmt.Sprintf("%s server, %d processes, %s", m.server, m.processes, side.contender)
 	prefix := fmt.Sprintf("fleet-%s-%s-%d-%s", m.server, strings.Fields(side.contender)[0], m.processes, nonce())
-	procs := make([]*fleetProcess, 0, m.processes)
-	defer func() {
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
-	for i := range m.processes {
-		p, err := startFleetProcess(m.cfg.Executable, side.args, side.env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
-		if err != nil {
-			return row, err
-		}
-		procs = append(procs, p)
-	}
-	if err := waitForReady(ctx, procs, side.ready); err != nil {
+	procs, err := startWorkerProcesses(ctx, m.cfg.Executable, side.args, side.env, filepath.Join(m.dir, prefix), m.processes, side.ready)
+	defer func() { _ = procs.stop() }()
+	if err != nil {
 		return row, fmt.Errorf("bench: fleet: %s: %w", label, err)
 	}
 	runCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
@@ -550,13 +522,13 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 		return row, err
 	}
 	counts := m.down.Counts()
-	cpuBefore := m.sampleCPU(procs)
+	cpuBefore := sampleCPU(procs, m.serverPort, m.db.name)
 	row.LoadAverage = loadAverage()
 	elapsed, ids, err := runFleet(runCtx, prefix, m.cfg.Runs, side.start)
 	if err != nil {
 		return row, fmt.Errorf("bench: fleet: %s: %w%s", label, err, logs(procs))
 	}
-	cpu := m.sampleCPU(procs).since(cpuBefore)
+	cpu := sampleCPU(procs, m.serverPort, m.db.name).since(cpuBefore)
 	now := m.down.Counts()
 	row.Requests, row.Keys = now.Requests-counts.Requests, now.Keys-counts.Keys
 	row.WorkerCPUMs, row.ServerCPUMs, row.PostgresCPUMs = 1000*cpu.workers/float64(row.Calls), 1000*cpu.server/float64(row.Calls), 1000*cpu.postgres/float64(row.Calls)

@@ -47,60 +47,90 @@ type ProcessScenario struct {
 	Progress    io.Writer `json:"-"`
 }
 
-// benchServer is a dev server in memory that a scenario started for
-// itself, and the environment its worker processes connect with.
+// scenarioDir makes the scratch directory a scenario's logs go to; the
+// caller removes it.
+func scenarioDir(label, name string) (string, error) {
+	dir, err := os.MkdirTemp("", "agentsaga-"+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("%s: temp dir: %w", label, err)
+	}
+	return dir, nil
+}
+
+// benchServer is a dev server that a scenario started for itself, and the
+// environment its worker processes connect with.
 type benchServer struct {
 	server *testsuite.DevServer
 	c      client.Client
 	env    []string
+	// port finds the server's process (sampleCPU).
+	port string
 }
 
-// startBenchServer starts a dev server in memory from temporalBin, with
-// the engine's search attributes and extraArgs (e.g. dynamic config
-// values), logging to dir/temporal.log.
-func startBenchServer(ctx context.Context, temporalBin, dir string, extraArgs []string) (*benchServer, error) {
+// serverOptions shape a benchServer: it logs to dir/temporal.log (or
+// dir/temporal-name.log), keeps its state in memory (or in dbFile) and
+// is started with extraArgs (e.g. dynamic config values).
+type serverOptions struct {
+	name, dbFile string
+	extraArgs    []string
+}
+
+// startBenchServer starts a dev server from temporalBin with the engine's
+// search attributes.
+func startBenchServer(ctx context.Context, temporalBin, dir string, opts serverOptions) (*benchServer, error) {
 	logPath := filepath.Join(dir, "temporal.log")
+	if opts.name != "" {
+		logPath = filepath.Join(dir, "temporal-"+opts.name+".log")
+	}
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close() // the server's process holds its own descriptor
 	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: temporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(), ExtraArgs: extraArgs,
+		SearchAttributes: workflows.SearchAttributes(), ExtraArgs: opts.extraArgs, DBFilename: opts.dbFile,
 		ClientOptions: &client.Options{Namespace: "default",
 			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
 	if err != nil {
-		return nil, fmt.Errorf("start the dev server from %s %v: %w (log: %s)", temporalBin, extraArgs, err, tail(logPath))
+		return nil, fmt.Errorf("start the %s dev server from %s %v: %w (log: %s)", cmpNonEmpty(opts.name, "memory"), temporalBin, opts.extraArgs, err, tail(logPath))
 	}
-	return &benchServer{server: server, c: server.Client(),
+	_, port, _ := strings.Cut(server.FrontendHostPort(), ":")
+	return &benchServer{server: server, c: server.Client(), port: port,
 		env: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
+			// Nothing but the workers themselves: no metrics server, no
+			// trace export, no deployment.
 			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}, nil
 }
 
 func (s *benchServer) stop() { _ = s.server.Stop() }
 
-// spendWorkers are the `agentsaga bench spend-worker` processes of one
-// measurement.
-type spendWorkers []*fleetProcess
+// workerEnv is the environment of a worker process on the server, with
+// extra (e.g. DATABASE_URL=...).
+func (s *benchServer) workerEnv(extra ...string) []string {
+	return append(slices.Clip(s.env), extra...)
+}
 
-// startSpendWorkers starts n `agentsaga bench spend-worker` processes of
-// executable with args and env (each logging to logPrefix-i.log) and
-// waits until each polls. It returns those it started, also on an error.
-func startSpendWorkers(ctx context.Context, executable string, args, env []string, logPrefix string, n int) (spendWorkers, error) {
-	procs := make(spendWorkers, 0, n)
+// workerProcesses are the worker processes of one measurement.
+type workerProcesses []*benchProcess
+
+// startWorkerProcesses starts n processes of executable with args and env
+// (each logging to logPrefix-i.log) and waits until each has written ready
+// to its log. It returns those it started, also on an error.
+func startWorkerProcesses(ctx context.Context, executable string, args, env []string, logPrefix string, n int, ready string) (workerProcesses, error) {
+	procs := make(workerProcesses, 0, n)
 	for i := range n {
-		p, err := startFleetProcess(executable, args, env, fmt.Sprintf("%s-%d.log", logPrefix, i))
+		p, err := startProcess(executable, args, env, fmt.Sprintf("%s-%d.log", logPrefix, i))
 		if err != nil {
 			return procs, err
 		}
 		procs = append(procs, p)
 	}
-	return procs, waitForReady(ctx, procs, SpendWorkerReady)
+	return procs, waitForReady(ctx, procs, ready)
 }
 
 // stop stops every process (once: a second stop does nothing), and
 // returns the first one's error.
-func (ws *spendWorkers) stop() error {
+func (ws *workerProcesses) stop() error {
 	var first error
 	for _, p := range *ws {
 		if err := p.stop(); err != nil && first == nil {
@@ -111,28 +141,28 @@ func (ws *spendWorkers) stop() error {
 	return first
 }
 
-// fleetProcess is one worker process, its output in a log file so that a
+// benchProcess is one worker process, its output in a log file so that a
 // full pipe never blocks it.
-type fleetProcess struct {
+type benchProcess struct {
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
 	err  error
 }
 
-func startFleetProcess(executable string, args, env []string, logPath string) (*fleetProcess, error) {
+func startProcess(executable string, args, env []string, logPath string) (*benchProcess, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	cmd := exec.Command(executable, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("bench: fleet: start %s %s: %w", executable, strings.Join(args, " "), err)
+		return nil, fmt.Errorf("bench: start %s %s: %w", executable, strings.Join(args, " "), err)
 	}
-	p := &fleetProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
+	p := &benchProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
@@ -143,7 +173,7 @@ func startFleetProcess(executable string, args, env []string, logPath string) (*
 
 // stop ends the process as an operator would (SIGTERM: the worker drains
 // and closes its pool), killing it if it is still there after 30 s.
-func (p *fleetProcess) stop() error {
+func (p *benchProcess) stop() error {
 	select {
 	case <-p.done:
 		return p.exitError()
@@ -160,14 +190,14 @@ func (p *fleetProcess) stop() error {
 	}
 }
 
-func (p *fleetProcess) exitError() error {
+func (p *benchProcess) exitError() error {
 	if p.err != nil {
 		return fmt.Errorf("worker process %d: %w; log: %s", p.cmd.Process.Pid, p.err, tail(p.log))
 	}
 	return nil
 }
 
-func logs(procs []*fleetProcess) string {
+func logs(procs []*benchProcess) string {
 	var b strings.Builder
 	for _, p := range procs {
 		fmt.Fprintf(&b, "\nworker process %d: %s", p.cmd.Process.Pid, tail(p.log))
@@ -191,7 +221,7 @@ func tail(path string) string {
 // its worker has started polling. (DescribeTaskQueue cannot tell: it lists
 // the pollers of one partition of the queue, and a process's few pollers
 // may all be on others until their long polls end, a minute later.)
-func waitForReady(ctx context.Context, procs []*fleetProcess, ready string) error {
+func waitForReady(ctx context.Context, procs []*benchProcess, ready string) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		polling := 0
@@ -228,7 +258,7 @@ type cpuSample struct{ workers, server, postgres map[int]float64 }
 // sampleCPU reads the CPU time of the worker processes, of the dev server
 // (the process started with --port serverPort) and of the Postgres backends
 // whose process title names the scenario's database.
-func (m fleetMeasurement) sampleCPU(procs []*fleetProcess) cpuSample {
+func sampleCPU(procs []*benchProcess, serverPort, database string) cpuSample {
 	sample := cpuSample{workers: map[int]float64{}, server: map[int]float64{}, postgres: map[int]float64{}}
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
@@ -250,9 +280,9 @@ func (m fleetMeasurement) sampleCPU(procs []*fleetProcess) cpuSample {
 				continue
 			}
 			switch title := strings.Join(args, " "); {
-			case strings.Contains(title, "start-dev") && strings.Contains(title, "--port "+m.serverPort+" "):
+			case strings.Contains(title, "start-dev") && strings.Contains(title, "--port "+serverPort+" "):
 				group = sample.server
-			case strings.HasPrefix(title, "postgres: ") && strings.Contains(title, " "+m.db.name+" "):
+			case strings.HasPrefix(title, "postgres: ") && strings.Contains(title, " "+database+" "):
 				group = sample.postgres
 			default:
 				continue
@@ -291,9 +321,9 @@ func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgr
 	return used
 }
 
-// fleetDatabase is the scenario's own database, so that what Postgres
+// benchDatabase is the scenario's own database, so that what Postgres
 // counts in it is the agentsaga workers' alone.
-type fleetDatabase struct {
+type benchDatabase struct {
 	url, adminURL, name string
 	// starter, when set, is the application_name of the bench's own
 	// connections, which stay open while the workers stop.
@@ -303,13 +333,13 @@ type fleetDatabase struct {
 	statementsView bool
 }
 
-func newFleetDatabase(ctx context.Context, serverURL string) (*fleetDatabase, error) {
-	return newFleetDatabaseFor(ctx, serverURL, "fleet", true)
+func newBenchDatabase(ctx context.Context, serverURL string) (*benchDatabase, error) {
+	return newBenchDatabaseFor(ctx, serverURL, "fleet", true)
 }
 
-// newFleetDatabaseFor creates a database named for kind; migrate applies
+// newBenchDatabaseFor creates a database named for kind; migrate applies
 // agentsaga's migrations to it (DBOS's database has its own schema only).
-func newFleetDatabaseFor(ctx context.Context, serverURL, kind string, migrate bool) (*fleetDatabase, error) {
+func newBenchDatabaseFor(ctx context.Context, serverURL, kind string, migrate bool) (*benchDatabase, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return nil, fmt.Errorf("bench: fleet: DATABASE_URL must be a postgres:// URL (got %q): %v", serverURL, err)
@@ -318,7 +348,7 @@ func newFleetDatabaseFor(ctx context.Context, serverURL, kind string, migrate bo
 	if base == "" {
 		base = "agentsaga"
 	}
-	db := &fleetDatabase{name: base + "_" + kind + "_" + nonce()}
+	db := &benchDatabase{name: base + "_" + kind + "_" + nonce()}
 	u.Path = "/" + db.name
 	db.url = u.String()
 	u.Path = "/postgres"
@@ -351,7 +381,7 @@ func newFleetDatabaseFor(ctx context.Context, serverURL, kind string, migrate bo
 	return db, nil
 }
 
-func (db *fleetDatabase) source() string {
+func (db *benchDatabase) source() string {
 	if db.statementsView {
 		return "pg_stat_statements (calls, in the scenario's database)"
 	}
@@ -359,7 +389,7 @@ func (db *fleetDatabase) source() string {
 }
 
 // workerURL is the database's URL with the workers' pool size.
-func (db *fleetDatabase) workerURL(poolMaxConns int) string {
+func (db *benchDatabase) workerURL(poolMaxConns int) string {
 	u, _ := url.Parse(db.url)
 	q := u.Query()
 	q.Set("pool_max_conns", strconv.Itoa(poolMaxConns))
@@ -385,7 +415,7 @@ type TableWrites struct {
 // database, and the bucket's on a connection to the scenario's, whose own
 // query the window counts: one, on both sides, so the plain side's
 // baseline takes it back out.
-func (db *fleetDatabase) read(ctx context.Context) (pgCounters, error) {
+func (db *benchDatabase) read(ctx context.Context) (pgCounters, error) {
 	var c pgCounters
 	admin, err := connectSimple(ctx, db.adminURL)
 	if err != nil {
@@ -441,7 +471,7 @@ func connectSimple(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
 
 // waitForNoClients waits until no client is connected to the database: a
 // backend flushes its counters as it exits, so they are all in.
-func (db *fleetDatabase) waitForNoClients(ctx context.Context) error {
+func (db *benchDatabase) waitForNoClients(ctx context.Context) error {
 	admin, err := pgx.Connect(ctx, db.adminURL)
 	if err != nil {
 		return fmt.Errorf("bench: fleet: %w", err)
@@ -467,7 +497,7 @@ func (db *fleetDatabase) waitForNoClients(ctx context.Context) error {
 	}
 }
 
-func (db *fleetDatabase) drop() {
+func (db *benchDatabase) drop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, db.adminURL)

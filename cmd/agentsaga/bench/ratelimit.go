@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"image/color"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,9 +26,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"golang.org/x/time/rate"
@@ -229,35 +226,24 @@ func RateLimit(ctx context.Context, cfg RateLimitConfig) (RateLimitResult, error
 	if err := cfg.validate(); err != nil {
 		return result, err
 	}
-	dir, err := os.MkdirTemp("", "agentsaga-ratelimit-")
+	dir, err := scenarioDir(rateLimitMeasurementLabel, "ratelimit")
 	if err != nil {
-		return result, fmt.Errorf("%s: temp dir: %w", rateLimitMeasurementLabel, err)
+		return result, err
 	}
 	defer os.RemoveAll(dir)
-	var db *fleetDatabase
+	var db *benchDatabase
 	if slices.Contains(cfg.Contenders, RateLimitAgentsaga) || slices.Contains(cfg.Contenders, RateLimitAgentsagaLearn) {
-		if db, err = newFleetDatabase(ctx, cfg.DatabaseURL); err != nil {
+		if db, err = newBenchDatabase(ctx, cfg.DatabaseURL); err != nil {
 			return result, err
 		}
 		defer db.drop()
 	}
-	logPath := filepath.Join(dir, "temporal.log")
-	logFile, err := os.Create(logPath)
+	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
 	if err != nil {
 		return result, fmt.Errorf("%s: %w", rateLimitMeasurementLabel, err)
 	}
-	defer logFile.Close()
-	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: cfg.TemporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(),
-		ClientOptions: &client.Options{Namespace: "default",
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
-	if err != nil {
-		return result, fmt.Errorf("%s: start the dev server from %s: %w (log: %s)", rateLimitMeasurementLabel, cfg.TemporalBin, err, tail(logPath))
-	}
-	defer server.Stop()
-	m := rateLimitMeasurement{cfg: cfg, c: server.Client(), db: db, dir: dir,
-		common: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
-			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}
+	defer server.stop()
+	m := rateLimitMeasurement{cfg: cfg, c: server.c, db: db, dir: dir, server: server}
 	for _, n := range cfg.Processes {
 		for _, contender := range cfg.Contenders {
 			row, err := m.measure(ctx, contender, n)
@@ -273,9 +259,9 @@ func RateLimit(ctx context.Context, cfg RateLimitConfig) (RateLimitResult, error
 type rateLimitMeasurement struct {
 	cfg    RateLimitConfig
 	c      client.Client
-	db     *fleetDatabase
+	db     *benchDatabase
 	dir    string
-	common []string
+	server *benchServer
 }
 
 // rateLimitRun is one run started: how to wait for its end, which returns
@@ -297,7 +283,7 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 	}
 	defer provider.Close()
 	apiKey := "sk-bench-" + nonce() + nonce()
-	env := append(slices.Clip(m.common), RateLimitKeyEnv+"="+apiKey)
+	env := m.server.workerEnv(RateLimitKeyEnv + "=" + apiKey)
 
 	var args []string
 	ready := RateLimitWorkerReady
@@ -314,20 +300,9 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 		args, ready = []string{"worker", "--retention", "-1s"}, "agentsaga worker running"
 		env = append(env, "DATABASE_URL="+m.db.workerURL(cfg.PoolMaxConns))
 	}
-	procs := make([]*fleetProcess, 0, processes)
-	defer func() {
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
-	for i := range processes {
-		p, err := startFleetProcess(cfg.Executable, args, env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
-		if err != nil {
-			return row, err
-		}
-		procs = append(procs, p)
-	}
-	if err := waitForReady(ctx, procs, ready); err != nil {
+	procs, err := startWorkerProcesses(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes, ready)
+	defer func() { _ = procs.stop() }()
+	if err != nil {
 		return row, fmt.Errorf("%s: %s: %w", rateLimitMeasurementLabel, label, err)
 	}
 
@@ -539,7 +514,7 @@ func modelTurnWaits(ctx context.Context, c client.Client, ids []string) ([]float
 // retryTokens counts the retry bucket's withdrawals granted to the runs
 // whose workflow IDs start with prefix (a charge's key is workflow ID /
 // activity ID / attempt).
-func (db *fleetDatabase) retryTokens(ctx context.Context, prefix string) (int64, error) {
+func (db *benchDatabase) retryTokens(ctx context.Context, prefix string) (int64, error) {
 	conn, err := pgx.Connect(ctx, db.url)
 	if err != nil {
 		return 0, fmt.Errorf("%s: read retry charges: %w", rateLimitMeasurementLabel, err)
@@ -555,7 +530,7 @@ func (db *fleetDatabase) retryTokens(ctx context.Context, prefix string) (int64,
 
 // quotaRow is the ledger's quota row of key, as JSON, for the saved
 // figures: whatever columns the engine keeps there.
-func (db *fleetDatabase) quotaRow(ctx context.Context, key string) (map[string]any, error) {
+func (db *benchDatabase) quotaRow(ctx context.Context, key string) (map[string]any, error) {
 	conn, err := pgx.Connect(ctx, db.url)
 	if err != nil {
 		return nil, err
@@ -824,7 +799,7 @@ func RunRateLimitPlainWorker(ctx context.Context, out io.Writer, c client.Client
 }
 
 // readPlainCounts sums the counts the stopped plain processes printed.
-func readPlainCounts(procs []*fleetProcess) (rateLimitCounts, error) {
+func readPlainCounts(procs []*benchProcess) (rateLimitCounts, error) {
 	var sum rateLimitCounts
 	for _, p := range procs {
 		f, err := os.Open(p.log)

@@ -361,17 +361,17 @@ func Spend(ctx context.Context, cfg SpendConfig) (SpendResult, error) {
 	if err := cfg.validate(); err != nil {
 		return result, err
 	}
-	dir, err := os.MkdirTemp("", "agentsaga-spend-")
+	dir, err := scenarioDir(spendLabel, "spend")
 	if err != nil {
-		return result, fmt.Errorf("%s: temp dir: %w", spendLabel, err)
+		return result, err
 	}
 	defer os.RemoveAll(dir)
-	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, nil)
+	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
 	if err != nil {
 		return result, fmt.Errorf("%s: %w", spendLabel, err)
 	}
 	defer server.stop()
-	m := spendMeasurement{cfg: cfg, c: server.c, dir: dir, common: server.env}
+	m := spendMeasurement{cfg: cfg, server: server, dir: dir}
 
 	// One run alone, first, on the same provider: what the cap is divided
 	// by to count the runs it pays for.
@@ -404,9 +404,8 @@ func Spend(ctx context.Context, cfg SpendConfig) (SpendResult, error) {
 
 type spendMeasurement struct {
 	cfg    SpendConfig
-	c      client.Client
+	server *benchServer
 	dir    string
-	common []string
 }
 
 func (m spendMeasurement) measure(ctx context.Context, contender string, processes int) (SpendRow, error) {
@@ -415,7 +414,7 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		Outcomes: map[string]int{}, Reasons: map[string]string{}}
 	label := fmt.Sprintf("%d processes, %s", processes, row.Contender)
 	fail := func(err error) (SpendRow, error) { return row, fmt.Errorf("%s: %s: %w", spendLabel, label, err) }
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fail(err)
 	}
@@ -435,9 +434,9 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		args = append(args, "--account", spendAccount, "--cap-usd", strconv.FormatFloat(cfg.CapUSD, 'f', -1, 64),
 			"--usd-per-million", strconv.FormatFloat(cfg.USDPerMillion, 'f', -1, 64))
 	}
-	env := append(slices.Clip(m.common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns))
+	env := m.server.workerEnv("DATABASE_URL=" + db.workerURL(cfg.PoolMaxConns))
 	prefix := fmt.Sprintf("spend-%s-%d-%s", contender, processes, nonce())
-	procs, err := startSpendWorkers(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes)
+	procs, err := startWorkerProcesses(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes, SpendWorkerReady)
 	defer func() { _ = procs.stop() }()
 	if err != nil {
 		return fail(err)
@@ -469,7 +468,7 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	ids := make([]string, cfg.Runs)
 	for i := range cfg.Runs {
 		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-		if _, err := agentsaga.Start(runCtx, m.c, ids[i], spec, opts); err != nil {
+		if _, err := agentsaga.Start(runCtx, m.server.c, ids[i], spec, opts); err != nil {
 			return fail(fmt.Errorf("start %s: %w", ids[i], err))
 		}
 	}
@@ -535,7 +534,7 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		default:
 			// Escalated, waiting, queued or not ended: stopped, so that
 			// the workers can stop.
-			_ = m.c.TerminateWorkflow(stopCtx, id, "", "the bench's measurement ended")
+			_ = m.server.c.TerminateWorkflow(stopCtx, id, "", "the bench's measurement ended")
 		}
 	}
 	stopCancel()
@@ -663,7 +662,7 @@ func cmpNonEmpty(a, b string) string {
 
 // prepare sets the agentsaga contender's cap in the ledger, and makes the
 // check-then-record contender's book of the account's spend.
-func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, contender string) error {
+func (m spendMeasurement) prepare(ctx context.Context, db *benchDatabase, contender string) error {
 	switch contender {
 	case SpendAgentsaga, SpendAgentsagaTurn:
 		store, err := ledgerdb.Open(ctx, db.url)
@@ -697,7 +696,7 @@ func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, conten
 // books reads what the contender's own accounting says it spent: the
 // ledger's spend periods (agentsaga), the gateway's table
 // (check-then-record).
-func (m spendMeasurement) books(ctx context.Context, db *fleetDatabase, contender string, row *SpendRow) error {
+func (m spendMeasurement) books(ctx context.Context, db *benchDatabase, contender string, row *SpendRow) error {
 	switch contender {
 	case SpendAgentsaga, SpendAgentsagaTurn:
 		store, err := ledgerdb.Open(ctx, db.url)

@@ -151,7 +151,7 @@ type takeoverSide struct {
 	args     []string
 	env      func(i int) []string
 	ready    string
-	procs    []*fleetProcess
+	procs    []*benchProcess
 	start    func(ctx context.Context, id string) (func(context.Context) error, error)
 	dominant string
 	// holder is the index of the process holding the run's in-flight
@@ -181,9 +181,9 @@ func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
 			return result, fmt.Errorf("bench: takeover: contender %q: want %s, %s or %s", c, TakeoverAgentsaga, TakeoverDBOSRestart, TakeoverDBOSSurvivor)
 		}
 	}
-	dir, err := os.MkdirTemp("", "agentsaga-takeover-")
+	dir, err := scenarioDir("bench: takeover", "takeover")
 	if err != nil {
-		return result, fmt.Errorf("bench: takeover: temp dir: %w", err)
+		return result, err
 	}
 	defer os.RemoveAll(dir)
 	log := &requestLog{}
@@ -247,7 +247,7 @@ func takeoverContender(ctx context.Context, cfg TakeoverConfig, contender, dir s
 }
 
 func (s *takeoverSide) startProcess(i int) error {
-	p, err := startFleetProcess(s.exe, s.args, s.env(i), filepath.Join(s.dir, fmt.Sprintf("%s-%d-%s.log", s.name, i, nonce())))
+	p, err := startProcess(s.exe, s.args, s.env(i), filepath.Join(s.dir, fmt.Sprintf("%s-%d-%s.log", s.name, i, nonce())))
 	if err != nil {
 		return err
 	}
@@ -263,11 +263,11 @@ func (s *takeoverSide) startProcess(i int) error {
 // and a database of their own; the holder is the worker that started the
 // most of the run's pending tool calls.
 func (s *takeoverSide) agentsaga(ctx context.Context, cfg TakeoverConfig, down *Downstream) (func(), error) {
-	server, err := startBenchServer(ctx, cfg.TemporalBin, s.dir, nil)
+	server, err := startBenchServer(ctx, cfg.TemporalBin, s.dir, serverOptions{})
 	if err != nil {
 		return nil, err
 	}
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		server.stop()
 		return nil, err

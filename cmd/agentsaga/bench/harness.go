@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -603,4 +605,34 @@ type Percentiles struct {
 	P50 float64 `json:"p50"`
 	P95 float64 `json:"p95"`
 	Max float64 `json:"max"`
+}
+
+// loopback is a fake's HTTP server (a downstream, a provider, a tool) on a
+// port of its own; a fake embeds it for its URL and Close.
+type loopback struct {
+	listener net.Listener
+	server   *http.Server
+}
+
+// serve listens on addr ("127.0.0.1:0": any free port) and serves h there.
+func (l *loopback) serve(addr string, h http.Handler) error {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	l.listener = listener
+	l.server = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = l.server.Serve(listener) }()
+	return nil
+}
+
+// URL is where the server serves.
+func (l *loopback) URL() string { return "http://" + l.listener.Addr().String() }
+
+// Close stops serving (nothing, if it never served).
+func (l *loopback) Close() error {
+	if l.server == nil {
+		return nil
+	}
+	return l.server.Close()
 }

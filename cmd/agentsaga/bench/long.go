@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -642,11 +641,10 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // size bytes of text that begin with "turn k of N" and differ per turn.
 type longTool struct {
 	size, target int
-	listener     net.Listener
-	server       *http.Server
-	mu           sync.Mutex
-	byTurn       map[int]longServed
-	total        float64
+	loopback
+	mu     sync.Mutex
+	byTurn map[int]longServed
+	total  float64
 }
 
 type longServed struct {
@@ -655,18 +653,12 @@ type longServed struct {
 }
 
 func startLongTool(target, size int) (*longTool, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	t := &longTool{size: size, target: target, byTurn: map[int]longServed{}}
+	if err := t.serve("127.0.0.1:0", t); err != nil {
 		return nil, fmt.Errorf("bench: long: tool server: %w", err)
 	}
-	t := &longTool{size: size, target: target, listener: listener, byTurn: map[int]longServed{}}
-	t.server = &http.Server{Handler: t, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = t.server.Serve(listener) }()
 	return t, nil
 }
-
-func (t *longTool) URL() string  { return "http://" + t.listener.Addr().String() }
-func (t *longTool) Close() error { return t.server.Close() }
 
 func (t *longTool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
@@ -745,10 +737,9 @@ func LongPage(k, target, size int) string {
 // same answer. A reply is streamed when the request asks, as the engine's
 // do.
 type longModel struct {
-	target   int
-	tool     *longTool
-	listener net.Listener
-	server   *http.Server
+	target int
+	tool   *longTool
+	loopback
 	mu       sync.Mutex
 	requests []longRequest
 }
@@ -764,18 +755,12 @@ type longRequest struct {
 }
 
 func startLongModel(target int, tool *longTool) (*longModel, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	m := &longModel{target: target, tool: tool}
+	if err := m.serve("127.0.0.1:0", m); err != nil {
 		return nil, fmt.Errorf("bench: long: model server: %w", err)
 	}
-	m := &longModel{target: target, tool: tool, listener: listener}
-	m.server = &http.Server{Handler: m, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = m.server.Serve(listener) }()
 	return m, nil
 }
-
-func (m *longModel) URL() string  { return "http://" + m.listener.Addr().String() }
-func (m *longModel) Close() error { return m.server.Close() }
 
 func (m *longModel) log() []longRequest {
 	m.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -98,10 +97,9 @@ func (c ProviderCounts) Share429() float64 {
 // reply to a request that asks (the engine's), and sends it whole to one
 // that does not (the baselines').
 type RateLimitProvider struct {
-	cfg      ProviderConfig
-	listener net.Listener
-	server   *http.Server
-	now      func() time.Time
+	cfg ProviderConfig
+	loopback
+	now func() time.Time
 
 	mu     sync.Mutex
 	keys   map[string]*providerKey
@@ -128,22 +126,16 @@ func ServeRateLimitProvider(addr string, cfg ProviderConfig) (*RateLimitProvider
 		return nil, fmt.Errorf("bench: rate-limit provider: limits %d RPM and %d TPM must not be negative, turns %d positive, completion tokens %d not negative, latency %v-%v ordered, and a tool named (%q)",
 			cfg.RequestsPerMinute, cfg.TokensPerMinute, cfg.Turns, cfg.CompletionTokens, cfg.LatencyMin, cfg.LatencyMax, cfg.Tool)
 	}
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
+	p := &RateLimitProvider{cfg: cfg, now: time.Now, keys: map[string]*providerKey{},
+		random: rand.New(rand.NewPCG(1, 2))}
+	if err := p.serve(addr, p); err != nil {
 		return nil, fmt.Errorf("bench: rate-limit provider: listen on %s: %w", addr, err)
 	}
-	p := &RateLimitProvider{cfg: cfg, listener: listener, now: time.Now, keys: map[string]*providerKey{},
-		random: rand.New(rand.NewPCG(1, 2))}
-	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = p.server.Serve(listener) }()
 	return p, nil
 }
 
 // URL is the base URL a client is given: the server's root + "/v1".
-func (p *RateLimitProvider) URL() string { return "http://" + p.listener.Addr().String() + "/v1" }
-
-// Close stops serving.
-func (p *RateLimitProvider) Close() error { return p.server.Close() }
+func (p *RateLimitProvider) URL() string { return p.loopback.URL() + "/v1" }
 
 // Counts is what the provider counted for apiKey.
 func (p *RateLimitProvider) Counts(apiKey string) ProviderCounts {

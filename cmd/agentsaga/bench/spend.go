@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -797,9 +796,8 @@ type SpendProviderCounts struct {
 // o200k) and CompletionTokens, which the provider counts as answered. A
 // reply is streamed when the request asks, as the engine's do.
 type spendProvider struct {
-	cfg      SpendConfig
-	listener net.Listener
-	server   *http.Server
+	cfg SpendConfig
+	loopback
 
 	mu     sync.Mutex
 	random *rand.Rand
@@ -818,20 +816,15 @@ type spendBill struct {
 }
 
 func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &spendProvider{cfg: cfg, random: rand.New(rand.NewPCG(3, 1)), firsts: map[string]time.Time{}}
+	if err := p.serve("127.0.0.1:0", p); err != nil {
 		return nil, fmt.Errorf("spend provider: %w", err)
 	}
-	p := &spendProvider{cfg: cfg, listener: listener, random: rand.New(rand.NewPCG(3, 1)), firsts: map[string]time.Time{}}
-	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = p.server.Serve(listener) }()
 	return p, nil
 }
 
 // URL is the base URL a client is given.
-func (p *spendProvider) URL() string { return "http://" + p.listener.Addr().String() + "/v1" }
-
-func (p *spendProvider) Close() error { return p.server.Close() }
+func (p *spendProvider) URL() string { return p.loopback.URL() + "/v1" }
 
 // FirstRequest is when the first request whose first user message is
 // goal arrived.

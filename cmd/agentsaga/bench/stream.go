@@ -261,8 +261,7 @@ func (m unwatchedModel) Turn(ctx context.Context, req activities.ModelRequest) (
 // when it wrote each run's first chunk. hold makes replies wait for
 // release.
 type streamProvider struct {
-	server *http.Server
-	url    string
+	loopback
 	events []providerwire.Event
 	delay  time.Duration
 
@@ -282,18 +281,12 @@ func startStreamProvider(cfg StreamConfig) (*streamProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench stream: the reply: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &streamProvider{events: append(events, providerwire.Done), delay: cfg.PieceDelay, first: map[string]time.Time{}}
+	if err := p.serve("127.0.0.1:0", p); err != nil {
 		return nil, fmt.Errorf("bench stream: the provider: %w", err)
 	}
-	p := &streamProvider{url: "http://" + ln.Addr().String(), events: append(events, providerwire.Done), delay: cfg.PieceDelay,
-		first: map[string]time.Time{}}
-	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = p.server.Serve(ln) }()
 	return p, nil
 }
-
-func (p *streamProvider) Close() { _ = p.server.Close() }
 
 func (p *streamProvider) hold() {
 	p.mu.Lock()
@@ -317,7 +310,7 @@ func (p *streamProvider) firstChunk(id string) time.Time {
 // spec is a one-turn run whose goal names it, so the provider knows whose
 // reply it writes.
 func (p *streamProvider) spec(id string) string {
-	return fmt.Sprintf("goal: \"[run %s] answer at length\"\nbudget: {steps: 2}\nmodel: {provider: openai, name: gpt-bench, base_url: %q, max_tokens: 4096}\n", id, p.url)
+	return fmt.Sprintf("goal: \"[run %s] answer at length\"\nbudget: {steps: 2}\nmodel: {provider: openai, name: gpt-bench, base_url: %q, max_tokens: 4096}\n", id, p.URL())
 }
 
 func (p *streamProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {

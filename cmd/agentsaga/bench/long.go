@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -941,39 +940,23 @@ func LongChart(path string, rows []LongRow) error {
 		for _, xy := range xys {
 			minY, maxY, maxX = math.Min(minY, xy.Y), math.Max(maxY, xy.Y), math.Max(maxX, xy.X)
 		}
-		line, err := plotter.NewLine(xys)
-		if err != nil {
-			return fmt.Errorf("bench: long chart: %w", err)
-		}
-		line.Color = colorOf(i)
 		// Earlier lines wider, so a later one drawn over the same path
 		// (two runs ended at the same turn) leaves both visible.
-		line.Width = vg.Points(1.5 + 2*float64(len(rows)-1-i))
-		p.Add(line)
-		end, err := plotter.NewScatter(xys[len(xys)-1:])
+		line, end, err := addSeries(p, xys, i, vg.Points(1.5+2*float64(len(rows)-1-i)), vg.Points(4))
 		if err != nil {
 			return fmt.Errorf("bench: long chart: %w", err)
 		}
-		end.Color = colorOf(i)
-		end.Radius = vg.Points(4)
-		end.Shape = draw.CircleGlyph{}
 		if r.Status != agentsagatype.RunCompleted {
 			end.Shape = draw.CrossGlyph{}
 			end.Radius = vg.Points(6)
 		}
-		p.Add(end)
 		p.Legend.Add(fmt.Sprintf("%s turns: %s", thousands(r.Turns), r.Outcome), line)
 	}
 	maxX = math.Max(maxX, 10)
-	target, err := plotter.NewLine(plotter.XYs{{X: 1, Y: float64(longMaxBytesPerTurn) / 1024}, {X: maxX, Y: float64(longMaxBytesPerTurn) / 1024}})
-	if err != nil {
+	if err := addTarget(p, plotter.XYs{{X: 1, Y: float64(longMaxBytesPerTurn) / 1024}, {X: maxX, Y: float64(longMaxBytesPerTurn) / 1024}},
+		"target: <= 8 KiB per turn"); err != nil {
 		return fmt.Errorf("bench: long chart: %w", err)
 	}
-	target.Color = color.Black
-	target.Width = vg.Points(1.5)
-	target.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-	p.Add(target)
-	p.Legend.Add("target: <= 8 KiB per turn", target)
 	p.X.Min, p.X.Max = 1, maxX*1.1
 	// Headroom above for the legend.
 	p.Y.Min, p.Y.Max = minY/2, maxY*20

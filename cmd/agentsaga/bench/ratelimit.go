@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"net/http"
 	"os"
@@ -33,8 +32,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
@@ -875,12 +872,7 @@ func PrintRateLimit(out io.Writer, result RateLimitResult) {
 // does not tell the contenders apart: a client that hammers the key also
 // keeps its bucket empty.
 func RateLimitChart(path string, rows []RateLimitRow) error {
-	contenders := []string{}
-	for _, r := range rows {
-		if !slices.Contains(contenders, r.Contender) {
-			contenders = append(contenders, r.Contender)
-		}
-	}
+	contenders := distinct(rows, func(r RateLimitRow) string { return r.Contender })
 	names := make([]string, len(rows))
 	panel := func(title, label string, value func(RateLimitRow) float64, target float64, targetLabel string) (*plot.Plot, error) {
 		p := plot.New()
@@ -891,15 +883,9 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 		for _, r := range rows {
 			maxY = max(maxY, value(r))
 		}
-		line, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: target}, {X: float64(len(rows)) - 0.5, Y: target}})
-		if err != nil {
+		if err := addTarget(p, plotter.XYs{{X: -0.5, Y: target}, {X: float64(len(rows)) - 0.5, Y: target}}, targetLabel); err != nil {
 			return nil, err
 		}
-		line.Color = color.Black
-		line.Width = vg.Points(1.5)
-		line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-		p.Add(line)
-		p.Legend.Add(targetLabel, line)
 		p.Legend.Top = true
 		width := chartWidth * 0.6 / vg.Length(max(len(rows), 1))
 		for c, contender := range contenders {
@@ -909,13 +895,9 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 					one[i] = value(r)
 				}
 			}
-			bars, err := plotter.NewBarChart(one, width)
-			if err != nil {
+			if err := addBars(p, one, width, c); err != nil {
 				return nil, err
 			}
-			bars.Color = colorOf(c)
-			bars.LineStyle.Width = 0
-			p.Add(bars)
 		}
 		for i, r := range rows {
 			figure := fmt.Sprintf("%.0f%%", value(r))
@@ -945,23 +927,7 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 	if err != nil {
 		return fmt.Errorf("bench: ratelimit chart: %w", err)
 	}
-	img := vgimg.New(chartWidth, 3*chartHeight)
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	tiles := draw.Tiles{Rows: 3, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(4), PadRight: vg.Points(14), PadY: vg.Points(12)}
-	share.Draw(tiles.At(dc, 0, 0))
-	used.Draw(tiles.At(dc, 0, 1))
-	completed.Draw(tiles.At(dc, 0, 2))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bench: ratelimit chart: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("bench: ratelimit chart: %w", err)
-	}
-	if err := f.Close(); err != nil {
+	if err := saveTiledPNG([]*plot.Plot{share, used, completed}, path); err != nil {
 		return fmt.Errorf("bench: ratelimit chart: %w", err)
 	}
 	return nil

@@ -28,7 +28,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
@@ -1115,16 +1114,10 @@ func PrintSpend(out io.Writer, result SpendResult) {
 // cap (a dashed line), with the room above the cap shaded, so that an
 // overspend is a line that enters it. Every panel has the same axes.
 func SpendChart(path string, rows []SpendRow) error {
-	var processes []int
-	contenders := []string{}
+	processes := distinct(rows, func(r SpendRow) int { return r.Processes })
+	contenders := distinct(rows, func(r SpendRow) string { return r.Contender })
 	maxX, maxY, capUSD := 1.0, 0.0, 0.0
 	for _, r := range rows {
-		if !slices.Contains(processes, r.Processes) {
-			processes = append(processes, r.Processes)
-		}
-		if !slices.Contains(contenders, r.Contender) {
-			contenders = append(contenders, r.Contender)
-		}
 		capUSD = max(capUSD, r.CapUSD)
 		maxY = max(maxY, r.SpentUSD, r.CapUSD)
 		for _, pt := range r.Series {
@@ -1155,15 +1148,10 @@ func SpendChart(path string, rows []SpendRow) error {
 		band.Color = color.RGBA{R: 0xfd, G: 0xf0, B: 0xf0, A: 0xff}
 		band.LineStyle.Width = 0
 		p.Add(band)
-		capLine, err := plotter.NewLine(plotter.XYs{{X: 0, Y: capUSD}, {X: maxX, Y: capUSD}})
-		if err != nil {
+		if err := addTarget(p, plotter.XYs{{X: 0, Y: capUSD}, {X: maxX, Y: capUSD}},
+			fmt.Sprintf("the account's cap, $%.2f (shaded above: overspend)", capUSD)); err != nil {
 			return fmt.Errorf("bench: spend chart: %w", err)
 		}
-		capLine.Color = color.Black
-		capLine.Width = vg.Points(1.5)
-		capLine.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-		p.Add(capLine)
-		p.Legend.Add(fmt.Sprintf("the account's cap, $%.2f (shaded above: overspend)", capUSD), capLine)
 
 		for c, contender := range contenders {
 			for _, r := range rows {
@@ -1174,22 +1162,11 @@ func SpendChart(path string, rows []SpendRow) error {
 				for i, pt := range r.Series {
 					xys[i] = plotter.XY{X: pt.Seconds, Y: pt.USD}
 				}
-				line, err := plotter.NewLine(xys)
+				line, _, err := addSeries(p, xys, c, vg.Points(2), vg.Points(3.5))
 				if err != nil {
 					return fmt.Errorf("bench: spend chart: %w", err)
 				}
 				line.StepStyle = plotter.PostStep
-				line.Color = colorOf(c)
-				line.Width = vg.Points(2)
-				p.Add(line)
-				end, err := plotter.NewScatter(xys[len(xys)-1:])
-				if err != nil {
-					return fmt.Errorf("bench: spend chart: %w", err)
-				}
-				end.Color = colorOf(c)
-				end.Radius = vg.Points(3.5)
-				end.Shape = draw.CircleGlyph{}
-				p.Add(end)
 				figure := fmt.Sprintf("%.0f%% of the cap", 100*r.Utilisation)
 				if r.OverspendUSD > 0 {
 					figure = fmt.Sprintf("$%.2f over the cap", r.OverspendUSD)

@@ -89,14 +89,9 @@ type FairnessConfig struct {
 	MaxConcurrentRuns int `json:"max_concurrent_runs"`
 	// A run makes ToolCalls word_count calls, then answers; the provider
 	// answers each turn in LatencyMin..LatencyMax.
-	ToolCalls  int           `json:"tool_calls"`
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
-	// Contenders (short names) run in this order, each within Timeout,
-	// on workers with PoolMaxConns connections each.
-	Contenders   []string      `json:"contenders"`
-	Timeout      time.Duration `json:"timeout"`
-	PoolMaxConns int           `json:"pool_max_conns"`
+	ToolCalls int `json:"tool_calls"`
+	providerLatency
+	contest
 	ProcessScenario
 }
 
@@ -104,8 +99,8 @@ type FairnessConfig struct {
 // worker processes; a run is one model turn answered in 400-600 ms, so
 // that 2 processes of 8 activities are a fleet A floods.
 var DefaultFairness = FairnessConfig{Processes: 2, RunsA: 1000, RunsB: 10, BAfter: 100, MaxActivities: 8, MaxConcurrentRuns: 32,
-	LatencyMin: 400 * time.Millisecond, LatencyMax: 600 * time.Millisecond,
-	Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth}, PoolMaxConns: 8, Timeout: 4 * time.Minute}
+	providerLatency: providerLatency{LatencyMin: 400 * time.Millisecond, LatencyMax: 600 * time.Millisecond},
+	contest:         contest{Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth}, PoolMaxConns: 8, Timeout: 4 * time.Minute}}
 
 // fairnessWarmUp is the warm-up runs a worker process, before each
 // measurement.
@@ -168,26 +163,18 @@ func FairnessVerdicts(r FairnessRow) (bFast, aFast bool) {
 
 func (cfg FairnessConfig) validate() error {
 	if cfg.Processes < 1 || cfg.RunsA < 1 || cfg.RunsB < 1 || cfg.BAfter < 0 || cfg.BAfter >= cfg.RunsA || cfg.MaxConcurrentRuns < 1 || cfg.MaxActivities < 0 ||
-		cfg.ToolCalls < 0 || cfg.LatencyMin < 0 || cfg.LatencyMax < cfg.LatencyMin || cfg.PoolMaxConns < 1 || cfg.Timeout <= 0 {
+		cfg.ToolCalls < 0 || !cfg.ordered() || cfg.PoolMaxConns < 1 || cfg.Timeout <= 0 {
 		return fmt.Errorf("%s: processes %d, runs %d and %d, max_concurrent_runs %d, pool %d and timeout %v must be positive, B after %d of A's runs fewer than them, tool calls %d not negative, latency %v-%v ordered",
 			fairnessLabel, cfg.Processes, cfg.RunsA, cfg.RunsB, cfg.MaxConcurrentRuns, cfg.PoolMaxConns, cfg.Timeout, cfg.BAfter, cfg.ToolCalls, cfg.LatencyMin, cfg.LatencyMax)
 	}
-	if len(cfg.Contenders) == 0 {
-		return fmt.Errorf("%s: no contenders", fairnessLabel)
-	}
-	for _, c := range cfg.Contenders {
-		if _, ok := fairnessContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s or %s)", fairnessLabel, c, FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth)
-		}
-	}
-	return nil
+	return cfg.contest.validate(fairnessLabel, fairnessContenderNames)
 }
 
 // spend is the provider's and the spec's configuration: the spend
 // scenario's, a turn or ToolCalls+1 of them a run, no cap.
 func (cfg FairnessConfig) spend() SpendConfig {
 	s := DefaultSpend
-	s.ToolCalls, s.LatencyMin, s.LatencyMax, s.GoalChars, s.Timeout = cfg.ToolCalls, cfg.LatencyMin, cfg.LatencyMax, 0, cfg.Timeout
+	s.ToolCalls, s.providerLatency, s.GoalChars, s.Timeout = cfg.ToolCalls, cfg.providerLatency, 0, cfg.Timeout
 	return s
 }
 

@@ -79,16 +79,11 @@ type FleetConfig struct {
 	// window opens.
 	Settle time.Duration `json:"settle"`
 
-	// TemporalBin is the Temporal CLI that serves both dev servers.
-	TemporalBin string `json:"-"`
-	// DatabaseURL names the Postgres server (a postgres:// URL); the
-	// scenario creates a database of its own beside the one it names, so
-	// that every transaction counted in it is the workers', and drops it.
-	DatabaseURL string `json:"-"`
-	// Executable is the agentsaga binary: `worker` and `bench fleet-worker`.
-	Executable string `json:"-"`
-	// Progress, when set, gets a line as each measurement ends.
-	Progress io.Writer `json:"-"`
+	// The Temporal CLI serves both dev servers; the scenario creates a
+	// database of its own beside the one DatabaseURL names, so that every
+	// transaction counted in it is the workers', and drops it; the
+	// Executable runs `worker` and `bench fleet-worker`.
+	ProcessScenario
 }
 
 // DefaultFleet fits the 2-core machine in about twelve minutes (the DBOS

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -47,6 +49,55 @@ type ProcessScenario struct {
 	DatabaseURL string    `json:"-"`
 	Executable  string    `json:"-"`
 	Progress    io.Writer `json:"-"`
+}
+
+// contest is how a process scenario runs its contenders: by their short
+// names, in this order; each worker process with a Postgres pool of
+// PoolMaxConns connections (pool_max_conns in its DATABASE_URL); and one
+// measurement's runs within Timeout (what becomes of a run still going
+// then is the scenario's to say).
+type contest struct {
+	Contenders   []string      `json:"contenders"`
+	PoolMaxConns int           `json:"pool_max_conns"`
+	Timeout      time.Duration `json:"timeout"`
+}
+
+// validate checks that there are contenders, each a key of names (short
+// name to row name), and that every process count is positive.
+func (c contest) validate(label string, names map[string]string, processes ...int) error {
+	for _, n := range processes {
+		if n < 1 {
+			return fmt.Errorf("%s: --processes %v: every count must be positive", label, processes)
+		}
+	}
+	if len(c.Contenders) == 0 {
+		return fmt.Errorf("%s: no contenders", label)
+	}
+	for _, name := range c.Contenders {
+		if _, ok := names[name]; !ok {
+			return fmt.Errorf("%s: unknown contender %q (want one of %s)", label, name, strings.Join(slices.Sorted(maps.Keys(names)), ", "))
+		}
+	}
+	return nil
+}
+
+// providerLatency is how long a fake provider takes to answer a request:
+// drawn uniformly from LatencyMin..LatencyMax.
+type providerLatency struct {
+	LatencyMin time.Duration `json:"latency_min"`
+	LatencyMax time.Duration `json:"latency_max"`
+}
+
+// ordered is whether the range is one: not negative, its ends in order.
+func (l providerLatency) ordered() bool { return l.LatencyMin >= 0 && l.LatencyMax >= l.LatencyMin }
+
+// draw is one answer's latency.
+func (l providerLatency) draw(random *mathrand.Rand) time.Duration {
+	latency := l.LatencyMin
+	if spread := l.LatencyMax - l.LatencyMin; spread > 0 {
+		latency += time.Duration(random.Int64N(int64(spread) + 1))
+	}
+	return latency
 }
 
 // scenarioDir makes the scratch directory a scenario's logs go to; the

@@ -102,23 +102,16 @@ type RateLimitConfig struct {
 	MaxTokens        int64 `json:"max_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	GoalChars        int   `json:"goal_chars"`
-	// LatencyMin..LatencyMax is the provider's time to answer.
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
+	// The provider answers in LatencyMin..LatencyMax.
+	providerLatency
 	// Attempts is the Temporal retry policy's maximum attempts of a turn
 	// on the plain sides (agentsaga's spec default is the same 3).
 	Attempts int `json:"attempts"`
-	// Contenders are the short names to run, in order.
-	Contenders   []string `json:"contenders"`
-	PoolMaxConns int      `json:"pool_max_conns"`
-	// Timeout bounds one contender's runs; runs still going then are
-	// terminated and count as not completed.
-	Timeout time.Duration `json:"timeout"`
+	// Runs still going at the Timeout are terminated and count as not
+	// completed.
+	contest
 
-	TemporalBin string    `json:"-"`
-	DatabaseURL string    `json:"-"`
-	Executable  string    `json:"-"`
-	Progress    io.Writer `json:"-"`
+	ProcessScenario
 }
 
 // DefaultRateLimit is 24 runs of 6 turns on one key that allows 120
@@ -126,8 +119,8 @@ type RateLimitConfig struct {
 // tokens, so the tokens bind, at about a minute and a half of quota past
 // the first minute's burst per contender.
 var DefaultRateLimit = RateLimitConfig{Processes: []int{2, 4}, Runs: 24, Turns: 6, RequestsPerMinute: 120, TokensPerMinute: 24_000,
-	MaxTokens: 64, CompletionTokens: 48, GoalChars: 1200, LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond,
-	Attempts: 3, Contenders: []string{RateLimitSDK, RateLimitPerProcess, RateLimitAgentsaga}, PoolMaxConns: 8, Timeout: 8 * time.Minute}
+	MaxTokens: 64, CompletionTokens: 48, GoalChars: 1200, providerLatency: providerLatency{LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond},
+	Attempts: 3, contest: contest{Contenders: []string{RateLimitSDK, RateLimitPerProcess, RateLimitAgentsaga}, PoolMaxConns: 8, Timeout: 8 * time.Minute}}
 
 // RateLimitRow is one contender on one process count.
 type RateLimitRow struct {
@@ -193,21 +186,7 @@ func (cfg RateLimitConfig) validate() error {
 		return fmt.Errorf("%s: runs %d, turns %d, limits %d RPM and %d TPM, processes %v, attempts %d, pool %d, timeout %v and max tokens %d must be positive",
 			rateLimitMeasurementLabel, cfg.Runs, cfg.Turns, cfg.RequestsPerMinute, cfg.TokensPerMinute, cfg.Processes, cfg.Attempts, cfg.PoolMaxConns, cfg.Timeout, cfg.MaxTokens)
 	}
-	for _, n := range cfg.Processes {
-		if n < 1 {
-			return fmt.Errorf("%s: --processes %v: every count must be positive", rateLimitMeasurementLabel, cfg.Processes)
-		}
-	}
-	for _, c := range cfg.Contenders {
-		if _, ok := rateLimitContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s or %s)", rateLimitMeasurementLabel, c,
-				RateLimitSDK, RateLimitPerProcess, RateLimitAgentsaga, RateLimitAgentsagaLearn)
-		}
-	}
-	if len(cfg.Contenders) == 0 {
-		return fmt.Errorf("%s: no contenders", rateLimitMeasurementLabel)
-	}
-	return nil
+	return cfg.contest.validate(rateLimitMeasurementLabel, rateLimitContenderNames, cfg.Processes...)
 }
 
 var rateLimitContenderNames = map[string]string{
@@ -274,7 +253,7 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 	label := fmt.Sprintf("%d processes, %s", processes, row.Contender)
 	prefix := fmt.Sprintf("ratelimit-%s-%d-%s", contender, processes, nonce())
 	provider, err := StartRateLimitProvider(ProviderConfig{RequestsPerMinute: cfg.RequestsPerMinute, TokensPerMinute: cfg.TokensPerMinute,
-		Turns: cfg.Turns, Tool: rateLimitTool, CompletionTokens: cfg.CompletionTokens, LatencyMin: cfg.LatencyMin, LatencyMax: cfg.LatencyMax})
+		Turns: cfg.Turns, Tool: rateLimitTool, CompletionTokens: cfg.CompletionTokens, providerLatency: cfg.providerLatency})
 	if err != nil {
 		return row, err
 	}

@@ -71,8 +71,8 @@ func TestRateLimitTableAndChart(t *testing.T) {
 // minute's burst, or a run's own chain of turns when the quota does not
 // bind.
 func TestRateLimitIdealSeconds(t *testing.T) {
-	cfg := bench.RateLimitConfig{Runs: 10, Turns: 6, RequestsPerMinute: 120, TokensPerMinute: 6000,
-		LatencyMin: 100 * time.Millisecond, LatencyMax: 300 * time.Millisecond}
+	cfg := bench.RateLimitConfig{Runs: 10, Turns: 6, RequestsPerMinute: 120, TokensPerMinute: 6000}
+	cfg.LatencyMin, cfg.LatencyMax = 100*time.Millisecond, 300*time.Millisecond
 	// 60 turns of 200 tokens: 12,000 tokens, 6,000 past the burst at 100 a
 	// second.
 	assert.InDelta(t, 60, bench.RateLimitIdealSeconds(cfg, bench.ProviderCounts{Answered: 30, TokensAdmitted: 6000}), 1e-9)

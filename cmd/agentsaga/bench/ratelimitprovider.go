@@ -40,10 +40,9 @@ type ProviderConfig struct {
 	// CompletionTokens is what a reply says it used, at most the request's
 	// max tokens.
 	CompletionTokens int64 `json:"completion_tokens"`
-	// LatencyMin..LatencyMax is the time an answered request takes, drawn
-	// uniformly; a 429 is answered at once.
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
+	// providerLatency is the time an answered request takes; a 429 is
+	// answered at once.
+	providerLatency
 }
 
 // ProviderCounts is what the provider counted for one API key.
@@ -122,7 +121,7 @@ func StartRateLimitProvider(cfg ProviderConfig) (*RateLimitProvider, error) {
 // ServeRateLimitProvider serves cfg at addr.
 func ServeRateLimitProvider(addr string, cfg ProviderConfig) (*RateLimitProvider, error) {
 	if cfg.RequestsPerMinute < 0 || cfg.TokensPerMinute < 0 || cfg.Turns < 1 || cfg.CompletionTokens < 0 ||
-		cfg.LatencyMin < 0 || cfg.LatencyMax < cfg.LatencyMin || cfg.Tool == "" {
+		!cfg.ordered() || cfg.Tool == "" {
 		return nil, fmt.Errorf("bench: rate-limit provider: limits %d RPM and %d TPM must not be negative, turns %d positive, completion tokens %d not negative, latency %v-%v ordered, and a tool named (%q)",
 			cfg.RequestsPerMinute, cfg.TokensPerMinute, cfg.Turns, cfg.CompletionTokens, cfg.LatencyMin, cfg.LatencyMax, cfg.Tool)
 	}
@@ -358,11 +357,7 @@ func (p *RateLimitProvider) admit(apiKey string, reserved int64) (bool, time.Dur
 		headers["retry-after"] = strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10)
 		return false, 0, headers, refusal
 	}
-	latency := p.cfg.LatencyMin
-	if spread := p.cfg.LatencyMax - p.cfg.LatencyMin; spread > 0 {
-		latency += time.Duration(p.random.Int64N(int64(spread) + 1))
-	}
-	return true, latency, headers, refusal
+	return true, p.cfg.draw(p.random), headers, refusal
 }
 
 // settle gives back what an answered request reserved but did not use

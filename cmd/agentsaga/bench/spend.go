@@ -104,15 +104,11 @@ type SpendConfig struct {
 	MaxTokens        int64 `json:"max_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	GoalChars        int   `json:"goal_chars"`
-	// LatencyMin..LatencyMax is the provider's time to answer.
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
-	// Contenders are the short names to run, in order.
-	Contenders   []string `json:"contenders"`
-	PoolMaxConns int      `json:"pool_max_conns"`
-	// Timeout bounds one measurement's runs; runs not ended by then count
-	// as waiting (or as not ended) and are terminated.
-	Timeout time.Duration `json:"timeout"`
+	// The provider answers in LatencyMin..LatencyMax.
+	providerLatency
+	// Runs not ended by the Timeout count as waiting (or as not ended)
+	// and are terminated.
+	contest
 	// Resets is how many period resets the agentsaga by-run contender
 	// makes at most, after its first period, for its queued runs.
 	Resets int `json:"resets"`
@@ -127,8 +123,8 @@ type SpendConfig struct {
 // held less than their turns reserve (a turn reserves its prompt's upper
 // bound and max_tokens), and their last turns waited on each other.
 var DefaultSpend = SpendConfig{Processes: []int{2, 4}, Runs: 40, CapUSD: 5, RunUSD: 0.6, ToolCalls: 4, USDPerMillion: 280,
-	MaxTokens: 40, CompletionTokens: 20, GoalChars: 600, LatencyMin: 200 * time.Millisecond, LatencyMax: 800 * time.Millisecond,
-	Contenders: []string{SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga}, PoolMaxConns: 8, Timeout: 3 * time.Minute, Resets: 10}
+	MaxTokens: 40, CompletionTokens: 20, GoalChars: 600, providerLatency: providerLatency{LatencyMin: 200 * time.Millisecond, LatencyMax: 800 * time.Millisecond},
+	contest: contest{Contenders: []string{SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga}, PoolMaxConns: 8, Timeout: 3 * time.Minute}, Resets: 10}
 
 // SpendRow is one contender on one process count.
 type SpendRow struct {
@@ -330,25 +326,12 @@ func GoodputVerdicts(r SpendRow) (goodput, othersQueued, drained bool) {
 func (cfg SpendConfig) validate() error {
 	if cfg.Runs < 1 || cfg.CapUSD <= 0 || cfg.RunUSD <= 0 || cfg.ToolCalls < 0 || cfg.USDPerMillion <= 0 || cfg.MaxTokens < 1 ||
 		cfg.CompletionTokens < 1 || cfg.CompletionTokens > cfg.MaxTokens || len(cfg.Processes) == 0 || cfg.PoolMaxConns < 1 ||
-		cfg.Timeout <= 0 || cfg.LatencyMin < 0 || cfg.LatencyMax < cfg.LatencyMin {
+		cfg.Timeout <= 0 || !cfg.ordered() {
 		return fmt.Errorf("%s: runs %d, cap $%v, run budget $%v, price %v, max tokens %d (a reply uses %d), processes %v, pool %d and timeout %v must be positive, and the latency %v-%v ordered",
 			spendLabel, cfg.Runs, cfg.CapUSD, cfg.RunUSD, cfg.USDPerMillion, cfg.MaxTokens, cfg.CompletionTokens, cfg.Processes, cfg.PoolMaxConns, cfg.Timeout,
 			cfg.LatencyMin, cfg.LatencyMax)
 	}
-	for _, n := range cfg.Processes {
-		if n < 1 {
-			return fmt.Errorf("%s: --processes %v: every count must be positive", spendLabel, cfg.Processes)
-		}
-	}
-	if len(cfg.Contenders) == 0 {
-		return fmt.Errorf("%s: no contenders", spendLabel)
-	}
-	for _, c := range cfg.Contenders {
-		if _, ok := spendContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s or %s)", spendLabel, c, SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga)
-		}
-	}
-	return nil
+	return cfg.contest.validate(spendLabel, spendContenderNames, cfg.Processes...)
 }
 
 // Spend runs each contender on each process count, on a dev server in
@@ -885,10 +868,7 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	latency := p.cfg.LatencyMin
-	if spread := p.cfg.LatencyMax - p.cfg.LatencyMin; spread > 0 {
-		latency += time.Duration(p.random.Int64N(int64(spread) + 1))
-	}
+	latency := p.cfg.draw(p.random)
 	p.mu.Unlock()
 	select {
 	case <-r.Context().Done():

@@ -62,10 +62,7 @@ type TakeoverConfig struct {
 	// downstream the kill comes: inside every call still in flight.
 	KillAfter time.Duration `json:"kill_after"`
 
-	TemporalBin string    `json:"-"`
-	DatabaseURL string    `json:"-"`
-	Executable  string    `json:"-"`
-	Progress    io.Writer `json:"-"`
+	ProcessScenario
 }
 
 // DefaultTakeover kills five runs a contender. The calls take 5 s so that a

@@ -7,7 +7,6 @@ import (
 	"math"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -287,16 +286,11 @@ func runAllInto(ctx context.Context, n int, queue string, start startRun, collec
 // PrintRows writes a scenario's table.
 func PrintRows(out io.Writer, title string, rows []Row) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tLOGICAL CALLS\tREQUESTS\tAMPLIFICATION\tTARGET\tSECONDS")
+	tw := newTable(out, "  CONTENDER\tLOGICAL CALLS\tREQUESTS\tAMPLIFICATION\tTARGET\tSECONDS")
 	for _, r := range rows {
 		target := "-"
 		if r.Target > 0 {
-			verdict := "met"
-			if r.Amplification > r.Target {
-				verdict = "MISSED"
-			}
-			target = fmt.Sprintf("<= %.2f (%s)", r.Target, verdict)
+			target = fmt.Sprintf("<= %.2f (%s)", r.Target, verdict(r.Amplification <= r.Target))
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%.2f\t%s\t%.1f\n", r.Contender, r.LogicalCalls, r.Requests, r.Amplification, target, r.Seconds)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -195,8 +194,7 @@ func btoi(b bool) int {
 func PrintDrain(out io.Writer, cfg DrainConfig, rows []DrainRow) {
 	fmt.Fprintf(out, "backlog drain: %d calls parked during a %v outage of a service that takes %d a second; no call arrives after it\n",
 		cfg.Calls, cfg.Outage, cfg.RatePerSecond)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET\tLAST CALL AFTER THE OUTAGE\tRELEASE RATE")
+	tw := newTable(out, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET\tLAST CALL AFTER THE OUTAGE\tRELEASE RATE")
 	for _, r := range rows {
 		verdict := "met"
 		if float64(r.DrainSeconds) > r.IdealSeconds+DrainTarget {

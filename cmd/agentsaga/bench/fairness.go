@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -473,8 +472,7 @@ func PrintFairness(out io.Writer, result FairnessResult) {
 		FairnessEngineContender, cfg.MaxConcurrentRuns, fairnessRoot)
 	fmt.Fprintf(out, "  %s: that limit on the fairness server\n", FairnessBothContender)
 	fmt.Fprintln(out, "  (every run carries its account as Temporal's fairness key; only the fairness server honours it)")
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  SERVER\tRUN\tB FIRST TURN P50\tB P95\tA RUNS/S\tA'S RUNS ENDED WHEN B STARTED\tOUTCOMES\tADMITTED\tSECONDS")
+	tw := newTable(out, "\n  SERVER\tRUN\tB FIRST TURN P50\tB P95\tA RUNS/S\tA'S RUNS ENDED WHEN B STARTED\tOUTCOMES\tADMITTED\tSECONDS")
 	for _, b := range result.Baselines {
 		name := "B alone, idle fleet"
 		if b.RunsB == 0 {

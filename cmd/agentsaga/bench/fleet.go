@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -791,8 +790,7 @@ func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActiv
 func printFleetDBOS(out io.Writer, rows []FleetRow) {
 	fmt.Fprintf(out, "\nDBOS Transact v1.9.0 on Postgres alone (no Temporal server): the plain agent loop as a workflow of steps (dbos.RunAsStep, the calls by dbos.Go),\n")
 	fmt.Fprintf(out, "  enqueued by a DBOS client on one queue polled every %s by each executor process; its own database beside the scenario's\n", FleetDBOSPollInterval)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tTO LOOP\tSTATEMENTS/CALL\tSTEPS/CALL\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tCPU VS LOOP\tEXECUTORS\tLOAD")
+	tw := newTable(out, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tTO LOOP\tSTATEMENTS/CALL\tSTEPS/CALL\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tCPU VS LOOP\tEXECUTORS\tLOAD")
 	for _, r := range rows {
 		if r.Contender != FleetDBOSContender {
 			continue
@@ -823,8 +821,7 @@ func PrintFleet(out io.Writer, result FleetResult) {
 			title = "dev server with --db-filename"
 		}
 		fmt.Fprintf(out, "\n%s\n", title)
-		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tRATIO\tTARGET\tSTATEMENTS/CALL\tBUCKET COMMITS/S\tACTIVITIES/CALL\tEVENTS/CALL\tQUEUED\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tDEADLOCKS\tLOAD")
+		tw := newTable(out, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tRATIO\tTARGET\tSTATEMENTS/CALL\tBUCKET COMMITS/S\tACTIVITIES/CALL\tEVENTS/CALL\tQUEUED\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tDEADLOCKS\tLOAD")
 		for _, r := range result.Rows {
 			if r.Server != server {
 				continue

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -686,4 +687,24 @@ func (l *loopback) Close() error {
 		return nil
 	}
 	return l.server.Close()
+}
+
+// newTable starts a benchmark's table on out: a tab writer (two spaces
+// between columns) with header, tab-separated, as its first line. The
+// caller writes the rows and flushes it.
+func newTable(out io.Writer, header string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	return tw
+}
+
+// printTargets writes a scenario's targets under title, one a line: the
+// target, the figure and the verdict.
+func printTargets(out io.Writer, title string, targets []LongTarget) {
+	fmt.Fprintln(out, "  "+title+":")
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	for _, t := range targets {
+		fmt.Fprintf(tw, "    %s\t%s\t%s\n", t.Target, t.Figure, t.Verdict)
+	}
+	tw.Flush()
 }

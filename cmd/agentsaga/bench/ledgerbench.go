@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -330,8 +329,7 @@ func (p *pgBench) close(ctx context.Context) {
 // PrintLedger writes the ledger scenario's table.
 func PrintLedger(out io.Writer, title string, rows []LedgerRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCLIENTS\tSECONDS\tWRITES/S\tRATIO")
+	tw := newTable(out, "  CONTENDER\tCLIENTS\tSECONDS\tWRITES/S\tRATIO")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "  %s\t%d\t%.0f\t%.0f\t%.2f\n", r.Contender, r.Clients, r.Seconds, r.WritesPerSec, r.Ratio)
 	}

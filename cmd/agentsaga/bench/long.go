@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tiktoken-go/tokenizer"
@@ -574,8 +573,7 @@ func LongTargets(cfg LongConfig, rows []LongRow) []LongTarget {
 // PrintLong writes the long scenario's table and its targets.
 func PrintLong(out io.Writer, title string, cfg LongConfig, rows []LongRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  TURNS\tOUTCOME\tLEDGER\tHISTORY\tEVENTS\tEXECUTIONS\tBYTES/TURN\tLARGEST PAYLOAD\tLARGEST REQUEST\tENGINE/TURN\tSECONDS")
+	tw := newTable(out, "  TURNS\tOUTCOME\tLEDGER\tHISTORY\tEVENTS\tEXECUTIONS\tBYTES/TURN\tLARGEST PAYLOAD\tLARGEST REQUEST\tENGINE/TURN\tSECONDS")
 	for _, r := range rows {
 		request := thousands(r.LargestRequestTokens) + " tokens"
 		if r.ContextTokens > 0 {
@@ -591,12 +589,7 @@ func PrintLong(out io.Writer, title string, cfg LongConfig, rows []LongRow) {
 			fmt.Fprintf(out, "  %s turns: %s\n", thousands(r.Turns), clipText(r.Reason, 300))
 		}
 	}
-	fmt.Fprintln(out, "  targets (issue 12):")
-	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	for _, t := range LongTargets(cfg, rows) {
-		fmt.Fprintf(tw, "    %s\t%s\t%s\n", t.Target, t.Figure, t.Verdict)
-	}
-	tw.Flush()
+	printTargets(out, "targets (issue 12)", LongTargets(cfg, rows))
 }
 
 func byteSize(b float64) string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -115,16 +114,11 @@ func Overhead(ctx context.Context, c client.Client, databaseURL string, cfg Ampl
 // PrintOverhead writes the overhead scenario's table.
 func PrintOverhead(out io.Writer, title string, rows []OverheadRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tSECONDS\tCALLS/S\tMEAN LATENCY\tRATIO\tTARGET")
+	tw := newTable(out, "  CONTENDER\tCALLS\tSECONDS\tCALLS/S\tMEAN LATENCY\tRATIO\tTARGET")
 	for i, r := range rows {
 		target := "-"
 		if i > 0 {
-			verdict := "met"
-			if r.Ratio > 1.1 {
-				verdict = "MISSED"
-			}
-			target = "<= 1.10 (" + verdict + ")"
+			target = "<= 1.10 (" + verdict(r.Ratio <= 1.1) + ")"
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f ms\t%.2f\t%s\n", r.Contender, r.Calls, r.Seconds, r.CallsPerSec, r.MeanLatencyMs, r.Ratio, target)
 	}

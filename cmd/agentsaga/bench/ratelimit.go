@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -819,8 +818,7 @@ func PrintRateLimit(out io.Writer, result RateLimitResult) {
 	fmt.Fprintf(out, "  %s: openai-go's default retries (2, honouring retry-after-ms), Temporal's retry policy (%d attempts), no limiter;\n", RateLimitSDKContender, cfg.Attempts)
 	fmt.Fprintf(out, "  %s: the same, behind a golang.org/x/time/rate limiter per process for requests and tokens, each given the whole limit;\n", RateLimitPerProcessContender)
 	fmt.Fprintf(out, "  %s: `agentsaga worker` processes, the limits declared in model.rate_limit; %s: nothing declared\n", RateLimitAgentsagaContender, RateLimitAgentsagaLearnContender)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tREQUESTS\t429\t429 SHARE\tTOKENS/MIN\tOF QUOTA\tRUNS DONE\tWAIT P50\tWAIT P95\tRETRY TOKENS\tSECONDS\tIDEAL S")
+	tw := newTable(out, "\n  PROCESSES\tCONTENDER\tREQUESTS\t429\t429 SHARE\tTOKENS/MIN\tOF QUOTA\tRUNS DONE\tWAIT P50\tWAIT P95\tRETRY TOKENS\tSECONDS\tIDEAL S")
 	for _, r := range result.Rows {
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%.1f%%\t%s\t%.0f%%\t%d of %d\t%s\t%s\t%d\t%.1f\t%.1f\n",
 			r.Processes, r.Contender, r.Provider.Requests, r.Provider.RateLimited, 100*r.Share429, thousands(int(r.TPM)), 100*r.QuotaShare,

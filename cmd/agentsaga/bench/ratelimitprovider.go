@@ -217,14 +217,8 @@ func (p *RateLimitProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		providerError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "You didn't provide an API key.")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	var req chatRequest
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	if err != nil || len(req.Messages) == 0 {
-		p.count(apiKey, func(c *ProviderCounts) { c.Requests++; c.OtherErrors++ })
-		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
+	req, body, ok := readChatRequest(w, r, func() { p.count(apiKey, func(c *ProviderCounts) { c.Requests++; c.OtherErrors++ }) })
+	if !ok {
 		return
 	}
 
@@ -424,6 +418,24 @@ func openAIDuration(d time.Duration) string {
 }
 
 // providerError answers OpenAI's error body.
+// readChatRequest reads a fake provider's request body, a chat.completions
+// request with messages; when it is not one, it calls refused (when set),
+// answers 400, and ok is false.
+func readChatRequest(w http.ResponseWriter, r *http.Request, refused func()) (req chatRequest, body []byte, ok bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil || len(req.Messages) == 0 {
+		if refused != nil {
+			refused()
+		}
+		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
+		return req, body, false
+	}
+	return req, body, true
+}
+
 func providerError(w http.ResponseWriter, status int, kind, code, message string) {
 	body := map[string]any{"error": map[string]any{"message": message, "type": kind, "param": nil, "code": nil}}
 	if code != "" {

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -845,13 +844,8 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		providerError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "Unknown request URL: "+r.Method+" "+r.URL.Path)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	var req chatRequest
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	if err != nil || len(req.Messages) == 0 {
-		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
+	req, body, ok := readChatRequest(w, r, nil)
+	if !ok {
 		return
 	}
 	arrived := time.Now()
@@ -1019,8 +1013,7 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		SpendAgentsagaContender, spendAccount, cfg.CapUSD)
 	fmt.Fprintf(out, "  %s: the same cap set to admit: turn, shared out a turn at a time\n", SpendAgentsagaTurnContender)
 	fmt.Fprintf(out, "  one run alone (measured first, 1 process): $%.4f, so the cap pays for %d runs (PAYABLE)\n", result.AloneUSD, result.Payable)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPAYABLE\tGOODPUT\tQUEUED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
+	tw := newTable(out, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPAYABLE\tGOODPUT\tQUEUED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
 	for _, r := range result.Rows {
 		stmts := "2"
 		if r.Contender == SpendCheckContender {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -325,8 +324,7 @@ func recoveryText(seconds int) string {
 // error rate second by second.
 func PrintStorm(out io.Writer, title string, cfg StormConfig, rows []StormRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS\tFAILED REQUESTS\tRECOVERY AFTER THE OUTAGE\tTARGET")
+	tw := newTable(out, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS\tFAILED REQUESTS\tRECOVERY AFTER THE OUTAGE\tTARGET")
 	for _, r := range rows {
 		recovered := recoveryText(r.RecoverySeconds)
 		target := "-"

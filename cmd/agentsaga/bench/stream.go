@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -493,8 +492,7 @@ func PrintStream(out io.Writer, res StreamResult) {
 	cfg := res.Config
 	fmt.Fprintf(out, "\nstream: replies of %d pieces, one every %v, from an OpenAI-compatible server on loopback, followed over agentsaga serve's SSE\n",
 		cfg.Tokens, cfg.PieceDelay)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  FIGURE\tVALUE\tTARGET")
+	tw := newTable(out, "  FIGURE\tVALUE\tTARGET")
 	f := res.FirstToken
 	fmt.Fprintf(tw, "  first token, provider's first chunk to the SSE client (%d runs, one at a time)\tp50 %.1f ms, p95 %.1f ms, max %.1f ms\tp95 < 100 ms (%s)\n",
 		f.N, f.P50, f.P95, f.Max, met(f.P95 < 100))

@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -488,8 +487,7 @@ func PrintTakeover(out io.Writer, result TakeoverResult) {
 	fmt.Fprintf(out, "\ntakeover: one run at a time of %d tool calls (each %s at the downstream) between two model steps, on 2 worker processes;\n",
 		cfg.Calls, cfg.CallLatency)
 	fmt.Fprintf(out, "  %s after the run's last call reached the downstream, the process holding its calls is killed with SIGKILL\n", cfg.KillAfter)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tKILLED\tCUT CALLS\tFIRST CALL AGAIN\tLAST CALL AGAIN\tRUN DONE\tREQUESTS\tKEYS\tLOST\tRESUMED BY\tLOAD")
+	tw := newTable(out, "  CONTENDER\tKILLED\tCUT CALLS\tFIRST CALL AGAIN\tLAST CALL AGAIN\tRUN DONE\tREQUESTS\tKEYS\tLOST\tRESUMED BY\tLOAD")
 	for _, r := range result.Rows {
 		for _, k := range r.Kills {
 			fmt.Fprintf(tw, "  %s\t%s\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t%d\t%d\t%s\t%.1f\n", r.Contender, k.Killed, k.Resent,

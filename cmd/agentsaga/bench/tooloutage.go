@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -209,8 +208,7 @@ func (o *outageWorker) run(ctx context.Context, id string, spec workflows.RunSpe
 // PrintToolOutage writes the single-tool outage's table.
 func PrintToolOutage(out io.Writer, title string, r ToolOutageResult) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RUNS\tCALLS\tOUTAGE\tESCALATE AFTER\tESCALATIONS\tCOMPLETED\tREQUESTS\tFAILED REQUESTS\tLONGEST RUN\tTARGET")
+	tw := newTable(out, "  RUNS\tCALLS\tOUTAGE\tESCALATE AFTER\tESCALATIONS\tCOMPLETED\tREQUESTS\tFAILED REQUESTS\tLONGEST RUN\tTARGET")
 	verdict := "met"
 	if r.Escalations > 0 {
 		verdict = "MISSED"

@@ -182,36 +182,29 @@ func (cfg FairnessConfig) spend() SpendConfig {
 // with fairness on for Temporal's keys), B alone on an idle fleet, A
 // alone, then each contender.
 func Fairness(ctx context.Context, cfg FairnessConfig) (FairnessResult, error) {
-	result := FairnessResult{Config: cfg}
-	if err := cfg.validate(); err != nil {
-		return result, err
-	}
-	dir, err := scenarioDir(fairnessLabel, "fairness")
-	if err != nil {
-		return result, err
-	}
-	defer os.RemoveAll(dir)
-	byServer := map[string][]string{}
-	var servers []string
-	for _, c := range cfg.Contenders {
-		server := FairnessDefaultServer
-		if c == FairnessTemporal || c == FairnessBoth {
-			server = FairnessFairnessServer
+	return inScratchDir(fairnessLabel, "fairness", cfg.validate(), FairnessResult{Config: cfg}, func(dir string, result *FairnessResult) error {
+		byServer := map[string][]string{}
+		var servers []string
+		for _, c := range cfg.Contenders {
+			server := FairnessDefaultServer
+			if c == FairnessTemporal || c == FairnessBoth {
+				server = FairnessFairnessServer
+			}
+			if !slices.Contains(servers, server) {
+				servers = append(servers, server)
+			}
+			byServer[server] = append(byServer[server], c)
 		}
-		if !slices.Contains(servers, server) {
-			servers = append(servers, server)
+		for _, server := range servers {
+			rows, baselines, err := fairnessOnServer(ctx, cfg, server, byServer[server], dir)
+			if err != nil {
+				return err
+			}
+			result.Baselines = append(result.Baselines, baselines...)
+			result.Rows = append(result.Rows, rows...)
 		}
-		byServer[server] = append(byServer[server], c)
-	}
-	for _, server := range servers {
-		rows, baselines, err := fairnessOnServer(ctx, cfg, server, byServer[server], dir)
-		if err != nil {
-			return result, err
-		}
-		result.Baselines = append(result.Baselines, baselines...)
-		result.Rows = append(result.Rows, rows...)
-	}
-	return result, nil
+		return nil
+	})
 }
 
 func fairnessOnServer(ctx context.Context, cfg FairnessConfig, server string, contenders []string, dir string) ([]FairnessRow, []FairnessRun, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -179,57 +178,57 @@ type FleetResult struct {
 	Ratios []FleetRatio `json:"ratios"`
 }
 
-// Fleet compares agentsaga's tool calls with plain Temporal activities
-// making the same HTTP call, each side on real worker processes of its
-// own, on dev servers started for the scenario from cfg.TemporalBin.
-func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
-	result := FleetResult{Config: cfg}
+func (cfg FleetConfig) validate() error {
 	if cfg.Runs < 1 || cfg.Calls < 1 || cfg.PoolMaxConns < 1 || cfg.Rounds < 1 || len(cfg.Processes) == 0 || (len(cfg.Servers) == 0 && !cfg.DBOS) {
-		return result, fmt.Errorf("bench: fleet: runs %d, calls %d, pool %d, rounds %d, processes %v and servers %v must be positive and not empty",
+		return fmt.Errorf("bench: fleet: runs %d, calls %d, pool %d, rounds %d, processes %v and servers %v must be positive and not empty",
 			cfg.Runs, cfg.Calls, cfg.PoolMaxConns, cfg.Rounds, cfg.Processes, cfg.Servers)
 	}
 	for _, n := range cfg.Processes {
 		if n < 1 {
-			return result, fmt.Errorf("bench: fleet: --processes %v: every count must be positive", cfg.Processes)
+			return fmt.Errorf("bench: fleet: --processes %v: every count must be positive", cfg.Processes)
 		}
 	}
 	for _, s := range cfg.Servers {
 		if s != FleetFileServer && s != FleetMemoryServer {
-			return result, fmt.Errorf("bench: fleet: server %q: want %q or %q", s, FleetFileServer, FleetMemoryServer)
+			return fmt.Errorf("bench: fleet: server %q: want %q or %q", s, FleetFileServer, FleetMemoryServer)
 		}
 	}
-	dir, err := scenarioDir("bench: fleet", "fleet")
-	if err != nil {
-		return result, err
-	}
-	defer os.RemoveAll(dir)
-	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return result, err
-	}
-	defer db.drop()
-	result.StatementSource = db.source()
-	down, err := StartDownstream(Faults{}, 1)
-	if err != nil {
-		return result, err
-	}
-	defer down.Close()
-	for _, kind := range cfg.Servers {
-		rows, err := fleetOnServer(ctx, cfg, kind, dir, db, down)
+	return nil
+}
+
+// Fleet compares agentsaga's tool calls with plain Temporal activities
+// making the same HTTP call, each side on real worker processes of its
+// own, on dev servers started for the scenario from cfg.TemporalBin.
+func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
+	return inScratchDir("bench: fleet", "fleet", cfg.validate(), FleetResult{Config: cfg}, func(dir string, result *FleetResult) error {
+		db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 		if err != nil {
-			return result, err
+			return err
 		}
-		result.Rows = append(result.Rows, rows...)
-	}
-	if cfg.DBOS {
-		rows, err := fleetDBOSRows(ctx, cfg, dir, down, result.Rows)
+		defer db.drop()
+		result.StatementSource = db.source()
+		down, err := StartDownstream(Faults{}, 1)
 		if err != nil {
-			return result, err
+			return err
 		}
-		result.Rows = append(result.Rows, rows...)
-	}
-	result.Ratios = fleetRatios(result.Rows)
-	return result, nil
+		defer down.Close()
+		for _, kind := range cfg.Servers {
+			rows, err := fleetOnServer(ctx, cfg, kind, dir, db, down)
+			if err != nil {
+				return err
+			}
+			result.Rows = append(result.Rows, rows...)
+		}
+		if cfg.DBOS {
+			rows, err := fleetDBOSRows(ctx, cfg, dir, down, result.Rows)
+			if err != nil {
+				return err
+			}
+			result.Rows = append(result.Rows, rows...)
+		}
+		result.Ratios = fleetRatios(result.Rows)
+		return nil
+	})
 }
 
 // FleetRatio is agentsaga's ratio at one server and process count over the

@@ -66,15 +66,20 @@ type contest struct {
 // validate checks that there are contenders, each a key of names (short
 // name to row name), and that every process count is positive.
 func (c contest) validate(label string, names map[string]string, processes ...int) error {
+	return checkContenders(label, c.Contenders, names, processes...)
+}
+
+// checkContenders is contest.validate for contenders of a config's own.
+func checkContenders(label string, contenders []string, names map[string]string, processes ...int) error {
 	for _, n := range processes {
 		if n < 1 {
 			return fmt.Errorf("%s: --processes %v: every count must be positive", label, processes)
 		}
 	}
-	if len(c.Contenders) == 0 {
+	if len(contenders) == 0 {
 		return fmt.Errorf("%s: no contenders", label)
 	}
-	for _, name := range c.Contenders {
+	for _, name := range contenders {
 		if _, ok := names[name]; !ok {
 			return fmt.Errorf("%s: unknown contender %q (want one of %s)", label, name, strings.Join(slices.Sorted(maps.Keys(names)), ", "))
 		}
@@ -99,16 +104,6 @@ func (l providerLatency) draw(random *mathrand.Rand) time.Duration {
 		latency += time.Duration(random.Int64N(int64(spread) + 1))
 	}
 	return latency
-}
-
-// scenarioDir makes the scratch directory a scenario's logs go to; the
-// caller removes it.
-func scenarioDir(label, name string) (string, error) {
-	dir, err := os.MkdirTemp("", "agentsaga-"+name+"-")
-	if err != nil {
-		return "", fmt.Errorf("%s: temp dir: %w", label, err)
-	}
-	return dir, nil
 }
 
 // benchServer is a dev server that a scenario started for itself, and the
@@ -707,4 +702,20 @@ func printTargets(out io.Writer, title string, targets []LongTarget) {
 		fmt.Fprintf(tw, "    %s\t%s\t%s\n", t.Target, t.Figure, t.Verdict)
 	}
 	tw.Flush()
+}
+
+// inScratchDir runs a process scenario: unless its config is invalid, it
+// makes the scenario's scratch directory (for its servers' and workers'
+// logs), runs run there with the result to fill, and removes it after.
+func inScratchDir[R any](label, name string, invalid error, result R, run func(dir string, result *R) error) (R, error) {
+	if invalid != nil {
+		return result, invalid
+	}
+	dir, err := os.MkdirTemp("", "agentsaga-"+name+"-")
+	if err != nil {
+		return result, fmt.Errorf("%s: temp dir: %w", label, err)
+	}
+	defer os.RemoveAll(dir)
+	err = run(dir, &result)
+	return result, err
 }

@@ -198,37 +198,32 @@ var rateLimitContenderNames = map[string]string{
 // worker processes of cfg.Executable.
 func RateLimit(ctx context.Context, cfg RateLimitConfig) (RateLimitResult, error) {
 	result := RateLimitResult{Config: cfg, Server: "dev server in memory (no --db-filename)"}
-	if err := cfg.validate(); err != nil {
-		return result, err
-	}
-	dir, err := scenarioDir(rateLimitMeasurementLabel, "ratelimit")
-	if err != nil {
-		return result, err
-	}
-	defer os.RemoveAll(dir)
-	var db *benchDatabase
-	if slices.Contains(cfg.Contenders, RateLimitAgentsaga) || slices.Contains(cfg.Contenders, RateLimitAgentsagaLearn) {
-		if db, err = newBenchDatabase(ctx, cfg.DatabaseURL); err != nil {
-			return result, err
-		}
-		defer db.drop()
-	}
-	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
-	if err != nil {
-		return result, fmt.Errorf("%s: %w", rateLimitMeasurementLabel, err)
-	}
-	defer server.stop()
-	m := rateLimitMeasurement{cfg: cfg, c: server.c, db: db, dir: dir, server: server}
-	for _, n := range cfg.Processes {
-		for _, contender := range cfg.Contenders {
-			row, err := m.measure(ctx, contender, n)
-			if err != nil {
-				return result, err
+	return inScratchDir(rateLimitMeasurementLabel, "ratelimit", cfg.validate(), result, func(dir string, result *RateLimitResult) error {
+		var db *benchDatabase
+		if slices.Contains(cfg.Contenders, RateLimitAgentsaga) || slices.Contains(cfg.Contenders, RateLimitAgentsagaLearn) {
+			var err error
+			if db, err = newBenchDatabase(ctx, cfg.DatabaseURL); err != nil {
+				return err
 			}
-			result.Rows = append(result.Rows, row)
+			defer db.drop()
 		}
-	}
-	return result, nil
+		server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
+		if err != nil {
+			return fmt.Errorf("%s: %w", rateLimitMeasurementLabel, err)
+		}
+		defer server.stop()
+		m := rateLimitMeasurement{cfg: cfg, c: server.c, db: db, dir: dir, server: server}
+		for _, n := range cfg.Processes {
+			for _, contender := range cfg.Contenders {
+				row, err := m.measure(ctx, contender, n)
+				if err != nil {
+					return err
+				}
+				result.Rows = append(result.Rows, row)
+			}
+		}
+		return nil
+	})
 }
 
 type rateLimitMeasurement struct {

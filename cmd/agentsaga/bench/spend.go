@@ -11,7 +11,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -337,49 +336,42 @@ func (cfg SpendConfig) validate() error {
 // memory started from cfg.TemporalBin, with worker processes of
 // cfg.Executable (`agentsaga bench spend-worker`).
 func Spend(ctx context.Context, cfg SpendConfig) (SpendResult, error) {
-	result := SpendResult{Config: cfg}
-	if err := cfg.validate(); err != nil {
-		return result, err
-	}
-	dir, err := scenarioDir(spendLabel, "spend")
-	if err != nil {
-		return result, err
-	}
-	defer os.RemoveAll(dir)
-	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
-	if err != nil {
-		return result, fmt.Errorf("%s: %w", spendLabel, err)
-	}
-	defer server.stop()
-	m := spendMeasurement{cfg: cfg, server: server, dir: dir}
-
-	// One run alone, first, on the same provider: what the cap is divided
-	// by to count the runs it pays for.
-	alone := m
-	alone.cfg.Runs = 1
-	row, err := alone.measure(ctx, SpendPerRun, 1)
-	if err != nil {
-		return result, err
-	}
-	if row.Completed != 1 || row.SpentUSD <= 0 {
-		return result, fmt.Errorf("%s: one run alone did not complete (%v, $%.4f)", spendLabel, row.Outcomes, row.SpentUSD)
-	}
-	result.AloneUSD = row.SpentUSD
-	result.Payable = int(math.Floor(cfg.CapUSD/row.SpentUSD + spendEpsilon))
-	for _, n := range cfg.Processes {
-		for _, contender := range cfg.Contenders {
-			row, err := m.measure(ctx, contender, n)
-			if err != nil {
-				return result, err
-			}
-			row.Payable = result.Payable
-			if row.Payable > 0 {
-				row.Goodput = float64(row.Completed) / float64(row.Payable)
-			}
-			result.Rows = append(result.Rows, row)
+	return inScratchDir(spendLabel, "spend", cfg.validate(), SpendResult{Config: cfg}, func(dir string, result *SpendResult) error {
+		server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
+		if err != nil {
+			return fmt.Errorf("%s: %w", spendLabel, err)
 		}
-	}
-	return result, nil
+		defer server.stop()
+		m := spendMeasurement{cfg: cfg, server: server, dir: dir}
+
+		// One run alone, first, on the same provider: what the cap is divided
+		// by to count the runs it pays for.
+		alone := m
+		alone.cfg.Runs = 1
+		row, err := alone.measure(ctx, SpendPerRun, 1)
+		if err != nil {
+			return err
+		}
+		if row.Completed != 1 || row.SpentUSD <= 0 {
+			return fmt.Errorf("%s: one run alone did not complete (%v, $%.4f)", spendLabel, row.Outcomes, row.SpentUSD)
+		}
+		result.AloneUSD = row.SpentUSD
+		result.Payable = int(math.Floor(cfg.CapUSD/row.SpentUSD + spendEpsilon))
+		for _, n := range cfg.Processes {
+			for _, contender := range cfg.Contenders {
+				row, err := m.measure(ctx, contender, n)
+				if err != nil {
+					return err
+				}
+				row.Payable = result.Payable
+				if row.Payable > 0 {
+					row.Goodput = float64(row.Completed) / float64(row.Payable)
+				}
+				result.Rows = append(result.Rows, row)
+			}
+		}
+		return nil
+	})
 }
 
 type spendMeasurement struct {

@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -162,40 +161,32 @@ type takeoverSide struct {
 	exe       string
 }
 
-// Takeover runs the takeover scenario.
-func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
-	result := TakeoverResult{Config: cfg}
+func (cfg TakeoverConfig) validate() error {
 	if cfg.Kills < 1 || cfg.Calls < 1 || cfg.CallLatency <= 0 || cfg.KillAfter < 0 || cfg.KillAfter >= cfg.CallLatency {
-		return result, fmt.Errorf("bench: takeover: kills %d and calls %d must be positive, and the kill (%s after the last call) inside the call latency %s",
+		return fmt.Errorf("bench: takeover: kills %d and calls %d must be positive, and the kill (%s after the last call) inside the call latency %s",
 			cfg.Kills, cfg.Calls, cfg.KillAfter, cfg.CallLatency)
 	}
-	if len(cfg.Contenders) == 0 {
-		return result, fmt.Errorf("bench: takeover: no contender: want some of %s, %s, %s", TakeoverAgentsaga, TakeoverDBOSRestart, TakeoverDBOSSurvivor)
-	}
-	for _, c := range cfg.Contenders {
-		if takeoverNames[c] == "" {
-			return result, fmt.Errorf("bench: takeover: contender %q: want %s, %s or %s", c, TakeoverAgentsaga, TakeoverDBOSRestart, TakeoverDBOSSurvivor)
-		}
-	}
-	dir, err := scenarioDir("bench: takeover", "takeover")
-	if err != nil {
-		return result, err
-	}
-	defer os.RemoveAll(dir)
-	log := &requestLog{}
-	down, err := serveDownstream("127.0.0.1:0", Faults{Latency: cfg.CallLatency}, 1, log.wrap)
-	if err != nil {
-		return result, err
-	}
-	defer down.Close()
-	for _, contender := range cfg.Contenders {
-		row, err := takeoverContender(ctx, cfg, contender, dir, down, log)
+	return checkContenders("bench: takeover", cfg.Contenders, takeoverNames)
+}
+
+// Takeover runs the takeover scenario.
+func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
+	return inScratchDir("bench: takeover", "takeover", cfg.validate(), TakeoverResult{Config: cfg}, func(dir string, result *TakeoverResult) error {
+		log := &requestLog{}
+		down, err := serveDownstream("127.0.0.1:0", Faults{Latency: cfg.CallLatency}, 1, log.wrap)
 		if err != nil {
-			return result, fmt.Errorf("bench: takeover: %s: %w", takeoverNames[contender], err)
+			return err
 		}
-		result.Rows = append(result.Rows, row)
-	}
-	return result, nil
+		defer down.Close()
+		for _, contender := range cfg.Contenders {
+			row, err := takeoverContender(ctx, cfg, contender, dir, down, log)
+			if err != nil {
+				return fmt.Errorf("bench: takeover: %s: %w", takeoverNames[contender], err)
+			}
+			result.Rows = append(result.Rows, row)
+		}
+		return nil
+	})
 }
 
 func takeoverContender(ctx context.Context, cfg TakeoverConfig, contender, dir string, down *Downstream, log *requestLog) (TakeoverRow, error) {

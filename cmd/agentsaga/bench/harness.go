@@ -373,7 +373,10 @@ func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgr
 // benchDatabase is the scenario's own database, so that what Postgres
 // counts in it is the agentsaga workers' alone.
 type benchDatabase struct {
-	url, adminURL, name string
+	// url keeps the server URL's settings; plainURL drops the pool_*
+	// ones, which only pgxpool reads (libpq and pgx's own parser would
+	// send them to the server).
+	url, plainURL, adminURL, name string
 	// starter, when set, is the application_name of the bench's own
 	// connections, which stay open while the workers stop.
 	starter string
@@ -391,7 +394,7 @@ func newBenchDatabase(ctx context.Context, serverURL string) (*benchDatabase, er
 func newBenchDatabaseFor(ctx context.Context, serverURL, kind string, migrate bool) (*benchDatabase, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, fmt.Errorf("bench: fleet: DATABASE_URL must be a postgres:// URL (got %q): %v", serverURL, err)
+		return nil, fmt.Errorf("bench: %s: DATABASE_URL must be a postgres:// URL (got %q): %v", kind, serverURL, err)
 	}
 	base := strings.TrimPrefix(u.Path, "/")
 	if base == "" {
@@ -400,26 +403,34 @@ func newBenchDatabaseFor(ctx context.Context, serverURL, kind string, migrate bo
 	db := &benchDatabase{name: base + "_" + kind + "_" + nonce()}
 	u.Path = "/" + db.name
 	db.url = u.String()
+	q := u.Query()
+	for key := range q {
+		if strings.HasPrefix(key, "pool_") {
+			q.Del(key)
+		}
+	}
+	u.RawQuery = q.Encode()
+	db.plainURL = u.String()
 	u.Path = "/postgres"
 	db.adminURL = u.String()
 	admin, err := pgx.Connect(ctx, db.adminURL)
 	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: connect to postgres: %w", err)
+		return nil, fmt.Errorf("bench: %s: connect to postgres: %w", kind, err)
 	}
 	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("bench: fleet: create database %s: %w", db.name, err)
+		return nil, fmt.Errorf("bench: %s: create database %s: %w", kind, db.name, err)
 	}
 	if migrate {
-		if _, err := migrations.Apply(ctx, db.url); err != nil {
+		if _, err := migrations.Apply(ctx, db.plainURL); err != nil {
 			db.drop()
 			return nil, err
 		}
 	}
-	conn, err := pgx.Connect(ctx, db.url)
+	conn, err := pgx.Connect(ctx, db.plainURL)
 	if err != nil {
 		db.drop()
-		return nil, fmt.Errorf("bench: fleet: connect to %s: %w", db.name, err)
+		return nil, fmt.Errorf("bench: %s: connect to %s: %w", kind, db.name, err)
 	}
 	defer conn.Close(ctx)
 	// The view answers only when the library is in shared_preload_libraries.

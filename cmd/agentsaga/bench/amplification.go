@@ -288,10 +288,7 @@ func PrintRows(out io.Writer, title string, rows []Row) {
 	fmt.Fprintf(out, "%s\n", title)
 	tw := newTable(out, "  CONTENDER\tLOGICAL CALLS\tREQUESTS\tAMPLIFICATION\tTARGET\tSECONDS")
 	for _, r := range rows {
-		target := "-"
-		if r.Target > 0 {
-			target = fmt.Sprintf("<= %.2f (%s)", r.Target, verdict(r.Amplification <= r.Target))
-		}
+		target := targetCell(r.Target > 0, fmt.Sprintf("<= %.2f", r.Target), r.Amplification <= r.Target)
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%.2f\t%s\t%.1f\n", r.Contender, r.LogicalCalls, r.Requests, r.Amplification, target, r.Seconds)
 	}
 	tw.Flush()

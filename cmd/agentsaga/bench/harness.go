@@ -695,6 +695,15 @@ func (l *loopback) Close() error {
 	return l.server.Close()
 }
 
+// targetCell is a table's TARGET cell: "-" for a row without a target,
+// else the bound and whether the row met it.
+func targetCell(has bool, bound string, met bool) string {
+	if !has {
+		return "-"
+	}
+	return bound + " (" + verdict(met) + ")"
+}
+
 // newTable starts a benchmark's table on out: a tab writer (two spaces
 // between columns) with header, tab-separated, as its first line. The
 // caller writes the rows and flushes it.

@@ -116,10 +116,7 @@ func PrintOverhead(out io.Writer, title string, rows []OverheadRow) {
 	fmt.Fprintf(out, "%s\n", title)
 	tw := newTable(out, "  CONTENDER\tCALLS\tSECONDS\tCALLS/S\tMEAN LATENCY\tRATIO\tTARGET")
 	for i, r := range rows {
-		target := "-"
-		if i > 0 {
-			target = "<= 1.10 (" + verdict(r.Ratio <= 1.1) + ")"
-		}
+		target := targetCell(i > 0, "<= 1.10", r.Ratio <= 1.1)
 		fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f ms\t%.2f\t%s\n", r.Contender, r.Calls, r.Seconds, r.CallsPerSec, r.MeanLatencyMs, r.Ratio, target)
 	}
 	tw.Flush()

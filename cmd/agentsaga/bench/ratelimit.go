@@ -803,6 +803,17 @@ func readPlainCounts(procs []*benchProcess) (rateLimitCounts, error) {
 	return sum, nil
 }
 
+// rateLimitNotes explain the rate-limit table's columns.
+const rateLimitNotes = `
+  429 SHARE: requests answered 429 over all requests the provider received;
+  TOKENS/MIN: tokens the provider admitted (prompt + completion of the answered requests) over the window from the first request to the last reply;
+  OF QUOTA: those tokens over the most the key allows in that window (a full bucket, one minute's limit, plus limit x window);
+  WAIT: a turn's wait for admission, from ready to the send of the request that succeeded (agentsaga: the turn's first ActivityTaskScheduled
+    to the ActivityTaskStarted of the attempt that completed it, from the histories; the plain sides: measured in the activity);
+  RETRY TOKENS: agentsaga: the fleet retry bucket's withdrawals granted; the plain sides: requests retried (the SDK's and Temporal's);
+  IDEAL S: the least time the quota allows for every run's turns (at the mean size of the requests answered), past the first minute's burst
+`
+
 // PrintRateLimit writes the table and the agentsaga rows' targets.
 func PrintRateLimit(out io.Writer, result RateLimitResult) {
 	cfg := result.Config
@@ -828,13 +839,7 @@ func PrintRateLimit(out io.Writer, result RateLimitResult) {
 		fmt.Fprintf(out, "  TARGET %s, %d processes: 429 share %.1f%% < 1%% (%s); %.0f%% of the quota >= 85%% (%s); %d of %d runs completed (%s); %d retry tokens = 0 (%s)\n",
 			r.Contender, r.Processes, 100*r.Share429, verdict(share), 100*r.QuotaShare, verdict(used), r.Completed, r.Runs, verdict(completed), r.RetryTokens, verdict(retries))
 	}
-	fmt.Fprintln(out, "\n  429 SHARE: requests answered 429 over all requests the provider received;")
-	fmt.Fprintln(out, "  TOKENS/MIN: tokens the provider admitted (prompt + completion of the answered requests) over the window from the first request to the last reply;")
-	fmt.Fprintln(out, "  OF QUOTA: those tokens over the most the key allows in that window (a full bucket, one minute's limit, plus limit x window);")
-	fmt.Fprintln(out, "  WAIT: a turn's wait for admission, from ready to the send of the request that succeeded (agentsaga: the turn's first ActivityTaskScheduled")
-	fmt.Fprintln(out, "    to the ActivityTaskStarted of the attempt that completed it, from the histories; the plain sides: measured in the activity);")
-	fmt.Fprintln(out, "  RETRY TOKENS: agentsaga: the fleet retry bucket's withdrawals granted; the plain sides: requests retried (the SDK's and Temporal's);")
-	fmt.Fprintln(out, "  IDEAL S: the least time the quota allows for every run's turns (at the mean size of the requests answered), past the first minute's burst")
+	fmt.Fprint(out, rateLimitNotes)
 }
 
 // RateLimitChart writes to path a PNG of three bar charts, one bar per row

@@ -990,6 +990,16 @@ func RunSpendWorker(ctx context.Context, out io.Writer, c client.Client, cfg Spe
 	return nil
 }
 
+// spendNotes explain the spend table's columns.
+const spendNotes = `
+  SPENT: the provider's counted usage at the bench's price, in the cap's period (before any reset); OVERSPEND: spent past the cap; OF CAP: spent over the cap;
+  TURNS: model turns the provider answered; PAYABLE: the cap over what one run alone costs, rounded down; GOODPUT: COMPLETED over PAYABLE
+    (a figure only with $0.00 over: a contender that overspends completes more runs than the cap pays for); QUEUED: runs waiting for admission;
+  PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;
+  STATEMENTS A TURN: a model turn's ledger statements as TestStatementsPerSuccessfulCall counts them, not measured here: 2 (the claim,
+    which holds agentsaga's reservation, and the settle, which settles it), plus the gateway's SELECT and UPDATE for check-then-record
+`
+
 // PrintSpend writes the table and the agentsaga rows' targets.
 func PrintSpend(out io.Writer, result SpendResult) {
 	cfg := result.Config
@@ -1065,12 +1075,7 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		fmt.Fprintf(out, "  TARGET %s, %d processes: goodput %d of %d payable = %.0f%% >= 90%% (%s); the other %d runs queued, not cut short (%s); after %d period resets, every queued run completed, no period over its cap (%s)\n",
 			r.Contender, r.Processes, r.Completed, r.Payable, 100*r.Goodput, verdict(goodput), r.Runs-r.Completed, verdict(othersQueued), len(r.Resets), verdict(drained))
 	}
-	fmt.Fprintln(out, "\n  SPENT: the provider's counted usage at the bench's price, in the cap's period (before any reset); OVERSPEND: spent past the cap; OF CAP: spent over the cap;")
-	fmt.Fprintln(out, "  TURNS: model turns the provider answered; PAYABLE: the cap over what one run alone costs, rounded down; GOODPUT: COMPLETED over PAYABLE")
-	fmt.Fprintln(out, "    (a figure only with $0.00 over: a contender that overspends completes more runs than the cap pays for); QUEUED: runs waiting for admission;")
-	fmt.Fprintln(out, "  PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;")
-	fmt.Fprintln(out, "  STATEMENTS A TURN: a model turn's ledger statements as TestStatementsPerSuccessfulCall counts them, not measured here: 2 (the claim,")
-	fmt.Fprintln(out, "    which holds agentsaga's reservation, and the settle, which settles it), plus the gateway's SELECT and UPDATE for check-then-record")
+	fmt.Fprint(out, spendNotes)
 }
 
 // SpendChart writes to path a PNG of the account's spend over time, one

@@ -99,10 +99,7 @@ func PrintSuccess(out io.Writer, title string, rows []SuccessRow) {
 	fmt.Fprintf(out, "%s\n", title)
 	tw := newTable(out, "  CONTENDER\tP\tLOGICAL CALLS\tSUCCEEDED\tSUCCESS\tIDEAL 1-p^3\tTARGET\tREQUESTS")
 	for _, r := range rows {
-		target := "-"
-		if r.Target > 0 {
-			target = fmt.Sprintf(">= %.1f%% (%s)", 100*r.Target, verdict(r.SuccessRate >= r.Target))
-		}
+		target := targetCell(r.Target > 0, fmt.Sprintf(">= %.1f%%", 100*r.Target), r.SuccessRate >= r.Target)
 		fmt.Fprintf(tw, "  %s\t%.2f\t%d\t%d\t%.2f%%\t%.2f%%\t%s\t%d\n", r.Contender, r.FailureRate, r.LogicalCalls, r.Succeeded,
 			100*r.SuccessRate, 100*r.Ideal, target, r.Requests)
 	}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // The two dev servers of the fleet scenario.
@@ -443,7 +442,7 @@ func fleetSpec(url string, calls int) (agentsaga.RunSpec, error) {
 	for i := range calls {
 		list = append(list, fmt.Sprintf("{name: down, arguments: {n: %d}}", i))
 	}
-	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+	return parseRunSpec("bench: fleet", fmt.Sprintf(`
 goal: call the downstream service
 budget: {steps: 4, seconds: 600}
 model:
@@ -453,14 +452,7 @@ model:
     - content: done
 tools:
   - {name: down, kind: http, url: %q}
-`, strings.Join(list, ", "), url)))
-	if err != nil {
-		return spec, fmt.Errorf("bench: fleet: spec: %w", err)
-	}
-	// The dev servers have them registered; a fleet's starter checks once,
-	// not at every start.
-	spec.SearchAttributes = true
-	return spec, nil
+`, strings.Join(list, ", "), url))
 }
 
 type fleetMeasurement struct {

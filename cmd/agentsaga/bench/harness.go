@@ -37,6 +37,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/migrations"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -694,6 +695,27 @@ func (l *loopback) Close() error {
 	}
 	return l.server.Close()
 }
+
+// parseRunSpec parses a process scenario's run spec, with its search
+// attributes on: the scenario's dev server has them registered, and its
+// starter checks once, not at every start.
+func parseRunSpec(label, yaml string) (agentsaga.RunSpec, error) {
+	spec, err := workflows.ParseSpec([]byte(yaml))
+	if err != nil {
+		return spec, fmt.Errorf("%s: spec: %w", label, err)
+	}
+	spec.SearchAttributes = true
+	return spec, nil
+}
+
+// wordCountTool is a spec's tools block with the built-in word_count tool,
+// which the rate-limit and spend scenarios' models call.
+var wordCountTool = fmt.Sprintf(`tools:
+  - name: %s
+    kind: go
+    description: Count the words in a text.
+    parameters: %s
+`, rateLimitTool, rateLimitToolSchema)
 
 // targetCell is a table's TARGET cell: "-" for a row without a target,
 // else the bound and whether the row met it.

@@ -35,7 +35,6 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/quota"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // The rate-limit scenario (issue 22) asks what a fleet of K processes that
@@ -519,7 +518,7 @@ func RateLimitSpec(cfg RateLimitConfig, url string, declare bool) (agentsaga.Run
 	if declare {
 		limit = fmt.Sprintf("\n  rate_limit: {requests_per_minute: %d, tokens_per_minute: %d}", cfg.RequestsPerMinute, cfg.TokensPerMinute)
 	}
-	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+	return parseRunSpec(rateLimitMeasurementLabel, fmt.Sprintf(`
 goal: %q
 system: %q
 budget: {steps: %d, seconds: %d}
@@ -529,18 +528,8 @@ model:
   base_url: %q
   api_key_env: %s
   max_tokens: %d%s
-tools:
-  - name: %s
-    kind: go
-    description: Count the words in a text.
-    parameters: %s
-`, rateLimitGoal(cfg.GoalChars), rateLimitSystem, 2*cfg.Turns+2, int((3 * cfg.Timeout).Seconds()), rateLimitModel, url, RateLimitKeyEnv, cfg.MaxTokens, limit,
-		rateLimitTool, rateLimitToolSchema)))
-	if err != nil {
-		return spec, fmt.Errorf("%s: spec: %w", rateLimitMeasurementLabel, err)
-	}
-	spec.SearchAttributes = true
-	return spec, nil
+%s`, rateLimitGoal(cfg.GoalChars), rateLimitSystem, 2*cfg.Turns+2, int((3*cfg.Timeout).Seconds()), rateLimitModel, url, RateLimitKeyEnv, cfg.MaxTokens, limit,
+		wordCountTool))
 }
 
 // rateLimitGoal is a goal of about chars characters: an instruction and a

@@ -34,7 +34,6 @@ import (
 	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // The spend scenario (issue 31) asks whether runs that share one account
@@ -729,24 +728,14 @@ func spendRunSpec(cfg SpendConfig, url, account string) (agentsaga.RunSpec, erro
 	if account != "" {
 		account = ", account: " + account
 	}
-	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+	return parseRunSpec(spendLabel, fmt.Sprintf(`
 goal: %q
 system: %q
 budget: {steps: %d, seconds: %d, usd: %v%s}
 model: {provider: %s, name: %s, base_url: %q, max_tokens: %d}
 prices: {models: {%[8]s: {input_per_million: %[11]v, output_per_million: %[11]v}}}
-tools:
-  - name: %s
-    kind: go
-    description: Count the words in a text.
-    parameters: %s
-`, spendGoal(cfg.GoalChars), spendSystem, 4*(cfg.ToolCalls+1), int((3 * cfg.Timeout).Seconds()), cfg.RunUSD, account,
-		agentsagatype.ProviderOpenAI, spendModel, url, cfg.MaxTokens, cfg.USDPerMillion, rateLimitTool, rateLimitToolSchema)))
-	if err != nil {
-		return spec, fmt.Errorf("%s: spec: %w", spendLabel, err)
-	}
-	spec.SearchAttributes = true
-	return spec, nil
+%[12]s`, spendGoal(cfg.GoalChars), spendSystem, 4*(cfg.ToolCalls+1), int((3*cfg.Timeout).Seconds()), cfg.RunUSD, account,
+		agentsagatype.ProviderOpenAI, spendModel, url, cfg.MaxTokens, cfg.USDPerMillion, wordCountTool))
 }
 
 // spendGoal is a goal of about chars characters.

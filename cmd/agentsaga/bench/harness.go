@@ -9,7 +9,6 @@ package bench
 // providers) in files of their own.
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -569,6 +568,8 @@ func (db *benchDatabase) drop() {
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
 }
 
+// median is the median of xs (the mean of the middle two for an even
+// count).
 func median(xs []float64) float64 {
 	xs = slices.Sorted(slices.Values(xs))
 	if len(xs)%2 == 0 {
@@ -577,6 +578,7 @@ func median(xs []float64) float64 {
 	return xs[len(xs)/2]
 }
 
+// ms is d in milliseconds.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func percentiles(sample []float64) Percentiles {
@@ -591,19 +593,15 @@ func percentiles(sample []float64) Percentiles {
 
 // processCPU is a process's user and system CPU seconds so far.
 func processCPU(pid int) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The fields after the command's closing parenthesis; utime and stime
-	// are the 14th and 15th of the whole line.
-	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("bench stream: /proc/%d/stat: too few fields", pid)
+	stat, err := proc.Stat()
+	if err != nil {
+		return 0, err
 	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100, nil // clock ticks of 1/100 s
+	return stat.CPUTime(), nil
 }
 
 // peakMiB is a process's peak resident memory (VmHWM).
@@ -628,6 +626,7 @@ func ProcStatusKB(pid int, field string) (float64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
+// met is a stream target's verdict: met, or not met.
 func met(ok bool) string {
 	if ok {
 		return "met"
@@ -645,6 +644,7 @@ func quantile(xs []float64, q float64) float64 {
 	return xs[min(max(i, 0), len(xs)-1)]
 }
 
+// verdict is a target's verdict in most tables: met, or MISSED.
 func verdict(met bool) string {
 	if met {
 		return "met"
@@ -652,6 +652,7 @@ func verdict(met bool) string {
 	return "MISSED"
 }
 
+// nonce is 8 random hex digits, for names that must not collide.
 func nonce() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)

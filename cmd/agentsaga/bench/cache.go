@@ -13,12 +13,10 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -176,12 +174,9 @@ func Cache(ctx context.Context, c client.Client, databaseURL string, cfg CacheCo
 		return res, fmt.Errorf("bench: cache: cap the account: %w", err)
 	}
 	queue := "bench-cache-" + id
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
+	w, err := startEngineWorker(ctx, c, store, queue, queue)
 	if err != nil {
-		return res, err
-	}
-	if err := w.Start(); err != nil {
-		return res, fmt.Errorf("bench: cache: start worker: %w", err)
+		return res, fmt.Errorf("bench: cache: %w", err)
 	}
 	defer w.Stop()
 	for _, caching := range []bool{true, false} {

@@ -8,11 +8,9 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -96,12 +94,8 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
 	}
 	defer store.Close()
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "bench-drain-" + nonce()}})
+	w, err := startEngineWorker(ctx, c, store, queue, "bench-drain-"+nonce(), DrainWorkflow)
 	if err != nil {
-		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
-	}
-	w.RegisterWorkflow(DrainWorkflow)
-	if err := w.Start(); err != nil {
 		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
 	}
 	defer w.Stop()

@@ -35,9 +35,12 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
+	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/migrations"
+	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -761,4 +764,36 @@ func inScratchDir[R any](label, name string, invalid error, result R, run func(d
 	defer os.RemoveAll(dir)
 	err = run(dir, &result)
 	return result, err
+}
+
+// startEngineWorker starts an agentsaga worker in this process on store,
+// polling queue with the fleet retry bucket named bucket, with workflows
+// registered beside the engine's; the caller stops it.
+func startEngineWorker(ctx context.Context, c client.Client, store *ledger.Store, queue, bucket string, workflows ...any) (sdkworker.Worker, error) {
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: bucket}})
+	if err != nil {
+		return nil, err
+	}
+	for _, wf := range workflows {
+		w.RegisterWorkflow(wf)
+	}
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	return w, nil
+}
+
+// startEngineWorkerOn is startEngineWorker on a ledger store of its own,
+// on databaseURL; stop stops both.
+func startEngineWorkerOn(ctx context.Context, c client.Client, databaseURL, queue, bucket string, workflows ...any) (stop func(), err error) {
+	store, err := ledger.Open(ctx, databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	w, err := startEngineWorker(ctx, c, store, queue, bucket, workflows...)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return func() { w.Stop(); store.Close() }, nil
 }

@@ -29,12 +29,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -217,12 +215,9 @@ func longOne(ctx context.Context, c client.Client, store *ledger.Store, cfg Long
 	}
 
 	queue := fmt.Sprintf("bench-long-%d-%s", turns, nonce())
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
+	w, err := startEngineWorker(ctx, c, store, queue, queue)
 	if err != nil {
-		return row, err
-	}
-	if err := w.Start(); err != nil {
-		return row, fmt.Errorf("bench: long: start worker: %w", err)
+		return row, fmt.Errorf("bench: long: %w", err)
 	}
 	defer w.Stop()
 

@@ -9,10 +9,6 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 )
 
 // ToolCallsInput is one run of ToolCallsWorkflow.
@@ -92,17 +88,7 @@ func Overhead(ctx context.Context, c client.Client, databaseURL string, cfg Ampl
 		return nil, err
 	}
 	saga, err := measure("agentsaga tool call (hook + ledger)", func(queue string) (func(), error) {
-		store, err := ledger.Open(ctx, databaseURL)
-		if err != nil {
-			return nil, err
-		}
-		w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "bench-overhead"}})
-		if err != nil {
-			store.Close()
-			return nil, err
-		}
-		w.RegisterWorkflow(ToolCallsWorkflow)
-		return func() { w.Stop(); store.Close() }, w.Start()
+		return startEngineWorkerOn(ctx, c, databaseURL, queue, "bench-overhead", ToolCallsWorkflow)
 	}, ToolCallsWorkflow, ToolCallsInput{URL: down.URL(), Calls: cfg.Calls})
 	if err != nil {
 		return nil, err

@@ -9,11 +9,9 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -141,14 +139,10 @@ func startOutageWorker(ctx context.Context, c client.Client, databaseURL, queueP
 		return nil, err
 	}
 	queue := queuePrefix + nonce()
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
+	w, err := startEngineWorker(ctx, c, store, queue, queue)
 	if err != nil {
 		store.Close()
 		return nil, err
-	}
-	if err := w.Start(); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("start worker: %w", err)
 	}
 	return &outageWorker{client: c, store: ledgerdb.Of(store), queue: queue, close: func() { w.Stop(); store.Close() }}, nil
 }

@@ -1,12 +1,19 @@
 package bench
 
-// The harness is what the benchmarks that start their own processes share:
-// a scratch directory, a dev server in memory (or on a file) started from
-// the Temporal CLI, a Postgres database of the scenario's own, worker
-// processes of the agentsaga binary that it waits for, CPU, memory and load
-// sampling, and the small figures and verdicts their tables print. The
-// charts' common parts are in charts.go; the fakes (the downstream, the
-// providers) in files of their own.
+// The harness is the one runner the benchmarks share. For the scenarios
+// that start their own processes (fleet, ratelimit, spend, fairness,
+// takeover): their configs' common parts (ProcessScenario, contest,
+// providerLatency), the prologue that validates a config and makes the
+// scratch directory (inScratchDir), a dev server in memory or on a file
+// (startBenchServer), a Postgres database of the scenario's own
+// (benchDatabase), worker processes of the agentsaga binary started and
+// waited for (startWorkerProcesses), and CPU, memory and load sampling.
+// For the scenarios whose workers run in the test's or the command's
+// process: the agentsaga worker (startEngineWorker). For all: the fakes'
+// loopback HTTP server (loopback), run specs (parseRunSpec), tables and
+// their targets and verdicts (newTable, printTargets, targetCell), and
+// percentiles. The charts' common parts are in charts.go; the fakes
+// themselves, and each benchmark's own measurement, in files of their own.
 
 import (
 	"context"

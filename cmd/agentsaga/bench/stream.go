@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -347,9 +345,8 @@ func (p *streamProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveProcess is `agentsaga serve` as a process of its own, so that its
 // CPU and memory are its own.
 type serveProcess struct {
-	cmd  *exec.Cmd
+	*benchProcess
 	base string
-	done chan struct{}
 }
 
 func startServe(ctx context.Context, cfg StreamConfig) (*serveProcess, error) {
@@ -359,15 +356,18 @@ func startServe(ctx context.Context, cfg StreamConfig) (*serveProcess, error) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cmd := exec.Command(cfg.Executable, "serve", "--listen", addr)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+cfg.DatabaseURL, "TEMPORAL_ADDRESS="+cfg.TemporalAddress, "TEMPORAL_NAMESPACE="+cfg.Namespace)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	logFile, err := os.CreateTemp("", "agentsaga-stream-serve-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("bench stream: serve's log: %w", err)
+	}
+	_ = logFile.Close()
+	p, err := startProcess(cfg.Executable, []string{"serve", "--listen", addr},
+		[]string{"DATABASE_URL=" + cfg.DatabaseURL, "TEMPORAL_ADDRESS=" + cfg.TemporalAddress, "TEMPORAL_NAMESPACE=" + cfg.Namespace}, logFile.Name())
+	if err != nil {
+		_ = os.Remove(logFile.Name())
 		return nil, fmt.Errorf("bench stream: start serve: %w", err)
 	}
-	s := &serveProcess{cmd: cmd, base: "http://" + addr, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	s := &serveProcess{benchProcess: p, base: "http://" + addr}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(s.base + "/v1/openapi.json")
@@ -377,29 +377,28 @@ func startServe(ctx context.Context, cfg StreamConfig) (*serveProcess, error) {
 				return s, nil
 			}
 		}
+		fail := func(err error) (*serveProcess, error) {
+			s.stop()
+			return nil, err
+		}
 		select {
 		case <-s.done:
-			return nil, fmt.Errorf("bench stream: serve exited: %s", logs.String())
+			return fail(fmt.Errorf("bench stream: serve exited: %s", tail(s.log)))
 		case <-ctx.Done():
-			s.stop()
-			return nil, ctx.Err()
+			return fail(ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("bench stream: serve did not answer within 30 s: %s", logs.String())
+			return fail(fmt.Errorf("bench stream: serve did not answer within 30 s: %s", tail(s.log)))
 		}
 	}
 }
 
+// stop stops serve as an operator would (benchProcess.stop) and removes
+// its log.
 func (s *serveProcess) stop() {
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	_ = s.benchProcess.stop()
+	_ = os.Remove(s.log)
 }
 
 // apiClient starts runs and follows them over serve's HTTP API; the

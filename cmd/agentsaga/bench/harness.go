@@ -116,14 +116,20 @@ func (l providerLatency) draw(random *mathrand.Rand) time.Duration {
 	return latency
 }
 
-// benchServer is a dev server that a scenario started for itself, and the
-// environment its worker processes connect with.
-type benchServer struct {
-	server *testsuite.DevServer
-	c      client.Client
-	env    []string
-	// port finds the server's process (sampleCPU).
-	port string
+// inScratchDir runs a process scenario: unless its config is invalid, it
+// makes the scenario's scratch directory (for its servers' and workers'
+// logs), runs run there with the result to fill, and removes it after.
+func inScratchDir[R any](label, name string, invalid error, result R, run func(dir string, result *R) error) (R, error) {
+	if invalid != nil {
+		return result, invalid
+	}
+	dir, err := os.MkdirTemp("", "agentsaga-"+name+"-")
+	if err != nil {
+		return result, fmt.Errorf("%s: temp dir: %w", label, err)
+	}
+	defer os.RemoveAll(dir)
+	err = run(dir, &result)
+	return result, err
 }
 
 // serverOptions shape a benchServer: it logs to dir/temporal.log (or
@@ -132,6 +138,16 @@ type benchServer struct {
 type serverOptions struct {
 	name, dbFile string
 	extraArgs    []string
+}
+
+// benchServer is a dev server that a scenario started for itself, and the
+// environment its worker processes connect with.
+type benchServer struct {
+	server *testsuite.DevServer
+	c      client.Client
+	env    []string
+	// port finds the server's process (sampleCPU).
+	port string
 }
 
 // startBenchServer starts a dev server from temporalBin with the engine's
@@ -310,74 +326,36 @@ func waitForReady(ctx context.Context, procs []*benchProcess, ready string) erro
 	}
 }
 
-// cpuSample is the CPU seconds each process had used, by PID, in the three
-// groups a row reports.
-type cpuSample struct{ workers, server, postgres map[int]float64 }
-
-// sampleCPU reads the CPU time of the worker processes, of the dev server
-// (the process started with --port serverPort) and of the Postgres backends
-// whose process title names the scenario's database.
-func sampleCPU(procs []*benchProcess, serverPort, database string) cpuSample {
-	sample := cpuSample{workers: map[int]float64{}, server: map[int]float64{}, postgres: map[int]float64{}}
-	fs, err := procfs.NewDefaultFS()
+// startEngineWorker starts an agentsaga worker in this process on store,
+// polling queue with the fleet retry bucket named bucket, with workflows
+// registered beside the engine's; the caller stops it.
+func startEngineWorker(ctx context.Context, c client.Client, store *ledger.Store, queue, bucket string, workflows ...any) (sdkworker.Worker, error) {
+	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: bucket}})
 	if err != nil {
-		return sample
+		return nil, err
 	}
-	all, err := fs.AllProcs()
-	if err != nil {
-		return sample
+	for _, wf := range workflows {
+		w.RegisterWorkflow(wf)
 	}
-	workers := map[int]bool{}
-	for _, p := range procs {
-		workers[p.cmd.Process.Pid] = true
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
 	}
-	for _, proc := range all {
-		group := sample.workers
-		if !workers[proc.PID] {
-			args, err := proc.CmdLine()
-			if err != nil || len(args) == 0 {
-				continue
-			}
-			switch title := strings.Join(args, " "); {
-			case strings.Contains(title, "start-dev") && strings.Contains(title, "--port "+serverPort+" "):
-				group = sample.server
-			case strings.HasPrefix(title, "postgres: ") && strings.Contains(title, " "+database+" "):
-				group = sample.postgres
-			default:
-				continue
-			}
-		}
-		if stat, err := proc.Stat(); err == nil {
-			group[proc.PID] = stat.CPUTime()
-		}
-	}
-	return sample
+	return w, nil
 }
 
-// loadAverage is the 1-minute load average, 0 where there is no /proc.
-func loadAverage() float64 {
-	fs, err := procfs.NewDefaultFS()
+// startEngineWorkerOn is startEngineWorker on a ledger store of its own,
+// on databaseURL; stop stops both.
+func startEngineWorkerOn(ctx context.Context, c client.Client, databaseURL, queue, bucket string, workflows ...any) (stop func(), err error) {
+	store, err := ledger.Open(ctx, databaseURL)
 	if err != nil {
-		return 0
+		return nil, err
 	}
-	load, err := fs.LoadAvg()
+	w, err := startEngineWorker(ctx, c, store, queue, bucket, workflows...)
 	if err != nil {
-		return 0
+		store.Close()
+		return nil, err
 	}
-	return load.Load1
-}
-
-// since is the CPU seconds used from before to s, by group; a process
-// that began in between counts from zero.
-func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgres float64 }) {
-	delta := func(now, then map[int]float64) (sum float64) {
-		for pid, cpu := range now {
-			sum += cpu - then[pid]
-		}
-		return sum
-	}
-	used.workers, used.server, used.postgres = delta(s.workers, before.workers), delta(s.server, before.server), delta(s.postgres, before.postgres)
-	return used
+	return func() { w.Stop(); store.Close() }, nil
 }
 
 // benchDatabase is the scenario's own database, so that what Postgres
@@ -578,27 +556,74 @@ func (db *benchDatabase) drop() {
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
 }
 
-// median is the median of xs (the mean of the middle two for an even
-// count).
-func median(xs []float64) float64 {
-	xs = slices.Sorted(slices.Values(xs))
-	if len(xs)%2 == 0 {
-		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+// cpuSample is the CPU seconds each process had used, by PID, in the three
+// groups a row reports.
+type cpuSample struct{ workers, server, postgres map[int]float64 }
+
+// sampleCPU reads the CPU time of the worker processes, of the dev server
+// (the process started with --port serverPort) and of the Postgres backends
+// whose process title names the scenario's database.
+func sampleCPU(procs []*benchProcess, serverPort, database string) cpuSample {
+	sample := cpuSample{workers: map[int]float64{}, server: map[int]float64{}, postgres: map[int]float64{}}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return sample
 	}
-	return xs[len(xs)/2]
+	all, err := fs.AllProcs()
+	if err != nil {
+		return sample
+	}
+	workers := map[int]bool{}
+	for _, p := range procs {
+		workers[p.cmd.Process.Pid] = true
+	}
+	for _, proc := range all {
+		group := sample.workers
+		if !workers[proc.PID] {
+			args, err := proc.CmdLine()
+			if err != nil || len(args) == 0 {
+				continue
+			}
+			switch title := strings.Join(args, " "); {
+			case strings.Contains(title, "start-dev") && strings.Contains(title, "--port "+serverPort+" "):
+				group = sample.server
+			case strings.HasPrefix(title, "postgres: ") && strings.Contains(title, " "+database+" "):
+				group = sample.postgres
+			default:
+				continue
+			}
+		}
+		if stat, err := proc.Stat(); err == nil {
+			group[proc.PID] = stat.CPUTime()
+		}
+	}
+	return sample
 }
 
-// ms is d in milliseconds.
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func percentiles(sample []float64) Percentiles {
-	if len(sample) == 0 {
-		return Percentiles{}
+// since is the CPU seconds used from before to s, by group; a process
+// that began in between counts from zero.
+func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgres float64 }) {
+	delta := func(now, then map[int]float64) (sum float64) {
+		for pid, cpu := range now {
+			sum += cpu - then[pid]
+		}
+		return sum
 	}
-	s := slices.Clone(sample)
-	slices.Sort(s)
-	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return Percentiles{N: len(s), P50: at(0.50), P95: at(0.95), Max: s[len(s)-1]}
+	used.workers, used.server, used.postgres = delta(s.workers, before.workers), delta(s.server, before.server), delta(s.postgres, before.postgres)
+	return used
+}
+
+// loadAverage is the 1-minute load average, 0 where there is no /proc.
+func loadAverage() float64 {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0
+	}
+	load, err := fs.LoadAvg()
+	if err != nil {
+		return 0
+	}
+	return load.Load1
 }
 
 // processCPU is a process's user and system CPU seconds so far.
@@ -634,47 +659,6 @@ func ProcStatusKB(pid int, field string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
-}
-
-// met is a stream target's verdict: met, or not met.
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "not met"
-}
-
-// quantile is the q-quantile of xs (nearest rank); 0 for none.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	xs = slices.Sorted(slices.Values(xs))
-	i := int(q*float64(len(xs))+0.5) - 1
-	return xs[min(max(i, 0), len(xs)-1)]
-}
-
-// verdict is a target's verdict in most tables: met, or MISSED.
-func verdict(met bool) string {
-	if met {
-		return "met"
-	}
-	return "MISSED"
-}
-
-// nonce is 8 random hex digits, for names that must not collide.
-func nonce() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// Percentiles of a sample.
-type Percentiles struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-	Max float64 `json:"max"`
 }
 
 // loopback is a fake's HTTP server (a downstream, a provider, a tool) on a
@@ -728,6 +712,15 @@ var wordCountTool = fmt.Sprintf(`tools:
     parameters: %s
 `, rateLimitTool, rateLimitToolSchema)
 
+// newTable starts a benchmark's table on out: a tab writer (two spaces
+// between columns) with header, tab-separated, as its first line. The
+// caller writes the rows and flushes it.
+func newTable(out io.Writer, header string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	return tw
+}
+
 // targetCell is a table's TARGET cell: "-" for a row without a target,
 // else the bound and whether the row met it.
 func targetCell(has bool, bound string, met bool) string {
@@ -737,13 +730,20 @@ func targetCell(has bool, bound string, met bool) string {
 	return bound + " (" + verdict(met) + ")"
 }
 
-// newTable starts a benchmark's table on out: a tab writer (two spaces
-// between columns) with header, tab-separated, as its first line. The
-// caller writes the rows and flushes it.
-func newTable(out io.Writer, header string) *tabwriter.Writer {
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
-	return tw
+// verdict is a target's verdict in most tables: met, or MISSED.
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "MISSED"
+}
+
+// met is a stream target's verdict: met, or not met.
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
 }
 
 // printTargets writes a scenario's targets under title, one a line: the
@@ -757,50 +757,50 @@ func printTargets(out io.Writer, title string, targets []LongTarget) {
 	tw.Flush()
 }
 
-// inScratchDir runs a process scenario: unless its config is invalid, it
-// makes the scenario's scratch directory (for its servers' and workers'
-// logs), runs run there with the result to fill, and removes it after.
-func inScratchDir[R any](label, name string, invalid error, result R, run func(dir string, result *R) error) (R, error) {
-	if invalid != nil {
-		return result, invalid
-	}
-	dir, err := os.MkdirTemp("", "agentsaga-"+name+"-")
-	if err != nil {
-		return result, fmt.Errorf("%s: temp dir: %w", label, err)
-	}
-	defer os.RemoveAll(dir)
-	err = run(dir, &result)
-	return result, err
+// Percentiles of a sample.
+type Percentiles struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	Max float64 `json:"max"`
 }
 
-// startEngineWorker starts an agentsaga worker in this process on store,
-// polling queue with the fleet retry bucket named bucket, with workflows
-// registered beside the engine's; the caller stops it.
-func startEngineWorker(ctx context.Context, c client.Client, store *ledger.Store, queue, bucket string, workflows ...any) (sdkworker.Worker, error) {
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: bucket}})
-	if err != nil {
-		return nil, err
+func percentiles(sample []float64) Percentiles {
+	if len(sample) == 0 {
+		return Percentiles{}
 	}
-	for _, wf := range workflows {
-		w.RegisterWorkflow(wf)
-	}
-	if err := w.Start(); err != nil {
-		return nil, fmt.Errorf("start worker: %w", err)
-	}
-	return w, nil
+	s := slices.Clone(sample)
+	slices.Sort(s)
+	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return Percentiles{N: len(s), P50: at(0.50), P95: at(0.95), Max: s[len(s)-1]}
 }
 
-// startEngineWorkerOn is startEngineWorker on a ledger store of its own,
-// on databaseURL; stop stops both.
-func startEngineWorkerOn(ctx context.Context, c client.Client, databaseURL, queue, bucket string, workflows ...any) (stop func(), err error) {
-	store, err := ledger.Open(ctx, databaseURL)
-	if err != nil {
-		return nil, err
+// quantile is the q-quantile of xs (nearest rank); 0 for none.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
 	}
-	w, err := startEngineWorker(ctx, c, store, queue, bucket, workflows...)
-	if err != nil {
-		store.Close()
-		return nil, err
+	xs = slices.Sorted(slices.Values(xs))
+	i := int(q*float64(len(xs))+0.5) - 1
+	return xs[min(max(i, 0), len(xs)-1)]
+}
+
+// median is the median of xs (the mean of the middle two for an even
+// count).
+func median(xs []float64) float64 {
+	xs = slices.Sorted(slices.Values(xs))
+	if len(xs)%2 == 0 {
+		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 	}
-	return func() { w.Stop(); store.Close() }, nil
+	return xs[len(xs)/2]
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// nonce is 8 random hex digits, for names that must not collide.
+func nonce() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -307,7 +307,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	// Warm-up runs first, on an account of their own: a fresh worker's
 	// first turns load the tokenizer and open its pool's connections,
 	// which no measured run should pay.
-	warm := fairnessIDs(prefix+"-w", fairnessWarmUp*cfg.Processes)
+	warm := runIDs(prefix+"-w", fairnessWarmUp*cfg.Processes)
 	if err := fairnessStart(runCtx, m.server.c, warm, base, "warm-up", opts, len(warm), nil); err != nil {
 		return fail(err)
 	}
@@ -316,7 +316,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	}
 	began := time.Now()
 
-	idsA := fairnessIDs(prefix+"-a", runsA)
+	idsA := runIDs(prefix+"-a", runsA)
 	if err := fairnessStart(runCtx, m.server.c, idsA, base, fairnessAccountA, opts, 8, nil); err != nil {
 		return fail(err)
 	}
@@ -327,7 +327,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 				return fail(err)
 			}
 		}
-		idsB := fairnessIDs(prefix+"-b", runsB)
+		idsB := runIDs(prefix+"-b", runsB)
 		starts := make([]time.Time, runsB)
 		if err := fairnessStart(runCtx, m.server.c, idsB, base, fairnessAccountB, opts, runsB, starts); err != nil {
 			return fail(err)
@@ -382,14 +382,6 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 			label, run.BFirstTurn.P50, run.BFirstTurn.P95, run.ARunsPerSecond, run.Outcomes, run.Seconds)
 	}
 	return run, nil
-}
-
-func fairnessIDs(prefix string, n int) []string {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-	}
-	return ids
 }
 
 // fairnessGoal is run id's goal: the provider tells the runs apart by it.

@@ -570,10 +570,9 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 func runFleet(ctx context.Context, prefix string, runs int,
 	start func(context.Context, string) (func(context.Context) error, error)) (time.Duration, []string, error) {
 	began := time.Now()
-	ids := make([]string, runs)
+	ids := runIDs(prefix, runs)
 	waits := make([]func(context.Context) error, runs)
 	for i := range runs {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
 		wait, err := start(ctx, ids[i])
 		if err != nil {
 			return 0, nil, err

@@ -798,6 +798,15 @@ func median(xs []float64) float64 {
 // ms is d in milliseconds.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// runIDs are n workflow IDs, prefix-0 to prefix-(n-1).
+func runIDs(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return ids
+}
+
 // nonce is 8 random hex digits, for names that must not collide.
 func nonce() string {
 	b := make([]byte, 4)

@@ -320,8 +320,8 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 	defer cancel()
 	began := time.Now()
 	runs := make([]rateLimitRun, cfg.Runs)
-	for i := range cfg.Runs {
-		if runs[i], err = start(runCtx, fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+	for i, id := range runIDs(prefix, cfg.Runs) {
+		if runs[i], err = start(runCtx, id); err != nil {
 			return row, err
 		}
 	}

@@ -436,11 +436,10 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	began := time.Now()
-	ids := make([]string, cfg.Runs)
-	for i := range cfg.Runs {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-		if _, err := agentsaga.Start(runCtx, m.server.c, ids[i], spec, opts); err != nil {
-			return fail(fmt.Errorf("start %s: %w", ids[i], err))
+	ids := runIDs(prefix, cfg.Runs)
+	for _, id := range ids {
+		if _, err := agentsaga.Start(runCtx, m.server.c, id, spec, opts); err != nil {
+			return fail(fmt.Errorf("start %s: %w", id, err))
 		}
 	}
 	runs, err := settleSpendRuns(ctx, runCtx, poll, store, ids)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -367,15 +368,11 @@ func fleetScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 	flags := cmd.Flags()
 	ifChanged(cmd, "runs", &cfg.Runs, flags.GetInt)
 	ifChanged(cmd, "calls", &cfg.Calls, flags.GetInt)
-	if err := processScenario(&cfg.ProcessScenario, progress, temporalBin, "fleet", "two dev servers"); err != nil {
-		return scenarioResult{}, err
-	}
-	result, err := bench.Fleet(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "statement_source": result.StatementSource, "rows": result.Rows, "ratios": result.Ratios},
-		print: func(w io.Writer) { bench.PrintFleet(w, result) }}, nil
+	return runProcessScenario(cmd, progress, temporalBin, "fleet", "two dev servers", &cfg, &cfg.ProcessScenario, bench.Fleet,
+		func(result bench.FleetResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "statement_source": result.StatementSource, "rows": result.Rows, "ratios": result.Ratios},
+				print: func(w io.Writer) { bench.PrintFleet(w, result) }}
+		})
 }
 
 // benchFleetWorkerCommand is one plain worker process of the fleet
@@ -424,16 +421,12 @@ func rateLimitScenario(cmd *cobra.Command, progress io.Writer, temporalBin strin
 	ifChanged(cmd, "processes", &cfg.Processes, flags.GetIntSlice)
 	ifChanged(cmd, "pool-max-conns", &cfg.PoolMaxConns, flags.GetInt)
 	ifChanged(cmd, "turns", &cfg.Turns, firstInt(flags.GetIntSlice, cfg.Turns))
-	if err := processScenario(&cfg.ProcessScenario, progress, temporalBin, "ratelimit", "a dev server in memory"); err != nil {
-		return scenarioResult{}, err
-	}
-	result, err := bench.RateLimit(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "server": result.Server, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintRateLimit(w, result) },
-		chart: func(path string) error { return bench.RateLimitChart(path, result.Rows) }}, nil
+	return runProcessScenario(cmd, progress, temporalBin, "ratelimit", "a dev server in memory", &cfg, &cfg.ProcessScenario, bench.RateLimit,
+		func(result bench.RateLimitResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "server": result.Server, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintRateLimit(w, result) },
+				chart: func(path string) error { return bench.RateLimitChart(path, result.Rows) }}
+		})
 }
 
 // benchRateLimitWorkerCommand is one plain worker process of the
@@ -478,6 +471,21 @@ func processScenario(ps *bench.ProcessScenario, progress io.Writer, temporalBin,
 	return nil
 }
 
+// runProcessScenario runs a scenario that starts its own dev server and
+// worker processes of this binary (processScenario fills in ps, which is
+// in cfg) and makes its result a scenarioResult.
+func runProcessScenario[C, R any](cmd *cobra.Command, progress io.Writer, temporalBin, scenario, servers string, cfg *C, ps *bench.ProcessScenario,
+	run func(context.Context, C) (R, error), result func(R) scenarioResult) (scenarioResult, error) {
+	if err := processScenario(ps, progress, temporalBin, scenario, servers); err != nil {
+		return scenarioResult{}, err
+	}
+	r, err := run(cmd.Context(), *cfg)
+	if err != nil {
+		return scenarioResult{}, err
+	}
+	return result(r), nil
+}
+
 // ifChanged sets *v to the flag name's value (read by get) when the
 // command was given the flag.
 func ifChanged[T any](cmd *cobra.Command, name string, v *T, get func(string) (T, error)) {
@@ -516,16 +524,12 @@ func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, c
 	ifChanged(cmd, "runs", &cfg.Runs, flags.GetInt)
 	ifChanged(cmd, "processes", &cfg.Processes, flags.GetIntSlice)
 	ifChanged(cmd, "contenders", &cfg.Contenders, flags.GetStringSlice)
-	if err := processScenario(&cfg.ProcessScenario, progress, temporalBin, "spend", "a dev server in memory"); err != nil {
-		return scenarioResult{}, err
-	}
-	result, err := bench.Spend(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintSpend(w, result) },
-		chart: func(path string) error { return bench.SpendChart(path, result.Rows) }}, nil
+	return runProcessScenario(cmd, progress, temporalBin, "spend", "a dev server in memory", &cfg, &cfg.ProcessScenario, bench.Spend,
+		func(result bench.SpendResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintSpend(w, result) },
+				chart: func(path string) error { return bench.SpendChart(path, result.Rows) }}
+		})
 }
 
 // takeoverScenario runs bench.Takeover with this binary as the worker
@@ -534,15 +538,11 @@ func takeoverScenario(cmd *cobra.Command, progress io.Writer, temporalBin string
 	flags := cmd.Flags()
 	ifChanged(cmd, "calls", &cfg.Calls, flags.GetInt)
 	ifChanged(cmd, "contenders", &cfg.Contenders, flags.GetStringSlice)
-	if err := processScenario(&cfg.ProcessScenario, progress, temporalBin, "takeover", ""); err != nil {
-		return scenarioResult{}, err
-	}
-	result, err := bench.Takeover(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintTakeover(w, result) }}, nil
+	return runProcessScenario(cmd, progress, temporalBin, "takeover", "", &cfg, &cfg.ProcessScenario, bench.Takeover,
+		func(result bench.TakeoverResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintTakeover(w, result) }}
+		})
 }
 
 // fairnessScenario runs bench.Fairness with this binary as the worker
@@ -552,15 +552,11 @@ func fairnessScenario(cmd *cobra.Command, progress io.Writer, temporalBin string
 	flags := cmd.Flags()
 	ifChanged(cmd, "processes", &cfg.Processes, firstInt(flags.GetIntSlice, cfg.Processes))
 	ifChanged(cmd, "contenders", &cfg.Contenders, flags.GetStringSlice)
-	if err := processScenario(&cfg.ProcessScenario, progress, temporalBin, "fairness", "dev servers in memory"); err != nil {
-		return scenarioResult{}, err
-	}
-	result, err := bench.Fairness(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "baselines": result.Baselines, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintFairness(w, result) }}, nil
+	return runProcessScenario(cmd, progress, temporalBin, "fairness", "dev servers in memory", &cfg, &cfg.ProcessScenario, bench.Fairness,
+		func(result bench.FairnessResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "baselines": result.Baselines, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintFairness(w, result) }}
+		})
 }
 
 // benchSpendWorkerCommand is one worker process of the spend scenario,

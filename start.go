@@ -212,11 +212,23 @@ func (e *Engine) Start(ctx context.Context, c client.Client, id string, spec Run
 // fairnessKeyBytes is the longest fairness key Temporal takes.
 const fairnessKeyBytes = 64
 
+// burstRuns is how many runs in flight an account may have and still
+// count as sparse: a run started below it has its tasks weigh burstRuns
+// times the account's weight on Temporal's fairness keys. The server
+// spaces a key's tasks by one over their weight, so an account arriving
+// beside a flood with a handful of runs gets them all handed out before
+// the flood's next task, instead of one for one with it (FQ-CoDel's new
+// flows, by runs). An account over it has its plain weight and its fair
+// share: a flood is never boosted past its first burstRuns runs in
+// flight.
+const burstRuns = 10
+
 // taskPriority is the run's priority on Temporal's task queues, which its
 // activities and sub-agents inherit: its priority, and its account as the
 // fairness key, weighted by the account's weight (agentsaga queue limit),
-// so that on a server that honours fairness one account's backlog does
-// not hold back another's tasks. A server without it ignores the keys.
+// times burstRuns while the account has fewer runs in flight, so that on
+// a server that honours fairness one account's backlog does not hold back
+// another's tasks. A server without it ignores the keys.
 func taskPriority(ctx context.Context, store *ledger.Store, spec RunSpec) temporal.Priority {
 	p := temporal.Priority{PriorityKey: cmp.Or(spec.Priority, workflows.DefaultPriority)}
 	if account := spec.Budget.Account; account != "" {
@@ -224,7 +236,10 @@ func taskPriority(ctx context.Context, store *ledger.Store, spec RunSpec) tempor
 		if store != nil {
 			// The weight is a share, not a permission: without the
 			// ledger's answer the account weighs 1.
-			if w, err := ledgerdb.Of(store).AccountWeight(ctx, account); err == nil {
+			if w, inFlight, err := ledgerdb.Of(store).AccountShare(ctx, account, burstRuns); err == nil {
+				if inFlight < burstRuns {
+					w *= burstRuns
+				}
 				p.FairnessWeight = float32(w)
 			}
 		}

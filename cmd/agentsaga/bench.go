@@ -253,7 +253,7 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().BoolVar(&fleet.DBOS, "dbos", fleet.DBOS, "also measure the agent loop as a DBOS Transact workflow on Postgres (fleet)")
 	cmd.Flags().Int64Var(&ratelimit.RequestsPerMinute, "rpm", ratelimit.RequestsPerMinute, "the provider's requests per minute on the one key (ratelimit)")
 	cmd.Flags().Int64Var(&ratelimit.TokensPerMinute, "tpm", ratelimit.TokensPerMinute, "the provider's tokens per minute on the one key (ratelimit)")
-	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit); per-run, check-then-record, agentsaga-turn, agentsaga (spend); fcfs, temporal, round-robin, both (fairness); agentsaga, dbos-restart, dbos-survivor (takeover)")
+	cmd.Flags().StringSliceVar(&ratelimit.Contenders, "contenders", ratelimit.Contenders, "which to run: sdk, per-process, agentsaga, agentsaga-learned (ratelimit); per-run, check-then-record, agentsaga-turn, agentsaga (spend); fcfs, temporal, round-robin, both, burst (fairness); agentsaga, dbos-restart, dbos-survivor (takeover)")
 	cmd.Flags().IntVar(&fairness.RunsA, "runs-a", fairness.RunsA, "account A's runs, started first (fairness)")
 	cmd.Flags().IntVar(&fairness.RunsB, "runs-b", fairness.RunsB, "account B's runs, started once A's are under way (fairness)")
 	cmd.Flags().IntVar(&fairness.BAfter, "b-after", fairness.BAfter, "B starts once this many of A's runs have ended (fairness)")

@@ -201,16 +201,20 @@ func (s *Store) SetAccountLimits(ctx context.Context, l AccountLimits, by string
 	return nil
 }
 
-// AccountWeight is an account's weight (1 when none is set): its nearest
-// ancestor's with one, as a child shares its parent's setting.
-func (s *Store) AccountWeight(ctx context.Context, account string) (int, error) {
-	var w int
-	err := s.pool.QueryRow(ctx, `SELECT coalesce((SELECT weight FROM admission_accounts
-		WHERE account = ANY (agentsaga_spend_accounts($1)) ORDER BY length(account) DESC LIMIT 1), 1)`, account).Scan(&w)
+// AccountShare is what a new run of account weighs on Temporal's
+// fairness keys: the account's weight (1 when none is set: its nearest
+// ancestor's with one, as a child shares its parent's setting) and how
+// many of its runs are in flight (recorded, not yet finished, queued
+// ones included), counted up to upTo.
+func (s *Store) AccountShare(ctx context.Context, account string, upTo int) (weight, inFlight int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT coalesce((SELECT weight FROM admission_accounts
+		WHERE account = ANY (agentsaga_spend_accounts($1)) ORDER BY length(account) DESC LIMIT 1), 1),
+		(SELECT count(*) FROM (SELECT 1 FROM runs WHERE account = $1 AND finished_at IS NULL LIMIT $2) f)`,
+		account, upTo).Scan(&weight, &inFlight)
 	if err != nil {
-		return 0, fmt.Errorf("ledger: weight of account %s: %w", account, err)
+		return 0, 0, fmt.Errorf("ledger: share of account %s: %w", account, err)
 	}
-	return w, nil
+	return weight, inFlight, nil
 }
 
 // ListAccountLimits lists the accounts with limits set.

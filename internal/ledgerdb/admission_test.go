@@ -411,9 +411,10 @@ func TestAdmissionRoundRobinByWeight(t *testing.T) {
 	require.NoError(t, store.SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: "acme", MaxConcurrentRuns: 1}, "test"))
 	require.NoError(t, store.SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: "acme/a", Weight: 2}, "test"))
 	require.NoError(t, store.SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: "acme/b", Weight: 1}, "test"))
-	w, err := store.AccountWeight(ctx, "acme/a/x")
+	w, inFlight, err := store.AccountShare(ctx, "acme/a/x", 10)
 	require.NoError(t, err)
 	assert.Equal(t, 2, w, "a child has its parent's weight")
+	assert.Zero(t, inFlight)
 	assert.Equal(t, wire.AdmissionAdmitted, startQueued(ctx, t, store, admitReq("a-00", "acme/a", 0, 3)).Status)
 	// acme/a floods the queue first; acme/b comes after.
 	for i := 1; i <= 12; i++ {

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/ledger"
 )
 
 // The fairness scenario (issue 43) asks whether one account's flood holds
@@ -36,11 +37,16 @@ const (
 	FairnessTemporalContender = "Temporal fairness keys"
 	FairnessEngineContender   = "agentsaga round robin"
 	FairnessBothContender     = "round robin on fairness keys"
+	FairnessBurstContender    = "fairness keys, sparse accounts weighed up"
 
 	FairnessFCFS     = "fcfs"
 	FairnessTemporal = "temporal"
 	FairnessEngine   = "round-robin"
 	FairnessBoth     = "both"
+	// FairnessBurst starts the runs with the ledger, as the engine and
+	// the API do, so that Start weighs an account with few runs in flight
+	// up (start.go's burstRuns).
+	FairnessBurst = "burst"
 
 	// FairnessDefaultServer is the dev server as it starts; the fairness
 	// server is started with FairnessServerArgs.
@@ -49,7 +55,7 @@ const (
 )
 
 var fairnessContenderNames = map[string]string{FairnessFCFS: FairnessFCFSContender, FairnessTemporal: FairnessTemporalContender,
-	FairnessEngine: FairnessEngineContender, FairnessBoth: FairnessBothContender}
+	FairnessEngine: FairnessEngineContender, FairnessBoth: FairnessBothContender, FairnessBurst: FairnessBurstContender}
 
 // FairnessServerArgs turn on task queue fairness on the 1.29 dev server:
 // the new matcher, fairness, and one partition per task queue (the
@@ -99,7 +105,7 @@ type FairnessConfig struct {
 // that 2 processes of 8 activities are a fleet A floods.
 var DefaultFairness = FairnessConfig{Processes: 2, RunsA: 1000, RunsB: 10, BAfter: 100, MaxActivities: 8, MaxConcurrentRuns: 32,
 	providerLatency: providerLatency{LatencyMin: 400 * time.Millisecond, LatencyMax: 600 * time.Millisecond},
-	contest:         contest{Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth}, PoolMaxConns: 8, Timeout: 4 * time.Minute}}
+	contest:         contest{Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth, FairnessBurst}, PoolMaxConns: 8, Timeout: 4 * time.Minute}}
 
 // fairnessWarmUp is the warm-up runs a worker process, before each
 // measurement.
@@ -121,6 +127,8 @@ type FairnessRun struct {
 	// each Start to its first request at the provider, sorted.
 	BFirstTurnMs []float64   `json:"b_first_turn_ms,omitempty"`
 	BFirstTurn   Percentiles `json:"b_first_turn"`
+	// BPhases says where B's time to first turn went.
+	BPhases *FairnessPhases `json:"b_phases,omitempty"`
 	// ASeconds is from A's first Start to its last run's end;
 	// ARunsPerSecond is RunsA over it.
 	ASeconds       float64 `json:"a_seconds,omitempty"`
@@ -187,7 +195,7 @@ func Fairness(ctx context.Context, cfg FairnessConfig) (FairnessResult, error) {
 		var servers []string
 		for _, c := range cfg.Contenders {
 			server := FairnessDefaultServer
-			if c == FairnessTemporal || c == FairnessBoth {
+			if c == FairnessTemporal || c == FairnessBoth || c == FairnessBurst {
 				server = FairnessFairnessServer
 			}
 			if !slices.Contains(servers, server) {
@@ -302,6 +310,14 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 		return fail(err)
 	}
 	opts := agentsaga.StartOptions{TaskQueue: queue, SkipLedgerCheck: true}
+	if contender == FairnessBurst {
+		store, err := ledger.Open(ctx, db.url)
+		if err != nil {
+			return fail(err)
+		}
+		defer store.Close()
+		opts.Ledger = store
+	}
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	// Warm-up runs first, on an account of their own: a fresh worker's
@@ -335,15 +351,22 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 		if _, err := waitForRuns(ctx, runCtx, poll, prefix+"-b-", runsB, runsB); err != nil {
 			return fail(err)
 		}
+		firsts := make([]time.Time, runsB)
 		for i, id := range idsB {
 			first, ok := provider.FirstRequest(fairnessGoal(id))
 			if !ok {
 				return fail(fmt.Errorf("run %s ended without a request to the provider", id))
 			}
+			firsts[i] = first
 			run.BFirstTurnMs = append(run.BFirstTurnMs, ms(first.Sub(starts[i])))
 		}
 		slices.Sort(run.BFirstTurnMs)
 		run.BFirstTurn = percentiles(run.BFirstTurnMs)
+		phases, err := fairnessPhases(ctx, m.server.c, idsB, starts, firsts)
+		if err != nil {
+			return fail(err)
+		}
+		run.BPhases = &phases
 	}
 	if _, err := waitForRuns(ctx, runCtx, poll, prefix+"-a-", runsA, runsA); err != nil {
 		return fail(err)
@@ -380,6 +403,11 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	if cfg.Progress != nil {
 		fmt.Fprintf(cfg.Progress, "fairness: %s: B's first turn p50 %.0f ms, p95 %.0f ms; A %.1f runs/s; runs %v; %.1f s\n",
 			label, run.BFirstTurn.P50, run.BFirstTurn.P95, run.ARunsPerSecond, run.Outcomes, run.Seconds)
+		if p := run.BPhases; p != nil {
+			fmt.Fprintf(cfg.Progress, "fairness: %s: B's phases p50/p95 ms: start %.0f/%.0f, workflow task queued %.0f/%.0f, workflow task %.0f/%.0f, activity queued %.0f/%.0f, activity to provider %.0f/%.0f\n",
+				label, p.Start.P50, p.Start.P95, p.WorkflowQueued.P50, p.WorkflowQueued.P95, p.WorkflowTask.P50, p.WorkflowTask.P95,
+				p.ActivityQueued.P50, p.ActivityQueued.P95, p.ToProvider.P50, p.ToProvider.P95)
+		}
 	}
 	return run, nil
 }
@@ -456,6 +484,8 @@ func PrintFairness(out io.Writer, result FairnessResult) {
 	fmt.Fprintf(out, "  %s: max_concurrent_runs %d on the root account %s, so A's backlog waits in the engine's admission queue and its round robin admits B's runs\n",
 		FairnessEngineContender, cfg.MaxConcurrentRuns, fairnessRoot)
 	fmt.Fprintf(out, "  %s: that limit on the fairness server\n", FairnessBothContender)
+	fmt.Fprintf(out, "  %s: the fairness server, the runs started with the ledger, so that a run of an account with few runs in flight weighs more (docs/budgets.md, fairness keys)\n",
+		FairnessBurstContender)
 	fmt.Fprintln(out, "  (every run carries its account as Temporal's fairness key; only the fairness server honours it)")
 	tw := newTable(out, "\n  SERVER\tRUN\tB FIRST TURN P50\tB P95\tA RUNS/S\tA'S RUNS ENDED WHEN B STARTED\tOUTCOMES\tADMITTED\tSECONDS")
 	for _, b := range result.Baselines {

@@ -76,6 +76,10 @@ func TestFairnessRoundRobinSmall(t *testing.T) {
 	assert.Equal(t, bench.FairnessEngineContender, row.Contender)
 	assert.Equal(t, map[string]int{"completed": cfg.RunsA + cfg.RunsB}, row.Run.Outcomes)
 	assert.Equal(t, cfg.RunsB, row.Run.BFirstTurn.N, "every one of B's runs reached the provider")
+	if assert.NotNil(t, row.Run.BPhases, "where B's time went, read from its histories") {
+		assert.Equal(t, cfg.RunsB, row.Run.BPhases.ActivityQueued.N)
+		assert.Positive(t, row.Run.BPhases.WorkflowTask.Max)
+	}
 	assert.GreaterOrEqual(t, row.Run.AEndedBeforeB, cfg.BAfter, "B started once A's runs were under way")
 	assert.Positive(t, row.Run.ARunsPerSecond)
 	assert.Positive(t, row.BSlowdown)

@@ -57,12 +57,21 @@ type StreamConfig struct {
 // DefaultStream is what `agentsaga bench stream` runs.
 var DefaultStream = StreamConfig{Runs: 20, Tokens: 1000, PieceDelay: 2 * time.Millisecond, Clients: 1000, ClientRuns: 4}
 
+// StreamFirstTokenP95Ms is issue 46's target for the first token: the
+// first text of a turn goes out at once, not after the batch interval.
+const StreamFirstTokenP95Ms = 15.0
+
 // StreamResult is what the scenario measured.
 type StreamResult struct {
 	Config StreamConfig `json:"config"`
 	// FirstToken is from the provider writing a reply's first chunk to an
 	// SSE client reading its first text_delta, in milliseconds.
 	FirstToken Percentiles `json:"first_token_ms"`
+	// ColdFirstToken is the same for the run before them, the first of
+	// fresh worker and serve processes, kept out of FirstToken: it also
+	// pays each new Postgres connection's first statements (their plans
+	// and the publish function's compile), once a connection.
+	ColdFirstToken float64 `json:"cold_first_token_ms"`
 	// DeltaEvents is the text_delta events a reply took, on average; all
 	// but the last are a statement each (the last rides on the settle).
 	DeltaEvents float64 `json:"delta_events_per_reply"`
@@ -116,11 +125,14 @@ func Stream(ctx context.Context, c client.Client, store *ledger.Store, cfg Strea
 	api := &apiClient{base: serve.base, token: token}
 	prefix := fmt.Sprintf("stream-%d", time.Now().Unix())
 
-	// First-token latency, one run at a time.
+	// First-token latency, one run at a time, after a cold one.
 	var firsts []float64
 	var deltas int
-	for i := range cfg.Runs {
+	for i := -1; i < cfg.Runs; i++ {
 		id := fmt.Sprintf("%s-latency-%03d", prefix, i)
+		if i < 0 {
+			id = prefix + "-latency-cold"
+		}
 		if err := api.start(ctx, id, prov.spec(id)); err != nil {
 			return res, err
 		}
@@ -128,9 +140,15 @@ func Stream(ctx context.Context, c client.Client, store *ledger.Store, cfg Strea
 		if err != nil {
 			return res, err
 		}
-		firsts = append(firsts, ms(got.firstDelta.Sub(prov.firstChunk(id))))
+		first := ms(got.firstDelta.Sub(prov.firstChunk(id)))
+		if i < 0 {
+			res.ColdFirstToken = first
+			fmt.Fprintf(cfg.Progress, "stream: the cold run: first token %.1f ms, %d text_delta events\n", first, got.deltas)
+			continue
+		}
+		firsts = append(firsts, first)
 		deltas += got.deltas
-		fmt.Fprintf(cfg.Progress, "stream: run %d/%d: first token %.1f ms, %d text_delta events\n", i+1, cfg.Runs, firsts[i], got.deltas)
+		fmt.Fprintf(cfg.Progress, "stream: run %d/%d: first token %.1f ms, %d text_delta events\n", i+1, cfg.Runs, first, got.deltas)
 	}
 	res.FirstToken = percentiles(firsts)
 	res.DeltaEvents = float64(deltas) / float64(max(cfg.Runs, 1))
@@ -493,8 +511,9 @@ func PrintStream(out io.Writer, res StreamResult) {
 		cfg.Tokens, cfg.PieceDelay)
 	tw := newTable(out, "  FIGURE\tVALUE\tTARGET")
 	f := res.FirstToken
-	fmt.Fprintf(tw, "  first token, provider's first chunk to the SSE client (%d runs, one at a time)\tp50 %.1f ms, p95 %.1f ms, max %.1f ms\tp95 < 100 ms (%s)\n",
-		f.N, f.P50, f.P95, f.Max, met(f.P95 < 100))
+	fmt.Fprintf(tw, "  first token, provider's first chunk to the SSE client (%d runs, one at a time)\tp50 %.1f ms, p95 %.1f ms, max %.1f ms\tp95 < %.0f ms (%s)\n",
+		f.N, f.P50, f.P95, f.Max, StreamFirstTokenP95Ms, met(f.P95 < StreamFirstTokenP95Ms))
+	fmt.Fprintf(tw, "  first token of the run before them, the first of fresh worker and serve processes\t%.1f ms\t-\n", res.ColdFirstToken)
 	fmt.Fprintf(tw, "  text_delta events a reply (each a statement; the last rides on the settle)\t%.1f\t-\n", res.DeltaEvents)
 	fmt.Fprintf(tw, "  Postgres statements a streamed reply (claim, settle, all text batches but the last)\t%.1f\t-\n", 2+res.DeltaEvents-1)
 	c := res.Clients

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -66,46 +67,31 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 			if asJSON {
 				progress = cmd.ErrOrStderr()
 			}
+			// The fleet, takeover, ratelimit, spend and fairness scenarios
+			// start their own dev servers (and executors) and worker
+			// processes; a dev stack's worker would only compete.
 			var result scenarioResult
-			if scenario == "fleet" {
-				// The fleet scenario starts its own two dev servers and its
-				// worker processes; a dev stack's worker would only compete.
-				var err error
-				if result, err = fleetScenario(cmd, progress, temporalBin, fleet); err != nil {
-					return err
-				}
+			var err error
+			ownProcesses := true
+			switch scenario {
+			case "fleet":
+				result, err = fleetScenario(cmd, progress, temporalBin, fleet)
+			case "takeover":
+				result, err = takeoverScenario(cmd, progress, temporalBin, takeover)
+			case "ratelimit":
+				result, err = rateLimitScenario(cmd, progress, temporalBin, ratelimit)
+			case "spend":
+				result, err = spendScenario(cmd, progress, temporalBin, spend)
+			case "fairness":
+				result, err = fairnessScenario(cmd, progress, temporalBin, fairness)
+			default:
+				ownProcesses = false
 			}
-			if scenario == "takeover" {
-				// Its own dev server, executors and worker processes too.
-				var err error
-				if result, err = takeoverScenario(cmd, progress, temporalBin, takeover); err != nil {
-					return err
-				}
-			}
-			if scenario == "ratelimit" {
-				// Its own dev server and worker processes too.
-				var err error
-				if result, err = rateLimitScenario(cmd, progress, temporalBin, ratelimit); err != nil {
-					return err
-				}
-			}
-			if scenario == "spend" {
-				// Its own dev server and worker processes too.
-				var err error
-				if result, err = spendScenario(cmd, progress, temporalBin, spend); err != nil {
-					return err
-				}
-			}
-			if scenario == "fairness" {
-				// Its own dev servers and worker processes too.
-				var err error
-				if result, err = fairnessScenario(cmd, progress, temporalBin, fairness); err != nil {
-					return err
-				}
+			if err != nil {
+				return err
 			}
 			stack := &devStack{}
-			if scenario != "fleet" && scenario != "takeover" && scenario != "ratelimit" && scenario != "spend" && scenario != "fairness" {
-				var err error
+			if !ownProcesses {
 				if stack, err = startDevStack(ctx, progress, temporalBin); err != nil {
 					return err
 				}
@@ -380,24 +366,13 @@ func machine() map[string]any {
 // --runs and --calls apply when given, else the fleet's own defaults.
 func fleetScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.FleetConfig) (scenarioResult, error) {
 	flags := cmd.Flags()
-	if flags.Changed("runs") {
-		cfg.Runs, _ = flags.GetInt("runs")
-	}
-	if flags.Changed("calls") {
-		cfg.Calls, _ = flags.GetInt("calls")
-	}
-	var err error
-	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "fleet"); err != nil {
-		return scenarioResult{}, err
-	}
-	cfg.Progress = progress
-	fmt.Fprintf(progress, "fleet: two dev servers from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
-	result, err := bench.Fleet(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "statement_source": result.StatementSource, "rows": result.Rows, "ratios": result.Ratios},
-		print: func(w io.Writer) { bench.PrintFleet(w, result) }}, nil
+	ifChanged(cmd, "runs", &cfg.Runs, flags.GetInt)
+	ifChanged(cmd, "calls", &cfg.Calls, flags.GetInt)
+	return runProcessScenario(cmd, progress, temporalBin, "fleet", "two dev servers", &cfg, &cfg.ProcessScenario, bench.Fleet,
+		func(result bench.FleetResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "statement_source": result.StatementSource, "rows": result.Rows, "ratios": result.Ratios},
+				print: func(w io.Writer) { bench.PrintFleet(w, result) }}
+		})
 }
 
 // benchFleetWorkerCommand is one plain worker process of the fleet
@@ -442,33 +417,16 @@ func benchDBOSWorkerCommand() *cobra.Command {
 // value: turns per run) apply when given, else the scenario's defaults.
 func rateLimitScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.RateLimitConfig) (scenarioResult, error) {
 	flags := cmd.Flags()
-	if flags.Changed("runs") {
-		cfg.Runs, _ = flags.GetInt("runs")
-	}
-	if flags.Changed("processes") {
-		cfg.Processes, _ = flags.GetIntSlice("processes")
-	}
-	if flags.Changed("pool-max-conns") {
-		cfg.PoolMaxConns, _ = flags.GetInt("pool-max-conns")
-	}
-	if flags.Changed("turns") {
-		if turns, _ := flags.GetIntSlice("turns"); len(turns) > 0 {
-			cfg.Turns = turns[0]
-		}
-	}
-	var err error
-	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "ratelimit"); err != nil {
-		return scenarioResult{}, err
-	}
-	cfg.Progress = progress
-	fmt.Fprintf(progress, "ratelimit: a dev server in memory from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
-	result, err := bench.RateLimit(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "server": result.Server, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintRateLimit(w, result) },
-		chart: func(path string) error { return bench.RateLimitChart(path, result.Rows) }}, nil
+	ifChanged(cmd, "runs", &cfg.Runs, flags.GetInt)
+	ifChanged(cmd, "processes", &cfg.Processes, flags.GetIntSlice)
+	ifChanged(cmd, "pool-max-conns", &cfg.PoolMaxConns, flags.GetInt)
+	ifChanged(cmd, "turns", &cfg.Turns, firstInt(flags.GetIntSlice, cfg.Turns))
+	return runProcessScenario(cmd, progress, temporalBin, "ratelimit", "a dev server in memory", &cfg, &cfg.ProcessScenario, bench.RateLimit,
+		func(result bench.RateLimitResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "server": result.Server, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintRateLimit(w, result) },
+				chart: func(path string) error { return bench.RateLimitChart(path, result.Rows) }}
+		})
 }
 
 // benchRateLimitWorkerCommand is one plain worker process of the
@@ -493,17 +451,59 @@ func benchRateLimitWorkerCommand() *cobra.Command {
 	return cmd
 }
 
-// processScenario is what a scenario that starts its own dev server and
-// worker processes of this binary needs: the Temporal CLI, this binary,
-// and the database its workers use.
-func processScenario(temporalBin, scenario string) (temporal, executable, databaseURL string, err error) {
-	if temporal, err = findTemporal(temporalBin); err != nil {
-		return "", "", "", err
+// processScenario fills in what a scenario that starts its own dev server
+// and worker processes of this binary needs: the Temporal CLI, this
+// binary, the database its workers use, and where its progress goes; and,
+// when servers is given, says what it starts.
+func processScenario(ps *bench.ProcessScenario, progress io.Writer, temporalBin, scenario, servers string) error {
+	temporal, err := findTemporal(temporalBin)
+	if err != nil {
+		return err
 	}
-	if executable, err = os.Executable(); err != nil {
-		return "", "", "", fmt.Errorf("bench: %s: find this binary: %w", scenario, err)
+	executable, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: %s: find this binary: %w", scenario, err)
 	}
-	return temporal, executable, worker.ConfigFromEnv().DatabaseURL, nil
+	ps.TemporalBin, ps.Executable, ps.DatabaseURL, ps.Progress = temporal, executable, worker.ConfigFromEnv().DatabaseURL, progress
+	if servers != "" {
+		fmt.Fprintf(progress, "%s: %s from %s, worker processes from %s\n", scenario, servers, ps.TemporalBin, ps.Executable)
+	}
+	return nil
+}
+
+// runProcessScenario runs a scenario that starts its own dev server and
+// worker processes of this binary (processScenario fills in ps, which is
+// in cfg) and makes its result a scenarioResult.
+func runProcessScenario[C, R any](cmd *cobra.Command, progress io.Writer, temporalBin, scenario, servers string, cfg *C, ps *bench.ProcessScenario,
+	run func(context.Context, C) (R, error), result func(R) scenarioResult) (scenarioResult, error) {
+	if err := processScenario(ps, progress, temporalBin, scenario, servers); err != nil {
+		return scenarioResult{}, err
+	}
+	r, err := run(cmd.Context(), *cfg)
+	if err != nil {
+		return scenarioResult{}, err
+	}
+	return result(r), nil
+}
+
+// ifChanged sets *v to the flag name's value (read by get) when the
+// command was given the flag.
+func ifChanged[T any](cmd *cobra.Command, name string, v *T, get func(string) (T, error)) {
+	if cmd.Flags().Changed(name) {
+		*v, _ = get(name)
+	}
+}
+
+// firstInt reads a list flag's first value, or keeps otherwise for an
+// empty list.
+func firstInt(get func(string) ([]int, error), otherwise int) func(string) (int, error) {
+	return func(name string) (int, error) {
+		values, err := get(name)
+		if err != nil || len(values) == 0 {
+			return otherwise, err
+		}
+		return values[0], nil
+	}
 }
 
 // withTemporal runs a hidden worker command's body with a client dialled
@@ -521,51 +521,28 @@ func withTemporal(cmd *cobra.Command, run func(client.Client) error) error {
 // --runs and --processes apply when given, else the scenario's defaults.
 func spendScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.SpendConfig) (scenarioResult, error) {
 	flags := cmd.Flags()
-	if flags.Changed("runs") {
-		cfg.Runs, _ = flags.GetInt("runs")
-	}
-	if flags.Changed("processes") {
-		cfg.Processes, _ = flags.GetIntSlice("processes")
-	}
-	if flags.Changed("contenders") {
-		cfg.Contenders, _ = flags.GetStringSlice("contenders")
-	}
-	var err error
-	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "spend"); err != nil {
-		return scenarioResult{}, err
-	}
-	cfg.Progress = progress
-	fmt.Fprintf(progress, "spend: a dev server in memory from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
-	result, err := bench.Spend(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintSpend(w, result) },
-		chart: func(path string) error { return bench.SpendChart(path, result.Rows) }}, nil
+	ifChanged(cmd, "runs", &cfg.Runs, flags.GetInt)
+	ifChanged(cmd, "processes", &cfg.Processes, flags.GetIntSlice)
+	ifChanged(cmd, "contenders", &cfg.Contenders, flags.GetStringSlice)
+	return runProcessScenario(cmd, progress, temporalBin, "spend", "a dev server in memory", &cfg, &cfg.ProcessScenario, bench.Spend,
+		func(result bench.SpendResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintSpend(w, result) },
+				chart: func(path string) error { return bench.SpendChart(path, result.Rows) }}
+		})
 }
 
 // takeoverScenario runs bench.Takeover with this binary as the worker
 // processes and executors; --calls and --contenders apply when given.
 func takeoverScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.TakeoverConfig) (scenarioResult, error) {
 	flags := cmd.Flags()
-	if flags.Changed("calls") {
-		cfg.Calls, _ = flags.GetInt("calls")
-	}
-	if flags.Changed("contenders") {
-		cfg.Contenders, _ = flags.GetStringSlice("contenders")
-	}
-	var err error
-	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "takeover"); err != nil {
-		return scenarioResult{}, err
-	}
-	cfg.Progress = progress
-	result, err := bench.Takeover(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintTakeover(w, result) }}, nil
+	ifChanged(cmd, "calls", &cfg.Calls, flags.GetInt)
+	ifChanged(cmd, "contenders", &cfg.Contenders, flags.GetStringSlice)
+	return runProcessScenario(cmd, progress, temporalBin, "takeover", "", &cfg, &cfg.ProcessScenario, bench.Takeover,
+		func(result bench.TakeoverResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintTakeover(w, result) }}
+		})
 }
 
 // fairnessScenario runs bench.Fairness with this binary as the worker
@@ -573,26 +550,13 @@ func takeoverScenario(cmd *cobra.Command, progress io.Writer, temporalBin string
 // given, else the scenario's defaults.
 func fairnessScenario(cmd *cobra.Command, progress io.Writer, temporalBin string, cfg bench.FairnessConfig) (scenarioResult, error) {
 	flags := cmd.Flags()
-	if flags.Changed("processes") {
-		if processes, _ := flags.GetIntSlice("processes"); len(processes) > 0 {
-			cfg.Processes = processes[0]
-		}
-	}
-	if flags.Changed("contenders") {
-		cfg.Contenders, _ = flags.GetStringSlice("contenders")
-	}
-	var err error
-	if cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL, err = processScenario(temporalBin, "fairness"); err != nil {
-		return scenarioResult{}, err
-	}
-	cfg.Progress = progress
-	fmt.Fprintf(progress, "fairness: dev servers in memory from %s, worker processes from %s\n", cfg.TemporalBin, cfg.Executable)
-	result, err := bench.Fairness(cmd.Context(), cfg)
-	if err != nil {
-		return scenarioResult{}, err
-	}
-	return scenarioResult{json: map[string]any{"config": result.Config, "baselines": result.Baselines, "rows": result.Rows},
-		print: func(w io.Writer) { bench.PrintFairness(w, result) }}, nil
+	ifChanged(cmd, "processes", &cfg.Processes, firstInt(flags.GetIntSlice, cfg.Processes))
+	ifChanged(cmd, "contenders", &cfg.Contenders, flags.GetStringSlice)
+	return runProcessScenario(cmd, progress, temporalBin, "fairness", "dev servers in memory", &cfg, &cfg.ProcessScenario, bench.Fairness,
+		func(result bench.FairnessResult) scenarioResult {
+			return scenarioResult{json: map[string]any{"config": result.Config, "baselines": result.Baselines, "rows": result.Rows},
+				print: func(w io.Writer) { bench.PrintFairness(w, result) }}
+		})
 }
 
 // benchSpendWorkerCommand is one worker process of the spend scenario,

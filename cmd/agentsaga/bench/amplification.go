@@ -2,14 +2,11 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -289,24 +286,10 @@ func runAllInto(ctx context.Context, n int, queue string, start startRun, collec
 // PrintRows writes a scenario's table.
 func PrintRows(out io.Writer, title string, rows []Row) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tLOGICAL CALLS\tREQUESTS\tAMPLIFICATION\tTARGET\tSECONDS")
+	tw := newTable(out, "  CONTENDER\tLOGICAL CALLS\tREQUESTS\tAMPLIFICATION\tTARGET\tSECONDS")
 	for _, r := range rows {
-		target := "-"
-		if r.Target > 0 {
-			verdict := "met"
-			if r.Amplification > r.Target {
-				verdict = "MISSED"
-			}
-			target = fmt.Sprintf("<= %.2f (%s)", r.Target, verdict)
-		}
+		target := targetCell(r.Target > 0, fmt.Sprintf("<= %.2f", r.Target), r.Amplification <= r.Target)
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%.2f\t%s\t%.1f\n", r.Contender, r.LogicalCalls, r.Requests, r.Amplification, target, r.Seconds)
 	}
 	tw.Flush()
-}
-
-func nonce() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

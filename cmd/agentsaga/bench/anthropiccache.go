@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -63,9 +62,8 @@ type AnthropicCache struct {
 	// now is the clock of cache expiry (tests move it).
 	now func() time.Time
 
-	key      []byte
-	listener net.Listener
-	server   *http.Server
+	key []byte
+	loopback
 
 	mu       sync.Mutex
 	cache    map[[32]byte]time.Time // prefix hash -> when the entry expires
@@ -135,24 +133,10 @@ func NewAnthropicCache(turns int, tool string) *AnthropicCache {
 // StartAnthropicCache serves a new AnthropicCache on a loopback port.
 func StartAnthropicCache(turns int, tool string) (*AnthropicCache, error) {
 	s := NewAnthropicCache(turns, tool)
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if err := s.serve("127.0.0.1:0", s); err != nil {
 		return nil, fmt.Errorf("bench: anthropic cache server: %w", err)
 	}
-	s.listener = listener
-	s.server = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.server.Serve(listener) }()
 	return s, nil
-}
-
-// URL is the server's root, a spec's model.base_url.
-func (s *AnthropicCache) URL() string { return "http://" + s.listener.Addr().String() }
-
-func (s *AnthropicCache) Close() error {
-	if s.server == nil {
-		return nil
-	}
-	return s.server.Close()
 }
 
 // Totals is what the server has billed so far.

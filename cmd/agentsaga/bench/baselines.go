@@ -3,10 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/agentsaga/agentsaga/internal/activityid"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"

@@ -9,17 +9,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -177,12 +174,9 @@ func Cache(ctx context.Context, c client.Client, databaseURL string, cfg CacheCo
 		return res, fmt.Errorf("bench: cache: cap the account: %w", err)
 	}
 	queue := "bench-cache-" + id
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
+	w, err := startEngineWorker(ctx, c, store, queue, queue)
 	if err != nil {
-		return res, err
-	}
-	if err := w.Start(); err != nil {
-		return res, fmt.Errorf("bench: cache: start worker: %w", err)
+		return res, fmt.Errorf("bench: cache: %w", err)
 	}
 	defer w.Stop()
 	for _, caching := range []bool{true, false} {
@@ -391,8 +385,7 @@ func PrintCache(out io.Writer, res CacheResult) {
 		CacheMaxBreakpoints, thousands(CacheMinTokens), CacheLookback, CacheTTL)
 	fmt.Fprintf(out, "  prices ($/M): input %v, output %v, cache read %v, cache write %v; runs charged to %s (cap $%v a month)\n",
 		cfg.Price.InputPerMillion, cfg.Price.OutputPerMillion, cfg.Price.CachedInputPerMillion, cfg.Price.CacheWritePerMillion, res.Account, cfg.CapUSD)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RUN\tSTATUS\tTURNS\t400s\tINPUT\tCACHE READ\tCACHE WRITE\tOUTPUT\tREAD/TURN\tINPUT USD\tSERVER USD\tRUN USD\tLEDGER USD\tSECONDS")
+	tw := newTable(out, "  RUN\tSTATUS\tTURNS\t400s\tINPUT\tCACHE READ\tCACHE WRITE\tOUTPUT\tREAD/TURN\tINPUT USD\tSERVER USD\tRUN USD\tLEDGER USD\tSECONDS")
 	for _, r := range []CacheRun{res.Cached, res.Uncached} {
 		name := "caching"
 		if !r.Caching {
@@ -417,12 +410,7 @@ func PrintCache(out io.Writer, res CacheResult) {
 	plain := budget.ModelPrice{InputPerMillion: list.InputPerMillion, OutputPerMillion: list.OutputPerMillion}
 	fmt.Fprintf(out, "  at Claude Sonnet list prices (computed, no live call): the cached run's tokens cost $%.4f with caching, $%.4f as plain input (input alone: $%.4f vs $%.4f); the uncached run's $%.4f\n",
 		c.USD(list), allPlain(c).USD(plain), c.InputUSD(list), allPlain(c).InputUSD(plain), u.USD(list))
-	fmt.Fprintln(out, "  targets (issue 42):")
-	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	for _, t := range res.Targets {
-		fmt.Fprintf(tw, "    %s\t%s\t%s\n", t.Target, t.Figure, t.Verdict)
-	}
-	tw.Flush()
+	printTargets(out, "targets (issue 42)", res.Targets)
 }
 
 // allPlain is t with every input token billed as plain input.

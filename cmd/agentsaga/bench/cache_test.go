@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -199,15 +198,9 @@ func TestCacheServerEnforcesThinkingBlocks(t *testing.T) {
 // runs complete; caching reads the cache and costs less; the engine's
 // figures match the server's.
 func TestCacheSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	cfg := bench.DefaultCache
 	cfg.Turns, cfg.SystemTokens, cfg.Timeout = 6, 2000, 2*time.Minute
-	res, err := bench.Cache(ctx, temporalClient, pooledDatabase(t), cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintCache(&out, res)
-	t.Log("\n" + out.String())
+	res := inProcess(t, bench.Cache, cfg, bench.PrintCache)
 	for _, r := range []bench.CacheRun{res.Cached, res.Uncached} {
 		assert.Equal(t, agentsagatype.RunCompleted, r.Status, "caching %v: %s", r.Caching, r.Reason)
 		assert.Equal(t, cfg.Turns, r.Turns)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"os"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -139,12 +140,31 @@ func StormChart(path string, cfg StormConfig, rows []StormRow) error {
 // that the last tick label is not cut at the right edge, and writes it to
 // path.
 func savePNG(p *plot.Plot, path string) error {
-	img := vgimg.New(chartWidth, chartHeight)
+	return writePNG(path, chartHeight, func(dc draw.Canvas) {
+		p.Draw(draw.Crop(dc, vg.Points(4), -vg.Points(14), vg.Points(4), -vg.Points(6)))
+	})
+}
+
+// saveTiledPNG draws plots one under the other, each chartWidth x
+// chartHeight, on one PNG, and writes it to path.
+func saveTiledPNG(plots []*plot.Plot, path string) error {
+	return writePNG(path, vg.Length(max(len(plots), 1))*chartHeight, func(dc draw.Canvas) {
+		tiles := draw.Tiles{Rows: max(len(plots), 1), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(4),
+			PadRight: vg.Points(14), PadY: vg.Points(12)}
+		for i, p := range plots {
+			p.Draw(tiles.At(dc, 0, i))
+		}
+	})
+}
+
+// writePNG writes to path a chartWidth x height PNG on which draw drew,
+// over a white background (under the margins too).
+func writePNG(path string, height vg.Length, drawOn func(draw.Canvas)) error {
+	img := vgimg.New(chartWidth, height)
 	dc := draw.New(img)
-	// A white background under the margin too.
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
-	p.Draw(draw.Crop(dc, vg.Points(4), -vg.Points(14), vg.Points(4), -vg.Points(6)))
+	drawOn(dc)
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -156,28 +176,65 @@ func savePNG(p *plot.Plot, path string) error {
 	return f.Close()
 }
 
-// saveTiledPNG draws plots one under the other, each chartWidth x
-// chartHeight, on one PNG (as RateLimitChart lays out its panels), and
-// writes it to path.
-func saveTiledPNG(plots []*plot.Plot, path string) error {
-	img := vgimg.New(chartWidth, vg.Length(max(len(plots), 1))*chartHeight)
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	tiles := draw.Tiles{Rows: max(len(plots), 1), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(4),
-		PadRight: vg.Points(14), PadY: vg.Points(12)}
-	for i, p := range plots {
-		p.Draw(tiles.At(dc, 0, i))
-	}
-	f, err := os.Create(path)
+// addTarget adds to p a dashed black line through xys, a bound the
+// chart's figures are held to, with label in the legend.
+func addTarget(p *plot.Plot, xys plotter.XYs, label string) error {
+	line, err := plotter.NewLine(xys)
 	if err != nil {
 		return err
 	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
+	line.Color = color.Black
+	line.Width = vg.Points(1.5)
+	line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+	p.Add(line)
+	p.Legend.Add(label, line)
+	return nil
+}
+
+// addSeries adds to p a line through xys in the i-th contender's color,
+// width wide, and a dot of radius at its last point; the caller may
+// restyle either (a step, a cross).
+func addSeries(p *plot.Plot, xys plotter.XYs, i int, width, radius vg.Length) (*plotter.Line, *plotter.Scatter, error) {
+	line, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, nil, err
+	}
+	line.Color = colorOf(i)
+	line.Width = width
+	p.Add(line)
+	end, err := plotter.NewScatter(xys[len(xys)-1:])
+	if err != nil {
+		return nil, nil, err
+	}
+	end.Color = colorOf(i)
+	end.Radius = radius
+	end.Shape = draw.CircleGlyph{}
+	p.Add(end)
+	return line, end, nil
+}
+
+// addBars adds to p a bar chart of values, width wide, in the i-th
+// contender's color: one such chart per contender gives each its color.
+func addBars(p *plot.Plot, values plotter.Values, width vg.Length, i int) error {
+	bars, err := plotter.NewBarChart(values, width)
+	if err != nil {
 		return err
 	}
-	return f.Close()
+	bars.Color = colorOf(i)
+	bars.LineStyle.Width = 0
+	p.Add(bars)
+	return nil
+}
+
+// distinct is each key of rows once, in the order of their first row.
+func distinct[R any, K comparable](rows []R, key func(R) K) []K {
+	keys := []K{}
+	for _, r := range rows {
+		if k := key(r); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // AmplificationChart writes to path a PNG bar chart of each contender's
@@ -206,15 +263,10 @@ func AmplificationChart(path string, rows []Row) error {
 	}
 	// The target first, so the bars are drawn over it.
 	if len(rows) > 0 && rows[0].Target > 0 {
-		target, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: rows[0].Target}, {X: float64(len(rows)) - 0.5, Y: rows[0].Target}})
-		if err != nil {
+		if err := addTarget(p, plotter.XYs{{X: -0.5, Y: rows[0].Target}, {X: float64(len(rows)) - 0.5, Y: rows[0].Target}},
+			fmt.Sprintf("%s target <= %.2f", shortName(rows[0].Contender), rows[0].Target)); err != nil {
 			return fmt.Errorf("bench: amplification chart: %w", err)
 		}
-		target.Color = color.Black
-		target.Width = vg.Points(1.5)
-		target.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-		p.Add(target)
-		p.Legend.Add(fmt.Sprintf("%s target <= %.2f", shortName(rows[0].Contender), rows[0].Target), target)
 		p.Legend.Top = true
 	}
 	width := chartWidth * 0.6 / vg.Length(max(len(rows), 1))
@@ -222,13 +274,9 @@ func AmplificationChart(path string, rows []Row) error {
 		// One bar chart per contender, so each gets its own color.
 		one := make(plotter.Values, len(rows))
 		one[i] = values[i]
-		bars, err := plotter.NewBarChart(one, width)
-		if err != nil {
+		if err := addBars(p, one, width, i); err != nil {
 			return fmt.Errorf("bench: amplification chart: %w", err)
 		}
-		bars.Color = colorOf(i)
-		bars.LineStyle.Width = 0
-		p.Add(bars)
 	}
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.5, float64(len(rows))-0.5

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -65,8 +64,7 @@ type Downstream struct {
 	byAttempt map[int]int
 	total     int
 	failed    int
-	server    *http.Server
-	listener  net.Listener
+	loopback
 	// perSecond counts requests, failures and served requests in each
 	// second since start; served also enforces RatePerSecond.
 	perSecond []Second
@@ -94,26 +92,17 @@ func ServeDownstream(addr string, faults Faults, seed uint64) (*Downstream, erro
 // body, its answer) does it there, and the downstream still decides and
 // counts the failures.
 func serveDownstream(addr string, faults Faults, seed uint64, wrap func(*Downstream) http.Handler) (*Downstream, error) {
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("bench: downstream: listen on %s: %w", addr, err)
-	}
 	d := &Downstream{faults: faults, start: time.Now(), random: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		byKey: map[string]int{}, byAttempt: map[int]int{}, listener: listener}
+		byKey: map[string]int{}, byAttempt: map[int]int{}}
 	var handler http.Handler = d
 	if wrap != nil {
 		handler = wrap(d)
 	}
-	d.server = &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = d.server.Serve(listener) }()
+	if err := d.serve(addr, handler); err != nil {
+		return nil, fmt.Errorf("bench: downstream: listen on %s: %w", addr, err)
+	}
 	return d, nil
 }
-
-// URL is where the downstream serves.
-func (d *Downstream) URL() string { return "http://" + d.listener.Addr().String() }
-
-// Close stops serving.
-func (d *Downstream) Close() error { return d.server.Close() }
 
 // ServeHTTP fails or answers one request, counting it.
 func (d *Downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -97,12 +94,8 @@ func drainOne(ctx context.Context, c client.Client, databaseURL string, cfg Drai
 		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
 	}
 	defer store.Close()
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "bench-drain-" + nonce()}})
+	w, err := startEngineWorker(ctx, c, store, queue, "bench-drain-"+nonce(), DrainWorkflow)
 	if err != nil {
-		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
-	}
-	w.RegisterWorkflow(DrainWorkflow)
-	if err := w.Start(); err != nil {
 		return DrainRow{}, fmt.Errorf("bench: drain: %w", err)
 	}
 	defer w.Stop()
@@ -195,8 +188,7 @@ func btoi(b bool) int {
 func PrintDrain(out io.Writer, cfg DrainConfig, rows []DrainRow) {
 	fmt.Fprintf(out, "backlog drain: %d calls parked during a %v outage of a service that takes %d a second; no call arrives after it\n",
 		cfg.Calls, cfg.Outage, cfg.RatePerSecond)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET\tLAST CALL AFTER THE OUTAGE\tRELEASE RATE")
+	tw := newTable(out, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS AFTER THE OUTAGE\tDRAINED IN\tCAPACITY ALLOWS\tTARGET\tLAST CALL AFTER THE OUTAGE\tRELEASE RATE")
 	for _, r := range rows {
 		verdict := "met"
 		if float64(r.DrainSeconds) > r.IdealSeconds+DrainTarget {

@@ -1,8 +1,7 @@
 package bench_test
 
 import (
-	"context"
-	"strings"
+	"io"
 	"testing"
 	"time"
 
@@ -17,14 +16,8 @@ import (
 // not the fixed 2 a second it replaces; no call is lost either way.
 func TestDrainSmoke(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	cfg := bench.DrainConfig{Calls: 40, RatePerSecond: 10, Latency: 5 * time.Millisecond, Outage: 6 * time.Second}
-	rows, err := bench.Drain(ctx, temporalClient, pooledDatabase(t), cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintDrain(&out, cfg, rows)
-	t.Log("\n" + out.String())
+	rows := inProcess(t, bench.Drain, cfg, func(w io.Writer, rows []bench.DrainRow) { bench.PrintDrain(w, cfg, rows) })
 	require.Len(t, rows, 2)
 	declared, undeclared := rows[0], rows[1]
 	for _, r := range rows {

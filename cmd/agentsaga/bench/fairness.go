@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,14 +94,9 @@ type FairnessConfig struct {
 	MaxConcurrentRuns int `json:"max_concurrent_runs"`
 	// A run makes ToolCalls word_count calls, then answers; the provider
 	// answers each turn in LatencyMin..LatencyMax.
-	ToolCalls  int           `json:"tool_calls"`
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
-	// Contenders (short names) run in this order, each within Timeout,
-	// on workers with PoolMaxConns connections each.
-	Contenders   []string      `json:"contenders"`
-	Timeout      time.Duration `json:"timeout"`
-	PoolMaxConns int           `json:"pool_max_conns"`
+	ToolCalls int `json:"tool_calls"`
+	providerLatency
+	contest
 	ProcessScenario
 }
 
@@ -110,8 +104,8 @@ type FairnessConfig struct {
 // worker processes; a run is one model turn answered in 400-600 ms, so
 // that 2 processes of 8 activities are a fleet A floods.
 var DefaultFairness = FairnessConfig{Processes: 2, RunsA: 1000, RunsB: 10, BAfter: 100, MaxActivities: 8, MaxConcurrentRuns: 32,
-	LatencyMin: 400 * time.Millisecond, LatencyMax: 600 * time.Millisecond,
-	Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth, FairnessBurst}, PoolMaxConns: 8, Timeout: 4 * time.Minute}
+	providerLatency: providerLatency{LatencyMin: 400 * time.Millisecond, LatencyMax: 600 * time.Millisecond},
+	contest:         contest{Contenders: []string{FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth, FairnessBurst}, PoolMaxConns: 8, Timeout: 4 * time.Minute}}
 
 // fairnessWarmUp is the warm-up runs a worker process, before each
 // measurement.
@@ -176,26 +170,18 @@ func FairnessVerdicts(r FairnessRow) (bFast, aFast bool) {
 
 func (cfg FairnessConfig) validate() error {
 	if cfg.Processes < 1 || cfg.RunsA < 1 || cfg.RunsB < 1 || cfg.BAfter < 0 || cfg.BAfter >= cfg.RunsA || cfg.MaxConcurrentRuns < 1 || cfg.MaxActivities < 0 ||
-		cfg.ToolCalls < 0 || cfg.LatencyMin < 0 || cfg.LatencyMax < cfg.LatencyMin || cfg.PoolMaxConns < 1 || cfg.Timeout <= 0 {
+		cfg.ToolCalls < 0 || !cfg.ordered() || cfg.PoolMaxConns < 1 || cfg.Timeout <= 0 {
 		return fmt.Errorf("%s: processes %d, runs %d and %d, max_concurrent_runs %d, pool %d and timeout %v must be positive, B after %d of A's runs fewer than them, tool calls %d not negative, latency %v-%v ordered",
 			fairnessLabel, cfg.Processes, cfg.RunsA, cfg.RunsB, cfg.MaxConcurrentRuns, cfg.PoolMaxConns, cfg.Timeout, cfg.BAfter, cfg.ToolCalls, cfg.LatencyMin, cfg.LatencyMax)
 	}
-	if len(cfg.Contenders) == 0 {
-		return fmt.Errorf("%s: no contenders", fairnessLabel)
-	}
-	for _, c := range cfg.Contenders {
-		if _, ok := fairnessContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s, %s or %s)", fairnessLabel, c, FairnessFCFS, FairnessTemporal, FairnessEngine, FairnessBoth, FairnessBurst)
-		}
-	}
-	return nil
+	return cfg.contest.validate(fairnessLabel, fairnessContenderNames)
 }
 
 // spend is the provider's and the spec's configuration: the spend
 // scenario's, a turn or ToolCalls+1 of them a run, no cap.
 func (cfg FairnessConfig) spend() SpendConfig {
 	s := DefaultSpend
-	s.ToolCalls, s.LatencyMin, s.LatencyMax, s.GoalChars, s.Timeout = cfg.ToolCalls, cfg.LatencyMin, cfg.LatencyMax, 0, cfg.Timeout
+	s.ToolCalls, s.providerLatency, s.GoalChars, s.Timeout = cfg.ToolCalls, cfg.providerLatency, 0, cfg.Timeout
 	return s
 }
 
@@ -204,36 +190,29 @@ func (cfg FairnessConfig) spend() SpendConfig {
 // with fairness on for Temporal's keys), B alone on an idle fleet, A
 // alone, then each contender.
 func Fairness(ctx context.Context, cfg FairnessConfig) (FairnessResult, error) {
-	result := FairnessResult{Config: cfg}
-	if err := cfg.validate(); err != nil {
-		return result, err
-	}
-	dir, err := os.MkdirTemp("", "agentsaga-fairness-")
-	if err != nil {
-		return result, fmt.Errorf("%s: temp dir: %w", fairnessLabel, err)
-	}
-	defer os.RemoveAll(dir)
-	byServer := map[string][]string{}
-	var servers []string
-	for _, c := range cfg.Contenders {
-		server := FairnessDefaultServer
-		if c == FairnessTemporal || c == FairnessBoth || c == FairnessBurst {
-			server = FairnessFairnessServer
+	return inScratchDir(fairnessLabel, "fairness", cfg.validate(), FairnessResult{Config: cfg}, func(dir string, result *FairnessResult) error {
+		byServer := map[string][]string{}
+		var servers []string
+		for _, c := range cfg.Contenders {
+			server := FairnessDefaultServer
+			if c == FairnessTemporal || c == FairnessBoth || c == FairnessBurst {
+				server = FairnessFairnessServer
+			}
+			if !slices.Contains(servers, server) {
+				servers = append(servers, server)
+			}
+			byServer[server] = append(byServer[server], c)
 		}
-		if !slices.Contains(servers, server) {
-			servers = append(servers, server)
+		for _, server := range servers {
+			rows, baselines, err := fairnessOnServer(ctx, cfg, server, byServer[server], dir)
+			if err != nil {
+				return err
+			}
+			result.Baselines = append(result.Baselines, baselines...)
+			result.Rows = append(result.Rows, rows...)
 		}
-		byServer[server] = append(byServer[server], c)
-	}
-	for _, server := range servers {
-		rows, baselines, err := fairnessOnServer(ctx, cfg, server, byServer[server], dir)
-		if err != nil {
-			return result, err
-		}
-		result.Baselines = append(result.Baselines, baselines...)
-		result.Rows = append(result.Rows, rows...)
-	}
-	return result, nil
+		return nil
+	})
 }
 
 func fairnessOnServer(ctx context.Context, cfg FairnessConfig, server string, contenders []string, dir string) ([]FairnessRow, []FairnessRun, error) {
@@ -245,12 +224,12 @@ func fairnessOnServer(ctx context.Context, cfg FairnessConfig, server string, co
 	if err := os.Mkdir(serverDir, 0o755); err != nil {
 		return nil, nil, err
 	}
-	s, err := startBenchServer(ctx, cfg.TemporalBin, serverDir, args)
+	s, err := startBenchServer(ctx, cfg.TemporalBin, serverDir, serverOptions{extraArgs: args})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", fairnessLabel, err)
 	}
 	defer s.stop()
-	m := fairnessMeasurement{cfg: cfg, c: s.c, dir: serverDir, env: s.env, server: server}
+	m := fairnessMeasurement{cfg: cfg, server: s, dir: serverDir, serverName: server}
 	idle, err := m.measure(ctx, "", 0, cfg.RunsB)
 	if err != nil {
 		return nil, nil, err
@@ -278,11 +257,10 @@ func fairnessOnServer(ctx context.Context, cfg FairnessConfig, server string, co
 }
 
 type fairnessMeasurement struct {
-	cfg    FairnessConfig
-	c      client.Client
-	dir    string
-	env    []string
-	server string
+	cfg        FairnessConfig
+	server     *benchServer
+	dir        string
+	serverName string
 }
 
 // measure starts runsA of A's runs, then (once BAfter of them ended)
@@ -290,10 +268,10 @@ type fairnessMeasurement struct {
 // contender is "" for a baseline.
 func (m fairnessMeasurement) measure(ctx context.Context, contender string, runsA, runsB int) (FairnessRun, error) {
 	cfg := m.cfg
-	run := FairnessRun{Server: m.server, Contender: fairnessContenderNames[contender], RunsA: runsA, RunsB: runsB, Outcomes: map[string]int{}}
-	label := fmt.Sprintf("%s, %s, A %d runs, B %d runs", m.server, cmpNonEmpty(run.Contender, "baseline"), runsA, runsB)
+	run := FairnessRun{Server: m.serverName, Contender: fairnessContenderNames[contender], RunsA: runsA, RunsB: runsB, Outcomes: map[string]int{}}
+	label := fmt.Sprintf("%s, %s, A %d runs, B %d runs", m.serverName, cmpNonEmpty(run.Contender, "baseline"), runsA, runsB)
 	fail := func(err error) (FairnessRun, error) { return run, fmt.Errorf("%s: %s: %w", fairnessLabel, label, err) }
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fail(err)
 	}
@@ -321,8 +299,8 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	defer provider.Close()
 	queue := "bench-fairness-" + nonce()
 	prefix := fmt.Sprintf("fairness-%s-%s", cmpNonEmpty(contender, "baseline"), nonce())
-	procs, err := startSpendWorkers(ctx, cfg.Executable, []string{"bench", "spend-worker", "--task-queue", queue, "--max-activities", strconv.Itoa(cfg.MaxActivities)},
-		append(slices.Clip(m.env), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)), filepath.Join(m.dir, prefix), cfg.Processes)
+	procs, err := startWorkerProcesses(ctx, cfg.Executable, []string{"bench", "spend-worker", "--task-queue", queue, "--max-activities", strconv.Itoa(cfg.MaxActivities)},
+		m.server.workerEnv("DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)), filepath.Join(m.dir, prefix), cfg.Processes, SpendWorkerReady)
 	defer func() { _ = procs.stop() }()
 	if err != nil {
 		return fail(err)
@@ -345,8 +323,8 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	// Warm-up runs first, on an account of their own: a fresh worker's
 	// first turns load the tokenizer and open its pool's connections,
 	// which no measured run should pay.
-	warm := fairnessIDs(prefix+"-w", fairnessWarmUp*cfg.Processes)
-	if err := fairnessStart(runCtx, m.c, warm, base, "warm-up", opts, len(warm), nil); err != nil {
+	warm := runIDs(prefix+"-w", fairnessWarmUp*cfg.Processes)
+	if err := fairnessStart(runCtx, m.server.c, warm, base, "warm-up", opts, len(warm), nil); err != nil {
 		return fail(err)
 	}
 	if _, err := waitForRuns(ctx, runCtx, poll, prefix+"-w-", len(warm), len(warm)); err != nil {
@@ -354,8 +332,8 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 	}
 	began := time.Now()
 
-	idsA := fairnessIDs(prefix+"-a", runsA)
-	if err := fairnessStart(runCtx, m.c, idsA, base, fairnessAccountA, opts, 8, nil); err != nil {
+	idsA := runIDs(prefix+"-a", runsA)
+	if err := fairnessStart(runCtx, m.server.c, idsA, base, fairnessAccountA, opts, 8, nil); err != nil {
 		return fail(err)
 	}
 	if runsB > 0 {
@@ -365,9 +343,9 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 				return fail(err)
 			}
 		}
-		idsB := fairnessIDs(prefix+"-b", runsB)
+		idsB := runIDs(prefix+"-b", runsB)
 		starts := make([]time.Time, runsB)
-		if err := fairnessStart(runCtx, m.c, idsB, base, fairnessAccountB, opts, runsB, starts); err != nil {
+		if err := fairnessStart(runCtx, m.server.c, idsB, base, fairnessAccountB, opts, runsB, starts); err != nil {
 			return fail(err)
 		}
 		if _, err := waitForRuns(ctx, runCtx, poll, prefix+"-b-", runsB, runsB); err != nil {
@@ -384,7 +362,7 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 		}
 		slices.Sort(run.BFirstTurnMs)
 		run.BFirstTurn = percentiles(run.BFirstTurnMs)
-		phases, err := fairnessPhases(ctx, m.c, idsB, starts, firsts)
+		phases, err := fairnessPhases(ctx, m.server.c, idsB, starts, firsts)
 		if err != nil {
 			return fail(err)
 		}
@@ -432,14 +410,6 @@ func (m fairnessMeasurement) measure(ctx context.Context, contender string, runs
 		}
 	}
 	return run, nil
-}
-
-func fairnessIDs(prefix string, n int) []string {
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-	}
-	return ids
 }
 
 // fairnessGoal is run id's goal: the provider tells the runs apart by it.
@@ -517,8 +487,7 @@ func PrintFairness(out io.Writer, result FairnessResult) {
 	fmt.Fprintf(out, "  %s: the fairness server, the runs started with the ledger, so that a run of an account with few runs in flight weighs more (docs/budgets.md, fairness keys)\n",
 		FairnessBurstContender)
 	fmt.Fprintln(out, "  (every run carries its account as Temporal's fairness key; only the fairness server honours it)")
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  SERVER\tRUN\tB FIRST TURN P50\tB P95\tA RUNS/S\tA'S RUNS ENDED WHEN B STARTED\tOUTCOMES\tADMITTED\tSECONDS")
+	tw := newTable(out, "\n  SERVER\tRUN\tB FIRST TURN P50\tB P95\tA RUNS/S\tA'S RUNS ENDED WHEN B STARTED\tOUTCOMES\tADMITTED\tSECONDS")
 	for _, b := range result.Baselines {
 		name := "B alone, idle fleet"
 		if b.RunsB == 0 {

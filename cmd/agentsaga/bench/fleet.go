@@ -5,34 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/procfs"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/migrations"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // The two dev servers of the fleet scenario.
@@ -89,16 +76,11 @@ type FleetConfig struct {
 	// window opens.
 	Settle time.Duration `json:"settle"`
 
-	// TemporalBin is the Temporal CLI that serves both dev servers.
-	TemporalBin string `json:"-"`
-	// DatabaseURL names the Postgres server (a postgres:// URL); the
-	// scenario creates a database of its own beside the one it names, so
-	// that every transaction counted in it is the workers', and drops it.
-	DatabaseURL string `json:"-"`
-	// Executable is the agentsaga binary: `worker` and `bench fleet-worker`.
-	Executable string `json:"-"`
-	// Progress, when set, gets a line as each measurement ends.
-	Progress io.Writer `json:"-"`
+	// The Temporal CLI serves both dev servers; the scenario creates a
+	// database of its own beside the one DatabaseURL names, so that every
+	// transaction counted in it is the workers', and drops it; the
+	// Executable runs `worker` and `bench fleet-worker`.
+	ProcessScenario
 }
 
 // DefaultFleet fits the 2-core machine in about twelve minutes (the DBOS
@@ -195,57 +177,57 @@ type FleetResult struct {
 	Ratios []FleetRatio `json:"ratios"`
 }
 
-// Fleet compares agentsaga's tool calls with plain Temporal activities
-// making the same HTTP call, each side on real worker processes of its
-// own, on dev servers started for the scenario from cfg.TemporalBin.
-func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
-	result := FleetResult{Config: cfg}
+func (cfg FleetConfig) validate() error {
 	if cfg.Runs < 1 || cfg.Calls < 1 || cfg.PoolMaxConns < 1 || cfg.Rounds < 1 || len(cfg.Processes) == 0 || (len(cfg.Servers) == 0 && !cfg.DBOS) {
-		return result, fmt.Errorf("bench: fleet: runs %d, calls %d, pool %d, rounds %d, processes %v and servers %v must be positive and not empty",
+		return fmt.Errorf("bench: fleet: runs %d, calls %d, pool %d, rounds %d, processes %v and servers %v must be positive and not empty",
 			cfg.Runs, cfg.Calls, cfg.PoolMaxConns, cfg.Rounds, cfg.Processes, cfg.Servers)
 	}
 	for _, n := range cfg.Processes {
 		if n < 1 {
-			return result, fmt.Errorf("bench: fleet: --processes %v: every count must be positive", cfg.Processes)
+			return fmt.Errorf("bench: fleet: --processes %v: every count must be positive", cfg.Processes)
 		}
 	}
 	for _, s := range cfg.Servers {
 		if s != FleetFileServer && s != FleetMemoryServer {
-			return result, fmt.Errorf("bench: fleet: server %q: want %q or %q", s, FleetFileServer, FleetMemoryServer)
+			return fmt.Errorf("bench: fleet: server %q: want %q or %q", s, FleetFileServer, FleetMemoryServer)
 		}
 	}
-	dir, err := os.MkdirTemp("", "agentsaga-fleet-")
-	if err != nil {
-		return result, fmt.Errorf("bench: fleet: temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return result, err
-	}
-	defer db.drop()
-	result.StatementSource = db.source()
-	down, err := StartDownstream(Faults{}, 1)
-	if err != nil {
-		return result, err
-	}
-	defer down.Close()
-	for _, kind := range cfg.Servers {
-		rows, err := fleetOnServer(ctx, cfg, kind, dir, db, down)
+	return nil
+}
+
+// Fleet compares agentsaga's tool calls with plain Temporal activities
+// making the same HTTP call, each side on real worker processes of its
+// own, on dev servers started for the scenario from cfg.TemporalBin.
+func Fleet(ctx context.Context, cfg FleetConfig) (FleetResult, error) {
+	return inScratchDir("bench: fleet", "fleet", cfg.validate(), FleetResult{Config: cfg}, func(dir string, result *FleetResult) error {
+		db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 		if err != nil {
-			return result, err
+			return err
 		}
-		result.Rows = append(result.Rows, rows...)
-	}
-	if cfg.DBOS {
-		rows, err := fleetDBOSRows(ctx, cfg, dir, down, result.Rows)
+		defer db.drop()
+		result.StatementSource = db.source()
+		down, err := StartDownstream(Faults{}, 1)
 		if err != nil {
-			return result, err
+			return err
 		}
-		result.Rows = append(result.Rows, rows...)
-	}
-	result.Ratios = fleetRatios(result.Rows)
-	return result, nil
+		defer down.Close()
+		for _, kind := range cfg.Servers {
+			rows, err := fleetOnServer(ctx, cfg, kind, dir, db, down)
+			if err != nil {
+				return err
+			}
+			result.Rows = append(result.Rows, rows...)
+		}
+		if cfg.DBOS {
+			rows, err := fleetDBOSRows(ctx, cfg, dir, down, result.Rows)
+			if err != nil {
+				return err
+			}
+			result.Rows = append(result.Rows, rows...)
+		}
+		result.Ratios = fleetRatios(result.Rows)
+		return nil
+	})
 }
 
 // FleetRatio is agentsaga's ratio at one server and process count over the
@@ -292,14 +274,6 @@ func fleetRatios(rows []FleetRow) []FleetRatio {
 	return out
 }
 
-func median(xs []float64) float64 {
-	xs = slices.Sorted(slices.Values(xs))
-	if len(xs)%2 == 0 {
-		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
-	}
-	return xs[len(xs)/2]
-}
-
 // fleetSide is one contender: its worker processes and how it starts a run.
 type fleetSide struct {
 	contender string
@@ -311,7 +285,7 @@ type fleetSide struct {
 	usesPostgres bool
 	// db, when set, is the database the side's processes use, in place of
 	// the scenario's: its counters and its backends' CPU are the row's.
-	db *fleetDatabase
+	db *benchDatabase
 	// release, when set, closes the bench's own idle connections to the
 	// side's database before each reading of its counters: a backend
 	// flushes them as it exits, and an idle one only 10 s later.
@@ -322,31 +296,17 @@ type fleetSide struct {
 	start func(ctx context.Context, id string) (wait func(context.Context) error, err error)
 }
 
-func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *fleetDatabase, down *Downstream) ([]FleetRow, error) {
-	logPath := filepath.Join(dir, "temporal-"+kind+".log")
-	logFile, err := os.Create(logPath)
+func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *benchDatabase, down *Downstream) ([]FleetRow, error) {
+	opts := serverOptions{name: kind}
+	if kind == FleetFileServer {
+		opts.dbFile = filepath.Join(dir, "temporal.db")
+	}
+	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("bench: fleet: %w", err)
 	}
-	defer logFile.Close()
-	options := testsuite.DevServerOptions{ExistingPath: cfg.TemporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(),
-		ClientOptions: &client.Options{Namespace: "default",
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}}
-	if kind == FleetFileServer {
-		options.DBFilename = filepath.Join(dir, "temporal.db")
-	}
-	server, err := testsuite.StartDevServer(ctx, options)
-	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: start the %s dev server from %s: %w (log: %s)", kind, cfg.TemporalBin, err, tail(logPath))
-	}
-	defer server.Stop()
-	c := server.Client()
-	_, port, _ := strings.Cut(server.FrontendHostPort(), ":")
-	common := []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
-		// Nothing but the workers themselves: no metrics server, no trace
-		// export, no deployment.
-		"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}
+	defer server.stop()
+	c := server.c
 
 	spec, err := fleetSpec(down.URL(), cfg.Calls)
 	if err != nil {
@@ -362,7 +322,7 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	}
 	plainSide := func(contender string, in FleetPlainInput) fleetSide {
 		return fleetSide{contender: contender, ready: FleetWorkerReady,
-			args: []string{"bench", "fleet-worker", "--task-queue", FleetPlainQueue}, env: common, timings: histories("BaselineCall", "BaselineModelTurn"),
+			args: []string{"bench", "fleet-worker", "--task-queue", FleetPlainQueue}, env: server.env, timings: histories("BaselineCall", "BaselineModelTurn"),
 			start: func(ctx context.Context, id string) (func(context.Context) error, error) {
 				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: FleetPlainQueue}, FleetPlainWorkflow, in)
 				if err != nil {
@@ -377,13 +337,13 @@ func fleetOnServer(ctx context.Context, cfg FleetConfig, kind, dir string, db *f
 	loop := plainSide(FleetPlainLoopContender, loopInput)
 	saga := fleetSide{contender: FleetAgentsagaContender, ready: "agentsaga worker running",
 		// The cleaner stays off: it would prune in the window.
-		args: []string{"worker", "--retention", "-1s"}, env: append(slices.Clip(common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns)),
+		args: []string{"worker", "--retention", "-1s"}, env: server.workerEnv("DATABASE_URL=" + db.workerURL(cfg.PoolMaxConns)),
 		usesPostgres: true, timings: histories("agentsaga.CallTool", "agentsaga.CallModel"), start: startAgentsagaRun(c, spec)}
 
 	var rows []FleetRow
 	for round := range cfg.Rounds {
 		for _, n := range cfg.Processes {
-			m := fleetMeasurement{cfg: cfg, serverPort: port, c: c, db: db, down: down, dir: dir, server: kind, processes: n}
+			m := fleetMeasurement{cfg: cfg, serverPort: server.port, c: c, db: db, down: down, dir: dir, server: kind, processes: n}
 			base, err := m.measure(ctx, plain)
 			if err != nil {
 				return nil, err
@@ -482,7 +442,7 @@ func fleetSpec(url string, calls int) (agentsaga.RunSpec, error) {
 	for i := range calls {
 		list = append(list, fmt.Sprintf("{name: down, arguments: {n: %d}}", i))
 	}
-	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+	return parseRunSpec("bench: fleet", fmt.Sprintf(`
 goal: call the downstream service
 budget: {steps: 4, seconds: 600}
 model:
@@ -492,14 +452,7 @@ model:
     - content: done
 tools:
   - {name: down, kind: http, url: %q}
-`, strings.Join(list, ", "), url)))
-	if err != nil {
-		return spec, fmt.Errorf("bench: fleet: spec: %w", err)
-	}
-	// The dev servers have them registered; a fleet's starter checks once,
-	// not at every start.
-	spec.SearchAttributes = true
-	return spec, nil
+`, strings.Join(list, ", "), url))
 }
 
 type fleetMeasurement struct {
@@ -507,7 +460,7 @@ type fleetMeasurement struct {
 	// serverPort finds the dev server's process.
 	serverPort string
 	c          client.Client
-	db         *fleetDatabase
+	db         *benchDatabase
 	down       *Downstream
 	dir        string
 	server     string
@@ -527,20 +480,9 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 	}
 	label := fmt.Sprintf("%s server, %d processes, %s", m.server, m.processes, side.contender)
 	prefix := fmt.Sprintf("fleet-%s-%s-%d-%s", m.server, strings.Fields(side.contender)[0], m.processes, nonce())
-	procs := make([]*fleetProcess, 0, m.processes)
-	defer func() {
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
-	for i := range m.processes {
-		p, err := startFleetProcess(m.cfg.Executable, side.args, side.env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
-		if err != nil {
-			return row, err
-		}
-		procs = append(procs, p)
-	}
-	if err := waitForReady(ctx, procs, side.ready); err != nil {
+	procs, err := startWorkerProcesses(ctx, m.cfg.Executable, side.args, side.env, filepath.Join(m.dir, prefix), m.processes, side.ready)
+	defer func() { _ = procs.stop() }()
+	if err != nil {
 		return row, fmt.Errorf("bench: fleet: %s: %w", label, err)
 	}
 	runCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
@@ -565,13 +507,13 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 		return row, err
 	}
 	counts := m.down.Counts()
-	cpuBefore := m.sampleCPU(procs)
+	cpuBefore := sampleCPU(procs, m.serverPort, m.db.name)
 	row.LoadAverage = loadAverage()
 	elapsed, ids, err := runFleet(runCtx, prefix, m.cfg.Runs, side.start)
 	if err != nil {
 		return row, fmt.Errorf("bench: fleet: %s: %w%s", label, err, logs(procs))
 	}
-	cpu := m.sampleCPU(procs).since(cpuBefore)
+	cpu := sampleCPU(procs, m.serverPort, m.db.name).since(cpuBefore)
 	now := m.down.Counts()
 	row.Requests, row.Keys = now.Requests-counts.Requests, now.Keys-counts.Keys
 	row.WorkerCPUMs, row.ServerCPUMs, row.PostgresCPUMs = 1000*cpu.workers/float64(row.Calls), 1000*cpu.server/float64(row.Calls), 1000*cpu.postgres/float64(row.Calls)
@@ -628,10 +570,9 @@ func (m fleetMeasurement) measure(ctx context.Context, side fleetSide) (FleetRow
 func runFleet(ctx context.Context, prefix string, runs int,
 	start func(context.Context, string) (func(context.Context) error, error)) (time.Duration, []string, error) {
 	began := time.Now()
-	ids := make([]string, runs)
+	ids := runIDs(prefix, runs)
 	waits := make([]func(context.Context) error, runs)
 	for i := range runs {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
 		wait, err := start(ctx, ids[i])
 		if err != nil {
 			return 0, nil, err
@@ -721,186 +662,6 @@ func RunFleetPlainWorker(ctx context.Context, out io.Writer, c client.Client, qu
 	<-ctx.Done()
 	w.Stop()
 	return nil
-}
-
-// fleetProcess is one worker process, its output in a log file so that a
-// full pipe never blocks it.
-type fleetProcess struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
-
-func startFleetProcess(executable string, args, env []string, logPath string) (*fleetProcess, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: %w", err)
-	}
-	cmd := exec.Command(executable, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("bench: fleet: start %s %s: %w", executable, strings.Join(args, " "), err)
-	}
-	p := &fleetProcess{cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// stop ends the process as an operator would (SIGTERM: the worker drains
-// and closes its pool), killing it if it is still there after 30 s.
-func (p *fleetProcess) stop() error {
-	select {
-	case <-p.done:
-		return p.exitError()
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.exitError()
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("worker process %d did not stop within 30 s of SIGTERM; log: %s", p.cmd.Process.Pid, tail(p.log))
-	}
-}
-
-func (p *fleetProcess) exitError() error {
-	if p.err != nil {
-		return fmt.Errorf("worker process %d: %w; log: %s", p.cmd.Process.Pid, p.err, tail(p.log))
-	}
-	return nil
-}
-
-func logs(procs []*fleetProcess) string {
-	var b strings.Builder
-	for _, p := range procs {
-		fmt.Fprintf(&b, "\nworker process %d: %s", p.cmd.Process.Pid, tail(p.log))
-	}
-	return b.String()
-}
-
-// tail is the end of a log file, for an error message.
-func tail(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "(unreadable: " + err.Error() + ")"
-	}
-	if len(data) > 2000 {
-		data = data[len(data)-2000:]
-	}
-	return strings.TrimSpace(string(data))
-}
-
-// waitForReady waits until every process has written ready to its log:
-// its worker has started polling. (DescribeTaskQueue cannot tell: it lists
-// the pollers of one partition of the queue, and a process's few pollers
-// may all be on others until their long polls end, a minute later.)
-func waitForReady(ctx context.Context, procs []*fleetProcess, ready string) error {
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		polling := 0
-		for _, p := range procs {
-			if data, err := os.ReadFile(p.log); err == nil && strings.Contains(string(data), ready) {
-				polling++
-			}
-		}
-		if polling == len(procs) {
-			return nil
-		}
-		for _, p := range procs {
-			select {
-			case <-p.done:
-				return fmt.Errorf("worker process %d exited before it polled (%v); log: %s", p.cmd.Process.Pid, p.err, tail(p.log))
-			default:
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the workers did not all start within 90 s%s", logs(procs))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// cpuSample is the CPU seconds each process had used, by PID, in the three
-// groups a row reports.
-type cpuSample struct{ workers, server, postgres map[int]float64 }
-
-// sampleCPU reads the CPU time of the worker processes, of the dev server
-// (the process started with --port serverPort) and of the Postgres backends
-// whose process title names the scenario's database.
-func (m fleetMeasurement) sampleCPU(procs []*fleetProcess) cpuSample {
-	sample := cpuSample{workers: map[int]float64{}, server: map[int]float64{}, postgres: map[int]float64{}}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return sample
-	}
-	all, err := fs.AllProcs()
-	if err != nil {
-		return sample
-	}
-	workers := map[int]bool{}
-	for _, p := range procs {
-		workers[p.cmd.Process.Pid] = true
-	}
-	for _, proc := range all {
-		group := sample.workers
-		if !workers[proc.PID] {
-			args, err := proc.CmdLine()
-			if err != nil || len(args) == 0 {
-				continue
-			}
-			switch title := strings.Join(args, " "); {
-			case strings.Contains(title, "start-dev") && strings.Contains(title, "--port "+m.serverPort+" "):
-				group = sample.server
-			case strings.HasPrefix(title, "postgres: ") && strings.Contains(title, " "+m.db.name+" "):
-				group = sample.postgres
-			default:
-				continue
-			}
-		}
-		if stat, err := proc.Stat(); err == nil {
-			group[proc.PID] = stat.CPUTime()
-		}
-	}
-	return sample
-}
-
-// loadAverage is the 1-minute load average, 0 where there is no /proc.
-func loadAverage() float64 {
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0
-	}
-	load, err := fs.LoadAvg()
-	if err != nil {
-		return 0
-	}
-	return load.Load1
-}
-
-// since is the CPU seconds used from before to s, by group; a process
-// that began in between counts from zero.
-func (s cpuSample) since(before cpuSample) (used struct{ workers, server, postgres float64 }) {
-	delta := func(now, then map[int]float64) (sum float64) {
-		for pid, cpu := range now {
-			sum += cpu - then[pid]
-		}
-		return sum
-	}
-	used.workers, used.server, used.postgres = delta(s.workers, before.workers), delta(s.server, before.server), delta(s.postgres, before.postgres)
-	return used
 }
 
 // latencies are the tool calls' times and the runs' step timelines.
@@ -1014,200 +775,12 @@ func toolLatencies(ctx context.Context, c client.Client, ids []string, toolActiv
 	return l, nil
 }
 
-// fleetDatabase is the scenario's own database, so that what Postgres
-// counts in it is the agentsaga workers' alone.
-type fleetDatabase struct {
-	url, adminURL, name string
-	// starter, when set, is the application_name of the bench's own
-	// connections, which stay open while the workers stop.
-	starter string
-	// statementsView is set when pg_stat_statements is loaded: statements
-	// are then counted as statements, not as transactions.
-	statementsView bool
-}
-
-func newFleetDatabase(ctx context.Context, serverURL string) (*fleetDatabase, error) {
-	return newFleetDatabaseFor(ctx, serverURL, "fleet", true)
-}
-
-// newFleetDatabaseFor creates a database named for kind; migrate applies
-// agentsaga's migrations to it (DBOS's database has its own schema only).
-func newFleetDatabaseFor(ctx context.Context, serverURL, kind string, migrate bool) (*fleetDatabase, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, fmt.Errorf("bench: fleet: DATABASE_URL must be a postgres:// URL (got %q): %v", serverURL, err)
-	}
-	base := strings.TrimPrefix(u.Path, "/")
-	if base == "" {
-		base = "agentsaga"
-	}
-	db := &fleetDatabase{name: base + "_" + kind + "_" + nonce()}
-	u.Path = "/" + db.name
-	db.url = u.String()
-	u.Path = "/postgres"
-	db.adminURL = u.String()
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return nil, fmt.Errorf("bench: fleet: connect to postgres: %w", err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("bench: fleet: create database %s: %w", db.name, err)
-	}
-	if migrate {
-		if _, err := migrations.Apply(ctx, db.url); err != nil {
-			db.drop()
-			return nil, err
-		}
-	}
-	conn, err := pgx.Connect(ctx, db.url)
-	if err != nil {
-		db.drop()
-		return nil, fmt.Errorf("bench: fleet: connect to %s: %w", db.name, err)
-	}
-	defer conn.Close(ctx)
-	// The view answers only when the library is in shared_preload_libraries.
-	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err == nil {
-		var n int64
-		db.statementsView = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_statements").Scan(&n) == nil
-	}
-	return db, nil
-}
-
-func (db *fleetDatabase) source() string {
-	if db.statementsView {
-		return "pg_stat_statements (calls, in the scenario's database)"
-	}
-	return "pg_stat_database (xact_commit + xact_rollback of the scenario's database: one per autocommit statement, once for a batch or an explicit transaction; pg_stat_statements is not loaded)"
-}
-
-// workerURL is the database's URL with the workers' pool size.
-func (db *fleetDatabase) workerURL(poolMaxConns int) string {
-	u, _ := url.Parse(db.url)
-	q := u.Query()
-	q.Set("pool_max_conns", strconv.Itoa(poolMaxConns))
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-type pgCounters struct {
-	statements, bucketUpdates, deadlocks int64
-	// writes is the rows each table had inserted, updated and deleted.
-	writes map[string]TableWrites
-}
-
-// TableWrites is a table's rows inserted, updated and deleted.
-type TableWrites struct {
-	Inserted int64 `json:"inserted"`
-	Updated  int64 `json:"updated"`
-	Deleted  int64 `json:"deleted"`
-}
-
-// read takes the counters on fresh connections, so that no cached stats
-// snapshot answers. The database-wide count is read from the postgres
-// database, and the bucket's on a connection to the scenario's, whose own
-// query the window counts: one, on both sides, so the plain side's
-// baseline takes it back out.
-func (db *fleetDatabase) read(ctx context.Context) (pgCounters, error) {
-	var c pgCounters
-	admin, err := connectSimple(ctx, db.adminURL)
-	if err != nil {
-		return c, fmt.Errorf("bench: fleet: read counters: %w", err)
-	}
-	defer admin.Close(ctx)
-	if err := admin.QueryRow(ctx, "SELECT xact_commit + xact_rollback, deadlocks FROM pg_stat_database WHERE datname = $1", db.name).Scan(&c.statements, &c.deadlocks); err != nil {
-		return c, fmt.Errorf("bench: fleet: read pg_stat_database: %w", err)
-	}
-	conn, err := connectSimple(ctx, db.url)
-	if err != nil {
-		return c, fmt.Errorf("bench: fleet: read counters: %w", err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables")
-	if err != nil {
-		return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
-	}
-	c.writes = map[string]TableWrites{}
-	for rows.Next() {
-		var table string
-		var w TableWrites
-		if err := rows.Scan(&table, &w.Inserted, &w.Updated, &w.Deleted); err != nil {
-			return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
-		}
-		c.writes[table] = w
-	}
-	if err := rows.Err(); err != nil {
-		return c, fmt.Errorf("bench: fleet: read pg_stat_user_tables: %w", err)
-	}
-	c.bucketUpdates = c.writes["retry_buckets"].Updated
-	if db.statementsView {
-		// The view counts as it goes; this scenario's own reads are left out.
-		err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%'`).Scan(&c.statements)
-		if err != nil {
-			return c, fmt.Errorf("bench: fleet: read pg_stat_statements: %w", err)
-		}
-	}
-	return c, nil
-}
-
-// connectSimple connects with the simple protocol: a query is then one
-// transaction, where pgx's default would first prepare it in another.
-func connectSimple(ctx context.Context, databaseURL string) (*pgx.Conn, error) {
-	config, err := pgx.ParseConfig(databaseURL)
-	if err != nil {
-		return nil, err
-	}
-	config.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	return pgx.ConnectConfig(ctx, config)
-}
-
-// waitForNoClients waits until no client is connected to the database: a
-// backend flushes its counters as it exits, so they are all in.
-func (db *fleetDatabase) waitForNoClients(ctx context.Context) error {
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return fmt.Errorf("bench: fleet: %w", err)
-	}
-	defer admin.Close(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var clients int
-		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend' AND application_name <> $2",
-			db.name, db.starter).Scan(&clients); err != nil {
-			return fmt.Errorf("bench: fleet: read pg_stat_activity: %w", err)
-		}
-		if clients == 0 {
-			// A leaving backend drops out of pg_stat_activity a moment
-			// before its last counters are flushed.
-			time.Sleep(200 * time.Millisecond)
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: fleet: %d clients still connected to %s 30 s after the workers stopped", clients, db.name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (db *fleetDatabase) drop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return
-	}
-	defer admin.Close(ctx)
-	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
-}
-
 // printFleetDBOS writes the DBOS contender's table: no Temporal server, and
 // its ratios are to the plain agent loop's row of the same round.
 func printFleetDBOS(out io.Writer, rows []FleetRow) {
 	fmt.Fprintf(out, "\nDBOS Transact v1.9.0 on Postgres alone (no Temporal server): the plain agent loop as a workflow of steps (dbos.RunAsStep, the calls by dbos.Go),\n")
 	fmt.Fprintf(out, "  enqueued by a DBOS client on one queue polled every %s by each executor process; its own database beside the scenario's\n", FleetDBOSPollInterval)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tTO LOOP\tSTATEMENTS/CALL\tSTEPS/CALL\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tCPU VS LOOP\tEXECUTORS\tLOAD")
+	tw := newTable(out, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tTO LOOP\tSTATEMENTS/CALL\tSTEPS/CALL\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tCPU VS LOOP\tEXECUTORS\tLOAD")
 	for _, r := range rows {
 		if r.Contender != FleetDBOSContender {
 			continue
@@ -1238,8 +811,7 @@ func PrintFleet(out io.Writer, result FleetResult) {
 			title = "dev server with --db-filename"
 		}
 		fmt.Fprintf(out, "\n%s\n", title)
-		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tRATIO\tTARGET\tSTATEMENTS/CALL\tBUCKET COMMITS/S\tACTIVITIES/CALL\tEVENTS/CALL\tQUEUED\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tDEADLOCKS\tLOAD")
+		tw := newTable(out, "  ROUND\tCONTENDER\tPROCESSES\tCALLS\tSECONDS\tCALLS/S\tRATIO\tTARGET\tSTATEMENTS/CALL\tBUCKET COMMITS/S\tACTIVITIES/CALL\tEVENTS/CALL\tQUEUED\tRUNNING\tFIRST STEP\tGAP P50\tGAP P99\tCPU MS/CALL\tDEADLOCKS\tLOAD")
 		for _, r := range result.Rows {
 			if r.Server != server {
 				continue

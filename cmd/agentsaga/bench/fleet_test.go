@@ -1,43 +1,23 @@
 package bench_test
 
 import (
-	"context"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/worker"
 )
 
 // A tiny fleet on real processes: the built binary's `agentsaga worker` and
 // `bench fleet-worker`, two of each, on the in-memory dev server. The
 // figures must add up; their speed is not asserted.
 func TestFleetSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the agentsaga binary and runs worker processes")
-	}
-	options, err := agentsagatest.DevServerOptions()
-	require.NoError(t, err)
-	temporalBin := options.ExistingPath
-	bin := buildAgentsaga(t)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
 	cfg := bench.DefaultFleet
 	// The DBOS contender has its own test, TestFleetDBOS.
 	cfg.Processes, cfg.Runs, cfg.Calls, cfg.Servers, cfg.DBOS = []int{2}, 2, 2, []string{bench.FleetMemoryServer}, false
-	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = temporalBin, bin, worker.ConfigFromEnv().DatabaseURL
-	result, err := bench.Fleet(ctx, cfg)
-	require.NoError(t, err)
-	var table strings.Builder
-	bench.PrintFleet(&table, result)
-	t.Log(table.String())
+	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = processBench(t)
+	result := runScenario(t, bench.Fleet, cfg, bench.PrintFleet)
 
 	require.Len(t, result.Rows, 3)
 	plain, loop, saga := result.Rows[0], result.Rows[1], result.Rows[2]

@@ -141,7 +141,7 @@ func RunFleetDBOSWorker(ctx context.Context, out io.Writer, databaseURL string) 
 // Postgres being measured, at the default they would end each window up to
 // a second late.
 type fleetDBOS struct {
-	db     *fleetDatabase
+	db     *benchDatabase
 	client dbos.Client
 	input  FleetDBOSInput
 	// pool is the client's and the poller's.
@@ -156,7 +156,7 @@ type fleetDBOS struct {
 // newFleetDBOS creates the DBOS database beside the scenario's, migrates
 // it, registers the queue and starts the completion poller.
 func newFleetDBOS(ctx context.Context, serverURL string, in FleetDBOSInput) (*fleetDBOS, error) {
-	db, err := newFleetDatabaseFor(ctx, serverURL, "dbos", false)
+	db, err := newBenchDatabaseFor(ctx, serverURL, "dbos", false)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,6 @@
 package bench_test
 
 import (
-	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,28 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/worker"
 )
 
 // The DBOS contender alone, tiny, on real executor processes (`agentsaga
 // bench dbos-worker`) and no Temporal server: every tool call is made once,
 // each step is checkpointed, and the timings are read back.
 func TestFleetDBOS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the agentsaga binary and runs executor processes")
-	}
-	bin := buildAgentsaga(t)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cfg := bench.DefaultFleet
 	cfg.Processes, cfg.Runs, cfg.Calls, cfg.Servers, cfg.DBOS, cfg.Settle = []int{2}, 3, 4, nil, true, time.Second
-	cfg.Executable, cfg.DatabaseURL = bin, worker.ConfigFromEnv().DatabaseURL
-	result, err := bench.Fleet(ctx, cfg)
-	require.NoError(t, err)
-	var table strings.Builder
-	bench.PrintFleet(&table, result)
-	t.Log(table.String())
+	// No Temporal server: the executors need only the binary and Postgres.
+	_, cfg.Executable, cfg.DatabaseURL = processBench(t)
+	result := runScenario(t, bench.Fleet, cfg, bench.PrintFleet)
 
 	require.Len(t, result.Rows, 1)
 	row := result.Rows[0]

@@ -1,18 +1,13 @@
 package bench_test
 
 import (
-	"context"
-	"io"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/worker"
 )
 
 // Issue 43's goodput, small: 6 runs under a cap that admits about two of
@@ -92,36 +87,4 @@ func TestFairnessRoundRobinSmall(t *testing.T) {
 	assert.Equal(t, cfg.RunsA+cfg.RunsB, row.Run.Admission.Admitted, "each run admitted once")
 	assert.Zero(t, row.Run.Admission.StillAdmitted, "no admission left open")
 	assert.Zero(t, row.Run.Admission.HeldUSD, "nothing held")
-}
-
-// processBench is what a scenario with worker processes of its own needs:
-// the dev server's binary, the agentsaga binary built for the workers,
-// and the database; the test is skipped with -short.
-func processBench(t *testing.T) (temporalBin, executable, databaseURL string) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the agentsaga binary and runs worker processes")
-	}
-	options, err := agentsagatest.DevServerOptions()
-	require.NoError(t, err)
-	return options.ExistingPath, buildAgentsaga(t), worker.ConfigFromEnv().DatabaseURL
-}
-
-// runScenario runs a scenario within three minutes and logs its table.
-func runScenario[C, R any](t *testing.T, scenario func(context.Context, C) (R, error), cfg C, print func(io.Writer, R)) R {
-	t.Helper()
-	return runScenarioWithin(t, 3*time.Minute, scenario, cfg, print)
-}
-
-// runScenarioWithin is runScenario within limit.
-func runScenarioWithin[C, R any](t *testing.T, limit time.Duration, scenario func(context.Context, C) (R, error), cfg C, print func(io.Writer, R)) R {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	result, err := scenario(ctx, cfg)
-	require.NoError(t, err)
-	var table strings.Builder
-	print(&table, result)
-	t.Log(table.String())
-	return result
 }

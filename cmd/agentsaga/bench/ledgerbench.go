@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,7 +18,6 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/migrations"
 )
 
 // LedgerRow is one side of the ledger scenario.
@@ -77,11 +73,11 @@ func LedgerCounted(ctx context.Context, databaseURL string, clients, calls int) 
 func ledgerScenario(ctx context.Context, databaseURL string, clients, rounds int, round time.Duration, perClient int) ([]LedgerRow, error) {
 	// A database of its own: its runs must not be taken for abandoned ones
 	// by a worker's reconciler, and the scenario's rows go with it.
-	db, err := newScratchDatabase(ctx, databaseURL, "ledger")
+	db, err := newBenchDatabaseFor(ctx, databaseURL, "ledger", true)
 	if err != nil {
 		return nil, err
 	}
-	defer db.drop(context.WithoutCancel(ctx))
+	defer db.drop()
 	store, err := ledgerdb.Open(ctx, db.url)
 	if err != nil {
 		return nil, err
@@ -174,58 +170,6 @@ func ledgerCalls(ctx context.Context, store *ledgerdb.Store, prefix string, roun
 	}
 	wg.Wait()
 	return writes.Load(), firstErr
-}
-
-// scratchDatabase is a migrated database for one scenario, on the server
-// databaseURL names. url keeps databaseURL's settings; plainURL drops the
-// pool_* ones, which only pgxpool reads (libpq and pgx's own parser would
-// send them to the server).
-type scratchDatabase struct{ url, plainURL, adminURL, name string }
-
-func newScratchDatabase(ctx context.Context, databaseURL, scenario string) (*scratchDatabase, error) {
-	u, err := url.Parse(databaseURL)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, fmt.Errorf("bench: %s: DATABASE_URL must be a postgres:// URL (got %q): %v", scenario, databaseURL, err)
-	}
-	base := strings.TrimPrefix(u.Path, "/")
-	if base == "" {
-		base = "agentsaga"
-	}
-	db := &scratchDatabase{name: base + "_" + scenario + "_" + nonce()}
-	u.Path = "/" + db.name
-	db.url = u.String()
-	q := u.Query()
-	for key := range q {
-		if strings.HasPrefix(key, "pool_") {
-			q.Del(key)
-		}
-	}
-	u.RawQuery = q.Encode()
-	db.plainURL = u.String()
-	u.Path = "/postgres"
-	db.adminURL = u.String()
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %s: connect to postgres: %w", scenario, err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db.name}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("bench: %s: create database %s: %w", scenario, db.name, err)
-	}
-	if _, err := migrations.Apply(ctx, db.plainURL); err != nil {
-		db.drop(ctx)
-		return nil, err
-	}
-	return db, nil
-}
-
-func (db *scratchDatabase) drop(ctx context.Context) {
-	admin, err := pgx.Connect(ctx, db.adminURL)
-	if err != nil {
-		return
-	}
-	defer admin.Close(ctx)
-	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.name}.Sanitize()+" WITH (FORCE)")
 }
 
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+)`)
@@ -330,8 +274,7 @@ func (p *pgBench) close(ctx context.Context) {
 // PrintLedger writes the ledger scenario's table.
 func PrintLedger(out io.Writer, title string, rows []LedgerRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCLIENTS\tSECONDS\tWRITES/S\tRATIO")
+	tw := newTable(out, "  CONTENDER\tCLIENTS\tSECONDS\tWRITES/S\tRATIO")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "  %s\t%d\t%.0f\t%.0f\t%.2f\n", r.Contender, r.Clients, r.Seconds, r.WritesPerSec, r.Ratio)
 	}

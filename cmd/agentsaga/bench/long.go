@@ -5,18 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tiktoken-go/tokenizer"
@@ -32,12 +29,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -220,12 +215,9 @@ func longOne(ctx context.Context, c client.Client, store *ledger.Store, cfg Long
 	}
 
 	queue := fmt.Sprintf("bench-long-%d-%s", turns, nonce())
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
+	w, err := startEngineWorker(ctx, c, store, queue, queue)
 	if err != nil {
-		return row, err
-	}
-	if err := w.Start(); err != nil {
-		return row, fmt.Errorf("bench: long: start worker: %w", err)
+		return row, fmt.Errorf("bench: long: %w", err)
 	}
 	defer w.Stop()
 
@@ -576,8 +568,7 @@ func LongTargets(cfg LongConfig, rows []LongRow) []LongTarget {
 // PrintLong writes the long scenario's table and its targets.
 func PrintLong(out io.Writer, title string, cfg LongConfig, rows []LongRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  TURNS\tOUTCOME\tLEDGER\tHISTORY\tEVENTS\tEXECUTIONS\tBYTES/TURN\tLARGEST PAYLOAD\tLARGEST REQUEST\tENGINE/TURN\tSECONDS")
+	tw := newTable(out, "  TURNS\tOUTCOME\tLEDGER\tHISTORY\tEVENTS\tEXECUTIONS\tBYTES/TURN\tLARGEST PAYLOAD\tLARGEST REQUEST\tENGINE/TURN\tSECONDS")
 	for _, r := range rows {
 		request := thousands(r.LargestRequestTokens) + " tokens"
 		if r.ContextTokens > 0 {
@@ -593,12 +584,7 @@ func PrintLong(out io.Writer, title string, cfg LongConfig, rows []LongRow) {
 			fmt.Fprintf(out, "  %s turns: %s\n", thousands(r.Turns), clipText(r.Reason, 300))
 		}
 	}
-	fmt.Fprintln(out, "  targets (issue 12):")
-	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	for _, t := range LongTargets(cfg, rows) {
-		fmt.Fprintf(tw, "    %s\t%s\t%s\n", t.Target, t.Figure, t.Verdict)
-	}
-	tw.Flush()
+	printTargets(out, "targets (issue 12)", LongTargets(cfg, rows))
 }
 
 func byteSize(b float64) string {
@@ -642,11 +628,10 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // size bytes of text that begin with "turn k of N" and differ per turn.
 type longTool struct {
 	size, target int
-	listener     net.Listener
-	server       *http.Server
-	mu           sync.Mutex
-	byTurn       map[int]longServed
-	total        float64
+	loopback
+	mu     sync.Mutex
+	byTurn map[int]longServed
+	total  float64
 }
 
 type longServed struct {
@@ -655,18 +640,12 @@ type longServed struct {
 }
 
 func startLongTool(target, size int) (*longTool, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	t := &longTool{size: size, target: target, byTurn: map[int]longServed{}}
+	if err := t.serve("127.0.0.1:0", t); err != nil {
 		return nil, fmt.Errorf("bench: long: tool server: %w", err)
 	}
-	t := &longTool{size: size, target: target, listener: listener, byTurn: map[int]longServed{}}
-	t.server = &http.Server{Handler: t, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = t.server.Serve(listener) }()
 	return t, nil
 }
-
-func (t *longTool) URL() string  { return "http://" + t.listener.Addr().String() }
-func (t *longTool) Close() error { return t.server.Close() }
 
 func (t *longTool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
@@ -745,10 +724,9 @@ func LongPage(k, target, size int) string {
 // same answer. A reply is streamed when the request asks, as the engine's
 // do.
 type longModel struct {
-	target   int
-	tool     *longTool
-	listener net.Listener
-	server   *http.Server
+	target int
+	tool   *longTool
+	loopback
 	mu       sync.Mutex
 	requests []longRequest
 }
@@ -764,18 +742,12 @@ type longRequest struct {
 }
 
 func startLongModel(target int, tool *longTool) (*longModel, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	m := &longModel{target: target, tool: tool}
+	if err := m.serve("127.0.0.1:0", m); err != nil {
 		return nil, fmt.Errorf("bench: long: model server: %w", err)
 	}
-	m := &longModel{target: target, tool: tool, listener: listener}
-	m.server = &http.Server{Handler: m, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = m.server.Serve(listener) }()
 	return m, nil
 }
-
-func (m *longModel) URL() string  { return "http://" + m.listener.Addr().String() }
-func (m *longModel) Close() error { return m.server.Close() }
 
 func (m *longModel) log() []longRequest {
 	m.mu.Lock()
@@ -956,39 +928,23 @@ func LongChart(path string, rows []LongRow) error {
 		for _, xy := range xys {
 			minY, maxY, maxX = math.Min(minY, xy.Y), math.Max(maxY, xy.Y), math.Max(maxX, xy.X)
 		}
-		line, err := plotter.NewLine(xys)
-		if err != nil {
-			return fmt.Errorf("bench: long chart: %w", err)
-		}
-		line.Color = colorOf(i)
 		// Earlier lines wider, so a later one drawn over the same path
 		// (two runs ended at the same turn) leaves both visible.
-		line.Width = vg.Points(1.5 + 2*float64(len(rows)-1-i))
-		p.Add(line)
-		end, err := plotter.NewScatter(xys[len(xys)-1:])
+		line, end, err := addSeries(p, xys, i, vg.Points(1.5+2*float64(len(rows)-1-i)), vg.Points(4))
 		if err != nil {
 			return fmt.Errorf("bench: long chart: %w", err)
 		}
-		end.Color = colorOf(i)
-		end.Radius = vg.Points(4)
-		end.Shape = draw.CircleGlyph{}
 		if r.Status != agentsagatype.RunCompleted {
 			end.Shape = draw.CrossGlyph{}
 			end.Radius = vg.Points(6)
 		}
-		p.Add(end)
 		p.Legend.Add(fmt.Sprintf("%s turns: %s", thousands(r.Turns), r.Outcome), line)
 	}
 	maxX = math.Max(maxX, 10)
-	target, err := plotter.NewLine(plotter.XYs{{X: 1, Y: float64(longMaxBytesPerTurn) / 1024}, {X: maxX, Y: float64(longMaxBytesPerTurn) / 1024}})
-	if err != nil {
+	if err := addTarget(p, plotter.XYs{{X: 1, Y: float64(longMaxBytesPerTurn) / 1024}, {X: maxX, Y: float64(longMaxBytesPerTurn) / 1024}},
+		"target: <= 8 KiB per turn"); err != nil {
 		return fmt.Errorf("bench: long chart: %w", err)
 	}
-	target.Color = color.Black
-	target.Width = vg.Points(1.5)
-	target.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-	p.Add(target)
-	p.Legend.Add("target: <= 8 KiB per turn", target)
 	p.X.Min, p.X.Max = 1, maxX*1.1
 	// Headroom above for the legend.
 	p.Y.Min, p.Y.Max = minY/2, maxY*20

@@ -1,7 +1,7 @@
 package bench_test
 
 import (
-	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,14 +19,8 @@ import (
 // only what holds however the engine keeps its history (the runs complete
 // and the figures add up), never a timing or a target.
 func TestLongSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cfg := bench.LongConfig{Turns: []int{5, 15}, OutputBytes: 4 << 10, PerTurnTimeout: 3 * time.Second}
-	rows, err := bench.Long(ctx, temporalClient, pooledDatabase(t), cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintLong(&out, "long, small", cfg, rows)
-	t.Log("\n" + out.String())
+	rows := inProcess(t, bench.Long, cfg, func(w io.Writer, rows []bench.LongRow) { bench.PrintLong(w, "long, small", cfg, rows) })
 
 	require.Len(t, rows, 2)
 	for _, r := range rows {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -222,8 +221,7 @@ func PrintOneToolDown(out io.Writer, title string, r OneToolDownResult) {
 	fmt.Fprintf(out, "%s\n", title)
 	fmt.Fprintf(out, "  %d fetches one after another; retry {max_attempts: %d, ratio: %g, floor: %d}; the default breaker (opens after %d failures, probes every %v)\n",
 		r.Config.Items, r.Retry.MaxAttempts, r.Retry.Ratio, r.Retry.Floor, r.Breaker.Threshold, r.Breaker.Cooldown)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  STATUS\tTIME TO COMPLETION\tITEMS FETCHED\tREQUESTS\tDURING THE OUTAGE\tFIRST FAILURES\tPROBES\tESCALATIONS\tTARGET")
+	tw := newTable(out, "  STATUS\tTIME TO COMPLETION\tITEMS FETCHED\tREQUESTS\tDURING THE OUTAGE\tFIRST FAILURES\tPROBES\tESCALATIONS\tTARGET")
 	bound := OneToolDownRequestBound(r.Config)
 	verdict := "met"
 	if r.Status != agentsagatype.RunCompleted || r.ItemsFetched != r.Config.Items || r.Escalations > 0 || r.OutageRequests > bound {

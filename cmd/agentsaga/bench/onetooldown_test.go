@@ -1,13 +1,11 @@
 package bench_test
 
 import (
-	"context"
-	"strings"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
@@ -19,14 +17,10 @@ import (
 // fetches all twenty items; nobody is asked.
 func TestOneToolDownSmoke(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	cfg := bench.OneToolDownConfig{Items: 20, Outage: 4 * time.Second}
-	r, err := bench.OneToolDown(ctx, temporalClient, pooledDatabase(t), cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintOneToolDown(&out, "one run, one tool down 4s", r)
-	t.Log("\n" + out.String())
+	r := inProcess(t, bench.OneToolDown, cfg, func(w io.Writer, r bench.OneToolDownResult) {
+		bench.PrintOneToolDown(w, "one run, one tool down 4s", r)
+	})
 	assert.Equal(t, agentsagatype.RunCompleted, r.Status, "the run waits the outage out instead of ending: %s", r.Reason)
 	assert.Equal(t, cfg.Items, r.ItemsFetched)
 	assert.Zero(t, r.Escalations, "an outage shorter than escalate.after_breaker_open_seconds pages no one")

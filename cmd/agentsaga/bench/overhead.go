@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/agentsaga/agentsaga"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 )
 
 // ToolCallsInput is one run of ToolCallsWorkflow.
@@ -93,17 +88,7 @@ func Overhead(ctx context.Context, c client.Client, databaseURL string, cfg Ampl
 		return nil, err
 	}
 	saga, err := measure("agentsaga tool call (hook + ledger)", func(queue string) (func(), error) {
-		store, err := ledger.Open(ctx, databaseURL)
-		if err != nil {
-			return nil, err
-		}
-		w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "bench-overhead"}})
-		if err != nil {
-			store.Close()
-			return nil, err
-		}
-		w.RegisterWorkflow(ToolCallsWorkflow)
-		return func() { w.Stop(); store.Close() }, w.Start()
+		return startEngineWorkerOn(ctx, c, databaseURL, queue, "bench-overhead", ToolCallsWorkflow)
 	}, ToolCallsWorkflow, ToolCallsInput{URL: down.URL(), Calls: cfg.Calls})
 	if err != nil {
 		return nil, err
@@ -115,17 +100,9 @@ func Overhead(ctx context.Context, c client.Client, databaseURL string, cfg Ampl
 // PrintOverhead writes the overhead scenario's table.
 func PrintOverhead(out io.Writer, title string, rows []OverheadRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tSECONDS\tCALLS/S\tMEAN LATENCY\tRATIO\tTARGET")
+	tw := newTable(out, "  CONTENDER\tCALLS\tSECONDS\tCALLS/S\tMEAN LATENCY\tRATIO\tTARGET")
 	for i, r := range rows {
-		target := "-"
-		if i > 0 {
-			verdict := "met"
-			if r.Ratio > 1.1 {
-				verdict = "MISSED"
-			}
-			target = "<= 1.10 (" + verdict + ")"
-		}
+		target := targetCell(i > 0, "<= 1.10", r.Ratio <= 1.1)
 		fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f ms\t%.2f\t%s\n", r.Contender, r.Calls, r.Seconds, r.CallsPerSec, r.MeanLatencyMs, r.Ratio, target)
 	}
 	tw.Flush()

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,22 +24,17 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"golang.org/x/time/rate"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/quota"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // The rate-limit scenario (issue 22) asks what a fleet of K processes that
@@ -108,23 +100,16 @@ type RateLimitConfig struct {
 	MaxTokens        int64 `json:"max_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	GoalChars        int   `json:"goal_chars"`
-	// LatencyMin..LatencyMax is the provider's time to answer.
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
+	// The provider answers in LatencyMin..LatencyMax.
+	providerLatency
 	// Attempts is the Temporal retry policy's maximum attempts of a turn
 	// on the plain sides (agentsaga's spec default is the same 3).
 	Attempts int `json:"attempts"`
-	// Contenders are the short names to run, in order.
-	Contenders   []string `json:"contenders"`
-	PoolMaxConns int      `json:"pool_max_conns"`
-	// Timeout bounds one contender's runs; runs still going then are
-	// terminated and count as not completed.
-	Timeout time.Duration `json:"timeout"`
+	// Runs still going at the Timeout are terminated and count as not
+	// completed.
+	contest
 
-	TemporalBin string    `json:"-"`
-	DatabaseURL string    `json:"-"`
-	Executable  string    `json:"-"`
-	Progress    io.Writer `json:"-"`
+	ProcessScenario
 }
 
 // DefaultRateLimit is 24 runs of 6 turns on one key that allows 120
@@ -132,8 +117,8 @@ type RateLimitConfig struct {
 // tokens, so the tokens bind, at about a minute and a half of quota past
 // the first minute's burst per contender.
 var DefaultRateLimit = RateLimitConfig{Processes: []int{2, 4}, Runs: 24, Turns: 6, RequestsPerMinute: 120, TokensPerMinute: 24_000,
-	MaxTokens: 64, CompletionTokens: 48, GoalChars: 1200, LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond,
-	Attempts: 3, Contenders: []string{RateLimitSDK, RateLimitPerProcess, RateLimitAgentsaga}, PoolMaxConns: 8, Timeout: 8 * time.Minute}
+	MaxTokens: 64, CompletionTokens: 48, GoalChars: 1200, providerLatency: providerLatency{LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond},
+	Attempts: 3, contest: contest{Contenders: []string{RateLimitSDK, RateLimitPerProcess, RateLimitAgentsaga}, PoolMaxConns: 8, Timeout: 8 * time.Minute}}
 
 // RateLimitRow is one contender on one process count.
 type RateLimitRow struct {
@@ -199,21 +184,7 @@ func (cfg RateLimitConfig) validate() error {
 		return fmt.Errorf("%s: runs %d, turns %d, limits %d RPM and %d TPM, processes %v, attempts %d, pool %d, timeout %v and max tokens %d must be positive",
 			rateLimitMeasurementLabel, cfg.Runs, cfg.Turns, cfg.RequestsPerMinute, cfg.TokensPerMinute, cfg.Processes, cfg.Attempts, cfg.PoolMaxConns, cfg.Timeout, cfg.MaxTokens)
 	}
-	for _, n := range cfg.Processes {
-		if n < 1 {
-			return fmt.Errorf("%s: --processes %v: every count must be positive", rateLimitMeasurementLabel, cfg.Processes)
-		}
-	}
-	for _, c := range cfg.Contenders {
-		if _, ok := rateLimitContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s or %s)", rateLimitMeasurementLabel, c,
-				RateLimitSDK, RateLimitPerProcess, RateLimitAgentsaga, RateLimitAgentsagaLearn)
-		}
-	}
-	if len(cfg.Contenders) == 0 {
-		return fmt.Errorf("%s: no contenders", rateLimitMeasurementLabel)
-	}
-	return nil
+	return cfg.contest.validate(rateLimitMeasurementLabel, rateLimitContenderNames, cfg.Processes...)
 }
 
 var rateLimitContenderNames = map[string]string{
@@ -226,56 +197,40 @@ var rateLimitContenderNames = map[string]string{
 // worker processes of cfg.Executable.
 func RateLimit(ctx context.Context, cfg RateLimitConfig) (RateLimitResult, error) {
 	result := RateLimitResult{Config: cfg, Server: "dev server in memory (no --db-filename)"}
-	if err := cfg.validate(); err != nil {
-		return result, err
-	}
-	dir, err := os.MkdirTemp("", "agentsaga-ratelimit-")
-	if err != nil {
-		return result, fmt.Errorf("%s: temp dir: %w", rateLimitMeasurementLabel, err)
-	}
-	defer os.RemoveAll(dir)
-	var db *fleetDatabase
-	if slices.Contains(cfg.Contenders, RateLimitAgentsaga) || slices.Contains(cfg.Contenders, RateLimitAgentsagaLearn) {
-		if db, err = newFleetDatabase(ctx, cfg.DatabaseURL); err != nil {
-			return result, err
-		}
-		defer db.drop()
-	}
-	logPath := filepath.Join(dir, "temporal.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return result, fmt.Errorf("%s: %w", rateLimitMeasurementLabel, err)
-	}
-	defer logFile.Close()
-	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: cfg.TemporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(),
-		ClientOptions: &client.Options{Namespace: "default",
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
-	if err != nil {
-		return result, fmt.Errorf("%s: start the dev server from %s: %w (log: %s)", rateLimitMeasurementLabel, cfg.TemporalBin, err, tail(logPath))
-	}
-	defer server.Stop()
-	m := rateLimitMeasurement{cfg: cfg, c: server.Client(), db: db, dir: dir,
-		common: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
-			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}
-	for _, n := range cfg.Processes {
-		for _, contender := range cfg.Contenders {
-			row, err := m.measure(ctx, contender, n)
-			if err != nil {
-				return result, err
+	return inScratchDir(rateLimitMeasurementLabel, "ratelimit", cfg.validate(), result, func(dir string, result *RateLimitResult) error {
+		var db *benchDatabase
+		if slices.Contains(cfg.Contenders, RateLimitAgentsaga) || slices.Contains(cfg.Contenders, RateLimitAgentsagaLearn) {
+			var err error
+			if db, err = newBenchDatabase(ctx, cfg.DatabaseURL); err != nil {
+				return err
 			}
-			result.Rows = append(result.Rows, row)
+			defer db.drop()
 		}
-	}
-	return result, nil
+		server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
+		if err != nil {
+			return fmt.Errorf("%s: %w", rateLimitMeasurementLabel, err)
+		}
+		defer server.stop()
+		m := rateLimitMeasurement{cfg: cfg, c: server.c, db: db, dir: dir, server: server}
+		for _, n := range cfg.Processes {
+			for _, contender := range cfg.Contenders {
+				row, err := m.measure(ctx, contender, n)
+				if err != nil {
+					return err
+				}
+				result.Rows = append(result.Rows, row)
+			}
+		}
+		return nil
+	})
 }
 
 type rateLimitMeasurement struct {
 	cfg    RateLimitConfig
 	c      client.Client
-	db     *fleetDatabase
+	db     *benchDatabase
 	dir    string
-	common []string
+	server *benchServer
 }
 
 // rateLimitRun is one run started: how to wait for its end, which returns
@@ -291,13 +246,13 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 	label := fmt.Sprintf("%d processes, %s", processes, row.Contender)
 	prefix := fmt.Sprintf("ratelimit-%s-%d-%s", contender, processes, nonce())
 	provider, err := StartRateLimitProvider(ProviderConfig{RequestsPerMinute: cfg.RequestsPerMinute, TokensPerMinute: cfg.TokensPerMinute,
-		Turns: cfg.Turns, Tool: rateLimitTool, CompletionTokens: cfg.CompletionTokens, LatencyMin: cfg.LatencyMin, LatencyMax: cfg.LatencyMax})
+		Turns: cfg.Turns, Tool: rateLimitTool, CompletionTokens: cfg.CompletionTokens, providerLatency: cfg.providerLatency})
 	if err != nil {
 		return row, err
 	}
 	defer provider.Close()
 	apiKey := "sk-bench-" + nonce() + nonce()
-	env := append(slices.Clip(m.common), RateLimitKeyEnv+"="+apiKey)
+	env := m.server.workerEnv(RateLimitKeyEnv + "=" + apiKey)
 
 	var args []string
 	ready := RateLimitWorkerReady
@@ -314,20 +269,9 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 		args, ready = []string{"worker", "--retention", "-1s"}, "agentsaga worker running"
 		env = append(env, "DATABASE_URL="+m.db.workerURL(cfg.PoolMaxConns))
 	}
-	procs := make([]*fleetProcess, 0, processes)
-	defer func() {
-		for _, p := range procs {
-			_ = p.stop()
-		}
-	}()
-	for i := range processes {
-		p, err := startFleetProcess(cfg.Executable, args, env, filepath.Join(m.dir, fmt.Sprintf("%s-%d.log", prefix, i)))
-		if err != nil {
-			return row, err
-		}
-		procs = append(procs, p)
-	}
-	if err := waitForReady(ctx, procs, ready); err != nil {
+	procs, err := startWorkerProcesses(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes, ready)
+	defer func() { _ = procs.stop() }()
+	if err != nil {
 		return row, fmt.Errorf("%s: %s: %w", rateLimitMeasurementLabel, label, err)
 	}
 
@@ -376,8 +320,8 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 	defer cancel()
 	began := time.Now()
 	runs := make([]rateLimitRun, cfg.Runs)
-	for i := range cfg.Runs {
-		if runs[i], err = start(runCtx, fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+	for i, id := range runIDs(prefix, cfg.Runs) {
+		if runs[i], err = start(runCtx, id); err != nil {
 			return row, err
 		}
 	}
@@ -492,16 +436,6 @@ func outcomeOf(err error) string {
 	return "failed"
 }
 
-// quantile is the q-quantile of xs (nearest rank); 0 for none.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	xs = slices.Sorted(slices.Values(xs))
-	i := int(q*float64(len(xs))+0.5) - 1
-	return xs[min(max(i, 0), len(xs)-1)]
-}
-
 // modelStep reads a model turn's activity ID: step-003-model, its parked
 // and fallback forms (step-003-model/...), and the graceful finish.
 var modelStep = regexp.MustCompile(`^step-(\d+)-(model|finish)`)
@@ -549,7 +483,7 @@ func modelTurnWaits(ctx context.Context, c client.Client, ids []string) ([]float
 // retryTokens counts the retry bucket's withdrawals granted to the runs
 // whose workflow IDs start with prefix (a charge's key is workflow ID /
 // activity ID / attempt).
-func (db *fleetDatabase) retryTokens(ctx context.Context, prefix string) (int64, error) {
+func (db *benchDatabase) retryTokens(ctx context.Context, prefix string) (int64, error) {
 	conn, err := pgx.Connect(ctx, db.url)
 	if err != nil {
 		return 0, fmt.Errorf("%s: read retry charges: %w", rateLimitMeasurementLabel, err)
@@ -565,7 +499,7 @@ func (db *fleetDatabase) retryTokens(ctx context.Context, prefix string) (int64,
 
 // quotaRow is the ledger's quota row of key, as JSON, for the saved
 // figures: whatever columns the engine keeps there.
-func (db *fleetDatabase) quotaRow(ctx context.Context, key string) (map[string]any, error) {
+func (db *benchDatabase) quotaRow(ctx context.Context, key string) (map[string]any, error) {
 	conn, err := pgx.Connect(ctx, db.url)
 	if err != nil {
 		return nil, err
@@ -584,7 +518,7 @@ func RateLimitSpec(cfg RateLimitConfig, url string, declare bool) (agentsaga.Run
 	if declare {
 		limit = fmt.Sprintf("\n  rate_limit: {requests_per_minute: %d, tokens_per_minute: %d}", cfg.RequestsPerMinute, cfg.TokensPerMinute)
 	}
-	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+	return parseRunSpec(rateLimitMeasurementLabel, fmt.Sprintf(`
 goal: %q
 system: %q
 budget: {steps: %d, seconds: %d}
@@ -594,18 +528,8 @@ model:
   base_url: %q
   api_key_env: %s
   max_tokens: %d%s
-tools:
-  - name: %s
-    kind: go
-    description: Count the words in a text.
-    parameters: %s
-`, rateLimitGoal(cfg.GoalChars), rateLimitSystem, 2*cfg.Turns+2, int((3 * cfg.Timeout).Seconds()), rateLimitModel, url, RateLimitKeyEnv, cfg.MaxTokens, limit,
-		rateLimitTool, rateLimitToolSchema)))
-	if err != nil {
-		return spec, fmt.Errorf("%s: spec: %w", rateLimitMeasurementLabel, err)
-	}
-	spec.SearchAttributes = true
-	return spec, nil
+%s`, rateLimitGoal(cfg.GoalChars), rateLimitSystem, 2*cfg.Turns+2, int((3*cfg.Timeout).Seconds()), rateLimitModel, url, RateLimitKeyEnv, cfg.MaxTokens, limit,
+		wordCountTool))
 }
 
 // rateLimitGoal is a goal of about chars characters: an instruction and a
@@ -834,7 +758,7 @@ func RunRateLimitPlainWorker(ctx context.Context, out io.Writer, c client.Client
 }
 
 // readPlainCounts sums the counts the stopped plain processes printed.
-func readPlainCounts(procs []*fleetProcess) (rateLimitCounts, error) {
+func readPlainCounts(procs []*benchProcess) (rateLimitCounts, error) {
 	var sum rateLimitCounts
 	for _, p := range procs {
 		f, err := os.Open(p.log)
@@ -868,6 +792,17 @@ func readPlainCounts(procs []*fleetProcess) (rateLimitCounts, error) {
 	return sum, nil
 }
 
+// rateLimitNotes explain the rate-limit table's columns.
+const rateLimitNotes = `
+  429 SHARE: requests answered 429 over all requests the provider received;
+  TOKENS/MIN: tokens the provider admitted (prompt + completion of the answered requests) over the window from the first request to the last reply;
+  OF QUOTA: those tokens over the most the key allows in that window (a full bucket, one minute's limit, plus limit x window);
+  WAIT: a turn's wait for admission, from ready to the send of the request that succeeded (agentsaga: the turn's first ActivityTaskScheduled
+    to the ActivityTaskStarted of the attempt that completed it, from the histories; the plain sides: measured in the activity);
+  RETRY TOKENS: agentsaga: the fleet retry bucket's withdrawals granted; the plain sides: requests retried (the SDK's and Temporal's);
+  IDEAL S: the least time the quota allows for every run's turns (at the mean size of the requests answered), past the first minute's burst
+`
+
 // PrintRateLimit writes the table and the agentsaga rows' targets.
 func PrintRateLimit(out io.Writer, result RateLimitResult) {
 	cfg := result.Config
@@ -878,8 +813,7 @@ func PrintRateLimit(out io.Writer, result RateLimitResult) {
 	fmt.Fprintf(out, "  %s: openai-go's default retries (2, honouring retry-after-ms), Temporal's retry policy (%d attempts), no limiter;\n", RateLimitSDKContender, cfg.Attempts)
 	fmt.Fprintf(out, "  %s: the same, behind a golang.org/x/time/rate limiter per process for requests and tokens, each given the whole limit;\n", RateLimitPerProcessContender)
 	fmt.Fprintf(out, "  %s: `agentsaga worker` processes, the limits declared in model.rate_limit; %s: nothing declared\n", RateLimitAgentsagaContender, RateLimitAgentsagaLearnContender)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tREQUESTS\t429\t429 SHARE\tTOKENS/MIN\tOF QUOTA\tRUNS DONE\tWAIT P50\tWAIT P95\tRETRY TOKENS\tSECONDS\tIDEAL S")
+	tw := newTable(out, "\n  PROCESSES\tCONTENDER\tREQUESTS\t429\t429 SHARE\tTOKENS/MIN\tOF QUOTA\tRUNS DONE\tWAIT P50\tWAIT P95\tRETRY TOKENS\tSECONDS\tIDEAL S")
 	for _, r := range result.Rows {
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%.1f%%\t%s\t%.0f%%\t%d of %d\t%s\t%s\t%d\t%.1f\t%.1f\n",
 			r.Processes, r.Contender, r.Provider.Requests, r.Provider.RateLimited, 100*r.Share429, thousands(int(r.TPM)), 100*r.QuotaShare,
@@ -894,13 +828,7 @@ func PrintRateLimit(out io.Writer, result RateLimitResult) {
 		fmt.Fprintf(out, "  TARGET %s, %d processes: 429 share %.1f%% < 1%% (%s); %.0f%% of the quota >= 85%% (%s); %d of %d runs completed (%s); %d retry tokens = 0 (%s)\n",
 			r.Contender, r.Processes, 100*r.Share429, verdict(share), 100*r.QuotaShare, verdict(used), r.Completed, r.Runs, verdict(completed), r.RetryTokens, verdict(retries))
 	}
-	fmt.Fprintln(out, "\n  429 SHARE: requests answered 429 over all requests the provider received;")
-	fmt.Fprintln(out, "  TOKENS/MIN: tokens the provider admitted (prompt + completion of the answered requests) over the window from the first request to the last reply;")
-	fmt.Fprintln(out, "  OF QUOTA: those tokens over the most the key allows in that window (a full bucket, one minute's limit, plus limit x window);")
-	fmt.Fprintln(out, "  WAIT: a turn's wait for admission, from ready to the send of the request that succeeded (agentsaga: the turn's first ActivityTaskScheduled")
-	fmt.Fprintln(out, "    to the ActivityTaskStarted of the attempt that completed it, from the histories; the plain sides: measured in the activity);")
-	fmt.Fprintln(out, "  RETRY TOKENS: agentsaga: the fleet retry bucket's withdrawals granted; the plain sides: requests retried (the SDK's and Temporal's);")
-	fmt.Fprintln(out, "  IDEAL S: the least time the quota allows for every run's turns (at the mean size of the requests answered), past the first minute's burst")
+	fmt.Fprint(out, rateLimitNotes)
 }
 
 // RateLimitChart writes to path a PNG of three bar charts, one bar per row
@@ -910,12 +838,7 @@ func PrintRateLimit(out io.Writer, result RateLimitResult) {
 // does not tell the contenders apart: a client that hammers the key also
 // keeps its bucket empty.
 func RateLimitChart(path string, rows []RateLimitRow) error {
-	contenders := []string{}
-	for _, r := range rows {
-		if !slices.Contains(contenders, r.Contender) {
-			contenders = append(contenders, r.Contender)
-		}
-	}
+	contenders := distinct(rows, func(r RateLimitRow) string { return r.Contender })
 	names := make([]string, len(rows))
 	panel := func(title, label string, value func(RateLimitRow) float64, target float64, targetLabel string) (*plot.Plot, error) {
 		p := plot.New()
@@ -926,15 +849,9 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 		for _, r := range rows {
 			maxY = max(maxY, value(r))
 		}
-		line, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: target}, {X: float64(len(rows)) - 0.5, Y: target}})
-		if err != nil {
+		if err := addTarget(p, plotter.XYs{{X: -0.5, Y: target}, {X: float64(len(rows)) - 0.5, Y: target}}, targetLabel); err != nil {
 			return nil, err
 		}
-		line.Color = color.Black
-		line.Width = vg.Points(1.5)
-		line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-		p.Add(line)
-		p.Legend.Add(targetLabel, line)
 		p.Legend.Top = true
 		width := chartWidth * 0.6 / vg.Length(max(len(rows), 1))
 		for c, contender := range contenders {
@@ -944,13 +861,9 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 					one[i] = value(r)
 				}
 			}
-			bars, err := plotter.NewBarChart(one, width)
-			if err != nil {
+			if err := addBars(p, one, width, c); err != nil {
 				return nil, err
 			}
-			bars.Color = colorOf(c)
-			bars.LineStyle.Width = 0
-			p.Add(bars)
 		}
 		for i, r := range rows {
 			figure := fmt.Sprintf("%.0f%%", value(r))
@@ -980,23 +893,7 @@ func RateLimitChart(path string, rows []RateLimitRow) error {
 	if err != nil {
 		return fmt.Errorf("bench: ratelimit chart: %w", err)
 	}
-	img := vgimg.New(chartWidth, 3*chartHeight)
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	tiles := draw.Tiles{Rows: 3, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(4), PadRight: vg.Points(14), PadY: vg.Points(12)}
-	share.Draw(tiles.At(dc, 0, 0))
-	used.Draw(tiles.At(dc, 0, 1))
-	completed.Draw(tiles.At(dc, 0, 2))
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bench: ratelimit chart: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("bench: ratelimit chart: %w", err)
-	}
-	if err := f.Close(); err != nil {
+	if err := saveTiledPNG([]*plot.Plot{share, used, completed}, path); err != nil {
 		return fmt.Errorf("bench: ratelimit chart: %w", err)
 	}
 	return nil
@@ -1015,13 +912,6 @@ func shortContender(name string) string {
 		return "learned"
 	}
 	return name
-}
-
-func verdict(met bool) string {
-	if met {
-		return "met"
-	}
-	return "MISSED"
 }
 
 func rateLimitMs(ms float64) string {

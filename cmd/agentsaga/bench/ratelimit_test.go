@@ -1,21 +1,16 @@
 package bench_test
 
 import (
-	"context"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
-	"github.com/agentsaga/agentsaga/worker"
 )
 
 // Issue 22's dev-server test: two `agentsaga worker` processes of the
@@ -24,14 +19,6 @@ import (
 // inside it: every run completes, and the provider answers 429 to at most
 // 1% of the requests.
 func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the agentsaga binary and runs worker processes")
-	}
-	options, err := agentsagatest.DevServerOptions()
-	require.NoError(t, err)
-	temporalBin := options.ExistingPath
-	bin := buildAgentsaga(t)
-
 	cfg := bench.DefaultRateLimit
 	// 6 runs x 3 turns of 200-270 tokens each (the engine's conversation
 	// decides which): 3,600-4,900 tokens, more than a 3,000 TPM key's
@@ -40,14 +27,8 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	cfg.Processes, cfg.Runs, cfg.Turns, cfg.GoalChars = []int{2}, 6, 3, 0
 	cfg.RequestsPerMinute, cfg.TokensPerMinute = 600, 3000
 	cfg.Contenders, cfg.PoolMaxConns, cfg.Timeout = []string{bench.RateLimitAgentsaga}, 4, 2*time.Minute
-	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = temporalBin, bin, worker.ConfigFromEnv().DatabaseURL
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	result, err := bench.RateLimit(ctx, cfg)
-	require.NoError(t, err)
-	var table strings.Builder
-	bench.PrintRateLimit(&table, result)
-	t.Log(table.String())
+	cfg.TemporalBin, cfg.Executable, cfg.DatabaseURL = processBench(t)
+	result := runScenario(t, bench.RateLimit, cfg, bench.PrintRateLimit)
 
 	require.Len(t, result.Rows, 1)
 	row := result.Rows[0]
@@ -60,30 +41,6 @@ func TestRateLimitTwoProcessesShareOneKey(t *testing.T) {
 	assert.Zero(t, row.RetryTokens, "no retry token is spent on quota")
 	assert.Equal(t, int64(cfg.Runs*cfg.Turns), row.Provider.Answered, "one answered request a turn")
 	assert.Equal(t, cfg.Runs*cfg.Turns, row.Turns, "every turn's wait was read from the histories")
-}
-
-// buildMu makes the tests' builds of the binary one at a time: should
-// tests run in parallel, builds side by side would each compile every
-// package before any had filled the build cache; one at a time, the first
-// compiles and the others only link.
-var buildMu sync.Mutex
-
-// buildAgentsaga builds the binary the worker processes run, without
-// -race (the worker processes are measured, not the test), with its own
-// ten minutes rather than the scenario's: on a fresh clone beside the
-// other packages on 2 cores a build was once killed at two minutes.
-func buildAgentsaga(t *testing.T) string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	require.NoError(t, err, "the test builds the agentsaga binary and needs the go tool on PATH")
-	bin := filepath.Join(t.TempDir(), "agentsaga")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	out, err := exec.CommandContext(ctx, goTool, "build", "-ldflags=-s -w", "-o", bin, "github.com/agentsaga/agentsaga/cmd/agentsaga").CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
-	return bin
 }
 
 // The table says which targets an agentsaga row met and missed, the
@@ -114,8 +71,8 @@ func TestRateLimitTableAndChart(t *testing.T) {
 // minute's burst, or a run's own chain of turns when the quota does not
 // bind.
 func TestRateLimitIdealSeconds(t *testing.T) {
-	cfg := bench.RateLimitConfig{Runs: 10, Turns: 6, RequestsPerMinute: 120, TokensPerMinute: 6000,
-		LatencyMin: 100 * time.Millisecond, LatencyMax: 300 * time.Millisecond}
+	cfg := bench.RateLimitConfig{Runs: 10, Turns: 6, RequestsPerMinute: 120, TokensPerMinute: 6000}
+	cfg.LatencyMin, cfg.LatencyMax = 100*time.Millisecond, 300*time.Millisecond
 	// 60 turns of 200 tokens: 12,000 tokens, 6,000 past the burst at 100 a
 	// second.
 	assert.InDelta(t, 60, bench.RateLimitIdealSeconds(cfg, bench.ProviderCounts{Answered: 30, TokensAdmitted: 6000}), 1e-9)

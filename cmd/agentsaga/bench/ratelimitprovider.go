@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -41,10 +40,9 @@ type ProviderConfig struct {
 	// CompletionTokens is what a reply says it used, at most the request's
 	// max tokens.
 	CompletionTokens int64 `json:"completion_tokens"`
-	// LatencyMin..LatencyMax is the time an answered request takes, drawn
-	// uniformly; a 429 is answered at once.
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
+	// providerLatency is the time an answered request takes; a 429 is
+	// answered at once.
+	providerLatency
 }
 
 // ProviderCounts is what the provider counted for one API key.
@@ -98,10 +96,9 @@ func (c ProviderCounts) Share429() float64 {
 // reply to a request that asks (the engine's), and sends it whole to one
 // that does not (the baselines').
 type RateLimitProvider struct {
-	cfg      ProviderConfig
-	listener net.Listener
-	server   *http.Server
-	now      func() time.Time
+	cfg ProviderConfig
+	loopback
+	now func() time.Time
 
 	mu     sync.Mutex
 	keys   map[string]*providerKey
@@ -124,26 +121,20 @@ func StartRateLimitProvider(cfg ProviderConfig) (*RateLimitProvider, error) {
 // ServeRateLimitProvider serves cfg at addr.
 func ServeRateLimitProvider(addr string, cfg ProviderConfig) (*RateLimitProvider, error) {
 	if cfg.RequestsPerMinute < 0 || cfg.TokensPerMinute < 0 || cfg.Turns < 1 || cfg.CompletionTokens < 0 ||
-		cfg.LatencyMin < 0 || cfg.LatencyMax < cfg.LatencyMin || cfg.Tool == "" {
+		!cfg.ordered() || cfg.Tool == "" {
 		return nil, fmt.Errorf("bench: rate-limit provider: limits %d RPM and %d TPM must not be negative, turns %d positive, completion tokens %d not negative, latency %v-%v ordered, and a tool named (%q)",
 			cfg.RequestsPerMinute, cfg.TokensPerMinute, cfg.Turns, cfg.CompletionTokens, cfg.LatencyMin, cfg.LatencyMax, cfg.Tool)
 	}
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
+	p := &RateLimitProvider{cfg: cfg, now: time.Now, keys: map[string]*providerKey{},
+		random: rand.New(rand.NewPCG(1, 2))}
+	if err := p.serve(addr, p); err != nil {
 		return nil, fmt.Errorf("bench: rate-limit provider: listen on %s: %w", addr, err)
 	}
-	p := &RateLimitProvider{cfg: cfg, listener: listener, now: time.Now, keys: map[string]*providerKey{},
-		random: rand.New(rand.NewPCG(1, 2))}
-	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = p.server.Serve(listener) }()
 	return p, nil
 }
 
 // URL is the base URL a client is given: the server's root + "/v1".
-func (p *RateLimitProvider) URL() string { return "http://" + p.listener.Addr().String() + "/v1" }
-
-// Close stops serving.
-func (p *RateLimitProvider) Close() error { return p.server.Close() }
+func (p *RateLimitProvider) URL() string { return p.loopback.URL() + "/v1" }
 
 // Counts is what the provider counted for apiKey.
 func (p *RateLimitProvider) Counts(apiKey string) ProviderCounts {
@@ -226,14 +217,8 @@ func (p *RateLimitProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		providerError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "You didn't provide an API key.")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	var req chatRequest
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	if err != nil || len(req.Messages) == 0 {
-		p.count(apiKey, func(c *ProviderCounts) { c.Requests++; c.OtherErrors++ })
-		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
+	req, body, ok := readChatRequest(w, r, func() { p.count(apiKey, func(c *ProviderCounts) { c.Requests++; c.OtherErrors++ }) })
+	if !ok {
 		return
 	}
 
@@ -366,11 +351,7 @@ func (p *RateLimitProvider) admit(apiKey string, reserved int64) (bool, time.Dur
 		headers["retry-after"] = strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10)
 		return false, 0, headers, refusal
 	}
-	latency := p.cfg.LatencyMin
-	if spread := p.cfg.LatencyMax - p.cfg.LatencyMin; spread > 0 {
-		latency += time.Duration(p.random.Int64N(int64(spread) + 1))
-	}
-	return true, latency, headers, refusal
+	return true, p.cfg.draw(p.random), headers, refusal
 }
 
 // settle gives back what an answered request reserved but did not use
@@ -437,6 +418,24 @@ func openAIDuration(d time.Duration) string {
 }
 
 // providerError answers OpenAI's error body.
+// readChatRequest reads a fake provider's request body, a chat.completions
+// request with messages; when it is not one, it calls refused (when set),
+// answers 400, and ok is false.
+func readChatRequest(w http.ResponseWriter, r *http.Request, refused func()) (req chatRequest, body []byte, ok bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil || len(req.Messages) == 0 {
+		if refused != nil {
+			refused()
+		}
+		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
+		return req, body, false
+	}
+	return req, body, true
+}
+
 func providerError(w http.ResponseWriter, status int, kind, code, message string) {
 	body := map[string]any{"error": map[string]any{"message": message, "type": kind, "param": nil, "code": nil}}
 	if code != "" {

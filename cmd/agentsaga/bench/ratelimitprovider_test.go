@@ -168,8 +168,9 @@ func TestProviderRefusesPastTheTokenLimit(t *testing.T) {
 // turns before the last call the spec's tool, the last answers, usage is
 // reported; a 429 is an *openai.Error the engine classifies by status.
 func TestProviderSpeaksOpenAIsWireFormat(t *testing.T) {
-	p := startProvider(t, bench.ProviderConfig{RequestsPerMinute: 2, TokensPerMinute: 10_000, Turns: 2, CompletionTokens: 30,
-		LatencyMin: 5 * time.Millisecond, LatencyMax: 10 * time.Millisecond})
+	cfg := bench.ProviderConfig{RequestsPerMinute: 2, TokensPerMinute: 10_000, Turns: 2, CompletionTokens: 30}
+	cfg.LatencyMin, cfg.LatencyMax = 5*time.Millisecond, 10*time.Millisecond
+	p := startProvider(t, cfg)
 	client := openai.NewClient(option.WithBaseURL(p.URL()), option.WithAPIKey("sk-sdk"), option.WithMaxRetries(0))
 	ctx := context.Background()
 	tool := openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{Name: "word_count",

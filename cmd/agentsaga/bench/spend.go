@@ -10,28 +10,22 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
@@ -40,7 +34,6 @@ import (
 	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
-	"github.com/agentsaga/agentsaga/workflows"
 )
 
 // The spend scenario (issue 31) asks whether runs that share one account
@@ -108,31 +101,16 @@ type SpendConfig struct {
 	MaxTokens        int64 `json:"max_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	GoalChars        int   `json:"goal_chars"`
-	// LatencyMin..LatencyMax is the provider's time to answer.
-	LatencyMin time.Duration `json:"latency_min"`
-	LatencyMax time.Duration `json:"latency_max"`
-	// Contenders are the short names to run, in order.
-	Contenders   []string `json:"contenders"`
-	PoolMaxConns int      `json:"pool_max_conns"`
-	// Timeout bounds one measurement's runs; runs not ended by then count
-	// as waiting (or as not ended) and are terminated.
-	Timeout time.Duration `json:"timeout"`
+	// The provider answers in LatencyMin..LatencyMax.
+	providerLatency
+	// Runs not ended by the Timeout count as waiting (or as not ended)
+	// and are terminated.
+	contest
 	// Resets is how many period resets the agentsaga by-run contender
 	// makes at most, after its first period, for its queued runs.
 	Resets int `json:"resets"`
 
 	ProcessScenario
-}
-
-// ProcessScenario is what a scenario that starts its own dev server and
-// worker processes is given: the Temporal CLI, the agentsaga binary the
-// workers run, the Postgres server its databases are made on, and where
-// it reports progress.
-type ProcessScenario struct {
-	TemporalBin string    `json:"-"`
-	DatabaseURL string    `json:"-"`
-	Executable  string    `json:"-"`
-	Progress    io.Writer `json:"-"`
 }
 
 // DefaultSpend is 40 runs of 5 turns on one account with a $5 cap, each
@@ -142,8 +120,8 @@ type ProcessScenario struct {
 // held less than their turns reserve (a turn reserves its prompt's upper
 // bound and max_tokens), and their last turns waited on each other.
 var DefaultSpend = SpendConfig{Processes: []int{2, 4}, Runs: 40, CapUSD: 5, RunUSD: 0.6, ToolCalls: 4, USDPerMillion: 280,
-	MaxTokens: 40, CompletionTokens: 20, GoalChars: 600, LatencyMin: 200 * time.Millisecond, LatencyMax: 800 * time.Millisecond,
-	Contenders: []string{SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga}, PoolMaxConns: 8, Timeout: 3 * time.Minute, Resets: 10}
+	MaxTokens: 40, CompletionTokens: 20, GoalChars: 600, providerLatency: providerLatency{LatencyMin: 200 * time.Millisecond, LatencyMax: 800 * time.Millisecond},
+	contest: contest{Contenders: []string{SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga}, PoolMaxConns: 8, Timeout: 3 * time.Minute}, Resets: 10}
 
 // SpendRow is one contender on one process count.
 type SpendRow struct {
@@ -345,113 +323,60 @@ func GoodputVerdicts(r SpendRow) (goodput, othersQueued, drained bool) {
 func (cfg SpendConfig) validate() error {
 	if cfg.Runs < 1 || cfg.CapUSD <= 0 || cfg.RunUSD <= 0 || cfg.ToolCalls < 0 || cfg.USDPerMillion <= 0 || cfg.MaxTokens < 1 ||
 		cfg.CompletionTokens < 1 || cfg.CompletionTokens > cfg.MaxTokens || len(cfg.Processes) == 0 || cfg.PoolMaxConns < 1 ||
-		cfg.Timeout <= 0 || cfg.LatencyMin < 0 || cfg.LatencyMax < cfg.LatencyMin {
+		cfg.Timeout <= 0 || !cfg.ordered() {
 		return fmt.Errorf("%s: runs %d, cap $%v, run budget $%v, price %v, max tokens %d (a reply uses %d), processes %v, pool %d and timeout %v must be positive, and the latency %v-%v ordered",
 			spendLabel, cfg.Runs, cfg.CapUSD, cfg.RunUSD, cfg.USDPerMillion, cfg.MaxTokens, cfg.CompletionTokens, cfg.Processes, cfg.PoolMaxConns, cfg.Timeout,
 			cfg.LatencyMin, cfg.LatencyMax)
 	}
-	for _, n := range cfg.Processes {
-		if n < 1 {
-			return fmt.Errorf("%s: --processes %v: every count must be positive", spendLabel, cfg.Processes)
-		}
-	}
-	if len(cfg.Contenders) == 0 {
-		return fmt.Errorf("%s: no contenders", spendLabel)
-	}
-	for _, c := range cfg.Contenders {
-		if _, ok := spendContenderNames[c]; !ok {
-			return fmt.Errorf("%s: unknown contender %q (want %s, %s, %s or %s)", spendLabel, c, SpendPerRun, SpendCheck, SpendAgentsagaTurn, SpendAgentsaga)
-		}
-	}
-	return nil
+	return cfg.contest.validate(spendLabel, spendContenderNames, cfg.Processes...)
 }
 
 // Spend runs each contender on each process count, on a dev server in
 // memory started from cfg.TemporalBin, with worker processes of
 // cfg.Executable (`agentsaga bench spend-worker`).
 func Spend(ctx context.Context, cfg SpendConfig) (SpendResult, error) {
-	result := SpendResult{Config: cfg}
-	if err := cfg.validate(); err != nil {
-		return result, err
-	}
-	dir, err := os.MkdirTemp("", "agentsaga-spend-")
-	if err != nil {
-		return result, fmt.Errorf("%s: temp dir: %w", spendLabel, err)
-	}
-	defer os.RemoveAll(dir)
-	server, err := startBenchServer(ctx, cfg.TemporalBin, dir, nil)
-	if err != nil {
-		return result, fmt.Errorf("%s: %w", spendLabel, err)
-	}
-	defer server.stop()
-	m := spendMeasurement{cfg: cfg, c: server.c, dir: dir, common: server.env}
-
-	// One run alone, first, on the same provider: what the cap is divided
-	// by to count the runs it pays for.
-	alone := m
-	alone.cfg.Runs = 1
-	row, err := alone.measure(ctx, SpendPerRun, 1)
-	if err != nil {
-		return result, err
-	}
-	if row.Completed != 1 || row.SpentUSD <= 0 {
-		return result, fmt.Errorf("%s: one run alone did not complete (%v, $%.4f)", spendLabel, row.Outcomes, row.SpentUSD)
-	}
-	result.AloneUSD = row.SpentUSD
-	result.Payable = int(math.Floor(cfg.CapUSD/row.SpentUSD + spendEpsilon))
-	for _, n := range cfg.Processes {
-		for _, contender := range cfg.Contenders {
-			row, err := m.measure(ctx, contender, n)
-			if err != nil {
-				return result, err
-			}
-			row.Payable = result.Payable
-			if row.Payable > 0 {
-				row.Goodput = float64(row.Completed) / float64(row.Payable)
-			}
-			result.Rows = append(result.Rows, row)
+	return inScratchDir(spendLabel, "spend", cfg.validate(), SpendResult{Config: cfg}, func(dir string, result *SpendResult) error {
+		server, err := startBenchServer(ctx, cfg.TemporalBin, dir, serverOptions{})
+		if err != nil {
+			return fmt.Errorf("%s: %w", spendLabel, err)
 		}
-	}
-	return result, nil
-}
+		defer server.stop()
+		m := spendMeasurement{cfg: cfg, server: server, dir: dir}
 
-// benchServer is a dev server in memory that a scenario started for
-// itself, and the environment its worker processes connect with.
-type benchServer struct {
-	server *testsuite.DevServer
-	c      client.Client
-	env    []string
+		// One run alone, first, on the same provider: what the cap is divided
+		// by to count the runs it pays for.
+		alone := m
+		alone.cfg.Runs = 1
+		row, err := alone.measure(ctx, SpendPerRun, 1)
+		if err != nil {
+			return err
+		}
+		if row.Completed != 1 || row.SpentUSD <= 0 {
+			return fmt.Errorf("%s: one run alone did not complete (%v, $%.4f)", spendLabel, row.Outcomes, row.SpentUSD)
+		}
+		result.AloneUSD = row.SpentUSD
+		result.Payable = int(math.Floor(cfg.CapUSD/row.SpentUSD + spendEpsilon))
+		for _, n := range cfg.Processes {
+			for _, contender := range cfg.Contenders {
+				row, err := m.measure(ctx, contender, n)
+				if err != nil {
+					return err
+				}
+				row.Payable = result.Payable
+				if row.Payable > 0 {
+					row.Goodput = float64(row.Completed) / float64(row.Payable)
+				}
+				result.Rows = append(result.Rows, row)
+			}
+		}
+		return nil
+	})
 }
-
-// startBenchServer starts a dev server in memory from temporalBin, with
-// the engine's search attributes and extraArgs (e.g. dynamic config
-// values), logging to dir/temporal.log.
-func startBenchServer(ctx context.Context, temporalBin, dir string, extraArgs []string) (*benchServer, error) {
-	logPath := filepath.Join(dir, "temporal.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close() // the server's process holds its own descriptor
-	server, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{ExistingPath: temporalBin, LogLevel: "error", Stdout: logFile, Stderr: logFile,
-		SearchAttributes: workflows.SearchAttributes(), ExtraArgs: extraArgs,
-		ClientOptions: &client.Options{Namespace: "default",
-			Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}})
-	if err != nil {
-		return nil, fmt.Errorf("start the dev server from %s %v: %w (log: %s)", temporalBin, extraArgs, err, tail(logPath))
-	}
-	return &benchServer{server: server, c: server.Client(),
-		env: []string{"TEMPORAL_ADDRESS=" + server.FrontendHostPort(), "TEMPORAL_NAMESPACE=default",
-			"AGENTSAGA_METRICS_ADDR=", "OTEL_EXPORTER_OTLP_ENDPOINT=", "AGENTSAGA_DEPLOYMENT=", "AGENTSAGA_BUILD_ID="}}, nil
-}
-
-func (s *benchServer) stop() { _ = s.server.Stop() }
 
 type spendMeasurement struct {
 	cfg    SpendConfig
-	c      client.Client
+	server *benchServer
 	dir    string
-	common []string
 }
 
 func (m spendMeasurement) measure(ctx context.Context, contender string, processes int) (SpendRow, error) {
@@ -460,7 +385,7 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		Outcomes: map[string]int{}, Reasons: map[string]string{}}
 	label := fmt.Sprintf("%d processes, %s", processes, row.Contender)
 	fail := func(err error) (SpendRow, error) { return row, fmt.Errorf("%s: %s: %w", spendLabel, label, err) }
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return fail(err)
 	}
@@ -480,9 +405,9 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		args = append(args, "--account", spendAccount, "--cap-usd", strconv.FormatFloat(cfg.CapUSD, 'f', -1, 64),
 			"--usd-per-million", strconv.FormatFloat(cfg.USDPerMillion, 'f', -1, 64))
 	}
-	env := append(slices.Clip(m.common), "DATABASE_URL="+db.workerURL(cfg.PoolMaxConns))
+	env := m.server.workerEnv("DATABASE_URL=" + db.workerURL(cfg.PoolMaxConns))
 	prefix := fmt.Sprintf("spend-%s-%d-%s", contender, processes, nonce())
-	procs, err := startSpendWorkers(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes)
+	procs, err := startWorkerProcesses(ctx, cfg.Executable, args, env, filepath.Join(m.dir, prefix), processes, SpendWorkerReady)
 	defer func() { _ = procs.stop() }()
 	if err != nil {
 		return fail(err)
@@ -511,11 +436,10 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	began := time.Now()
-	ids := make([]string, cfg.Runs)
-	for i := range cfg.Runs {
-		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
-		if _, err := agentsaga.Start(runCtx, m.c, ids[i], spec, opts); err != nil {
-			return fail(fmt.Errorf("start %s: %w", ids[i], err))
+	ids := runIDs(prefix, cfg.Runs)
+	for _, id := range ids {
+		if _, err := agentsaga.Start(runCtx, m.server.c, id, spec, opts); err != nil {
+			return fail(fmt.Errorf("start %s: %w", id, err))
 		}
 	}
 	runs, err := settleSpendRuns(ctx, runCtx, poll, store, ids)
@@ -580,7 +504,7 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		default:
 			// Escalated, waiting, queued or not ended: stopped, so that
 			// the workers can stop.
-			_ = m.c.TerminateWorkflow(stopCtx, id, "", "the bench's measurement ended")
+			_ = m.server.c.TerminateWorkflow(stopCtx, id, "", "the bench's measurement ended")
 		}
 	}
 	stopCancel()
@@ -596,38 +520,6 @@ func (m spendMeasurement) measure(ctx context.Context, contender string, process
 		return fail(err)
 	}
 	return row, nil
-}
-
-// spendWorkers are the `agentsaga bench spend-worker` processes of one
-// measurement.
-type spendWorkers []*fleetProcess
-
-// startSpendWorkers starts n `agentsaga bench spend-worker` processes of
-// executable with args and env (each logging to logPrefix-i.log) and
-// waits until each polls. It returns those it started, also on an error.
-func startSpendWorkers(ctx context.Context, executable string, args, env []string, logPrefix string, n int) (spendWorkers, error) {
-	procs := make(spendWorkers, 0, n)
-	for i := range n {
-		p, err := startFleetProcess(executable, args, env, fmt.Sprintf("%s-%d.log", logPrefix, i))
-		if err != nil {
-			return procs, err
-		}
-		procs = append(procs, p)
-	}
-	return procs, waitForReady(ctx, procs, SpendWorkerReady)
-}
-
-// stop stops every process (once: a second stop does nothing), and
-// returns the first one's error.
-func (ws *spendWorkers) stop() error {
-	var first error
-	for _, p := range *ws {
-		if err := p.stop(); err != nil && first == nil {
-			first = err
-		}
-	}
-	*ws = nil
-	return first
 }
 
 // spendRun is a run's row in the ledger.
@@ -740,7 +632,7 @@ func cmpNonEmpty(a, b string) string {
 
 // prepare sets the agentsaga contender's cap in the ledger, and makes the
 // check-then-record contender's book of the account's spend.
-func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, contender string) error {
+func (m spendMeasurement) prepare(ctx context.Context, db *benchDatabase, contender string) error {
 	switch contender {
 	case SpendAgentsaga, SpendAgentsagaTurn:
 		store, err := ledgerdb.Open(ctx, db.url)
@@ -774,7 +666,7 @@ func (m spendMeasurement) prepare(ctx context.Context, db *fleetDatabase, conten
 // books reads what the contender's own accounting says it spent: the
 // ledger's spend periods (agentsaga), the gateway's table
 // (check-then-record).
-func (m spendMeasurement) books(ctx context.Context, db *fleetDatabase, contender string, row *SpendRow) error {
+func (m spendMeasurement) books(ctx context.Context, db *benchDatabase, contender string, row *SpendRow) error {
 	switch contender {
 	case SpendAgentsaga, SpendAgentsagaTurn:
 		store, err := ledgerdb.Open(ctx, db.url)
@@ -835,24 +727,14 @@ func spendRunSpec(cfg SpendConfig, url, account string) (agentsaga.RunSpec, erro
 	if account != "" {
 		account = ", account: " + account
 	}
-	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
+	return parseRunSpec(spendLabel, fmt.Sprintf(`
 goal: %q
 system: %q
 budget: {steps: %d, seconds: %d, usd: %v%s}
 model: {provider: %s, name: %s, base_url: %q, max_tokens: %d}
 prices: {models: {%[8]s: {input_per_million: %[11]v, output_per_million: %[11]v}}}
-tools:
-  - name: %s
-    kind: go
-    description: Count the words in a text.
-    parameters: %s
-`, spendGoal(cfg.GoalChars), spendSystem, 4*(cfg.ToolCalls+1), int((3 * cfg.Timeout).Seconds()), cfg.RunUSD, account,
-		agentsagatype.ProviderOpenAI, spendModel, url, cfg.MaxTokens, cfg.USDPerMillion, rateLimitTool, rateLimitToolSchema)))
-	if err != nil {
-		return spec, fmt.Errorf("%s: spec: %w", spendLabel, err)
-	}
-	spec.SearchAttributes = true
-	return spec, nil
+%[12]s`, spendGoal(cfg.GoalChars), spendSystem, 4*(cfg.ToolCalls+1), int((3*cfg.Timeout).Seconds()), cfg.RunUSD, account,
+		agentsagatype.ProviderOpenAI, spendModel, url, cfg.MaxTokens, cfg.USDPerMillion, wordCountTool))
 }
 
 // spendGoal is a goal of about chars characters.
@@ -875,9 +757,8 @@ type SpendProviderCounts struct {
 // o200k) and CompletionTokens, which the provider counts as answered. A
 // reply is streamed when the request asks, as the engine's do.
 type spendProvider struct {
-	cfg      SpendConfig
-	listener net.Listener
-	server   *http.Server
+	cfg SpendConfig
+	loopback
 
 	mu     sync.Mutex
 	random *rand.Rand
@@ -896,20 +777,15 @@ type spendBill struct {
 }
 
 func startSpendProvider(cfg SpendConfig) (*spendProvider, error) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &spendProvider{cfg: cfg, random: rand.New(rand.NewPCG(3, 1)), firsts: map[string]time.Time{}}
+	if err := p.serve("127.0.0.1:0", p); err != nil {
 		return nil, fmt.Errorf("spend provider: %w", err)
 	}
-	p := &spendProvider{cfg: cfg, listener: listener, random: rand.New(rand.NewPCG(3, 1)), firsts: map[string]time.Time{}}
-	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = p.server.Serve(listener) }()
 	return p, nil
 }
 
 // URL is the base URL a client is given.
-func (p *spendProvider) URL() string { return "http://" + p.listener.Addr().String() + "/v1" }
-
-func (p *spendProvider) Close() error { return p.server.Close() }
+func (p *spendProvider) URL() string { return p.loopback.URL() + "/v1" }
 
 // FirstRequest is when the first request whose first user message is
 // goal arrived.
@@ -948,13 +824,8 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		providerError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "Unknown request URL: "+r.Method+" "+r.URL.Path)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	var req chatRequest
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
-	if err != nil || len(req.Messages) == 0 {
-		providerError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body is not a chat.completions request with messages.")
+	req, body, ok := readChatRequest(w, r, nil)
+	if !ok {
 		return
 	}
 	arrived := time.Now()
@@ -971,10 +842,7 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	latency := p.cfg.LatencyMin
-	if spread := p.cfg.LatencyMax - p.cfg.LatencyMin; spread > 0 {
-		latency += time.Duration(p.random.Int64N(int64(spread) + 1))
-	}
+	latency := p.cfg.draw(p.random)
 	p.mu.Unlock()
 	select {
 	case <-r.Context().Done():
@@ -1110,6 +978,16 @@ func RunSpendWorker(ctx context.Context, out io.Writer, c client.Client, cfg Spe
 	return nil
 }
 
+// spendNotes explain the spend table's columns.
+const spendNotes = `
+  SPENT: the provider's counted usage at the bench's price, in the cap's period (before any reset); OVERSPEND: spent past the cap; OF CAP: spent over the cap;
+  TURNS: model turns the provider answered; PAYABLE: the cap over what one run alone costs, rounded down; GOODPUT: COMPLETED over PAYABLE
+    (a figure only with $0.00 over: a contender that overspends completes more runs than the cap pays for); QUEUED: runs waiting for admission;
+  PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;
+  STATEMENTS A TURN: a model turn's ledger statements as TestStatementsPerSuccessfulCall counts them, not measured here: 2 (the claim,
+    which holds agentsaga's reservation, and the settle, which settles it), plus the gateway's SELECT and UPDATE for check-then-record
+`
+
 // PrintSpend writes the table and the agentsaga rows' targets.
 func PrintSpend(out io.Writer, result SpendResult) {
 	cfg := result.Config
@@ -1125,8 +1003,7 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		SpendAgentsagaContender, spendAccount, cfg.CapUSD)
 	fmt.Fprintf(out, "  %s: the same cap set to admit: turn, shared out a turn at a time\n", SpendAgentsagaTurnContender)
 	fmt.Fprintf(out, "  one run alone (measured first, 1 process): $%.4f, so the cap pays for %d runs (PAYABLE)\n", result.AloneUSD, result.Payable)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPAYABLE\tGOODPUT\tQUEUED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
+	tw := newTable(out, "\n  PROCESSES\tCONTENDER\tSPENT\tCAP\tOVERSPEND\tOVER %\tOF CAP\tTURNS\tCOMPLETED\tPAYABLE\tGOODPUT\tQUEUED\tPARTIAL\tWAITING\tESCALATED\tFAILED\tOTHER\tSTATEMENTS A TURN\tSECONDS")
 	for _, r := range result.Rows {
 		stmts := "2"
 		if r.Contender == SpendCheckContender {
@@ -1186,12 +1063,7 @@ func PrintSpend(out io.Writer, result SpendResult) {
 		fmt.Fprintf(out, "  TARGET %s, %d processes: goodput %d of %d payable = %.0f%% >= 90%% (%s); the other %d runs queued, not cut short (%s); after %d period resets, every queued run completed, no period over its cap (%s)\n",
 			r.Contender, r.Processes, r.Completed, r.Payable, 100*r.Goodput, verdict(goodput), r.Runs-r.Completed, verdict(othersQueued), len(r.Resets), verdict(drained))
 	}
-	fmt.Fprintln(out, "\n  SPENT: the provider's counted usage at the bench's price, in the cap's period (before any reset); OVERSPEND: spent past the cap; OF CAP: spent over the cap;")
-	fmt.Fprintln(out, "  TURNS: model turns the provider answered; PAYABLE: the cap over what one run alone costs, rounded down; GOODPUT: COMPLETED over PAYABLE")
-	fmt.Fprintln(out, "    (a figure only with $0.00 over: a contender that overspends completes more runs than the cap pays for); QUEUED: runs waiting for admission;")
-	fmt.Fprintln(out, "  PARTIAL: runs that finished gracefully; OTHER: runs not ended at the timeout, or ended otherwise;")
-	fmt.Fprintln(out, "  STATEMENTS A TURN: a model turn's ledger statements as TestStatementsPerSuccessfulCall counts them, not measured here: 2 (the claim,")
-	fmt.Fprintln(out, "    which holds agentsaga's reservation, and the settle, which settles it), plus the gateway's SELECT and UPDATE for check-then-record")
+	fmt.Fprint(out, spendNotes)
 }
 
 // SpendChart writes to path a PNG of the account's spend over time, one
@@ -1200,16 +1072,10 @@ func PrintSpend(out io.Writer, result SpendResult) {
 // cap (a dashed line), with the room above the cap shaded, so that an
 // overspend is a line that enters it. Every panel has the same axes.
 func SpendChart(path string, rows []SpendRow) error {
-	var processes []int
-	contenders := []string{}
+	processes := distinct(rows, func(r SpendRow) int { return r.Processes })
+	contenders := distinct(rows, func(r SpendRow) string { return r.Contender })
 	maxX, maxY, capUSD := 1.0, 0.0, 0.0
 	for _, r := range rows {
-		if !slices.Contains(processes, r.Processes) {
-			processes = append(processes, r.Processes)
-		}
-		if !slices.Contains(contenders, r.Contender) {
-			contenders = append(contenders, r.Contender)
-		}
 		capUSD = max(capUSD, r.CapUSD)
 		maxY = max(maxY, r.SpentUSD, r.CapUSD)
 		for _, pt := range r.Series {
@@ -1240,15 +1106,10 @@ func SpendChart(path string, rows []SpendRow) error {
 		band.Color = color.RGBA{R: 0xfd, G: 0xf0, B: 0xf0, A: 0xff}
 		band.LineStyle.Width = 0
 		p.Add(band)
-		capLine, err := plotter.NewLine(plotter.XYs{{X: 0, Y: capUSD}, {X: maxX, Y: capUSD}})
-		if err != nil {
+		if err := addTarget(p, plotter.XYs{{X: 0, Y: capUSD}, {X: maxX, Y: capUSD}},
+			fmt.Sprintf("the account's cap, $%.2f (shaded above: overspend)", capUSD)); err != nil {
 			return fmt.Errorf("bench: spend chart: %w", err)
 		}
-		capLine.Color = color.Black
-		capLine.Width = vg.Points(1.5)
-		capLine.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-		p.Add(capLine)
-		p.Legend.Add(fmt.Sprintf("the account's cap, $%.2f (shaded above: overspend)", capUSD), capLine)
 
 		for c, contender := range contenders {
 			for _, r := range rows {
@@ -1259,22 +1120,11 @@ func SpendChart(path string, rows []SpendRow) error {
 				for i, pt := range r.Series {
 					xys[i] = plotter.XY{X: pt.Seconds, Y: pt.USD}
 				}
-				line, err := plotter.NewLine(xys)
+				line, _, err := addSeries(p, xys, c, vg.Points(2), vg.Points(3.5))
 				if err != nil {
 					return fmt.Errorf("bench: spend chart: %w", err)
 				}
 				line.StepStyle = plotter.PostStep
-				line.Color = colorOf(c)
-				line.Width = vg.Points(2)
-				p.Add(line)
-				end, err := plotter.NewScatter(xys[len(xys)-1:])
-				if err != nil {
-					return fmt.Errorf("bench: spend chart: %w", err)
-				}
-				end.Color = colorOf(c)
-				end.Radius = vg.Points(3.5)
-				end.Shape = draw.CircleGlyph{}
-				p.Add(end)
 				figure := fmt.Sprintf("%.0f%% of the cap", 100*r.Utilisation)
 				if r.OverspendUSD > 0 {
 					figure = fmt.Sprintf("$%.2f over the cap", r.OverspendUSD)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -14,14 +13,11 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/wire"
-	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -205,17 +201,7 @@ func Storm(ctx context.Context, c client.Client, databaseURL string, cfg StormCo
 		wf    any
 	}{
 		{"agentsaga (hook, ledger, fleet bucket, breaker)", func(queue string) (func(), error) {
-			store, err := ledger.Open(ctx, databaseURL)
-			if err != nil {
-				return nil, err
-			}
-			w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: "bench-storm-" + nonce()}})
-			if err != nil {
-				store.Close()
-				return nil, err
-			}
-			w.RegisterWorkflow(StormAgentsagaWorkflow)
-			return func() { w.Stop(); store.Close() }, w.Start()
+			return startEngineWorkerOn(ctx, c, databaseURL, queue, "bench-storm-"+nonce(), StormAgentsagaWorkflow)
 		}, StormAgentsagaWorkflow},
 		{"unbudgeted (Temporal default retry policy)", func(queue string) (func(), error) {
 			w := sdkworker.New(c, queue, sdkworker.Options{})
@@ -325,8 +311,7 @@ func recoveryText(seconds int) string {
 // error rate second by second.
 func PrintStorm(out io.Writer, title string, cfg StormConfig, rows []StormRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS\tFAILED REQUESTS\tRECOVERY AFTER THE OUTAGE\tTARGET")
+	tw := newTable(out, "  CONTENDER\tCALLS\tFAILED CALLS\tREQUESTS\tFAILED REQUESTS\tRECOVERY AFTER THE OUTAGE\tTARGET")
 	for _, r := range rows {
 		recovered := recoveryText(r.RecoverySeconds)
 		target := "-"

@@ -1,8 +1,7 @@
 package bench_test
 
 import (
-	"context"
-	"strings"
+	"io"
 	"testing"
 	"time"
 
@@ -16,8 +15,6 @@ import (
 // and meets more errors; agentsaga recovers within one budget window.
 func TestStormSmoke(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	// The service takes 10 a second, 2.5 times the calls' rate: under the
 	// suite's own load (the library's tests beside these) the released
 	// calls go out in bunches, and at 6 a second a bunch of 10 met 503s
@@ -25,11 +22,7 @@ func TestStormSmoke(t *testing.T) {
 	// breaker's; `make bench` measures its speed on a quiet machine.
 	cfg := bench.StormConfig{Runs: 4, CallsPerSecond: 4, RatePerSecond: 10, Latency: 5 * time.Millisecond,
 		OutageFrom: 2 * time.Second, OutageTo: 8 * time.Second, Duration: 20 * time.Second, ScheduleToClose: 15 * time.Second}
-	rows, err := bench.Storm(ctx, temporalClient, pooledDatabase(t), cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintStorm(&out, "storm", cfg, rows)
-	t.Log("\n" + out.String())
+	rows := inProcess(t, bench.Storm, cfg, func(w io.Writer, rows []bench.StormRow) { bench.PrintStorm(w, "storm", cfg, rows) })
 	require.Len(t, rows, 2)
 	agentsaga, baseline := rows[0], rows[1]
 	assert.Greater(t, baseline.Requests, agentsaga.Requests, "the baseline's retries add load")

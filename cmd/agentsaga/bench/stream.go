@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,13 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -81,14 +77,6 @@ type StreamResult struct {
 	DeltaEvents float64 `json:"delta_events_per_reply"`
 	Clients     ClientsResult
 	History     HistoryResult `json:"history"`
-}
-
-// Percentiles of a sample.
-type Percentiles struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P95 float64 `json:"p95"`
-	Max float64 `json:"max"`
 }
 
 // ClientsResult is the many-clients phase.
@@ -288,8 +276,7 @@ func (m unwatchedModel) Turn(ctx context.Context, req activities.ModelRequest) (
 // when it wrote each run's first chunk. hold makes replies wait for
 // release.
 type streamProvider struct {
-	server *http.Server
-	url    string
+	loopback
 	events []providerwire.Event
 	delay  time.Duration
 
@@ -309,18 +296,12 @@ func startStreamProvider(cfg StreamConfig) (*streamProvider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench stream: the reply: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	p := &streamProvider{events: append(events, providerwire.Done), delay: cfg.PieceDelay, first: map[string]time.Time{}}
+	if err := p.serve("127.0.0.1:0", p); err != nil {
 		return nil, fmt.Errorf("bench stream: the provider: %w", err)
 	}
-	p := &streamProvider{url: "http://" + ln.Addr().String(), events: append(events, providerwire.Done), delay: cfg.PieceDelay,
-		first: map[string]time.Time{}}
-	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = p.server.Serve(ln) }()
 	return p, nil
 }
-
-func (p *streamProvider) Close() { _ = p.server.Close() }
 
 func (p *streamProvider) hold() {
 	p.mu.Lock()
@@ -344,7 +325,7 @@ func (p *streamProvider) firstChunk(id string) time.Time {
 // spec is a one-turn run whose goal names it, so the provider knows whose
 // reply it writes.
 func (p *streamProvider) spec(id string) string {
-	return fmt.Sprintf("goal: \"[run %s] answer at length\"\nbudget: {steps: 2}\nmodel: {provider: openai, name: gpt-bench, base_url: %q, max_tokens: 4096}\n", id, p.url)
+	return fmt.Sprintf("goal: \"[run %s] answer at length\"\nbudget: {steps: 2}\nmodel: {provider: openai, name: gpt-bench, base_url: %q, max_tokens: 4096}\n", id, p.URL())
 }
 
 func (p *streamProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -382,9 +363,8 @@ func (p *streamProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveProcess is `agentsaga serve` as a process of its own, so that its
 // CPU and memory are its own.
 type serveProcess struct {
-	cmd  *exec.Cmd
+	*benchProcess
 	base string
-	done chan struct{}
 }
 
 func startServe(ctx context.Context, cfg StreamConfig) (*serveProcess, error) {
@@ -394,15 +374,18 @@ func startServe(ctx context.Context, cfg StreamConfig) (*serveProcess, error) {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cmd := exec.Command(cfg.Executable, "serve", "--listen", addr)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+cfg.DatabaseURL, "TEMPORAL_ADDRESS="+cfg.TemporalAddress, "TEMPORAL_NAMESPACE="+cfg.Namespace)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	logFile, err := os.CreateTemp("", "agentsaga-stream-serve-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("bench stream: serve's log: %w", err)
+	}
+	_ = logFile.Close()
+	p, err := startProcess(cfg.Executable, []string{"serve", "--listen", addr},
+		[]string{"DATABASE_URL=" + cfg.DatabaseURL, "TEMPORAL_ADDRESS=" + cfg.TemporalAddress, "TEMPORAL_NAMESPACE=" + cfg.Namespace}, logFile.Name())
+	if err != nil {
+		_ = os.Remove(logFile.Name())
 		return nil, fmt.Errorf("bench stream: start serve: %w", err)
 	}
-	s := &serveProcess{cmd: cmd, base: "http://" + addr, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	s := &serveProcess{benchProcess: p, base: "http://" + addr}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(s.base + "/v1/openapi.json")
@@ -412,29 +395,28 @@ func startServe(ctx context.Context, cfg StreamConfig) (*serveProcess, error) {
 				return s, nil
 			}
 		}
+		fail := func(err error) (*serveProcess, error) {
+			s.stop()
+			return nil, err
+		}
 		select {
 		case <-s.done:
-			return nil, fmt.Errorf("bench stream: serve exited: %s", logs.String())
+			return fail(fmt.Errorf("bench stream: serve exited: %s", tail(s.log)))
 		case <-ctx.Done():
-			s.stop()
-			return nil, ctx.Err()
+			return fail(ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("bench stream: serve did not answer within 30 s: %s", logs.String())
+			return fail(fmt.Errorf("bench stream: serve did not answer within 30 s: %s", tail(s.log)))
 		}
 	}
 }
 
+// stop stops serve as an operator would (benchProcess.stop) and removes
+// its log.
 func (s *serveProcess) stop() {
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	_ = s.benchProcess.stop()
+	_ = os.Remove(s.log)
 }
 
 // apiClient starts runs and follows them over serve's HTTP API; the
@@ -522,64 +504,12 @@ func (a *apiClient) follow(ctx context.Context, id string, connected func()) (fo
 	return f, fmt.Errorf("bench stream: follow %s: the stream ended before run_finished", id)
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func percentiles(sample []float64) Percentiles {
-	if len(sample) == 0 {
-		return Percentiles{}
-	}
-	s := slices.Clone(sample)
-	slices.Sort(s)
-	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
-	return Percentiles{N: len(s), P50: at(0.50), P95: at(0.95), Max: s[len(s)-1]}
-}
-
-// processCPU is a process's user and system CPU seconds so far.
-func processCPU(pid int) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command's closing parenthesis; utime and stime
-	// are the 14th and 15th of the whole line.
-	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("bench stream: /proc/%d/stat: too few fields", pid)
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100, nil // clock ticks of 1/100 s
-}
-
-// peakMiB is a process's peak resident memory (VmHWM).
-func peakMiB(pid int) (float64, error) {
-	kb, err := ProcStatusKB(pid, "VmHWM")
-	return kb / 1024, err
-}
-
-// ProcStatusKB reads one of the kB fields of /proc/PID/status (VmHWM,
-// VmRSS): a process's memory as the kernel counts it. The soak
-// (cmd/agentsaga/soak_test.go) samples VmRSS with it too.
-func ProcStatusKB(pid int, field string) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			return strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
-}
-
 // PrintStream writes the scenario's figures.
 func PrintStream(out io.Writer, res StreamResult) {
 	cfg := res.Config
 	fmt.Fprintf(out, "\nstream: replies of %d pieces, one every %v, from an OpenAI-compatible server on loopback, followed over agentsaga serve's SSE\n",
 		cfg.Tokens, cfg.PieceDelay)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  FIGURE\tVALUE\tTARGET")
+	tw := newTable(out, "  FIGURE\tVALUE\tTARGET")
 	f := res.FirstToken
 	fmt.Fprintf(tw, "  first token, provider's first chunk to the SSE client (%d runs, one at a time)\tp50 %.1f ms, p95 %.1f ms, max %.1f ms\tp95 < %.0f ms (%s)\n",
 		f.N, f.P50, f.P95, f.Max, StreamFirstTokenP95Ms, met(f.P95 < StreamFirstTokenP95Ms))
@@ -594,11 +524,4 @@ func PrintStream(out io.Writer, res StreamResult) {
 	fmt.Fprintf(tw, "  workflow history of a %d-piece reply: streamed; nobody watching\t%d events, %d bytes; %d events, %d bytes\tthe same (%s)\n",
 		cfg.Tokens, h.StreamedEvents, h.StreamedBytes, h.UnwatchedEvents, h.UnwatchedBytes, met(h.StreamedEvents == h.UnwatchedEvents))
 	_ = tw.Flush()
-}
-
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "not met"
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -98,17 +97,9 @@ func Success(ctx context.Context, c client.Client, databaseURL string, cfg Ampli
 // PrintSuccess writes the success scenario's table.
 func PrintSuccess(out io.Writer, title string, rows []SuccessRow) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tP\tLOGICAL CALLS\tSUCCEEDED\tSUCCESS\tIDEAL 1-p^3\tTARGET\tREQUESTS")
+	tw := newTable(out, "  CONTENDER\tP\tLOGICAL CALLS\tSUCCEEDED\tSUCCESS\tIDEAL 1-p^3\tTARGET\tREQUESTS")
 	for _, r := range rows {
-		target := "-"
-		if r.Target > 0 {
-			verdict := "met"
-			if r.SuccessRate < r.Target {
-				verdict = "MISSED"
-			}
-			target = fmt.Sprintf(">= %.1f%% (%s)", 100*r.Target, verdict)
-		}
+		target := targetCell(r.Target > 0, fmt.Sprintf(">= %.1f%%", 100*r.Target), r.SuccessRate >= r.Target)
 		fmt.Fprintf(tw, "  %s\t%.2f\t%d\t%d\t%.2f%%\t%.2f%%\t%s\t%d\n", r.Contender, r.FailureRate, r.LogicalCalls, r.Succeeded,
 			100*r.SuccessRate, 100*r.Ideal, target, r.Requests)
 	}

@@ -2,12 +2,12 @@ package bench_test
 
 import (
 	"context"
-	"strings"
+	"io"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 )
@@ -16,13 +16,11 @@ import (
 // call against three plain attempts, and both are near the ideal.
 func TestSuccessSmoke(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rows, err := bench.Success(ctx, temporalClient, pooledDatabase(t), bench.AmplificationConfig{Runs: 4, Calls: 5, Workers: 2}, []float64{0.2})
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintSuccess(&out, "success at p = 20%", rows)
-	t.Log("\n" + out.String())
+	success := func(ctx context.Context, c client.Client, databaseURL string, cfg bench.AmplificationConfig) ([]bench.SuccessRow, error) {
+		return bench.Success(ctx, c, databaseURL, cfg, []float64{0.2})
+	}
+	rows := inProcess(t, success, bench.AmplificationConfig{Runs: 4, Calls: 5, Workers: 2},
+		func(w io.Writer, rows []bench.SuccessRow) { bench.PrintSuccess(w, "success at p = 20%", rows) })
 	require.Len(t, rows, 2)
 	agentsaga, plain := rows[0], rows[1]
 	assert.Equal(t, 20, agentsaga.LogicalCalls)
@@ -36,13 +34,8 @@ func TestSuccessSmoke(t *testing.T) {
 // figure comes from `make bench`, not from a timed test). It is not
 // parallel: the other smoke runs would load the dev server under one side.
 func TestOverheadSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rows, err := bench.Overhead(ctx, temporalClient, pooledDatabase(t), bench.AmplificationConfig{Runs: 2, Calls: 10, Workers: 1})
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintOverhead(&out, "overhead", rows)
-	t.Log("\n" + out.String())
+	rows := inProcess(t, bench.Overhead, bench.AmplificationConfig{Runs: 2, Calls: 10, Workers: 1},
+		func(w io.Writer, rows []bench.OverheadRow) { bench.PrintOverhead(w, "overhead", rows) })
 	require.Len(t, rows, 2)
 	assert.Equal(t, 20, rows[0].Calls)
 	assert.Equal(t, 20, rows[1].Calls)

@@ -13,14 +13,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -62,10 +60,7 @@ type TakeoverConfig struct {
 	// downstream the kill comes: inside every call still in flight.
 	KillAfter time.Duration `json:"kill_after"`
 
-	TemporalBin string    `json:"-"`
-	DatabaseURL string    `json:"-"`
-	Executable  string    `json:"-"`
-	Progress    io.Writer `json:"-"`
+	ProcessScenario
 }
 
 // DefaultTakeover kills five runs a contender. The calls take 5 s so that a
@@ -151,7 +146,7 @@ type takeoverSide struct {
 	args     []string
 	env      func(i int) []string
 	ready    string
-	procs    []*fleetProcess
+	procs    []*benchProcess
 	start    func(ctx context.Context, id string) (func(context.Context) error, error)
 	dominant string
 	// holder is the index of the process holding the run's in-flight
@@ -166,40 +161,32 @@ type takeoverSide struct {
 	exe       string
 }
 
-// Takeover runs the takeover scenario.
-func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
-	result := TakeoverResult{Config: cfg}
+func (cfg TakeoverConfig) validate() error {
 	if cfg.Kills < 1 || cfg.Calls < 1 || cfg.CallLatency <= 0 || cfg.KillAfter < 0 || cfg.KillAfter >= cfg.CallLatency {
-		return result, fmt.Errorf("bench: takeover: kills %d and calls %d must be positive, and the kill (%s after the last call) inside the call latency %s",
+		return fmt.Errorf("bench: takeover: kills %d and calls %d must be positive, and the kill (%s after the last call) inside the call latency %s",
 			cfg.Kills, cfg.Calls, cfg.KillAfter, cfg.CallLatency)
 	}
-	if len(cfg.Contenders) == 0 {
-		return result, fmt.Errorf("bench: takeover: no contender: want some of %s, %s, %s", TakeoverAgentsaga, TakeoverDBOSRestart, TakeoverDBOSSurvivor)
-	}
-	for _, c := range cfg.Contenders {
-		if takeoverNames[c] == "" {
-			return result, fmt.Errorf("bench: takeover: contender %q: want %s, %s or %s", c, TakeoverAgentsaga, TakeoverDBOSRestart, TakeoverDBOSSurvivor)
-		}
-	}
-	dir, err := os.MkdirTemp("", "agentsaga-takeover-")
-	if err != nil {
-		return result, fmt.Errorf("bench: takeover: temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	log := &requestLog{}
-	down, err := serveDownstream("127.0.0.1:0", Faults{Latency: cfg.CallLatency}, 1, log.wrap)
-	if err != nil {
-		return result, err
-	}
-	defer down.Close()
-	for _, contender := range cfg.Contenders {
-		row, err := takeoverContender(ctx, cfg, contender, dir, down, log)
+	return checkContenders("bench: takeover", cfg.Contenders, takeoverNames)
+}
+
+// Takeover runs the takeover scenario.
+func Takeover(ctx context.Context, cfg TakeoverConfig) (TakeoverResult, error) {
+	return inScratchDir("bench: takeover", "takeover", cfg.validate(), TakeoverResult{Config: cfg}, func(dir string, result *TakeoverResult) error {
+		log := &requestLog{}
+		down, err := serveDownstream("127.0.0.1:0", Faults{Latency: cfg.CallLatency}, 1, log.wrap)
 		if err != nil {
-			return result, fmt.Errorf("bench: takeover: %s: %w", takeoverNames[contender], err)
+			return err
 		}
-		result.Rows = append(result.Rows, row)
-	}
-	return result, nil
+		defer down.Close()
+		for _, contender := range cfg.Contenders {
+			row, err := takeoverContender(ctx, cfg, contender, dir, down, log)
+			if err != nil {
+				return fmt.Errorf("bench: takeover: %s: %w", takeoverNames[contender], err)
+			}
+			result.Rows = append(result.Rows, row)
+		}
+		return nil
+	})
 }
 
 func takeoverContender(ctx context.Context, cfg TakeoverConfig, contender, dir string, down *Downstream, log *requestLog) (TakeoverRow, error) {
@@ -247,7 +234,7 @@ func takeoverContender(ctx context.Context, cfg TakeoverConfig, contender, dir s
 }
 
 func (s *takeoverSide) startProcess(i int) error {
-	p, err := startFleetProcess(s.exe, s.args, s.env(i), filepath.Join(s.dir, fmt.Sprintf("%s-%d-%s.log", s.name, i, nonce())))
+	p, err := startProcess(s.exe, s.args, s.env(i), filepath.Join(s.dir, fmt.Sprintf("%s-%d-%s.log", s.name, i, nonce())))
 	if err != nil {
 		return err
 	}
@@ -263,11 +250,11 @@ func (s *takeoverSide) startProcess(i int) error {
 // and a database of their own; the holder is the worker that started the
 // most of the run's pending tool calls.
 func (s *takeoverSide) agentsaga(ctx context.Context, cfg TakeoverConfig, down *Downstream) (func(), error) {
-	server, err := startBenchServer(ctx, cfg.TemporalBin, s.dir, nil)
+	server, err := startBenchServer(ctx, cfg.TemporalBin, s.dir, serverOptions{})
 	if err != nil {
 		return nil, err
 	}
-	db, err := newFleetDatabase(ctx, cfg.DatabaseURL)
+	db, err := newBenchDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		server.stop()
 		return nil, err
@@ -491,8 +478,7 @@ func PrintTakeover(out io.Writer, result TakeoverResult) {
 	fmt.Fprintf(out, "\ntakeover: one run at a time of %d tool calls (each %s at the downstream) between two model steps, on 2 worker processes;\n",
 		cfg.Calls, cfg.CallLatency)
 	fmt.Fprintf(out, "  %s after the run's last call reached the downstream, the process holding its calls is killed with SIGKILL\n", cfg.KillAfter)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CONTENDER\tKILLED\tCUT CALLS\tFIRST CALL AGAIN\tLAST CALL AGAIN\tRUN DONE\tREQUESTS\tKEYS\tLOST\tRESUMED BY\tLOAD")
+	tw := newTable(out, "  CONTENDER\tKILLED\tCUT CALLS\tFIRST CALL AGAIN\tLAST CALL AGAIN\tRUN DONE\tREQUESTS\tKEYS\tLOST\tRESUMED BY\tLOAD")
 	for _, r := range result.Rows {
 		for _, k := range r.Kills {
 			fmt.Fprintf(tw, "  %s\t%s\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%d\t%d\t%d\t%s\t%.1f\n", r.Contender, k.Killed, k.Resent,

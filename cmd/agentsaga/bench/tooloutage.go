@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
-	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -142,14 +139,10 @@ func startOutageWorker(ctx context.Context, c client.Client, databaseURL, queueP
 		return nil, err
 	}
 	queue := queuePrefix + nonce()
-	w, err := worker.New(ctx, c, store, worker.Options{Config: agentsaga.Config{TaskQueue: queue, Bucket: queue}})
+	w, err := startEngineWorker(ctx, c, store, queue, queue)
 	if err != nil {
 		store.Close()
 		return nil, err
-	}
-	if err := w.Start(); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("start worker: %w", err)
 	}
 	return &outageWorker{client: c, store: ledgerdb.Of(store), queue: queue, close: func() { w.Stop(); store.Close() }}, nil
 }
@@ -209,8 +202,7 @@ func (o *outageWorker) run(ctx context.Context, id string, spec workflows.RunSpe
 // PrintToolOutage writes the single-tool outage's table.
 func PrintToolOutage(out io.Writer, title string, r ToolOutageResult) {
 	fmt.Fprintf(out, "%s\n", title)
-	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RUNS\tCALLS\tOUTAGE\tESCALATE AFTER\tESCALATIONS\tCOMPLETED\tREQUESTS\tFAILED REQUESTS\tLONGEST RUN\tTARGET")
+	tw := newTable(out, "  RUNS\tCALLS\tOUTAGE\tESCALATE AFTER\tESCALATIONS\tCOMPLETED\tREQUESTS\tFAILED REQUESTS\tLONGEST RUN\tTARGET")
 	verdict := "met"
 	if r.Escalations > 0 {
 		verdict = "MISSED"

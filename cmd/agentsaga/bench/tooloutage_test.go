@@ -1,13 +1,11 @@
 package bench_test
 
 import (
-	"context"
-	"strings"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/bench"
 )
@@ -17,14 +15,8 @@ import (
 // run completes; nobody is asked.
 func TestToolOutageSmoke(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	cfg := bench.ToolOutageConfig{Runs: 12, Outage: 8 * time.Second}
-	result, err := bench.ToolOutage(ctx, temporalClient, pooledDatabase(t), cfg)
-	require.NoError(t, err)
-	var out strings.Builder
-	bench.PrintToolOutage(&out, "tool outage", result)
-	t.Log("\n" + out.String())
+	result := inProcess(t, bench.ToolOutage, cfg, func(w io.Writer, r bench.ToolOutageResult) { bench.PrintToolOutage(w, "tool outage", r) })
 	assert.Zero(t, result.Escalations, "an outage shorter than the threshold pages no one")
 	assert.Equal(t, cfg.Runs, result.Completed)
 	assert.GreaterOrEqual(t, result.LongestRunSeconds, cfg.Outage.Seconds(), "the runs waited the outage out")

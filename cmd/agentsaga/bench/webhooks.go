@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -118,15 +117,13 @@ func webhooksPhase(ctx context.Context, pool *pgxpool.Pool, cfg WebhooksConfig, 
 		return row, fmt.Errorf("bench webhooks: %w", err)
 	}
 	rc := &webhookReceiver{failShare: fail, first: map[string]float64{}, lastSeq: map[string]int64{}, allIn: make(chan struct{}), want: cfg.Events}
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	var server loopback
+	if err := server.serve("127.0.0.1:0", rc); err != nil {
 		return row, err
 	}
-	server := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = server.Serve(listener) }()
 	defer server.Close()
 	store := webhooks.NewStore(pool)
-	if _, err := store.Create(ctx, webhooks.NewEndpoint{URL: "http://" + listener.Addr().String() + "/hook",
+	if _, err := store.Create(ctx, webhooks.NewEndpoint{URL: server.URL() + "/hook",
 		Events: []string{webhooks.RunEscalated}, AllowPrivate: true}); err != nil {
 		return row, err
 	}

@@ -307,9 +307,14 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 	first := waitForApproval(t, source)
 	_, err = source.Approve(ctx, first.Call, "alice", "A checked")
 	require.NoError(t, err)
+	var stale string
 	require.Eventually(t, func() bool {
 		waiting, err := source.Approvals(ctx)
-		return err == nil && len(waiting) > 0 && waiting[0].Call != first.Call && waiting[0].Decision == nil
+		if err != nil || len(waiting) == 0 || waiting[0].Call == first.Call || waiting[0].Decision != nil {
+			return false
+		}
+		stale = waiting[0].Call
+		return true
 	}, 30*time.Second, 50*time.Millisecond, "the source never waited for B's approval")
 	require.Equal(t, 1, desk.count())
 
@@ -317,6 +322,26 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 	require.NoError(t, err)
 	again := waitForApproval(t, fork)
 	assert.Equal(t, "step-002-call-1-refund", again.Call, "B is asked again, by the fork")
+
+	// The source's request for B was closed by the fork: nothing lists it
+	// as waiting, and a decision on it is refused naming the fork.
+	pending, err := ledgerdb.Of(store).AwaitingApprovals(ctx, 1000)
+	require.NoError(t, err)
+	assert.False(t, slices.ContainsFunc(pending, func(a agentsagatype.Approval) bool { return a.WorkflowID == source.ID }),
+		"the source's request is no longer listed as waiting")
+	assert.True(t, slices.ContainsFunc(pending, func(a agentsagatype.Approval) bool { return a.WorkflowID == fork.ID }), "the fork's is")
+	waiting, err := source.Approvals(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, waiting, "the source still waits on B (fenced), for nobody")
+	_, err = source.Approve(ctx, stale, "carol", "late")
+	var closed *agentsaga.AlreadyDecidedError
+	require.ErrorAs(t, err, &closed)
+	assert.Equal(t, agentsagatype.ApprovalSuperseded, closed.Decision)
+	assert.Equal(t, fork.ID, closed.By)
+	assert.ErrorContains(t, err, "the run was forked into "+fork.ID)
+	again2, err := source.Fork(ctx, agentsaga.ForkOptions{At: 2, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err, "the same fork asked again: the source is not asked to stop")
+	assert.Equal(t, fork.ID, again2.ID)
 	_, err = fork.Approve(ctx, again.Call, "bob", "B checked")
 	require.NoError(t, err)
 	result, err := fork.Result(ctx)
@@ -331,6 +356,9 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 	kept, err := ledgerdb.Of(store).RunApprovals(ctx, source.ID)
 	require.NoError(t, err)
 	require.Len(t, kept, 2)
+	assert.Equal(t, agentsagatype.ApprovalApproved, kept[0].Status, "A's approval stays given")
+	assert.Equal(t, agentsagatype.ApprovalSuperseded, kept[1].Status)
+	assert.Equal(t, fork.ID, kept[1].DecidedBy)
 
 	require.NoError(t, devServer.Client().CancelWorkflow(ctx, source.ID, ""))
 	_, _ = source.Result(ctx)

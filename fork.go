@@ -59,7 +59,11 @@ type ForkOptions struct {
 // before At move to the fork in one ledger transaction: the fork's saga
 // covers them, the source's no longer does, and the source can no longer
 // act (its claims are fenced, Resume refuses). Approvals given before At
-// stay given; a call that waited for one at At is asked again.
+// stay given; a call that waited for one at At is asked again, and the
+// source's request is closed in the same transaction, superseded by the
+// fork (agentsagatype.ApprovalSuperseded): listings of what waits leave it
+// out, and Approve or Deny on it is an *AlreadyDecidedError naming the
+// fork.
 //
 // A running source is first asked to stop at its next step boundary
 // (once its turn's calls settled; it then waits as an escalated run does),
@@ -112,7 +116,9 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 			return nil, &RunExistsError{ID: id}
 		}
 	}
-	if source.FinishedAt == nil && source.Status == agentsagatype.RunRunning && !awaitsApproval(ctx, store, r.ID) {
+	// A source forked already (this fork asked again) is fenced and stays
+	// at rest; its approval requests the fork closed no longer say so.
+	if len(source.Forks) == 0 && source.FinishedAt == nil && source.Status == agentsagatype.RunRunning && !awaitsApproval(ctx, store, r.ID) {
 		if err := r.stopAtAStep(ctx, store); err != nil {
 			return nil, err
 		}

@@ -7,7 +7,9 @@ package agentsaga_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +22,8 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/runevents"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -307,9 +311,14 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 	first := waitForApproval(t, source)
 	_, err = source.Approve(ctx, first.Call, "alice", "A checked")
 	require.NoError(t, err)
+	var stale string
 	require.Eventually(t, func() bool {
 		waiting, err := source.Approvals(ctx)
-		return err == nil && len(waiting) > 0 && waiting[0].Call != first.Call && waiting[0].Decision == nil
+		if err != nil || len(waiting) == 0 || waiting[0].Call == first.Call || waiting[0].Decision != nil {
+			return false
+		}
+		stale = waiting[0].Call
+		return true
 	}, 30*time.Second, 50*time.Millisecond, "the source never waited for B's approval")
 	require.Equal(t, 1, desk.count())
 
@@ -317,6 +326,26 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 	require.NoError(t, err)
 	again := waitForApproval(t, fork)
 	assert.Equal(t, "step-002-call-1-refund", again.Call, "B is asked again, by the fork")
+
+	// The source's request for B was closed by the fork: nothing lists it
+	// as waiting, and a decision on it is refused naming the fork.
+	pending, err := ledgerdb.Of(store).AwaitingApprovals(ctx, 1000)
+	require.NoError(t, err)
+	assert.False(t, slices.ContainsFunc(pending, func(a agentsagatype.Approval) bool { return a.WorkflowID == source.ID }),
+		"the source's request is no longer listed as waiting")
+	assert.True(t, slices.ContainsFunc(pending, func(a agentsagatype.Approval) bool { return a.WorkflowID == fork.ID }), "the fork's is")
+	waiting, err := source.Approvals(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, waiting, "the source still waits on B (fenced), for nobody")
+	_, err = source.Approve(ctx, stale, "carol", "late")
+	var closed *agentsaga.AlreadyDecidedError
+	require.ErrorAs(t, err, &closed)
+	assert.Equal(t, agentsagatype.ApprovalSuperseded, closed.Decision)
+	assert.Equal(t, fork.ID, closed.By)
+	assert.ErrorContains(t, err, "the run was forked into "+fork.ID)
+	again2, err := source.Fork(ctx, agentsaga.ForkOptions{At: 2, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err, "the same fork asked again: the source is not asked to stop")
+	assert.Equal(t, fork.ID, again2.ID)
 	_, err = fork.Approve(ctx, again.Call, "bob", "B checked")
 	require.NoError(t, err)
 	result, err := fork.Result(ctx)
@@ -331,6 +360,9 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 	kept, err := ledgerdb.Of(store).RunApprovals(ctx, source.ID)
 	require.NoError(t, err)
 	require.Len(t, kept, 2)
+	assert.Equal(t, agentsagatype.ApprovalApproved, kept[0].Status, "A's approval stays given")
+	assert.Equal(t, agentsagatype.ApprovalSuperseded, kept[1].Status)
+	assert.Equal(t, fork.ID, kept[1].DecidedBy)
 
 	require.NoError(t, devServer.Client().CancelWorkflow(ctx, source.ID, ""))
 	_, _ = source.Result(ctx)
@@ -425,4 +457,59 @@ func TestForkInheritsASubAgentsEffects(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, stack, 1)
 	assert.Equal(t, "step-001-call-1-helper/step-001-call-1-refund", stack[0].ForwardActivityID)
+}
+
+// The source of a fork keeps waiting on the request the fork closed, to
+// its deadline, which then passes quietly: no reminder or timeout of the
+// closed request is published after the fork, the ledger keeps it
+// superseded (the timeout records nothing), and none of the source's
+// activities fails over it.
+func TestAForkedSourcesApprovalDeadlinePassesQuietly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &refunds{}
+	tools := desk.tools(t, agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: agentsagatype.ApprovalAlways, TimeoutAfter: "4s", RemindEvery: "1s"}))
+	spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 4}, Tools: specs(tools),
+		Model: agentsagatest.Script(agentsagatest.Call("refund", moneyArgs{"A", 10}), agentsagatest.Answer("could not refund"))}
+	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools}, nil)
+	source, err := agentsaga.Start(ctx, devServer.Client(), agentsagatest.RunID(t), spec, agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store})
+	require.NoError(t, err)
+	waiting := waitForApproval(t, source)
+	forkSpec := spec
+	forkSpec.Model = agentsagatest.Script(agentsagatest.Answer("nothing to refund"))
+	fork, err := source.Fork(ctx, agentsaga.ForkOptions{At: 1, Spec: &forkSpec, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	log := runevents.New(ledgerdb.Of(store).Pool())
+	forkedAt, err := log.Head(ctx, source.ID)
+	require.NoError(t, err)
+
+	// Denied by its timeout, the source's next turn meets its fenced
+	// claims, as any forked source that moves on does.
+	result, err := source.Result(ctx)
+	require.ErrorContains(t, err, "forked into "+fork.ID)
+	assert.Equal(t, agentsagatype.RunFailed, result.Status)
+	events, err := log.Read(ctx, source.ID, forkedAt, 1000)
+	require.NoError(t, err)
+	for _, e := range events {
+		assert.NotContains(t, []string{runevents.ApprovalReminder, runevents.ApprovalTimedOut}, e.Kind, "nothing is published of the closed request")
+	}
+	closed, err := ledgerdb.Of(store).GetApproval(ctx, waiting.Key)
+	require.NoError(t, err)
+	assert.Equal(t, agentsagatype.ApprovalSuperseded, closed.Status, "the timeout recorded nothing")
+	assert.Equal(t, fork.ID, closed.DecidedBy)
+	scheduled := map[int64]string{}
+	history := devServer.Client().GetWorkflowHistory(ctx, source.ID, "", false, 0)
+	for history.HasNext() {
+		event, err := history.Next()
+		require.NoError(t, err)
+		if s := event.GetActivityTaskScheduledEventAttributes(); s != nil {
+			scheduled[event.GetEventId()] = strings.TrimPrefix(s.GetActivityType().GetName(), agentsagatype.NamePrefix)
+		}
+		if failed := event.GetActivityTaskFailedEventAttributes(); failed != nil {
+			assert.NotContains(t, []string{wire.ActivityDecideApproval, wire.ActivityPublishWaitEvent}, scheduled[failed.GetScheduledEventId()],
+				"the timeout of the closed request failed: %v", failed.GetFailure())
+		}
+	}
+	assert.Contains(t, slices.Collect(maps.Values(scheduled)), wire.ActivityDecideApproval, "the source's timeout did ask the ledger")
+	assert.Zero(t, desk.count(), "the call was never sent")
 }

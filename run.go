@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,10 +196,22 @@ type Approval = agentsagatype.Approval
 // ApprovalWait is a call waiting for approval, as the run holds it.
 type ApprovalWait = workflows.ApprovalWait
 
-// Approvals lists the run's calls waiting for approval, oldest first.
+// Approvals lists the run's calls waiting for approval, oldest first. A
+// call whose request a fork of the run closed (the run waits on it,
+// fenced, unaware) waits for nobody: with the handle's ledger, it is left
+// out.
 func (r *Run) Approvals(ctx context.Context) ([]ApprovalWait, error) {
 	var list []ApprovalWait
-	return list, r.query(ctx, workflows.QueryApprovals, &list)
+	if err := r.query(ctx, workflows.QueryApprovals, &list); err != nil || r.ledger == nil || len(list) == 0 {
+		return list, err
+	}
+	requests, err := ledgerdb.Of(r.ledger).RunApprovals(ctx, r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("agentsaga: approvals of run %s: %w", r.ID, err)
+	}
+	return slices.DeleteFunc(list, func(w ApprovalWait) bool {
+		return slices.ContainsFunc(requests, func(a Approval) bool { return a.Key == w.Key && a.Status == agentsagatype.ApprovalSuperseded })
+	}), nil
 }
 
 // Approve lets a call waiting for approval go: the run records the
@@ -206,8 +219,10 @@ func (r *Run) Approvals(ctx context.Context) ([]ApprovalWait, error) {
 // then sends the call, once. It returns the ledger's record. A call that
 // another decision settled first (two operators at once, or a late
 // approval after the run moved on) is an *AlreadyDecidedError carrying
-// that first decision, read from the ledger when the handle has one; any
-// other call the run does not hold waiting is a *RefusedError naming why.
+// that first decision, read from the ledger when the handle has one; so is
+// a call whose request a fork of the run closed (Decision
+// agentsagatype.ApprovalSuperseded, By the fork). Any other call the run
+// does not hold waiting is a *RefusedError naming why.
 func (r *Run) Approve(ctx context.Context, call, by, reason string) (Approval, error) {
 	return r.decideApproval(ctx, workflows.UpdateApprove, workflows.ApprovalInput{Call: call, By: by, Reason: reason})
 }
@@ -232,7 +247,8 @@ type AlreadyDecidedError struct {
 	// workflows.UpdateApprove or workflows.UpdateDeny.
 	Update string
 	// Decision is the first decision: agentsagatype.ApprovalApproved,
-	// ApprovalDenied or ApprovalTimedOut (nobody decided in time).
+	// ApprovalDenied, ApprovalTimedOut (nobody decided in time) or
+	// ApprovalSuperseded (the run was forked into By, which asks again).
 	Decision string
 	By       string
 	// At and Reason are the ledger's; without the ledger (InLedger false)
@@ -251,6 +267,10 @@ type AlreadyDecidedError struct {
 }
 
 func (e *AlreadyDecidedError) Error() string {
+	if e.Decision == agentsagatype.ApprovalSuperseded {
+		return fmt.Sprintf("agentsaga: %s %s of run %s: approval %s: the run was forked into %s, which asks again for the call: decide the fork's request",
+			e.Update, e.Call, e.ID, activityid.Key(e.ID, e.Call), e.By)
+	}
 	msg := fmt.Sprintf("agentsaga: %s %s of run %s: another decision came first: it was already %s by %s", e.Update, e.Call, e.ID, e.Decision, e.By)
 	if !e.InLedger {
 		return msg + " (as the run said; " + cmp.Or(e.unread, "when and why were not read from the ledger") + ")"
@@ -282,6 +302,15 @@ var alreadyDecided = regexp.MustCompile(`call (\S+) was already (\S+) by (.+)$`)
 // moved on: the workflow forgets a call once it is settled; the ledger
 // keeps it.
 func (r *Run) decideApproval(ctx context.Context, update string, in workflows.ApprovalInput) (Approval, error) {
+	if r.ledger != nil && in.Call != "" {
+		// A request a fork closed is refused here, naming the fork: its
+		// run still waits on it (fenced), and may have no worker left.
+		closed, err := ledgerdb.Of(r.ledger).GetApproval(ctx, activityid.Key(r.ID, in.Call))
+		if err == nil && closed.Status == agentsagatype.ApprovalSuperseded {
+			return Approval{}, &AlreadyDecidedError{ID: r.ID, Call: in.Call, Update: update, Decision: closed.Status, By: closed.DecidedBy,
+				At: closed.DecidedAt, Reason: closed.Reason, InLedger: true}
+		}
+	}
 	var approval Approval
 	err := r.decideInto(ctx, update, &approval, in)
 	if err == nil || in.Call == "" || ctx.Err() != nil {

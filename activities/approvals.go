@@ -26,14 +26,20 @@ func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.Appr
 }
 
 // DecideApproval records a human's decision (or the timeout's). A request
-// another decision settled first fails for good, naming who decided, so
-// the second operator's Update is told; so does a key with no request.
+// another decision settled first fails for good, naming who decided (or
+// the fork that closed it), so the second operator's Update is told; so
+// does a key with no request.
 func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.DecideApproval(ctx, d.Key, d.Status(), d.By, d.Reason)
 	if err == nil {
 		a.publish(ctx, approval.WorkflowID, approval.Key+"/decided", runevents.ApprovalDecided, approval.Key, approval)
 	}
 	switch {
+	case errors.Is(err, ledgerdb.ErrSuperseded) && d.TimedOut:
+		// The source of a fork timing its wait out: the fork closed the
+		// request, and there is nothing to record (the source's claims
+		// are fenced, so the call is never sent either way).
+		return approval, nil
 	case errors.Is(err, ledgerdb.ErrDecided):
 		return approval, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeApprovalDecided, nil)
 	case errors.Is(err, ledgerdb.ErrNotFound):
@@ -49,6 +55,14 @@ func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision
 // a record, it fails when the log cannot be written, so that its retries
 // tell people.
 func (a *Activities) PublishWaitEvent(ctx context.Context, e wire.WaitEvent) error {
+	if e.Of == wire.WaitApproval && e.CallKey != "" {
+		// A fork closed the request (the source waits on, unaware): it
+		// waits for nobody, and nobody is to be reminded of it. A failed
+		// read is left to the publish, which meets the same database.
+		if approval, err := a.Ledger.GetApproval(ctx, e.CallKey); err == nil && approval.Status == agentsagatype.ApprovalSuperseded {
+			return nil
+		}
+	}
 	kind := map[[2]bool]string{
 		{true, false}:  runevents.ApprovalReminder,
 		{true, true}:   runevents.ApprovalTimedOut,

@@ -225,6 +225,11 @@ const (
 	// denied the call or ended the run (an escalating timeout leaves the
 	// request awaiting); the reason says which.
 	ApprovalTimedOut = "timed-out"
+	// ApprovalSuperseded: the run was forked while the call waited (issue
+	// 45). The fork asks again for the call, under its own key; DecidedBy
+	// is the fork's workflow ID. The call was never sent, and no decision
+	// can be recorded on the request any more.
+	ApprovalSuperseded = "superseded"
 )
 
 // ApprovalRequest is a call waiting for a human, as the ledger records it

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/worker"
 )
@@ -96,6 +97,10 @@ func decisionCommand(use, short string, approve bool) *cobra.Command {
 			}
 			approval, err := decide(cmd.Context(), args[1], by, reason)
 			var first *agentsaga.AlreadyDecidedError
+			if errors.As(err, &first) && first.Decision == agentsagatype.ApprovalSuperseded {
+				return fmt.Errorf("%s %s %s: refused: the run was forked into %s, which asks again for the call: decide the fork's request (agentsaga approvals)",
+					name, args[0], args[1], first.By)
+			}
 			if errors.As(err, &first) && first.InLedger {
 				// Exits non-zero: this decision was not taken.
 				why := ""

@@ -16,6 +16,17 @@ import (
 // another decision settled first. The error names who decided.
 var ErrDecided = errors.New("already decided")
 
+// ErrSuperseded is returned for a decision on a request that a fork of its
+// run closed (ForkRun): the fork asks again for the call, under its own
+// key, and is where it is decided. errors.Is(err, ErrDecided) holds too:
+// the request is settled.
+var ErrSuperseded error = superseded{}
+
+type superseded struct{}
+
+func (superseded) Error() string        { return "the run was forked" }
+func (superseded) Is(target error) bool { return target == ErrDecided }
+
 const approvalColumns = `idempotency_key, workflow_id, call_id, tool, arguments, why, status, decided_by, reason, requested_at, coalesce(decided_at, 'epoch'::timestamptz)`
 
 const requestApprovalSQL = `
@@ -55,7 +66,8 @@ const decideApprovalSQL = `
 // DecideApproval records a decision (approved, denied or timed-out) on an
 // awaiting request. The same decision recorded again by the same person
 // is returned as it stands (a retried activity); any other decision on a
-// decided request fails with ErrDecided, naming the first.
+// decided request fails with ErrDecided, naming the first, and one on a
+// request a fork closed with ErrSuperseded, naming the fork.
 func (s *Store) DecideApproval(ctx context.Context, key, status, by, reason string) (agentsagatype.Approval, error) {
 	var changed bool
 	var a agentsagatype.Approval
@@ -69,6 +81,8 @@ func (s *Store) DecideApproval(ctx context.Context, key, status, by, reason stri
 	}
 	undecidedIsZero(&a)
 	switch {
+	case !changed && a.Status == agentsagatype.ApprovalSuperseded:
+		return a, fmt.Errorf("ledger: approval %s: %w into %s, which asks again for the call: decide the fork's request", key, ErrSuperseded, a.DecidedBy)
 	case !changed && (a.Status != status || a.DecidedBy != by):
 		return a, fmt.Errorf("ledger: decide approval %s: %w: %s by %s at %s", key, ErrDecided, a.Status, a.DecidedBy, a.DecidedAt.UTC().Format(time.RFC3339))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/activityid"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 )
 
 // ErrForkRefused is what ForkRun returns, wrapped with the reason, for a
@@ -58,7 +59,9 @@ const stepBelow = `coalesce(a.fork_step, (regexp_match(substr(a.idempotency_key,
 // the step to the fork, and marks the source forked, which also fences
 // its forward claims (closing_at): it can no longer act, and its rollback,
 // should it be aborted, walks only what it kept. Model turns stay the
-// source's: they are its spending, not effects.
+// source's: they are its spending, not effects. The approval requests of
+// the source's tree still awaiting a decision are closed as superseded by
+// the fork (supersedeApprovals): the fork asks again for a call it makes.
 //
 // It refuses (ErrForkRefused, saying why) a sub-agent, a source already
 // forked into another run, one compensated or being compensated, one still
@@ -153,7 +156,10 @@ func (s *Store) ForkRun(ctx context.Context, req ForkRequest) (Fork, error) {
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("%w: the ledger already has a run %s; pick a new ID", ErrForkRefused, req.Fork)
 		}
-		return moveEffects(ctx, tx, &out)
+		if err := moveEffects(ctx, tx, &out); err != nil {
+			return err
+		}
+		return supersedeApprovals(ctx, tx, out)
 	})
 	if err != nil {
 		return Fork{}, fmt.Errorf("ledger: fork %s into %s: %w", req.Source, req.Fork, err)
@@ -252,6 +258,48 @@ func moveEffects(ctx context.Context, tx pgx.Tx, f *Fork) error {
 	_, err = tx.Exec(ctx, `UPDATE runs SET forked_into = $2, closing_at = coalesce(closing_at, clock_timestamp()) WHERE workflow_id = $1`,
 		f.Source, f.Fork)
 	return err
+}
+
+const supersedeApprovalsSQL = `
+	WITH ` + runTree + `, closed AS (
+		UPDATE approvals SET status = 'superseded', decided_by = $2, reason = $3, decided_at = clock_timestamp()
+		WHERE workflow_id IN (SELECT workflow_id FROM tree) AND status = 'awaiting-approval'
+		RETURNING ` + approvalColumns + `
+	)
+	SELECT * FROM closed ORDER BY requested_at, idempotency_key`
+
+// publishEventSQL appends one event to a run's log (migration 00024) in
+// the statement's transaction.
+const publishEventSQL = `SELECT agentsaga_publish_events($1, ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text], ARRAY[$5::jsonb])`
+
+// supersedeApprovals closes every request of f.Source's tree that still
+// awaits a decision, as superseded by f.Fork (migration 00036), and puts
+// its decision in its run's event log as a human's would be. The fork
+// asks again, under its own key, for a call its model makes, and the
+// source's claims are fenced: a decision on the source's request could
+// free no call, so no listing of what waits for a human may show it. The
+// source's workflow is not told (that would take a command); it waits on,
+// and a decision sent to it is refused by the ledger, naming the fork.
+func supersedeApprovals(ctx context.Context, tx pgx.Tx, f Fork) error {
+	rows, err := tx.Query(ctx, supersedeApprovalsSQL, f.Source, f.Fork,
+		fmt.Sprintf("the run was forked into %s at step %d, which asks again for a call its model makes", f.Fork, f.At))
+	if err != nil {
+		return err
+	}
+	closed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (agentsagatype.Approval, error) { return scanApproval(row) })
+	if err != nil {
+		return err
+	}
+	for _, a := range closed {
+		data, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, publishEventSQL, a.WorkflowID, a.Key+"/decided", runevents.ApprovalDecided, a.Key, data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // forkDone fills f with the fork already made of f.Source into f.Fork.

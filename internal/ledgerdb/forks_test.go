@@ -17,6 +17,7 @@ import (
 	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
+	"github.com/agentsaga/agentsaga/internal/runevents"
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
@@ -380,4 +381,85 @@ func TestForkInterruptedMidMoveLeavesNothingHalfMoved(t *testing.T) {
 	fork, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "s", Fork: "s-fork", At: 3})
 	require.NoError(t, err)
 	assert.Len(t, fork.Moved, 2)
+}
+
+// A source forked while a call of it (and one of its sub-agent's) waits for
+// an approval: the fork closes both requests as superseded, naming itself,
+// in its move; they are no longer listed as waiting, their runs' logs say
+// they were decided, and a decision on them is refused naming the fork.
+// An approval given before stays given. The same fork asked again is
+// answered the same and closes nothing twice; another fork is refused.
+func TestForkSupersedesTheSourcesOpenApprovals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := ledgertest.NewStore(t)
+	newSource(ctx, t, store, "w", 2)
+	require.NoError(t, store.SetRunStatus(ctx, "w", agentsagatype.RunRunning, ""), "waiting for an approval, the run is running")
+	child := activityid.Key("w", activityid.Tool(2, 3, "helper"))
+	require.NoError(t, store.StartRun(ctx, agentsagatype.Run{WorkflowID: child, RunID: "r2", ParentWorkflowID: "w", Goal: "help", Spec: json.RawMessage(`{}`)}))
+	request := func(workflowID, call string) string {
+		key := activityid.Key(workflowID, call)
+		_, err := store.RequestApproval(ctx, agentsagatype.ApprovalRequest{Key: key, WorkflowID: workflowID, Call: call, Tool: "refund",
+			Arguments: `{"amount": 250}`, Why: "amount > 100"})
+		require.NoError(t, err)
+		return key
+	}
+	given := request("w", activityid.Tool(1, 2, "refund"))
+	_, err := store.DecideApproval(ctx, given, agentsagatype.ApprovalApproved, "alice", "checked")
+	require.NoError(t, err)
+	waiting, childWaiting := request("w", activityid.Tool(2, 2, "refund")), request(child, activityid.Tool(1, 1, "refund"))
+
+	fork, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "w", Fork: "w-fork", At: 2})
+	require.NoError(t, err)
+	for _, key := range []string{waiting, childWaiting} {
+		closed, err := store.GetApproval(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, agentsagatype.ApprovalSuperseded, closed.Status, key)
+		assert.Equal(t, "w-fork", closed.DecidedBy, "the fork's ID: %s", key)
+		assert.Contains(t, closed.Reason, "forked into w-fork at step 2")
+		assert.False(t, closed.DecidedAt.IsZero())
+	}
+	kept, err := store.GetApproval(ctx, given)
+	require.NoError(t, err)
+	assert.Equal(t, agentsagatype.ApprovalApproved, kept.Status, "given before the step, it stays given")
+	assert.Equal(t, "alice", kept.DecidedBy)
+
+	listed, err := store.AwaitingApprovals(ctx, 100)
+	require.NoError(t, err)
+	assert.Empty(t, listed, "nothing waits for a human")
+	listed, err = store.AwaitingApprovalsUnder(ctx, "", 100)
+	require.NoError(t, err)
+	assert.Empty(t, listed)
+	for id, key := range map[string]string{"w": waiting, child: childWaiting} {
+		var decided []string
+		for _, e := range eventsOf(t, store, id) {
+			if e.Kind == runevents.ApprovalDecided {
+				decided = append(decided, e.Key)
+				var a agentsagatype.Approval
+				require.NoError(t, json.Unmarshal(e.Data, &a))
+				assert.Equal(t, agentsagatype.ApprovalSuperseded, a.Status)
+				assert.Equal(t, "w-fork", a.DecidedBy)
+			}
+		}
+		assert.Equal(t, []string{key + "/decided"}, decided, id)
+	}
+
+	for _, d := range []struct{ status, by string }{{agentsagatype.ApprovalApproved, "bob"}, {agentsagatype.ApprovalTimedOut, "agentsaga"}} {
+		_, err = store.DecideApproval(ctx, waiting, d.status, d.by, "late")
+		require.ErrorIs(t, err, ledgerdb.ErrSuperseded, d.status)
+		require.ErrorIs(t, err, ledgerdb.ErrDecided, "settled: %s", d.status)
+		assert.ErrorContains(t, err, "approval "+waiting+": the run was forked into w-fork")
+	}
+
+	closedAt, err := store.GetApproval(ctx, waiting)
+	require.NoError(t, err)
+	again, err := store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "w", Fork: "w-fork", At: 2})
+	require.NoError(t, err, "the same fork asked again")
+	assert.Equal(t, fork, again)
+	still, err := store.GetApproval(ctx, waiting)
+	require.NoError(t, err)
+	assert.Equal(t, closedAt, still, "closed once")
+	_, err = store.ForkRun(ctx, ledgerdb.ForkRequest{Source: "w", Fork: "w-other", At: 2})
+	require.ErrorIs(t, err, ledgerdb.ErrForkRefused)
+	assert.ErrorContains(t, err, "already forked into w-fork")
 }

@@ -150,8 +150,12 @@ func (s *Server) decideApproval(approve bool) handlerFunc {
 		approval, err := decide(ctx, call, key.Name, in.Reason)
 		var first *agentsaga.AlreadyDecidedError
 		if errors.As(err, &first) {
-			p := problem(http.StatusConflict, "already-decided", "Already decided",
-				"call %s of run %s was already %s by %s; the first decision stands", call, run.WorkflowID, first.Decision, first.By)
+			detail := fmt.Sprintf("call %s of run %s was already %s by %s; the first decision stands", call, run.WorkflowID, first.Decision, first.By)
+			if first.Decision == agentsagatype.ApprovalSuperseded {
+				detail = fmt.Sprintf("call %s of run %s: the run was forked into %s, which asks again for the call: decide the fork's request",
+					call, run.WorkflowID, first.By)
+			}
+			p := problem(http.StatusConflict, "already-decided", "Already decided", "%s", detail)
 			p.Run = run.WorkflowID
 			p.FirstDecision = &firstDecision{Decision: first.Decision, By: first.By, At: first.At, Reason: first.Reason}
 			return p

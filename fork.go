@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -145,11 +146,11 @@ func (r *Run) Fork(ctx context.Context, opts ForkOptions) (*Run, error) {
 }
 
 // stopAtAStep asks the running run to stop at its next step boundary
-// (workflows.SignalStopForFork) and waits, as long as ctx lets it, until
+// (wire.SignalStopForFork) and waits, as long as ctx lets it, until
 // the ledger says it no longer runs: escalated (stopped), waiting for an
 // approval, or ended.
 func (r *Run) stopAtAStep(ctx context.Context, store *ledgerdb.Store) error {
-	if err := r.c.SignalWorkflow(ctx, r.ID, "", workflows.SignalStopForFork, nil); err != nil {
+	if err := r.c.SignalWorkflow(ctx, r.ID, "", wire.SignalStopForFork, nil); err != nil {
 		return fmt.Errorf("agentsaga: fork run %s: ask it to stop at a step boundary: %w", r.ID, err)
 	}
 	tick := time.NewTicker(100 * time.Millisecond)

@@ -82,7 +82,7 @@ func forkedFrom(ctx context.Context, t *testing.T, id string) string {
 	t.Helper()
 	resp, err := devServer.Client().DescribeWorkflowExecution(ctx, id, "")
 	require.NoError(t, err)
-	payload, ok := resp.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.AgentForkedFromKey.GetName()]
+	payload, ok := resp.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()["AgentForkedFrom"]
 	if !ok {
 		return ""
 	}

@@ -153,7 +153,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 	if err := r.humans.registerApprovalUpdates(ctx, &r.versions); err != nil {
 		return RunResult{}, err
 	}
-	r.humans.forkStop = workflow.GetSignalChannel(ctx, SignalStopForFork)
+	r.humans.forkStop = workflow.GetSignalChannel(ctx, wire.SignalStopForFork)
 	r.versions = readVersions(ctx)
 	r.watchdog.namesRules = r.versions.effectsProgress
 	if carried == nil {

@@ -10,19 +10,8 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 )
 
-// SignalStopForFork asks a running run to stop at its next step boundary,
-// once every call of its turn has settled, and wait for a human as an
-// escalated run does: agentsaga.Run.Fork sends it to a running source, so
-// that the ledger can move its effects while nothing is in flight. A
-// human may resume the run instead of forking it.
-//
-// It needs no version gate: a run takes the new path only when the signal
-// is in its history, which no run recorded before it has; reading the
-// channel emits no command.
-const SignalStopForFork = "agentsaga-stop-for-fork"
-
 // stopForFork escalates the run at the top of step when a fork asked it to
-// stop (SignalStopForFork), and returns the run's result when the human's
+// stop (wire.SignalStopForFork), and returns the run's result when the human's
 // answer ends it.
 func (r *run) stopForFork(ctx workflow.Context, step int) *RunResult {
 	if r.humans.forkStop == nil || !r.humans.forkStop.ReceiveAsync(nil) {

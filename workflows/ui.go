@@ -26,18 +26,18 @@ var (
 	leafCallsKey     = temporal.NewSearchAttributeKeyInt64("LeafCalls")
 	usdSpentKey      = temporal.NewSearchAttributeKeyFloat64("USDSpent")
 	amplificationKey = temporal.NewSearchAttributeKeyFloat64("Amplification")
-	// AgentForkedFromKey links a fork to its source (docs/forks.md):
+	// agentForkedFromKey links a fork to its source (docs/forks.md):
 	// `AgentForkedFrom = "RUN"` lists the forks of RUN. The fork's starter
 	// sets it (agentsaga's Run.Fork) and no workflow ever upserts it, so
 	// it adds no command to any run's history, and continue-as-new keeps
 	// it.
-	AgentForkedFromKey = temporal.NewSearchAttributeKeyKeyword("AgentForkedFrom")
+	agentForkedFromKey = temporal.NewSearchAttributeKeyKeyword("AgentForkedFrom")
 )
 
 // SearchAttributes lists the attributes with zero values, for registering
 // them on a dev server.
 func SearchAttributes() temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(append(searchProgress{}.updates(), AgentForkedFromKey.ValueSet(""))...)
+	return temporal.NewSearchAttributes(append(searchProgress{}.updates(), agentForkedFromKey.ValueSet(""))...)
 }
 
 // ForkSearchAttributes are a fork's search attributes at its start:
@@ -50,7 +50,7 @@ func ForkSearchAttributes(progress bool, source string) temporal.SearchAttribute
 		updates = searchProgress{status: agentsagatype.RunRunning}.updates()
 	}
 	if source != "" {
-		updates = append(updates, AgentForkedFromKey.ValueSet(source))
+		updates = append(updates, agentForkedFromKey.ValueSet(source))
 	}
 	return temporal.NewSearchAttributes(updates...)
 }

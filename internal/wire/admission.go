@@ -41,6 +41,17 @@ type Admission struct {
 // operator taken it out of the queue (`agentsaga queue cancel`).
 const SignalAdmitted = "agentsaga-admitted"
 
+// SignalStopForFork asks a running run to stop at its next step boundary,
+// once every call of its turn has settled, and wait for a human as an
+// escalated run does: the root package's Run.Fork sends it to a running source, so
+// that the ledger can move its effects while nothing is in flight. A
+// human may resume the run instead of forking it.
+//
+// It needs no version gate: a run takes the new path only when the signal
+// is in its history, which no run recorded before it has; reading the
+// channel emits no command.
+const SignalStopForFork = "agentsaga-stop-for-fork"
+
 // Admission statuses.
 const (
 	AdmissionQueued    = "queued"

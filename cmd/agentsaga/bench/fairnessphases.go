@@ -38,25 +38,24 @@ func fairnessPhases(ctx context.Context, c client.Client, ids []string, starts, 
 				return FairnessPhases{}, fmt.Errorf("history of %s: %w", id, err)
 			}
 			at := e.GetEventTime().AsTime()
+			// The first of each: a later workflow task or activity is
+			// after B's first turn.
+			first := func(t *time.Time) {
+				if t.IsZero() {
+					*t = at
+				}
+			}
 			switch e.GetEventType() {
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
 				began = at
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-				if wftScheduled.IsZero() {
-					wftScheduled = at
-				}
+				first(&wftScheduled)
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-				if wftStarted.IsZero() {
-					wftStarted = at
-				}
+				first(&wftStarted)
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-				if wftDone.IsZero() {
-					wftDone = at
-				}
+				first(&wftDone)
 			case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-				if actScheduled.IsZero() {
-					actScheduled = at
-				}
+				first(&actScheduled)
 			case enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 				actStarted = at
 			}

@@ -68,9 +68,9 @@ type StreamResult struct {
 	// SSE client reading its first text_delta, in milliseconds.
 	FirstToken Percentiles `json:"first_token_ms"`
 	// ColdFirstToken is the same for the run before them, the first of
-	// fresh worker and serve processes, kept out of FirstToken: it also
-	// pays each new Postgres connection's first statements (their plans
-	// and the publish function's compile), once a connection.
+	// fresh worker and serve processes, kept out of FirstToken: it pays
+	// what a process does once (new connections and their first
+	// statements among it), which is not what each turn costs.
 	ColdFirstToken float64 `json:"cold_first_token_ms"`
 	// DeltaEvents is the text_delta events a reply took, on average; all
 	// but the last are a statement each (the last rides on the settle).

@@ -64,7 +64,9 @@ type ForkOptions struct {
 // source's request is closed in the same transaction, superseded by the
 // fork (agentsagatype.ApprovalSuperseded): listings of what waits leave it
 // out, and Approve or Deny on it is an *AlreadyDecidedError naming the
-// fork.
+// fork. The source's admission ends with the move; a fork charged to an
+// account is admitted before its first live turn as a new run is, and
+// may wait queued (Run.CancelQueued walks back what it inherited).
 //
 // A running source is first asked to stop at its next step boundary
 // (once its turn's calls settled; it then waits as an escalated run does),

@@ -132,12 +132,7 @@ func TestForkAfterAChargeThenTheForkFails(t *testing.T) {
 	assert.Equal(t, source.ID+"-fork", fork.ID)
 	assert.Equal(t, source.ID, forkedFrom(ctx, t, fork.ID), "the fork names its source in the Temporal UI")
 	assert.Empty(t, forkedFrom(ctx, t, source.ID), "the source names none")
-	result, err := fork.Result(ctx)
-	require.NoError(t, err)
-	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
-	assert.Contains(t, result.Reason, "model call at step 4 failed")
-	require.NotNil(t, result.Saga)
-	assert.Equal(t, 1, result.Saga.Compensated)
+	requireCompensated(ctx, t, fork, "model call at step 4 failed", 1)
 	charged, refunds := desk.counts()
 	assert.Equal(t, []string{source.ID + "/step-003-call-1-charge"}, charged, "the charge was sent once, by the source")
 	assert.Equal(t, []string{fork.ID + "/step-003-call-1-charge/compensate"}, refunds, "the fork refunded it once")
@@ -168,6 +163,18 @@ func TestForkAfterAChargeThenTheForkFails(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, source.ID, row.ForkedFrom)
 	assert.Equal(t, 4, row.ForkedAtStep)
+}
+
+// requireCompensated waits for run's end and checks that it was
+// compensated, for reason, undoing n actions.
+func requireCompensated(ctx context.Context, t *testing.T, run *agentsaga.Run, reason string, n int) {
+	t.Helper()
+	result, err := run.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompensated, result.Status, result.Reason)
+	assert.Contains(t, result.Reason, reason)
+	require.NotNil(t, result.Saga)
+	assert.Equal(t, n, result.Saga.Compensated)
 }
 
 // A fork of a fork: the first fork escalates again, the second goes on
@@ -512,4 +519,80 @@ func TestAForkedSourcesApprovalDeadlinePassesQuietly(t *testing.T) {
 	}
 	assert.Contains(t, slices.Collect(maps.Values(scheduled)), wire.ActivityDecideApproval, "the source's timeout did ask the ledger")
 	assert.Zero(t, desk.count(), "the call was never sent")
+}
+
+// A fork charged to an account is admitted before its first live turn, as
+// a new run is (commandsVersion11): on an account of one place, the
+// source's place goes back when it is forked, a run that waited takes it,
+// and the fork waits queued. Taken out of the queue, the fork makes no
+// turn and refunds the charge it inherited, once; a fork admitted when
+// room frees goes on live. Aborting the sources afterwards refunds
+// nothing: every charge is sent once and undone at most once.
+func TestAForkWaitsForAdmissionOnItsAccount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	desk := &till{}
+	tools := desk.tools(t)
+	engine, store := startEngineWorker(t, agentsaga.Config{Tools: tools, Temporal: devServer.Client()}, nil)
+	account := agentsagatest.RunID(t)
+	require.NoError(t, ledgerdb.Of(store).SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: account, MaxConcurrentRuns: 1}, "test"))
+	opts := agentsaga.StartOptions{TaskQueue: engine.TaskQueue(), Ledger: store}
+	charging := func(order string) agentsaga.RunSpec {
+		return agentsaga.RunSpec{Goal: "charge " + order, Budget: agentsaga.Budget{Steps: 10, Account: account}, Tools: specs(tools),
+			Model: agentsagatest.Script(agentsagatest.Call("charge", moneyArgs{order, 10}), agentsagatest.Refuse("is "+order+" right?"))}
+	}
+	status := func(id string) string {
+		run, err := ledgerdb.Of(store).GetRun(ctx, id)
+		require.NoError(t, err)
+		return run.Status
+	}
+
+	first, err := agentsaga.Start(ctx, devServer.Client(), account+"-1", charging("o-1"), opts)
+	require.NoError(t, err)
+	waitForStatus(t, first, agentsagatype.RunEscalated)
+	second, err := agentsaga.Start(ctx, devServer.Client(), account+"-2", charging("o-2"), opts)
+	require.NoError(t, err)
+	waitForStatus(t, second, agentsagatype.RunQueued)
+
+	// Forking the first gives its place to the second, and the fork waits.
+	fork := charging("o-1")
+	fork.Model = agentsagatest.Script(agentsagatest.Call("charge", moneyArgs{"o-1", 10}), agentsagatest.Answer("charged o-1"))
+	queued, err := first.WithLedger(store).Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed, Spec: &fork,
+		Message: "o-1 is right", Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	waitForStatus(t, second, agentsagatype.RunEscalated)
+	waitForStatus(t, queued, agentsagatype.RunQueued)
+	row, err := ledgerdb.Of(store).GetRun(ctx, queued.ID)
+	require.NoError(t, err)
+	assert.Contains(t, row.StatusDetail, "account "+account+" runs 1 of its 1 concurrent runs", "it waits for the place the second run took")
+	assert.Empty(t, modelTurns(t, store, queued.ID), "a queued fork makes no turn")
+
+	require.NoError(t, queued.WithLedger(store).CancelQueued(ctx))
+	requireCompensated(ctx, t, queued, "cancelled in the admission queue", 1)
+	assert.Empty(t, modelTurns(t, store, queued.ID))
+	charged, refunds := desk.counts()
+	assert.Equal(t, []string{first.ID + "/step-001-call-1-charge", second.ID + "/step-001-call-1-charge"}, charged)
+	assert.Equal(t, []string{queued.ID + "/step-001-call-1-charge/compensate"}, refunds, "the cancelled fork refunded what it inherited, once")
+
+	// Forking the second frees the one place, and its fork is admitted.
+	fork = charging("o-2")
+	fork.Model = agentsagatest.Script(agentsagatest.Call("charge", moneyArgs{"o-2", 10}), agentsagatest.Answer("charged o-2"))
+	admitted, err := second.WithLedger(store).Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed, Spec: &fork,
+		Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	result, err := admitted.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "charged o-2", result.Answer)
+	assert.Equal(t, []string{admitted.ID + "/step-002-model"}, modelTurns(t, store, admitted.ID), "its live steps only")
+
+	for _, source := range []*agentsaga.Run{first, second} {
+		require.NoError(t, source.Abort(ctx, "test: the forks took over"))
+		_, err := source.Result(ctx)
+		require.NoError(t, err)
+	}
+	charged, refunds = desk.counts()
+	assert.Len(t, charged, 2, "no charge was sent again")
+	assert.Len(t, refunds, 1, "aborting the sources refunded nothing")
+	assert.Equal(t, agentsagatype.RunCompleted, status(admitted.ID))
 }

@@ -23,7 +23,8 @@ var ErrRunNotFound = ledgerdb.ErrNotFound
 // CancelQueued takes a run that waits in its account's admission queue
 // out of it (`agentsaga queue cancel`): the ledger marks it cancelled, so
 // no pass admits it, and the run is signalled, asks the ledger, and ends
-// failed without a turn. The handle needs its ledger (Run.WithLedger). A
+// failed without a turn (a fork walks back the effects it inherited, and
+// ends compensated). The handle needs its ledger (Run.WithLedger). A
 // run that is not queued is ErrNotQueued; an unknown one ErrRunNotFound.
 // When the signal cannot be sent (the workflow is gone, or Temporal is
 // unreachable) the run is still out of the queue, and the error says so:

@@ -429,6 +429,46 @@ func corpusScenarios() []scenario {
 		}
 	}
 	big := "    - tool_calls: [{name: charge, arguments: {customer: ann, amount: 200}}]\n"
+	// forkQueued forks a run charged to account, whose one place
+	// (max_concurrent_runs 1) a second run of the account takes when the
+	// source gives it back: the fork waits queued, and is then let in (the
+	// second run aborted) or taken out of the queue. No admission loop
+	// runs beside the recorder, so each run is told by hand.
+	forkQueued := func(account, then string) func(ctx context.Context, r *recorder, id string) *agentsaga.Run {
+		return func(ctx context.Context, r *recorder, id string) *agentsaga.Run {
+			r.waitStatus(ctx, id, agentsagatype.RunEscalated)
+			parse := func(script string) workflows.RunSpec {
+				spec, err := workflows.ParseSpec([]byte(fmt.Sprintf("goal: charge ann, then ask\nbudget: {steps: 4, account: "+account+
+					"}\nmodel:\n  provider: scripted\n  script:\n"+script+corpusTools, r.url)))
+				require.NoError(r.t, err)
+				return spec
+			}
+			holder := id + "-holder"
+			_, err := agentsaga.Start(ctx, temporalClient, holder, parse(refuse), agentsaga.StartOptions{TaskQueue: r.queue, Ledger: r.store})
+			require.NoError(r.t, err)
+			r.waitStatus(ctx, holder, agentsagatype.RunQueued)
+			spec := parse(charge + "    - content: charged\n")
+			fork, err := agentsaga.Get(temporalClient, id).WithLedger(r.store).Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed,
+				Spec: &spec, Message: "corpus: ann is fine", Start: agentsaga.StartOptions{TaskQueue: r.queue}})
+			require.NoError(r.t, err)
+			require.NoError(r.t, temporalClient.SignalWorkflow(ctx, holder, "", wire.SignalAdmitted, nil))
+			r.waitStatus(ctx, holder, agentsagatype.RunEscalated)
+			r.waitStatus(ctx, fork.ID, agentsagatype.RunQueued)
+			if then == "cancel" {
+				require.NoError(r.t, ledgerdb.Of(r.store).CancelQueued(ctx, fork.ID))
+			} else {
+				r.update(ctx, holder, workflows.UpdateAbort, workflows.ReasonInput{Reason: "corpus: the fork goes first"})
+				r.waitStatus(ctx, holder, agentsagatype.RunCompensated)
+			}
+			require.NoError(r.t, temporalClient.SignalWorkflow(ctx, fork.ID, "", wire.SignalAdmitted, nil))
+			return fork
+		}
+	}
+	accountOfOne := func(account string) func(context.Context, *recorder) {
+		return func(ctx context.Context, r *recorder) {
+			require.NoError(r.t, ledgerdb.Of(r.store).SetAccountLimits(ctx, ledgerdb.AccountLimits{Account: account, MaxConcurrentRuns: 1}, "corpus"))
+		}
+	}
 	gated := "budget: {steps: 6}\nmodel:\n  provider: scripted\n  script:\n"
 	return []scenario{
 		{name: "approval-approved", spec: "goal: charge ann\n" + gated + charge + big + "    - content: charged\n" + approvalTools,
@@ -491,6 +531,19 @@ func corpusScenarios() []scenario {
 				require.NoError(r.t, err)
 				return fork
 			}},
+		// agentsaga-commands 11: a fork charged to an account is admitted
+		// before its first live turn. Both forks wait queued behind the
+		// account's one place; the first is let in and completes, the
+		// second is taken out of the queue and refunds the charge it
+		// inherited.
+		{name: "fork-admitted", viaStart: true, want: agentsagatype.RunCompleted, before: accountOfOne("corpus-fork-admitted"),
+			spec: "goal: charge ann, then ask\nbudget: {steps: 4, account: corpus-fork-admitted}\nmodel:\n  provider: scripted\n  script:\n" +
+				charge + refuse + corpusTools,
+			fork: forkQueued("corpus-fork-admitted", "admit")},
+		{name: "fork-cancelled", viaStart: true, want: agentsagatype.RunCompensated, before: accountOfOne("corpus-fork-cancelled"),
+			spec: "goal: charge ann, then ask\nbudget: {steps: 4, account: corpus-fork-cancelled}\nmodel:\n  provider: scripted\n  script:\n" +
+				charge + refuse + corpusTools,
+			fork: forkQueued("corpus-fork-cancelled", "cancel")},
 		{name: "search-attributes", viaStart: true, spec: "goal: charge ann, then read\nbudget: {steps: 4}\nmodel:\n  provider: scripted\n  script:\n" +
 			charge + "    - tool_calls: [{name: page, arguments: {page: 1}}]\n    - content: charged and read\n" + corpusTools},
 		// The model provider is down for a few seconds: its breaker opens

@@ -44,8 +44,9 @@ const queueCancelledReason = "cancelled in the admission queue (agentsaga queue 
 // admit waits until the ledger admits the run, or returns false when the
 // run was taken out of the queue. A run that waited starts its wall clock
 // when it is admitted: the budget is for its work, not for the queue.
-func (r *run) admit(ctx workflow.Context) (bool, error) {
-	req := wire.AdmitRequest{RunID: r.workflowID, Account: r.spec.Budget.Account, SpecKey: specKey(r.spec),
+// key names the runs whose spend teaches this one its estimate.
+func (r *run) admit(ctx workflow.Context, key string) (bool, error) {
+	req := wire.AdmitRequest{RunID: r.workflowID, Account: r.spec.Budget.Account, SpecKey: key,
 		QuotaKey: r.spec.Model.Target(), Priority: cmp.Or(r.spec.Priority, DefaultPriority), BudgetUSD: r.spec.Budget.USD}
 	if limit := r.spec.Model.RateLimit; limit != nil { // a model without a declared quota has none
 		req.QuotaMax = limit.MaxConcurrentRuns

@@ -174,7 +174,7 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		// A sub-agent is part of its parent's admitted run, and draws on
 		// its reservation.
 		if r.versions.admission && spec.Budget.Account != "" && start.ParentWorkflowID == "" {
-			admitted, err := r.admit(ctx)
+			admitted, err := r.admit(ctx, specKey(spec))
 			if err != nil && ctx.Err() == nil {
 				return RunResult{}, err
 			}
@@ -192,7 +192,17 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		r.conv.say(agentsagatype.Message{Role: "user", Content: spec.Goal, Pinned: true})
 	}
 
-	result, next := r.loop(ctx)
+	refused, err := r.admitFork(ctx, carried)
+	if err != nil {
+		return RunResult{}, err
+	}
+	var result RunResult
+	var next *Carried
+	if refused != nil {
+		result = *refused
+	} else {
+		result, next = r.loop(ctx)
+	}
 	if next != nil {
 		// History is long: the run goes on in a new execution of the same
 		// workflow ID, carrying its state and nothing that grows.

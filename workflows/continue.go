@@ -53,6 +53,10 @@ type Carried struct {
 	// and timeout events in every execution. A run begun on older code
 	// keeps its older waits when it continues as new on newer code.
 	Deadlines bool `json:"deadlines,omitempty"`
+	// ForkedFrom, in a fork's first execution only (RunSpec.Forked), is
+	// the run it was forked from: that execution asks for admission before
+	// its first live turn (run.admitFork). Never carried further.
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // historyIsLong says whether the run should continue as new before its next

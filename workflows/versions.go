@@ -123,7 +123,14 @@ const (
 	// execution took an older version keeps the older waits across
 	// continue-as-new (Carried.Deadlines).
 	commandsVersion10 workflow.Version = 10
-	latestCommands                     = commandsVersion10
+	// commandsVersion11 admits a fork before its first live turn (issue
+	// 45, run.admitFork): the first execution of a fork charged to an
+	// account asks the ledger as a new run does, for its live steps only,
+	// and waits queued when its account has no room; a fork taken out of
+	// the queue, or cancelled while it waits, walks back the effects it
+	// inherited. A fork begun on older code went on at once.
+	commandsVersion11 workflow.Version = 11
+	latestCommands                     = commandsVersion11
 )
 
 // versions are the paths this execution takes.
@@ -156,6 +163,8 @@ type versions struct {
 	admission bool
 	// The field below came with commandsVersion10.
 	deadlines bool
+	// The field below came with commandsVersion11.
+	forkAdmission bool
 }
 
 func readVersions(ctx workflow.Context) versions {
@@ -175,7 +184,8 @@ func readVersions(ctx workflow.Context) versions {
 			spendCaps:             commands >= commandsVersion7,
 			toolSpend:             commands >= commandsVersion8,
 			admission:             commands >= commandsVersion9,
-			deadlines:             commands >= commandsVersion10}
+			deadlines:             commands >= commandsVersion10,
+			forkAdmission:         commands >= commandsVersion11}
 	}
 	// An execution that began before changeCommands existed (in replay: a
 	// new one has its marker).

@@ -114,7 +114,7 @@ func queueCancelCommand() *cobra.Command {
 			case err != nil:
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: taken out of the queue; it ends without a turn\n", id)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: taken out of the queue; it ends without a turn (a fork walks back what it inherited)\n", id)
 			return nil
 		},
 	}

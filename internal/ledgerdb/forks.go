@@ -62,6 +62,9 @@ const stepBelow = `coalesce(a.fork_step, (regexp_match(substr(a.idempotency_key,
 // source's: they are its spending, not effects. The approval requests of
 // the source's tree still awaiting a decision are closed as superseded by
 // the fork (supersedeApprovals): the fork asks again for a call it makes.
+// The source's admission ends (agentsaga_admission_end, outcome forked):
+// its place and what it still held of its reservation go back to its
+// account, for the fork or any run that waits.
 //
 // It refuses (ErrForkRefused, saying why) a sub-agent, a source already
 // forked into another run, one compensated or being compensated, one still
@@ -157,6 +160,12 @@ func (s *Store) ForkRun(ctx context.Context, req ForkRequest) (Fork, error) {
 			return fmt.Errorf("%w: the ledger already has a run %s; pick a new ID", ErrForkRefused, req.Fork)
 		}
 		if err := moveEffects(ctx, tx, &out); err != nil {
+			return err
+		}
+		// The source acts no more: its place and reservation in its
+		// account's admission go back, and the fork, when charged to an
+		// account, asks for its own (workflows: run.admitFork).
+		if _, err := tx.Exec(ctx, `SELECT agentsaga_admission_end($1, 'forked')`, req.Source); err != nil {
 			return err
 		}
 		return supersedeApprovals(ctx, tx, out)

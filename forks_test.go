@@ -6,11 +6,13 @@ package agentsaga_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -595,4 +597,45 @@ func TestAForkWaitsForAdmissionOnItsAccount(t *testing.T) {
 	assert.Len(t, charged, 2, "no charge was sent again")
 	assert.Len(t, refunds, 1, "aborting the sources refunded nothing")
 	assert.Equal(t, agentsagatype.RunCompleted, status(admitted.ID))
+}
+
+// The test of --at failed: a run escalates on a tool's failure
+// (escalate.after_tool_failures 1); the tool is mended, and a fork of the
+// source's spec at failed makes the step that failed again, live, and
+// completes. The failed call is not the fork's: it calls the tool once,
+// under its own key.
+func TestForkAtFailedAfterAToolFailureCompletes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var down atomic.Bool
+	down.Store(true)
+	var keys sync.Map
+	reserve := agentsaga.MustTool(agentsaga.NewTool("reserve", "Reserve stock for an order.", func(ctx context.Context, args orderArgs) (string, error) {
+		keys.Store(agentsaga.CallKey(ctx), true)
+		if down.Load() {
+			return "", agentsaga.Permanent(errors.New("inventory service: 503, down for maintenance"))
+		}
+		return "reserved stock for " + args.Order, nil
+	}))
+	tools := []agentsaga.Tool{reserve}
+	spec := agentsaga.RunSpec{Goal: "reserve stock for o-1", Budget: agentsaga.Budget{Steps: 6}, Tools: specs(tools),
+		Escalate: workflows.EscalationSpec{AfterToolFailures: 1},
+		Model:    agentsagatest.Script(agentsagatest.Call("reserve", orderArgs{"o-1"}), agentsagatest.Answer("reserved o-1"))}
+	source, engine, store := startSource(ctx, t, tools, spec)
+	row, err := ledgerdb.Of(store).GetRun(ctx, source.ID)
+	require.NoError(t, err)
+	assert.Contains(t, row.StatusDetail, "reserve", "it escalated on the tool's failure")
+
+	down.Store(false)
+	fork, err := source.Fork(ctx, agentsaga.ForkOptions{At: agentsaga.ForkAtFailed, Start: agentsaga.StartOptions{TaskQueue: engine.TaskQueue()}})
+	require.NoError(t, err)
+	result, err := fork.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, "reserved o-1", result.Answer)
+	var called []string
+	keys.Range(func(k, _ any) bool { called = append(called, k.(string)); return true })
+	slices.Sort(called)
+	assert.Equal(t, []string{fork.ID + "/step-001-call-1-reserve", source.ID + "/step-001-call-1-reserve"}, called)
+	assert.Equal(t, []string{fork.ID + "/step-001-model", fork.ID + "/step-002-model"}, modelTurns(t, store, fork.ID))
 }

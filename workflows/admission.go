@@ -41,11 +41,18 @@ const leaseMargin = time.Hour
 // queueCancelledReason ends a run an operator took out of the queue.
 const queueCancelledReason = "cancelled in the admission queue (agentsaga queue cancel): no turn was taken"
 
-// admit waits until the ledger admits the run, or returns false when the
-// run was taken out of the queue. A run that waited starts its wall clock
-// when it is admitted: the budget is for its work, not for the queue.
-// key names the runs whose spend teaches this one its estimate.
-func (r *run) admit(ctx workflow.Context, key string) (bool, error) {
+// admit waits until the ledger admits the run, and returns "", or the
+// reason it ends without a turn: taken out of the queue, or cancelled
+// while it waited. A run that waited starts its wall clock when it is
+// admitted: the budget is for its work, not for the queue. key names the
+// runs whose spend teaches this one its estimate.
+//
+// A new run is admitted before its first turn (commandsVersion9), and a
+// fork before its first live turn (commandsVersion11): a fork is a new
+// claim on its account's caps and places, for its live steps. Its key is
+// its own (forkSpecKey), so that a fork's spend, which leaves out the
+// steps it inherited, never teaches whole runs a smaller estimate.
+func (r *run) admit(ctx workflow.Context, key string) (string, error) {
 	req := wire.AdmitRequest{RunID: r.workflowID, Account: r.spec.Budget.Account, SpecKey: key,
 		QuotaKey: r.spec.Model.Target(), Priority: cmp.Or(r.spec.Priority, DefaultPriority), BudgetUSD: r.spec.Budget.USD}
 	if limit := r.spec.Model.RateLimit; limit != nil { // a model without a declared quota has none
@@ -59,7 +66,10 @@ func (r *run) admit(ctx workflow.Context, key string) (bool, error) {
 	for {
 		var adm wire.Admission
 		if err := workflow.ExecuteLocalActivity(lctx, r.versions.activity(wire.ActivityAdmitRun), req).Get(ctx, &adm); err != nil {
-			return false, err
+			if ctx.Err() != nil {
+				return "cancelled while queued for admission: " + err.Error(), nil
+			}
+			return "", err
 		}
 		switch adm.Status {
 		case wire.AdmissionAdmitted:
@@ -68,10 +78,10 @@ func (r *run) admit(ctx workflow.Context, key string) (bool, error) {
 				r.showProgress(ctx, agentsagatype.RunRunning, "admitted after waiting in the queue of account "+req.Account,
 					r.budget.Note(workflow.Now(ctx), nil))
 			}
-			return true, nil
+			return "", nil
 		case wire.AdmissionQueued:
 		default:
-			return false, nil
+			return queueCancelledReason, nil
 		}
 		r.showProgress(ctx, agentsagatype.RunQueued,
 			fmt.Sprintf("queued: place %d in the admission queue of account %s (priority %d, estimated at $%.4f): %s",
@@ -88,10 +98,16 @@ func (r *run) admit(ctx workflow.Context, key string) (bool, error) {
 		sel.Select(ctx)
 		stopTimer()
 		if err := ctx.Err(); err != nil {
-			return false, err
+			return "cancelled while queued for admission: " + err.Error(), nil
 		}
 		req.Waited = true
 	}
+}
+
+// forkSpecKey identifies the forks of a spec at one step: they learn
+// their estimate from one another, not from whole runs.
+func forkSpecKey(spec RunSpec, step int) string {
+	return fmt.Sprintf("%s/fork-at-%d", specKey(spec), step)
 }
 
 // specKey identifies a spec without its goal: the runs of one spec learn

@@ -174,15 +174,12 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		// A sub-agent is part of its parent's admitted run, and draws on
 		// its reservation.
 		if r.versions.admission && spec.Budget.Account != "" && start.ParentWorkflowID == "" {
-			admitted, err := r.admit(ctx, specKey(spec))
-			if err != nil && ctx.Err() == nil {
+			why, err := r.admit(ctx, specKey(spec))
+			if err != nil {
 				return RunResult{}, err
 			}
-			if err != nil {
-				return r.failAtStart(ctx, "cancelled while queued for admission: "+err.Error())
-			}
-			if !admitted {
-				return r.failAtStart(ctx, queueCancelledReason)
+			if why != "" {
+				return r.failAtStart(ctx, why)
 			}
 		}
 		if err := r.listMCPTools(ctx, &spec); err != nil {
@@ -192,14 +189,19 @@ func AgentRun(ctx workflow.Context, spec RunSpec) (RunResult, error) {
 		r.conv.say(agentsagatype.Message{Role: "user", Content: spec.Goal, Pinned: true})
 	}
 
-	refused, err := r.admitFork(ctx, carried)
-	if err != nil {
-		return RunResult{}, err
+	// A fork is admitted before its first live turn (r.admit). One that
+	// never got in owns what it inherited all the same, and walks it back
+	// as a run that failed at its first live step would.
+	var notAdmitted string
+	if carried != nil && carried.ForkedFrom != "" && r.versions.forkAdmission && spec.Budget.Account != "" {
+		if notAdmitted, err = r.admit(ctx, forkSpecKey(spec, r.conv.Step)); err != nil {
+			return RunResult{}, err
+		}
 	}
 	var result RunResult
 	var next *Carried
-	if refused != nil {
-		result = *refused
+	if notAdmitted != "" {
+		result = r.unwind(ctx, true, notAdmitted, "", "")
 	} else {
 		result, next = r.loop(ctx)
 	}

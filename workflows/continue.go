@@ -55,7 +55,7 @@ type Carried struct {
 	Deadlines bool `json:"deadlines,omitempty"`
 	// ForkedFrom, in a fork's first execution only (RunSpec.Forked), is
 	// the run it was forked from: that execution asks for admission before
-	// its first live turn (run.admitFork). Never carried further.
+	// its first live turn (run.admit). Never carried further.
 	ForkedFrom string `json:"forked_from,omitempty"`
 }
 

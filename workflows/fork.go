@@ -43,7 +43,7 @@ type Fork struct {
 // conversation the ledger copied, as a continued execution does. So the
 // steps before f.At make no model call, no tool call and no spend, and the
 // workflow emits what any continued execution emits, after its admission
-// when it is charged to an account (run.admitFork). The budget's clock
+// when it is charged to an account (run.admit). The budget's clock
 // starts at start (or at its admission, when it waited), its steps count
 // from f.At (a fork of step 40 of a 50-step run has 11 steps), and it has
 // spent no tokens and no money: those were the source's.
@@ -79,36 +79,4 @@ func (s RunSpec) Forked(f Fork, start time.Time) (RunSpec, error) {
 	c.ForkedFrom = f.Source
 	s.Carried = &c
 	return s, nil
-}
-
-// admitFork admits a fork charged to an account before its first live
-// turn (commandsVersion11), as a new run is admitted before its first: a
-// fork is a new claim on its account's caps and places, for its live
-// steps. Its estimate is its budget.usd (a fork's budget is for its live
-// steps alone), or a tighter one learned from the account's completed
-// forks of the same spec at the same step: a spec key of their own, so
-// that a fork's spend, which leaves out the steps it inherited, never
-// teaches whole runs of the spec a smaller estimate.
-//
-// It returns nil when the run is not a fork's first execution, or once
-// the fork is admitted; otherwise the result of a fork that never got
-// in: taken out of the queue, or cancelled while it waited. Such a fork
-// owns what it inherited all the same, and walks it back, newest first,
-// as a run that failed at its first live step would.
-func (r *run) admitFork(ctx workflow.Context, carried *Carried) (*RunResult, error) {
-	if carried == nil || carried.ForkedFrom == "" || !r.versions.forkAdmission || r.spec.Budget.Account == "" {
-		return nil, nil
-	}
-	admitted, err := r.admit(ctx, fmt.Sprintf("%s/fork-at-%d", specKey(r.spec), r.conv.Step))
-	switch {
-	case err != nil && ctx.Err() == nil:
-		return nil, err
-	case err != nil:
-		result := r.unwind(ctx, true, "cancelled while queued for admission: "+err.Error(), "", "")
-		return &result, nil
-	case !admitted:
-		result := r.unwind(ctx, true, queueCancelledReason, "", "")
-		return &result, nil
-	}
-	return nil, nil
 }

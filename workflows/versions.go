@@ -124,7 +124,7 @@ const (
 	// continue-as-new (Carried.Deadlines).
 	commandsVersion10 workflow.Version = 10
 	// commandsVersion11 admits a fork before its first live turn (issue
-	// 45, run.admitFork): the first execution of a fork charged to an
+	// 45, run.admit): the first execution of a fork charged to an
 	// account asks the ledger as a new run does, for its live steps only,
 	// and waits queued when its account has no room; a fork taken out of
 	// the queue, or cancelled while it waits, walks back the effects it

@@ -164,7 +164,7 @@ func (s *Store) ForkRun(ctx context.Context, req ForkRequest) (Fork, error) {
 		}
 		// The source acts no more: its place and reservation in its
 		// account's admission go back, and the fork, when charged to an
-		// account, asks for its own (workflows: run.admitFork).
+		// account, asks for its own (workflows: run.admit).
 		if _, err := tx.Exec(ctx, `SELECT agentsaga_admission_end($1, 'forked')`, req.Source); err != nil {
 			return err
 		}

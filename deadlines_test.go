@@ -99,7 +99,10 @@ func TestApprovalDeadlineAborts(t *testing.T) {
 
 // An escalation nobody answers does what escalate.on_timeout says: abort
 // (compensated), finish (partial) or resume (the run goes on and
-// completes), each publishing its reminders and its timeout.
+// completes), each publishing its reminders and its timeout. The second
+// reminder is due 0.9 s before the deadline: a workflow task late by more
+// than the gap (at load 16-20, 500 ms was) would find both timers fired and
+// take the deadline, one reminder short.
 func TestEscalationDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -114,7 +117,7 @@ func TestEscalationDeadline(t *testing.T) {
 			desk := &refunds{}
 			tools := desk.tools(t)
 			spec := agentsaga.RunSpec{Goal: "refund", Budget: agentsaga.Budget{Steps: 5},
-				Escalate: workflows.EscalationSpec{Timeout: "2500ms", OnTimeout: c.onTimeout, RemindEvery: "1s"},
+				Escalate: workflows.EscalationSpec{Timeout: "2900ms", OnTimeout: c.onTimeout, RemindEvery: "1s"},
 				Model:    agentsagatest.Script(agentsagatest.Refuse("not without a human"), agentsagatest.Answer("done")), Tools: specs(tools)}
 			run, store := startGated(ctx, t, tools, spec)
 			waitForStatus(t, run, agentsagatype.RunEscalated)
@@ -124,7 +127,7 @@ func TestEscalationDeadline(t *testing.T) {
 			kinds, data := waitEventsOf(t, store, run)
 			require.Equal(t, []string{runevents.EscalationReminder, runevents.EscalationReminder, runevents.EscalationTimedOut}, kinds)
 			assert.Equal(t, c.action, data[2].Action)
-			assert.Contains(t, data[2].Reason, "within 2.5s; run.escalated and 2 reminders were published as run events")
+			assert.Contains(t, data[2].Reason, "within 2.9s; run.escalated and 2 reminders were published as run events")
 			if c.onTimeout != agentsagatype.OnTimeoutResume {
 				assert.Contains(t, result.Reason, "nobody answered the escalation")
 				assert.Contains(t, result.Reason, "(escalate.on_timeout: "+c.onTimeout+")")

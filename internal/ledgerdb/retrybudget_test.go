@@ -684,7 +684,10 @@ func TestBreakerPaceSpacesReleasedCalls(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	stores := openWorkers(t, 3, 2)
-	cfg := budget.BreakerConfig{Threshold: 1, Window: time.Minute, Cooldown: time.Second, Release: 100 * time.Millisecond}
+	// Slots two seconds apart: a call that reached the ledger after the
+	// slot before its own had passed (goroutines and pools slow under the
+	// suite's load) would be given now, not its place in the line.
+	cfg := budget.BreakerConfig{Threshold: 1, Window: time.Minute, Cooldown: time.Second, Release: 2 * time.Second}
 	_, err := stores[0].BreakerReport(ctx, "crm", false, false, cfg) // the breaker's row
 	require.NoError(t, err)
 

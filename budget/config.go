@@ -215,8 +215,9 @@ func (c BreakerConfig) OutageProbes(d time.Duration) []time.Duration {
 // probe that closes the breaker starts the paced line slow (migration
 // 00037): one release a second (never above this rate, never below Floor),
 // a quarter release a second more per released success while calls wait
-// in the line, halved at the first failure and raised by Step after it,
-// until it catches up with this rate, which the slow start leaves alone.
+// in the line, up to the room the new calls leave (as the gate measures
+// it), by Step past it, halved at the first failure, until it catches up
+// with this rate, which the slow start leaves alone.
 type AdaptiveRelease struct {
 	// Start is the rate, in releases a second, of a dependency that has
 	// learned none yet.

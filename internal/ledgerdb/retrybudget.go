@@ -232,8 +232,8 @@ func (s *Store) breakerGate(ctx context.Context, dependency string, cfg budget.B
 // After an outage in which new calls kept coming, the probe that closed
 // the breaker started a slow start (migration 00037): the line runs at a
 // slow rate of its own, from one release a second, raised by the successes
-// and halved by the first failure, until it catches up with the adaptive
-// rate.
+// (quickly up to the room the new calls leave, by steps past it) and
+// halved by a failure, until it catches up with the adaptive rate.
 func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error) {
 	if err := cfg.Validate(); err != nil {
 		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)

@@ -211,7 +211,13 @@ func (c BreakerConfig) OutageProbes(d time.Duration) []time.Duration {
 // spaced at nine tenths of this rate (or of the declared one) less the
 // first sends the breaker has been refusing per second, never below Floor,
 // so that once it closes the backlog and the new calls together stay
-// within the rate.
+// within the rate. And when new calls kept coming through the outage, the
+// probe that closes the breaker starts the paced line slow (migration
+// 00037): one release a second (never above this rate, never below Floor),
+// a quarter release a second more per released success while calls wait
+// in the line, up to the room the new calls leave (as the gate measures
+// it), by Step past it, halved at the first failure, until it catches up
+// with this rate, which the slow start leaves alone.
 type AdaptiveRelease struct {
 	// Start is the rate, in releases a second, of a dependency that has
 	// learned none yet.

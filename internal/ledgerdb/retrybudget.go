@@ -228,6 +228,12 @@ func (s *Store) breakerGate(ctx context.Context, dependency string, cfg budget.B
 // successes until its next booking, so the ones after its last booking of
 // a drain wait for a later drain and count only if calls wait in the line
 // then: the rate rises slower than the evidence allows, never faster.
+//
+// After an outage in which new calls kept coming, the probe that closed
+// the breaker started a slow start (migration 00037): the line runs at a
+// slow rate of its own, from one release a second, raised by the successes
+// (quickly up to the room the new calls leave, by steps past it) and
+// halved by a failure, until it catches up with the adaptive rate.
 func (s *Store) BreakerPace(ctx context.Context, dependency string, cfg budget.BreakerConfig, successes int) (time.Time, error) {
 	if err := cfg.Validate(); err != nil {
 		return time.Time{}, fmt.Errorf("ledger: breaker pace %s: %w", dependency, err)
@@ -285,7 +291,9 @@ type BreakerReport struct {
 // budget.AdaptiveRelease). A probe's failure, which opens the breaker
 // again, counts toward the outage's probe interval; its success closes the
 // breaker, and the next outage starts again at the cooldown (migration
-// 00020).
+// 00020). When new calls kept coming through the outage, that success also
+// starts the paced line's slow start, whose first failure halves the slow
+// rate and leaves the adaptive one alone (migration 00037).
 func (s *Store) BreakerReport(ctx context.Context, dependency string, success, probe bool, cfg budget.BreakerConfig) (BreakerReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return BreakerReport{}, fmt.Errorf("ledger: breaker record %s: %w", dependency, err)

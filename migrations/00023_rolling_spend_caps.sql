@@ -315,3 +315,10 @@ $$;
 DROP FUNCTION agentsaga_spend_held(text, text, text, timestamptz);
 DROP FUNCTION agentsaga_spend_window(text);
 DROP TABLE spend_refusals;
+
+-- 00029's Down keeps run_admissions and agentsaga_key_runs, which the spend
+-- bodies it leaves read. From here down nothing reads them (the bodies
+-- above are 00022's), so they go with the rest of the spend caps' schema
+-- and a database migrated down can be migrated up again.
+DROP FUNCTION IF EXISTS agentsaga_key_runs(text);
+DROP TABLE IF EXISTS run_admissions;

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/agentsaga/agentsaga/internal/ledgertest"
 	"github.com/agentsaga/agentsaga/migrations"
@@ -24,11 +25,7 @@ import (
 func TestCheckReportsAMissingMigration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("pgx", ledgertest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := migratedDatabase(t)
 	if err := migrations.Check(ctx, db); err != nil {
 		t.Fatalf("a migrated database: %v", err)
 	}
@@ -39,13 +36,68 @@ func TestCheckReportsAMissingMigration(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `DELETE FROM goose_db_version WHERE version_id = $1`, newest); err != nil {
 		t.Fatal(err)
 	}
-	err = migrations.Check(ctx, db)
+	err := migrations.Check(ctx, db)
 	if err == nil || !strings.Contains(err.Error(), "agentsaga migrate") {
 		t.Fatalf("one migration short: got %v, want an error that says to migrate", err)
 	}
 	if err := migrations.Check(ctx, db); err == nil {
 		t.Fatal("Check applied the missing migration; it must change nothing")
 	}
+}
+
+// Every migration's Down undoes its Up far enough for the Up to run again:
+// a database migrated all the way down, then up, comes out migrated.
+func TestMigrationsGoDownAndUpAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := migratedDatabase(t)
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.Files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provider.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down to 0: %v", err)
+	}
+	var left []string
+	rows, err := db.QueryContext(ctx, `
+		SELECT 'table ' || tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'
+		UNION ALL SELECT 'function ' || proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+		UNION ALL SELECT 'type ' || typname FROM pg_type WHERE typnamespace = 'public'::regnamespace AND typtype IN ('e', 'd')
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, name)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("migrated down to 0, the schema still holds %v", left)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		t.Fatalf("up again after down to 0: %v", err)
+	}
+	if err := migrations.Check(ctx, db); err != nil {
+		t.Fatalf("after down and up: %v", err)
+	}
+}
+
+// migratedDatabase is a database of the test's own with every migration
+// applied, closed when the test ends.
+func migratedDatabase(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", ledgertest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
 
 var _ = stdlib.GetDefaultDriver // registers the pgx driver for sql.Open

@@ -76,7 +76,7 @@ func TestDeployWithRunsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	binB := buildAgentsaga(t, dir)
+	binB := buildAgentsaga(t)
 	binA := buildAgentsagaAt(t, filepath.Join(dir, "release"), deployFromCommit)
 	temporal := startTemporalServer(t, dir, nsDeploy)
 	c := temporal.client(t, nsDeploy)

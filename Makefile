@@ -40,10 +40,10 @@ chromium:
 # The CLI and the benchmarks are a module of their own (cmd/agentsaga), so
 # the library's go.mod carries only the library; each module is tested by a
 # `go test` of its own. scripts/test.sh runs them in two phases: the
-# library, the k8s manifests and the CLI's benchmarks and API at once, then
-# cmd/agentsaga alone (its chaos harness and fault tests time takeovers of
-# real worker processes); the benchmarks and cmd/agentsaga without -race
-# (the script says why).
+# library, the k8s manifests, the CLI's benchmarks and API and the rest of
+# cmd/agentsaga at once, then cmd/agentsaga's chaos harness and fault tests
+# alone (they time takeovers of real worker processes); the benchmarks and
+# cmd/agentsaga without -race (the script says why).
 test: bin/temporal postgres
 	@GO="$(GO)" MAKE="$(MAKE)" TEST_FLAGS="$(TEST_FLAGS)" scripts/test.sh
 

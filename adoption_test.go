@@ -63,6 +63,7 @@ func startEngineWorker(t *testing.T, cfg agentsaga.Config, register func(worker.
 // worker without a panic and runs as itself, while the engine's run, its
 // sub-agent and its continuations run under agentsaga.AgentRun.
 func TestATeamsAgentRunBesideTheEngine(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	c := devServer.Client()
@@ -125,6 +126,7 @@ agents:
 // type AgentRun before the names were namespaced; its commands are the
 // same as ever (a sub-agent keeps the bare type).
 func TestALegacyRunStillFindsItsWorker(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	c := devServer.Client()
@@ -150,6 +152,7 @@ func TestALegacyRunStillFindsItsWorker(t *testing.T) {
 // has no workflow under it (a dev server restarted; the retention passed):
 // the new run would be answered from the old one's stored results.
 func TestStartRefusesAnIDTheLedgerHas(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	c := devServer.Client()
 	store := agentsagatest.NewLedger(t)
@@ -201,6 +204,7 @@ func TestAnEmbeddedEngineMakesSureOfTheReconciler(t *testing.T) {
 // their flush when the engine closes, reach the fleet bucket, rather than
 // a closed pool a second later.
 func TestCloseFlushesTheSuccessBonuses(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	store := agentsagatest.NewLedger(t)
 	bucket := agentsagatest.RunID(t)
@@ -257,6 +261,7 @@ func waitForStatus(t *testing.T, run *agentsaga.Run, want string) {
 // run cannot take now (it is in a tool call, or waits for something else)
 // is refused at once with a typed error and the run's reason.
 func TestRunHandleResumesAndAborts(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	c := devServer.Client()
@@ -344,6 +349,7 @@ func (m keyModel) Turn(ctx context.Context, req agentsaga.ModelRequest) (agentsa
 // Item 7: a custom model is written with the root package's types alone,
 // and CallKey is the model call's idempotency key inside it.
 func TestCallKeyInsideACustomModel(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var keys []string
 	engine, err := agentsaga.New(t.Context(), agentsagatest.NewLedger(t), agentsaga.Config{Models: map[string]agentsaga.ModelFactory{

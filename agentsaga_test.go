@@ -52,6 +52,7 @@ func refundTool(t *testing.T, calls *atomic.Int64) agentsaga.Tool {
 // decoded arguments under the run's key, the built-ins are still there,
 // and the action is in the ledger under this test's own workflow ID.
 func TestEngineRunsATypedToolInTheTestKit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := agentsagatest.NewLedger(t)
 	var calls atomic.Int64
@@ -91,6 +92,7 @@ func CallTool(context.Context) (string, error) { return "the team's own", nil }
 // custom model provider, Start's refusals (a reused ID, a bad spec) and a
 // failed run's typed error.
 func TestEngineOnATeamsWorker(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := devServer.Client()
@@ -160,6 +162,7 @@ func (m echoModel) Turn(_ context.Context, req agentsaga.ModelRequest) (agentsag
 // Importing the API brings the engine and its model SDKs, not the CLI
 // worker's metrics (Prometheus, tally) or its migration tool (goose).
 func TestTheAPIImportsNoMetricsOrMigrations(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	for _, heavy := range []string{"github.com/prometheus/", "github.com/uber-go/tally", "github.com/pressly/goose"} {

@@ -116,6 +116,7 @@ func toolErrors(t *testing.T, run *agentsaga.Run) []string {
 // after the ledger recorded who approved it. The wait costs the run no
 // wall clock.
 func TestApprovalThenTheActOnce(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -177,6 +178,7 @@ func containsCall(list []agentsagatype.Approval, run, call string) bool {
 // asking for the same call again is refused at once, with no new request.
 // Bad input is refused with a reason that names it.
 func TestDenialIsNeverSentAndNotAskedTwice(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -229,6 +231,7 @@ func TestDenialIsNeverSentAndNotAskedTwice(t *testing.T) {
 // Two operators decide at once: one wins, the other is told whose decision
 // came first, and the call runs once.
 func TestTwoApprovalsRace(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -291,6 +294,7 @@ func TestTwoApprovalsRace(t *testing.T) {
 // first is refused with Bob's denial: who, when and why. After the run
 // has ended, the same. A handle without a ledger says it did not look.
 func TestALateApprovalIsToldWhoDeniedIt(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -367,6 +371,7 @@ func TestALateApprovalIsToldWhoDeniedIt(t *testing.T) {
 // approval is taken, and the model's same call after the resume goes out
 // under the first request's key: one request, never two.
 func TestApprovalTimeout(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	t.Run("fail", func(t *testing.T) {
@@ -442,6 +447,7 @@ func startThenLoseTheWorker(ctx context.Context, t *testing.T, store *ledger.Sto
 // The worker dies while a call waits: the wait is durable, and the approval
 // given while no worker runs applies once on the next worker.
 func TestApprovalSurvivesTheWorker(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -472,6 +478,7 @@ func TestApprovalSurvivesTheWorker(t *testing.T) {
 // says, escalates the run; a smaller one over the approval threshold
 // waits for a human, who denies it.
 func TestPromptInjectionCannotPassALimit(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -512,6 +519,7 @@ func TestPromptInjectionCannotPassALimit(t *testing.T) {
 // that failed had its refunds compensated, and they stop counting, so the
 // run may refund up to the limit, never past it.
 func TestCumulativeLimitWithACompensationBetween(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -574,6 +582,7 @@ func checkLimitInvariant(t *testing.T, store *ledger.Store, id string, limit flo
 // A spec whose rule or limit does not parse, or names an argument the tool
 // does not have, is refused before the run starts, naming it.
 func TestBadApprovalRulesAreRefusedBeforeTheStart(t *testing.T) {
+	t.Parallel()
 	_, err := agentsaga.NewTool("refund", "Refund.", func(context.Context, moneyArgs) (string, error) { return "", nil },
 		agentsaga.WithApproval(agentsagatype.ApprovalSpec{When: "amount >"}))
 	require.ErrorContains(t, err, `approval.when: "amount >" does not compile`)
@@ -598,6 +607,7 @@ tools:
 // An approvable per-call limit: a call over it waits for a human instead
 // of being refused, and the approval lifts it for that call only.
 func TestApprovalLiftsAnApprovableLimitForOneCall(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}

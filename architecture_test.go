@@ -21,6 +21,7 @@ import (
 // cannot go stale: a new import, a new package or a package removed
 // fails it until the table says so too.
 func TestArchitectureRoomsMatchImports(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("ARCHITECTURE.md")
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +63,7 @@ func TestArchitectureRoomsMatchImports(t *testing.T) {
 
 // The parser reads what the table says, and a wrong row is caught.
 func TestArchitectureTableParses(t *testing.T) {
+	t.Parallel()
 	doc := "# A\n\n## Rooms\n\n" +
 		"| room | imports | imported by | what it owns |\n| --- | --- | --- | --- |\n" +
 		"| `agentsaga` (root) | `budget`, `ledger` | - | the facade, which imports `workflows` |\n" +
@@ -279,6 +281,7 @@ var cliInternalStillImported = map[string][]string{
 // what only its tests need is in agentsagatest. The CLI's module may have
 // internal packages of its own (cmd/agentsaga/internal/...).
 func TestCLIImportsNoInternal(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("go", "list", "-f",
 		`{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`,
 		"./...")

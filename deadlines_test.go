@@ -44,6 +44,7 @@ func waitEventsOf(t *testing.T, store *ledger.Store, run *agentsaga.Run) (kinds 
 // denied by default (a new spec); the run goes on and completes without
 // it, and its reason names the timeout and the events published.
 func TestApprovalDeadlineRemindsThenDenies(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -75,6 +76,7 @@ func TestApprovalDeadlineRemindsThenDenies(t *testing.T) {
 // on_timeout: abort: the run is aborted and compensates the refund it made
 // before the call nobody approved.
 func TestApprovalDeadlineAborts(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -104,6 +106,7 @@ func TestApprovalDeadlineAborts(t *testing.T) {
 // than the gap (at load 16-20, 500 ms was) would find both timers fired and
 // take the deadline, one reminder short.
 func TestEscalationDeadline(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	for _, c := range []struct {
@@ -140,6 +143,7 @@ func TestEscalationDeadline(t *testing.T) {
 // of the call's 6s: the deadline is the request's, not the new worker's
 // start, so the call times out about 6s after it was asked, not 11s.
 func TestApprovalDeadlineSurvivesTheWorker(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}

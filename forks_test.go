@@ -115,6 +115,7 @@ func modelTurns(t *testing.T, store *ledger.Store, id string) []string {
 // refunds nothing. The source refuses Resume and a second fork, and the
 // fork, compensated, refuses to be forked.
 func TestForkAfterAChargeThenTheForkFails(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &till{}
@@ -183,6 +184,7 @@ func requireCompensated(ctx context.Context, t *testing.T, run *agentsaga.Run, r
 // from there and completes; every charge was made once, nothing undone,
 // and the operator's messages are in the conversations.
 func TestForkOfAForkCompletes(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &till{}
@@ -245,6 +247,7 @@ func TestForkOfAForkCompletes(t *testing.T) {
 // has in flight settled, and then forked: the fork waits for the stop, and
 // takes the effects before its step.
 func TestForkOfARunningSource(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &till{}
@@ -306,6 +309,7 @@ func TestForkOfARunningSource(t *testing.T) {
 // call waiting at step 2 is asked again by the fork, under its own key,
 // and made once. Cancelling the source afterwards undoes nothing.
 func TestForkOfARunWaitingForAnApproval(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -385,6 +389,7 @@ func TestForkOfARunWaitingForAnApproval(t *testing.T) {
 // 39, and its first live turn (step 40, which answers) comes within a
 // second of the fork on a dev server (the figure is logged).
 func TestForkAtStep40SendsNothingBefore(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	desk := &till{}
@@ -427,6 +432,7 @@ func TestForkAtStep40SendsNothingBefore(t *testing.T) {
 // effects with its own: when the fork fails, its walk undoes the
 // sub-agent's refund once, and the source undoes nothing.
 func TestForkInheritsASubAgentsEffects(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -474,6 +480,7 @@ func TestForkInheritsASubAgentsEffects(t *testing.T) {
 // superseded (the timeout records nothing), and none of the source's
 // activities fails over it.
 func TestAForkedSourcesApprovalDeadlinePassesQuietly(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	desk := &refunds{}
@@ -605,6 +612,7 @@ func TestAForkWaitsForAdmissionOnItsAccount(t *testing.T) {
 // completes. The failed call is not the fork's: it calls the tool once,
 // under its own key.
 func TestForkAtFailedAfterAToolFailureCompletes(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var down atomic.Bool

@@ -30,6 +30,7 @@ import (
 // StartOptions.SkipLedgerCheck the start is allowed, and the new run is
 // answered from the old one's rows: the refund is not made again.
 func TestRunExistsInTheLedgerAfterTheDevServerRestarts(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	store := agentsagatest.NewLedger(t)

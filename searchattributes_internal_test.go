@@ -13,6 +13,7 @@ import (
 // after its bound with the check's own error (which names the attribute),
 // and stops at once on an error that will not pass.
 func TestWaitUntilUsableRetriesWithinItsBound(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	refused := func(calls *int, failures int) func(context.Context) error {
 		return func(context.Context) error {
@@ -49,6 +50,7 @@ func TestWaitUntilUsableRetriesWithinItsBound(t *testing.T) {
 
 // The attribute a server's refusal names is the one the error names.
 func TestNamedAttribute(t *testing.T) {
+	t.Parallel()
 	if got := namedAttribute("Namespace n has no mapping defined for search attribute StepsUsed"); got != "StepsUsed" {
 		t.Fatalf("got %q", got)
 	}

@@ -22,6 +22,7 @@ import (
 // after it is, with every attribute. Registering again is a no-op, and the
 // probe it starts leaves nothing running in the namespace.
 func TestRegisteredSearchAttributesAreUsableAtOnce(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	namespace := fmt.Sprintf("sa-%d", time.Now().UnixNano())
@@ -64,6 +65,7 @@ func TestRegisteredSearchAttributesAreUsableAtOnce(t *testing.T) {
 // A namespace that does not exist fails at once, naming it, rather than
 // waiting out the bound.
 func TestRegisterSearchAttributesInAMissingNamespace(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()

@@ -19,6 +19,7 @@ import (
 // (queued ones count, finished ones do not), its plain weight. Without a
 // ledger the weight is left to the server (1).
 func TestTaskPriorityWeighsASparseAccountUp(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	handle := ledgertest.NewHandle(t)
 	store := ledgerdb.Of(handle)

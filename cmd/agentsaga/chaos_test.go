@@ -379,7 +379,7 @@ func TestChaos(t *testing.T) {
 	}
 	began := time.Now()
 	dir := t.TempDir()
-	bin := buildAgentsaga(t, dir)
+	bin := buildAgentsaga(t)
 	namespaces := make([]string, parallel)
 	for i := range namespaces {
 		namespaces[i] = fmt.Sprintf("chaos-%d", i)

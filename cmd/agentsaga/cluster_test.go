@@ -231,7 +231,7 @@ func TestCluster(t *testing.T) {
 	}
 	began := time.Now()
 	dir := t.TempDir()
-	bin := buildAgentsaga(t, dir)
+	bin := buildAgentsaga(t)
 	tuned := filepath.Join(cluster.root, "deploy", "temporal", "dynamicconfig.yaml")
 	// Every key at the server's default: frontend.keepAliveTime 1 min,
 	// frontend.keepAliveTimeout 10 s.

@@ -20,7 +20,7 @@ import (
 // every entry once, each passes, and the ledger holds one replay an entry.
 func TestEvalSurvivesWorkerKill(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildAgentsaga(t, dir)
+	bin := buildAgentsaga(t)
 	server := startTemporalServer(t, dir)
 	c := server.client(t, "default")
 	databaseURL := agentsagatest.NewDatabase(t)

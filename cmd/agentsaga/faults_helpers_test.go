@@ -32,20 +32,64 @@ import (
 // do to them what happens in production: SIGKILL a worker, restart
 // Postgres, restart the Temporal server on its database file.
 
-// buildAgentsaga builds this package's binary into dir and returns its path.
-// It is built without -race: the worker is the system under test, not the
-// test binary, and a plain build links in seconds.
-func buildAgentsaga(t *testing.T, dir string) string {
+// builtBinary is this package's binary as the process tests run it, built
+// once for all of them: each build was a link of the whole binary, up to a
+// minute on a loaded 2-core machine, and the chaos harness, the fault
+// tests, the eval fault test and the deploy test each built it.
+var builtBinary sharedBinary
+
+// sharedBinary is a binary built once, on first use, into a directory of
+// its own that remove deletes (TestMain, as the test binary exits).
+type sharedBinary struct {
+	mu   sync.Mutex
+	dir  string
+	path string
+	err  error
+}
+
+func (b *sharedBinary) remove() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+}
+
+// buildAgentsaga returns this package's binary, built without -race: the
+// worker is the system under test, not the test binary. The first test to
+// ask builds it; the others wait for that build and share its binary,
+// which no test changes.
+func buildAgentsaga(t *testing.T) string {
 	t.Helper()
+	b := &builtBinary
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.path == "" && b.err == nil {
+		start := time.Now()
+		b.path, b.err = b.build()
+		if b.err == nil {
+			t.Logf("built %s in %s", b.path, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	require.NoError(t, b.err)
+	return b.path
+}
+
+func (b *sharedBinary) build() (string, error) {
 	goTool, err := exec.LookPath("go")
-	require.NoError(t, err, "the fault tests build the agentsaga binary and need the go tool on PATH")
-	bin := filepath.Join(dir, "agentsaga")
-	start := time.Now()
+	if err != nil {
+		return "", fmt.Errorf("the process tests build the agentsaga binary and need the go tool on PATH: %w", err)
+	}
+	if b.dir, err = os.MkdirTemp("", "agentsaga-test-bin-"); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(b.dir, "agentsaga")
 	// -s -w: no symbol table or DWARF, which halves the link on a busy machine.
 	out, err := exec.Command(goTool, "build", "-ldflags=-s -w", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/agentsaga: %s", out)
-	t.Logf("built %s in %s", bin, time.Since(start).Round(time.Millisecond))
-	return bin
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/agentsaga: %w: %s", err, out)
+	}
+	return bin, nil
 }
 
 // freeTCPPort asks the kernel for a free port on 127.0.0.1 and releases it.

@@ -41,7 +41,7 @@ const (
 func TestFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	bin := buildAgentsaga(t, dir)
+	bin := buildAgentsaga(t)
 	shared := startTemporalServer(t, dir, nsKillInToolCall, nsKillInCompensation, nsPostgresRestart, nsBadDatabaseURL, nsKillAwaitingApproval,
 		nsKillMidStream, nsKillBetweenThinkingAndResult)
 

@@ -208,7 +208,7 @@ func TestSoak(t *testing.T) {
 func (s *soak) setUp(ctx context.Context) {
 	t := s.t
 	dir := t.TempDir()
-	s.bin = buildAgentsaga(t, dir)
+	s.bin = buildAgentsaga(t)
 	s.temporal = startTemporalServer(t, dir, soakNamespace)
 	s.c = s.temporal.client(t, soakNamespace)
 	s.pg = startPrivatePostgres(t)

@@ -190,18 +190,21 @@ func TestAdaptiveReleaseSpacesTheNextOutage(t *testing.T) {
 		assert.Equal(t, 500*time.Millisecond, slots[i].Sub(slots[i-1]), "slot %d: the learned 2 a second", i)
 	}
 
+	// Declared slower than the learned rate, and far apart enough that two
+	// statements a loaded machine runs 50 ms apart still book back to back
+	// (a gap wider than the rate starts the next slot from now).
 	declared := cfg
-	declared.Release = 50 * time.Millisecond
+	declared.Release = 2 * time.Second
 	gate, err = store.BreakerGate(ctx, "crm", declared)
 	require.NoError(t, err)
 	next, err := store.BreakerGate(ctx, "crm", declared)
 	require.NoError(t, err)
-	assert.Equal(t, 50*time.Millisecond, next.RetryAt.Sub(gate.RetryAt), "a declared rate wins at the gate")
+	assert.Equal(t, 2*time.Second, next.RetryAt.Sub(gate.RetryAt), "a declared rate wins at the gate")
 	a, err := store.BreakerPace(ctx, "crm", declared, 0)
 	require.NoError(t, err)
 	b, err := store.BreakerPace(ctx, "crm", declared, 100)
 	require.NoError(t, err)
-	assert.Equal(t, 50*time.Millisecond, b.Sub(a), "and in the line")
+	assert.Equal(t, 2*time.Second, b.Sub(a), "and in the line")
 	assert.InDelta(t, 2.0, releaseRate(t, store, "crm", cfg), 1e-9, "and leaves the learned rate alone")
 }
 

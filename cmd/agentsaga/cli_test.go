@@ -19,6 +19,7 @@ import (
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/testbinary"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
@@ -27,27 +28,8 @@ import (
 
 var devServer *testsuite.DevServer
 
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-// runTests does what agentsagatest.Main does (the package's dev server
-// around the tests), and removes the process tests' shared binary
-// (builtBinary) before the test binary exits, which Main's own exit would
-// not let it do.
-func runTests(m *testing.M) int {
-	options, err := agentsagatest.DevServerOptions()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	server, err := testsuite.StartDevServer(context.Background(), options)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "start the dev server from %s: %v\n", options.ExistingPath, err)
-		return 1
-	}
-	defer func() { _ = server.Stop() }()
-	devServer = server
-	defer builtBinary.remove()
-	return m.Run()
+func TestMain(m *testing.M) {
+	testbinary.Main(m, func(server *testsuite.DevServer) { devServer = server })
 }
 
 // runCLI runs the CLI in-process and returns what it printed.

@@ -25,6 +25,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/testbinary"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -32,64 +33,11 @@ import (
 // do to them what happens in production: SIGKILL a worker, restart
 // Postgres, restart the Temporal server on its database file.
 
-// builtBinary is this package's binary as the process tests run it, built
-// once for all of them: each build was a link of the whole binary, up to a
-// minute on a loaded 2-core machine, and the chaos harness, the fault
-// tests, the eval fault test and the deploy test each built it.
-var builtBinary sharedBinary
-
-// sharedBinary is a binary built once, on first use, into a directory of
-// its own that remove deletes (TestMain, as the test binary exits).
-type sharedBinary struct {
-	mu   sync.Mutex
-	dir  string
-	path string
-	err  error
-}
-
-func (b *sharedBinary) remove() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.dir != "" {
-		_ = os.RemoveAll(b.dir)
-	}
-}
-
-// buildAgentsaga returns this package's binary, built without -race: the
-// worker is the system under test, not the test binary. The first test to
-// ask builds it; the others wait for that build and share its binary,
-// which no test changes.
+// buildAgentsaga returns the agentsaga binary the process tests run,
+// built once for the test binary (testbinary.Agentsaga).
 func buildAgentsaga(t *testing.T) string {
 	t.Helper()
-	b := &builtBinary
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.path == "" && b.err == nil {
-		start := time.Now()
-		b.path, b.err = b.build()
-		if b.err == nil {
-			t.Logf("built %s in %s", b.path, time.Since(start).Round(time.Millisecond))
-		}
-	}
-	require.NoError(t, b.err)
-	return b.path
-}
-
-func (b *sharedBinary) build() (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("the process tests build the agentsaga binary and need the go tool on PATH: %w", err)
-	}
-	if b.dir, err = os.MkdirTemp("", "agentsaga-test-bin-"); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(b.dir, "agentsaga")
-	// -s -w: no symbol table or DWARF, which halves the link on a busy machine.
-	out, err := exec.Command(goTool, "build", "-ldflags=-s -w", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/agentsaga: %w: %s", err, out)
-	}
-	return bin, nil
+	return testbinary.Agentsaga(t)
 }
 
 // freeTCPPort asks the kernel for a free port on 127.0.0.1 and releases it.

@@ -7,14 +7,9 @@ package bench_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,31 +18,14 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/agentsaga/agentsaga/agentsagatest"
+	"github.com/agentsaga/agentsaga/cmd/agentsaga/internal/testbinary"
 	"github.com/agentsaga/agentsaga/worker"
 )
 
 var temporalClient client.Client
 
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-// runTests does what agentsagatest.Main does (the package's dev server
-// around the tests), and removes the shared binary (builtBinary) before
-// the test binary exits, which Main's own exit would not let it do.
-func runTests(m *testing.M) int {
-	options, err := agentsagatest.DevServerOptions()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	server, err := testsuite.StartDevServer(context.Background(), options)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "start the dev server from %s: %v\n", options.ExistingPath, err)
-		return 1
-	}
-	defer func() { _ = server.Stop() }()
-	temporalClient = server.Client()
-	defer builtBinary.remove()
-	return m.Run()
+func TestMain(m *testing.M) {
+	testbinary.Main(m, func(server *testsuite.DevServer) { temporalClient = server.Client() })
 }
 
 // pooledDatabase is a migrated database of the test's own whose URL bounds
@@ -66,62 +44,11 @@ func pooledDatabase(t *testing.T) string {
 	return u.String()
 }
 
-// builtBinary is the agentsaga binary the scenarios' worker processes run,
-// built once for all the tests: each build was a link of the whole binary,
-// a minute or more beside the library's tests on 2 cores, and six tests
-// built it in turn.
-var builtBinary sharedBinary
-
-// sharedBinary is a binary built once, on first use, into a directory of
-// its own that remove deletes.
-type sharedBinary struct {
-	mu   sync.Mutex
-	dir  string
-	path string
-	err  error
-}
-
-func (b *sharedBinary) remove() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.dir != "" {
-		_ = os.RemoveAll(b.dir)
-	}
-}
-
-// buildAgentsaga returns the agentsaga binary the worker processes run,
-// built without -race (the worker processes are measured, not the test),
-// within ten minutes of its own rather than the scenario's: on a fresh
-// clone beside the other packages on 2 cores a build was once killed at
-// two minutes. The first test to ask builds it; the others wait for it.
+// buildAgentsaga returns the agentsaga binary the scenarios' worker
+// processes run, built once for the test binary (testbinary.Agentsaga).
 func buildAgentsaga(t *testing.T) string {
 	t.Helper()
-	b := &builtBinary
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.path == "" && b.err == nil {
-		b.path, b.err = b.build()
-	}
-	require.NoError(t, b.err)
-	return b.path
-}
-
-func (b *sharedBinary) build() (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("the tests build the agentsaga binary and need the go tool on PATH: %w", err)
-	}
-	if b.dir, err = os.MkdirTemp("", "agentsaga-bench-bin-"); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(b.dir, "agentsaga")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goTool, "build", "-ldflags=-s -w", "-o", bin, "github.com/agentsaga/agentsaga/cmd/agentsaga").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/agentsaga: %w: %s", err, out)
-	}
-	return bin, nil
+	return testbinary.Agentsaga(t)
 }
 
 // processBench is what a scenario with worker processes of its own needs:

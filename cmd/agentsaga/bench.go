@@ -258,6 +258,8 @@ figures. --json prints them as JSON instead of a table; --out also saves that JS
 	cmd.Flags().IntVar(&fairness.RunsB, "runs-b", fairness.RunsB, "account B's runs, started once A's are under way (fairness)")
 	cmd.Flags().IntVar(&fairness.BAfter, "b-after", fairness.BAfter, "B starts once this many of A's runs have ended (fairness)")
 	cmd.Flags().IntVar(&fairness.MaxActivities, "max-activities", fairness.MaxActivities, "each worker process's activities at once: the fleet holds processes x this many turns (fairness)")
+	cmd.Flags().DurationVar(&fairness.LatencyMin, "latency-min", fairness.LatencyMin, "the fake provider's quickest answer to a turn (fairness)")
+	cmd.Flags().DurationVar(&fairness.LatencyMax, "latency-max", fairness.LatencyMax, "the fake provider's slowest answer to a turn (fairness)")
 	cmd.Flags().IntVar(&fairness.MaxConcurrentRuns, "max-concurrent-runs", fairness.MaxConcurrentRuns, "the root account's max_concurrent_runs for the engine's round robin (fairness)")
 	cmd.Flags().IntVar(&takeover.Kills, "kills", takeover.Kills, "runs per contender, each with one worker kill -9 (takeover)")
 	cmd.Flags().StringVar(&temporalBin, "temporal", "", "the Temporal CLI binary (default: bin/temporal)")

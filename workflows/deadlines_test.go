@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
@@ -383,4 +384,55 @@ func toolErrorsOf(result workflows.RunResult) []string {
 		}
 	}
 	return errs
+}
+
+// The ledger lists a call as awaiting approval as soon as its request is
+// written, before the run has seen the request recorded: an operator who
+// approves the call at once (here, while the request takes a minute to
+// record) finds it waiting, and the decision waits for the request
+// instead of being refused with "waiting: none". The run's approvals
+// query lists the call once its request is recorded, as the ledger does.
+func TestApprovalDecidedWhileItsRequestIsRecorded(t *testing.T) {
+	t.Parallel()
+	spec := mustSpec(t, `
+goal: add two and three
+budget: {steps: 5}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
+    - content: "5"
+`+gatedAdd(`{when: always, timeout: 1h}`))
+	store := ledgertest.NewStore(t)
+	box := activities.NewToolbox()
+	adds := 0
+	box.Register("add", func(_ context.Context, call activities.ToolInvocation) (string, error) {
+		adds++
+		return "5", nil
+	})
+	acts := &activities.Activities{Ledger: store, Toolbox: box}
+	env := newEnv()
+	registerWithRetryHook(t, env, store)
+	activities.Register(env, acts, false)
+	env.OnActivity(agentsagatype.NamePrefix+wire.ActivityRequestApproval, mock.Anything, mock.Anything).After(time.Minute).Return(acts.RequestApproval)
+	var listed []workflows.ApprovalWait
+	var approve *error
+	env.RegisterDelayedCallback(func() {
+		listed = approvalsWaiting(t, env)
+		approve = update(env, workflows.UpdateApprove, workflows.ApprovalInput{Call: "step-001-call-1-add", By: "alice"})
+	}, 30*time.Second)
+	env.ExecuteWorkflow(workflows.AgentRun, spec)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	assert.Empty(t, listed, "the query lists the call once its request is recorded")
+	require.NoError(t, *approve, "the decision waits for the request")
+	var result workflows.RunResult
+	require.NoError(t, env.GetWorkflowResult(&result))
+	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
+	assert.Equal(t, 1, adds, "approved, the call went out once")
+	approvals, err := store.RunApprovals(context.Background(), workflowID)
+	require.NoError(t, err)
+	require.Len(t, approvals, 1)
+	assert.Equal(t, agentsagatype.ApprovalApproved, approvals[0].Status)
+	assert.Equal(t, "alice", approvals[0].DecidedBy)
 }

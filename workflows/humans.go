@@ -283,6 +283,14 @@ type ApprovalWait struct {
 	// record of that decision, which the call waits for before it goes.
 	Decision *wire.ApprovalDecision  `json:"decision,omitempty"`
 	Recorded *agentsagatype.Approval `json:"recorded,omitempty"`
+	// requesting is set while the request is being recorded in the
+	// ledger. The ledger lists the call as soon as its request is written,
+	// before the run sees it written: an operator who approves at once
+	// must find the call waiting, so approve and deny take it from the
+	// start, and the decision waits for the request. The approvals query
+	// lists it once recorded, as the ledger does. A run continues as new
+	// only between turns, so it is never carried.
+	requesting bool
 }
 
 // approvalWait is one call's wait for a human's decision: the call, in
@@ -337,6 +345,16 @@ func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v *versions) 
 			if err != nil {
 				return agentsagatype.Approval{}, err
 			}
+			if w.requesting {
+				if err := workflow.Await(ctx, func() bool { return !w.requesting }); err != nil {
+					return agentsagatype.Approval{}, fmt.Errorf("%s: %w", update, err)
+				}
+				// A request that could not be recorded is no longer
+				// listed, and another decision may have come meanwhile.
+				if w, err = validate(update, in); err != nil {
+					return agentsagatype.Approval{}, err
+				}
+			}
 			w.Decision = &wire.ApprovalDecision{Key: w.Key, Call: w.Call, Approve: approve, By: in.By, Reason: in.Reason}
 			actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 				ActivityID: activityid.Sub(w.Call, activityid.Kind(update), 0), StartToCloseTimeout: 30 * time.Second, Summary: clip(update+" "+w.Call+" by "+in.By, 100),
@@ -372,9 +390,11 @@ func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v *versions) 
 		}
 	}
 	return workflow.SetQueryHandlerWithOptions(ctx, QueryApprovals, func() ([]ApprovalWait, error) {
-		list := make([]ApprovalWait, len(h.Approvals))
-		for i, w := range h.Approvals {
-			list[i] = *w
+		list := make([]ApprovalWait, 0, len(h.Approvals))
+		for _, w := range h.Approvals {
+			if !w.requesting {
+				list = append(list, *w)
+			}
 		}
 		return list, nil
 	}, workflow.QueryHandlerOptions{Description: "The calls waiting for approval, oldest first."})
@@ -387,8 +407,11 @@ func (h *humanWaits) registerApprovalUpdates(ctx workflow.Context, v *versions) 
 func (a *approvalWait) await(ctx workflow.Context, why string) bool {
 	r, c, rule := a.tt.r, a.c, a.rule
 	same := sameCall(c.call)
+	// A request still being recorded (the same call twice in one turn)
+	// is not taken over: each call records its own, as before requests
+	// were listed while being recorded.
 	i := slices.IndexFunc(r.humans.Approvals, func(w *ApprovalWait) bool {
-		return sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
+		return !w.requesting && sameCall(agentsagatype.ToolCall{Name: w.Tool, Arguments: w.Arguments}) == same
 	})
 	var w *ApprovalWait
 	if i >= 0 {
@@ -418,11 +441,18 @@ func (a *approvalWait) await(ctx workflow.Context, why string) bool {
 				return false
 			}
 			w.Recorded = &recorded
-		} else if err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded); err != nil {
-			c.refuse("refused: its approval request could not be recorded: " + errorText(err))
-			return false
+			r.humans.Approvals = append(r.humans.Approvals, w)
+		} else {
+			w.requesting = true
+			r.humans.Approvals = append(r.humans.Approvals, w)
+			err := workflow.ExecuteActivity(actx, r.versions.activity(wire.ActivityRequestApproval), w.ApprovalRequest).Get(ctx, &recorded)
+			w.requesting = false
+			if err != nil {
+				r.humans.Approvals = slices.DeleteFunc(r.humans.Approvals, func(x *ApprovalWait) bool { return x == w })
+				c.refuse("refused: its approval request could not be recorded: " + errorText(err))
+				return false
+			}
 		}
-		r.humans.Approvals = append(r.humans.Approvals, w)
 	}
 	if w.Recorded == nil {
 		deadline := ""

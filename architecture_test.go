@@ -266,12 +266,11 @@ var cliInternalStillImported = map[string][]string{
 		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents", "internal/webhooks",
 	},
 	// The benchmarks drive the engine's machinery below the public API:
-	// its activities with their requests (wire), the ledger's statements
-	// (ledgerdb), a quota's key, the fake providers (providerwire), the
-	// event log and the webhooks deliverer.
+	// the ledger's statements (ledgerdb), a quota's key, the fake providers
+	// (providerwire), the event log and the webhooks deliverer.
 	"cmd/agentsaga/bench": {
 		"internal/ledgerdb", "internal/providerwire", "internal/quota",
-		"internal/runevents", "internal/webhooks", "internal/wire",
+		"internal/runevents", "internal/webhooks",
 	},
 }
 

@@ -274,6 +274,14 @@ func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 	return key, nil
 }
 
+// ToolCallRequest is the input of CallTool, for a workflow of a team's own
+// that schedules CallTool itself (and waits out an open breaker with
+// workflows.WaitOutBreaker): the tool's spec, the call's arguments, its
+// retry plan, and, for a call sent again, the idempotency key of its first
+// activity. The fields it leaves zero (compensation, recording into a
+// run's conversation, spend) are an agent run's.
+type ToolCallRequest = wire.ToolCallRequest
+
 // CallTool makes one attempt of a tool call through the action ledger. A key
 // that already completed returns its stored result without calling the tool;
 // a key another attempt holds is waited for while that attempt's lease is
@@ -282,7 +290,7 @@ func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 // or do not match the schema fail at once, before the ledger is touched.
 // The whole output goes to the ledger (and, with req.Record, into the run's
 // conversation); history gets a preview and a digest.
-func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wire.ToolResult, error) {
+func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (wire.ToolResult, error) {
 	ctx = withCallKey(ctx, req.Key)
 	if err := toolcheck.CheckArguments(req.Tool, req.Arguments); err != nil {
 		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeInvalidArguments, nil)

@@ -16,7 +16,6 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -191,7 +190,7 @@ func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key stri
 	if rate > 0 {
 		tool.RateLimit = &agentsagatype.RateLimit{RequestsPerMinute: rate}
 	}
-	return workflow.ExecuteActivity(actx, acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
+	return workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
 		Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
 			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),
 			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second, Released: key != ""}})

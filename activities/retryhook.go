@@ -92,7 +92,7 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 		// idempotency key of its first activity.
 		if p, firstKey, ok := wire.CallPlan(arg); ok {
 			plan, found = p, true
-			ctx = withCallKey(ctx, firstKey)
+			ctx = keyed.WithCallKey(ctx, firstKey)
 		}
 	}
 	if found && recordedCall(in.Args) {
@@ -288,7 +288,7 @@ func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.Applic
 // operator should look at the ledger), at WARN otherwise. An unexpected
 // failure is also logged at ERROR by the SDK ("Activity error.").
 func (i *retryInbound) report(ctx context.Context, f failure) {
-	fields := []any{"key", IdempotencyKey(ctx), "attempt", f.attempt, "type", f.errType}
+	fields := []any{"key", keyed.CallKey(ctx), "attempt", f.attempt, "type", f.errType}
 	if f.status != 0 {
 		fields = append(fields, "status", f.status)
 	}

@@ -266,12 +266,10 @@ var cliInternalStillImported = map[string][]string{
 		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents", "internal/webhooks",
 	},
 	// The benchmarks drive the engine's machinery below the public API:
-	// its activities with their requests (wire) and keys (activityid), the
-	// ledger's statements (ledgerdb), a quota's key, the fake providers
+	// the ledger's statements (ledgerdb), the fake providers
 	// (providerwire), the event log and the webhooks deliverer.
 	"cmd/agentsaga/bench": {
-		"internal/activityid", "internal/ledgerdb", "internal/providerwire", "internal/quota",
-		"internal/runevents", "internal/webhooks", "internal/wire",
+		"internal/ledgerdb", "internal/providerwire", "internal/runevents", "internal/webhooks",
 	},
 }
 

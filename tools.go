@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/toolcheck"
 )
 
@@ -82,7 +83,7 @@ func CallKey(ctx context.Context) string {
 	if !activity.IsActivity(ctx) {
 		return ""
 	}
-	return activities.IdempotencyKey(ctx)
+	return keyed.CallKey(ctx)
 }
 
 // Permanent marks an error as not worth retrying (bad arguments, a

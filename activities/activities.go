@@ -17,7 +17,6 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/convfit"
 	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
@@ -57,32 +56,6 @@ func toolResult(output string, replayed bool, attempt int) wire.ToolResult {
 	return wire.ToolResult{Output: textclip.Preview(output), Digest: textclip.Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
 }
 
-// IdempotencyKey is the key of the running activity: workflow ID + "/" +
-// the activity ID the workflow set explicitly. It never involves the run ID
-// or the attempt, so every attempt and every retry of the run shares it. A
-// tool call the workflow sends again under a new activity ID (a call parked
-// behind an open breaker) carries its first activity's key instead
-// (ToolCallRequest.Key), and that key is the one every part of the attempt
-// uses.
-func IdempotencyKey(ctx context.Context) string {
-	if key, ok := ctx.Value(callKeyContext{}).(string); ok {
-		return key
-	}
-	info := activity.GetInfo(ctx)
-	return activityid.Key(info.WorkflowExecution.ID, info.ActivityID)
-}
-
-type callKeyContext struct{}
-
-// withCallKey makes key the attempt's idempotency key when the request
-// names one (ToolCallRequest.Key, ModelCall.Key).
-func withCallKey(ctx context.Context, key string) context.Context {
-	if key == "" {
-		return ctx
-	}
-	return context.WithValue(ctx, callKeyContext{}, key)
-}
-
 // CallModel makes one model turn, once per key: the run's messages before
 // Conversation.Through are read from the ledger (after Conversation.Append
 // is written), fitted to the model's context budget, and sent; the reply is
@@ -90,7 +63,7 @@ func withCallKey(ctx context.Context, key string) context.Context {
 // A later attempt of a turn whose reply is stored returns it without calling
 // the provider again: a worker lost after the reply costs no second bill.
 func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agentsagatype.ModelTurn, error) {
-	ctx = withCallKey(ctx, call.Key)
+	ctx = keyed.WithCallKey(ctx, call.Key)
 	model, err := a.model(call.Model)
 	if err != nil {
 		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeModelConfig, nil)
@@ -130,13 +103,13 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 	defer func() {
 		text.Rest()
 		if err := text.Err(); err != nil && ctx.Err() == nil {
-			activity.GetLogger(ctx).Warn("could not publish a turn's streamed text", "key", IdempotencyKey(ctx), "error", err)
+			activity.GetLogger(ctx).Warn("could not publish a turn's streamed text", "key", keyed.CallKey(ctx), "error", err)
 		}
 	}()
 	// A stored turn is returned as it was: the workflow charges its usage
 	// once, because it sees the turn once.
 	output, _, err := keyed.Once(ctx, a.Ledger, keyed.Call{
-		Action: ledgerdb.ActionRequest{Key: IdempotencyKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
+		Action: ledgerdb.ActionRequest{Key: keyed.CallKey(ctx), WorkflowID: info.WorkflowExecution.ID, ActivityID: info.ActivityID,
 			Tool: "model:" + turnOf, Arguments: string(arguments), Kind: ledgerdb.ActionModel},
 		Kind: ledgerdb.LeafModel, Target: target,
 		Turn: &ledgerdb.TurnRead{WorkflowID: conv.WorkflowID, Append: appended, Through: conv.Through,
@@ -179,12 +152,12 @@ func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agents
 	if err != nil {
 		return agentsagatype.ModelTurn{}, err
 	}
-	if err := payload.Check("the model's reply to "+IdempotencyKey(ctx), json.RawMessage(output)); err != nil {
+	if err := payload.Check("the model's reply to "+keyed.CallKey(ctx), json.RawMessage(output)); err != nil {
 		return agentsagatype.ModelTurn{}, err
 	}
 	var turn agentsagatype.ModelTurn
 	if err := json.Unmarshal([]byte(output), &turn); err != nil {
-		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", IdempotencyKey(ctx), err), wire.ErrTypeModelConfig, nil)
+		return agentsagatype.ModelTurn{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("model: the stored reply of %s does not decode: %v", keyed.CallKey(ctx), err), wire.ErrTypeModelConfig, nil)
 	}
 	turn.Attempt = int(info.Attempt)
 	return turn, nil
@@ -274,6 +247,14 @@ func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 	return key, nil
 }
 
+// ToolCallRequest is the input of CallTool, for a workflow of a team's own
+// that schedules CallTool itself (and waits out an open breaker with
+// workflows.WaitOutBreaker): the tool's spec, the call's arguments, its
+// retry plan, and, for a call sent again, the idempotency key of its first
+// activity. The fields it leaves zero (compensation, recording into a
+// run's conversation, spend) are an agent run's.
+type ToolCallRequest = wire.ToolCallRequest
+
 // CallTool makes one attempt of a tool call through the action ledger. A key
 // that already completed returns its stored result without calling the tool;
 // a key another attempt holds is waited for while that attempt's lease is
@@ -282,8 +263,8 @@ func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 // or do not match the schema fail at once, before the ledger is touched.
 // The whole output goes to the ledger (and, with req.Record, into the run's
 // conversation); history gets a preview and a digest.
-func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wire.ToolResult, error) {
-	ctx = withCallKey(ctx, req.Key)
+func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (wire.ToolResult, error) {
+	ctx = keyed.WithCallKey(ctx, req.Key)
 	if err := toolcheck.CheckArguments(req.Tool, req.Arguments); err != nil {
 		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeInvalidArguments, nil)
 	}
@@ -315,7 +296,7 @@ func (a *Activities) CallTool(ctx context.Context, req wire.ToolCallRequest) (wi
 		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeToolConfig, nil)
 	}
 	info := activity.GetInfo(ctx)
-	key := IdempotencyKey(ctx)
+	key := keyed.CallKey(ctx)
 	markCall(ctx)
 	matcher, _ := toolcheck.Refusals(req.Tool)
 	settle, err := a.reserveToolAttempt(ctx, key, req.Tool.Name, req.Spend, info.Deadline)

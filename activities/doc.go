@@ -7,7 +7,7 @@
 // start).
 //
 // Each call goes through the action ledger under its idempotency key
-// ([IdempotencyKey]), held by a lease that follows the attempt's
+// (what agentsaga.CallKey reads inside a call), held by a lease that follows the attempt's
 // heartbeats, so a key that completed once never executes again and a
 // lost or fenced attempt cannot act; each attempt is recorded as a leaf
 // call. Model turns read the run's conversation from the ledger and fit

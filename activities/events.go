@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/runevents"
 )
 
@@ -24,7 +25,7 @@ import (
 
 // streamText is the batcher of one model attempt's streamed text.
 func (a *Activities) streamText(ctx context.Context, info activity.Info) *runevents.Batcher {
-	return runevents.New(a.Ledger.Pool()).NewBatcher(ctx, info.WorkflowExecution.ID, IdempotencyKey(ctx), int(info.Attempt))
+	return runevents.New(a.Ledger.Pool()).NewBatcher(ctx, info.WorkflowExecution.ID, keyed.CallKey(ctx), int(info.Attempt))
 }
 
 // publish appends one event to workflowID's log.

@@ -21,16 +21,6 @@ import (
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
-// planned is implemented by the activity inputs that carry a RetryPlan
-// (wire.ModelCall and ToolCallRequest).
-type planned interface {
-	Plan() agentsagatype.RetryPlan
-}
-
-// firstKeyed is a request that may carry the idempotency key of its first
-// activity (a call sent again after waiting for a breaker).
-type firstKeyed interface{ FirstKey() string }
-
 // retryStore is the shared state the hook pays with: the ledger in
 // production.
 type retryStore interface {
@@ -98,11 +88,11 @@ func (i *retryInbound) ExecuteActivity(ctx context.Context, in *interceptor.Exec
 	var plan agentsagatype.RetryPlan
 	found := false
 	for _, arg := range in.Args {
-		if p, ok := arg.(planned); ok {
-			plan, found = p.Plan(), true
-		}
-		if req, ok := arg.(firstKeyed); ok {
-			ctx = withCallKey(ctx, req.FirstKey())
+		// A call sent again after waiting for a breaker carries the
+		// idempotency key of its first activity.
+		if p, firstKey, ok := wire.CallPlan(arg); ok {
+			plan, found = p, true
+			ctx = keyed.WithCallKey(ctx, firstKey)
 		}
 	}
 	if found && recordedCall(in.Args) {
@@ -298,7 +288,7 @@ func (i *retryInbound) fail(ctx context.Context, f failure, opts temporal.Applic
 // operator should look at the ledger), at WARN otherwise. An unexpected
 // failure is also logged at ERROR by the SDK ("Activity error.").
 func (i *retryInbound) report(ctx context.Context, f failure) {
-	fields := []any{"key", IdempotencyKey(ctx), "attempt", f.attempt, "type", f.errType}
+	fields := []any{"key", keyed.CallKey(ctx), "attempt", f.attempt, "type", f.errType}
 	if f.status != 0 {
 		fields = append(fields, "status", f.status)
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/keyed"
 	"github.com/agentsaga/agentsaga/internal/wire"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -47,7 +48,7 @@ const (
 // callAttributes are the key and attempt of the running activity.
 func callAttributes(ctx context.Context) []attribute.KeyValue {
 	return []attribute.KeyValue{
-		attrIdempotencyKey.String(IdempotencyKey(ctx)),
+		attrIdempotencyKey.String(keyed.CallKey(ctx)),
 		attrAttempt.Int(int(activity.GetInfo(ctx).Attempt)),
 	}
 }

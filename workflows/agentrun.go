@@ -29,8 +29,8 @@ const ErrTypeRunFailed = "RunFailed"
 // QueryBudget is the query that returns the run's BudgetView.
 const QueryBudget = "budget"
 
-// DefaultSystemPrompt is used when the spec sets none.
-const DefaultSystemPrompt = "You are an agent working toward the user's goal. Call the tools when they help. " +
+// defaultSystemPrompt is used when the spec sets none.
+const defaultSystemPrompt = "You are an agent working toward the user's goal. Call the tools when they help. " +
 	"When you are done, answer in plain text without calling a tool. Each turn ends with a note of the budget " +
 	"you have left: plan within it."
 

@@ -46,7 +46,7 @@ func (s RunSpec) Resolve() (RunSpec, error) { return s.ResolveFor() }
 // which meant to escalate at the first refusal.
 func (s RunSpec) withRunDefaults() RunSpec {
 	if s.System == "" {
-		s.System = DefaultSystemPrompt
+		s.System = defaultSystemPrompt
 	}
 	if s.FinishAt <= 0 {
 		s.FinishAt = defaultFinishAt
@@ -127,7 +127,7 @@ func (s RunSpec) ResolveFor(providers ...string) (RunSpec, error) {
 				agent.Share = defaultShare
 			}
 			if agent.System == "" {
-				agent.System = DefaultSystemPrompt
+				agent.System = defaultSystemPrompt
 			}
 			if agent.Model != nil {
 				m := resolveModel(*agent.Model)

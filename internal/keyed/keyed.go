@@ -1,9 +1,10 @@
 // Package keyed owns keyed execution: one attempt of a call that must take
 // effect once per idempotency key claims the key in the ledger (waiting
 // while another attempt holds it), runs under its lease, and stores its
-// outcome, or hands back what an earlier attempt stored. Only package
-// activities imports it; the activity supplies the call and the function
-// that classifies the call's errors for Temporal's retry.
+// outcome, or hands back what an earlier attempt stored; and the attempt's
+// idempotency key ([CallKey]). Package activities imports it, and supplies
+// the call and the function that classifies the call's errors for
+// Temporal's retry; the root package only reads the key (agentsaga.CallKey).
 package keyed
 
 import (

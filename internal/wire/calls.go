@@ -326,27 +326,37 @@ type SubRunsFinish struct {
 	Reason     string `json:"reason"`
 }
 
-// Plan is the call's retry plan, for the retry hook.
-func (c ModelCall) Plan() agentsagatype.RetryPlan {
-	p := c.Retry
-	p.ReleaseInterval = releaseInterval(c.Model.RateLimit)
-	return p
+// CallPlan reads an activity's input that carries a retry plan (a
+// ModelCall or a ToolCallRequest, or a pointer to one), for the retry hook:
+// the plan, with the release interval of the rate its dependency declares,
+// and the idempotency key of the call's first activity ("" when the
+// activity's own key is the call's); ok is false for any other input. It is
+// a function, not methods of the two types, so that ToolCallRequest, which
+// package activities makes public (activities.ToolCallRequest, for the
+// workflows that schedule CallTool themselves), brings no methods into the
+// public API.
+func CallPlan(input any) (plan agentsagatype.RetryPlan, firstKey string, ok bool) {
+	switch r := input.(type) {
+	case ModelCall:
+		return withRelease(r.Retry, r.Model.RateLimit), r.Key, true
+	case *ModelCall:
+		if r != nil {
+			return withRelease(r.Retry, r.Model.RateLimit), r.Key, true
+		}
+	case ToolCallRequest:
+		return withRelease(r.Retry, r.Tool.RateLimit), r.Key, true
+	case *ToolCallRequest:
+		if r != nil {
+			return withRelease(r.Retry, r.Tool.RateLimit), r.Key, true
+		}
+	}
+	return agentsagatype.RetryPlan{}, "", false
 }
 
-// Plan is the call's retry plan, for the retry hook.
-func (r ToolCallRequest) Plan() agentsagatype.RetryPlan {
-	p := r.Retry
-	p.ReleaseInterval = releaseInterval(r.Tool.RateLimit)
+func withRelease(p agentsagatype.RetryPlan, l *agentsagatype.RateLimit) agentsagatype.RetryPlan {
+	p.ReleaseInterval = releaseInterval(l)
 	return p
 }
-
-// FirstKey is the idempotency key of the turn's first activity, or "" when
-// the activity's own key is the turn's.
-func (c ModelCall) FirstKey() string { return c.Key }
-
-// FirstKey is the idempotency key of the call's first activity, or "" when
-// the activity's own key is the call's.
-func (r ToolCallRequest) FirstKey() string { return r.Key }
 
 // releaseInterval is the time between two requests at 95% of the declared
 // request rate (zero when none is declared): at the rate itself, the

@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentsaga/agentsaga/internal/activityid"
-
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentsaga/agentsaga"
 )
 
 // The baselines are what a user would write without agentsaga: the same
@@ -61,7 +61,7 @@ func BaselineWorkflow(ctx workflow.Context, in BaselineInput) (int, error) {
 // BaselineCall is one call through the stacked in-process retry loops.
 func BaselineCall(ctx context.Context, in BaselineInput) error {
 	info := activity.GetInfo(ctx)
-	key := activityid.Key(info.WorkflowExecution.ID, info.ActivityID)
+	key := agentsaga.CallKey(ctx) // the key agentsaga would send: workflow ID + "/" + activity ID
 	// Every request of this activity attempt, however many the in-process
 	// layers make, carries the activity's attempt number.
 	attempt := strconv.Itoa(int(info.Attempt))

@@ -81,10 +81,8 @@ func FleetDBOSWorkflow(ctx dbos.Context, in FleetDBOSInput) (int, error) {
 		dbos.WithStepBaseInterval(in.BaseBackoff), dbos.WithStepMaxInterval(in.MaxBackoff), dbos.WithStepBackoffFactor(2)}
 	outcomes := make([]<-chan dbos.StepOutcome[bool], len(names))
 	for i, name := range names {
-		// One key a call of a run, as the Temporal contenders send; built
-		// here, not by internal/activityid, which the CLI is to stop
-		// importing (issue 46 item 2).
-		key := id + "/" + name
+		// One key a call of a run, as the Temporal contenders send.
+		key := callKey(id, name)
 		var attempt atomic.Int32
 		call := func(c context.Context) (bool, error) {
 			c, cancel := context.WithTimeout(c, in.Timeout)

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/activityid"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
 )
 
@@ -149,8 +148,10 @@ func ledgerCalls(ctx context.Context, store *ledgerdb.Store, prefix string, roun
 		wg.Go(func() {
 			run := fmt.Sprintf("%s-%d", prefix, g)
 			for i := 0; (deadline.IsZero() || time.Now().Before(deadline)) && (perClient == 0 || i < perClient); i++ {
-				activityID := activityid.Tool(i, round, "bench")
-				key := activityid.Key(run, activityID)
+				// The bench's own activity ID, about as long as an agent
+				// run's (step-003-call-1-search), unique in the run.
+				activityID := fmt.Sprintf("round-%d-call-%d-bench", round, i+1)
+				key := callKey(run, activityID)
 				claim, err := store.ClaimCall(ctx, ledgerdb.ActionRequest{Key: key, WorkflowID: run, ActivityID: activityID, Tool: "bench", Arguments: `{}`},
 					ledgerdb.LeafCall{Attempt: 1, Kind: ledgerdb.LeafTool, Target: "bench"}, time.Minute)
 				if err == nil && !claim.Execute {

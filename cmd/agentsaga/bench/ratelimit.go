@@ -34,7 +34,6 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/agentsagatype"
-	"github.com/agentsaga/agentsaga/internal/quota"
 )
 
 // The rate-limit scenario (issue 22) asks what a fleet of K processes that
@@ -365,7 +364,7 @@ func (m rateLimitMeasurement) measure(ctx context.Context, contender string, pro
 		if row.RetryTokens, err = m.db.retryTokens(ctx, prefix); err != nil {
 			return row, err
 		}
-		row.Quota, _ = m.db.quotaRow(ctx, quota.Key(agentsagatype.ProviderOpenAI, rateLimitModel, apiKey))
+		row.Quota, _ = m.db.quotaRow(ctx, agentsagatype.ProviderOpenAI+":"+rateLimitModel+":")
 	}
 	for _, p := range procs {
 		if err := p.stop(); err != nil {
@@ -497,17 +496,25 @@ func (db *benchDatabase) retryTokens(ctx context.Context, prefix string) (int64,
 	return n, nil
 }
 
-// quotaRow is the ledger's quota row of key, as JSON, for the saved
-// figures: whatever columns the engine keeps there.
-func (db *benchDatabase) quotaRow(ctx context.Context, key string) (map[string]any, error) {
+// quotaRow is the ledger's quota row of the measurement's key, as JSON,
+// for the saved figures: whatever columns the engine keeps there. A quota
+// is named provider:model: and a fingerprint of the API key (agentsaga
+// show prints the names); of the rows of the model (prefix, which ends
+// with ":"), the
+// measurement's is the one updated last: each measurement has a key of
+// its own, and the earlier measurements' workers have stopped.
+func (db *benchDatabase) quotaRow(ctx context.Context, prefix string) (map[string]any, error) {
 	conn, err := pgx.Connect(ctx, db.url)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: quota row: %w", err)
 	}
 	defer conn.Close(ctx)
 	var row map[string]any
-	err = conn.QueryRow(ctx, `SELECT to_jsonb(q) FROM quota_limits q WHERE key = $1`, key).Scan(&row)
-	return row, err
+	err = conn.QueryRow(ctx, `SELECT to_jsonb(q) FROM quota_limits q WHERE starts_with(key, $1) ORDER BY updated_at DESC LIMIT 1`, prefix).Scan(&row)
+	if err != nil {
+		return nil, fmt.Errorf("bench: quota row of %s*: %w", prefix, err)
+	}
+	return row, nil
 }
 
 // RateLimitSpec is the agentsaga side's run: the openai provider at url,

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/agentsaga/agentsaga/internal/providerwire"
-	"github.com/agentsaga/agentsaga/internal/quota"
 )
 
 // The rate-limit scenario needs a provider that limits an account the way
@@ -106,11 +105,13 @@ type RateLimitProvider struct {
 	serial int64
 }
 
-// providerKey is one API key's buckets and counts.
+// providerKey is one API key's buckets and counts, and the name GET
+// /_counts shows in place of the key.
 type providerKey struct {
 	requests, tokens float64
 	at               time.Time
 	counts           ProviderCounts
+	name             string
 }
 
 // StartRateLimitProvider serves cfg on a free loopback port.
@@ -148,18 +149,31 @@ func (p *RateLimitProvider) Counts(apiKey string) ProviderCounts {
 	return ProviderCounts{}
 }
 
-// AllCounts is every key's counts by the key's fingerprint (quota.
-// Fingerprint): what GET /_counts serves, so that no key is ever shown.
+// AllCounts is every key's counts by the key's name (KeyName): what GET
+// /_counts serves, so that no key is ever shown.
 func (p *RateLimitProvider) AllCounts() map[string]ProviderCounts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make(map[string]ProviderCounts, len(p.keys))
-	for key, k := range p.keys {
+	for _, k := range p.keys {
 		c := k.counts
 		c.Refusals = slices.Clone(c.Refusals)
-		out[quota.Fingerprint(key)] = c
+		out[k.name] = c
 	}
 	return out
+}
+
+// KeyName is how GET /_counts names apiKey: key-1 for the first key the
+// provider saw, key-2 for the second, and so on; "" for a key it has not
+// seen. The fake names keys itself: it needs no more than to keep them out
+// of what it serves.
+func (p *RateLimitProvider) KeyName(apiKey string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k, ok := p.keys[apiKey]; ok {
+		return k.name
+	}
+	return ""
 }
 
 // ProviderPromptTokens is a request's prompt as the provider counts it: a
@@ -387,7 +401,7 @@ func (p *RateLimitProvider) refilled(apiKey string, now time.Time) *providerKey 
 	rpm, tpm := float64(p.cfg.RequestsPerMinute), float64(p.cfg.TokensPerMinute)
 	k, ok := p.keys[apiKey]
 	if !ok {
-		k = &providerKey{requests: rpm, tokens: tpm, at: now}
+		k = &providerKey{requests: rpm, tokens: tpm, at: now, name: fmt.Sprintf("key-%d", len(p.keys)+1)}
 		p.keys[apiKey] = k
 		return k
 	}

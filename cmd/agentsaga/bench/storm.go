@@ -16,8 +16,6 @@ import (
 	"github.com/agentsaga/agentsaga/activities"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/internal/activityid"
-	"github.com/agentsaga/agentsaga/internal/wire"
 	"github.com/agentsaga/agentsaga/workflows"
 )
 
@@ -131,22 +129,31 @@ const StormBreakerWait = workflows.DefaultBreakerOpenEscalation * time.Second
 
 // parkedCall is agentsagaCall waited out behind an open breaker: sent
 // again, while the breaker refuses it, as call-N/after-breaker-K under the
-// first send's idempotency key. The future is set to the last send's
-// outcome.
+// first send's idempotency key. The activity IDs are the bench's own (its
+// workflows are not agent runs), named like an agent run's so that the
+// histories read alike. The future is set to the last send's outcome.
 func parkedCall(ctx workflow.Context, url string, i, toolRetryCap int, rate int64) workflow.Future {
 	future, settable := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		first := fmt.Sprintf("call-%d", i+1)
-		key := activityid.Key(workflow.GetInfo(ctx).WorkflowExecution.ID, first)
+		key := callKey(workflow.GetInfo(ctx).WorkflowExecution.ID, first)
 		err := agentsagaSend(ctx, url, i, first, "", toolRetryCap, rate).Get(ctx, nil)
 		err, _ = workflows.WaitOutBreaker(ctx, err, workflows.BreakerWait{Limit: StormBreakerWait, Summary: "parked: echo's breaker is open"},
 			func(ctx workflow.Context, n int) workflow.Future {
-				return agentsagaSend(ctx, url, i, activityid.Sub(first, activityid.AfterBreaker, n), key, toolRetryCap, rate)
+				return agentsagaSend(ctx, url, i, fmt.Sprintf("%s/after-breaker-%d", first, n), key, toolRetryCap, rate)
 			}, nil)
 		settable.Set(nil, err)
 	})
 	return future
 }
+
+// callKey is the idempotency key agentsaga gives the call a workflow sends
+// as activity activityID: the workflow ID + "/" + the activity ID, as
+// docs/reliability.md states it and agentsaga.CallKey reads it inside an
+// activity. The bench needs it where there is no activity to ask: in a
+// workflow, for the key a call keeps when it is sent again, and in the
+// ledger benchmark, which writes calls' rows without a workflow.
+func callKey(workflowID, activityID string) string { return workflowID + "/" + activityID }
 
 // StormBaselineWorkflow makes the storm's calls as plain activities with
 // Temporal's default retry policy, bounded by ScheduleToClose.
@@ -183,7 +190,7 @@ func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key stri
 	if rate > 0 {
 		tool.RateLimit = &agentsagatype.RateLimit{RequestsPerMinute: rate}
 	}
-	return workflow.ExecuteActivity(actx, acts.CallTool, wire.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
+	return workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
 		Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
 			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),
 			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second, Released: key != ""}})

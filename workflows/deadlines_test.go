@@ -38,10 +38,25 @@ tools:
 `
 }
 
+// addTwoAndThree is a run that calls add once, gated by rule, and answers.
+func addTwoAndThree(rule string) string {
+	return `
+goal: add two and three
+budget: {steps: 5}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
+    - content: "5"
+` + gatedAdd(rule)
+}
+
 // deadlineRun runs spec with the add tool (counting its calls) on a fresh
 // ledger; at each offset from the start, check runs against the run's
-// approvals query.
-func deadlineRun(t *testing.T, spec workflows.RunSpec, checks map[time.Duration]func(env *testsuite.TestWorkflowEnvironment, store *ledgerdb.Store)) (workflows.RunResult, error, *ledgerdb.Store, *int) {
+// approvals query. prepare, if given, sets up the environment first (a
+// mock of one of the activities).
+func deadlineRun(t *testing.T, spec workflows.RunSpec, checks map[time.Duration]func(env *testsuite.TestWorkflowEnvironment, store *ledgerdb.Store),
+	prepare ...func(*testsuite.TestWorkflowEnvironment, *activities.Activities)) (workflows.RunResult, error, *ledgerdb.Store, *int) {
 	t.Helper()
 	store := ledgertest.NewStore(t)
 	box := activities.NewToolbox()
@@ -52,7 +67,11 @@ func deadlineRun(t *testing.T, spec workflows.RunSpec, checks map[time.Duration]
 	})
 	env := newEnv()
 	registerWithRetryHook(t, env, store)
-	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: box}, false)
+	acts := &activities.Activities{Ledger: store, Toolbox: box}
+	activities.Register(env, acts, false)
+	for _, p := range prepare {
+		p(env, acts)
+	}
 	for at, check := range checks {
 		env.RegisterDelayedCallback(func() { check(env, store) }, at)
 	}
@@ -199,15 +218,7 @@ model:
 // no timeout is published.
 func TestApprovalDecidedBeforeItsDeadline(t *testing.T) {
 	t.Parallel()
-	spec := mustSpec(t, `
-goal: add two and three
-budget: {steps: 5}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
-    - content: "5"
-`+gatedAdd(`{when: always, timeout: 1h, remind_every: 15m}`))
+	spec := mustSpec(t, addTwoAndThree(`{when: always, timeout: 1h, remind_every: 15m}`))
 	var approve *error
 	result, err, store, adds := deadlineRun(t, spec, map[time.Duration]func(*testsuite.TestWorkflowEnvironment, *ledgerdb.Store){
 		20 * time.Minute: func(env *testsuite.TestWorkflowEnvironment, _ *ledgerdb.Store) {
@@ -394,42 +405,22 @@ func toolErrorsOf(result workflows.RunResult) []string {
 // query lists the call once its request is recorded, as the ledger does.
 func TestApprovalDecidedWhileItsRequestIsRecorded(t *testing.T) {
 	t.Parallel()
-	spec := mustSpec(t, `
-goal: add two and three
-budget: {steps: 5}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
-    - content: "5"
-`+gatedAdd(`{when: always, timeout: 1h}`))
-	store := ledgertest.NewStore(t)
-	box := activities.NewToolbox()
-	adds := 0
-	box.Register("add", func(_ context.Context, call activities.ToolInvocation) (string, error) {
-		adds++
-		return "5", nil
-	})
-	acts := &activities.Activities{Ledger: store, Toolbox: box}
-	env := newEnv()
-	registerWithRetryHook(t, env, store)
-	activities.Register(env, acts, false)
-	env.OnActivity(agentsagatype.NamePrefix+wire.ActivityRequestApproval, mock.Anything, mock.Anything).After(time.Minute).Return(acts.RequestApproval)
+	spec := mustSpec(t, addTwoAndThree(`{when: always, timeout: 1h}`))
 	var listed []workflows.ApprovalWait
 	var approve *error
-	env.RegisterDelayedCallback(func() {
-		listed = approvalsWaiting(t, env)
-		approve = update(env, workflows.UpdateApprove, workflows.ApprovalInput{Call: "step-001-call-1-add", By: "alice"})
-	}, 30*time.Second)
-	env.ExecuteWorkflow(workflows.AgentRun, spec)
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
+	result, err, store, adds := deadlineRun(t, spec, map[time.Duration]func(*testsuite.TestWorkflowEnvironment, *ledgerdb.Store){
+		30 * time.Second: func(env *testsuite.TestWorkflowEnvironment, _ *ledgerdb.Store) {
+			listed = approvalsWaiting(t, env)
+			approve = update(env, workflows.UpdateApprove, workflows.ApprovalInput{Call: "step-001-call-1-add", By: "alice"})
+		},
+	}, func(env *testsuite.TestWorkflowEnvironment, acts *activities.Activities) {
+		env.OnActivity(agentsagatype.NamePrefix+wire.ActivityRequestApproval, mock.Anything, mock.Anything).After(time.Minute).Return(acts.RequestApproval)
+	})
+	require.NoError(t, err)
 	assert.Empty(t, listed, "the query lists the call once its request is recorded")
 	require.NoError(t, *approve, "the decision waits for the request")
-	var result workflows.RunResult
-	require.NoError(t, env.GetWorkflowResult(&result))
 	require.Equal(t, agentsagatype.RunCompleted, result.Status, result.Reason)
-	assert.Equal(t, 1, adds, "approved, the call went out once")
+	assert.Equal(t, 1, *adds, "approved, the call went out once")
 	approvals, err := store.RunApprovals(context.Background(), workflowID)
 	require.NoError(t, err)
 	require.Len(t, approvals, 1)

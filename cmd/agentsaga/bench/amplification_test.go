@@ -15,8 +15,11 @@ import (
 )
 
 // A short amplification run: the ordering of the contenders holds and
-// agentsaga meets its target.
+// agentsaga meets its target. It runs beside the other parallel smoke
+// tests: in-process, on its own database, it mostly waits on its
+// contenders' timeouts and breaker, and it counts requests, not time.
 func TestAmplificationSmoke(t *testing.T) {
+	t.Parallel()
 	rows := inProcess(t, bench.Amplification, bench.AmplificationConfig{Runs: 4, Calls: 3, Workers: 2},
 		func(w io.Writer, rows []bench.Row) { bench.PrintRows(w, "amplification under a 100% outage", rows) })
 	require.Len(t, rows, 5)

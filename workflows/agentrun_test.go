@@ -78,6 +78,20 @@ func runAgentWith(t *testing.T, spec workflows.RunSpec, human func(env *testsuit
 	return result, err, store
 }
 
+// addTwoAndThree is a run that calls add once and answers; tools
+// declares add (addTool, or add with an approval rule).
+func addTwoAndThree(tools string) string {
+	return `
+goal: add two and three
+budget: {steps: 5}
+model:
+  provider: scripted
+  script:
+    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
+    - content: "2 + 3 = 5"
+` + tools
+}
+
 const addTool = `
 tools:
   - name: add
@@ -87,15 +101,7 @@ tools:
 
 func TestAgentRunCompletes(t *testing.T) {
 	t.Parallel()
-	spec := mustSpec(t, `
-goal: add two and three
-budget: {steps: 5}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
-    - content: "2 + 3 = 5"
-`+addTool)
+	spec := mustSpec(t, addTwoAndThree(addTool))
 	result, err, store := runAgent(t, spec)
 	require.NoError(t, err)
 	assert.Equal(t, agentsagatype.RunCompleted, result.Status)

@@ -38,19 +38,6 @@ tools:
 `
 }
 
-// addTwoAndThree is a run that calls add once, gated by rule, and answers.
-func addTwoAndThree(rule string) string {
-	return `
-goal: add two and three
-budget: {steps: 5}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
-    - content: "5"
-` + gatedAdd(rule)
-}
-
 // deadlineRun runs spec with the add tool (counting its calls) on a fresh
 // ledger; at each offset from the start, check runs against the run's
 // approvals query. prepare, if given, sets up the environment first (a
@@ -218,7 +205,7 @@ model:
 // no timeout is published.
 func TestApprovalDecidedBeforeItsDeadline(t *testing.T) {
 	t.Parallel()
-	spec := mustSpec(t, addTwoAndThree(`{when: always, timeout: 1h, remind_every: 15m}`))
+	spec := mustSpec(t, addTwoAndThree(gatedAdd(`{when: always, timeout: 1h, remind_every: 15m}`)))
 	var approve *error
 	result, err, store, adds := deadlineRun(t, spec, map[time.Duration]func(*testsuite.TestWorkflowEnvironment, *ledgerdb.Store){
 		20 * time.Minute: func(env *testsuite.TestWorkflowEnvironment, _ *ledgerdb.Store) {
@@ -405,7 +392,7 @@ func toolErrorsOf(result workflows.RunResult) []string {
 // query lists the call once its request is recorded, as the ledger does.
 func TestApprovalDecidedWhileItsRequestIsRecorded(t *testing.T) {
 	t.Parallel()
-	spec := mustSpec(t, addTwoAndThree(`{when: always, timeout: 1h}`))
+	spec := mustSpec(t, addTwoAndThree(gatedAdd(`{when: always, timeout: 1h}`)))
 	var listed []workflows.ApprovalWait
 	var approve *error
 	result, err, store, adds := deadlineRun(t, spec, map[time.Duration]func(*testsuite.TestWorkflowEnvironment, *ledgerdb.Store){

@@ -31,15 +31,7 @@ model: {provider: openai, name: gpt-4o-mini}
 // one from the code it runs on: what it carries is what it does.
 func TestResolvedSpecCarriesItsDefaults(t *testing.T) {
 	t.Parallel()
-	spec := mustSpec(t, `
-goal: add two and three
-budget: {steps: 5}
-model:
-  provider: scripted
-  script:
-    - tool_calls: [{name: add, arguments: {a: 2, b: 3}}]
-    - content: "2 + 3 = 5"
-`+addTool)
+	spec := mustSpec(t, addTwoAndThree(addTool))
 	resolved, err := spec.Resolve()
 	require.NoError(t, err)
 	assert.Equal(t, workflows.SpecVersion, resolved.Version)

@@ -1,10 +1,10 @@
 // Package testbinary is what the CLI module's process tests share: a test
 // binary's run around its package's dev server (Main), and the agentsaga
 // binary those tests start as worker processes (Agentsaga), built once for
-// the whole test binary. Each build was a link of the whole binary, a
-// minute or more on a loaded 2-core machine, and the chaos harness, the
-// fault, eval and deploy tests and six benchmark tests each built their
-// own.
+// the whole test binary (or once for all of make test's, BinaryEnv).
+// Each build was a link of the whole binary, a minute or more on a loaded
+// 2-core machine, and the chaos harness, the fault, eval and deploy tests
+// and six benchmark tests each built their own.
 package testbinary
 
 import (
@@ -65,22 +65,47 @@ type shared struct {
 // first test to ask builds it, within ten minutes of its own (on a fresh
 // clone beside the other packages on 2 cores a build was once killed at
 // two); the others wait for that build and share its binary, which no test
-// changes.
+// changes. Where BinaryEnv names a binary, that one is returned and
+// nothing is built.
 func Agentsaga(t *testing.T) string {
 	t.Helper()
 	built.mu.Lock()
 	defer built.mu.Unlock()
 	if built.path == "" && built.err == nil {
-		start := time.Now()
-		built.path, built.err = built.build()
-		if built.err == nil {
-			t.Logf("built %s in %s", built.path, time.Since(start).Round(time.Millisecond))
+		if prebuilt := os.Getenv(BinaryEnv); prebuilt != "" {
+			built.path, built.err = usePrebuilt(prebuilt)
+		} else {
+			start := time.Now()
+			built.path, built.err = built.build()
+			if built.err == nil {
+				t.Logf("built %s in %s", built.path, time.Since(start).Round(time.Millisecond))
+			}
 		}
 	}
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
 	return built.path
+}
+
+// BinaryEnv names an agentsaga binary built beforehand from the same tree,
+// which Agentsaga returns instead of building one. make test
+// (scripts/test.sh) builds it once for the CLI module's three test
+// binaries: each linked its own, 20-30 s of a 2-core machine that the
+// suite keeps busy.
+const BinaryEnv = "AGENTSAGA_TEST_BINARY"
+
+// usePrebuilt returns path if it is an executable file: a name that is
+// not one fails every test that runs it, naming the variable.
+func usePrebuilt(path string) (string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", BinaryEnv, err)
+	}
+	if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%s=%s: not an executable file", BinaryEnv, path)
+	}
+	return path, nil
 }
 
 func (b *shared) build() (string, error) {

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -229,10 +231,21 @@ func setCurrentVersion(ctx context.Context, t *testing.T, c client.Client, build
 	}
 }
 
-// buildAgentsagaAt builds the agentsaga binary of an earlier commit, from
-// the git history of the repository that holds the working directory.
+// buildAgentsagaAt returns the agentsaga binary of an earlier commit, built
+// from the git history of the repository that holds the working directory.
+// The binary is a function of the commit and the Go toolchain alone, so it
+// is kept in the user's cache directory under both (releaseCachePath): a
+// warm machine's make test linked it again each time, 18-29 s of phase 1's
+// busy CPU. Deleting that directory makes the next run build it again.
 func buildAgentsagaAt(t *testing.T, dir, commit string) string {
 	t.Helper()
+	cached, err := releaseCachePath(commit)
+	if err != nil {
+		t.Logf("the release's binary is not cached: %v", err)
+	} else if info, err := os.Stat(cached); err == nil && info.Mode().IsRegular() {
+		t.Logf("release %s from the cache: %s", commit[:7], cached)
+		return cached
+	}
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	require.NoError(t, err, "the deploy test builds release %s from git history and needs git and a clone", commit)
 	repo := strings.TrimSpace(string(root))
@@ -255,7 +268,59 @@ func buildAgentsagaAt(t *testing.T, dir, commit string) string {
 	out, err = build.CombinedOutput()
 	require.NoError(t, err, "go build ./cmd/agentsaga at %s: %s", commit, out)
 	t.Logf("built release %s in %s", commit[:7], time.Since(startedAt).Round(time.Millisecond))
+	if cached != "" {
+		if err := copyExecutable(bin, cached); err != nil {
+			t.Logf("the release's binary is not cached: %v", err)
+		}
+	}
 	return bin
+}
+
+// releaseCachePath is where the binary of commit, built by the go on PATH,
+// is kept: $XDG_CACHE_HOME/agentsaga-test (or ~/.cache/agentsaga-test),
+// under the commit, the toolchain's version and the platform.
+func releaseCachePath(commit string) (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	version, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOVERSION: %w", err)
+	}
+	name := fmt.Sprintf("release-%s-%s-%s_%s", commit, strings.TrimSpace(string(version)), runtime.GOOS, runtime.GOARCH)
+	return filepath.Join(base, "agentsaga-test", name, "agentsaga"), nil
+}
+
+// copyExecutable copies the file from to the path to, through a temporary
+// file renamed into place, so that a test running beside this one (another
+// clone's make test) reads either no file there or the whole of it.
+func copyExecutable(from, to string) error {
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(to), ".agentsaga-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // once renamed, there is nothing left to remove
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), to)
 }
 
 // waitForLedgerStatus waits until the ledger says the run is status.

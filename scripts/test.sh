@@ -8,7 +8,8 @@
 # the deploy and eval tests, replays). They mostly wait (on outages,
 # timers and dev servers, each test on a database of its own), so the
 # library runs 4 packages at a time (-p 4) and 4 tests of each at a time
-# (-parallel 4) rather than one per core.
+# (-parallel 4) rather than one per core, with its worker package as a
+# part of its own.
 #
 # Phase 2 is cmd/agentsaga's chaos harness and fault tests, alone: they
 # run real worker processes with 3 s heartbeat timeouts and the harness
@@ -87,7 +88,18 @@ if ! "$GO" -C cmd/agentsaga build -ldflags='-s -w' -o "$bindir/agentsaga" .; the
 fi
 export AGENTSAGA_TEST_BINARY=$bindir/agentsaga
 echo "make test: built the agentsaga binary for the process tests in $((SECONDS - began)) s"
-start library "$GO" test "${flags[@]}" -p 4 -parallel 4 ./...
+# worker (110-120 s of tests that mostly wait on outages and timers) runs
+# as a part of its own, from the start: under ./... it is among the last
+# packages go test starts (after 140-190 s of phase 1), and phase 1 ended
+# with it.
+worker_pkg=github.com/agentsaga/agentsaga/worker
+if ! library_pkgs=$("$GO" list ./...) || ! grep -qx "$worker_pkg" <<<"$library_pkgs"; then
+	echo "make test: failed: go list ./... (the library's packages, $worker_pkg among them)" >&2
+	exit 1
+fi
+mapfile -t library_pkgs < <(grep -vx "$worker_pkg" <<<"$library_pkgs")
+start library "$GO" test "${flags[@]}" -p 4 -parallel 4 "${library_pkgs[@]}"
+start library-worker "$GO" test "${flags[@]}" -parallel 4 ./worker
 start k8s "$GO" -C deploy/k8s test ./...
 start cli-api "$GO" -C cmd/agentsaga test "${flags[@]}" ./api/...
 start cli-bench "$GO" -C cmd/agentsaga test "${unraced[@]}" -parallel 4 ./bench/...

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,29 +51,14 @@ func buildAgentsaga(t *testing.T) string {
 	return testbinary.Agentsaga(t)
 }
 
-// processTests is held by the test whose scenario runs worker processes
-// of its own (processBench), so that those run one after another: beside
-// the library's tests, several at once once pushed its timed tests past
-// their bounds.
-var processTests sync.Mutex
-
 // processBench is what a scenario with worker processes of its own needs:
 // the dev server's binary, the agentsaga binary built for the workers,
-// and the database; the test is skipped with -short. It makes t parallel
-// and holds processTests until t ends: the process tests still run one
-// after another, but the in-process smoke tests (storm, drain,
-// amplification and the others, mostly waiting on timers) run beside
-// them rather than after the last one. Each process test waiting for its
-// turn holds one of -parallel's places, so make test gives the package
-// -parallel 16.
+// and the database; the test is skipped with -short.
 func processBench(t *testing.T) (temporalBin, executable, databaseURL string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the agentsaga binary and runs worker processes")
 	}
-	t.Parallel()
-	processTests.Lock()
-	t.Cleanup(processTests.Unlock)
 	options, err := agentsagatest.DevServerOptions()
 	require.NoError(t, err)
 	return options.ExistingPath, buildAgentsaga(t), worker.ConfigFromEnv().DatabaseURL

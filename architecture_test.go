@@ -266,10 +266,10 @@ var cliInternalStillImported = map[string][]string{
 		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents", "internal/webhooks",
 	},
 	// The benchmarks drive the engine's machinery below the public API:
-	// the ledger's statements (ledgerdb), the fake providers
-	// (providerwire), the event log and the webhooks deliverer.
+	// the ledger's statements (ledgerdb), the event log and the webhooks
+	// deliverer.
 	"cmd/agentsaga/bench": {
-		"internal/ledgerdb", "internal/providerwire", "internal/runevents", "internal/webhooks",
+		"internal/ledgerdb", "internal/runevents", "internal/webhooks",
 	},
 }
 

@@ -15,6 +15,9 @@
 //     dataset add wrote; [Recordings] reads them) again with a candidate
 //     spec, every tool answered from the recording, and returns the report
 //     and the recording's checks ([Outcome]).
+//   - [WriteReply] answers a fake model server's request with a reply in
+//     OpenAI's or Anthropic's wire format, streamed when the request asks;
+//     [ReplyStream] gives the stream's events, for a server that paces them.
 //   - [Main] runs a test binary against a real Temporal dev server, for
 //     tests with a worker of their own.
 package agentsagatest

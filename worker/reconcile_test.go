@@ -264,13 +264,14 @@ func TestWorkerEnsuresTheReconciler(t *testing.T) {
 	queue := "reconcile-loop-" + t.Name()
 	const vanished = "schedule-vanished"
 	stageVanishedRun(ctx, t, store, vanished, paymentSpec(t, url, "bob"))
-	// A pass leaves runs younger than DefaultReconcileOlderThan.
+	// A pass leaves runs younger than 10 s (the engine's reconcileOlderThan).
 	_, err := ledgerdb.Of(store).Pool().Exec(ctx, `UPDATE runs SET started_at = started_at - interval '1 minute' WHERE workflow_id = $1`, vanished)
 	require.NoError(t, err)
-	// What an older build made: a Schedule that starts a pass every 30 s.
-	old, err := temporalClient.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: workflows.ReconcileScheduleID,
+	// What an older build made: a Schedule that starts a pass every 30 s,
+	// under the ID the reconciler has now.
+	old, err := temporalClient.ScheduleClient().Create(ctx, client.ScheduleOptions{ID: workflows.ReconcilerID,
 		Spec: client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: time.Hour}}},
-		Action: &client.ScheduleWorkflowAction{ID: workflows.ReconcileScheduleID, Workflow: agentsagatype.NamePrefix + "Reconciler",
+		Action: &client.ScheduleWorkflowAction{ID: workflows.ReconcilerID, Workflow: agentsagatype.NamePrefix + "Reconciler",
 			Args: []any{workflows.ReconcileInput{}}, TaskQueue: queue}})
 	require.NoError(t, err)
 	t.Cleanup(func() {

@@ -65,7 +65,6 @@ func streamingProvider(t *testing.T, provider string) *httptest.Server {
 			events, err = providerwire.ChatCompletionEvents([]byte(`{"id":"c1","object":"chat.completion","model":"gpt-test","choices":[{"index":0,
 				"message":{"role":"assistant","content":`+string(answer)+`},"finish_reason":"stop"}],
 				"usage":{"prompt_tokens":40,"completion_tokens":300,"total_tokens":340}}`), providerwire.FakePiece)
-			events = append(events, providerwire.Done)
 		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

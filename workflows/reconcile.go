@@ -24,9 +24,6 @@ import (
 const (
 	// ReconcilerID is the reconciler's workflow ID.
 	ReconcilerID = "agentsaga-reconciler"
-	// ReconcileScheduleID is the Schedule that started a pass at a time
-	// before ReconcilerLoop; a worker deletes it when it finds it.
-	ReconcileScheduleID = "agentsaga-reconciler"
 	// ReconcileInterval is how often the reconciler makes a pass.
 	ReconcileInterval = 30 * time.Second
 	// ReconcilePassSignal asks the reconciler for a pass now.
@@ -37,9 +34,6 @@ const (
 	// it continues as new: six hours at ReconcileInterval, four entries a
 	// day in the list, some 6,000 events of history each.
 	reconcilePassesPerRun = 720
-	// DefaultReconcileOlderThan leaves runs younger than this out of a
-	// scheduled pass.
-	DefaultReconcileOlderThan = 10 * time.Second
 	// defaultReconcilePageSize is how many runs one activity examines.
 	defaultReconcilePageSize = 100
 	// reconcileMaxPages bounds one pass (and its history); the next pass

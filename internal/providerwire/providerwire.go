@@ -1,5 +1,5 @@
 // Package providerwire owns the one definition of how agentsaga's fake
-// model providers (the tests' and the benchmarks' loopback servers) write
+// model providers (the tests', and the benchmarks' through agentsagatest) write
 // a reply: whole, as the JSON a non-streaming request gets, or streamed as
 // server-sent events, as the real APIs stream it: OpenAI's
 // chat.completion.chunk objects ending with data: [DONE], and Anthropic's

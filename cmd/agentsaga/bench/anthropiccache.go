@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/budget"
-	"github.com/agentsaga/agentsaga/internal/providerwire"
 )
 
 // The Messages API's documented prompt-caching rules, as the loopback
@@ -212,7 +212,7 @@ func (s *AnthropicCache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.OnRequest != nil {
 		s.OnRequest(turn)
 	}
-	_ = providerwire.WriteMessage(w, providerwire.Streams(body), reply)
+	_ = agentsagatest.WriteReply(w, body, reply)
 }
 
 func writeAPIError(w http.ResponseWriter, status int, kind, message string) {

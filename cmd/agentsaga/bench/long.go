@@ -29,9 +29,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -828,7 +828,7 @@ func (m *longModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		`"choices":[{"index":0,"message":%s,"finish_reason":%q}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
 		turn, began.Unix(), longModelName, message, finish, tokens, longCompletionTokens, tokens+longCompletionTokens)
-	_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply))
+	_ = agentsagatest.WriteReply(w, body, []byte(reply))
 	served := len(m.tool.served())
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentsaga/agentsaga/internal/providerwire"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 )
 
 // The rate-limit scenario needs a provider that limits an account the way
@@ -293,7 +293,7 @@ func (p *RateLimitProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d},"system_fingerprint":"fp_bench"}`,
 		id, time.Now().Unix(), model, message, finish, prompt, completion, prompt+completion)
 	// A reply the client stopped reading was still generated, and billed.
-	_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply))
+	_ = agentsagatest.WriteReply(w, body, []byte(reply))
 	p.settle(apiKey, reserved, prompt, completion, true)
 }
 

@@ -29,9 +29,9 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 )
@@ -879,7 +879,7 @@ func (p *spendProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		`"choices":[{"index":0,"message":%s,"logprobs":null,"finish_reason":%q}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
 		time.Now().Unix(), spendModel, message, finish, prompt, completion, prompt+completion)
-	_ = providerwire.WriteChatCompletion(w, providerwire.Streams(body), []byte(reply))
+	_ = agentsagatest.WriteReply(w, body, []byte(reply))
 }
 
 // checkThenRecord is the check-then-record contender, as LiteLLM's proxy

@@ -23,9 +23,9 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/activities"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
-	"github.com/agentsaga/agentsaga/internal/providerwire"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -277,7 +277,7 @@ func (m unwatchedModel) Turn(ctx context.Context, req activities.ModelRequest) (
 // release.
 type streamProvider struct {
 	loopback
-	events []providerwire.Event
+	events [][]byte
 	delay  time.Duration
 
 	mu    sync.Mutex
@@ -290,13 +290,13 @@ var streamRunID = regexp.MustCompile(`\[run (stream-[a-z0-9-]+)\]`)
 func startStreamProvider(cfg StreamConfig) (*streamProvider, error) {
 	text := strings.Repeat("tok ", cfg.Tokens)
 	answer, _ := json.Marshal(text)
-	events, err := providerwire.ChatCompletionEvents([]byte(`{"id":"c1","object":"chat.completion","model":"gpt-bench",
+	events, err := agentsagatest.ReplyStream([]byte(`{"id":"c1","object":"chat.completion","model":"gpt-bench",
 		"choices":[{"index":0,"message":{"role":"assistant","content":`+string(answer)+`},"finish_reason":"stop"}],
 		"usage":{"prompt_tokens":50,"completion_tokens":`+strconv.Itoa(cfg.Tokens)+`,"total_tokens":`+strconv.Itoa(cfg.Tokens+50)+`}}`), 4)
 	if err != nil {
 		return nil, fmt.Errorf("bench stream: the reply: %w", err)
 	}
-	p := &streamProvider{events: append(events, providerwire.Done), delay: cfg.PieceDelay, first: map[string]time.Time{}}
+	p := &streamProvider{events: events, delay: cfg.PieceDelay, first: map[string]time.Time{}}
 	if err := p.serve("127.0.0.1:0", p); err != nil {
 		return nil, fmt.Errorf("bench stream: the provider: %w", err)
 	}
@@ -331,7 +331,10 @@ func (p *streamProvider) spec(id string) string {
 func (p *streamProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	m := streamRunID.FindSubmatch(body)
-	if m == nil || !providerwire.Streams(body) {
+	var request struct {
+		Stream bool `json:"stream"`
+	}
+	if m == nil || json.Unmarshal(body, &request) != nil || !request.Stream {
 		http.Error(w, "bench stream: a streamed request naming its run", http.StatusBadRequest)
 		return
 	}
@@ -347,7 +350,7 @@ func (p *streamProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	for i, e := range p.events {
-		if _, err := w.Write(providerwire.Encode([]providerwire.Event{e})); err != nil {
+		if _, err := w.Write(e); err != nil {
 			return
 		}
 		w.(http.Flusher).Flush()

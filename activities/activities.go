@@ -28,8 +28,9 @@ import (
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
-// Activities are the worker's activity implementations. Register a pointer
-// with the worker; the workflow refers to the methods through a nil pointer.
+// Activities are the worker's activity implementations, registered on a
+// worker by Register (agentsaga.Engine.Register calls it); the workflow
+// schedules them by name.
 type Activities struct {
 	Ledger  *ledgerdb.Store
 	Toolbox *Toolbox
@@ -56,13 +57,13 @@ func toolResult(output string, replayed bool, attempt int) wire.ToolResult {
 	return wire.ToolResult{Output: textclip.Preview(output), Digest: textclip.Digest(output), Bytes: len(output), Replayed: replayed, Attempt: attempt}
 }
 
-// CallModel makes one model turn, once per key: the run's messages before
+// callModel makes one model turn, once per key: the run's messages before
 // Conversation.Through are read from the ledger (after Conversation.Append
 // is written), fitted to the model's context budget, and sent; the reply is
 // stored under the call's idempotency key and recorded as message Through.
 // A later attempt of a turn whose reply is stored returns it without calling
 // the provider again: a worker lost after the reply costs no second bill.
-func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agentsagatype.ModelTurn, error) {
+func (a *Activities) callModel(ctx context.Context, call wire.ModelCall) (agentsagatype.ModelTurn, error) {
 	ctx = keyed.WithCallKey(ctx, call.Key)
 	model, err := a.model(call.Model)
 	if err != nil {
@@ -247,15 +248,17 @@ func (a *Activities) apiKey(spec agentsagatype.ModelSpec) (string, error) {
 	return key, nil
 }
 
-// ToolCallRequest is the input of CallTool, for a workflow of a team's own
-// that schedules CallTool itself (and waits out an open breaker with
-// workflows.WaitOutBreaker): the tool's spec, the call's arguments, its
+// ToolCallRequest is the input of the engine's CallTool activity, for a
+// workflow of a team's own that schedules it itself, by its name
+// (agentsagatype.NamePrefix + "CallTool", on a worker the engine is
+// registered on), and waits out an open breaker with
+// workflows.WaitOutBreaker: the tool's spec, the call's arguments, its
 // retry plan, and, for a call sent again, the idempotency key of its first
 // activity. The fields it leaves zero (compensation, recording into a
 // run's conversation, spend) are an agent run's.
 type ToolCallRequest = wire.ToolCallRequest
 
-// CallTool makes one attempt of a tool call through the action ledger. A key
+// callTool makes one attempt of a tool call through the action ledger. A key
 // that already completed returns its stored result without calling the tool;
 // a key another attempt holds is waited for while that attempt's lease is
 // live; a fenced key (the workflow gave up, the run is rolling back or has
@@ -263,7 +266,7 @@ type ToolCallRequest = wire.ToolCallRequest
 // or do not match the schema fail at once, before the ledger is touched.
 // The whole output goes to the ledger (and, with req.Record, into the run's
 // conversation); history gets a preview and a digest.
-func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (wire.ToolResult, error) {
+func (a *Activities) callTool(ctx context.Context, req ToolCallRequest) (wire.ToolResult, error) {
 	ctx = keyed.WithCallKey(ctx, req.Key)
 	if err := toolcheck.CheckArguments(req.Tool, req.Arguments); err != nil {
 		return wire.ToolResult{}, temporal.NewNonRetryableApplicationError(err.Error(), wire.ErrTypeInvalidArguments, nil)
@@ -439,17 +442,17 @@ func toActivityError(err error) error {
 		NonRetryable: !c.retryable, NextRetryDelay: c.retryAfter, Details: []any{c.status}})
 }
 
-// RecordRunStart writes the run's row to the ledger.
-func (a *Activities) RecordRunStart(ctx context.Context, run agentsagatype.Run) error {
+// recordRunStart writes the run's row to the ledger.
+func (a *Activities) recordRunStart(ctx context.Context, run agentsagatype.Run) error {
 	info := activity.GetInfo(ctx)
 	run.WorkflowID, run.RunID = info.WorkflowExecution.ID, info.WorkflowExecution.RunID
 	return a.Ledger.StartRun(ctx, run)
 }
 
-// AdmitRun puts the run in its account's admission queue and admits what
+// admitRun puts the run in its account's admission queue and admits what
 // fits, or reads where the run stands there; the live page hears whether
 // it waits, and why.
-func (a *Activities) AdmitRun(ctx context.Context, req wire.AdmitRequest) (wire.Admission, error) {
+func (a *Activities) admitRun(ctx context.Context, req wire.AdmitRequest) (wire.Admission, error) {
 	adm, err := a.Ledger.AdmitRun(ctx, req)
 	if err != nil {
 		return wire.Admission{}, err
@@ -463,8 +466,8 @@ func (a *Activities) AdmitRun(ctx context.Context, req wire.AdmitRequest) (wire.
 	return adm, nil
 }
 
-// RecordRunFinish writes how the run ended.
-func (a *Activities) RecordRunFinish(ctx context.Context, finish wire.RunFinish) error {
+// recordRunFinish writes how the run ended.
+func (a *Activities) recordRunFinish(ctx context.Context, finish wire.RunFinish) error {
 	if err := a.Ledger.FinishRun(ctx, finish.WorkflowID, finish.Outcome); err != nil {
 		return err
 	}
@@ -479,11 +482,11 @@ func (a *Activities) RecordRunFinish(ctx context.Context, finish wire.RunFinish)
 // live lease.
 const settlePoll = 250 * time.Millisecond
 
-// GiveUpCall fences a call's key before the workflow tells the model that
+// giveUpCall fences a call's key before the workflow tells the model that
 // the call failed: from now on no attempt may claim it. If an attempt still
 // holds a live lease, it waits (heartbeating) until that attempt settles,
 // so the answer is what happened, not a guess made while it was at work.
-func (a *Activities) GiveUpCall(ctx context.Context, g wire.GiveUp) (wire.GaveUp, error) {
+func (a *Activities) giveUpCall(ctx context.Context, g wire.GiveUp) (wire.GaveUp, error) {
 	req := ledgerdb.ActionRequest{Key: g.Key, WorkflowID: g.WorkflowID, ActivityID: g.ActivityID, Tool: g.Tool, Arguments: g.Arguments}
 	for {
 		fenced, err := a.Ledger.FenceAction(ctx, req, ledgerdb.FenceGivenUp)
@@ -503,11 +506,11 @@ func (a *Activities) GiveUpCall(ctx context.Context, g wire.GiveUp) (wire.GaveUp
 	}
 }
 
-// CloseRun begins a run's rollback in the ledger: it fences every forward
+// closeRun begins a run's rollback in the ledger: it fences every forward
 // action of the run and of its sub-agents, refuses new claims of them, and
 // waits (heartbeating) until no attempt holds a live lease on any of them.
 // Only then does the walk read what to compensate.
-func (a *Activities) CloseRun(ctx context.Context, workflowID string) error {
+func (a *Activities) closeRun(ctx context.Context, workflowID string) error {
 	for {
 		live, err := a.Ledger.CloseRun(ctx, workflowID)
 		if err != nil {
@@ -533,10 +536,10 @@ func waitSettle(ctx context.Context) error {
 	}
 }
 
-// ReadResult reads back, whole, an output of the run that was shortened in
+// readResult reads back, whole, an output of the run that was shortened in
 // the model's requests, into the conversation as the answer to the model's
 // read_result call. The key must be one of the run's (or its sub-agents').
-func (a *Activities) ReadResult(ctx context.Context, req wire.ReadResultRequest) (wire.ToolResult, error) {
+func (a *Activities) readResult(ctx context.Context, req wire.ReadResultRequest) (wire.ToolResult, error) {
 	result, err := a.Ledger.RecordResultMessage(ctx, req.WorkflowID, req.Key, ledgerdb.Message{
 		Seq: req.Record.Seq, ToolCallID: req.Record.ToolCallID, Name: req.Record.Name})
 	if errors.Is(err, ledgerdb.ErrNotFound) {
@@ -549,9 +552,9 @@ func (a *Activities) ReadResult(ctx context.Context, req wire.ReadResultRequest)
 	return toolResult(result, true, int(activity.GetInfo(ctx).Attempt)), nil
 }
 
-// RollbackPlan reads what a run's rollback walks: the saga stack of the run
+// rollbackPlan reads what a run's rollback walks: the saga stack of the run
 // and its sub-agents, newest first, and what cannot be undone.
-func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequest) (wire.RollbackPlan, error) {
+func (a *Activities) rollbackPlan(ctx context.Context, req wire.RollbackPlanRequest) (wire.RollbackPlan, error) {
 	// A replay's tools are recorded and register no compensation; a
 	// compensation that found its way into a replay's stack all the same
 	// is not run: a replay changes nothing to undo. (A run the ledger
@@ -565,8 +568,8 @@ func (a *Activities) RollbackPlan(ctx context.Context, req wire.RollbackPlanRequ
 	return a.Ledger.Plan(ctx, req.WorkflowID, req.IrreversibleTools)
 }
 
-// SettleCompensation records what became of one compensation.
-func (a *Activities) SettleCompensation(ctx context.Context, s wire.Settlement) error {
+// settleCompensation records what became of one compensation.
+func (a *Activities) settleCompensation(ctx context.Context, s wire.Settlement) error {
 	if err := a.Ledger.SettleCompensation(ctx, s.ForwardKey, s.Status, s.Error, s.Reason); err != nil {
 		return err
 	}
@@ -575,8 +578,8 @@ func (a *Activities) SettleCompensation(ctx context.Context, s wire.Settlement) 
 	return nil
 }
 
-// SetRunStatus records a status the run passes through while it waits.
-func (a *Activities) SetRunStatus(ctx context.Context, s wire.RunStatus) error {
+// setRunStatus records a status the run passes through while it waits.
+func (a *Activities) setRunStatus(ctx context.Context, s wire.RunStatus) error {
 	if err := a.Ledger.SetRunStatus(ctx, s.WorkflowID, s.Status, s.Detail); err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func (c *countingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func newEnv(t *testing.T, acts *activities.Activities) *testsuite.TestActivityEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	return env
 }
 

@@ -14,9 +14,9 @@ import (
 	"github.com/agentsaga/agentsaga/internal/wire"
 )
 
-// RequestApproval records a call that waits for a human, under its key,
+// requestApproval records a call that waits for a human, under its key,
 // before anything is sent (ARCHITECTURE.md decision 14).
-func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
+func (a *Activities) requestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.RequestApproval(ctx, req)
 	if err == nil {
 		approval.Deadline, approval.OnTimeout = req.Deadline, req.OnTimeout // the run's, not the ledger's
@@ -25,11 +25,11 @@ func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.Appr
 	return approval, err
 }
 
-// DecideApproval records a human's decision (or the timeout's). A request
+// decideApproval records a human's decision (or the timeout's). A request
 // another decision settled first fails for good, naming who decided (or
 // the fork that closed it), so the second operator's Update is told; so
 // does a key with no request.
-func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision) (agentsagatype.Approval, error) {
+func (a *Activities) decideApproval(ctx context.Context, d wire.ApprovalDecision) (agentsagatype.Approval, error) {
 	approval, err := a.Ledger.DecideApproval(ctx, d.Key, d.Status(), d.By, d.Reason)
 	if err == nil {
 		a.publish(ctx, approval.WorkflowID, approval.Key+"/decided", runevents.ApprovalDecided, approval.Key, approval)
@@ -49,12 +49,12 @@ func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision
 	return approval, err
 }
 
-// PublishWaitEvent publishes a wait for a person's reminder, or its
+// publishWaitEvent publishes a wait for a person's reminder, or its
 // timeout, to the run's event log, under the event's key: a retried
 // attempt stores it once. Unlike the events the activities publish beside
 // a record, it fails when the log cannot be written, so that its retries
 // tell people.
-func (a *Activities) PublishWaitEvent(ctx context.Context, e wire.WaitEvent) error {
+func (a *Activities) publishWaitEvent(ctx context.Context, e wire.WaitEvent) error {
 	if e.Of == wire.WaitApproval && e.CallKey != "" {
 		// A fork closed the request (the source waits on, unaware): it
 		// waits for nobody, and nobody is to be reminded of it. A failed
@@ -77,17 +77,17 @@ func (a *Activities) PublishWaitEvent(ctx context.Context, e wire.WaitEvent) err
 	return err
 }
 
-// HoldLimit counts a call against its run's limit on a tool's arguments,
-// or refuses it, atomically across the fleet (ledgerdb.Store.HoldLimit).
-func (a *Activities) HoldLimit(ctx context.Context, hold wire.LimitHold) (wire.LimitHeld, error) {
+// holdLimit counts a call against its run's limit on a tool's arguments,
+// or refuses it, atomically across the fleet (ledgerdb.Store.holdLimit).
+func (a *Activities) holdLimit(ctx context.Context, hold wire.LimitHold) (wire.LimitHeld, error) {
 	return a.Ledger.HoldLimit(ctx, hold)
 }
 
-// RecordedApproval records a replay's approval request and decides it as
+// recordedApproval records a replay's approval request and decides it as
 // the recording did: the decision recorded for a call of the same tool
 // with the same arguments (the first one the replay has not used yet), or
 // a denial when the recording holds none. No human is asked.
-func (a *Activities) RecordedApproval(ctx context.Context, r wire.RecordedApproval) (agentsagatype.Approval, error) {
+func (a *Activities) recordedApproval(ctx context.Context, r wire.RecordedApproval) (agentsagatype.Approval, error) {
 	req := r.Request
 	var recorded []agentsagatype.Approval
 	source, err := a.sourceRun(ctx, r.Recording, req.WorkflowID)

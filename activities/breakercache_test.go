@@ -103,7 +103,7 @@ func executeWithHook(t *testing.T, hook *activities.RetryHook, url string) (wire
 	env := suite.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{hook}})
 	acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	value, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: url}, Arguments: `{}`,
 		Retry: agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,

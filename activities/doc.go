@@ -18,6 +18,7 @@
 // failure, pays for the retry out of the call's, the tool's, the run's and
 // the fleet's budgets, or fails the call at once with an error that names
 // the budget. An error wrapped by [Permanent] is never retried.
-// [Activities] holds the engine's activities and [Register] registers
-// them.
+// [Activities] holds the engine's activities, unexported methods that a
+// workflow schedules by name (agentsagatype.NamePrefix + "CallTool", ...),
+// and [Register] registers them.
 package activities

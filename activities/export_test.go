@@ -1,6 +1,12 @@
 package activities
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/agentsaga/agentsaga/agentsagatype"
+	"github.com/agentsaga/agentsaga/internal/wire"
+)
 
 // What the external tests (package activities_test) read that the package
 // keeps to itself.
@@ -45,3 +51,31 @@ const (
 	ReasoningOpenAIResponses = reasoningOpenAIResponses
 	ReasoningGemini          = reasoningGemini
 )
+
+// The activities the tests execute by function (ExecuteActivity(acts.CallTool,
+// ...)): the SDK resolves such a function by its name, and Register with
+// legacyNames registers the unexported methods under these bare names.
+
+func (a *Activities) CallTool(ctx context.Context, req ToolCallRequest) (wire.ToolResult, error) {
+	return a.callTool(ctx, req)
+}
+
+func (a *Activities) CallModel(ctx context.Context, call wire.ModelCall) (agentsagatype.ModelTurn, error) {
+	return a.callModel(ctx, call)
+}
+
+func (a *Activities) RequestApproval(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
+	return a.requestApproval(ctx, req)
+}
+
+func (a *Activities) DecideApproval(ctx context.Context, d wire.ApprovalDecision) (agentsagatype.Approval, error) {
+	return a.decideApproval(ctx, d)
+}
+
+func (a *Activities) PublishWaitEvent(ctx context.Context, e wire.WaitEvent) error {
+	return a.publishWaitEvent(ctx, e)
+}
+
+func (a *Activities) ListMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
+	return a.listMCPTools(ctx, server)
+}

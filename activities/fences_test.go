@@ -52,7 +52,7 @@ func runCallTool(t *testing.T, acts *activities.Activities, tool string, heartbe
 	env.SetTestTimeout(time.Minute)
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock})
 	env.RegisterWorkflow(callToolWorkflow)
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	env.ExecuteWorkflow(callToolWorkflow, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: tool, Kind: agentsagatype.ToolKindGo}, Arguments: `{}`}, heartbeat)
 	require.True(t, env.IsWorkflowCompleted())
@@ -168,7 +168,7 @@ func TestLedgerErrorDoesNotCountAgainstTheBreaker(t *testing.T) {
 	}})
 	acts := &activities.Activities{Ledger: store, Toolbox: activities.NewToolbox()}
 	acts.Toolbox.Register("t", func(context.Context, activities.ToolInvocation) (string, error) { return "ok", nil })
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 		Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindGo}, Arguments: `{}`,
 		Retry: agentsagatype.RetryPlan{Tool: "t", Dependency: "tool:t", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5,

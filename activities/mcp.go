@@ -41,21 +41,21 @@ func mcpEndpoint(t agentsagatype.ToolSpec) string {
 	return "command " + string(command)
 }
 
-// ListMCPTools lists the tools of an MCP server entry, once, at the start
+// listMCPTools lists the tools of an MCP server entry, once, at the start
 // of a run (the workflow freezes the answer in its history): one ToolSpec
 // per tool that allow lets through, named <entry>_<tool> (letters, digits,
 // '_' and '-', at most 64, as the model APIs require), described with the
 // server's readOnlyHint and idempotentHint shown as claims, not trusted,
 // and with the tool's inputSchema as its parameters. A name in allow the
 // server lacks is an error naming it.
-func (a *Activities) ListMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
+func (a *Activities) listMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
 	if err := toolcheck.Validate(server); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError("mcp: "+err.Error(), wire.ErrTypeMCPTools, nil)
 	}
 	if !server.IsMCPServer() {
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("mcp: tool %s is not an MCP server entry (kind mcp without mcp_tool)", server.Name), wire.ErrTypeMCPTools, nil)
 	}
-	listed, err := a.listMCPTools(ctx, server)
+	listed, err := a.fetchMCPTools(ctx, server)
 	if err != nil {
 		var unusable *mcpListingError
 		if errors.As(err, &unusable) {
@@ -74,7 +74,7 @@ type mcpListingError struct{ msg string }
 
 func (e *mcpListingError) Error() string { return e.msg }
 
-func (a *Activities) listMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
+func (a *Activities) fetchMCPTools(ctx context.Context, server agentsagatype.ToolSpec) ([]agentsagatype.ToolSpec, error) {
 	var tools []*mcp.Tool
 	err := a.withMCPSession(ctx, server, func(session *mcp.ClientSession) error {
 		tools = tools[:0]

@@ -251,7 +251,7 @@ func mcpActivities(t *testing.T) *Activities {
 func mcpEnv(acts *Activities) *testsuite.TestActivityEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(acts)
+	Register(env, acts, true)
 	return env
 }
 

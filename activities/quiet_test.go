@@ -136,7 +136,7 @@ func TestClassifiedFailuresLogOneWarnAndNoError(t *testing.T) {
 			t.Parallel()
 			env, logs := hookEnv(tc.store, context.Background())
 			acts := &activities.Activities{Ledger: ledgertest.NewStore(t), Toolbox: box}
-			env.RegisterActivity(acts)
+			activities.Register(env, acts, true)
 			tool := tc.tool
 			if tool.Name == "" {
 				tool = agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + tc.path}
@@ -192,7 +192,7 @@ func TestACancelledAttemptLogsNothingAtError(t *testing.T) {
 
 	env, logs := hookEnv(store, ctx)
 	acts := &activities.Activities{Ledger: store}
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{Arguments: `{}`,
 		Tool:  agentsagatype.ToolSpec{Name: "slow", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
 		Retry: agentsagatype.RetryPlan{Tool: "slow", Dependency: "tool:slow", MaxAttempts: 3, ToolRetryCap: 6, RunAllowance: 5, BackoffBase: time.Second, BackoffCap: time.Second}})

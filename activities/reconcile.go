@@ -34,12 +34,12 @@ type Reconciliation struct {
 	Temporal client.Client
 }
 
-// FindAbandonedRuns reads one page of the runs the ledger has not seen end
+// findAbandonedRuns reads one page of the runs the ledger has not seen end
 // and asks Temporal about each. A run still running is left alone; one
 // whose workflow was terminated, timed out, vanished or closed without
 // recording its end is marked terminated with Temporal's reason and
 // returned for its rollback. A run the engine ended itself is never read.
-func (r *Reconciliation) FindAbandonedRuns(ctx context.Context, in wire.FindAbandoned) (wire.AbandonedPage, error) {
+func (r *Reconciliation) findAbandonedRuns(ctx context.Context, in wire.FindAbandoned) (wire.AbandonedPage, error) {
 	candidates, err := r.Ledger.AbandonedCandidates(ctx, in.OlderThan, in.After, in.Limit)
 	if err != nil {
 		return wire.AbandonedPage{}, err
@@ -251,12 +251,12 @@ func (r *Reconciliation) closeReason(ctx context.Context, workflowID string, ex 
 	return fmt.Sprintf("the workflow closed in Temporal (%s) without recording its end", ex.status), nil
 }
 
-// StartRollback starts RollbackRun for a run marked terminated, under the
+// startRollback starts RollbackRun for a run marked terminated, under the
 // run's own workflow ID (its execution is closed, so a new one may use it)
 // on this worker's task queue. A rollback already running under that ID is
 // left to its work. RollbackRun itself does nothing for a run that is no
 // longer marked terminated, so a rollback is never walked twice.
-func (r *Reconciliation) StartRollback(ctx context.Context, run wire.AbandonedRun) (string, error) {
+func (r *Reconciliation) startRollback(ctx context.Context, run wire.AbandonedRun) (string, error) {
 	info := activity.GetInfo(ctx)
 	started, err := r.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       run.WorkflowID,
@@ -276,8 +276,8 @@ func (r *Reconciliation) StartRollback(ctx context.Context, run wire.AbandonedRu
 	return started.GetRunID(), nil
 }
 
-// ReadTerminatedRun reads the run a RollbackRun walks.
-func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID string) (wire.TerminatedRun, error) {
+// readTerminatedRun reads the run a RollbackRun walks.
+func (r *Reconciliation) readTerminatedRun(ctx context.Context, workflowID string) (wire.TerminatedRun, error) {
 	run, err := r.Ledger.GetRun(ctx, workflowID)
 	if errors.Is(err, ledgerdb.ErrNotFound) {
 		// No retry brings the row back (it was pruned, or the run never
@@ -300,8 +300,8 @@ func (r *Reconciliation) ReadTerminatedRun(ctx context.Context, workflowID strin
 	}, nil
 }
 
-// FinishSubRuns ends the sub-agents a terminated run's rollback walked with
+// finishSubRuns ends the sub-agents a terminated run's rollback walked with
 // its own stack, when they never recorded their end.
-func (r *Reconciliation) FinishSubRuns(ctx context.Context, in wire.SubRunsFinish) (int, error) {
+func (r *Reconciliation) finishSubRuns(ctx context.Context, in wire.SubRunsFinish) (int, error) {
 	return r.Ledger.FinishSubRuns(ctx, in.WorkflowID, in.Status, in.Reason)
 }

@@ -148,7 +148,7 @@ func TestRetryHookPaysOrDeniesByName(t *testing.T) {
 				activities.NewRetryHook(tc.store, activities.RetryHookConfig{Bucket: "fleet"}),
 			}})
 			acts := &activities.Activities{Ledger: store}
-			env.RegisterActivity(acts)
+			activities.Register(env, acts, true)
 			_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 				Tool: agentsagatype.ToolSpec{Name: "t", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL + tc.path + "?case=" + url.QueryEscape(tc.name)}, Arguments: `{}`, Retry: p})
 			var appErr *temporal.ApplicationError
@@ -192,7 +192,7 @@ func TestDeclaredRateSetsTheReleaseInterval(t *testing.T) {
 			activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker}),
 		}})
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-		env.RegisterActivity(acts)
+		activities.Register(env, acts, true)
 		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL, RateLimit: tc.limit},
 			Arguments: `{}`, Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo", MaxAttempts: 3}})
@@ -217,7 +217,7 @@ func TestReleasedSuccessesRideOnTheNextBooking(t *testing.T) {
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestActivityEnvironment()
 		env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{hook}})
-		env.RegisterActivity(acts)
+		activities.Register(env, acts, true)
 		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},
 			Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: fmt.Sprintf("wf/call-%d", i),
@@ -250,7 +250,7 @@ func TestReleasedCallWaitsForItsPlaceInLine(t *testing.T) {
 			activities.NewRetryHook(store, activities.RetryHookConfig{Bucket: "fleet", Breaker: budget.DefaultBreaker}),
 		}})
 		acts := &activities.Activities{Ledger: ledgertest.NewStore(t)}
-		env.RegisterActivity(acts)
+		activities.Register(env, acts, true)
 		start := time.Now()
 		_, err := env.ExecuteActivity(acts.CallTool, wire.ToolCallRequest{
 			Tool:      agentsagatype.ToolSpec{Name: "echo", Kind: agentsagatype.ToolKindHTTP, URL: ts.URL},

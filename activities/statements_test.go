@@ -97,7 +97,7 @@ func TestStatementsPerSuccessfulCall(t *testing.T) {
 	env := suite.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
 	acts := &activities.Activities{Ledger: store, Toolbox: toolbox}
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	const wf = "default-test-workflow-id" // the test environment's
 	lookup := func(record int) wire.ToolCallRequest {
 		return wire.ToolCallRequest{Tool: agentsagatype.ToolSpec{Name: "lookup", Kind: agentsagatype.ToolKindGo},
@@ -211,7 +211,7 @@ func TestStatementsOfALongCallThatRenewsItsLease(t *testing.T) {
 	env.SetTestTimeout(time.Minute)
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
 	env.RegisterWorkflow(longCallWorkflow)
-	env.RegisterActivity(&activities.Activities{Ledger: store, Toolbox: toolbox})
+	activities.Register(env, &activities.Activities{Ledger: store, Toolbox: toolbox}, true)
 	env.ExecuteWorkflow(longCallWorkflow, heartbeat)
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
@@ -256,7 +256,7 @@ func TestStatementsOfAModelTurnOnAQuota(t *testing.T) {
 	env := suite.NewTestActivityEnvironment()
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{countingHook(t, store)}})
 	acts := &activities.Activities{Ledger: store}
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	model := agentsagatype.ModelSpec{Provider: agentsagatype.ProviderOpenAI, Name: "gpt-4o-mini", BaseURL: provider.URL + "/v1"}
 	plan := agentsagatype.RetryPlan{Tool: "model", Dependency: "model:openai:gpt-4o-mini", MaxAttempts: 3, ToolRetryCap: 6,
 		RunAllowance: 5, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}

@@ -40,7 +40,7 @@ func tracedEnv(t *testing.T, acts *activities.Activities, retry activities.Retry
 	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: tolerantDeadlock, Interceptors: []interceptor.WorkerInterceptor{
 		tracing, activities.NewRetryHook(retry, activities.RetryHookConfig{Bucket: "fleet"}),
 	}})
-	env.RegisterActivity(acts)
+	activities.Register(env, acts, true)
 	return env, exporter
 }
 

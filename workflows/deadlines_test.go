@@ -401,7 +401,12 @@ func TestApprovalDecidedWhileItsRequestIsRecorded(t *testing.T) {
 			approve = update(env, workflows.UpdateApprove, workflows.ApprovalInput{Call: "step-001-call-1-add", By: "alice"})
 		},
 	}, func(env *testsuite.TestWorkflowEnvironment, acts *activities.Activities) {
-		env.OnActivity(agentsagatype.NamePrefix+wire.ActivityRequestApproval, mock.Anything, mock.Anything).After(time.Minute).Return(acts.RequestApproval)
+		env.OnActivity(agentsagatype.NamePrefix+wire.ActivityRequestApproval, mock.Anything, mock.Anything).After(time.Minute).Return(func(ctx context.Context, req agentsagatype.ApprovalRequest) (agentsagatype.Approval, error) {
+			// The activity's own work: the request written to the ledger.
+			approval, err := acts.Ledger.RequestApproval(ctx, req)
+			approval.Deadline, approval.OnTimeout = req.Deadline, req.OnTimeout
+			return approval, err
+		})
 	})
 	require.NoError(t, err)
 	assert.Empty(t, listed, "the query lists the call once its request is recorded")

@@ -167,7 +167,7 @@ func StormBaselineWorkflow(ctx workflow.Context, in OpenLoopInput) (OpenLoopResu
 	})
 }
 
-// agentsagaCall is call i of a run through agentsaga's CallTool, with the
+// agentsagaCall is call i of a run through agentsaga's CallTool activity, with the
 // default retry policy and a run allowance for i+1 calls. The breaker's
 // dependency is named after the task queue, which is unique to one
 // contender in one scenario, so one scenario's outage cannot leave a
@@ -180,7 +180,6 @@ func agentsagaCall(ctx workflow.Context, url string, i, toolRetryCap int) workfl
 // set, is the idempotency key of the call's first send, and rate, when
 // positive, the requests a minute the tool declares its dependency takes.
 func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key string, toolRetryCap int, rate int64) workflow.Future {
-	var acts *activities.Activities
 	policy := budget.RetryPolicy{}.WithDefaults()
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID: activityID, StartToCloseTimeout: 10 * time.Second,
@@ -190,7 +189,7 @@ func agentsagaSend(ctx workflow.Context, url string, i int, activityID, key stri
 	if rate > 0 {
 		tool.RateLimit = &agentsagatype.RateLimit{RequestsPerMinute: rate}
 	}
-	return workflow.ExecuteActivity(actx, acts.CallTool, activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
+	return workflow.ExecuteActivity(actx, agentsagatype.NamePrefix+"CallTool", activities.ToolCallRequest{Tool: tool, Arguments: fmt.Sprintf(`{"i":%d}`, i), Key: key,
 		Retry: agentsagatype.RetryPlan{Tool: "echo", Dependency: "tool:echo@" + workflow.GetInfo(ctx).TaskQueueName, MaxAttempts: policy.MaxAttempts,
 			ToolRetryCap: toolRetryCap, RunAllowance: policy.RunAllowance(i + 1),
 			BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second, Released: key != ""}})

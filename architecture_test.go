@@ -253,17 +253,15 @@ func list(names []string) string {
 var cliInternalStillImported = map[string][]string{
 	// show, list, spend, queue, keys, webhooks, serve, eval, replay, dev
 	// and their tests read and write the ledger through ledgerdb.Store;
-	// replay and eval build reports and datasets (replayreport, dataset);
-	// watch and serve follow a run's events (runevents); webhooks manages
-	// endpoints (webhooks).
+	// eval builds datasets (dataset); watch and serve follow a run's
+	// events (runevents); webhooks manages endpoints (webhooks).
 	"cmd/agentsaga": {
-		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents", "internal/webhooks",
+		"internal/dataset", "internal/ledgerdb", "internal/runevents", "internal/webhooks",
 	},
-	// The HTTP API: the same reads and writes of the ledger, a replay's
-	// report, the event stream, the webhooks endpoints; its tests import
-	// a dataset.
+	// The HTTP API: the same reads and writes of the ledger, the event
+	// stream, the webhooks endpoints.
 	"cmd/agentsaga/api": {
-		"internal/dataset", "internal/ledgerdb", "internal/replayreport", "internal/runevents", "internal/webhooks",
+		"internal/ledgerdb", "internal/runevents", "internal/webhooks",
 	},
 	// The benchmarks drive the engine's machinery below the public API:
 	// the ledger's statements (ledgerdb), the event log and the webhooks

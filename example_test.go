@@ -150,6 +150,25 @@ func ExampleRun_Resume() {
 	}
 }
 
+// A replay beside its recording: the calls that diverged, from which turn.
+func ExampleReportReplay() {
+	ctx := context.Background()
+	store, err := ledger.Open(ctx, "postgres://localhost:5432/agentsaga")
+	if err != nil {
+		return // compile-only: it needs a ledger holding the replay
+	}
+	defer store.Close()
+	report, err := agentsaga.ReportReplay(ctx, store, "replay-refund-o-1-1")
+	if errors.Is(err, agentsaga.ErrNotAReplay) {
+		return // the run replays no recording
+	}
+	for _, row := range report.Rows {
+		if row.Kind != agentsaga.ReplaySame {
+			fmt.Printf("turn %d: %s\n", row.Step, row.Kind)
+		}
+	}
+}
+
 // A refused decision, as Resume, Abort, Retry and Skip return it.
 func ExampleRefusedError() {
 	var err error = &agentsaga.RefusedError{ID: "refund-o-1", Decision: "retry",

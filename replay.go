@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
+	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 )
 
@@ -83,4 +84,55 @@ func ParseModel(s string) (ModelSpec, error) {
 		return ModelSpec{}, fmt.Errorf("model %q: %w (want provider:name, for example openai:gpt-4o-mini)", s, err)
 	}
 	return m, nil
+}
+
+// ReplayReport is a replay beside the run it replays: both runs' calls
+// side by side, turn by turn (Rows), how many differ (Divergences) and
+// from which turn (FirstDivergence), and whether the answer and the status
+// are the same. A sub-agent's row holds its own report (ReplayRow.Agent).
+// Print writes it as the table `agentsaga replay` prints; as JSON it is
+// what GET /v1/runs/{id}/report returns.
+type ReplayReport = replayreport.Report
+
+// ReplayRow is one call of a turn of a ReplayReport, the recording's and
+// the replay's side by side, and its Kind: ReplaySame, ReplayOutcome,
+// ReplayArguments, ReplayNew or ReplayMissing.
+type ReplayRow = replayreport.Row
+
+// The kinds of a ReplayRow.
+const (
+	ReplaySame      = replayreport.Same      // the same tool, arguments and outcome
+	ReplayOutcome   = replayreport.Outcome   // the same call, answered otherwise
+	ReplayArguments = replayreport.Arguments // the same tool, other arguments
+	ReplayNew       = replayreport.New       // the replay made a call the recording did not
+	ReplayMissing   = replayreport.Missing   // the recording made a call the replay did not
+)
+
+// ErrNotAReplay is what ReportReplay returns for a run that replays no
+// recording (no tool of its spec is recorded).
+var ErrNotAReplay = errors.New("not a replay: the run has no recorded tools")
+
+// ReportReplay compares the replay id with the recorded run it replays.
+// The report of a replay's sub-agent is its top replay's, which holds it
+// under the call that started it; a replay that has not ended gets its
+// report so far. A run the ledger lacks is ErrRunNotFound, one that
+// replays nothing ErrNotAReplay (both wrapped with the ID).
+func ReportReplay(ctx context.Context, store *ledger.Store, id string) (ReplayReport, error) {
+	db := ledgerdb.Of(store)
+	run, err := db.GetRun(ctx, id)
+	if err != nil {
+		return ReplayReport{}, fmt.Errorf("replay report: read run %s: %w", id, err)
+	}
+	rec, ok := replayreport.RecordingOf(run.Spec)
+	if !ok {
+		return ReplayReport{}, fmt.Errorf("replay report: run %s: %w", id, ErrNotAReplay)
+	}
+	report, err := replayreport.Build(ctx, db, rec.Source, rec.Replay)
+	if err != nil {
+		return ReplayReport{}, fmt.Errorf("replay report: %s against %s: %w", rec.Replay, rec.Source, err)
+	}
+	if report.Rows == nil {
+		report.Rows = []ReplayRow{} // a replay that has made no call yet: rows is a list
+	}
+	return report, nil
 }

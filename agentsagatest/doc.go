@@ -15,6 +15,8 @@
 //     dataset add wrote; [Recordings] reads them) again with a candidate
 //     spec, every tool answered from the recording, and returns the report
 //     and the recording's checks ([Outcome]).
+//   - [ImportRecording] writes a recording into a ledger as an ended run,
+//     for a test of what reads ended runs (a report, a page).
 //   - [WriteReply] answers a fake model server's request with a reply in
 //     OpenAI's or Anthropic's wire format, streamed when the request asks;
 //     [ReplyStream] gives the stream's events, for a server that paces them.

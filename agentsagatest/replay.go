@@ -130,8 +130,23 @@ func imported(t testing.TB, recording Recording) (store *ledger.Store, engine *a
 		t.Fatalf("agentsagatest: %v", err)
 	}
 	source = dataset.SourceID(recording.Source, 1, recording)
-	if _, err := dataset.Import(t.Context(), ledgerdb.Of(store), source, recording); err != nil {
-		t.Fatalf("agentsagatest: %v", err)
-	}
+	ImportRecording(t, store, source, recording)
 	return store, engine, source
+}
+
+// ImportRecording writes recording into store as the ended run id, with
+// its calls, answer and outcome as recorded, as agentsaga eval imports a
+// dataset's lines: for a test of what reads ended runs (a report, a page,
+// a replay of one). A spec whose tools are recorded from another run
+// (kind recorded) makes the run a replay of that run. An id the ledger
+// already has fails the test.
+func ImportRecording(t testing.TB, store *ledger.Store, id string, recording Recording) {
+	t.Helper()
+	wrote, err := dataset.Import(t.Context(), ledgerdb.Of(store), id, recording)
+	if err != nil {
+		t.Fatalf("agentsagatest: import run %s: %v", id, err)
+	}
+	if !wrote {
+		t.Fatalf("agentsagatest: import run %s: the ledger has a run %s already", id, id)
+	}
 }

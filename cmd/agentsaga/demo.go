@@ -146,7 +146,7 @@ func demoReplay(ctx context.Context, out io.Writer, stack *devStack, desk *seedD
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	report, err := loadReport(ctx, ledgerdb.Of(stack.store), source, id)
+	report, err := agentsaga.ReportReplay(ctx, stack.store, id)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

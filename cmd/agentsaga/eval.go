@@ -14,7 +14,6 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/worker"
 	"github.com/agentsaga/agentsaga/workflows"
@@ -215,11 +214,11 @@ func evalEntry(ctx context.Context, store *ledger.Store, path string, line datas
 		return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
 	}
 	if at != 0 {
-		before, fork, err := forkEntry(ctx, store, source, line.Entry, opts, at, run)
+		outcome, err := evalFork(ctx, store, name, source, line.Entry, opts, at, run)
 		if err != nil {
 			return dataset.Outcome{}, fmt.Errorf("eval %s: %w", name, err)
 		}
-		return dataset.JudgeFork(ctx, ledgerdb.Of(store), name, line.Entry, source, before, fork, at)
+		return outcome, nil
 	}
 	id, err := replay(ctx, store, source, opts, func(ctx context.Context, id string, spec workflows.RunSpec) error {
 		return run(ctx, id, spec, false)
@@ -230,27 +229,30 @@ func evalEntry(ctx context.Context, store *ledger.Store, path string, line datas
 	return dataset.Judge(ctx, ledgerdb.Of(store), name, line.Entry, source, id)
 }
 
-// forkEntry runs the entry imported as source to step at from its
+// evalFork runs the entry imported as source to step at from its
 // recording and the candidate opts make from there (dataset.ForkAt), and
-// returns the prefix as it ended and the fork's ID. The prefix takes the
-// first free replay ID, the fork the same with "-fork".
-func forkEntry(ctx context.Context, store *ledger.Store, source string, e dataset.Entry, opts agentsaga.ReplayOptions,
-	at int, run dataset.StartRun) (before replayreport.Run, fork string, err error) {
+// judges the fork (named name in the outcome). The prefix takes the first
+// free replay ID, the fork the same with "-fork".
+func evalFork(ctx context.Context, store *ledger.Store, name, source string, e dataset.Entry, opts agentsaga.ReplayOptions,
+	at int, run dataset.StartRun) (dataset.Outcome, error) {
 	prefix, err := replayID(ctx, store, source)
 	if err != nil {
-		return before, "", err
+		return dataset.Outcome{}, err
 	}
-	fork = prefix + "-fork"
+	fork := prefix + "-fork"
 	// The candidate starts mid-run: its calls from at on need not come in
 	// the recording's order from its first call.
 	opts.Match = agentsagatype.MatchAnyOrder
 	candidate, err := agentsaga.ReplaySpec(ctx, store, source, fork, opts)
 	if err != nil {
-		return before, "", err
+		return dataset.Outcome{}, err
 	}
 	if candidate, err = candidate.Resolve(); err != nil {
-		return before, "", fmt.Errorf("fork at step %d: the candidate's spec: %w", at, err)
+		return dataset.Outcome{}, fmt.Errorf("fork at step %d: the candidate's spec: %w", at, err)
 	}
-	before, err = dataset.ForkAt(ctx, ledgerdb.Of(store), source, e, at, candidate, prefix, fork, run)
-	return before, fork, err
+	before, err := dataset.ForkAt(ctx, ledgerdb.Of(store), source, e, at, candidate, prefix, fork, run)
+	if err != nil {
+		return dataset.Outcome{}, err
+	}
+	return dataset.JudgeFork(ctx, ledgerdb.Of(store), name, e, source, before, fork, at)
 }

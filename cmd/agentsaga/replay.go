@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentsaga/agentsaga"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -51,7 +50,7 @@ Then it prints the recorded run and the replay side by side.`,
 			if err != nil {
 				return err
 			}
-			return printReplay(cmd.Context(), out, ledgerdb.Of(store), args[0], id, asJSON)
+			return printReplay(cmd.Context(), out, store, id, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&model, "model", "", "the candidate model, provider:name (openai:gpt-4o-mini)")
@@ -107,10 +106,10 @@ func replayID(ctx context.Context, store *ledger.Store, source string) (string, 
 	}
 }
 
-// printReplay prints replay id against its recording source, as a table
-// or as JSON.
-func printReplay(ctx context.Context, out io.Writer, store *ledgerdb.Store, source, id string, asJSON bool) error {
-	report, err := loadReport(ctx, store, source, id)
+// printReplay prints replay id against its recording, as a table or as
+// JSON.
+func printReplay(ctx context.Context, out io.Writer, store *ledger.Store, id string, asJSON bool) error {
+	report, err := agentsaga.ReportReplay(ctx, store, id)
 	if err != nil {
 		return err
 	}
@@ -119,8 +118,4 @@ func printReplay(ctx context.Context, out io.Writer, store *ledgerdb.Store, sour
 	}
 	report.Print(out)
 	return nil
-}
-
-func loadReport(ctx context.Context, store *ledgerdb.Store, source, id string) (replayreport.Report, error) {
-	return replayreport.Build(ctx, store, source, id)
 }

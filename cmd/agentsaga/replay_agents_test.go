@@ -17,7 +17,6 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/internal/dataset"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -140,7 +139,7 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	require.ErrorContains(t, err, "dataset: replay-investigation-1 is a replay of investigation; add investigation")
 	_, err = dataset.Export(t.Context(), store, "investigation/step-001-call-1-investigator")
 	require.ErrorContains(t, err, "is a sub-agent of investigation; add its parent")
-	report, err := replayreport.Build(t.Context(), store, "investigation", "replay-investigation-1")
+	report, err := agentsaga.ReportReplay(t.Context(), handle, "replay-investigation-1")
 	require.NoError(t, err)
 	var out strings.Builder
 	report.Print(&out)
@@ -151,7 +150,7 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	require.Len(t, sub.Rows, 2)
 	assert.Equal(t, "replay-investigation-1/step-001-call-1-investigator", sub.Candidate.ID)
 	for _, row := range sub.Rows {
-		assert.Equal(t, replayreport.Same, row.Kind)
+		assert.Equal(t, agentsaga.ReplaySame, row.Kind)
 		assert.NotContains(t, row.Candidate.Output, "not recorded")
 	}
 	assert.Contains(t, out.String(), "1.2")
@@ -168,8 +167,9 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	replaySpec, err = agentsaga.ReplaySpec(t.Context(), handle, "investigation", "replay-investigation-2", agentsaga.ReplayOptions{Spec: &later})
 	require.NoError(t, err)
 	suiteRun(t, handle, "replay-investigation-2", replaySpec)
-	candidate, err := replayreport.Load(t.Context(), store, "replay-investigation-2")
+	report, err = agentsaga.ReportReplay(t.Context(), handle, "replay-investigation-2")
 	require.NoError(t, err)
+	candidate := report.Candidate
 	require.Len(t, candidate.Calls, 3)
 	assert.Contains(t, candidate.Calls[0].Error, "not recorded in investigation")
 	child := candidate.Calls[1].Agent
@@ -179,11 +179,11 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 		assert.Empty(t, c.Error, "the sub-agent started at turn 2 is answered by the one recorded at turn 1")
 		assert.Contains(t, c.Output, "ann@example.com")
 	}
-	report, err = replayreport.Build(t.Context(), store, "investigation", "replay-investigation-2")
+	report, err = agentsaga.ReportReplay(t.Context(), handle, "replay-investigation-2")
 	require.NoError(t, err)
-	var moved *replayreport.Report
+	var moved *agentsaga.ReplayReport
 	for _, row := range report.Rows {
-		if row.Kind == replayreport.New && row.Candidate.Tool == "investigator" {
+		if row.Kind == agentsaga.ReplayNew && row.Candidate.Tool == "investigator" {
 			moved = row.Agent
 		}
 	}
@@ -196,7 +196,7 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	replaySpec, err = agentsaga.ReplaySpec(t.Context(), handle, "investigation", "replay-investigation-3", agentsaga.ReplayOptions{Spec: &rogue})
 	require.NoError(t, err)
 	suiteRun(t, handle, "replay-investigation-3", replaySpec)
-	report, err = replayreport.Build(t.Context(), store, "investigation", "replay-investigation-3")
+	report, err = agentsaga.ReportReplay(t.Context(), handle, "replay-investigation-3")
 	require.NoError(t, err)
 	out.Reset()
 	report.Print(&out)
@@ -226,8 +226,9 @@ func TestReplayASubAgentFromItsRecording(t *testing.T) {
 	replaySpec, err = agentsaga.ReplaySpec(t.Context(), handle, "investigation", "replay-investigation-4", agentsaga.ReplayOptions{Spec: &twice})
 	require.NoError(t, err)
 	suiteRun(t, handle, "replay-investigation-4", replaySpec)
-	candidate, err = replayreport.Load(t.Context(), store, "replay-investigation-4")
+	report, err = agentsaga.ReportReplay(t.Context(), handle, "replay-investigation-4")
 	require.NoError(t, err)
+	candidate = report.Candidate
 	require.Len(t, candidate.Calls, 2)
 	var approvals []string
 	for _, c := range candidate.Calls {

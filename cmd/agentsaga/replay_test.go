@@ -24,7 +24,6 @@ import (
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/budget"
 	"github.com/agentsaga/agentsaga/internal/ledgerdb"
-	"github.com/agentsaga/agentsaga/internal/replayreport"
 	"github.com/agentsaga/agentsaga/ledger"
 	"github.com/agentsaga/agentsaga/workflows"
 )
@@ -132,7 +131,7 @@ func TestReplaySeed002Identity(t *testing.T) {
 	assert.True(t, strings.HasPrefix(replay.HandoffNote, model+"\n\nStopped after 6 model turns: graceful finish: 17% of the leaf calls left"), replay.HandoffNote)
 	assert.Equal(t, recorded.Usage.LeafCalls, replay.Usage.LeafCalls, "each call is charged the attempts it took in the recording")
 
-	report, err := loadReport(t.Context(), ledgerdb.Of(handle), "seed002-recorded", "replay-seed002-recorded-1")
+	report, err := agentsaga.ReportReplay(t.Context(), handle, "replay-seed002-recorded-1")
 	require.NoError(t, err)
 	assert.Zero(t, report.Divergences, "%+v", report.Rows)
 	assert.Zero(t, report.FirstDivergence)
@@ -159,22 +158,22 @@ func TestReplayDivergesAtTurn3(t *testing.T) {
 	suiteRun(t, handle, "replay-seed002-turn3-1", spec)
 	assert.Equal(t, before, desk.searches+desk.lookups, "a replay sends nothing to the world")
 
-	report, err := loadReport(t.Context(), ledgerdb.Of(handle), "seed002-turn3", "replay-seed002-turn3-1")
+	report, err := agentsaga.ReportReplay(t.Context(), handle, "replay-seed002-turn3-1")
 	require.NoError(t, err)
 	var out strings.Builder
 	report.Print(&out)
 	t.Log("\n" + out.String())
 	assert.Equal(t, 3, report.FirstDivergence)
-	var turn3 replayreport.Row
+	var turn3 agentsaga.ReplayRow
 	for _, row := range report.Rows {
 		if row.Step == 3 {
 			turn3 = row
 		}
 		if row.Step < 3 {
-			assert.Equal(t, replayreport.Same, row.Kind)
+			assert.Equal(t, agentsaga.ReplaySame, row.Kind)
 		}
 	}
-	require.Equal(t, replayreport.Arguments, turn3.Kind)
+	require.Equal(t, agentsaga.ReplayArguments, turn3.Kind)
 	assert.JSONEq(t, `{"q":"shipping SLA"}`, turn3.Recorded.Arguments)
 	assert.JSONEq(t, `{"q":"shipping rates"}`, turn3.Candidate.Arguments)
 	assert.Contains(t, turn3.Candidate.Error, "not recorded in seed002-turn3")
@@ -268,7 +267,7 @@ func TestReplayApprovalsFromTheRecording(t *testing.T) {
 	replaySpec, err := agentsaga.ReplaySpec(t.Context(), handle, "payout-recorded", "replay-payout-recorded-1", agentsaga.ReplayOptions{})
 	require.NoError(t, err)
 	suiteRun(t, handle, "replay-payout-recorded-1", replaySpec)
-	report, err := loadReport(t.Context(), ledgerdb.Of(handle), "payout-recorded", "replay-payout-recorded-1")
+	report, err := agentsaga.ReportReplay(t.Context(), handle, "replay-payout-recorded-1")
 	require.NoError(t, err)
 	assert.Zero(t, report.Divergences, "%+v", report.Rows)
 	require.Len(t, report.Candidate.Calls, 3)
@@ -283,7 +282,7 @@ func TestReplayApprovalsFromTheRecording(t *testing.T) {
 	replaySpec, err = agentsaga.ReplaySpec(t.Context(), handle, "payout-recorded", "replay-payout-recorded-2", agentsaga.ReplayOptions{Spec: &candidate})
 	require.NoError(t, err)
 	suiteRun(t, handle, "replay-payout-recorded-2", replaySpec)
-	report, err = loadReport(t.Context(), ledgerdb.Of(handle), "payout-recorded", "replay-payout-recorded-2")
+	report, err = agentsaga.ReportReplay(t.Context(), handle, "replay-payout-recorded-2")
 	require.NoError(t, err)
 	assert.Equal(t, 2, report.FirstDivergence)
 	assert.Contains(t, report.Candidate.Calls[1].Approval, "denied by replay: no decision recorded in payout-recorded")

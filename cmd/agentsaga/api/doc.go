@@ -1,7 +1,7 @@
 // Package api owns agentsaga's HTTP API (issue 33), which `agentsaga serve`
 // serves: it starts, lists and reads runs, streams a run's event log as
 // Server-Sent Events, sets a replay beside the run it replays (issue 34,
-// internal/replayreport), carries the human decisions (resume, abort,
+// agentsaga.ReportReplay), carries the human decisions (resume, abort,
 // retry, skip, approve, deny), serves its OpenAPI 3.1 document and a run's
 // live page (a replay's with its report), and decides who may do what:
 // bearer keys (cmd/agentsaga/apikeys) with scopes, each key seeing only its

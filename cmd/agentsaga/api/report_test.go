@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentsaga/agentsaga"
+	"github.com/agentsaga/agentsaga/agentsagatest"
 	"github.com/agentsaga/agentsaga/agentsagatype"
 	"github.com/agentsaga/agentsaga/cmd/agentsaga/apikeys"
-	"github.com/agentsaga/agentsaga/internal/dataset"
-	"github.com/agentsaga/agentsaga/internal/replayreport"
 )
 
 // ledgerCall is one tool call of an imported run: asked for at its
@@ -24,9 +24,9 @@ type ledgerCall struct {
 	sent      bool
 }
 
-// importRun writes an ended run into the ledger as a dataset entry is
-// imported (dataset.Import). A spec whose tools are recorded from source
-// makes it a replay.
+// importRun writes an ended run into the ledger as a dataset's line is
+// imported (agentsagatest.ImportRecording). A spec whose tools are
+// recorded from source makes it a replay.
 func (w *world) importRun(id, account, source, answer string, calls ...ledgerCall) {
 	w.t.Helper()
 	tool := map[string]any{"name": "lookup", "kind": "http", "url": "http://127.0.0.1:1/lookup"}
@@ -38,16 +38,18 @@ func (w *world) importRun(id, account, source, answer string, calls ...ledgerCal
 		tool = map[string]any{"name": "lookup", "kind": "recorded",
 			"recording": map[string]any{"source": source, "replay": replay, "match": "in-order"}}
 	}
-	spec, err := json.Marshal(map[string]any{"goal": "g", "budget": map[string]any{"account": account}, "tools": []any{tool}})
-	require.NoError(w.t, err)
-	e := dataset.Entry{Goal: "g", Spec: spec, Status: agentsagatype.RunCompleted, Answer: answer, Steps: len(calls) + 1,
-		Tokens: 100, USD: 0.01, WallMS: 1000}
+	line := map[string]any{"goal": "g", "spec": map[string]any{"goal": "g", "budget": map[string]any{"account": account}, "tools": []any{tool}},
+		"status": agentsagatype.RunCompleted, "answer": answer, "steps": len(calls) + 1, "tokens": 100, "usd": 0.01, "wall_ms": 1000,
+		"calls": []any{}}
 	for _, c := range calls {
-		e.Calls = append(e.Calls, dataset.Call{Step: c.step, Tool: c.tool, Arguments: json.RawMessage(c.arg), Sent: c.sent, Output: c.output})
+		line["calls"] = append(line["calls"].([]any), map[string]any{"step": c.step, "tool": c.tool, "arguments": json.RawMessage(c.arg),
+			"sent": c.sent, "output": c.output})
 	}
-	wrote, err := dataset.Import(w.t.Context(), w.db, id, e)
+	data, err := json.Marshal(line)
 	require.NoError(w.t, err)
-	require.True(w.t, wrote, "run %s was in the ledger already", id)
+	var recording agentsagatest.Recording
+	require.NoError(w.t, json.Unmarshal(data, &recording))
+	agentsagatest.ImportRecording(w.t, w.store, id, recording)
 }
 
 // GET /v1/runs/{id}/report: a replay gets its report against its source
@@ -68,7 +70,7 @@ func TestReplayReportRoute(t *testing.T) {
 	a := w.do("GET", "/v1/runs/replay-src-1/report", reader, "")
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
 	assert.Equal(t, "application/json", a.header.Get("Content-Type"))
-	var report replayreport.Report
+	var report agentsaga.ReplayReport
 	require.NoError(t, json.Unmarshal(a.body, &report))
 	assert.Equal(t, "src", report.Recorded.ID)
 	assert.Equal(t, "replay-src-1", report.Candidate.ID)
@@ -77,8 +79,8 @@ func TestReplayReportRoute(t *testing.T) {
 	assert.Equal(t, 2, report.FirstDivergence)
 	assert.False(t, report.SameAnswer)
 	require.Len(t, report.Rows, 2)
-	assert.Equal(t, replayreport.Same, report.Rows[0].Kind, "arguments are compared as canonical JSON")
-	assert.Equal(t, replayreport.Arguments, report.Rows[1].Kind)
+	assert.Equal(t, agentsaga.ReplaySame, report.Rows[0].Kind, "arguments are compared as canonical JSON")
+	assert.Equal(t, agentsaga.ReplayArguments, report.Rows[1].Kind)
 	assert.Equal(t, `{"order":"Q"}`, report.Rows[1].Candidate.Arguments)
 	assert.False(t, report.Rows[1].Candidate.Sent)
 	assert.Equal(t, "paid 5000", report.Candidate.Answer)
@@ -118,6 +120,11 @@ func TestReplayReportRoute(t *testing.T) {
 	}
 	a = w.do("GET", "/v1/runs/replay-globex-src-1/report", w.key("globex-reader", "globex", apikeys.RunsRead), "")
 	assert.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	// A replay whose recording is gone (pruned) is a 404 that says so.
+	w.importRun("replay-gone-1", "acme", "gone", "x")
+	a = w.do("GET", "/v1/runs/replay-gone-1/report", reader, "")
+	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+	assert.Contains(t, a.json(t)["detail"], "the run that replay-gone-1 replays is not in the ledger")
 
 	a = w.do("GET", "/v1/runs/replay-src-1/report", w.key("decider", "acme", apikeys.ApprovalsDecide), "")
 	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)

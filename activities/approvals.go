@@ -78,7 +78,7 @@ func (a *Activities) publishWaitEvent(ctx context.Context, e wire.WaitEvent) err
 }
 
 // holdLimit counts a call against its run's limit on a tool's arguments,
-// or refuses it, atomically across the fleet (ledgerdb.Store.holdLimit).
+// or refuses it, atomically across the fleet (ledgerdb.Store.HoldLimit).
 func (a *Activities) holdLimit(ctx context.Context, hold wire.LimitHold) (wire.LimitHeld, error) {
 	return a.Ledger.HoldLimit(ctx, hold)
 }

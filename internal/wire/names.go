@@ -11,11 +11,11 @@ const RollbackRunWorkflow = "RollbackRun"
 // run's type is NamePrefix + this (agentsaga.AgentRunWorkflow).
 const AgentRunWorkflow = "AgentRun"
 
-// The engine's activities, by the names of the methods that implement them
-// (activities.Activities and activities.Reconciliation). A worker registers
-// each under NamePrefix + its name; the workflows schedule them by these
-// constants, and a test in activities checks that each names a method and
-// that every method has one.
+// The engine's activities, by name: activities.Register registers each
+// (an unexported method of activities.Activities or
+// activities.Reconciliation) under NamePrefix + its name, the workflows
+// schedule them by these constants, and a test in activities checks that
+// Register's table holds exactly these names.
 const (
 	ActivityCallModel          = "CallModel"
 	ActivityCallTool           = "CallTool"

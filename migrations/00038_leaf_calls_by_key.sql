@@ -12,8 +12,11 @@
 -- takeover, a rollback's settle) read the key's few attempts and keep the
 -- in-flight one, and no index reads outcome, so a settle can stay on its
 -- page. Built CONCURRENTLY (outside a transaction) so that a large ledger
--- keeps taking writes while it builds.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS leaf_calls_by_key ON leaf_calls (idempotency_key);
+-- keeps taking writes while it builds. A concurrent build that failed
+-- half way leaves an invalid index behind, which IF NOT EXISTS would keep:
+-- a run of this migration after such a failure drops it and builds again.
+DROP INDEX CONCURRENTLY IF EXISTS leaf_calls_by_key;
+CREATE INDEX CONCURRENTLY leaf_calls_by_key ON leaf_calls (idempotency_key);
 DROP INDEX CONCURRENTLY IF EXISTS leaf_calls_in_flight;
 
 -- +goose Down

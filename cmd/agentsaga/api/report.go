@@ -29,8 +29,9 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request, key apikeys.K
 	}
 	if errors.Is(err, agentsaga.ErrRunNotFound) {
 		// The replay was read above: what is missing is the run it
-		// replays (or its top replay), pruned since.
-		return problem(http.StatusNotFound, "not-found", "Not found", "the run that %s replays is not in the ledger: %v", run.WorkflowID, err)
+		// replays (or its top replay), pruned since. Its ID is not
+		// named: the key may not see its account.
+		return problem(http.StatusNotFound, "not-found", "Not found", "the run that %s replays is not in the ledger", run.WorkflowID)
 	}
 	if err != nil {
 		return fmt.Errorf("api: the replay report of %s: %w", run.WorkflowID, err)

@@ -47,18 +47,23 @@ done
 
 pids=()
 names=()
-# start runs "$@" in the background as part $1, its lines prefixed.
+logs=$(mktemp -d)
+# start runs "$@" in the background as part $1, its lines prefixed and
+# kept in $logs/$1 for finish's summary.
 start() {
 	local name=$1
 	shift
 	(
 		set -o pipefail
-		"$@" 2>&1 | sed -u "s/^/[$name] /"
+		"$@" 2>&1 | sed -u "s/^/[$name] /" | tee "$logs/$name"
 	) &
 	pids+=("$!")
 	names+=("$name")
 }
-# finish waits for every part started and fails naming those that failed.
+# finish waits for every part started and fails naming those that failed,
+# and the tests in them that failed: the SDK's workers log to stderr, and
+# a failing test's own lines can end up thousands of lines above the end,
+# beyond what a CI log's tail keeps.
 finish() {
 	local failed=()
 	for i in "${!pids[@]}"; do
@@ -67,6 +72,11 @@ finish() {
 	pids=()
 	names=()
 	if ((${#failed[@]} > 0)); then
+		for name in "${failed[@]}"; do
+			echo "make test: what failed in $name:" >&2
+			grep -E -A12 -- '--- FAIL|^\[[a-z-]+\] (panic:|fatal error:)|Error Trace:|test timed out' "$logs/$name" |
+				grep -v -E 'Activity error|ExecuteActivity|Stopped Worker|Started Worker' | head -80 >&2
+		done
 		echo "make test: failed: ${failed[*]}" >&2
 		exit 1
 	fi
@@ -81,7 +91,7 @@ began=$SECONDS
 # built once here for its three test binaries (testbinary.BinaryEnv):
 # each linked its own, and phase 1 keeps both cores busy throughout.
 bindir=$(mktemp -d)
-trap 'rm -rf "$bindir"' EXIT
+trap 'rm -rf "$bindir" "$logs"' EXIT
 if ! "$GO" -C cmd/agentsaga build -ldflags='-s -w' -o "$bindir/agentsaga" .; then
 	echo "make test: failed: go build ./cmd/agentsaga (the binary the process tests run)" >&2
 	exit 1

@@ -25,9 +25,15 @@ func TestDrainSmoke(t *testing.T) {
 		assert.Zero(t, r.FailedCalls, "%s: a parked call waits, it does not fail", r.Contender)
 	}
 	// 40 calls at 10 a second take 4 s; at the fixed 2 a second the
-	// adaptive rate replaced, about 20. The bound leaves room for the
-	// suite's own load, which once stretched the declared drain to 11 s.
-	assert.Less(t, declared.DrainSeconds, 15, "the declared rate drains the backlog at about what the service takes")
-	assert.Less(t, undeclared.DrainSeconds, 15, "the adaptive rate starts at 10 a second, not the old fixed 2")
+	// adaptive rate replaced, at least 20: its last release comes 19.5 s
+	// after its first, and the suite's load can only make that later. So a
+	// bound under 20 s tells the two apart on any machine, and the room
+	// below it is for that load, which once stretched the declared drain
+	// to 11 s. Stop 57's CI run failed in this package with the drain
+	// among the last tests running, at the 15 s bound this had; its log
+	// did not name the test. How near the drain comes to the service's
+	// rate is `make bench`'s to say, on a quiet machine.
+	assert.Less(t, declared.DrainSeconds, 19, "the declared rate drains the backlog faster than the old fixed 2 a second")
+	assert.Less(t, undeclared.DrainSeconds, 19, "the adaptive rate starts at 10 a second, not the old fixed 2")
 	assert.Positive(t, undeclared.LearnedRate, "the bench reads the rate the drain left")
 }

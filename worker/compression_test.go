@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 
@@ -11,8 +10,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/stats"
 
 	"github.com/agentsaga/agentsaga/worker"
@@ -61,21 +58,13 @@ func (systemInfoServer) GetSystemInfo(context.Context, *workflowservice.GetSyste
 func TestCompressionIsOffForAServerOnThisHost(t *testing.T) {
 	isolateTemporalEnv(t)
 	recorder := &encodingRecorder{}
-	server := grpc.NewServer(grpc.StatsHandler(recorder))
-	workflowservice.RegisterWorkflowServiceServer(server, systemInfoServer{})
-	healthServer := health.NewServer()
-	healthServer.SetServingStatus("temporal.api.workflowservice.v1.WorkflowService", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(server, healthServer)
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = server.Serve(listener) }()
-	t.Cleanup(server.Stop)
+	address := serveFrontend(t, grpc.NewServer(grpc.StatsHandler(recorder)), systemInfoServer{})
 
 	// Dial asks the server for its system info, through the SDK's
 	// interceptors and compressor, before it returns.
 	encodingOfDial := func(t *testing.T) string {
 		t.Helper()
-		c, err := worker.Dial(context.Background(), worker.Config{TemporalAddress: listener.Addr().String(), Namespace: "default"})
+		c, err := worker.Dial(context.Background(), worker.Config{TemporalAddress: address, Namespace: "default"})
 		require.NoError(t, err)
 		c.Close()
 		return recorder.seen()

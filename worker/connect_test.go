@@ -164,7 +164,16 @@ func startGuardedFrontend(t *testing.T, serverCA, clientCA *testCA, apiKey strin
 		}))
 	forward, err := proxy.NewWorkflowServiceProxyServer(proxy.WorkflowServiceProxyOptions{Client: temporalClient.WorkflowService()})
 	require.NoError(t, err)
-	workflowservice.RegisterWorkflowServiceServer(server, forward)
+	f.Address = serveFrontend(t, server, forward)
+	return f
+}
+
+// serveFrontend serves frontend's WorkflowService on server, with the
+// health check the SDK's Dial asks for, on a loopback port until the test
+// ends, and returns its address.
+func serveFrontend(t *testing.T, server *grpc.Server, frontend workflowservice.WorkflowServiceServer) string {
+	t.Helper()
+	workflowservice.RegisterWorkflowServiceServer(server, frontend)
 	healthServer := health.NewServer()
 	healthServer.SetServingStatus("temporal.api.workflowservice.v1.WorkflowService", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(server, healthServer)
@@ -172,8 +181,7 @@ func startGuardedFrontend(t *testing.T, serverCA, clientCA *testCA, apiKey strin
 	require.NoError(t, err)
 	go func() { _ = server.Serve(listener) }()
 	t.Cleanup(server.Stop)
-	f.Address = listener.Addr().String()
-	return f
+	return listener.Addr().String()
 }
 
 func (f *guardedFrontend) seen() (clients, bearers []string) {
@@ -451,16 +459,7 @@ func (d *deadlineRecorder) GetWorkflowExecutionHistory(ctx context.Context, _ *w
 func startDeadlineRecorder(t *testing.T) (*deadlineRecorder, string) {
 	t.Helper()
 	d := &deadlineRecorder{deadlines: map[string]time.Duration{}}
-	server := grpc.NewServer()
-	workflowservice.RegisterWorkflowServiceServer(server, d)
-	healthServer := health.NewServer()
-	healthServer.SetServingStatus("temporal.api.workflowservice.v1.WorkflowService", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(server, healthServer)
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = server.Serve(listener) }()
-	t.Cleanup(server.Stop)
-	return d, listener.Addr().String()
+	return d, serveFrontend(t, grpc.NewServer(), d)
 }
 
 // The worker's task polls reach the server with a deadline of

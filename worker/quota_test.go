@@ -30,7 +30,10 @@ import (
 // answers 429, with OpenAI's headers, to the requests tooMany picks, and
 // counts the requests it holds at once.
 type quotaModel struct {
-	tooMany               func(n int32) bool // n counts the requests from 1
+	tooMany func(n int32) bool // n counts the requests from 1
+	// hold, when set, is called with each request's number before it is
+	// answered, and may keep it in flight.
+	hold                  func(n int32)
 	latency               time.Duration
 	requests, refused     atomic.Int32
 	mu                    sync.Mutex
@@ -60,6 +63,9 @@ func (m *quotaModel) serve() *httptest.Server {
 			w.WriteHeader(http.StatusTooManyRequests)
 			fmt.Fprint(w, `{"error":{"message":"Rate limit reached for gpt-4o-mini on requests per min (RPM): Limit 600, Used 600, Requested 1.","type":"requests","code":"rate_limit_exceeded"}}`)
 			return
+		}
+		if m.hold != nil {
+			m.hold(n)
 		}
 		time.Sleep(m.latency)
 		w.Header().Set("x-ratelimit-remaining-requests", "599")
@@ -139,7 +145,23 @@ func TestTurnsWaitForTheirQuota(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	store, queue := quotaWorker(ctx, t)
-	model := &quotaModel{latency: 300 * time.Millisecond}
+	// The first request stays in flight until another run's turn has
+	// found the quota full: with the model's latency alone, the suite's
+	// load once started the four runs so far apart that no turn met
+	// another, and the test saw no wait at all.
+	key := quota.Key("openai", "gpt-4o-mini", "")
+	model := &quotaModel{latency: 300 * time.Millisecond, hold: func(n int32) {
+		if n != 1 {
+			return
+		}
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			if st, err := ledgerdb.Of(store).QuotaState(ctx, key); err == nil && st.Refused > 0 {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}}
 	server := model.serve()
 	defer server.Close()
 	spec, err := workflows.ParseSpec([]byte(fmt.Sprintf(`
@@ -172,7 +194,7 @@ model:
 	assert.Equal(t, 1, model.maxInFlight, "the quota admits one request at a time, fleet-wide")
 	assert.EqualValues(t, runs, model.requests.Load(), "a wait sends nothing")
 	assert.Positive(t, waits, "the turns that found the quota full waited")
-	st, err := ledgerdb.Of(store).QuotaState(ctx, quota.Key("openai", "gpt-4o-mini", ""))
+	st, err := ledgerdb.Of(store).QuotaState(ctx, key)
 	require.NoError(t, err)
 	assert.EqualValues(t, waits, st.Refused)
 	assert.Zero(t, st.InFlight, "every admission was settled")

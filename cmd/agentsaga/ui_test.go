@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
@@ -174,6 +175,16 @@ tools:
 	assert.Contains(t, page.SearchAttributes, `"LeafCalls": 3`)
 
 	// The workflow list, filtered by the attribute as an operator would.
+	// The list is Temporal's visibility, which learns of the run's last
+	// upsert after the run's own page shows it, and the UI reads it once
+	// as the page loads: under the suite's load it once loaded before
+	// visibility had the run, and showed no rows for good. So the server's
+	// own list must have the run first.
+	require.Eventually(t, func() bool {
+		list, err := server.Client().ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: "default", Query: `AgentStatus="completed"`})
+		return err == nil && len(list.GetExecutions()) == 1
+	}, 30*time.Second, 200*time.Millisecond, "visibility lists the completed run")
 	listURL := uiURL + "/namespaces/default/workflows?query="
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(listURL+url.QueryEscape(`AgentStatus="completed"`))))
 	page = waitForUI(browser, t, `the list filtered by AgentStatus="completed"`, 10*time.Second, func(s uiSnapshot) bool {

@@ -13,6 +13,7 @@
 // per run in the order they are numbered, never renumbered, so a reader
 // that has read through N asks for what follows N ([Log.Read]) and misses
 // nothing. A [Hub] holds one LISTEN connection per process and wakes the
-// readers of a run when its log grows; [Follow] reads a run's log from an
-// offset and then waits for more.
+// readers of a run when its log grows; a run's events notify only while a
+// hub leases the run for its readers (migration 00039). [Follow] reads a
+// run's log from an offset and then waits for more.
 package runevents

@@ -2,6 +2,7 @@ package runevents
 
 import (
 	"context"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"sync"
 	"time"
 )
@@ -75,4 +76,11 @@ func (c *FakeClock) Advance(d time.Duration) {
 // NewBatcherOnClock is NewBatcher on clock c.
 func (l *Log) NewBatcherOnClock(ctx context.Context, workflowID, callKey string, attempt int, c *FakeClock) *Batcher {
 	return l.newBatcher(ctx, workflowID, callKey, attempt, c)
+}
+
+// NewHubWithLease is NewHub whose leases last lease.
+func NewHubWithLease(pool *pgxpool.Pool, lease time.Duration) *Hub {
+	h := NewHub(pool)
+	h.lease = lease
+	return h
 }

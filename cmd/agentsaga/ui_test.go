@@ -140,7 +140,7 @@ tools:
 
 	// The run's page: the UI resolves the latest run and shows its history.
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(uiURL+"/namespaces/default/workflows/ui-run")))
-	page := waitForUI(browser, t, "the run's page header", uiLimit, func(s uiSnapshot) bool {
+	page := waitForUI(browser, t, "the run's page header", func(s uiSnapshot) bool {
 		return strings.Contains(s.Header, "ui-run") && strings.Contains(s.Header, "Completed")
 	})
 	assert.Contains(t, page.Header, "Completed", "the header's status badge")
@@ -148,7 +148,7 @@ tools:
 	// The User Metadata tab: the summary and the current details, rendered
 	// from Markdown.
 	clickTab(browser, t, "user-metadata-tab")
-	page = waitForUI(browser, t, "the summary and the current details", uiLimit, func(s uiSnapshot) bool {
+	page = waitForUI(browser, t, "the summary and the current details", func(s uiSnapshot) bool {
 		return strings.Contains(s.Summary, goal) && strings.Contains(s.CurrentDetails, "BUDGET LEFT")
 	})
 	t.Logf("the UI's current details:\n%s", page.CurrentDetails)
@@ -166,7 +166,7 @@ tools:
 
 	// The Search Attributes tab: the typed attributes the run upserted.
 	clickTab(browser, t, "search-attributes-tab")
-	page = waitForUI(browser, t, "the search attributes", uiLimit, func(s uiSnapshot) bool {
+	page = waitForUI(browser, t, "the search attributes", func(s uiSnapshot) bool {
 		return strings.Contains(s.SearchAttributes, `"AgentStatus"`)
 	})
 	t.Logf("the UI's search attributes:\n%s", page.SearchAttributes)
@@ -187,14 +187,14 @@ tools:
 	}, 30*time.Second, 200*time.Millisecond, "visibility lists the completed run")
 	listURL := uiURL + "/namespaces/default/workflows?query="
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(listURL+url.QueryEscape(`AgentStatus="completed"`))))
-	page = waitForUI(browser, t, `the list filtered by AgentStatus="completed"`, uiLimit, func(s uiSnapshot) bool {
+	page = waitForUI(browser, t, `the list filtered by AgentStatus="completed"`, func(s uiSnapshot) bool {
 		return len(s.Rows) > 0
 	})
 	require.Len(t, page.Rows, 1, page.Main)
 	assert.Contains(t, page.Rows[0], "ui-run")
 	assert.Contains(t, page.Rows[0], "Completed")
 	require.NoError(t, chromedp.Do(browser, chromedp.Navigate(listURL+url.QueryEscape(`AgentStatus="escalated"`))))
-	page = waitForUI(browser, t, `the list filtered by AgentStatus="escalated"`, uiLimit, func(s uiSnapshot) bool {
+	page = waitForUI(browser, t, `the list filtered by AgentStatus="escalated"`, func(s uiSnapshot) bool {
 		return strings.Contains(s.Main, "No Results")
 	})
 	assert.Empty(t, page.Rows)
@@ -214,12 +214,12 @@ func clickTab(browser context.Context, t *testing.T, testID string) {
 // what it waits for shows.
 const uiLimit = 30 * time.Second
 
-// waitForUI reads the page until ready holds, for at most limit. The UI is
+// waitForUI reads the page until ready holds, for at most uiLimit. The UI is
 // a Svelte app that renders after its API calls answer, and Markdown in
 // iframes that load after that.
-func waitForUI(browser context.Context, t *testing.T, what string, limit time.Duration, ready func(uiSnapshot) bool) uiSnapshot {
+func waitForUI(browser context.Context, t *testing.T, what string, ready func(uiSnapshot) bool) uiSnapshot {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(browser, limit)
+	ctx, cancel := context.WithTimeout(browser, uiLimit)
 	defer cancel()
 	var last uiSnapshot
 	var lastErr error
@@ -240,7 +240,7 @@ func waitForUI(browser context.Context, t *testing.T, what string, limit time.Du
 			}
 			location, _ := chromedp.Run(browser, chromedp.Location())
 			t.Fatalf("the UI did not show %s within %s at %s (last error: %v; screenshot: /tmp/agentsaga-ui-failure.png); the page showed:\n%+v",
-				what, limit, location, lastErr, last)
+				what, uiLimit, location, lastErr, last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

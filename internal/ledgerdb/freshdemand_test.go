@@ -51,10 +51,12 @@ func TestReleaseLeavesRoomForFreshDemand(t *testing.T) {
 		}
 	}
 	// arrive runs seconds of the outage, perSecond new calls meeting the
-	// breaker in each. A second is the statements' own time plus a skip of
-	// the rest: on a machine loaded by a parallel suite, seven statements
-	// took 400 ms, and a skip of a whole second after them thinned the
-	// demand measured to 5 a second.
+	// breaker in each. A second is the statements' own time and then the
+	// clock moved to the second's end: on a machine loaded by a parallel
+	// suite, seven statements took 400 ms, and a skip of a whole second
+	// after them thinned the demand measured to 5 a second; once they took
+	// over a second, and a second that overran thinned it to 6.3. So the
+	// clock moves back by an overrun, as it moves on by what is left.
 	arrive := func(dependency string, perSecond, seconds int) {
 		t.Helper()
 		for range seconds {
@@ -62,7 +64,7 @@ func TestReleaseLeavesRoomForFreshDemand(t *testing.T) {
 			for range perSecond {
 				gate(dependency, true)
 			}
-			skip(t, store, dependency, time.Second-time.Since(began))
+			moveBreakerClock(t, store, dependency, time.Second-time.Since(began))
 		}
 	}
 	// spacing is the gap between the release slots of two parked calls

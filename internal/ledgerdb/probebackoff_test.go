@@ -26,6 +26,13 @@ func skip(t *testing.T, store *ledgerdb.Store, dependency string, d time.Duratio
 	if d <= 0 {
 		return
 	}
+	moveBreakerClock(t, store, dependency, d)
+}
+
+// moveBreakerClock is skip of any d: a negative d moves the breaker's clock back,
+// as if less time had passed than did.
+func moveBreakerClock(t *testing.T, store *ledgerdb.Store, dependency string, d time.Duration) {
+	t.Helper()
 	_, err := store.Pool().Exec(context.Background(), `
 		UPDATE circuit_breakers
 		SET window_started_at = window_started_at - $2 * interval '1 microsecond',

@@ -85,7 +85,7 @@ func newDatabase(t testing.TB, fromTemplate bool) string {
 	}
 	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
 	if template != "" {
-		create += " TEMPLATE " + pgx.Identifier{template}.Sanitize() + copyStrategy(admin)
+		create += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
 	}
 	if _, err := admin.Exec(ctx, create); err != nil {
 		t.Fatalf("ledgertest: create database %s: %v", name, err)
@@ -116,18 +116,6 @@ func newDatabase(t testing.TB, fromTemplate bool) string {
 		}
 	}
 	return dbURL
-}
-
-// copyStrategy is how a test's database copies the template: as files
-// where the server can (Postgres 15 and later, whose default, WAL_LOG,
-// writes the whole template into the WAL, 5 MB a test, and leaves its
-// pages dirty for the next checkpoint, which every DROP DATABASE forces).
-func copyStrategy(admin *pgx.Conn) string {
-	major, _, _ := strings.Cut(admin.PgConn().ParameterStatus("server_version"), ".")
-	if v, err := strconv.Atoi(major); err == nil && v >= 15 {
-		return " STRATEGY FILE_COPY"
-	}
-	return ""
 }
 
 // NewPooledDatabase is NewDatabase whose URL caps a pgx pool opened on it

@@ -3,6 +3,8 @@ package runevents
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -90,10 +92,7 @@ func (h *Hub) renewLoop(ctx context.Context, onError func(error)) {
 		case <-ticker.C:
 		}
 		h.mu.Lock()
-		ids := make([]string, 0, len(h.subs))
-		for id := range h.subs {
-			ids = append(ids, id)
-		}
+		ids := slices.Collect(maps.Keys(h.subs))
 		h.mu.Unlock()
 		if len(ids) == 0 {
 			continue
